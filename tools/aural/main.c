@@ -1,0 +1,72 @@
+/* aural: one command-line tool, one subcommand per job. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <aural.h>
+
+#include "cli.h"
+
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} commands[] = {
+    {"encode", cmd_encode, "turn an audio file into log-mel features (.npy)"},
+    {"bench", cmd_bench, "measure the speed of the library's stages"},
+};
+
+static void usage(FILE *to) {
+  fprintf(to,
+          "Usage: aural COMMAND [OPTIONS] [ARGS]\n"
+          "\n"
+          "aural runs the streaming speech-frame encoder's library from the\n"
+          "command line, without the daemon.\n"
+          "\n"
+          "Commands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(to, "  %-8s  %s\n", commands[i].name, commands[i].summary);
+  fprintf(to,
+          "\n"
+          "Options:\n"
+          "  -h, --help     show this help\n"
+          "  -V, --version  show the version\n"
+          "\n"
+          "'aural COMMAND --help' describes a command. Example:\n"
+          "  aural encode -o speech.npy speech.wav\n");
+}
+
+double cli_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double cli_thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 ||
+      strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return EXIT_OK;
+  }
+  if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
+    printf("aural %s\n", AURAL_VERSION);
+    return EXIT_OK;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp(cmd, commands[i].name) == 0)
+      return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "aural: unknown command '%s' (see 'aural --help')\n", cmd);
+  return EXIT_USAGE;
+}
