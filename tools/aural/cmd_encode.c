@@ -100,20 +100,28 @@ static void draw_progress(encode_job *job, int final) {
   if (final) fputs("\r\033[K", stderr);
 }
 
-/* A coarse spectrogram: time runs down, mel bands across, darker = louder. */
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+/* A coarse spectrogram: time runs down, mel bands across, darker = louder.
+ * Shades span the 10th to 99.5th percentile so that silence (the log floor)
+ * does not flatten the contrast. */
 static void show(const encode_job *job) {
   static const char shades[] = " .:-=+*#%@";
-  const int rows = 24, cols = 40;
+  const size_t rows = 24, cols = 40, n = job->n_rows * job->dim;
   if (job->n_rows == 0) return;
-  float lo = INFINITY, hi = -INFINITY;
-  for (size_t i = 0; i < job->n_rows * job->dim; i++) {
-    lo = fminf(lo, job->kept[i]);
-    hi = fmaxf(hi, job->kept[i]);
-  }
-  size_t n_r = job->n_rows < (size_t)rows ? job->n_rows : (size_t)rows;
-  size_t n_c = job->dim < (size_t)cols ? job->dim : (size_t)cols;
-  printf("log-mel energy, %.1f .. %.1f (time down, low to high bands "
-         "across):\n",
+  float *sorted = malloc(n * sizeof *sorted);
+  if (sorted == NULL) return;
+  memcpy(sorted, job->kept, n * sizeof *sorted);
+  qsort(sorted, n, sizeof *sorted, cmp_float);
+  float lo = sorted[n / 10], hi = sorted[n - 1 - n / 200];
+  free(sorted);
+  size_t n_r = job->n_rows < rows ? job->n_rows : rows;
+  size_t n_c = job->dim < cols ? job->dim : cols;
+  printf("log-mel energy (time down, low to high bands across; ' ' <= %.1f, "
+         "'@' >= %.1f):\n",
          (double)lo, (double)hi);
   for (size_t r = 0; r < n_r; r++) {
     size_t t0 = r * job->n_rows / n_r, t1 = (r + 1) * job->n_rows / n_r;
@@ -124,7 +132,7 @@ static void show(const encode_job *job) {
       for (size_t t = t0; t < t1; t++)
         for (size_t m = m0; m < m1; m++) sum += job->kept[t * job->dim + m];
       double v = sum / (double)((t1 - t0) * (m1 - m0));
-      int k = hi > lo ? (int)((v - lo) / (hi - lo) * 9.999) : 0;
+      int k = hi > lo ? (int)((v - lo) / (hi - lo) * 10) : 0;
       putchar(shades[k < 0 ? 0 : k > 9 ? 9 : k]);
     }
     puts("|");
@@ -225,8 +233,7 @@ static int run(encode_job *job) {
   if (!job->quiet) {
     double secs = (double)info.n_frames / info.rate_hz;
     double wall = cli_now_s() - job->t_start;
-    fprintf(stderr,
-            "%s: %.2f s of %.0f Hz, %d channel%s (%s)\n"
+    printf("%s: %.2f s of %.0f Hz, %d channel%s (%s)\n"
             "  -> %zu frames x %zu log-mel features in %.1f ms "
             "(%.0fx real time), written to %s\n",
             job->in_path, secs, info.rate_hz, info.n_channels,
@@ -235,6 +242,7 @@ static int run(encode_job *job) {
             job->out_path);
   }
   if (job->show) show(job);
+  fflush(stdout);
   rc = 0;
   goto done;
 

@@ -1,0 +1,45 @@
+#define _GNU_SOURCE
+#include "helpers.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+const char *test_data_path(const char *rel) {
+  static char buf[4096];
+  const char *root = getenv("AURAL_TEST_DATA");
+  snprintf(buf, sizeof buf, "%s/%s", root ? root : "tests/data", rel);
+  return buf;
+}
+
+char *test_tmpdir(void) {
+  char *dir = strdup("/tmp/aural-test-XXXXXX");
+  assert_non_null(dir);
+  assert_non_null(mkdtemp(dir));
+  return dir;
+}
+
+void test_rmtree(const char *dir) {
+  char *cmd;
+  assert_true(asprintf(&cmd, "rm -rf '%s'", dir) > 0);
+  assert_int_equal(system(cmd), 0);
+  free(cmd);
+}
+
+const char *test_join(const char *dir, const char *name) {
+  static char buf[4096];
+  snprintf(buf, sizeof buf, "%s/%s", dir, name);
+  return buf;
+}
+
+void test_write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, len, f), len);
+  assert_int_equal(fclose(f), 0);
+}

@@ -1,0 +1,21 @@
+/* Helpers shared by the test binaries. */
+#ifndef AURAL_TESTS_HELPERS_H
+#define AURAL_TESTS_HELPERS_H
+
+#include <stddef.h>
+
+/* $AURAL_TEST_DATA/rel, in a static buffer (tests are single-threaded). */
+const char *test_data_path(const char *rel);
+
+/* A fresh temporary directory (removed with everything in it by
+ * test_rmtree); the returned string is malloc'ed. */
+char *test_tmpdir(void);
+void test_rmtree(const char *dir);
+
+/* dir/name in a static buffer. */
+const char *test_join(const char *dir, const char *name);
+
+/* Writes len bytes to path; fails the test on error. */
+void test_write_file(const char *path, const void *data, size_t len);
+
+#endif

@@ -1,0 +1,515 @@
+/*
+ * Frontend tests: parity with torchaudio's Kaldi fbank (goldens from
+ * tools/gen_fbank_goldens.py), independence from push sizes, resampler
+ * quality, non-finite input, CMVN and configuration parsing.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <aural.h>
+
+#include "helpers.h"
+#include "npy.h"
+
+#define PARITY_TOL 2e-3
+
+/* Collects every frame a frontend emits, checking they arrive in order. */
+typedef struct sink {
+  float *rows;
+  size_t n_rows, cap_rows, dim;
+  size_t n_calls;
+} sink;
+
+static int sink_fn(void *user, const float *rows, size_t n, uint64_t first) {
+  sink *s = user;
+  assert_int_equal(first, s->n_rows);
+  if (s->n_rows + n > s->cap_rows) {
+    s->cap_rows = (s->n_rows + n) * 2;
+    s->rows = realloc(s->rows, s->cap_rows * s->dim * sizeof *s->rows);
+    assert_non_null(s->rows);
+  }
+  memcpy(s->rows + s->n_rows * s->dim, rows, n * s->dim * sizeof *rows);
+  s->n_rows += n;
+  s->n_calls++;
+  return 0;
+}
+
+/* A whole audio file in memory. */
+typedef struct audio {
+  float *pcm; /* (n_frames, n_channels) */
+  size_t n_frames;
+  int n_channels;
+  double rate_hz;
+} audio;
+
+static audio load_audio(const char *path) {
+  aural_audiofile *af;
+  aural_err err = {0};
+  int rc = aural_audiofile_open(path, &af, &err);
+  if (rc != 0) fail_msg("%s", err.msg);
+  aural_audiofile_info info;
+  aural_audiofile_get_info(af, &info);
+  audio a = {.n_channels = info.n_channels, .rate_hz = info.rate_hz};
+  a.pcm = malloc(((size_t)info.n_frames + 1) * (size_t)a.n_channels *
+                 sizeof *a.pcm);
+  assert_non_null(a.pcm);
+  size_t n;
+  while ((rc = aural_audiofile_read(af, a.pcm + a.n_frames * (size_t)a.n_channels,
+                                    4096, &n, &err)) == 0 &&
+         n > 0)
+    a.n_frames += n;
+  assert_int_equal(rc, 0);
+  assert_int_equal(a.n_frames, info.n_frames);
+  aural_audiofile_close(af);
+  return a;
+}
+
+static aural_frontend *make_frontend(double rate_hz, int n_channels) {
+  aural_frontend_config cfg;
+  aural_frontend_config_default(&cfg);
+  cfg.input_rate_hz = rate_hz;
+  cfg.n_channels = n_channels;
+  aural_frontend *fe;
+  aural_err err = {0};
+  int rc = aural_frontend_create(&cfg, &fe, &err);
+  if (rc != 0) fail_msg("%s", err.msg);
+  return fe;
+}
+
+/* Features of a, pushed `step` frames at a time (0: all at once). */
+static sink features(const audio *a, size_t step) {
+  aural_frontend *fe = make_frontend(a->rate_hz, a->n_channels);
+  sink s = {.dim = (size_t)aural_frontend_dim(fe)};
+  if (step == 0) step = a->n_frames > 0 ? a->n_frames : 1;
+  for (size_t at = 0; at < a->n_frames; at += step) {
+    size_t k = a->n_frames - at < step ? a->n_frames - at : step;
+    assert_int_equal(aural_frontend_push(fe, a->pcm + at * (size_t)a->n_channels,
+                                         k, sink_fn, &s),
+                     0);
+  }
+  assert_int_equal(aural_frontend_finish(fe, sink_fn, &s), 0);
+  aural_frontend_destroy(fe);
+  return s;
+}
+
+static void test_parity_with_torchaudio(void **state) {
+  (void)state;
+  FILE *cases = fopen(test_data_path("fbank/cases.txt"), "r");
+  assert_non_null(cases);
+  char name[64];
+  double rate;
+  int n_ch;
+  size_t n_expected;
+  int n_cases = 0;
+  double worst = 0;
+  while (fscanf(cases, "%63s %lf %d %zu", name, &rate, &n_ch, &n_expected) ==
+         4) {
+    char rel[128], npy[4096], err[256];
+    snprintf(rel, sizeof rel, "fbank/%s.npy", name);
+    snprintf(npy, sizeof npy, "%s", test_data_path(rel));
+    snprintf(rel, sizeof rel, "fbank/%s.wav", name);
+    audio a = load_audio(test_data_path(rel));
+    assert_true(a.rate_hz == rate);
+    assert_int_equal(a.n_channels, n_ch);
+
+    float *gold;
+    size_t g_rows, g_cols;
+    if (npy_read_f32(npy, &gold, &g_rows, &g_cols, err, sizeof err) != 0)
+      fail_msg("%s", err);
+    sink s = features(&a, 0);
+    assert_int_equal(s.n_rows, n_expected);
+    assert_int_equal(s.n_rows, g_rows);
+    assert_int_equal(s.dim, g_cols);
+    double max_diff = 0;
+    for (size_t i = 0; i < g_rows * g_cols; i++) {
+      assert_true(isfinite(s.rows[i]));
+      max_diff = fmax(max_diff, fabs((double)s.rows[i] - gold[i]));
+    }
+    printf("  %-13s %6.0f Hz x%d  %4zu frames  max |C - torchaudio| = %.2e\n",
+           name, rate, n_ch, s.n_rows, max_diff);
+    assert_true(max_diff <= PARITY_TOL);
+    worst = fmax(worst, max_diff);
+    n_cases++;
+    free(gold);
+    free(s.rows);
+    free(a.pcm);
+  }
+  fclose(cases);
+  printf("  worst over %d cases: %.2e (tolerance %.0e)\n", n_cases, worst,
+         PARITY_TOL);
+  assert_true(n_cases >= 7);
+}
+
+/* Pushing 1, 7, 160, 4096 frames at a time or everything at once gives the
+ * same bits, at the model rate and through the resampler. */
+static void check_invariance(const char *rel) {
+  audio a = load_audio(test_data_path(rel));
+  sink whole = features(&a, 0);
+  assert_true(whole.n_rows > 50);
+  const size_t steps[] = {1, 7, 160, 4096, 441, 1000};
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    sink s = features(&a, steps[i]);
+    assert_int_equal(s.n_rows, whole.n_rows);
+    assert_memory_equal(s.rows, whole.rows,
+                        whole.n_rows * whole.dim * sizeof *whole.rows);
+    free(s.rows);
+  }
+  free(whole.rows);
+  free(a.pcm);
+}
+
+static void test_push_size_invariance_16k(void **state) {
+  (void)state;
+  check_invariance("fbank/speech.wav");
+}
+
+static void test_push_size_invariance_resampled(void **state) {
+  (void)state;
+  check_invariance("fbank/stereo44k.wav");
+  check_invariance("fbank/mono8k.wav");
+}
+
+/* Collects resampler output. */
+typedef struct samples {
+  float *x;
+  size_t n, cap;
+} samples;
+
+static int samples_fn(void *user, const float *x, size_t n) {
+  samples *s = user;
+  assert_true(s->n + n <= s->cap);
+  memcpy(s->x + s->n, x, n * sizeof *x);
+  s->n += n;
+  return 0;
+}
+
+/* SNR of a 1 kHz sine resampled to 16 kHz against the analytic 16 kHz
+ * sine, skipping the filter's start-up and run-out at both ends. */
+static double resampled_sine_snr_db(double in_rate, size_t *n_out) {
+  const double f = 1000.0, amp = 0.5, seconds = 2.0;
+  size_t n_in = (size_t)(in_rate * seconds);
+  float *x = malloc(n_in * sizeof *x);
+  assert_non_null(x);
+  for (size_t i = 0; i < n_in; i++)
+    x[i] = (float)(amp * sin(2 * M_PI * f * (double)i / in_rate));
+  aural_resampler *rs;
+  aural_err err;
+  assert_int_equal(aural_resampler_create(in_rate, 16000, &rs, &err), 0);
+  samples out = {.cap = 40000};
+  out.x = malloc(out.cap * sizeof *out.x);
+  assert_non_null(out.x);
+  /* Irregular pushes, as a device would deliver. */
+  for (size_t at = 0, k = 1; at < n_in; at += k, k = k * 7 % 977 + 1) {
+    if (k > n_in - at) k = n_in - at;
+    assert_int_equal(aural_resampler_push(rs, x + at, k, samples_fn, &out), 0);
+  }
+  assert_int_equal(aural_resampler_finish(rs, samples_fn, &out), 0);
+  double sig = 0, noise = 0;
+  size_t margin = 800; /* 50 ms */
+  for (size_t i = margin; i + margin < out.n; i++) {
+    double ref = amp * sin(2 * M_PI * f * (double)i / 16000.0);
+    sig += ref * ref;
+    noise += (out.x[i] - ref) * (out.x[i] - ref);
+  }
+  *n_out = out.n;
+  aural_resampler_destroy(rs);
+  free(out.x);
+  free(x);
+  return 10 * log10(sig / noise);
+}
+
+static void test_resampler_snr(void **state) {
+  (void)state;
+  const double rates[] = {44100, 48000};
+  for (size_t i = 0; i < 2; i++) {
+    size_t n_out;
+    double snr = resampled_sine_snr_db(rates[i], &n_out);
+    printf("  1 kHz sine %.0f Hz -> 16 kHz: SNR %.1f dB, %zu samples\n",
+           rates[i], snr, n_out);
+    assert_true(snr >= 80.0);
+    assert_int_equal(n_out, 32000); /* 2 s, no delay, nothing lost */
+  }
+}
+
+static int count_fn(void *user, const float *rows, size_t n, uint64_t first) {
+  (void)rows;
+  (void)first;
+  *(size_t *)user += n;
+  return 0;
+}
+
+static void test_nonfinite_rejected(void **state) {
+  (void)state;
+  audio a = load_audio(test_data_path("fbank/speech.wav"));
+  sink clean = features(&a, 0);
+
+  aural_frontend *fe = make_frontend(16000, 1);
+  sink s = {.dim = clean.dim};
+  float bad[320];
+  memcpy(bad, a.pcm, sizeof bad);
+  bad[100] = NAN;
+  size_t calls = 0;
+  assert_int_equal(aural_frontend_push(fe, bad, 320, count_fn, &calls),
+                   AURAL_ENONFINITE);
+  bad[100] = INFINITY;
+  assert_int_equal(aural_frontend_push(fe, bad, 320, count_fn, &calls),
+                   AURAL_ENONFINITE);
+  assert_int_equal(calls, 0);
+  /* A rejected block leaves no trace: the stream continues as if it had
+   * never been pushed. */
+  assert_int_equal(aural_frontend_push(fe, a.pcm, a.n_frames, sink_fn, &s), 0);
+  assert_int_equal(aural_frontend_finish(fe, sink_fn, &s), 0);
+  assert_int_equal(s.n_rows, clean.n_rows);
+  assert_memory_equal(s.rows, clean.rows, s.n_rows * s.dim * sizeof *s.rows);
+  aural_frontend_stats st;
+  aural_frontend_get_stats(fe, &st);
+  assert_int_equal(st.n_input_frames, a.n_frames);
+  assert_int_equal(st.n_nonfinite, 0);
+  aural_frontend_destroy(fe);
+  free(s.rows);
+  free(clean.rows);
+  free(a.pcm);
+}
+
+static void test_nonfinite_zeroed_and_huge_clamped(void **state) {
+  (void)state;
+  aural_frontend_config cfg;
+  aural_frontend_config_default(&cfg);
+  cfg.nonfinite = AURAL_NONFINITE_ZERO;
+  aural_frontend *fe;
+  assert_int_equal(aural_frontend_create(&cfg, &fe, NULL), 0);
+  float x[1600];
+  for (size_t i = 0; i < 1600; i++) x[i] = (float)sin((double)i * 0.1) * 0.1f;
+  x[10] = NAN;
+  x[500] = -INFINITY;
+  x[900] = 1e30f;
+  x[901] = -1e30f;
+  sink s = {.dim = 80};
+  assert_int_equal(aural_frontend_push(fe, x, 1600, sink_fn, &s), 0);
+  assert_int_equal(aural_frontend_finish(fe, sink_fn, &s), 0);
+  assert_int_equal(s.n_rows, 8);
+  for (size_t i = 0; i < s.n_rows * s.dim; i++) assert_true(isfinite(s.rows[i]));
+  aural_frontend_stats st;
+  aural_frontend_get_stats(fe, &st);
+  assert_int_equal(st.n_nonfinite, 2);
+  assert_int_equal(st.n_clamped, 2);
+  aural_frontend_destroy(fe);
+  free(s.rows);
+}
+
+static void test_cmvn(void **state) {
+  (void)state;
+  audio a = load_audio(test_data_path("fbank/speech.wav"));
+  sink plain = features(&a, 0);
+  float mean[80], std[80];
+  for (int m = 0; m < 80; m++) {
+    mean[m] = 5.0f + 0.1f * (float)m;
+    std[m] = 2.0f + 0.05f * (float)m;
+  }
+  aural_frontend_config cfg;
+  aural_frontend_config_default(&cfg);
+  cfg.cmvn_mean = mean;
+  cfg.cmvn_std = std;
+  aural_frontend *fe;
+  assert_int_equal(aural_frontend_create(&cfg, &fe, NULL), 0);
+  sink s = {.dim = 80};
+  assert_int_equal(aural_frontend_push(fe, a.pcm, a.n_frames, sink_fn, &s), 0);
+  assert_int_equal(aural_frontend_finish(fe, sink_fn, &s), 0);
+  assert_int_equal(s.n_rows, plain.n_rows);
+  for (size_t t = 0; t < s.n_rows; t++)
+    for (size_t m = 0; m < 80; m++)
+      assert_float_equal(s.rows[t * 80 + m],
+                         (plain.rows[t * 80 + m] - mean[m]) / std[m], 1e-5);
+  aural_frontend_destroy(fe);
+
+  std[3] = 0.0f;
+  aural_err err = {0};
+  assert_int_equal(aural_frontend_create(&cfg, &fe, &err), AURAL_ECONFIG);
+  assert_non_null(strstr(err.msg, "bin 3"));
+  free(s.rows);
+  free(plain.rows);
+  free(a.pcm);
+}
+
+static void test_reset_and_state(void **state) {
+  (void)state;
+  audio a = load_audio(test_data_path("fbank/stereo44k.wav"));
+  aural_frontend *fe = make_frontend(a.rate_hz, a.n_channels);
+  sink first = {.dim = 80}, second = {.dim = 80};
+  assert_int_equal(aural_frontend_push(fe, a.pcm, a.n_frames, sink_fn, &first), 0);
+  assert_int_equal(aural_frontend_finish(fe, sink_fn, &first), 0);
+  size_t calls = 0;
+  assert_int_equal(aural_frontend_push(fe, a.pcm, 10, count_fn, &calls),
+                   AURAL_ESTATE);
+  assert_int_equal(aural_frontend_finish(fe, count_fn, &calls), AURAL_ESTATE);
+  assert_int_equal(aural_frontend_reset(fe), 0);
+  assert_int_equal(aural_frontend_push(fe, a.pcm, a.n_frames, sink_fn, &second), 0);
+  assert_int_equal(aural_frontend_finish(fe, sink_fn, &second), 0);
+  assert_int_equal(first.n_rows, second.n_rows);
+  assert_memory_equal(first.rows, second.rows, first.n_rows * 80 * sizeof(float));
+  aural_frontend_destroy(fe);
+  free(first.rows);
+  free(second.rows);
+  free(a.pcm);
+}
+
+static int stop_fn(void *user, const float *rows, size_t n, uint64_t first) {
+  (void)rows;
+  (void)first;
+  (void)n;
+  (*(int *)user)++;
+  return -42;
+}
+
+static void test_callback_stops_push(void **state) {
+  (void)state;
+  aural_frontend *fe = make_frontend(16000, 1);
+  float x[16000] = {0};
+  int calls = 0;
+  assert_int_equal(aural_frontend_push(fe, x, 16000, stop_fn, &calls), -42);
+  assert_int_equal(calls, 1);
+  aural_frontend_destroy(fe);
+}
+
+static void test_bad_create(void **state) {
+  (void)state;
+  const struct {
+    double rate;
+    int ch;
+    int code;
+    const char *word;
+  } cases[] = {
+      {0, 1, AURAL_ERATE, "0 Hz"},        {1, 1, AURAL_ERATE, "1 Hz"},
+      {1e7, 1, AURAL_ERATE, "Hz"},        {NAN, 1, AURAL_ERATE, "Hz"},
+      {16000, 0, AURAL_ECHANNELS, "0 channels"},
+      {16000, 100000, AURAL_ECHANNELS, "100000 channels"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aural_frontend_config cfg;
+    aural_frontend_config_default(&cfg);
+    cfg.input_rate_hz = cases[i].rate;
+    cfg.n_channels = cases[i].ch;
+    aural_frontend *fe = (aural_frontend *)&cfg; /* must be reset to NULL */
+    aural_err err = {0};
+    assert_int_equal(aural_frontend_create(&cfg, &fe, &err), cases[i].code);
+    assert_null(fe);
+    assert_non_null(strstr(err.msg, cases[i].word));
+  }
+  aural_frontend_destroy(NULL);
+}
+
+static void test_config_json(void **state) {
+  (void)state;
+  aural_fbank_opts o;
+  aural_fbank_opts_default(&o);
+  aural_err err = {0};
+  const char *good =
+      "{\"d_model\": 256, \"num_mel_bins\": 64, \"frame_length\": 32,"
+      " \"window_type\": \"hamming\", \"low_freq\": 60, \"high_freq\": -400,"
+      " \"remove_dc_offset\": false, \"input_scale\": 1.0}";
+  assert_int_equal(aural_fbank_opts_from_json(&o, good, strlen(good), &err), 0);
+  assert_int_equal(o.num_mel_bins, 64);
+  assert_true(o.frame_length_ms == 32 && o.frame_shift_ms == 10);
+  assert_int_equal(o.window_type, AURAL_WINDOW_HAMMING);
+  assert_false(o.remove_dc_offset);
+  assert_true(o.low_freq == 60 && o.high_freq == -400 && o.input_scale == 1);
+  assert_int_equal(aural_fbank_window_samples(&o), 512);
+  assert_int_equal(aural_fbank_n_frames(&o, 511), 0);
+  assert_int_equal(aural_fbank_n_frames(&o, 512 + 160 * 3), 4);
+
+  /* Each broken config is refused, names its field and leaves o alone. */
+  const struct {
+    const char *json, *word;
+  } bad[] = {
+      {"not json", "JSON"},
+      {"[1, 2]", "object"},
+      {"{\"num_mel_bins\": \"80\"}", "num_mel_bins"},
+      {"{\"num_mel_bins\": 80.5}", "num_mel_bins"},
+      {"{\"num_mel_bins\": 0}", "num_mel_bins"},
+      {"{\"num_mel_bins\": 1e300}", "num_mel_bins"},
+      {"{\"sample_rate\": 0}", "sample_rate"},
+      {"{\"frame_shift\": 0}", "frame_"},
+      {"{\"frame_shift\": 40}", "frame_shift"},
+      {"{\"dither\": 1.0}", "dither"},
+      {"{\"snip_edges\": false}", "snip_edges"},
+      {"{\"use_energy\": true}", "use_energy"},
+      {"{\"use_power\": 1}", "use_power"},
+      {"{\"window_type\": \"kaiser\"}", "window_type"},
+      {"{\"low_freq\": 9000}", "low_freq"},
+      {"{\"input_scale\": -1}", "input_scale"},
+      {"{\"preemphasis_coefficient\": 2}", "preemphasis"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    aural_fbank_opts before = o;
+    err.msg[0] = '\0';
+    assert_int_equal(aural_fbank_opts_from_json(&o, bad[i].json,
+                                                strlen(bad[i].json), &err),
+                     AURAL_ECONFIG);
+    if (strstr(err.msg, bad[i].word) == NULL)
+      fail_msg("config %s: message '%s' lacks '%s'", bad[i].json, err.msg,
+               bad[i].word);
+    assert_memory_equal(&o, &before, sizeof o);
+  }
+}
+
+/* Each window type and a magnitude spectrum give finite features, and the
+ * non-default options change them (they are really applied). */
+static void test_option_variants(void **state) {
+  (void)state;
+  audio a = load_audio(test_data_path("fbank/speech.wav"));
+  sink base = features(&a, 0);
+  const char *variants[] = {
+      "{\"window_type\": \"hanning\"}",     "{\"window_type\": \"hamming\"}",
+      "{\"window_type\": \"rectangular\"}", "{\"window_type\": \"blackman\"}",
+      "{\"use_power\": false}",             "{\"use_log_fbank\": false}",
+      "{\"round_to_power_of_two\": false}", "{\"preemphasis_coefficient\": 0}",
+  };
+  for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+    aural_frontend_config cfg;
+    aural_frontend_config_default(&cfg);
+    assert_int_equal(aural_fbank_opts_from_json(&cfg.fbank, variants[i],
+                                                strlen(variants[i]), NULL),
+                     0);
+    aural_frontend *fe;
+    assert_int_equal(aural_frontend_create(&cfg, &fe, NULL), 0);
+    sink s = {.dim = 80};
+    assert_int_equal(aural_frontend_push(fe, a.pcm, a.n_frames, sink_fn, &s), 0);
+    assert_int_equal(aural_frontend_finish(fe, sink_fn, &s), 0);
+    assert_int_equal(s.n_rows, base.n_rows);
+    double diff = 0;
+    for (size_t k = 0; k < s.n_rows * 80; k++) {
+      assert_true(isfinite(s.rows[k]));
+      diff = fmax(diff, fabs((double)s.rows[k] - base.rows[k]));
+    }
+    assert_true(diff > 1e-3);
+    aural_frontend_destroy(fe);
+    free(s.rows);
+  }
+  free(base.rows);
+  free(a.pcm);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_parity_with_torchaudio),
+      cmocka_unit_test(test_push_size_invariance_16k),
+      cmocka_unit_test(test_push_size_invariance_resampled),
+      cmocka_unit_test(test_resampler_snr),
+      cmocka_unit_test(test_nonfinite_rejected),
+      cmocka_unit_test(test_nonfinite_zeroed_and_huge_clamped),
+      cmocka_unit_test(test_cmvn),
+      cmocka_unit_test(test_reset_and_state),
+      cmocka_unit_test(test_callback_stops_push),
+      cmocka_unit_test(test_bad_create),
+      cmocka_unit_test(test_config_json),
+      cmocka_unit_test(test_option_variants),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

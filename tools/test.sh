@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Every test: installs what is missing, builds with warnings as errors, runs
+# the unit and integration tests, then does it all again under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh
+
+passed=0
+failed=0
+run_suite() { # DIR LABEL MESON_SETUP_ARGS...
+  local dir=$1 label=$2
+  shift 2
+  echo "== $label: building in $dir"
+  tools/build.sh "$dir" -Dwerror=true "$@"
+  echo "== $label: testing"
+  local rc=0
+  meson test -C "$dir" --print-errorlogs || rc=$?
+  # Count CMocka test cases from the full log, for the closing line.
+  local p f
+  p=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$dir/meson-logs/testlog.txt" |
+      awk '{s += $3} END {print s + 0}')
+  f=$(grep -oE '^\[  FAILED  \] [0-9]+ test' "$dir/meson-logs/testlog.txt" |
+      awk '{s += $3} END {print s + 0}')
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if [[ $rc -ne 0 && $f -eq 0 ]]; then failed=$((failed + 1)); fi
+}
+
+run_suite build "release build"
+run_suite build-asan "ASan+UBSan build" -Db_sanitize=address,undefined -Db_lundef=false
+
+echo "tests: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
