@@ -29,14 +29,15 @@ struct aural_audiofile {
 };
 
 /* libsndfile writes "data : 53928 (should be 26942)" in its log when the
- * data chunk (SSND in AIFF) claims more than the file holds. Returns 1 and
- * the two sizes when that happened. */
+ * data chunk (SSND in AIFF) claims more than the file holds. Its log is
+ * bounded, so this is a second line of defence behind check_wav(). */
 static int declared_too_long(SNDFILE *sf, long long *declared,
                              long long *present) {
   char log[4096];
   sf_command(sf, SFC_GET_LOG_INFO, log, sizeof log);
-  for (char *line = strtok(log, "\n"); line != NULL;
-       line = strtok(NULL, "\n")) {
+  char *save = NULL;
+  for (char *line = strtok_r(log, "\n", &save); line != NULL;
+       line = strtok_r(NULL, "\n", &save)) {
     char tag[8];
     if (sscanf(line, " %7s : %lld (should be %lld)", tag, declared,
                present) == 3 &&
@@ -47,10 +48,67 @@ static int declared_too_long(SNDFILE *sf, long long *declared,
   return 0;
 }
 
-/* Streaming writers put 0 or 0xFFFFFFFF in a data size they cannot know;
- * such files are not truncated, just of unknown length. */
+/* Streaming writers put 0xFFFFFFFF (or 0x7FFFFFFF) in a data size they
+ * cannot know; such files are not truncated, just of unknown length. */
 static int is_unknown_length(long long declared) {
-  return declared == 0 || declared == 0xFFFFFFFFLL || declared == 0x7FFFFFFFLL;
+  return declared == 0xFFFFFFFFLL || declared == 0x7FFFFFFFLL;
+}
+
+static uint32_t le32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+         (uint32_t)p[3] << 24;
+}
+
+/* Walks the chunks of a RIFF/WAVE file up to its data chunk and checks
+ * what libsndfile either rejects with an unhelpful message or quietly
+ * accepts: a zero sample rate or channel count, a data chunk that claims
+ * more bytes than the file holds (cut-off recordings), and a data size of
+ * 0 with samples after it (libsndfile would read nothing). Other formats,
+ * and WAVs whose chunks cannot be walked, are left to libsndfile. */
+static int check_wav(int fd, off_t file_size, const char *path,
+                     aural_err *err) {
+  unsigned char h[24];
+  if (pread(fd, h, 12, 0) != 12 || memcmp(h, "RIFF", 4) != 0 ||
+      memcmp(h + 8, "WAVE", 4) != 0)
+    return 0;
+  off_t at = 12;
+  for (int n_chunks = 0; n_chunks < 100000; n_chunks++) {
+    if (pread(fd, h, 8, at) != 8) return 0;
+    uint32_t size = le32(h + 4);
+    off_t body = at + 8;
+    if (memcmp(h, "fmt ", 4) == 0 && size >= 16) {
+      if (pread(fd, h + 8, 16, body) != 16) return 0;
+      unsigned channels = (unsigned)h[10] | (unsigned)h[11] << 8;
+      uint32_t rate = le32(h + 12);
+      if (rate == 0)
+        return aural__err_set(err, AURAL_ERATE,
+                              "%s: sample rate 0 Hz is outside the supported "
+                              "%.0f..%.0f Hz",
+                              path, AURAL_RATE_MIN_HZ, AURAL_RATE_MAX_HZ);
+      if (channels == 0)
+        return aural__err_set(err, AURAL_ECHANNELS,
+                              "%s: 0 channels is outside the supported 1..%d",
+                              path, AURAL_MAX_CHANNELS);
+    } else if (memcmp(h, "data", 4) == 0) {
+      long long present = (long long)(file_size - body);
+      if (is_unknown_length(size)) return 0;
+      if (size == 0 && present > 0)
+        return aural__err_set(err, AURAL_EFORMAT,
+                              "%s: the data chunk declares 0 bytes but %lld "
+                              "follow (a recording that was never "
+                              "finalised? 'sox --ignore-length' repairs it)",
+                              path, present);
+      if ((long long)size > present)
+        return aural__err_set(err, AURAL_ETRUNCATED,
+                              "%s: truncated: the header declares %u bytes "
+                              "of audio data but the file holds only %lld",
+                              path, size, present < 0 ? 0 : present);
+      return 0;
+    }
+    at = body + (off_t)size + (size & 1);
+    if (at >= file_size) return 0;
+  }
+  return 0;
 }
 
 int aural_audiofile_open(const char *path, aural_audiofile **out,
@@ -70,6 +128,12 @@ int aural_audiofile_open(const char *path, aural_audiofile **out,
     rc = aural__err_set(err, AURAL_EEMPTY, "%s: file is empty (0 bytes)",
                         path);
   if (rc < 0) {
+    close(fd);
+    return rc;
+  }
+
+  if (S_ISREG(st.st_mode) &&
+      (rc = check_wav(fd, st.st_size, path, err)) < 0) {
     close(fd);
     return rc;
   }
@@ -96,7 +160,7 @@ int aural_audiofile_open(const char *path, aural_audiofile **out,
     rc = aural__err_set(err, AURAL_EFORMAT,
                         "%s: the file declares a negative length", path);
   else if (declared_too_long(sf, &declared, &present) &&
-           !is_unknown_length(declared))
+           !is_unknown_length(declared) && declared != 0)
     rc = aural__err_set(err, AURAL_ETRUNCATED,
                         "%s: truncated: the header declares %lld bytes of "
                         "audio data but the file holds only %lld",
@@ -114,7 +178,9 @@ int aural_audiofile_open(const char *path, aural_audiofile **out,
   af->sf = sf;
   af->info.rate_hz = sfi.samplerate;
   af->info.n_channels = sfi.channels;
-  af->info.n_frames = sfi.frames;
+  /* Formats whose length libsndfile cannot tell (some Ogg files) report
+   * the largest count; they are read to their end instead. */
+  af->info.n_frames = sfi.frames == SF_COUNT_MAX ? -1 : sfi.frames;
   snprintf(af->path, sizeof af->path, "%s", path);
 
   SF_FORMAT_INFO major = {.format = sfi.format & SF_FORMAT_TYPEMASK};
@@ -136,7 +202,8 @@ int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
                          size_t *n_read, aural_err *err) {
   *n_read = 0;
   int64_t left = af->info.n_frames - af->n_done;
-  if ((int64_t)max_frames > left) max_frames = (size_t)left;
+  if (af->info.n_frames >= 0 && (int64_t)max_frames > left)
+    max_frames = (size_t)left;
   if (max_frames == 0) return 0;
   sf_count_t got = sf_readf_float(af->sf, buf, (sf_count_t)max_frames);
   if (got <= 0) {
@@ -144,6 +211,7 @@ int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
     if (e != SF_ERR_NO_ERROR)
       return aural__err_set(err, AURAL_EIO, "%s: read error at frame %" PRId64
                             ": %s", af->path, af->n_done, sf_strerror(af->sf));
+    if (af->info.n_frames < 0) return 0; /* the end of a stream */
     return aural__err_set(err, AURAL_ETRUNCATED,
                           "%s: truncated: audio ends at frame %" PRId64
                           " of the %" PRId64 " declared",

@@ -3,6 +3,7 @@
 #define AURAL_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "aural/error.h"
 
@@ -52,5 +53,67 @@ int aural__fbank_init(aural__fbank *fb, const aural_fbank_opts *opts,
 void aural__fbank_compute(aural__fbank *fb, const float *samples, float *out);
 
 void aural__fbank_free(aural__fbank *fb);
+
+
+/* ---- model (model.c) --------------------------------------------------- */
+
+#include "aural/model.h"
+
+/* A weight matrix (rows, cols), row-major, in one of two memory types. */
+typedef struct aural__mat {
+  const float *f32;    /* (rows, cols) or NULL */
+  const uint16_t *f16; /* (rows, cols) IEEE half, or NULL */
+  int rows, cols;
+} aural__mat;
+
+typedef struct aural__layer {
+  aural__mat qkv;      /* (3 d, d): rows q, k, v */
+  const float *b_qkv;  /* (3 d) */
+  aural__mat out;      /* (d, d) */
+  const float *b_out;  /* (d) */
+  aural__mat ff1;      /* (d_ff, d) */
+  const float *b_ff1;  /* (d_ff) */
+  aural__mat ff2;      /* (d, d_ff) */
+  const float *b_ff2;  /* (d) */
+  const float *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* (d) each */
+} aural__layer;
+
+struct aural_model {
+  aural_model_config cfg;
+  aural__mat in_proj;       /* (d, n_mels) */
+  const float *b_in;        /* (d) */
+  aural__layer *layers;     /* (n_layers) */
+  const float *norm_w, *norm_b; /* (d) final norm, or NULL */
+  aural__mat head;          /* (V, d), rows 0 when absent */
+  const float *b_head;      /* (V) */
+  const float *cmvn_mean, *cmvn_std; /* (n_mels) or NULL */
+  char **vocab;             /* (V) token strings */
+  float *f32;               /* arena: every f32 tensor */
+  uint16_t *f16;            /* arena: matrices kept in half precision */
+  uint64_t n_params;
+  uint64_t weight_bytes;
+};
+
+/* IEEE half <-> float, exact / round-to-nearest-even. */
+float aural__f16_to_f32(uint16_t h);
+uint16_t aural__f32_to_f16(float f);
+
+
+/* ---- linear algebra (linalg.c) ----------------------------------------- */
+
+/* y (n, W.rows) = x (n, W.cols) W^T + b (b may be NULL). The fast path;
+ * aural__linear_ref is the plain scalar oracle it is tested against. */
+void aural__linear(const aural__mat *w, const float *b, const float *x,
+                   size_t n, float *y);
+void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
+                       size_t n, float *y);
+
+/* In place over n rows of width d: y = (x - mean) / sqrt(var + eps) * g + b. */
+void aural__layer_norm(float *x, size_t n, int d, const float *g,
+                       const float *b, float eps);
+
+/* In place over n values. */
+void aural__gelu(float *x, size_t n);
+void aural__relu(float *x, size_t n);
 
 #endif

@@ -33,7 +33,9 @@
 #include "aural/audiofile.h"
 #include "aural/error.h"
 #include "aural/fbank.h"
+#include "aural/encoder.h"
 #include "aural/frontend.h"
+#include "aural/model.h"
 #include "aural/resampler.h"
 
 #define AURAL_VERSION "0.1.0"

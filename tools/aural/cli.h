@@ -14,6 +14,14 @@ enum {
 
 int cmd_encode(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+/* The model used without -m: $AURAL_MODEL, else the installed default,
+ * else the one in the source tree this binary was built from. */
+const char *cli_default_model(void);
+
+/* Parses a decimal integer in lo..hi; -1 if it is not one. */
+int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out);
 
 /* Monotonic wall clock and this thread's CPU time, in seconds. */
 double cli_now_s(void);

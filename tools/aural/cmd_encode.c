@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <aural.h>
@@ -32,33 +33,61 @@ static void usage(FILE *to) {
           "\n"
           "Reads INPUT (WAV, FLAC, Ogg/Vorbis, AIFF or anything else\n"
           "libsndfile opens; any sample rate and channel count), converts it\n"
-          "to 16 kHz mono and writes one row per 10 ms frame to OUT.npy as a\n"
+          "to the model's rate and runs the frontend and the encoder over it,\n"
+          "as a stream. Writes one row per 10 ms frame to OUT.npy as a\n"
           "float32 NumPy array [n_frames, dim].\n"
           "\n"
           "Options:\n"
-          "  -o, --out PATH      output file (required); written only when\n"
-          "                      the whole input was processed\n"
-          "      --output KIND   what each row holds:\n"
-          "                        features  80 log-mel filterbank energies,\n"
-          "                                  Kaldi-compatible (default)\n"
-          "      --show          print a coarse text spectrogram of the result\n"
-          "  -q, --quiet         print nothing but errors\n"
-          "  -h, --help          show this help\n"
+          "  -m, --model PATH     model file (default: the bundled model,\n"
+          "                       %s)\n"
+          "  -o, --out PATH       output file; written only when the whole\n"
+          "                       input was processed (optional for text)\n"
+          "      --output KIND    what each row holds:\n"
+          "                         embeddings  encoder output [n, d_model]\n"
+          "                                     (default)\n"
+          "                         logits      CTC head output before\n"
+          "                                     log-softmax [n, vocab]\n"
+          "                         features    log-mel fbank before CMVN\n"
+          "                                     [n, num_mel_bins]\n"
+          "                         text        greedy CTC transcript, one\n"
+          "                                     line per chunk, then the whole\n"
+          "      --chunk-frames N frames per encoder call (default 50); only\n"
+          "                       changes how work is grouped, not results\n"
+          "      --show           print a coarse text picture of the result\n"
+          "  -q, --quiet          print nothing but errors (and text output)\n"
+          "  -h, --help           show this help\n"
           "\n"
           "Samples that are NaN or infinite make the input invalid: the\n"
           "command names the first one and writes nothing.\n"
           "\n"
-          "Exit status: 0 on success, 1 if the input could not be processed,\n"
-          "2 for a bad command line.\n");
+          "Exit status: 0 on success, 1 if the input or model could not be\n"
+          "processed, 2 for a bad command line.\n",
+          cli_default_model());
 }
 
+typedef enum out_kind { OUT_EMBEDDINGS, OUT_LOGITS, OUT_FEATURES, OUT_TEXT } out_kind;
+static const char *const kind_names[] = {"embeddings", "logits", "features",
+                                         "text"};
+
 typedef struct encode_job {
-  const char *in_path, *out_path;
+  const char *in_path, *out_path, *model_path;
+  out_kind kind;
   int quiet, show;
+  size_t chunk_frames;
+  aural_model *model;
+  aural_encoder *enc;
   FILE *out;             /* the temporary output */
   char *tmp_path;        /* its name, removed unless renamed */
-  size_t n_rows, dim;
+  size_t n_rows, dim;    /* rows written, row width */
   int write_failed;
+  float *chunk;          /* (chunk_frames, n_mels) features not yet encoded */
+  size_t n_chunk;
+  uint64_t n_chunks;
+  float *rows;           /* (chunk_frames, dim) encoder output */
+  int *ids;              /* (chunk_frames) decoded tokens of one chunk */
+  int prev_token;        /* CTC state across chunks */
+  char *text;            /* the whole transcript */
+  size_t text_len, text_cap;
   float *kept;           /* (n_rows, dim) rows kept for --show */
   size_t kept_cap;
   double t_start, t_progress;
@@ -66,10 +95,25 @@ typedef struct encode_job {
   int progress;              /* draw a progress line on stderr */
 } encode_job;
 
-static int on_frames(void *user, const float *rows, size_t n, uint64_t first) {
-  encode_job *job = user;
-  (void)first;
-  if (fwrite(rows, sizeof *rows * job->dim, n, job->out) != n) {
+/* Appends s to the transcript. */
+static int text_append(encode_job *job, const char *s) {
+  size_t n = strlen(s);
+  if (job->text_len + n + 1 > job->text_cap) {
+    size_t cap = (job->text_len + n + 1) * 2;
+    char *p = realloc(job->text, cap);
+    if (p == NULL) return AURAL_ENOMEM;
+    job->text = p;
+    job->text_cap = cap;
+  }
+  memcpy(job->text + job->text_len, s, n + 1);
+  job->text_len += n;
+  return 0;
+}
+
+/* Writes n rows of the current output kind. */
+static int emit_rows(encode_job *job, const float *rows, size_t n) {
+  if (job->out != NULL &&
+      fwrite(rows, sizeof *rows * job->dim, n, job->out) != n) {
     job->write_failed = errno ? errno : EIO;
     return AURAL_EIO;
   }
@@ -86,6 +130,58 @@ static int on_frames(void *user, const float *rows, size_t n, uint64_t first) {
            n * job->dim * sizeof *rows);
   }
   job->n_rows += n;
+  return 0;
+}
+
+/* Runs the encoder over the buffered chunk and passes its output on. */
+static int flush_chunk(encode_job *job) {
+  size_t n = job->n_chunk;
+  if (n == 0) return 0;
+  job->n_chunk = 0;
+  int want_logits = job->kind == OUT_LOGITS || job->kind == OUT_TEXT;
+  int rc = aural_encoder_forward(job->enc, job->chunk, n,
+                                 want_logits ? NULL : job->rows,
+                                 want_logits ? job->rows : NULL);
+  if (rc < 0) return rc;
+  job->n_chunks++;
+  if (job->kind != OUT_TEXT) return emit_rows(job, job->rows, n);
+
+  const aural_model_config *mc = aural_model_get_config(job->model);
+  size_t n_ids = aural_ctc_greedy(job->rows, n, mc->vocab_size,
+                                  &job->prev_token, job->ids, n);
+  job->n_rows += n;
+  char line[64];
+  if (!job->quiet) {
+    snprintf(line, sizeof line, "[%7.2f s] ",
+             (double)(job->n_rows - n) * 0.01);
+    fputs(line, stdout);
+  }
+  for (size_t i = 0; i < n_ids; i++) {
+    const char *tok = aural_model_token(job->model, job->ids[i]);
+    if (!job->quiet) fputs(tok, stdout);
+    if (text_append(job, tok) < 0) return AURAL_ENOMEM;
+  }
+  if (!job->quiet) putchar('\n');
+  return 0;
+}
+
+static int on_frames(void *user, const float *rows, size_t n, uint64_t first) {
+  encode_job *job = user;
+  (void)first;
+  if (job->kind == OUT_FEATURES) return emit_rows(job, rows, n);
+  size_t mels = (size_t)aural_model_get_config(job->model)->fbank.num_mel_bins;
+  while (n > 0) {
+    size_t k = job->chunk_frames - job->n_chunk;
+    if (k > n) k = n;
+    memcpy(job->chunk + job->n_chunk * mels, rows, k * mels * sizeof *rows);
+    job->n_chunk += k;
+    rows += k * mels;
+    n -= k;
+    if (job->n_chunk == job->chunk_frames) {
+      int rc = flush_chunk(job);
+      if (rc != 0) return rc;
+    }
+  }
   return 0;
 }
 
@@ -157,6 +253,10 @@ static int open_tmp(encode_job *job) {
     job->tmp_path = NULL;
     return -e;
   }
+  /* mkstemp makes 0600; the output gets the usual 0666 less the umask. */
+  mode_t mask = umask(0);
+  umask(mask);
+  fchmod(fd, 0666 & ~mask);
   job->out = fdopen(fd, "wb");
   if (job->out == NULL) {
     int e = errno;
@@ -166,24 +266,61 @@ static int open_tmp(encode_job *job) {
   return 0;
 }
 
+/* Loads the model and creates the stream objects the output kind needs. */
+static int prepare(encode_job *job, aural_err *err) {
+  int rc = aural_model_load(job->model_path, NULL, &job->model, err);
+  if (rc < 0) return rc;
+  const aural_model_config *mc = aural_model_get_config(job->model);
+  if ((job->kind == OUT_LOGITS || job->kind == OUT_TEXT) &&
+      mc->vocab_size == 0) {
+    snprintf(err->msg, sizeof err->msg,
+             "%s: the model has no CTC head, so there are no %s "
+             "(try --output embeddings)",
+             job->model_path, kind_names[job->kind]);
+    return AURAL_EINVAL;
+  }
+  job->dim = job->kind == OUT_FEATURES   ? (size_t)mc->fbank.num_mel_bins
+             : job->kind == OUT_EMBEDDINGS ? (size_t)mc->d_model
+                                           : (size_t)mc->vocab_size;
+  if (job->kind == OUT_FEATURES) return 0;
+  aural_encoder_config ec;
+  aural_encoder_config_default(&ec);
+  ec.max_batch_frames = job->chunk_frames;
+  rc = aural_encoder_create(job->model, &ec, &job->enc, err);
+  if (rc < 0) return rc;
+  job->chunk = malloc(job->chunk_frames * (size_t)mc->fbank.num_mel_bins *
+                      sizeof *job->chunk);
+  job->rows = malloc(job->chunk_frames * job->dim * sizeof *job->rows);
+  job->ids = malloc(job->chunk_frames * sizeof *job->ids);
+  job->prev_token = -1;
+  if (job->chunk == NULL || job->rows == NULL || job->ids == NULL) {
+    snprintf(err->msg, sizeof err->msg, "out of memory");
+    return AURAL_ENOMEM;
+  }
+  return 0;
+}
+
 static int run(encode_job *job) {
   aural_err err = {0};
   aural_audiofile *af = NULL;
   aural_frontend *fe = NULL;
   float *pcm = NULL;
-  int rc = aural_audiofile_open(job->in_path, &af, &err);
+  int rc = prepare(job, &err);
+  if (rc < 0) goto fail;
+  rc = aural_audiofile_open(job->in_path, &af, &err);
   if (rc < 0) goto fail;
   aural_audiofile_info info;
   aural_audiofile_get_info(af, &info);
   job->total_in = info.n_frames;
 
+  const aural_model_config *mc = aural_model_get_config(job->model);
   aural_frontend_config cfg;
   aural_frontend_config_default(&cfg);
+  cfg.fbank = mc->fbank;
   cfg.input_rate_hz = info.rate_hz;
   cfg.n_channels = info.n_channels;
   rc = aural_frontend_create(&cfg, &fe, &err);
   if (rc < 0) goto fail;
-  job->dim = (size_t)aural_frontend_dim(fe);
 
   pcm = malloc((size_t)READ_FRAMES * (size_t)info.n_channels * sizeof *pcm);
   if (pcm == NULL) {
@@ -191,13 +328,16 @@ static int run(encode_job *job) {
     snprintf(err.msg, sizeof err.msg, "out of memory");
     goto fail;
   }
-  rc = open_tmp(job);
-  if (rc < 0) {
-    snprintf(err.msg, sizeof err.msg, "%s: cannot create output: %s",
-             job->out_path, strerror(-rc));
-    goto fail;
+  if (job->out_path != NULL) {
+    rc = open_tmp(job);
+    if (rc < 0) {
+      snprintf(err.msg, sizeof err.msg, "%s: cannot create output: %s",
+               job->out_path, strerror(-rc));
+      goto fail;
+    }
+    if (job->kind != OUT_TEXT && npy_write_begin(job->out, job->dim) < 0)
+      goto write_fail;
   }
-  if (npy_write_begin(job->out, job->dim) < 0) goto write_fail;
 
   for (;;) {
     size_t n = 0;
@@ -215,33 +355,51 @@ static int run(encode_job *job) {
     draw_progress(job, 0);
   }
   rc = aural_frontend_finish(fe, on_frames, job);
+  if (rc == 0) rc = flush_chunk(job);
   if (rc < 0) goto push_fail;
   draw_progress(job, 1);
-  if (npy_write_end(job->out, job->n_rows, job->dim) < 0) goto write_fail;
-  FILE *out = job->out;
-  job->out = NULL;
-  if (fclose(out) != 0) goto write_fail;
-  if (rename(job->tmp_path, job->out_path) != 0) {
-    rc = -errno;
-    snprintf(err.msg, sizeof err.msg, "%s: cannot create output: %s",
-             job->out_path, strerror(errno));
-    goto fail;
+  if (job->kind == OUT_TEXT && !job->quiet)
+    printf("text: %s\n", job->text ? job->text : "");
+  if (job->out != NULL) {
+    if (job->kind == OUT_TEXT) {
+      if (fprintf(job->out, "%s\n", job->text ? job->text : "") < 0)
+        goto write_fail;
+    } else if (npy_write_end(job->out, job->n_rows, job->dim) < 0) {
+      goto write_fail;
+    }
+    FILE *out = job->out;
+    job->out = NULL;
+    if (fclose(out) != 0) goto write_fail;
+    if (interrupted) {
+      rc = -EINTR;
+      snprintf(err.msg, sizeof err.msg, "interrupted; nothing written");
+      goto fail;
+    }
+    if (rename(job->tmp_path, job->out_path) != 0) {
+      rc = -errno;
+      snprintf(err.msg, sizeof err.msg, "%s: cannot create output: %s",
+               job->out_path, strerror(errno));
+      goto fail;
+    }
+    free(job->tmp_path);
+    job->tmp_path = NULL;
+  } else if (job->kind == OUT_TEXT && job->quiet) {
+    printf("%s\n", job->text ? job->text : "");
   }
-  free(job->tmp_path);
-  job->tmp_path = NULL;
 
   if (!job->quiet) {
-    double secs = (double)info.n_frames / info.rate_hz;
+    double secs = (double)job->done_in / info.rate_hz;
     double wall = cli_now_s() - job->t_start;
     printf("%s: %.2f s of %.0f Hz, %d channel%s (%s)\n"
-            "  -> %zu frames x %zu log-mel features in %.1f ms "
-            "(%.0fx real time), written to %s\n",
-            job->in_path, secs, info.rate_hz, info.n_channels,
-            info.n_channels == 1 ? "" : "s", info.format, job->n_rows,
-            job->dim, wall * 1e3, wall > 0 ? secs / wall : 0.0,
-            job->out_path);
+           "  -> %zu frames x %zu %s in %.1f ms (%.0fx real time)%s%s\n",
+           job->in_path, secs, info.rate_hz, info.n_channels,
+           info.n_channels == 1 ? "" : "s", info.format, job->n_rows,
+           job->kind == OUT_TEXT ? (size_t)1 : job->dim,
+           kind_names[job->kind], wall * 1e3, wall > 0 ? secs / wall : 0.0,
+           job->out_path ? ", written to " : "",
+           job->out_path ? job->out_path : "");
   }
-  if (job->show) show(job);
+  if (job->show && job->kind != OUT_TEXT) show(job);
   fflush(stdout);
   rc = 0;
   goto done;
@@ -266,28 +424,44 @@ done:
   }
   free(pcm);
   free(job->kept);
+  free(job->chunk);
+  free(job->rows);
+  free(job->ids);
+  free(job->text);
   aural_frontend_destroy(fe);
   aural_audiofile_close(af);
+  aural_encoder_destroy(job->enc);
+  aural_model_free(job->model);
   return rc;
 }
 
 int cmd_encode(int argc, char **argv) {
   static const struct option opts[] = {
+      {"model", required_argument, NULL, 'm'},
       {"out", required_argument, NULL, 'o'},
       {"output", required_argument, NULL, 'O'},
+      {"chunk-frames", required_argument, NULL, 'C'},
       {"show", no_argument, NULL, 'S'},
       {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
-  encode_job job = {0};
-  const char *kind = "features";
+  encode_job job = {.chunk_frames = 50, .kind = OUT_EMBEDDINGS};
+  const char *kind = NULL;
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:o:qh", opts, NULL)) != -1) {
     switch (c) {
+    case 'm': job.model_path = optarg; break;
     case 'o': job.out_path = optarg; break;
     case 'O': kind = optarg; break;
+    case 'C':
+      if (cli_parse_size(optarg, 1, 100000, &job.chunk_frames) < 0) {
+        fprintf(stderr, "aural encode: --chunk-frames %s: expected an "
+                        "integer in 1..100000\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
     case 'S': job.show = 1; break;
     case 'q': job.quiet = 1; break;
     case 'h': usage(stdout); return EXIT_OK;
@@ -296,19 +470,25 @@ int cmd_encode(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
-  if (strcmp(kind, "features") != 0) {
-    fprintf(stderr,
-            "aural encode: --output %s: unknown kind (this build writes: "
-            "features)\n",
-            kind);
-    return EXIT_USAGE;
+  if (kind != NULL) {
+    size_t k = 0;
+    while (k < 4 && strcmp(kind, kind_names[k]) != 0) k++;
+    if (k == 4) {
+      fprintf(stderr,
+              "aural encode: --output %s: unknown kind (embeddings, logits, "
+              "features or text)\n",
+              kind);
+      return EXIT_USAGE;
+    }
+    job.kind = (out_kind)k;
   }
-  if (job.out_path == NULL || optind != argc - 1) {
+  if ((job.out_path == NULL && job.kind != OUT_TEXT) || optind != argc - 1) {
     fprintf(stderr, "aural encode: %s\n(see 'aural encode --help')\n",
-            job.out_path == NULL ? "-o OUT.npy is required"
-                                 : "exactly one INPUT file is required");
+            optind != argc - 1 ? "exactly one INPUT file is required"
+                               : "-o OUT.npy is required");
     return EXIT_USAGE;
   }
+  if (job.model_path == NULL) job.model_path = cli_default_model();
   job.in_path = argv[optind];
   job.t_start = cli_now_s();
   job.progress = !job.quiet && isatty(STDERR_FILENO);

@@ -1,6 +1,9 @@
 /* aural: one command-line tool, one subcommand per job. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -14,6 +17,7 @@ static const struct {
   const char *summary;
 } commands[] = {
     {"encode", cmd_encode, "turn an audio file into log-mel features (.npy)"},
+    {"info", cmd_info, "describe a model: config, size, cost per frame"},
     {"bench", cmd_bench, "measure the speed of the library's stages"},
 };
 
@@ -49,7 +53,43 @@ double cli_thread_cpu_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+const char *cli_default_model(void) {
+  const char *env = getenv("AURAL_MODEL");
+  if (env != NULL && env[0] != '\0') return env;
+  if (access(AURAL_INSTALLED_MODEL, R_OK) == 0) return AURAL_INSTALLED_MODEL;
+  return AURAL_SOURCE_MODEL;
+}
+
+int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < lo ||
+      v > hi)
+    return -1;
+  *out = (size_t)v;
+  return 0;
+}
+
+/* Debian's OpenBLAS falls back to its generic kernel on CPUs it does not
+ * know (DESIGN.md §7), and reads the override only when it loads. When
+ * that happened, set the override and run again, once. */
+static void fix_gemm_kernel(char **argv) {
+  const char *fix = aural_gemm_env_fix();
+  if (fix == NULL || getenv("AURAL_GEMM_REEXEC") != NULL) return;
+  char *kv = strdup(fix);
+  if (kv == NULL) return;
+  char *eq = strchr(kv, '=');
+  *eq = '\0';
+  setenv(kv, eq + 1, 1);
+  setenv("AURAL_GEMM_REEXEC", "1", 1);
+  free(kv);
+  execv("/proc/self/exe", argv);
+  /* If that failed, carry on with the slow kernel; bench reports it. */
+}
+
 int main(int argc, char **argv) {
+  fix_gemm_kernel(argv);
   if (argc < 2) {
     usage(stderr);
     return EXIT_USAGE;

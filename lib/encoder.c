@@ -1,0 +1,344 @@
+/*
+ * The encoder's per-stream state and its forward pass (DESIGN.md §2, §3).
+ *
+ * A call takes n new frames at absolute positions t0 .. t0+n-1 and runs
+ * them through the model in batches of at most max_batch_frames rows: the
+ * matrix products see all rows of a batch at once; attention goes row by
+ * row, because row i must see exactly the frames max(first, t_i-W+1) .. t_i.
+ * Each layer's ring holds the keys and values of the last W frames in slot
+ * t mod W. Row i writes its own slot before attending, and rows are taken
+ * in order, so the slot it overwrites (frame t_i - W) is one no later row
+ * of the batch needs: frame t_i + 1 looks back only to t_i - W + 2.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aural/encoder.h"
+#include "internal.h"
+
+#define DEFAULT_BATCH 64
+
+struct aural_encoder {
+  const aural_model *model;
+  uint64_t first_frame; /* the stream's first frame */
+  uint64_t next_frame;  /* the next frame to encode */
+  size_t batch;         /* rows per pass */
+  int d, hs, n_heads, window;
+  float *k_ring;   /* (n_layers, window, d) keys, rope applied */
+  float *v_ring;   /* (n_layers, window, d) values */
+  float *x;        /* (batch, d) residual stream */
+  float *a;        /* (batch, d) normalised input of a sublayer */
+  float *qkv;      /* (batch, 3 d) */
+  float *att;      /* (batch, d) attention output */
+  float *ff;       /* (batch, d_ff) */
+  float *in;       /* (batch, n_mels) CMVN-normalised features */
+  float *rot_cos;  /* (batch, hs / 2) rope rotation of each row */
+  float *rot_sin;  /* (batch, hs / 2) */
+  float *scores;   /* (window) attention weights of one head */
+  double *inv_freq; /* (max(d, hs) / 2) position frequencies */
+};
+
+void aural_encoder_config_default(aural_encoder_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->max_batch_frames = DEFAULT_BATCH;
+}
+
+/* The scratch layout, computed once for sizing and once for carving. */
+typedef struct layout {
+  size_t ring, x, qkv, ff, in, rot, scores, freq, total_floats;
+} layout;
+
+static int plan(const aural_model_config *c, size_t batch, layout *l) {
+  size_t d = (size_t)c->d_model, w = (size_t)c->window,
+         hs = d / (size_t)c->n_heads;
+  size_t ring;
+  if (!aural__mul_ok((size_t)c->n_layers * w, d, &ring)) return -1;
+  l->ring = ring;
+  l->x = batch * d;
+  l->qkv = batch * 3 * d;
+  l->ff = batch * (size_t)c->d_ff;
+  l->in = batch * (size_t)c->fbank.num_mel_bins;
+  l->rot = batch * (hs / 2 + 1);
+  l->scores = w;
+  l->freq = (d > hs ? d : hs) / 2 + 1;
+  size_t t = 2 * l->ring; /* overflow-checked: ring fits, 2x may not */
+  if (t / 2 != l->ring) return -1;
+  size_t rest = 3 * l->x + l->qkv + l->ff + l->in + 2 * l->rot + l->scores +
+                2 * l->freq; /* doubles count as two floats */
+  if (t + rest < t) return -1;
+  l->total_floats = t + rest;
+  return 0;
+}
+
+size_t aural_encoder_state_bytes(const aural_model *model,
+                                 const aural_encoder_config *cfg) {
+  aural_encoder_config dflt;
+  if (cfg == NULL) {
+    aural_encoder_config_default(&dflt);
+    cfg = &dflt;
+  }
+  layout l;
+  size_t batch = cfg->max_batch_frames ? cfg->max_batch_frames : DEFAULT_BATCH;
+  if (plan(aural_model_get_config(model), batch, &l) < 0) return SIZE_MAX;
+  return sizeof(aural_encoder) + l.total_floats * sizeof(float);
+}
+
+int aural_encoder_create(const aural_model *model,
+                         const aural_encoder_config *cfg, aural_encoder **out,
+                         aural_err *err) {
+  *out = NULL;
+  aural_encoder_config dflt;
+  if (cfg == NULL) {
+    aural_encoder_config_default(&dflt);
+    cfg = &dflt;
+  }
+  const aural_model_config *c = aural_model_get_config(model);
+  size_t batch = cfg->max_batch_frames ? cfg->max_batch_frames : DEFAULT_BATCH;
+  if (batch > 65536)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "encoder: max_batch_frames %zu is above 65536",
+                          batch);
+  layout l;
+  if (plan(c, batch, &l) < 0)
+    return aural__err_set(err, AURAL_ENOMEM,
+                          "encoder: state size overflows (window %d, d_model "
+                          "%d, %d layers)",
+                          c->window, c->d_model, c->n_layers);
+  aural_encoder *e = calloc(1, sizeof *e);
+  float *mem = malloc(l.total_floats * sizeof *mem);
+  if (e == NULL || mem == NULL) {
+    free(e);
+    free(mem);
+    return aural__err_set(err, AURAL_ENOMEM,
+                          "encoder: out of memory for %zu bytes of state",
+                          l.total_floats * sizeof *mem);
+  }
+  e->model = model;
+  e->batch = batch;
+  e->d = c->d_model;
+  e->n_heads = c->n_heads;
+  e->hs = c->d_model / c->n_heads;
+  e->window = c->window;
+  /* The doubles go first so they are aligned. */
+  e->inv_freq = (double *)mem;
+  float *p = mem + 2 * l.freq;
+  e->k_ring = p, p += l.ring;
+  e->v_ring = p, p += l.ring;
+  e->x = p, p += l.x;
+  e->a = p, p += l.x;
+  e->att = p, p += l.x;
+  e->qkv = p, p += l.qkv;
+  e->ff = p, p += l.ff;
+  e->in = p, p += l.in;
+  e->rot_cos = p, p += l.rot;
+  e->rot_sin = p, p += l.rot;
+  e->scores = p;
+
+  /* Sinusoidal: frequency i of the d/2 pairs is 10000^(-2i/d). RoPE: pair
+   * i of a head turns at theta^(-2i/hs) radians per frame. */
+  if (c->pos_encoding == AURAL_POS_SINUSOIDAL)
+    for (int i = 0; i < e->d / 2; i++)
+      e->inv_freq[i] = pow(10000.0, -2.0 * i / (double)e->d);
+  else if (c->pos_encoding == AURAL_POS_ROPE)
+    for (int i = 0; i < e->hs / 2; i++)
+      e->inv_freq[i] = pow(c->rope_theta, -2.0 * i / (double)e->hs);
+  aural_encoder_reset(e, cfg->first_frame);
+  *out = e;
+  return 0;
+}
+
+void aural_encoder_reset(aural_encoder *e, uint64_t first_frame) {
+  e->first_frame = first_frame;
+  e->next_frame = first_frame;
+}
+
+uint64_t aural_encoder_next_frame(const aural_encoder *e) {
+  return e->next_frame;
+}
+
+void aural_encoder_destroy(aural_encoder *e) {
+  if (e == NULL) return;
+  free(e->inv_freq); /* the start of the one block */
+  free(e);
+}
+
+/* Rotates the pairs (2i, 2i+1) of each head of q (or k) of row r. */
+static void rope_rotate(const aural_encoder *e, float *v, size_t r) {
+  const float *cs = e->rot_cos + r * (size_t)(e->hs / 2 + 1);
+  const float *sn = e->rot_sin + r * (size_t)(e->hs / 2 + 1);
+  for (int h = 0; h < e->n_heads; h++) {
+    float *hv = v + h * e->hs;
+    for (int i = 0; i < e->hs / 2; i++) {
+      float a = hv[2 * i], b = hv[2 * i + 1];
+      hv[2 * i] = a * cs[i] - b * sn[i];
+      hv[2 * i + 1] = a * sn[i] + b * cs[i];
+    }
+  }
+}
+
+/* Self-attention of row r (absolute frame t) of layer `li` into att[r]. */
+static void attend(aural_encoder *e, int li, size_t r, uint64_t t) {
+  size_t d = (size_t)e->d, w = (size_t)e->window, hs = (size_t)e->hs;
+  float *q = e->qkv + r * 3 * d;
+  float *k_ring = e->k_ring + (size_t)li * w * d;
+  float *v_ring = e->v_ring + (size_t)li * w * d;
+  float *o = e->att + r * d;
+
+  /* This frame's key and value go into its slot first. */
+  size_t slot = (size_t)(t % w);
+  memcpy(k_ring + slot * d, q + d, d * sizeof *q);
+  memcpy(v_ring + slot * d, q + 2 * d, d * sizeof *q);
+
+  uint64_t lo = t - e->first_frame + 1 >= w ? t - w + 1 : e->first_frame;
+  size_t n_ctx = (size_t)(t - lo + 1);
+  float scale = 1.0f / sqrtf((float)hs);
+  for (size_t h = 0; h < (size_t)e->n_heads; h++) {
+    const float *qh = q + h * hs;
+    float best = -INFINITY;
+    for (size_t j = 0; j < n_ctx; j++) {
+      const float *kh = k_ring + (size_t)((lo + j) % w) * d + h * hs;
+      float s = 0.0f;
+      for (size_t c = 0; c < hs; c++) s += qh[c] * kh[c];
+      s *= scale;
+      e->scores[j] = s;
+      if (s > best) best = s;
+    }
+    float sum = 0.0f;
+    for (size_t j = 0; j < n_ctx; j++) {
+      e->scores[j] = expf(e->scores[j] - best);
+      sum += e->scores[j];
+    }
+    float inv = 1.0f / sum;
+    float *oh = o + h * hs;
+    memset(oh, 0, hs * sizeof *oh);
+    for (size_t j = 0; j < n_ctx; j++) {
+      const float *vh = v_ring + (size_t)((lo + j) % w) * d + h * hs;
+      float p = e->scores[j] * inv;
+      for (size_t c = 0; c < hs; c++) oh[c] += p * vh[c];
+    }
+  }
+}
+
+static void add_rows(float *x, const float *y, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* One batch of n <= batch rows: e->x holds the input projection. */
+static void run_layers(aural_encoder *e, size_t n) {
+  const aural_model *m = e->model;
+  const aural_model_config *c = &m->cfg;
+  size_t d = (size_t)e->d;
+  float eps = (float)c->layer_norm_eps;
+  for (int li = 0; li < c->n_layers; li++) {
+    const aural__layer *L = &m->layers[li];
+    /* Attention sublayer. */
+    const float *src = e->x;
+    if (c->norm_first) {
+      memcpy(e->a, e->x, n * d * sizeof *e->a);
+      aural__layer_norm(e->a, n, e->d, L->ln1_w, L->ln1_b, eps);
+      src = e->a;
+    }
+    aural__linear(&L->qkv, L->b_qkv, src, n, e->qkv);
+    for (size_t r = 0; r < n; r++) {
+      if (c->pos_encoding == AURAL_POS_ROPE) {
+        rope_rotate(e, e->qkv + r * 3 * d, r);     /* q */
+        rope_rotate(e, e->qkv + r * 3 * d + d, r); /* k */
+      }
+      attend(e, li, r, e->next_frame + r);
+    }
+    aural__linear(&L->out, L->b_out, e->att, n, e->a);
+    add_rows(e->x, e->a, n * d);
+    if (!c->norm_first)
+      aural__layer_norm(e->x, n, e->d, L->ln1_w, L->ln1_b, eps);
+
+    /* Feed-forward sublayer. */
+    src = e->x;
+    if (c->norm_first) {
+      memcpy(e->a, e->x, n * d * sizeof *e->a);
+      aural__layer_norm(e->a, n, e->d, L->ln2_w, L->ln2_b, eps);
+      src = e->a;
+    }
+    aural__linear(&L->ff1, L->b_ff1, src, n, e->ff);
+    if (c->activation == AURAL_ACT_GELU)
+      aural__gelu(e->ff, n * (size_t)c->d_ff);
+    else
+      aural__relu(e->ff, n * (size_t)c->d_ff);
+    aural__linear(&L->ff2, L->b_ff2, e->ff, n, e->a);
+    add_rows(e->x, e->a, n * d);
+    if (!c->norm_first)
+      aural__layer_norm(e->x, n, e->d, L->ln2_w, L->ln2_b, eps);
+  }
+  if (c->final_norm)
+    aural__layer_norm(e->x, n, e->d, m->norm_w, m->norm_b, eps);
+}
+
+int aural_encoder_forward(aural_encoder *e, const float *feats, size_t n,
+                          float *emb, float *logits) {
+  const aural_model *m = e->model;
+  const aural_model_config *c = &m->cfg;
+  if (n == 0) return 0;
+  if (feats == NULL || (logits != NULL && c->vocab_size == 0))
+    return AURAL_EINVAL;
+  size_t d = (size_t)e->d, mels = (size_t)c->fbank.num_mel_bins;
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < e->batch ? n - done : e->batch;
+    const float *f = feats + done * mels;
+
+    /* CMVN, then the input projection. */
+    if (m->cmvn_mean != NULL) {
+      for (size_t r = 0; r < k; r++)
+        for (size_t j = 0; j < mels; j++)
+          e->in[r * mels + j] =
+              (f[r * mels + j] - m->cmvn_mean[j]) / m->cmvn_std[j];
+      f = e->in;
+    }
+    aural__linear(&m->in_proj, m->b_in, f, k, e->x);
+
+    /* Positions, in double precision so hours-long streams stay exact. */
+    for (size_t r = 0; r < k; r++) {
+      double t = (double)(e->next_frame + r);
+      if (c->pos_encoding == AURAL_POS_SINUSOIDAL) {
+        float *x = e->x + r * d;
+        for (size_t i = 0; i < d / 2; i++) {
+          double ang = t * e->inv_freq[i];
+          x[2 * i] += (float)sin(ang);
+          x[2 * i + 1] += (float)cos(ang);
+        }
+      } else if (c->pos_encoding == AURAL_POS_ROPE) {
+        size_t half = (size_t)e->hs / 2, stride = half + 1;
+        for (size_t i = 0; i < half; i++) {
+          double ang = t * e->inv_freq[i];
+          e->rot_cos[r * stride + i] = (float)cos(ang);
+          e->rot_sin[r * stride + i] = (float)sin(ang);
+        }
+      }
+    }
+
+    run_layers(e, k);
+    if (emb != NULL) memcpy(emb + done * d, e->x, k * d * sizeof *emb);
+    if (logits != NULL)
+      aural__linear(&m->head, m->b_head, e->x, k,
+                    logits + done * (size_t)c->vocab_size);
+    e->next_frame += k;
+    done += k;
+  }
+  return 0;
+}
+
+size_t aural_ctc_greedy(const float *logits, size_t n_frames, int vocab_size,
+                        int *prev, int *ids, size_t max_ids) {
+  size_t n_ids = 0;
+  for (size_t t = 0; t < n_frames; t++) {
+    const float *row = logits + t * (size_t)vocab_size;
+    int best = 0;
+    for (int v = 1; v < vocab_size; v++)
+      if (row[v] > row[best]) best = v;
+    if (best != 0 && best != *prev) {
+      if (n_ids < max_ids) ids[n_ids] = best;
+      n_ids++;
+    }
+    *prev = best;
+  }
+  return n_ids;
+}

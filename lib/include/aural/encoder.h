@@ -1,0 +1,94 @@
+/*
+ * aural/encoder.h — the per-stream state of the causal sliding-window
+ * Transformer encoder, and CTC greedy decoding.
+ *
+ *   aural_encoder_config ec;
+ *   aural_encoder_config_default(&ec);
+ *   aural_encoder *enc;
+ *   if (aural_encoder_create(model, &ec, &enc, &err) < 0) die(err.msg);
+ *   // any number of new fbank frames per call, in stream order:
+ *   aural_encoder_forward(enc, feats, n, emb, logits);  // (n, d), (n, V)
+ *   aural_encoder_destroy(enc);
+ *
+ * Each layer keeps a ring of the keys and values of the last W frames,
+ * allocated at create; a call allocates nothing, and memory does not grow
+ * with the length of the stream. Outputs do not depend on how frames are
+ * split into calls beyond the rounding of matrix products of different
+ * shapes (well below 1e-5).
+ */
+#ifndef AURAL_ENCODER_H
+#define AURAL_ENCODER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "aural/error.h"
+#include "aural/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct aural_encoder_config {
+  uint64_t first_frame;   /* absolute index of the stream's first frame */
+  size_t max_batch_frames; /* frames computed together; larger calls are
+                              split (default 64) */
+} aural_encoder_config;
+
+typedef struct aural_encoder aural_encoder;
+
+void aural_encoder_config_default(aural_encoder_config *cfg);
+
+/* Creates the state of one stream over model, which must outlive it.
+ * Allocates everything the stream will ever need. Thread-safe. */
+int aural_encoder_create(const aural_model *model,
+                         const aural_encoder_config *cfg, aural_encoder **out,
+                         aural_err *err);
+
+/* Encodes the next n frames. feats: (n, num_mel_bins) fbank features before
+ * CMVN (the model applies its own). emb: (n, d_model) outputs after the
+ * final norm, or NULL. logits: (n, vocab_size) raw CTC head outputs, or
+ * NULL (must be NULL when the model has no head). Allocates nothing;
+ * real-time-safe; one encoder is not thread-safe, distinct encoders over
+ * one model are. Returns 0 or AURAL_EINVAL. */
+int aural_encoder_forward(aural_encoder *enc, const float *feats, size_t n,
+                          float *emb, float *logits);
+
+/* Starts a new stream at first_frame, forgetting all history. */
+void aural_encoder_reset(aural_encoder *enc, uint64_t first_frame);
+
+/* Absolute index of the next frame forward() expects. */
+uint64_t aural_encoder_next_frame(const aural_encoder *enc);
+
+/* Bytes one encoder created with cfg occupies: the KV rings (fixed by the
+ * model) plus scratch for max_batch_frames. */
+size_t aural_encoder_state_bytes(const aural_model *model,
+                                 const aural_encoder_config *cfg);
+
+/* NULL-safe. */
+void aural_encoder_destroy(aural_encoder *enc);
+
+/* CTC greedy decoding: the best token per frame, repeats collapsed and
+ * blanks (id 0) dropped. logits: (n_frames, vocab_size). *prev carries the
+ * previous frame's best token across calls (start with -1), so decoding
+ * chunk by chunk equals decoding all at once. Writes at most max_ids token
+ * ids and returns how many were produced (ids beyond max_ids are
+ * counted but dropped). */
+size_t aural_ctc_greedy(const float *logits, size_t n_frames, int vocab_size,
+                        int *prev, int *ids, size_t max_ids);
+
+/* Name of the GEMM library and kernel in use, e.g. "OpenBLAS 0.3.21
+ * SkylakeX". Static string. */
+const char *aural_gemm_name(void);
+
+/* When the GEMM library has fallen back to a generic kernel on a CPU it
+ * could run faster on, the environment setting that fixes it (for example
+ * "OPENBLAS_CORETYPE=SkylakeX", read at library load); otherwise NULL. A
+ * program can set it and re-execute itself. */
+const char *aural_gemm_env_fix(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,805 @@
+/*
+ * Model loading: safetensors (8-byte little-endian header length, JSON
+ * header, raw little-endian tensors) with the aural.config metadata.
+ *
+ * The file is untrusted. Checks, in order, before any tensor byte is read:
+ *  1. header length: at most 100 MB and inside the file;
+ *  2. header: a JSON object; __metadata__ with format "aural", version "1"
+ *     and a valid aural.config;
+ *  3. each entry: known dtype, shape of non-negative integers whose
+ *     product times the element size does not overflow and equals the
+ *     byte range, data_offsets inside the data area; no duplicate names;
+ *  4. the byte ranges tile the data area exactly: sorted, they start at 0,
+ *     each begins where the previous ends, the last ends at end of file;
+ *  5. the set of tensors is exactly what the config implies, each with the
+ *     shape the config implies.
+ * Only then is memory for the weights allocated and the data converted.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "aural/model.h"
+#include "internal.h"
+
+#define MAX_HEADER_BYTES (100u * 1000u * 1000u)
+#define MAX_DIM 65536
+#define MAX_LAYERS 1024
+#define MAX_WINDOW 1000000
+#define MAX_VOCAB 1000000
+
+void aural_model_load_config_default(aural_model_load_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->weights = AURAL_WEIGHTS_F32;
+}
+
+/* ---- half precision ---------------------------------------------------- */
+
+float aural__f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13); /* inf or NaN */
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else { /* subnormal: normalise */
+    int e = -1;
+    do {
+      man <<= 1;
+      e++;
+    } while ((man & 0x400) == 0);
+    bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint16_t aural__f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  uint32_t exp = (x >> 23) & 0xff, man = x & 0x7fffff;
+  if (exp == 0xff) /* inf, or NaN kept quiet */
+    return sign | 0x7c00 | (man ? 0x200 | (man >> 13) : 0);
+  int e = (int)exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00; /* overflow to inf */
+  if (e <= 0) {                        /* subnormal half, or zero */
+    if (e < -10) return sign;
+    man |= 0x800000;
+    int shift = 14 - e; /* 14..24 */
+    uint32_t h = man >> shift, rest = man & ((1u << shift) - 1),
+             half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (h & 1))) h++;
+    return sign | (uint16_t)h;
+  }
+  uint32_t h = ((uint32_t)e << 10) | (man >> 13), rest = man & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++; /* may carry into exp */
+  return sign | (uint16_t)h;
+}
+
+static float bf16_to_f32(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* ---- config ------------------------------------------------------------ */
+
+typedef struct cfg_reader {
+  const cJSON *root;
+  const char *where; /* file name for messages */
+  aural_err *err;
+  int rc;
+} cfg_reader;
+
+/* An integer field in [lo, hi]; required unless dflt is given (has_dflt). */
+static int cfg_int(cfg_reader *r, const char *key, int lo, int hi,
+                   int has_dflt, int dflt) {
+  if (r->rc < 0) return 0;
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(r->root, key);
+  if (it == NULL) {
+    if (has_dflt) return dflt;
+    r->rc = aural__err_set(r->err, AURAL_ECONFIG,
+                           "%s: aural.config lacks the field \"%s\"", r->where,
+                           key);
+    return 0;
+  }
+  double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+  if (!(v >= lo && v <= hi) || v != floor(v)) {
+    r->rc = aural__err_set(r->err, AURAL_ECONFIG,
+                           "%s: aural.config field \"%s\" must be an integer "
+                           "in %d..%d",
+                           r->where, key, lo, hi);
+    return 0;
+  }
+  return (int)v;
+}
+
+static double cfg_pos_number(cfg_reader *r, const char *key, double dflt) {
+  if (r->rc < 0) return 0;
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(r->root, key);
+  if (it == NULL) return dflt;
+  double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+  if (!(v > 0 && isfinite(v))) {
+    r->rc = aural__err_set(r->err, AURAL_ECONFIG,
+                           "%s: aural.config field \"%s\" must be a positive "
+                           "number",
+                           r->where, key);
+    return 0;
+  }
+  return v;
+}
+
+static bool cfg_bool(cfg_reader *r, const char *key, bool dflt) {
+  if (r->rc < 0) return false;
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(r->root, key);
+  if (it == NULL) return dflt;
+  if (!cJSON_IsBool(it)) {
+    r->rc = aural__err_set(r->err, AURAL_ECONFIG,
+                           "%s: aural.config field \"%s\" must be true or "
+                           "false",
+                           r->where, key);
+    return false;
+  }
+  return cJSON_IsTrue(it);
+}
+
+/* A string field that must be one of names[0..n); returns its index. */
+static int cfg_enum(cfg_reader *r, const char *key, const char *const *names,
+                    int n, int dflt) {
+  if (r->rc < 0) return 0;
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(r->root, key);
+  if (it == NULL) return dflt;
+  if (cJSON_IsString(it))
+    for (int i = 0; i < n; i++)
+      if (strcmp(it->valuestring, names[i]) == 0) return i;
+  char list[128] = "";
+  for (int i = 0; i < n; i++) {
+    strncat(list, names[i], sizeof list - strlen(list) - 1);
+    if (i + 1 < n) strncat(list, ", ", sizeof list - strlen(list) - 1);
+  }
+  r->rc = aural__err_set(r->err, AURAL_ECONFIG,
+                         "%s: aural.config field \"%s\" must be one of: %s",
+                         r->where, key, list);
+  return 0;
+}
+
+/* Parses aural.config into cfg and the vocabulary (malloc'ed strings). */
+static int parse_config(const char *json, const char *where,
+                        aural_model_config *cfg, char ***vocab_out,
+                        aural_err *err) {
+  static const char *const acts[] = {"relu", "gelu"};
+  static const char *const poss[] = {"none", "sinusoidal", "rope"};
+  *vocab_out = NULL;
+  memset(cfg, 0, sizeof *cfg);
+  cJSON *root = cJSON_Parse(json);
+  if (root == NULL || !cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "%s: aural.config is not a JSON object", where);
+  }
+  cfg_reader r = {.root = root, .where = where, .err = err};
+  aural_fbank_opts_default(&cfg->fbank);
+  aural_err ferr;
+  if (aural_fbank_opts_from_json(&cfg->fbank, json, strlen(json), &ferr) < 0)
+    r.rc = aural__err_set(err, AURAL_ECONFIG, "%s: %s", where, ferr.msg);
+  cfg->d_model = cfg_int(&r, "d_model", 1, MAX_DIM, 0, 0);
+  cfg->n_heads = cfg_int(&r, "n_heads", 1, MAX_DIM, 0, 0);
+  cfg->n_layers = cfg_int(&r, "n_layers", 1, MAX_LAYERS, 0, 0);
+  cfg->d_ff = cfg_int(&r, "d_ff", 1, 16 * MAX_DIM, 0, 0);
+  cfg->window = cfg_int(&r, "window", 1, MAX_WINDOW, 0, 0);
+  cfg->activation = (aural_activation)cfg_enum(&r, "activation", acts, 2, 0);
+  cfg->norm_first = cfg_bool(&r, "norm_first", true);
+  cfg->layer_norm_eps = cfg_pos_number(&r, "layer_norm_eps", 1e-5);
+  cfg->pos_encoding =
+      (aural_pos_encoding)cfg_enum(&r, "pos_encoding", poss, 3, 0);
+  cfg->rope_theta = cfg_pos_number(&r, "rope_theta", 10000.0);
+  cfg->final_norm = cfg_bool(&r, "final_norm", false);
+  if (r.rc == 0 && cfg->d_model % cfg->n_heads != 0)
+    r.rc = aural__err_set(err, AURAL_ECONFIG,
+                          "%s: aural.config: n_heads = %d does not divide "
+                          "d_model = %d",
+                          where, cfg->n_heads, cfg->d_model);
+  if (r.rc == 0 && cfg->pos_encoding == AURAL_POS_ROPE &&
+      (cfg->d_model / cfg->n_heads) % 2 != 0)
+    r.rc = aural__err_set(err, AURAL_ECONFIG,
+                          "%s: aural.config: rope needs an even head size, "
+                          "d_model / n_heads = %d",
+                          where, cfg->d_model / cfg->n_heads);
+  if (r.rc == 0 && cfg->pos_encoding == AURAL_POS_SINUSOIDAL &&
+      cfg->d_model % 2 != 0)
+    r.rc = aural__err_set(err, AURAL_ECONFIG,
+                          "%s: aural.config: sinusoidal positions need an "
+                          "even d_model, not %d",
+                          where, cfg->d_model);
+
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(root, "vocab");
+  if (r.rc == 0 && vocab != NULL && !cJSON_IsNull(vocab)) {
+    int n = cJSON_IsArray(vocab) ? cJSON_GetArraySize(vocab) : -1;
+    if (n < 2 || n > MAX_VOCAB) {
+      r.rc = aural__err_set(err, AURAL_ECONFIG,
+                            "%s: aural.config field \"vocab\" must be a list "
+                            "of 2..%d token strings (index 0 = blank)",
+                            where, MAX_VOCAB);
+    } else {
+      char **v = calloc((size_t)n, sizeof *v);
+      int i = 0;
+      const cJSON *tok;
+      cJSON_ArrayForEach(tok, vocab) {
+        if (v == NULL || !cJSON_IsString(tok)) break;
+        v[i] = strdup(tok->valuestring);
+        if (v[i] == NULL) break;
+        i++;
+      }
+      if (i < n) {
+        r.rc = v == NULL || cJSON_IsString(tok)
+                   ? aural__err_set(err, AURAL_ENOMEM, "out of memory")
+                   : aural__err_set(err, AURAL_ECONFIG,
+                                    "%s: aural.config vocab entry %d is not "
+                                    "a string",
+                                    where, i);
+        for (int k = 0; v != NULL && k < i; k++) free(v[k]);
+        free(v);
+      } else {
+        cfg->vocab_size = n;
+        *vocab_out = v;
+      }
+    }
+  }
+  cJSON_Delete(root);
+  return r.rc;
+}
+
+/* ---- safetensors header ------------------------------------------------ */
+
+typedef enum { DT_F32, DT_F16, DT_BF16 } dtype;
+
+typedef struct entry {
+  const char *name; /* points into the cJSON tree */
+  dtype type;
+  int n_dims;
+  uint64_t shape[8];
+  uint64_t begin, end; /* byte range in the data area */
+  int used;            /* claimed by an expected tensor */
+} entry;
+
+static int cmp_begin(const void *a, const void *b) {
+  const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
+  return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+/* An exact non-negative integer from JSON, below 2^53. */
+static int json_u64(const cJSON *it, uint64_t *out) {
+  if (!cJSON_IsNumber(it)) return 0;
+  double v = it->valuedouble;
+  if (!(v >= 0 && v <= 9007199254740992.0) || v != floor(v)) return 0;
+  *out = (uint64_t)v;
+  return 1;
+}
+
+static int parse_entry(const cJSON *it, uint64_t data_len, entry *e,
+                       const char *where, aural_err *err) {
+  const char *name = it->string;
+  e->name = name;
+  if (!cJSON_IsObject(it))
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\": header entry is not an object",
+                          where, name);
+  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
+  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(it, "shape");
+  const cJSON *offs = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
+  size_t elem;
+  if (!cJSON_IsString(dt))
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\": missing dtype", where, name);
+  if (strcmp(dt->valuestring, "F32") == 0) {
+    e->type = DT_F32;
+    elem = 4;
+  } else if (strcmp(dt->valuestring, "F16") == 0) {
+    e->type = DT_F16;
+    elem = 2;
+  } else if (strcmp(dt->valuestring, "BF16") == 0) {
+    e->type = DT_BF16;
+    elem = 2;
+  } else {
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\": dtype \"%.16s\" is not "
+                          "supported (F32, F16, BF16)",
+                          where, name, dt->valuestring);
+  }
+  int n_dims = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
+  if (n_dims < 0 || n_dims > 8)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\": shape must be a list of at "
+                          "most 8 integers",
+                          where, name);
+  e->n_dims = n_dims;
+  uint64_t n_bytes = elem;
+  for (int i = 0; i < n_dims; i++) {
+    if (!json_u64(cJSON_GetArrayItem(shape, i), &e->shape[i]))
+      return aural__err_set(err, AURAL_EFORMAT,
+                            "%s: tensor \"%s\": shape[%d] is not a "
+                            "non-negative integer",
+                            where, name, i);
+    if (__builtin_mul_overflow(n_bytes, e->shape[i], &n_bytes))
+      return aural__err_set(err, AURAL_EFORMAT,
+                            "%s: tensor \"%s\": shape is too large (size "
+                            "overflows)",
+                            where, name);
+  }
+  if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
+      !json_u64(cJSON_GetArrayItem(offs, 0), &e->begin) ||
+      !json_u64(cJSON_GetArrayItem(offs, 1), &e->end))
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\": data_offsets must be two "
+                          "non-negative integers",
+                          where, name);
+  if (e->begin > e->end || e->end > data_len)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\": data_offsets [%llu, %llu] lie "
+                          "outside the %llu bytes of tensor data",
+                          where, name, (unsigned long long)e->begin,
+                          (unsigned long long)e->end,
+                          (unsigned long long)data_len);
+  if (e->end - e->begin != n_bytes)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\": shape and dtype need %llu "
+                          "bytes but data_offsets span %llu",
+                          where, name, (unsigned long long)n_bytes,
+                          (unsigned long long)(e->end - e->begin));
+  return 0;
+}
+
+/* ---- expected tensors -------------------------------------------------- */
+
+/* One tensor the config calls for, and where it goes. */
+typedef struct want {
+  char name[96];
+  uint64_t rows, cols; /* cols == 0: a vector of `rows` */
+  int is_matrix;       /* may be held as f16 */
+  const float **vec;   /* destination of a vector */
+  aural__mat *mat;     /* destination of a matrix */
+  entry *found;
+} want;
+
+typedef struct want_list {
+  want *w;
+  size_t n, cap;
+} want_list;
+
+static int want_add(want_list *l, const char *name, uint64_t rows,
+                    uint64_t cols, const float **vec, aural__mat *mat) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 64;
+    want *p = realloc(l->w, cap * sizeof *p);
+    if (p == NULL) return AURAL_ENOMEM;
+    l->w = p;
+    l->cap = cap;
+  }
+  want *w = &l->w[l->n++];
+  memset(w, 0, sizeof *w);
+  snprintf(w->name, sizeof w->name, "%s", name);
+  w->rows = rows;
+  w->cols = cols;
+  w->is_matrix = mat != NULL;
+  w->vec = vec;
+  w->mat = mat;
+  return 0;
+}
+
+static int list_wanted(aural_model *m, int has_cmvn, want_list *l) {
+  const aural_model_config *c = &m->cfg;
+  uint64_t d = (uint64_t)c->d_model, ff = (uint64_t)c->d_ff,
+           mels = (uint64_t)c->fbank.num_mel_bins;
+  int rc = 0;
+#define MAT(nm, r, k, dst) \
+  if (rc == 0) rc = want_add(l, nm, r, k, NULL, dst)
+#define VEC(nm, r, dst) \
+  if (rc == 0) rc = want_add(l, nm, r, 0, dst, NULL)
+  MAT("input_proj.weight", d, mels, &m->in_proj);
+  VEC("input_proj.bias", d, &m->b_in);
+  for (int i = 0; i < c->n_layers; i++) {
+    aural__layer *L = &m->layers[i];
+    char nm[96];
+#define LNAME(suffix) \
+  (snprintf(nm, sizeof nm, "encoder.layers.%d.%s", i, suffix), nm)
+    MAT(LNAME("self_attn.in_proj_weight"), 3 * d, d, &L->qkv);
+    VEC(LNAME("self_attn.in_proj_bias"), 3 * d, &L->b_qkv);
+    MAT(LNAME("self_attn.out_proj.weight"), d, d, &L->out);
+    VEC(LNAME("self_attn.out_proj.bias"), d, &L->b_out);
+    MAT(LNAME("linear1.weight"), ff, d, &L->ff1);
+    VEC(LNAME("linear1.bias"), ff, &L->b_ff1);
+    MAT(LNAME("linear2.weight"), d, ff, &L->ff2);
+    VEC(LNAME("linear2.bias"), d, &L->b_ff2);
+    VEC(LNAME("norm1.weight"), d, &L->ln1_w);
+    VEC(LNAME("norm1.bias"), d, &L->ln1_b);
+    VEC(LNAME("norm2.weight"), d, &L->ln2_w);
+    VEC(LNAME("norm2.bias"), d, &L->ln2_b);
+#undef LNAME
+  }
+  if (c->final_norm) {
+    VEC("encoder.norm.weight", d, &m->norm_w);
+    VEC("encoder.norm.bias", d, &m->norm_b);
+  }
+  if (c->vocab_size > 0) {
+    MAT("head.weight", (uint64_t)c->vocab_size, d, &m->head);
+    VEC("head.bias", (uint64_t)c->vocab_size, &m->b_head);
+  }
+  if (has_cmvn) {
+    VEC("frontend.cmvn.mean", mels, &m->cmvn_mean);
+    VEC("frontend.cmvn.std", mels, &m->cmvn_std);
+  }
+#undef MAT
+#undef VEC
+  return rc;
+}
+
+/* Converts n elements of src (little-endian, any alignment) to float. */
+static void to_f32(const unsigned char *src, dtype t, size_t n, float *dst) {
+  for (size_t i = 0; i < n; i++) {
+    if (t == DT_F32) {
+      memcpy(&dst[i], src + 4 * i, 4);
+    } else {
+      uint16_t h;
+      memcpy(&h, src + 2 * i, 2);
+      dst[i] = t == DT_F16 ? aural__f16_to_f32(h) : bf16_to_f32(h);
+    }
+  }
+}
+
+static void to_f16(const unsigned char *src, dtype t, size_t n,
+                   uint16_t *dst) {
+  if (t == DT_F16) {
+    memcpy(dst, src, 2 * n);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    float f;
+    if (t == DT_F32) {
+      memcpy(&f, src + 4 * i, 4);
+    } else {
+      uint16_t h;
+      memcpy(&h, src + 2 * i, 2);
+      f = bf16_to_f32(h);
+    }
+    dst[i] = aural__f32_to_f16(f);
+  }
+}
+
+/* ---- loading ----------------------------------------------------------- */
+
+static uint64_t read_le64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+/* Finds the metadata strings and returns aural.config. */
+static int read_metadata(const cJSON *header, const char *where,
+                         const char **config, aural_err *err) {
+  const cJSON *meta = cJSON_GetObjectItemCaseSensitive(header, "__metadata__");
+  if (!cJSON_IsObject(meta))
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: no __metadata__ (not an aural model file)",
+                          where);
+  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(meta, "format");
+  const cJSON *ver = cJSON_GetObjectItemCaseSensitive(meta, "aural.version");
+  const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(meta, "aural.config");
+  if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "aural") != 0)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: __metadata__ \"format\" is not \"aural\"",
+                          where);
+  if (!cJSON_IsString(ver) || strcmp(ver->valuestring, "1") != 0)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: __metadata__ \"aural.version\" must be \"1\"",
+                          where);
+  if (!cJSON_IsString(cfg))
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "%s: __metadata__ lacks \"aural.config\" (a JSON "
+                          "string)",
+                          where);
+  *config = cfg->valuestring;
+  return 0;
+}
+
+int aural_model_load_buffer(const void *data, size_t size, const char *where,
+                            const aural_model_load_config *lcfg,
+                            aural_model **out, aural_err *err) {
+  *out = NULL;
+  aural_model_load_config dflt;
+  if (lcfg == NULL) {
+    aural_model_load_config_default(&dflt);
+    lcfg = &dflt;
+  }
+  const unsigned char *bytes = data;
+  if (size < 8)
+    return aural__err_set(err, size == 0 ? AURAL_EEMPTY : AURAL_ETRUNCATED,
+                          "%s: %zu bytes: too short for a safetensors file",
+                          where, size);
+  uint64_t hlen = read_le64(bytes);
+  if (hlen > MAX_HEADER_BYTES)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: header length %llu exceeds the 100 MB limit",
+                          where, (unsigned long long)hlen);
+  if (hlen > size - 8)
+    return aural__err_set(err, AURAL_ETRUNCATED,
+                          "%s: header length %llu runs past the end of the "
+                          "%zu-byte file",
+                          where, (unsigned long long)hlen, size);
+  uint64_t data_len = size - 8 - hlen;
+  const unsigned char *tensor_data = bytes + 8 + hlen;
+
+  cJSON *header = cJSON_ParseWithLength((const char *)bytes + 8, hlen);
+  if (header == NULL || !cJSON_IsObject(header)) {
+    cJSON_Delete(header);
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: the header is not a JSON object", where);
+  }
+
+  aural_model *m = calloc(1, sizeof *m);
+  entry *entries = NULL, **sorted = NULL;
+  want_list wl = {0};
+  int rc = 0;
+  if (m == NULL) {
+    rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
+    goto done;
+  }
+  const char *config = NULL;
+  rc = read_metadata(header, where, &config, err);
+  if (rc == 0) rc = parse_config(config, where, &m->cfg, &m->vocab, err);
+  if (rc < 0) goto done;
+
+  /* Entries: parse, then check for duplicates and tiling. */
+  size_t n_entries = 0;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, header) if (strcmp(it->string, "__metadata__") != 0)
+      n_entries++;
+  entries = calloc(n_entries + 1, sizeof *entries);
+  sorted = calloc(n_entries + 1, sizeof *sorted);
+  if (entries == NULL || sorted == NULL) {
+    rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
+    goto done;
+  }
+  size_t k = 0;
+  cJSON_ArrayForEach(it, header) {
+    if (strcmp(it->string, "__metadata__") == 0) continue;
+    rc = parse_entry(it, data_len, &entries[k], where, err);
+    if (rc < 0) goto done;
+    sorted[k] = &entries[k];
+    k++;
+  }
+  qsort(sorted, n_entries, sizeof *sorted, cmp_begin);
+  uint64_t at = 0;
+  for (size_t i = 0; i < n_entries; i++) {
+    entry *e = sorted[i];
+    if (e->begin != at) {
+      rc = aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\": data_offsets begin at %llu but "
+                          "the previous tensor ends at %llu (%s)",
+                          where, e->name, (unsigned long long)e->begin,
+                          (unsigned long long)at,
+                          e->begin < at ? "overlap" : "gap");
+      goto done;
+    }
+    at = e->end;
+  }
+  if (at != data_len) {
+    rc = aural__err_set(err, AURAL_EFORMAT,
+                        "%s: %llu bytes follow the last tensor (tensor data "
+                        "must end at end of file)",
+                        where, (unsigned long long)(data_len - at));
+    goto done;
+  }
+
+  /* The tensors the config calls for. */
+  const entry *cmvn = NULL;
+  for (size_t i = 0; i < n_entries; i++)
+    if (strcmp(entries[i].name, "frontend.cmvn.mean") == 0) cmvn = &entries[i];
+  m->cfg.has_cmvn = cmvn != NULL;
+  m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
+  if (m->layers == NULL || list_wanted(m, m->cfg.has_cmvn, &wl) < 0) {
+    rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
+    goto done;
+  }
+  uint64_t n_f32 = 0, n_f16 = 0;
+  for (size_t i = 0; i < wl.n; i++) {
+    want *w = &wl.w[i];
+    for (size_t j = 0; j < n_entries; j++) {
+      if (strcmp(entries[j].name, w->name) != 0) continue;
+      if (w->found != NULL) {
+        rc = aural__err_set(err, AURAL_EFORMAT,
+                            "%s: tensor \"%s\" appears twice in the header",
+                            where, w->name);
+        goto done;
+      }
+      w->found = &entries[j];
+      entries[j].used = 1;
+    }
+    const entry *e = w->found;
+    if (e == NULL) {
+      rc = aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\" is missing (the config calls "
+                          "for it)",
+                          where, w->name);
+      goto done;
+    }
+    int dims = w->cols ? 2 : 1;
+    if (e->n_dims != dims || e->shape[0] != w->rows ||
+        (dims == 2 && e->shape[1] != w->cols)) {
+      char got[96] = "", exp[48];
+      for (int d = 0; d < e->n_dims; d++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu",
+                 d ? ", " : "", (unsigned long long)e->shape[d]);
+      if (dims == 2)
+        snprintf(exp, sizeof exp, "[%llu, %llu]", (unsigned long long)w->rows,
+                 (unsigned long long)w->cols);
+      else
+        snprintf(exp, sizeof exp, "[%llu]", (unsigned long long)w->rows);
+      rc = aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\" has shape [%s]; the config "
+                          "implies %s",
+                          where, w->name, got, exp);
+      goto done;
+    }
+    uint64_t n = w->rows * (w->cols ? w->cols : 1);
+    if (w->is_matrix && lcfg->weights == AURAL_WEIGHTS_F16)
+      n_f16 += n;
+    else
+      n_f32 += n;
+  }
+  for (size_t j = 0; j < n_entries; j++) {
+    if (!entries[j].used) {
+      rc = aural__err_set(err, AURAL_EFORMAT,
+                          "%s: unexpected tensor \"%s\" (not part of a model "
+                          "with this config)",
+                          where, entries[j].name);
+      goto done;
+    }
+  }
+
+  /* Everything is known to fit; allocate and convert. The arenas are
+   * bounded by the file size times two (half to float). */
+  m->f32 = malloc((size_t)n_f32 * sizeof *m->f32 + 64);
+  m->f16 = malloc((size_t)n_f16 * sizeof *m->f16 + 64);
+  if (m->f32 == NULL || m->f16 == NULL) {
+    rc = aural__err_set(err, AURAL_ENOMEM, "%s: out of memory for weights",
+                        where);
+    goto done;
+  }
+  size_t o32 = 0, o16 = 0;
+  for (size_t i = 0; i < wl.n; i++) {
+    want *w = &wl.w[i];
+    const entry *e = w->found;
+    size_t n = (size_t)(w->rows * (w->cols ? w->cols : 1));
+    const unsigned char *src = tensor_data + e->begin;
+    if (w->is_matrix && lcfg->weights == AURAL_WEIGHTS_F16) {
+      to_f16(src, e->type, n, m->f16 + o16);
+      *w->mat = (aural__mat){.f16 = m->f16 + o16, .rows = (int)w->rows,
+                             .cols = (int)w->cols};
+      o16 += n;
+    } else {
+      to_f32(src, e->type, n, m->f32 + o32);
+      if (w->is_matrix)
+        *w->mat = (aural__mat){.f32 = m->f32 + o32, .rows = (int)w->rows,
+                               .cols = (int)w->cols};
+      else
+        *w->vec = m->f32 + o32;
+      o32 += n;
+    }
+  }
+  m->n_params = n_f32 + n_f16 -
+                (m->cfg.has_cmvn ? 2u * (uint64_t)m->cfg.fbank.num_mel_bins : 0);
+  m->weight_bytes = n_f32 * 4 + n_f16 * 2;
+
+  /* Values the encoder divides by must be usable. */
+  for (int i = 0; m->cmvn_std != NULL && i < m->cfg.fbank.num_mel_bins; i++)
+    if (!(m->cmvn_std[i] > 0) || !isfinite(m->cmvn_std[i]) ||
+        !isfinite(m->cmvn_mean[i])) {
+      rc = aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"frontend.cmvn.std\"/\"mean\" bin %d: "
+                          "std must be positive and both finite",
+                          where, i);
+      goto done;
+    }
+
+done:
+  free(wl.w);
+  free(sorted);
+  free(entries);
+  cJSON_Delete(header);
+  if (rc < 0) {
+    aural_model_free(m);
+    return rc;
+  }
+  *out = m;
+  return 0;
+}
+
+int aural_model_load(const char *path, const aural_model_load_config *cfg,
+                     aural_model **out, aural_err *err) {
+  *out = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return aural__err_set(err, -errno, "%s: %s", path, strerror(errno));
+  struct stat st;
+  int rc = 0;
+  if (fstat(fd, &st) != 0)
+    rc = aural__err_set(err, -errno, "%s: %s", path, strerror(errno));
+  else if (S_ISDIR(st.st_mode))
+    rc = aural__err_set(err, -EISDIR, "%s: is a directory, not a model file",
+                        path);
+  else if (!S_ISREG(st.st_mode))
+    rc = aural__err_set(err, AURAL_EFORMAT, "%s: not a regular file", path);
+  else if (st.st_size == 0)
+    rc = aural__err_set(err, AURAL_EEMPTY, "%s: file is empty (0 bytes)",
+                        path);
+  if (rc < 0) {
+    close(fd);
+    return rc;
+  }
+  size_t size = (size_t)st.st_size;
+  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED)
+    return aural__err_set(err, -errno, "%s: cannot map: %s", path,
+                          strerror(errno));
+  rc = aural_model_load_buffer(map, size, path, cfg, out, err);
+  munmap(map, size);
+  return rc;
+}
+
+void aural_model_free(aural_model *m) {
+  if (m == NULL) return;
+  for (int i = 0; m->vocab != NULL && i < m->cfg.vocab_size; i++)
+    free(m->vocab[i]);
+  free(m->vocab);
+  free(m->layers);
+  free(m->f32);
+  free(m->f16);
+  free(m);
+}
+
+const aural_model_config *aural_model_get_config(const aural_model *m) {
+  return &m->cfg;
+}
+
+const char *aural_model_token(const aural_model *m, int id) {
+  if (m->vocab == NULL || id < 0 || id >= m->cfg.vocab_size) return NULL;
+  return m->vocab[id];
+}
+
+uint64_t aural_model_n_params(const aural_model *m) { return m->n_params; }
+
+uint64_t aural_model_weight_bytes(const aural_model *m) {
+  return m->weight_bytes;
+}
+
+uint64_t aural_model_flops_per_frame(const aural_model *m) {
+  const aural_model_config *c = &m->cfg;
+  uint64_t d = (uint64_t)c->d_model, ff = (uint64_t)c->d_ff,
+           w = (uint64_t)c->window;
+  uint64_t per_layer = 2 * d * 3 * d   /* q, k, v */
+                       + 2 * w * d * 2 /* scores and weighted sum */
+                       + 2 * d * d     /* output projection */
+                       + 2 * d * ff * 2; /* feed-forward */
+  return 2 * d * (uint64_t)c->fbank.num_mel_bins +
+         per_layer * (uint64_t)c->n_layers +
+         2 * d * (uint64_t)c->vocab_size;
+}
+
+const float *aural_model_cmvn_mean(const aural_model *m) {
+  return m->cmvn_mean;
+}
+
+const float *aural_model_cmvn_std(const aural_model *m) { return m->cmvn_std; }

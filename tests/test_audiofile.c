@@ -1,0 +1,604 @@
+/*
+ * aural_audiofile against hostile and good files.
+ *
+ * The hostile files are written byte by byte into a fresh temporary
+ * directory, so each test states exactly what its file holds. Every bad
+ * file must fail with the expected code and a message that names the file
+ * and the problem; no bad file may open and read as if it were fine.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <aural.h>
+
+#include "helpers.h"
+
+enum { WAV_PCM = 1, WAV_FLOAT = 3 };
+
+#define WAV_HEADER_BYTES 44
+#define PATH_BYTES 4096
+
+/* Fails the test unless text contains one of the '|'-separated
+ * alternatives in parts, compared without regard to case. */
+static void assert_contains(const char *text, const char *parts) {
+  char alts[256];
+  snprintf(alts, sizeof alts, "%s", parts);
+  char *save = NULL;
+  for (char *p = strtok_r(alts, "|", &save); p != NULL;
+       p = strtok_r(NULL, "|", &save))
+    if (strcasestr(text, p) != NULL) return;
+  fail_msg("message \"%s\" does not mention \"%s\"", text, parts);
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n_bytes) {
+  for (int i = 0; i < n_bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_be(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+
+/* The 44 bytes of a canonical RIFF/WAVE header: a 16-byte fmt chunk with
+ * the given fields, however absurd, then a data chunk header declaring
+ * data_bytes. */
+static void wav_header(uint8_t h[WAV_HEADER_BYTES], uint16_t format_tag,
+                       uint16_t n_channels, uint32_t rate_hz, uint16_t bits,
+                       uint32_t data_bytes) {
+  uint32_t block_bytes = (uint32_t)n_channels * bits / 8;
+  memcpy(h, "RIFF", 4);
+  put_le(h + 4, data_bytes > 0xFFFFFFFFu - 36 ? 0xFFFFFFFFu : 36 + data_bytes,
+         4);
+  memcpy(h + 8, "WAVEfmt ", 8);
+  put_le(h + 16, 16, 4);
+  put_le(h + 20, format_tag, 2);
+  put_le(h + 22, n_channels, 2);
+  put_le(h + 24, rate_hz, 4);
+  put_le(h + 28, (uint64_t)rate_hz * block_bytes, 4);
+  put_le(h + 32, block_bytes, 2);
+  put_le(h + 34, bits, 2);
+  memcpy(h + 36, "data", 4);
+  put_le(h + 40, data_bytes, 4);
+}
+
+/* A WAV file: the header above, then the payload_len bytes present. */
+static void make_wav(const char *path, uint16_t format_tag,
+                     uint16_t n_channels, uint32_t rate_hz, uint16_t bits,
+                     uint32_t data_bytes, const void *payload,
+                     size_t payload_len) {
+  uint8_t h[WAV_HEADER_BYTES];
+  wav_header(h, format_tag, n_channels, rate_hz, bits, data_bytes);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(h, 1, sizeof h, f), sizeof h);
+  if (payload_len > 0)
+    assert_int_equal(fwrite(payload, 1, payload_len, f), payload_len);
+  assert_int_equal(fclose(f), 0);
+}
+
+/* Fills a little-endian 16-bit PCM payload; value(i) = i * 30 - 15000. */
+static void fill_pcm16(uint8_t *payload, size_t n_samples) {
+  for (size_t i = 0; i < n_samples; i++)
+    put_le(payload + 2 * i, (uint16_t)(int16_t)((int)i * 30 - 15000), 2);
+}
+
+/* A 16-bit mono 16 kHz WAV of n_frames ramp samples, declaring
+ * data_bytes. */
+static void make_pcm16_wav(const char *path, size_t n_frames,
+                           uint32_t data_bytes) {
+  uint8_t *payload = malloc(2 * n_frames + 1);
+  assert_non_null(payload);
+  fill_pcm16(payload, n_frames);
+  make_wav(path, WAV_PCM, 1, 16000, 16, data_bytes, payload, 2 * n_frames);
+  free(payload);
+}
+
+/* A Sun .au file (its channel count is 32 bits wide, unlike WAV's) of
+ * 16-bit PCM zeros. */
+static void make_au(const char *path, uint32_t rate_hz, uint32_t n_channels,
+                    size_t payload_len) {
+  uint8_t *bytes = calloc(1, 24 + payload_len);
+  assert_non_null(bytes);
+  memcpy(bytes, ".snd", 4);
+  put_be(bytes + 4, 24);                    /* data offset */
+  put_be(bytes + 8, (uint32_t)payload_len); /* data size */
+  put_be(bytes + 12, 3);                    /* 16-bit linear PCM */
+  put_be(bytes + 16, rate_hz);
+  put_be(bytes + 20, n_channels);
+  test_write_file(path, bytes, 24 + payload_len);
+  free(bytes);
+}
+
+/* Opens path and reads it to the end, chunk_frames at a time. Returns 0 or
+ * the first error (with err filled). On success *info describes the file
+ * and *samples (malloc'ed, interleaved) holds the *n_frames frames read. */
+static int read_all(const char *path, size_t chunk_frames,
+                    aural_audiofile_info *info, float **samples,
+                    size_t *n_frames, aural_err *err) {
+  /* A non-NULL sentinel: a failed open must set it to NULL. */
+  aural_audiofile *af = (aural_audiofile *)&af;
+  *samples = NULL;
+  *n_frames = 0;
+  int rc = aural_audiofile_open(path, &af, err);
+  if (rc < 0) {
+    assert_null(af);
+    return rc;
+  }
+  assert_non_null(af);
+  aural_audiofile_get_info(af, info);
+  size_t n_ch = (size_t)info->n_channels;
+  size_t cap = chunk_frames;
+  float *all = malloc(cap * n_ch * sizeof *all);
+  assert_non_null(all);
+  for (;;) {
+    if (*n_frames + chunk_frames > cap) {
+      cap = 2 * (*n_frames + chunk_frames);
+      float *p = realloc(all, cap * n_ch * sizeof *all);
+      assert_non_null(p);
+      all = p;
+    }
+    size_t n = 0;
+    rc = aural_audiofile_read(af, all + *n_frames * n_ch, chunk_frames, &n,
+                              err);
+    if (rc < 0 || n == 0) break;
+    assert_true(n <= chunk_frames);
+    *n_frames += n;
+  }
+  aural_audiofile_close(af);
+  if (rc < 0) {
+    free(all);
+    *n_frames = 0;
+    return rc;
+  }
+  *samples = all;
+  return 0;
+}
+
+/* Asserts that path fails to open or to read with code, or with alt_code
+ * where two codes are acceptable (0: no alternative), and that the message
+ * names path and mentions keyword (see assert_contains). Prints the
+ * message, so a run shows what a user would see, and returns it (in a
+ * static buffer) for further checks. */
+static const char *assert_rejected(const char *path, int code, int alt_code,
+                                   const char *keyword) {
+  static aural_err err;
+  memset(&err, 0, sizeof err);
+  aural_audiofile_info info;
+  float *samples = NULL;
+  size_t n_frames = 0;
+  int rc = read_all(path, 1024, &info, &samples, &n_frames, &err);
+  free(samples);
+  if (rc == 0)
+    fail_msg("%s: accepted (%zu frames); expected %s", path, n_frames,
+             aural_err_name(code));
+  print_message("    %s -> %s\n", aural_err_name(rc), err.msg);
+  if (rc != code && !(alt_code != 0 && rc == alt_code))
+    fail_msg("%s: got %s, expected %s%s%s (%s)", path, aural_err_name(rc),
+             aural_err_name(code), alt_code != 0 ? " or " : "",
+             alt_code != 0 ? aural_err_name(alt_code) : "", err.msg);
+  assert_int_equal(err.code, rc);
+  assert_contains(err.msg, path);
+  assert_contains(err.msg, keyword);
+  return err.msg;
+}
+
+static int setup(void **state) {
+  *state = test_tmpdir();
+  return 0;
+}
+
+static int teardown(void **state) {
+  test_rmtree(*state);
+  free(*state);
+  return 0;
+}
+
+/* dir/name into path. */
+static void path_in(char *path, void **state, const char *name) {
+  snprintf(path, PATH_BYTES, "%s/%s", (const char *)*state, name);
+}
+
+/* ---- Files that are not audio at all. ---- */
+
+static void test_missing_file(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "no-such-file.wav");
+  assert_rejected(path, -ENOENT, 0, "no such file");
+}
+
+static void test_directory(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "folder.wav");
+  assert_int_equal(mkdir(path, 0700), 0);
+  assert_rejected(path, -EISDIR, 0, "directory");
+}
+
+static void test_empty_file(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "empty.wav");
+  test_write_file(path, "", 0);
+  assert_rejected(path, AURAL_EEMPTY, 0, "empty");
+}
+
+static void test_text_renamed_wav(void **state) {
+  static const char text[] = "This is a shopping list, not a recording.\n"
+                             "- eggs\n- milk\n";
+  char path[PATH_BYTES];
+  path_in(path, state, "list.wav");
+  test_write_file(path, text, sizeof text - 1);
+  assert_rejected(path, AURAL_EFORMAT, 0, "not a readable audio file");
+}
+
+/* ---- Truncated WAV files. ---- */
+
+static void test_cut_inside_header(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "cut30.wav");
+  make_pcm16_wav(path, 1000, 2000);
+  assert_int_equal(truncate(path, 30), 0); /* inside the fmt chunk */
+  assert_rejected(path, AURAL_ETRUNCATED, AURAL_EFORMAT,
+                  "truncated|'data' chunk");
+}
+
+static void test_header_without_data(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "header-only.wav");
+  make_pcm16_wav(path, 1000, 2000);
+  assert_int_equal(truncate(path, WAV_HEADER_BYTES), 0);
+  assert_rejected(path, AURAL_ETRUNCATED, 0, "truncated");
+}
+
+/* The data chunk claims 4000 bytes but 2000 follow: a cut-off recording,
+ * which must not pass as a complete, shorter one. */
+static void test_truncated_data(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "trunc.wav");
+  make_pcm16_wav(path, 1000, 4000);
+  assert_rejected(path, AURAL_ETRUNCATED, 0, "truncated");
+}
+
+/* The same cut-off data chunk, behind 100 small chunks of an unknown kind
+ * (legal: readers skip chunks they do not know). Where the data chunk sits
+ * must not matter. */
+static void test_truncated_data_after_many_chunks(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "trunc-chunks.wav");
+  enum { N_CHUNKS = 100, N_FRAMES = 1000 };
+  size_t len = 36 + N_CHUNKS * 10 + 8 + 2 * N_FRAMES;
+  uint8_t *b = calloc(1, len);
+  assert_non_null(b);
+  wav_header(b, WAV_PCM, 1, 16000, 16, 0); /* its first 36 bytes */
+  put_le(b + 4, len - 8 + 2 * N_FRAMES, 4); /* RIFF size, also too long */
+  uint8_t *p = b + 36;
+  for (int i = 0; i < N_CHUNKS; i++, p += 10) {
+    memcpy(p, "abcd", 4);
+    put_le(p + 4, 2, 4);
+  }
+  memcpy(p, "data", 4);
+  put_le(p + 4, 4 * N_FRAMES, 4); /* twice what follows */
+  fill_pcm16(p + 8, N_FRAMES);
+  test_write_file(path, b, len);
+  free(b);
+  assert_rejected(path, AURAL_ETRUNCATED, 0, "truncated");
+}
+
+/* ---- Non-finite float samples. ---- */
+
+/* A float WAV (32 or 64 bits) of n_frames x n_channels small ramp values,
+ * with value bad at (bad_frame, bad_channel). */
+static void make_float_wav(const char *path, uint16_t bits,
+                           uint16_t n_channels, size_t n_frames,
+                           size_t bad_frame, size_t bad_channel, double bad) {
+  size_t n = n_frames * n_channels, width = bits / 8;
+  uint8_t *payload = malloc(n * width);
+  assert_non_null(payload);
+  for (size_t i = 0; i < n; i++) {
+    double v = (double)(i % 200) / 400.0 - 0.25;
+    if (i == bad_frame * n_channels + bad_channel) v = bad;
+    uint64_t u;
+    if (bits == 64) {
+      memcpy(&u, &v, 8);
+    } else {
+      float vf = (float)v;
+      uint32_t u32;
+      memcpy(&u32, &vf, 4);
+      u = u32;
+    }
+    put_le(payload + i * width, u, (int)width);
+  }
+  make_wav(path, WAV_FLOAT, n_channels, 16000, bits,
+           (uint32_t)(n * width), payload, n * width);
+  free(payload);
+}
+
+/* The NaN sits in the fifth 256-frame read, so the reported frame must
+ * count the frames of earlier reads. */
+static void test_nan_names_frame_and_channel(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "nan.wav");
+  make_float_wav(path, 32, 2, 2000, 1234, 1, (double)NAN);
+
+  aural_audiofile_info info;
+  float *samples;
+  size_t n_frames;
+  aural_err err = {0};
+  int rc = read_all(path, 256, &info, &samples, &n_frames, &err);
+  print_message("    %s -> %s\n", aural_err_name(rc), err.msg);
+  assert_int_equal(rc, AURAL_ENONFINITE);
+  assert_null(samples);
+  assert_contains(err.msg, path);
+  assert_contains(err.msg, "NaN");
+  assert_contains(err.msg, "frame 1234");
+  assert_contains(err.msg, "channel 1");
+  assert_contains(err.msg, "non-finite samples are rejected");
+}
+
+static void test_positive_infinity(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "inf.wav");
+  make_float_wav(path, 32, 1, 1000, 10, 0, (double)INFINITY);
+  const char *msg = assert_rejected(path, AURAL_ENONFINITE, 0, "infinite|inf ");
+  assert_contains(msg, "frame 10,");
+  assert_contains(msg, "non-finite samples are rejected");
+}
+
+static void test_negative_infinity_float64(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "neginf64.wav");
+  make_float_wav(path, 64, 1, 1000, 0, 0, -(double)INFINITY);
+  const char *msg = assert_rejected(path, AURAL_ENONFINITE, 0, "infinite|inf ");
+  assert_contains(msg, "frame 0,");
+}
+
+/* ---- Absurd headers. ---- */
+
+static void test_rate_zero(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "rate0.wav");
+  uint8_t payload[2000] = {0};
+  make_wav(path, WAV_PCM, 1, 0, 16, sizeof payload, payload, sizeof payload);
+  /* libsndfile refuses such a header itself; either way the user must
+   * learn that the sample rate is the problem. */
+  assert_rejected(path, AURAL_ERATE, AURAL_EFORMAT, "0 Hz|sample rate");
+}
+
+static void test_rate_one(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "rate1.wav");
+  uint8_t payload[2000] = {0};
+  make_wav(path, WAV_PCM, 1, 1, 16, sizeof payload, payload, sizeof payload);
+  assert_rejected(path, AURAL_ERATE, 0, " 1 Hz");
+}
+
+static void test_rate_ten_million(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "rate10M.wav");
+  uint8_t payload[2000] = {0};
+  make_wav(path, WAV_PCM, 1, 10000000, 16, sizeof payload, payload,
+           sizeof payload);
+  assert_rejected(path, AURAL_ERATE, 0, "10000000 Hz");
+}
+
+static void test_zero_channels(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "ch0.wav");
+  uint8_t payload[2000] = {0};
+  make_wav(path, WAV_PCM, 0, 16000, 16, sizeof payload, payload,
+           sizeof payload);
+  /* libsndfile refuses this header itself (AURAL_EFORMAT). */
+  assert_rejected(path, AURAL_ECHANNELS, AURAL_EFORMAT, "channel");
+}
+
+static void test_thousand_channels(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "ch1000.wav");
+  uint8_t payload[4000] = {0};
+  make_wav(path, WAV_PCM, 1000, 16000, 16, sizeof payload, payload,
+           sizeof payload);
+  assert_rejected(path, AURAL_ECHANNELS, 0, "1000 channels");
+}
+
+static void test_hundred_thousand_channels(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "ch100k.au");
+  make_au(path, 16000, 100000, 4000);
+  /* libsndfile refuses this header itself (AURAL_EFORMAT). */
+  assert_rejected(path, AURAL_ECHANNELS, AURAL_EFORMAT, "channel");
+}
+
+/* ---- Unusual but valid files. ---- */
+
+/* Streaming writers that cannot seek back leave 0xFFFFFFFF (or 0x7FFFFFFF)
+ * in the data size: the length is unknown, not wrong. libsndfile then takes
+ * the data to run to the end of the file; so must we, without error. */
+static void test_unknown_data_size(void **state) {
+  static const uint32_t sizes[] = {0xFFFFFFFFu, 0x7FFFFFFFu};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    char path[PATH_BYTES];
+    path_in(path, state, "stream.wav");
+    make_pcm16_wav(path, 1000, sizes[k]);
+
+    aural_audiofile_info info;
+    float *samples;
+    size_t n_frames;
+    aural_err err = {0};
+    int rc = read_all(path, 300, &info, &samples, &n_frames, &err);
+    if (rc < 0) fail_msg("data size 0x%08x: %s", sizes[k], err.msg);
+    assert_int_equal(info.n_frames, 1000);
+    assert_int_equal(n_frames, 1000);
+    for (size_t i = 0; i < n_frames; i++)
+      assert_true(samples[i] == (float)((int)i * 30 - 15000) / 32768.0f);
+    free(samples);
+  }
+}
+
+/* A data size of 0 followed by samples is the other thing streaming
+ * writers leave behind. Reading it as an empty file would drop the audio
+ * without a word: it must read the samples or say why not. */
+static void test_zero_data_size_with_samples(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "zero-size.wav");
+  make_pcm16_wav(path, 1000, 0);
+
+  aural_audiofile_info info;
+  float *samples;
+  size_t n_frames;
+  aural_err err = {0};
+  int rc = read_all(path, 1024, &info, &samples, &n_frames, &err);
+  free(samples);
+  if (rc < 0) {
+    print_message("    %s -> %s\n", aural_err_name(rc), err.msg);
+    assert_contains(err.msg, path);
+  } else if (n_frames != 1000) {
+    fail_msg("%s: 2000 bytes of samples follow the header, but it read as "
+             "%zu frames without an error",
+             path, n_frames);
+  }
+}
+
+/* 16-bit PCM is divided by 32768, so -32768 maps to exactly -1. */
+static void test_pcm16_scaling(void **state) {
+  static const int16_t in[] = {-32768, -16384, -1, 0, 1, 16384, 32767};
+  enum { N = sizeof in / sizeof in[0] };
+  uint8_t payload[2 * N];
+  for (size_t i = 0; i < N; i++) put_le(payload + 2 * i, (uint16_t)in[i], 2);
+  char path[PATH_BYTES];
+  path_in(path, state, "scale.wav");
+  make_wav(path, WAV_PCM, 1, 8000, 16, sizeof payload, payload,
+           sizeof payload);
+
+  aural_audiofile_info info;
+  float *samples;
+  size_t n_frames;
+  aural_err err = {0};
+  assert_int_equal(read_all(path, 4, &info, &samples, &n_frames, &err), 0);
+  assert_true(info.rate_hz == 8000.0);
+  assert_int_equal(info.n_channels, 1);
+  assert_int_equal(info.n_frames, N);
+  assert_int_equal(n_frames, N);
+  assert_contains(info.format, "16 bit");
+  for (size_t i = 0; i < N; i++)
+    assert_true(samples[i] == (float)in[i] / 32768.0f);
+  free(samples);
+}
+
+/* ---- The golden inputs. ---- */
+
+static void check_good_file(const char *name, double rate_hz, int n_channels,
+                            int64_t n_frames_expected) {
+  const char *path = test_data_path(name);
+  aural_audiofile_info info;
+  float *samples;
+  size_t n_frames;
+  aural_err err = {0};
+  int rc = read_all(path, 4096, &info, &samples, &n_frames, &err);
+  if (rc < 0) fail_msg("%s: %s", path, err.msg);
+  assert_true(info.rate_hz == rate_hz);
+  assert_int_equal(info.n_channels, n_channels);
+  assert_int_equal(info.n_frames, n_frames_expected);
+  assert_int_equal(n_frames, n_frames_expected);
+  assert_contains(info.format, "WAV");
+  float peak = 0;
+  for (size_t i = 0; i < n_frames * (size_t)n_channels; i++) {
+    if (!(samples[i] >= -1.0f && samples[i] < 1.0f))
+      fail_msg("%s: sample %zu = %g is outside [-1, 1)", name, i,
+               (double)samples[i]);
+    peak = fmaxf(peak, fabsf(samples[i]));
+  }
+  assert_true(peak > 0.01f); /* real audio, not zeros */
+  free(samples);
+}
+
+static void test_good_speech(void **state) {
+  (void)state;
+  check_good_file("fbank/speech.wav", 16000, 1, 17600);
+}
+
+static void test_good_stereo_44k(void **state) {
+  (void)state;
+  check_good_file("fbank/stereo44k.wav", 44100, 2, 48510); /* 1.1 s */
+}
+
+static void test_close_null(void **state) {
+  (void)state;
+  aural_audiofile_close(NULL);
+}
+
+/* ---- Error codes. ---- */
+
+static void test_error_strings(void **state) {
+  (void)state;
+  assert_string_equal(aural_err_name(-ENOENT), "ENOENT");
+  assert_contains(aural_strerror(-ENOENT), "no such file");
+  assert_string_equal(aural_err_name(-EISDIR), "EISDIR");
+  assert_string_equal(aural_err_name(AURAL_ENONFINITE), "AURAL_ENONFINITE");
+  assert_contains(aural_strerror(AURAL_ENONFINITE), "non-finite");
+  assert_string_equal(aural_err_name(AURAL_ETRUNCATED), "AURAL_ETRUNCATED");
+  assert_contains(aural_strerror(AURAL_ETRUNCATED), "truncated");
+  assert_contains(aural_strerror(AURAL_ERATE), "sample rate");
+  assert_string_equal(aural_err_name(0), "OK");
+  assert_string_equal(aural_strerror(-99999), "unknown error");
+  assert_string_equal(aural_err_name(-99999), "UNKNOWN");
+
+  /* Every code has its own name and a description. */
+  static const int codes[] = {
+#define CODE(name, value, text) AURAL_E##name,
+      AURAL_ERROR_MAP(CODE)
+#undef CODE
+  };
+  enum { N = sizeof codes / sizeof codes[0] };
+  for (size_t i = 0; i < N; i++) {
+    assert_true(codes[i] < -4096); /* never an -errno */
+    assert_true(strncmp(aural_err_name(codes[i]), "AURAL_E", 7) == 0);
+    assert_string_not_equal(aural_strerror(codes[i]), "unknown error");
+    for (size_t j = 0; j < i; j++) {
+      assert_int_not_equal(codes[i], codes[j]);
+      assert_string_not_equal(aural_err_name(codes[i]),
+                              aural_err_name(codes[j]));
+    }
+  }
+}
+
+int main(void) {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+  const struct CMUnitTest tests[] = {
+      T(test_missing_file),
+      T(test_directory),
+      T(test_empty_file),
+      T(test_text_renamed_wav),
+      T(test_cut_inside_header),
+      T(test_header_without_data),
+      T(test_truncated_data),
+      T(test_truncated_data_after_many_chunks),
+      T(test_nan_names_frame_and_channel),
+      T(test_positive_infinity),
+      T(test_negative_infinity_float64),
+      T(test_rate_zero),
+      T(test_rate_one),
+      T(test_rate_ten_million),
+      T(test_zero_channels),
+      T(test_thousand_channels),
+      T(test_hundred_thousand_channels),
+      T(test_unknown_data_size),
+      T(test_zero_data_size_with_samples),
+      T(test_pcm16_scaling),
+      cmocka_unit_test(test_good_speech),
+      cmocka_unit_test(test_good_stereo_44k),
+      cmocka_unit_test(test_close_null),
+      cmocka_unit_test(test_error_strings),
+  };
+#undef T
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,725 @@
+/*
+ * The aural command-line tool, run as a real process ($AURAL_BIN).
+ *
+ * Bad inputs must end with exit status 1, one line on stderr naming the
+ * input and the problem, no output file and no temporary file left in the
+ * output directory; an existing output must survive untouched. Good inputs
+ * must reproduce the torchaudio goldens in tests/data/fbank.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "helpers.h"
+#include "npy.h"
+
+#define PATH_BYTES 4096
+#define DIR_BYTES 1024
+#define MAX_ARGS 16
+#define TMP_PREFIX ".aural-encode-"
+
+/* Largest difference allowed from the torchaudio features. */
+#define GOLDEN_TOLERANCE 2e-3
+
+enum { WAV_PCM = 1, WAV_FLOAT = 3 };
+
+typedef struct fixture {
+  char *root;               /* this test's temporary directory */
+  char in_dir[DIR_BYTES];   /* inputs */
+  char out_dir[DIR_BYTES];  /* outputs only, so leftovers show */
+  char *out, *err;          /* stdout and stderr of the last run */
+} fixture;
+
+static const char *aural_bin(void) {
+  const char *bin = getenv("AURAL_BIN");
+  if (bin == NULL) fail_msg("AURAL_BIN is not set");
+  return bin;
+}
+
+/* Fails the test unless text contains one of the '|'-separated
+ * alternatives in parts, compared without regard to case. */
+static void assert_contains(const char *text, const char *parts) {
+  char alts[256];
+  snprintf(alts, sizeof alts, "%s", parts);
+  char *save = NULL;
+  for (char *p = strtok_r(alts, "|", &save); p != NULL;
+       p = strtok_r(NULL, "|", &save))
+    if (strcasestr(text, p) != NULL) return;
+  fail_msg("\"%s\" does not mention \"%s\"", text, parts);
+}
+
+/* The whole file as a malloc'ed string. */
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  size_t cap = 4096, len = 0;
+  char *text = malloc(cap);
+  assert_non_null(text);
+  size_t n;
+  while ((n = fread(text + len, 1, cap - len - 1, f)) > 0) {
+    len += n;
+    if (cap - len - 1 == 0) {
+      cap *= 2;
+      text = realloc(text, cap);
+      assert_non_null(text);
+    }
+  }
+  fclose(f);
+  text[len] = '\0';
+  return text;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+/* ---- Running the tool. ---- */
+
+/* Starts $AURAL_BIN with args (NULL-terminated, without argv[0]); stdin
+ * is /dev/null, stdout and stderr go to files in the test's directory. */
+static pid_t spawn_aural(fixture *fx, const char *const *args) {
+  char *argv[MAX_ARGS + 2];
+  argv[0] = (char *)aural_bin();
+  size_t n = 0;
+  for (; args[n] != NULL; n++) {
+    assert_true(n < MAX_ARGS);
+    argv[n + 1] = (char *)args[n];
+  }
+  argv[n + 1] = NULL;
+
+  char out_path[PATH_BYTES], err_path[PATH_BYTES];
+  snprintf(out_path, sizeof out_path, "%s/stdout.txt", fx->root);
+  snprintf(err_path, sizeof err_path, "%s/stderr.txt", fx->root);
+  posix_spawn_file_actions_t fa;
+  assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
+  int flags = O_WRONLY | O_CREAT | O_TRUNC;
+  assert_int_equal(
+      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
+  assert_int_equal(
+      posix_spawn_file_actions_addopen(&fa, 1, out_path, flags, 0600), 0);
+  assert_int_equal(
+      posix_spawn_file_actions_addopen(&fa, 2, err_path, flags, 0600), 0);
+
+  /* Whatever the test runner ignores, the tool starts with defaults. */
+  posix_spawnattr_t attr;
+  assert_int_equal(posix_spawnattr_init(&attr), 0);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGPIPE);
+  assert_int_equal(posix_spawnattr_setsigdefault(&attr, &defaults), 0);
+  assert_int_equal(posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF), 0);
+
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv, environ);
+  if (rc != 0) fail_msg("cannot run %s: %s", argv[0], strerror(rc));
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  return pid;
+}
+
+/* Waits for pid, keeps its stdout and stderr in fx and returns its exit
+ * status. Dying from a signal (a crash) fails the test. */
+static int wait_aural(fixture *fx, pid_t pid) {
+  int status;
+  pid_t got;
+  while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+  }
+  assert_int_equal(got, pid);
+  char path[PATH_BYTES];
+  free(fx->out);
+  free(fx->err);
+  snprintf(path, sizeof path, "%s/stdout.txt", fx->root);
+  fx->out = read_text(path);
+  snprintf(path, sizeof path, "%s/stderr.txt", fx->root);
+  fx->err = read_text(path);
+  if (WIFSIGNALED(status))
+    fail_msg("aural died from signal %d; stderr:\n%s", WTERMSIG(status),
+             fx->err);
+  assert_true(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+/* Runs aural with the NULL-terminated arguments and returns its exit
+ * status; its output is then in fx->out and fx->err. */
+static int run_aural(fixture *fx, ...) {
+  const char *args[MAX_ARGS + 1];
+  size_t n = 0;
+  va_list ap;
+  va_start(ap, fx);
+  for (const char *a; (a = va_arg(ap, const char *)) != NULL;) {
+    assert_true(n < MAX_ARGS);
+    args[n++] = a;
+  }
+  va_end(ap);
+  args[n] = NULL;
+  return wait_aural(fx, spawn_aural(fx, args));
+}
+
+/* Asserts that dir holds exactly the file only (or nothing if only is
+ * NULL): in particular no temporary file of an aborted run. */
+static void assert_dir_holds(const char *dir, const char *only) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int found = 0;
+  char extra[1024] = "";
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    if (only != NULL && strcmp(e->d_name, only) == 0)
+      found = 1;
+    else
+      snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " %s",
+               e->d_name);
+  }
+  closedir(d);
+  if (extra[0] != '\0') fail_msg("%s holds unexpected files:%s", dir, extra);
+  if (only != NULL && !found) fail_msg("%s/%s is missing", dir, only);
+}
+
+static int setup(void **state) {
+  fixture *fx = calloc(1, sizeof *fx);
+  assert_non_null(fx);
+  fx->root = test_tmpdir();
+  snprintf(fx->in_dir, sizeof fx->in_dir, "%s/in", fx->root);
+  snprintf(fx->out_dir, sizeof fx->out_dir, "%s/out", fx->root);
+  assert_int_equal(mkdir(fx->in_dir, 0700), 0);
+  assert_int_equal(mkdir(fx->out_dir, 0700), 0);
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *fx = *state;
+  test_rmtree(fx->root);
+  free(fx->root);
+  free(fx->out);
+  free(fx->err);
+  free(fx);
+  return 0;
+}
+
+/* ---- Writing hostile files (as in test_audiofile.c). ---- */
+
+static void put_le(uint8_t *p, uint64_t v, int n_bytes) {
+  for (int i = 0; i < n_bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_be(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+
+/* The 44 bytes of a canonical RIFF/WAVE header with the given fields,
+ * however absurd, and a data chunk declaring data_bytes. */
+static void wav_header(uint8_t h[44], uint16_t format_tag,
+                       uint16_t n_channels, uint32_t rate_hz, uint16_t bits,
+                       uint32_t data_bytes) {
+  uint32_t block_bytes = (uint32_t)n_channels * bits / 8;
+  memcpy(h, "RIFF", 4);
+  put_le(h + 4, data_bytes > 0xFFFFFFFFu - 36 ? 0xFFFFFFFFu : 36 + data_bytes,
+         4);
+  memcpy(h + 8, "WAVEfmt ", 8);
+  put_le(h + 16, 16, 4);
+  put_le(h + 20, format_tag, 2);
+  put_le(h + 22, n_channels, 2);
+  put_le(h + 24, rate_hz, 4);
+  put_le(h + 28, (uint64_t)rate_hz * block_bytes, 4);
+  put_le(h + 32, block_bytes, 2);
+  put_le(h + 34, bits, 2);
+  memcpy(h + 36, "data", 4);
+  put_le(h + 40, data_bytes, 4);
+}
+
+/* A WAV file: the header above, then the payload_len bytes present. */
+static void make_wav(const char *path, uint16_t format_tag,
+                     uint16_t n_channels, uint32_t rate_hz, uint16_t bits,
+                     uint32_t data_bytes, const void *payload,
+                     size_t payload_len) {
+  uint8_t *b = malloc(44 + payload_len);
+  assert_non_null(b);
+  wav_header(b, format_tag, n_channels, rate_hz, bits, data_bytes);
+  if (payload_len > 0) memcpy(b + 44, payload, payload_len);
+  test_write_file(path, b, 44 + payload_len);
+  free(b);
+}
+
+/* n_frames of a 16-bit mono ramp; value(i) = i * 30 - 15000. */
+static void fill_pcm16(uint8_t *payload, size_t n_frames) {
+  for (size_t i = 0; i < n_frames; i++)
+    put_le(payload + 2 * i, (uint16_t)(int16_t)((int)(i % 1000) * 30 - 15000),
+           2);
+}
+
+/* A 16-bit mono 16 kHz WAV of n_frames frames, declaring data_bytes. */
+static void make_pcm16_wav(const char *path, size_t n_frames,
+                           uint32_t data_bytes) {
+  uint8_t *payload = malloc(2 * n_frames + 1);
+  assert_non_null(payload);
+  fill_pcm16(payload, n_frames);
+  make_wav(path, WAV_PCM, 1, 16000, 16, data_bytes, payload, 2 * n_frames);
+  free(payload);
+}
+
+/* A 16 kHz mono float32 WAV of n_frames small values, bad at bad_frame. */
+static void make_float_wav(const char *path, size_t n_frames,
+                           size_t bad_frame, float bad) {
+  uint8_t *payload = malloc(4 * n_frames);
+  assert_non_null(payload);
+  for (size_t i = 0; i < n_frames; i++) {
+    float v = i == bad_frame ? bad : (float)(i % 200) / 400.0f - 0.25f;
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    put_le(payload + 4 * i, u, 4);
+  }
+  make_wav(path, WAV_FLOAT, 1, 16000, 32, (uint32_t)(4 * n_frames), payload,
+           4 * n_frames);
+  free(payload);
+}
+
+/* A Sun .au file (32-bit channel count) of 16-bit PCM zeros. */
+static void make_au(const char *path, uint32_t rate_hz, uint32_t n_channels,
+                    size_t payload_len) {
+  uint8_t *b = calloc(1, 24 + payload_len);
+  assert_non_null(b);
+  memcpy(b, ".snd", 4);
+  put_be(b + 4, 24);
+  put_be(b + 8, (uint32_t)payload_len);
+  put_be(b + 12, 3); /* 16-bit linear PCM */
+  put_be(b + 16, rate_hz);
+  put_be(b + 20, n_channels);
+  test_write_file(path, b, 24 + payload_len);
+  free(b);
+}
+
+/* ---- Bad inputs. ---- */
+
+/* Runs `aural encode -q -o OUT INPUT` on a bad input twice: with no OUT,
+ * then with an OUT holding "keep". Both runs must exit 1 with one line on
+ * stderr naming in and mentioning keyword, leave OUT as it was, and leave
+ * no temporary file behind. */
+static void check_rejected(fixture *fx, const char *in, const char *keyword) {
+  char out[PATH_BYTES];
+  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
+
+  int status = run_aural(fx, "encode", "-q", "-o", out, in, NULL);
+  if (status == 0) fail_msg("%s was accepted (exit 0)", in);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 1);
+  assert_string_equal(fx->out, "");
+  assert_true(strncmp(fx->err, "aural encode: ", 14) == 0);
+  assert_non_null(strchr(fx->err, '\n'));
+  assert_string_equal(strchr(fx->err, '\n'), "\n"); /* one line */
+  assert_contains(fx->err, in);
+  assert_contains(fx->err, keyword);
+  assert_dir_holds(fx->out_dir, NULL);
+
+  test_write_file(out, "keep", 4);
+  status = run_aural(fx, "encode", "-q", "-o", out, in, NULL);
+  assert_int_equal(status, 1);
+  assert_contains(fx->err, in);
+  assert_dir_holds(fx->out_dir, "out.npy");
+  char *kept = read_text(out);
+  assert_string_equal(kept, "keep");
+  free(kept);
+}
+
+static void input_path(char *path, const fixture *fx, const char *name) {
+  snprintf(path, PATH_BYTES, "%s/%s", fx->in_dir, name);
+}
+
+static void test_bad_missing_file(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "missing.wav");
+  check_rejected(*state, in, "no such file");
+}
+
+static void test_bad_directory(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "folder.wav");
+  assert_int_equal(mkdir(in, 0700), 0);
+  check_rejected(*state, in, "directory");
+}
+
+static void test_bad_empty_file(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "empty.wav");
+  test_write_file(in, "", 0);
+  check_rejected(*state, in, "empty");
+}
+
+static void test_bad_cut_inside_header(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "cut30.wav");
+  make_pcm16_wav(in, 1000, 2000);
+  assert_int_equal(truncate(in, 30), 0);
+  check_rejected(*state, in, "truncated|'data' chunk");
+}
+
+static void test_bad_truncated_data(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "trunc.wav");
+  make_pcm16_wav(in, 8000, 4 * 8000); /* declares twice what is there */
+  check_rejected(*state, in, "truncated");
+}
+
+/* The cut-off data chunk behind 100 small chunks of an unknown kind. */
+static void test_bad_truncated_data_after_many_chunks(void **state) {
+  enum { N_CHUNKS = 100, N_FRAMES = 8000 };
+  size_t len = 36 + N_CHUNKS * 10 + 8 + 2 * N_FRAMES;
+  uint8_t *b = calloc(1, len);
+  assert_non_null(b);
+  wav_header(b, WAV_PCM, 1, 16000, 16, 0);
+  put_le(b + 4, len - 8 + 2 * N_FRAMES, 4); /* RIFF size, also too long */
+  uint8_t *p = b + 36;
+  for (int i = 0; i < N_CHUNKS; i++, p += 10) {
+    memcpy(p, "abcd", 4);
+    put_le(p + 4, 2, 4);
+  }
+  memcpy(p, "data", 4);
+  put_le(p + 4, 4 * N_FRAMES, 4); /* twice what follows */
+  fill_pcm16(p + 8, N_FRAMES);
+  char in[PATH_BYTES];
+  input_path(in, *state, "trunc-chunks.wav");
+  test_write_file(in, b, len);
+  free(b);
+  check_rejected(*state, in, "truncated");
+}
+
+static void test_bad_text_renamed_wav(void **state) {
+  static const char text[] = "Meeting notes, 3 March.\nNothing to hear.\n";
+  char in[PATH_BYTES];
+  input_path(in, *state, "notes.wav");
+  test_write_file(in, text, sizeof text - 1);
+  check_rejected(*state, in, "not a readable audio file");
+}
+
+/* The NaN comes after the first 4096-frame read, when rows have already
+ * been streamed to the temporary output. */
+static void test_bad_nan(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "nan.wav");
+  make_float_wav(in, 16000, 12345, NAN);
+  check_rejected(*state, in, "NaN");
+  assert_contains(((fixture *)*state)->err, "frame 12345");
+  assert_contains(((fixture *)*state)->err, "non-finite samples are rejected");
+}
+
+static void test_bad_infinity(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "inf.wav");
+  make_float_wav(in, 16000, 9000, INFINITY);
+  check_rejected(*state, in, "infinite|inf ");
+  assert_contains(((fixture *)*state)->err, "frame 9000");
+  assert_contains(((fixture *)*state)->err, "non-finite samples are rejected");
+}
+
+static void make_rate_wav(const char *path, uint32_t rate_hz) {
+  uint8_t payload[4000] = {0};
+  make_wav(path, WAV_PCM, 1, rate_hz, 16, sizeof payload, payload,
+           sizeof payload);
+}
+
+static void test_bad_rate_zero(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "rate0.wav");
+  make_rate_wav(in, 0);
+  check_rejected(*state, in, "0 Hz|sample rate");
+}
+
+static void test_bad_rate_one(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "rate1.wav");
+  make_rate_wav(in, 1);
+  check_rejected(*state, in, " 1 Hz");
+}
+
+static void test_bad_rate_ten_million(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "rate10M.wav");
+  make_rate_wav(in, 10000000);
+  check_rejected(*state, in, "10000000 Hz");
+}
+
+static void test_bad_zero_channels(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "ch0.wav");
+  uint8_t payload[4000] = {0};
+  make_wav(in, WAV_PCM, 0, 16000, 16, sizeof payload, payload,
+           sizeof payload);
+  check_rejected(*state, in, "channel");
+}
+
+static void test_bad_hundred_thousand_channels(void **state) {
+  char in[PATH_BYTES];
+  input_path(in, *state, "ch100k.au");
+  make_au(in, 16000, 100000, 4000);
+  check_rejected(*state, in, "channel");
+}
+
+/* ---- Bad command lines and outputs. ---- */
+
+static void test_help(void **state) {
+  fixture *fx = *state;
+  assert_int_equal(run_aural(fx, "--help", NULL), 0);
+  assert_contains(fx->out, "encode");
+  assert_int_equal(run_aural(fx, "encode", "--help", NULL), 0);
+  assert_contains(fx->out, "-o");
+  assert_contains(fx->out, "Exit status");
+}
+
+static void test_usage_errors(void **state) {
+  fixture *fx = *state;
+  char out[PATH_BYTES], in[PATH_BYTES];
+  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
+  snprintf(in, sizeof in, "%s", test_data_path("fbank/speech.wav"));
+
+  assert_int_equal(run_aural(fx, NULL), 2);
+  assert_contains(fx->err, "Usage");
+  assert_int_equal(run_aural(fx, "frobnicate", NULL), 2);
+  assert_contains(fx->err, "unknown command 'frobnicate'");
+  assert_int_equal(run_aural(fx, "encode", in, NULL), 2);
+  assert_contains(fx->err, "-o OUT.npy is required");
+  assert_int_equal(run_aural(fx, "encode", "-o", out, NULL), 2);
+  assert_contains(fx->err, "exactly one INPUT");
+  assert_int_equal(run_aural(fx, "encode", "-o", out, in, in, NULL), 2);
+  assert_contains(fx->err, "exactly one INPUT");
+  assert_int_equal(
+      run_aural(fx, "encode", "--output", "bogus", "-o", out, in, NULL), 2);
+  assert_contains(fx->err, "--output bogus");
+  assert_int_equal(run_aural(fx, "encode", "--frobnicate", "-o", out, in,
+                             NULL),
+                   2);
+  assert_contains(fx->err, "aural encode --help");
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
+static void test_output_directory_missing(void **state) {
+  fixture *fx = *state;
+  char out[PATH_BYTES];
+  snprintf(out, sizeof out, "%s/no-such-dir/out.npy", fx->out_dir);
+  int status = run_aural(fx, "encode", "-q", "-o", out,
+                         test_data_path("fbank/speech.wav"), NULL);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 1);
+  assert_contains(fx->err, out);
+  assert_contains(fx->err, "no such file or directory");
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
+/* OUT is an existing directory: the rename at the end fails, and the
+ * temporary file beside it must go. */
+static void test_output_is_directory(void **state) {
+  fixture *fx = *state;
+  int status = run_aural(fx, "encode", "-q", "-o", fx->out_dir,
+                         test_data_path("fbank/speech.wav"), NULL);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 1);
+  assert_contains(fx->err, fx->out_dir);
+  assert_contains(fx->err, "directory");
+  assert_dir_holds(fx->out_dir, NULL);
+  DIR *d = opendir(fx->root);
+  assert_non_null(d);
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0)
+      fail_msg("%s/%s was left behind", fx->root, e->d_name);
+  closedir(d);
+}
+
+/* Ctrl-C while the tool is reading: it must exit 130 and leave nothing.
+ * The input is a FIFO, so the test decides when the input ends. */
+static void test_sigint_leaves_nothing(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES];
+  input_path(in, fx, "live.wav");
+  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
+  assert_int_equal(mkfifo(in, 0600), 0);
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+
+  const char *args[] = {"encode", "-q", "-o", out, in, NULL};
+  pid_t pid = spawn_aural(fx, args);
+  /* A non-blocking open for writing succeeds once the tool has the FIFO
+   * open for reading, which it does after installing its handlers. */
+  int fd = -1;
+  for (int i = 0; i < 1000 && fd < 0; i++) {
+    fd = open(in, O_WRONLY | O_NONBLOCK);
+    if (fd < 0) {
+      assert_int_equal(errno, ENXIO);
+      sleep_ms(10);
+    }
+  }
+  if (fd < 0) {
+    kill(pid, SIGKILL);
+    wait_aural(fx, pid);
+    fail_msg("aural never opened %s", in);
+  }
+  assert_int_equal(fcntl(fd, F_SETFL, 0), 0);
+
+  /* A WAV of unknown length, as a live recorder writes it, and 0.5 s. */
+  enum { N_FRAMES = 8000 };
+  uint8_t *b = malloc(44 + 2 * N_FRAMES);
+  assert_non_null(b);
+  wav_header(b, WAV_PCM, 1, 16000, 16, 0xFFFFFFFFu);
+  fill_pcm16(b + 44, N_FRAMES);
+  assert_int_equal(write(fd, b, 44 + 2 * N_FRAMES), 44 + 2 * N_FRAMES);
+
+  /* Wait until the temporary output exists: the tool is encoding. */
+  int busy = 0;
+  for (int i = 0; i < 1000 && !busy; i++) {
+    DIR *d = opendir(fx->out_dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+      busy |= strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0;
+    closedir(d);
+    if (!busy) sleep_ms(10);
+  }
+  assert_int_equal(kill(pid, SIGINT), 0);
+  /* More audio, then the end, so a tool blocked in read() wakes up. */
+  assert_int_equal(write(fd, b + 44, 200), 200);
+  free(b);
+  close(fd);
+
+  int status = wait_aural(fx, pid);
+  signal(SIGPIPE, old_pipe);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_true(busy);
+  assert_int_equal(status, 130);
+  assert_contains(fx->err, "interrupted");
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
+/* ---- Good inputs against the goldens. ---- */
+
+static void test_goldens(void **state) {
+  fixture *fx = *state;
+  FILE *cases = fopen(test_data_path("fbank/cases.txt"), "r");
+  assert_non_null(cases);
+  char name[64];
+  double rate_hz;
+  int n_channels, n_cases = 0, n_bad = 0;
+  size_t n_frames;
+  while (fscanf(cases, "%63s %lf %d %zu", name, &rate_hz, &n_channels,
+                &n_frames) == 4) {
+    char rel[128], in[PATH_BYTES], golden[PATH_BYTES], out[PATH_BYTES];
+    snprintf(rel, sizeof rel, "fbank/%s.wav", name);
+    snprintf(in, sizeof in, "%s", test_data_path(rel));
+    snprintf(rel, sizeof rel, "fbank/%s.npy", name);
+    snprintf(golden, sizeof golden, "%s", test_data_path(rel));
+    snprintf(out, sizeof out, "%s/%s.npy", fx->out_dir, name);
+    n_cases++;
+
+    int status = run_aural(fx, "encode", "-q", "--output", "features", "-o",
+                           out, in, NULL);
+    if (status != 0) {
+      printf("  %-13s exit %d: %s", name, status, fx->err);
+      n_bad++;
+      continue;
+    }
+    assert_string_equal(fx->out, ""); /* -q: nothing but errors */
+    assert_string_equal(fx->err, "");
+
+    float *want, *got;
+    size_t want_rows, want_cols, got_rows, got_cols;
+    char msg[PATH_BYTES + 64];
+    if (npy_read_f32(golden, &want, &want_rows, &want_cols, msg,
+                     sizeof msg) < 0 ||
+        npy_read_f32(out, &got, &got_rows, &got_cols, msg, sizeof msg) < 0)
+      fail_msg("%s", msg);
+    assert_int_equal(want_rows, n_frames);
+    double worst = 0;
+    if (got_rows != want_rows || got_cols != want_cols) {
+      printf("  %-13s shape (%zu, %zu), golden (%zu, %zu)\n", name,
+             got_rows, got_cols, want_rows, want_cols);
+      n_bad++;
+    } else {
+      for (size_t i = 0; i < got_rows * got_cols; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        if (!(d <= worst)) worst = d; /* NaN counts as worst */
+      }
+      int ok = worst <= GOLDEN_TOLERANCE;
+      printf("  %-13s %6.0f Hz %d ch  (%3zu, %zu)  max |diff| %.2e%s\n",
+             name, rate_hz, n_channels, got_rows, got_cols, worst,
+             ok ? "" : "  > tolerance");
+      n_bad += !ok;
+    }
+    free(want);
+    free(got);
+  }
+  fclose(cases);
+  assert_true(n_cases >= 10);
+  if (n_bad > 0)
+    fail_msg("%d of %d golden cases failed (tolerance %g)", n_bad, n_cases,
+             GOLDEN_TOLERANCE);
+}
+
+/* Without -q the tool reports what it did (on stdout or stderr); --show
+ * draws the result. */
+static void test_summary_and_show(void **state) {
+  fixture *fx = *state;
+  char out[PATH_BYTES];
+  snprintf(out, sizeof out, "%s/speech.npy", fx->out_dir);
+  const char *in = test_data_path("fbank/speech.wav");
+  assert_int_equal(run_aural(fx, "encode", "--show", "--output", "features",
+                             "-o", out, in, NULL),
+                   0);
+  char *said;
+  assert_true(asprintf(&said, "%s%s", fx->out, fx->err) > 0);
+  assert_contains(said, "16000 Hz");
+  assert_contains(said, "108 frames x 80");
+  assert_contains(said, out);
+  assert_contains(said, "log-mel");
+  free(said);
+  assert_dir_holds(fx->out_dir, "speech.npy");
+}
+
+int main(void) {
+  if (getenv("AURAL_BIN") == NULL || getenv("AURAL_TEST_DATA") == NULL) {
+    fprintf(stderr, "test_cli: set AURAL_BIN and AURAL_TEST_DATA\n");
+    return 1;
+  }
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+  const struct CMUnitTest tests[] = {
+      T(test_help),
+      T(test_usage_errors),
+      T(test_bad_missing_file),
+      T(test_bad_directory),
+      T(test_bad_empty_file),
+      T(test_bad_cut_inside_header),
+      T(test_bad_truncated_data),
+      T(test_bad_truncated_data_after_many_chunks),
+      T(test_bad_text_renamed_wav),
+      T(test_bad_nan),
+      T(test_bad_infinity),
+      T(test_bad_rate_zero),
+      T(test_bad_rate_one),
+      T(test_bad_rate_ten_million),
+      T(test_bad_zero_channels),
+      T(test_bad_hundred_thousand_channels),
+      T(test_output_directory_missing),
+      T(test_output_is_directory),
+      T(test_sigint_leaves_nothing),
+      T(test_goldens),
+      T(test_summary_and_show),
+  };
+#undef T
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,317 @@
+/*
+ * Encoder tests: parity with the PyTorch reference (goldens from
+ * tools/reference/gen_encoder_goldens.py), independence from how frames
+ * are grouped into calls, f16 weights in memory, CTC decoding, and memory
+ * that does not grow with the stream.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <aural.h>
+
+#include "helpers.h"
+#include "npy.h"
+
+#define PARITY_TOL 1e-4
+#define CHUNK_TOL 1e-5
+
+static float *load_npy(const char *rel, size_t *rows, size_t *cols) {
+  float *data;
+  char err[256];
+  if (npy_read_f32(test_data_path(rel), &data, rows, cols, err, sizeof err))
+    fail_msg("%s", err);
+  return data;
+}
+
+static aural_model *load_model(const char *name, aural_weight_type wt) {
+  char rel[128];
+  snprintf(rel, sizeof rel, "encoder/%s.safetensors", name);
+  aural_model_load_config lc;
+  aural_model_load_config_default(&lc);
+  lc.weights = wt;
+  aural_model *m;
+  aural_err err = {0};
+  if (aural_model_load(test_data_path(rel), &lc, &m, &err) != 0)
+    fail_msg("%s", err.msg);
+  return m;
+}
+
+/* Runs feats (n, mels) through a fresh encoder in calls of `step` frames
+ * (0: all at once). */
+static void run(const aural_model *m, uint64_t start, const float *feats,
+                size_t n, size_t step, size_t batch, float *emb,
+                float *logits) {
+  const aural_model_config *c = aural_model_get_config(m);
+  aural_encoder_config ec;
+  aural_encoder_config_default(&ec);
+  ec.first_frame = start;
+  if (batch) ec.max_batch_frames = batch;
+  aural_encoder *e;
+  aural_err err;
+  assert_int_equal(aural_encoder_create(m, &ec, &e, &err), 0);
+  if (step == 0) step = n;
+  size_t mels = (size_t)c->fbank.num_mel_bins, d = (size_t)c->d_model,
+         v = (size_t)c->vocab_size;
+  for (size_t at = 0; at < n; at += step) {
+    size_t k = n - at < step ? n - at : step;
+    assert_int_equal(aural_encoder_forward(e, feats + at * mels, k,
+                                           emb + at * d,
+                                           logits ? logits + at * v : NULL),
+                     0);
+  }
+  assert_int_equal(aural_encoder_next_frame(e), start + n);
+  aural_encoder_destroy(e);
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(a[i])) return INFINITY;
+    m = fmax(m, fabs((double)a[i] - b[i]));
+  }
+  return m;
+}
+
+typedef struct golden_case {
+  char name[64];
+  size_t n_frames;
+  unsigned long long start;
+  int has_head;
+  char dtype[8];
+} golden_case;
+
+static int read_cases(golden_case *cases, int max) {
+  FILE *f = fopen(test_data_path("encoder/cases.txt"), "r");
+  assert_non_null(f);
+  int n = 0;
+  while (n < max &&
+         fscanf(f, "%63s %zu %llu %d %7s", cases[n].name, &cases[n].n_frames,
+                &cases[n].start, &cases[n].has_head, cases[n].dtype) == 5)
+    n++;
+  fclose(f);
+  return n;
+}
+
+static void check_case(const golden_case *gc, aural_weight_type wt) {
+  size_t t_in, mels, t_emb, d;
+  float *feats = load_npy("encoder/input.npy", &t_in, &mels);
+  char rel[128];
+  snprintf(rel, sizeof rel, "encoder/%s.emb.npy", gc->name);
+  float *gold = load_npy(rel, &t_emb, &d);
+  assert_int_equal(t_emb, gc->n_frames);
+  assert_true(t_in >= gc->n_frames);
+  aural_model *m = load_model(gc->name, wt);
+  const aural_model_config *c = aural_model_get_config(m);
+  assert_int_equal((size_t)c->d_model, d);
+  float *emb = malloc(t_emb * d * sizeof *emb);
+  float *logits = NULL, *gold_logits = NULL;
+  size_t t_l = 0, v = 0;
+  assert_int_equal(c->vocab_size > 0, gc->has_head);
+  if (gc->has_head) {
+    snprintf(rel, sizeof rel, "encoder/%s.logits.npy", gc->name);
+    gold_logits = load_npy(rel, &t_l, &v);
+    assert_int_equal(v, (size_t)c->vocab_size);
+    logits = malloc(t_l * v * sizeof *logits);
+  }
+  run(m, gc->start, feats, t_emb, 50, 0, emb, logits);
+  double de = max_diff(emb, gold, t_emb * d);
+  double dl = gc->has_head ? max_diff(logits, gold_logits, t_l * v) : 0;
+  printf("  %-20s %s start %-7llu W %-5d %s %s: max |C - torch| emb %.2e "
+         "logits %.2e\n",
+         gc->name, gc->dtype, gc->start, c->window,
+         c->norm_first ? "pre-LN " : "post-LN", 
+         wt == AURAL_WEIGHTS_F16 ? "f16 in memory" : "f32 in memory", de, dl);
+  assert_true(de <= PARITY_TOL);
+  assert_true(dl <= PARITY_TOL);
+  free(emb);
+  free(logits);
+  free(gold);
+  free(gold_logits);
+  free(feats);
+  aural_model_free(m);
+}
+
+static void test_parity_with_pytorch(void **state) {
+  (void)state;
+  golden_case cases[32];
+  int n = read_cases(cases, 32);
+  assert_true(n >= 6);
+  int saw_offset = 0, saw_f16 = 0, saw_head = 0;
+  for (int i = 0; i < n; i++) {
+    check_case(&cases[i], AURAL_WEIGHTS_F32);
+    saw_offset |= cases[i].start >= 360000;
+    saw_f16 |= strcmp(cases[i].dtype, "F16") == 0;
+    saw_head |= cases[i].has_head;
+    /* Half-precision files lose nothing when kept as half in memory. */
+    if (strcmp(cases[i].dtype, "F16") == 0)
+      check_case(&cases[i], AURAL_WEIGHTS_F16);
+  }
+  assert_true(saw_offset && saw_f16 && saw_head);
+}
+
+/* Frame by frame, chunks of 7, chunks of 50 and everything at once agree;
+ * so does a batch size that splits calls. */
+static void test_chunk_invariance(void **state) {
+  (void)state;
+  golden_case cases[32];
+  int n = read_cases(cases, 32);
+  size_t t_in, mels;
+  float *feats = load_npy("encoder/input.npy", &t_in, &mels);
+  for (int i = 0; i < n; i++) {
+    aural_model *m = load_model(cases[i].name, AURAL_WEIGHTS_F32);
+    size_t d = (size_t)aural_model_get_config(m)->d_model;
+    size_t t = 600; /* enough for every ring to wrap */
+    float *whole = malloc(t * d * sizeof *whole);
+    float *part = malloc(t * d * sizeof *part);
+    run(m, cases[i].start, feats, t, 0, t, whole, NULL);
+    const size_t steps[] = {1, 7, 50, 599};
+    double worst = 0;
+    for (size_t s = 0; s < 4; s++) {
+      run(m, cases[i].start, feats, t, steps[s], 0, part, NULL);
+      worst = fmax(worst, max_diff(part, whole, t * d));
+    }
+    run(m, cases[i].start, feats, t, 0, 13, part, NULL);
+    worst = fmax(worst, max_diff(part, whole, t * d));
+    printf("  %-20s worst difference between groupings %.2e\n",
+           cases[i].name, worst);
+    assert_true(worst <= CHUNK_TOL);
+    free(whole);
+    free(part);
+    aural_model_free(m);
+  }
+  free(feats);
+}
+
+/* The fast matrix product agrees with the scalar oracle through a whole
+ * model: f32 weights through GEMM versus the same weights as f16 gives
+ * differences of f16 rounding only, and identical calls are bit-identical. */
+static void test_reset_repeats_exactly(void **state) {
+  (void)state;
+  aural_model *m = load_model("prenorm_gelu_rope", AURAL_WEIGHTS_F32);
+  size_t t_in, mels;
+  float *feats = load_npy("encoder/input.npy", &t_in, &mels);
+  size_t d = 32, t = 300;
+  float *a = malloc(t * d * sizeof *a), *b = malloc(t * d * sizeof *b);
+  aural_encoder *e;
+  assert_int_equal(aural_encoder_create(m, NULL, &e, NULL), 0);
+  assert_int_equal(aural_encoder_forward(e, feats, t, a, NULL), 0);
+  aural_encoder_reset(e, 0);
+  assert_int_equal(aural_encoder_forward(e, feats, t, b, NULL), 0);
+  assert_memory_equal(a, b, t * d * sizeof *a);
+  /* Logits requested from a model without a head are refused. */
+  aural_model *nohead = load_model("postnorm_relu_sin", AURAL_WEIGHTS_F32);
+  aural_encoder *e2;
+  assert_int_equal(aural_encoder_create(nohead, NULL, &e2, NULL), 0);
+  assert_int_equal(aural_encoder_forward(e2, feats, 1, a, b), AURAL_EINVAL);
+  aural_encoder_destroy(e2);
+  aural_model_free(nohead);
+  aural_encoder_destroy(e);
+  aural_model_free(m);
+  free(a);
+  free(b);
+  free(feats);
+}
+
+static void test_ctc_greedy(void **state) {
+  (void)state;
+  /* Frames' best tokens: 0 1 1 0 1 2 2 0 0 3 3 -> 1 1 2 3. */
+  const int best[] = {0, 1, 1, 0, 1, 2, 2, 0, 0, 3, 3};
+  size_t n = sizeof best / sizeof best[0];
+  float logits[11 * 4];
+  for (size_t t = 0; t < n; t++)
+    for (int v = 0; v < 4; v++) logits[t * 4 + v] = v == best[t] ? 1.0f : -1.0f;
+  int ids[16], prev = -1;
+  size_t k = aural_ctc_greedy(logits, n, 4, &prev, ids, 16);
+  assert_int_equal(k, 4);
+  const int want[] = {1, 1, 2, 3};
+  assert_memory_equal(ids, want, sizeof want);
+  /* Chunk by chunk, with the state carried, gives the same. */
+  int ids2[16];
+  size_t k2 = 0;
+  prev = -1;
+  for (size_t at = 0; at < n; at += 2) {
+    size_t m = n - at < 2 ? n - at : 2;
+    k2 += aural_ctc_greedy(logits + at * 4, m, 4, &prev, ids2 + k2, 16 - k2);
+  }
+  assert_int_equal(k2, 4);
+  assert_memory_equal(ids2, want, sizeof want);
+  /* Overflowing max_ids is counted, not written. */
+  prev = -1;
+  assert_int_equal(aural_ctc_greedy(logits, n, 4, &prev, ids, 2), 4);
+
+  /* Against the reference's own greedy decoding of its logits. */
+  size_t t_l, v;
+  float *gl = load_npy("encoder/prenorm_gelu_rope.logits.npy", &t_l, &v);
+  int *got = malloc(t_l * sizeof *got);
+  prev = -1;
+  size_t n_got = aural_ctc_greedy(gl, t_l, (int)v, &prev, got, t_l);
+  FILE *f = fopen(test_data_path("encoder/prenorm_gelu_rope.ctc.txt"), "r");
+  assert_non_null(f);
+  size_t i = 0;
+  int id;
+  while (i < t_l && fscanf(f, "%d", &id) == 1) {
+    assert_true(i < n_got);
+    assert_int_equal(got[i], id);
+    i++;
+  }
+  fclose(f);
+  assert_int_equal(i, n_got);
+  free(got);
+  free(gl);
+}
+
+/* Resident memory of this process, in kB. */
+static long rss_kb(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f == NULL) return -1;
+  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+  fclose(f);
+  return resident * 4;
+}
+
+static void test_memory_flat_over_100k_frames(void **state) {
+  (void)state;
+  aural_model *m = load_model("prenorm_gelu_rope", AURAL_WEIGHTS_F32);
+  size_t t_in, mels;
+  float *feats = load_npy("encoder/input.npy", &t_in, &mels);
+  aural_encoder *e;
+  assert_int_equal(aural_encoder_create(m, NULL, &e, NULL), 0);
+  float emb[50 * 32], logits[50 * 16];
+  long warm = 0;
+  for (size_t done = 0, at = 0; done < 100000; done += 50) {
+    if (at + 50 > t_in) at = 0;
+    assert_int_equal(aural_encoder_forward(e, feats + at * mels, 50, emb,
+                                           logits),
+                     0);
+    at += 50;
+    if (done == 5000) warm = rss_kb();
+  }
+  long end = rss_kb();
+  printf("  RSS after warm-up %ld kB, after 100,000 frames %ld kB\n", warm,
+         end);
+  assert_true(warm > 0);
+  assert_true(end - warm <= 64); /* a page or so of noise, no growth */
+  for (size_t i = 0; i < 50 * 32; i++) assert_true(isfinite(emb[i]));
+  aural_encoder_destroy(e);
+  aural_model_free(m);
+  free(feats);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_parity_with_pytorch),
+      cmocka_unit_test(test_chunk_invariance),
+      cmocka_unit_test(test_reset_repeats_exactly),
+      cmocka_unit_test(test_ctc_greedy),
+      cmocka_unit_test(test_memory_flat_over_100k_frames),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,105 @@
+/* aural info: what a model file holds and what running it costs. */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <aural.h>
+
+#include "cli.h"
+
+static void usage(FILE *to) {
+  fprintf(to,
+          "Usage: aural info [OPTIONS] [MODEL]\n"
+          "\n"
+          "Validates MODEL (default: the bundled model, %s) and prints its\n"
+          "configuration, parameter count, weight memory, memory per\n"
+          "stream and floating-point operations per 10 ms frame.\n"
+          "\n"
+          "Options:\n"
+          "      --f16      report weight memory with matrices held as f16\n"
+          "  -h, --help     show this help\n"
+          "\n"
+          "Exit status: 0 if the model is valid, 1 if not, 2 for a bad\n"
+          "command line.\n",
+          cli_default_model());
+}
+
+static const char *const pos_names[] = {"none", "sinusoidal", "rope"};
+static const char *const act_names[] = {"relu", "gelu"};
+
+int cmd_info(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"f16", no_argument, NULL, 'F'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  aural_model_load_config lc;
+  aural_model_load_config_default(&lc);
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'F': lc.weights = AURAL_WEIGHTS_F16; break;
+    case 'h': usage(stdout); return EXIT_OK;
+    default:
+      fprintf(stderr, "(see 'aural info --help')\n");
+      return EXIT_USAGE;
+    }
+  }
+  if (argc - optind > 1) {
+    fprintf(stderr, "aural info: one MODEL at most\n");
+    return EXIT_USAGE;
+  }
+  const char *path = optind < argc ? argv[optind] : cli_default_model();
+  aural_model *m;
+  aural_err err;
+  if (aural_model_load(path, &lc, &m, &err) < 0) {
+    fprintf(stderr, "aural info: %s\n", err.msg);
+    return EXIT_FAIL;
+  }
+  const aural_model_config *mc = aural_model_get_config(m);
+  aural_encoder_config ec;
+  aural_encoder_config_default(&ec);
+  size_t state = aural_encoder_state_bytes(m, &ec);
+  size_t ring = (size_t)mc->n_layers * (size_t)mc->window *
+                (size_t)mc->d_model * 2 * sizeof(float);
+  uint64_t flops = aural_model_flops_per_frame(m);
+  printf("model        %s\n", path);
+  printf("frontend     %.0f Hz, %d mel bins, %g ms windows every %g ms%s\n",
+         mc->fbank.sample_rate_hz, mc->fbank.num_mel_bins,
+         mc->fbank.frame_length_ms, mc->fbank.frame_shift_ms,
+         mc->has_cmvn ? ", global CMVN" : "");
+  printf("encoder      %d layers, d_model %d, %d heads of %d, d_ff %d, %s, "
+         "%s\n",
+         mc->n_layers, mc->d_model, mc->n_heads, mc->d_model / mc->n_heads,
+         mc->d_ff, act_names[mc->activation],
+         mc->norm_first ? "Pre-LN" : "Post-LN");
+  printf("attention    causal window of %d frames (%.2f s), positions: %s",
+         mc->window, mc->window * mc->fbank.frame_shift_ms / 1000,
+         pos_names[mc->pos_encoding]);
+  if (mc->pos_encoding == AURAL_POS_ROPE) printf(" (theta %g)", mc->rope_theta);
+  printf("\nfinal norm   %s\n", mc->final_norm ? "yes" : "no");
+  if (mc->vocab_size > 0) {
+    printf("CTC head     %d tokens:", mc->vocab_size);
+    for (int i = 0; i < mc->vocab_size && i < 12; i++)
+      printf(" %s", aural_model_token(m, i));
+    printf("%s\n", mc->vocab_size > 12 ? " ..." : "");
+  } else {
+    printf("CTC head     none\n");
+  }
+  printf("parameters   %llu (%.2f M)\n",
+         (unsigned long long)aural_model_n_params(m),
+         (double)aural_model_n_params(m) / 1e6);
+  printf("weights      %.2f MB in memory (%s matrices)\n",
+         (double)aural_model_weight_bytes(m) / 1e6,
+         lc.weights == AURAL_WEIGHTS_F16 ? "f16" : "f32");
+  printf("per stream   %zu bytes (%.2f MB): KV rings %zu bytes, scratch for "
+         "%zu-frame batches %zu bytes\n",
+         state, (double)state / 1e6, ring, ec.max_batch_frames, state - ring);
+  printf("cost         %.2f MFLOP per frame (%.2f GFLOP/s for one real-time "
+         "stream)\n",
+         (double)flops / 1e6, (double)flops * 100 / 1e9);
+  aural_model_free(m);
+  return EXIT_OK;
+}
