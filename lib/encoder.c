@@ -191,33 +191,9 @@ static void attend(aural_encoder *e, int li, size_t r, uint64_t t) {
   memcpy(v_ring + slot * d, q + 2 * d, d * sizeof *q);
 
   uint64_t lo = t - e->first_frame + 1 >= w ? t - w + 1 : e->first_frame;
-  size_t n_ctx = (size_t)(t - lo + 1);
-  float scale = 1.0f / sqrtf((float)hs);
-  for (size_t h = 0; h < (size_t)e->n_heads; h++) {
-    const float *qh = q + h * hs;
-    float best = -INFINITY;
-    for (size_t j = 0; j < n_ctx; j++) {
-      const float *kh = k_ring + (size_t)((lo + j) % w) * d + h * hs;
-      float s = 0.0f;
-      for (size_t c = 0; c < hs; c++) s += qh[c] * kh[c];
-      s *= scale;
-      e->scores[j] = s;
-      if (s > best) best = s;
-    }
-    float sum = 0.0f;
-    for (size_t j = 0; j < n_ctx; j++) {
-      e->scores[j] = expf(e->scores[j] - best);
-      sum += e->scores[j];
-    }
-    float inv = 1.0f / sum;
-    float *oh = o + h * hs;
-    memset(oh, 0, hs * sizeof *oh);
-    for (size_t j = 0; j < n_ctx; j++) {
-      const float *vh = v_ring + (size_t)((lo + j) % w) * d + h * hs;
-      float p = e->scores[j] * inv;
-      for (size_t c = 0; c < hs; c++) oh[c] += p * vh[c];
-    }
-  }
+  aural__attention(q, k_ring, v_ring, d, (size_t)e->n_heads, w,
+                   (size_t)(lo % w), (size_t)(t - lo + 1),
+                   1.0f / sqrtf((float)hs), e->scores, o);
 }
 
 static void add_rows(float *x, const float *y, size_t n) {

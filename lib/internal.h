@@ -59,12 +59,26 @@ void aural__fbank_free(aural__fbank *fb);
 
 #include "aural/model.h"
 
-/* A weight matrix (rows, cols), row-major, in one of two memory types. */
+/* A weight matrix W (rows, cols) as used by y = x W^T: rows are output
+ * features. Stored packed for the GEMM kernels in panels of
+ * AURAL__PANEL rows: panel p holds W[p*16 + j][k] at (p*cols + k)*16 + j,
+ * rows past the end are zero. One of f32 / f16 is set. */
+#define AURAL__PANEL 16
 typedef struct aural__mat {
-  const float *f32;    /* (rows, cols) or NULL */
-  const uint16_t *f16; /* (rows, cols) IEEE half, or NULL */
+  const float *f32;    /* (n_panels, cols, 16) or NULL */
+  const uint16_t *f16; /* (n_panels, cols, 16) IEEE half, or NULL */
   int rows, cols;
 } aural__mat;
+
+/* Elements a packed (rows, cols) matrix occupies. */
+static inline size_t aural__packed_size(size_t rows, size_t cols) {
+  return (rows + AURAL__PANEL - 1) / AURAL__PANEL * AURAL__PANEL * cols;
+}
+
+/* Offset of W[r][c] in the packed layout. */
+static inline size_t aural__packed_at(size_t r, size_t c, size_t cols) {
+  return (r / AURAL__PANEL * cols + c) * AURAL__PANEL + r % AURAL__PANEL;
+}
 
 typedef struct aural__layer {
   aural__mat qkv;      /* (3 d, d): rows q, k, v */
@@ -101,12 +115,24 @@ uint16_t aural__f32_to_f16(float f);
 
 /* ---- linear algebra (linalg.c) ----------------------------------------- */
 
-/* y (n, W.rows) = x (n, W.cols) W^T + b (b may be NULL). The fast path;
- * aural__linear_ref is the plain scalar oracle it is tested against. */
+/* y (n, W.rows) = x (n, W.cols) W^T + b (b may be NULL). The fast path
+ * picks a SIMD kernel for this CPU; aural__linear_ref is the plain scalar
+ * oracle. Every kernel computes each output as one fused multiply-add
+ * chain over k in order, then adds the bias, so all of them give the same
+ * bits, whatever n is: results never depend on how rows are batched. */
 void aural__linear(const aural__mat *w, const float *b, const float *x,
                    size_t n, float *y);
 void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
                        size_t n, float *y);
+
+/* Attention of one query row q (d) over n_ctx cached frames, per head of
+ * d / n_heads: keys and values are rows (slot_first + j) mod n_slots of
+ * k_ring and v_ring (n_slots, d). Writes o (d); scores (n_ctx) is
+ * scratch. */
+void aural__attention(const float *q, const float *k_ring,
+                      const float *v_ring, size_t d, size_t n_heads,
+                      size_t n_slots, size_t slot_first, size_t n_ctx,
+                      float scale, float *scores, float *o);
 
 /* In place over n rows of width d: y = (x - mean) / sqrt(var + eps) * g + b. */
 void aural__layer_norm(float *x, size_t n, int d, const float *g,
@@ -115,5 +141,8 @@ void aural__layer_norm(float *x, size_t n, int d, const float *g,
 /* In place over n values. */
 void aural__gelu(float *x, size_t n);
 void aural__relu(float *x, size_t n);
+
+/* Name of the kernel aural__linear uses on this CPU. */
+const char *aural__gemm_kernel(void);
 
 #endif

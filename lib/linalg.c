@@ -1,11 +1,12 @@
 /*
- * The numeric kernels of the encoder: matrix products (through OpenBLAS
- * for float weights), layer norm and activations.
+ * The numeric kernels of the encoder: matrix products, layer norm and
+ * activations.
  */
-#include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "aural/encoder.h"
@@ -16,29 +17,289 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
   size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
   for (size_t i = 0; i < n; i++) {
     for (size_t r = 0; r < rows; r++) {
-      float acc = b != NULL ? b[r] : 0.0f;
+      float acc = 0.0f;
       for (size_t c = 0; c < cols; c++) {
-        float wv = w->f32 != NULL ? w->f32[r * cols + c]
-                                  : aural__f16_to_f32(w->f16[r * cols + c]);
-        acc += x[i * cols + c] * wv;
+        size_t at = aural__packed_at(r, c, cols);
+        float wv = w->f32 != NULL ? w->f32[at] : aural__f16_to_f32(w->f16[at]);
+        acc = fmaf(x[i * cols + c], wv, acc);
       }
-      y[i * rows + r] = acc;
+      y[i * rows + r] = b != NULL ? acc + b[r] : acc;
     }
   }
 }
 
+/*
+ * The AVX-512 kernel. Output columns go 32 at a time (two panels, two
+ * vectors); rows of x go MR at a time, each row's input broadcast and
+ * multiplied into its two accumulators, so one k step is 2 loads of W and
+ * 2 MR fused multiply-adds. MR = 6 keeps 12 accumulators in registers and
+ * both FMA units busy; the last rows of x use a smaller MR, each a
+ * function of its own so that its accumulators stay in registers too. For
+ * one row (frame mode) the kernel streams W from memory, which bounds it.
+ * A missing second panel (odd panel count) is multiplied as zeros.
+ */
+#define MR_MAX 6
+#define F32_W(p, at) _mm512_loadu_ps((const float *)(p) + (at))
+#define F16_W(p, at) \
+  _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (at))))
+
+/* MR rows of x against NP panels: MR * NP accumulators. ws[q] is panel q
+ * (NULL: multiplied as zeros), stored under mask ms[q]. */
+#define DEFINE_BLOCK(NAME, MR, NP, LOAD)                                       \
+  __attribute__((target("avx512f,fma,f16c"), always_inline)) static inline void \
+  NAME(const void *const *ws, const float *x, size_t K, float *y, size_t N,    \
+       const __m512 *bs, const __mmask16 *ms) {                                \
+    __m512 acc[MR][NP];                                                        \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
+      _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) acc[r][q] =         \
+          _mm512_setzero_ps();                                                 \
+    for (size_t k = 0; k < K; k++) {                                           \
+      __m512 w[NP];                                                            \
+      _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) w[q] =              \
+          ws[q] ? LOAD(ws[q], k * 16) : _mm512_setzero_ps();                   \
+      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                   \
+        __m512 xv = _mm512_set1_ps(x[(size_t)r * K + k]);                      \
+        _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) acc[r][q] =       \
+            _mm512_fmadd_ps(xv, w[q], acc[r][q]);                              \
+      }                                                                        \
+    }                                                                          \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
+      _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) if (ms[q])          \
+        _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],               \
+                              _mm512_add_ps(acc[r][q], bs[q]));                \
+  }
+
+/* Panels per block for each MR: enough independent chains to cover the
+ * FMA latency when there are few rows. */
+#define DEFINE_BLOCKS(T, LOAD)                \
+  DEFINE_BLOCK(block1_##T, 1, 8, LOAD)        \
+  DEFINE_BLOCK(block2_##T, 2, 4, LOAD)        \
+  DEFINE_BLOCK(block3_##T, 3, 4, LOAD)        \
+  DEFINE_BLOCK(block4_##T, 4, 2, LOAD)        \
+  DEFINE_BLOCK(block5_##T, 5, 2, LOAD)        \
+  DEFINE_BLOCK(block6_##T, 6, 2, LOAD)
+DEFINE_BLOCKS(f32, F32_W)
+DEFINE_BLOCKS(f16, F16_W)
+
+static const int panels_for_rows[MR_MAX + 1] = {0, 8, 4, 4, 2, 2, 2};
+
+/* Runs rows [i, i + mr) of x against every panel, np panels at a time. */
+#define DEFINE_ROWS(T, ELEM)                                                   \
+  __attribute__((target("avx512f,fma,f16c"))) static void rows_##T(           \
+      const ELEM *w, size_t N, size_t K, const float *b, const float *x,       \
+      size_t mr, float *y) {                                                   \
+    size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL;                   \
+    size_t np = (size_t)panels_for_rows[mr];                                   \
+    for (size_t p = 0; p < n_panels; p += np) {                                \
+      const void *ws[8] = {0};                                                 \
+      __m512 bs[8];                                                            \
+      __mmask16 ms[8] = {0};                                                   \
+      for (size_t q = 0; q < np; q++) {                                        \
+        size_t c = (p + q) * AURAL__PANEL;                                     \
+        bs[q] = _mm512_setzero_ps();                                           \
+        if (p + q >= n_panels) continue;                                       \
+        size_t left = N - c;                                                   \
+        ws[q] = w + (p + q) * K * AURAL__PANEL;                                \
+        ms[q] = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);           \
+        /* Adding 0 where there is no bias keeps the chain's bits. */        \
+        if (b) bs[q] = _mm512_maskz_loadu_ps(ms[q], b + c);                    \
+      }                                                                        \
+      float *yp = y + p * AURAL__PANEL;                                        \
+      switch (mr) {                                                            \
+      case 1: block1_##T(ws, x, K, yp, N, bs, ms); break;                      \
+      case 2: block2_##T(ws, x, K, yp, N, bs, ms); break;                      \
+      case 3: block3_##T(ws, x, K, yp, N, bs, ms); break;                      \
+      case 4: block4_##T(ws, x, K, yp, N, bs, ms); break;                      \
+      case 5: block5_##T(ws, x, K, yp, N, bs, ms); break;                      \
+      default: block6_##T(ws, x, K, yp, N, bs, ms); break;                     \
+      }                                                                        \
+    }                                                                          \
+  }
+DEFINE_ROWS(f32, float)
+DEFINE_ROWS(f16, uint16_t)
+
+/* Row blocks outside, panels inside: a block of 6 rows of x (6 KB at
+ * K = 256) stays in L1 while the weights stream past it. */
+static void linear_avx512(const aural__mat *w, const float *b, const float *x,
+                          size_t M, float *y) {
+  size_t N = (size_t)w->rows, K = (size_t)w->cols;
+  for (size_t i = 0; i < M; i += MR_MAX) {
+    size_t mr = M - i < MR_MAX ? M - i : MR_MAX;
+    if (w->f32 != NULL)
+      rows_f32(w->f32, N, K, b, x + i * K, mr, y + i * N);
+    else
+      rows_f16(w->f16, N, K, b, x + i * K, mr, y + i * N);
+  }
+}
+
+typedef void (*linear_fn)(const aural__mat *, const float *, const float *,
+                          size_t, float *);
+static linear_fn linear_impl;
+static const char *kernel_name;
+static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
+
+static void pick_kernel(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
+      getenv("AURAL_GEMM_SCALAR") == NULL) {
+    linear_impl = linear_avx512;
+    kernel_name = "aural AVX-512 FMA (6x32 register blocks; f16 weights "
+                  "via F16C)";
+  } else {
+    linear_impl = aural__linear_ref;
+    kernel_name = "aural scalar reference (no AVX-512 on this CPU: slow)";
+  }
+}
+
+const char *aural__gemm_kernel(void) {
+  pthread_once(&kernel_once, pick_kernel);
+  return kernel_name;
+}
+
 void aural__linear(const aural__mat *w, const float *b, const float *x,
                    size_t n, float *y) {
-  if (w->f32 == NULL) {
-    aural__linear_ref(w, b, x, n, y);
+  pthread_once(&kernel_once, pick_kernel);
+  linear_impl(w, b, x, n, y);
+}
+
+/* glibc's vector math library (libmvec): erf on 16 floats at a time,
+ * within a few ulp of erff. */
+__m512 _ZGVeN16v_erff(__m512 x);
+
+__attribute__((target("avx512f"))) static void gelu_avx512(float *x,
+                                                          size_t n) {
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f),
+               rsqrt2 = _mm512_set1_ps((float)M_SQRT1_2);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_loadu_ps(x + i);
+    __m512 e = _ZGVeN16v_erff(_mm512_mul_ps(v, rsqrt2));
+    _mm512_storeu_ps(x + i,
+                     _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e)));
+  }
+  for (; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+}
+
+void aural__gelu(float *x, size_t n) {
+  pthread_once(&kernel_once, pick_kernel);
+  if (linear_impl != aural__linear_ref) {
+    gelu_avx512(x, n);
     return;
   }
-  size_t rows = (size_t)w->rows;
-  if (b != NULL)
-    for (size_t i = 0; i < n; i++) memcpy(y + i * rows, b, rows * sizeof *y);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, w->rows,
-              w->cols, 1.0f, x, w->cols, w->f32, w->cols,
-              b != NULL ? 1.0f : 0.0f, y, w->rows);
+  for (size_t i = 0; i < n; i++)
+    x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+}
+
+/* Scalar attention for one query row: the oracle, and the path for head
+ * sizes that are not a multiple of 16. */
+static void attention_ref(const float *q, const float *k_ring,
+                          const float *v_ring, size_t d, size_t n_heads,
+                          size_t n_slots, size_t slot_first, size_t n_ctx,
+                          float scale, float *scores, float *o) {
+  size_t hs = d / n_heads;
+  for (size_t h = 0; h < n_heads; h++) {
+    const float *qh = q + h * hs;
+    float best = -INFINITY;
+    for (size_t j = 0, slot = slot_first; j < n_ctx; j++) {
+      const float *kh = k_ring + slot * d + h * hs;
+      float sc = 0.0f;
+      for (size_t c = 0; c < hs; c++) sc += qh[c] * kh[c];
+      scores[j] = sc * scale;
+      if (scores[j] > best) best = scores[j];
+      if (++slot == n_slots) slot = 0;
+    }
+    float sum = 0.0f;
+    for (size_t j = 0; j < n_ctx; j++) {
+      scores[j] = expf(scores[j] - best);
+      sum += scores[j];
+    }
+    float inv = 1.0f / sum, *oh = o + h * hs;
+    memset(oh, 0, hs * sizeof *oh);
+    for (size_t j = 0, slot = slot_first; j < n_ctx; j++) {
+      const float *vh = v_ring + slot * d + h * hs;
+      float pj = scores[j] * inv;
+      for (size_t c = 0; c < hs; c++) oh[c] += pj * vh[c];
+      if (++slot == n_slots) slot = 0;
+    }
+  }
+}
+
+__m512 _ZGVeN16v_expf(__m512 x);
+
+/* The same with 16-wide vectors along the head dimension, and exp from
+ * libmvec 16 scores at a time. Needs hs % 16 == 0. */
+__attribute__((target("avx512f,fma"))) static void attention_avx512(
+    const float *q, const float *k_ring, const float *v_ring, size_t d,
+    size_t n_heads, size_t n_slots, size_t slot_first, size_t n_ctx,
+    float scale, float *scores, float *o) {
+  size_t hs = d / n_heads, nv = hs / 16;
+  for (size_t h = 0; h < n_heads; h++) {
+    const float *qh = q + h * hs;
+    float best = -INFINITY;
+    for (size_t j = 0, slot = slot_first; j < n_ctx; j++) {
+      const float *kh = k_ring + slot * d + h * hs;
+      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_loadu_ps(kh));
+      for (size_t v = 1; v < nv; v++)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * v),
+                              _mm512_loadu_ps(kh + 16 * v), acc);
+      scores[j] = _mm512_reduce_add_ps(acc) * scale;
+      if (scores[j] > best) best = scores[j];
+      if (++slot == n_slots) slot = 0;
+    }
+    __m512 vbest = _mm512_set1_ps(best), vsum = _mm512_setzero_ps();
+    size_t j = 0;
+    for (; j + 16 <= n_ctx; j += 16) {
+      __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(_mm512_loadu_ps(scores + j), vbest));
+      _mm512_storeu_ps(scores + j, e);
+      vsum = _mm512_add_ps(vsum, e);
+    }
+    if (j < n_ctx) {
+      __mmask16 m = (__mmask16)((1u << (n_ctx - j)) - 1);
+      __m512 e = _ZGVeN16v_expf(
+          _mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vbest));
+      e = _mm512_maskz_mov_ps(m, e);
+      _mm512_mask_storeu_ps(scores + j, m, e);
+      vsum = _mm512_add_ps(vsum, e);
+    }
+    float inv = 1.0f / _mm512_reduce_add_ps(vsum);
+    __m512 acc[8];
+    for (size_t v = 0; v < nv && v < 8; v++) acc[v] = _mm512_setzero_ps();
+    if (nv <= 8) {
+      for (size_t jj = 0, slot = slot_first; jj < n_ctx; jj++) {
+        const float *vh = v_ring + slot * d + h * hs;
+        __m512 p = _mm512_set1_ps(scores[jj] * inv);
+        for (size_t v = 0; v < nv; v++)
+          acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vh + 16 * v), acc[v]);
+        if (++slot == n_slots) slot = 0;
+      }
+      for (size_t v = 0; v < nv; v++) _mm512_storeu_ps(o + h * hs + 16 * v, acc[v]);
+    } else {
+      float *oh = o + h * hs;
+      memset(oh, 0, hs * sizeof *oh);
+      for (size_t jj = 0, slot = slot_first; jj < n_ctx; jj++) {
+        const float *vh = v_ring + slot * d + h * hs;
+        __m512 p = _mm512_set1_ps(scores[jj] * inv);
+        for (size_t v = 0; v < nv; v++)
+          _mm512_storeu_ps(oh + 16 * v,
+                           _mm512_fmadd_ps(p, _mm512_loadu_ps(vh + 16 * v),
+                                           _mm512_loadu_ps(oh + 16 * v)));
+        if (++slot == n_slots) slot = 0;
+      }
+    }
+  }
+}
+
+void aural__attention(const float *q, const float *k_ring,
+                      const float *v_ring, size_t d, size_t n_heads,
+                      size_t n_slots, size_t slot_first, size_t n_ctx,
+                      float scale, float *scores, float *o) {
+  pthread_once(&kernel_once, pick_kernel);
+  if (linear_impl != aural__linear_ref && (d / n_heads) % 16 == 0)
+    attention_avx512(q, k_ring, v_ring, d, n_heads, n_slots, slot_first,
+                     n_ctx, scale, scores, o);
+  else
+    attention_ref(q, k_ring, v_ring, d, n_heads, n_slots, slot_first, n_ctx,
+                  scale, scores, o);
 }
 
 void aural__layer_norm(float *x, size_t n, int d, const float *g,
@@ -55,46 +316,8 @@ void aural__layer_norm(float *x, size_t n, int d, const float *g,
   }
 }
 
-void aural__gelu(float *x, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
-}
-
 void aural__relu(float *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-/* OpenBLAS reports "Prescott" (its generic x86-64 kernel) when it does not
- * recognise the CPU, as Debian's 0.3.21 does on recent Xeons. */
-static int is_generic_core(const char *core) {
-  return strcmp(core, "Prescott") == 0 || strcmp(core, "Core2") == 0 ||
-         strcmp(core, "Penryn") == 0 || strcmp(core, "Nehalem") == 0 ||
-         strcmp(core, "Dunnington") == 0;
-}
-
-static char gemm_name[160];
-static pthread_once_t gemm_name_once = PTHREAD_ONCE_INIT;
-
-static void make_gemm_name(void) {
-  {
-    const char *cfg = openblas_get_config();
-    const char *core = openblas_get_corename();
-    char version[32] = "";
-    if (sscanf(cfg, "OpenBLAS %31s", version) != 1) version[0] = '\0';
-    snprintf(gemm_name, sizeof gemm_name, "OpenBLAS %s %s%s", version, core,
-             is_generic_core(core) ? " (generic kernel)" : "");
-  }
-}
-
-const char *aural_gemm_name(void) {
-  pthread_once(&gemm_name_once, make_gemm_name);
-  return gemm_name;
-}
-
-const char *aural_gemm_env_fix(void) {
-  if (!is_generic_core(openblas_get_corename())) return NULL;
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return "OPENBLAS_CORETYPE=SkylakeX";
-  if (__builtin_cpu_supports("avx2")) return "OPENBLAS_CORETYPE=Haswell";
-  return NULL;
-}
+const char *aural_gemm_name(void) { return aural__gemm_kernel(); }

@@ -445,39 +445,43 @@ static int list_wanted(aural_model *m, int has_cmvn, want_list *l) {
   return rc;
 }
 
-/* Converts n elements of src (little-endian, any alignment) to float. */
-static void to_f32(const unsigned char *src, dtype t, size_t n, float *dst) {
-  for (size_t i = 0; i < n; i++) {
-    if (t == DT_F32) {
-      memcpy(&dst[i], src + 4 * i, 4);
-    } else {
-      uint16_t h;
-      memcpy(&h, src + 2 * i, 2);
-      dst[i] = t == DT_F16 ? aural__f16_to_f32(h) : bf16_to_f32(h);
-    }
+/* Element i of src (little-endian, any alignment) as float. */
+static float elem_f32(const unsigned char *src, dtype t, size_t i) {
+  float f;
+  uint16_t h;
+  if (t == DT_F32) {
+    memcpy(&f, src + 4 * i, 4);
+    return f;
   }
+  memcpy(&h, src + 2 * i, 2);
+  return t == DT_F16 ? aural__f16_to_f32(h) : bf16_to_f32(h);
 }
 
-static void to_f16(const unsigned char *src, dtype t, size_t n,
-                   uint16_t *dst) {
-  if (t == DT_F16) {
-    memcpy(dst, src, 2 * n);
-    return;
-  }
-  for (size_t i = 0; i < n; i++) {
-    float f;
-    if (t == DT_F32) {
-      memcpy(&f, src + 4 * i, 4);
-    } else {
-      uint16_t h;
-      memcpy(&h, src + 2 * i, 2);
-      f = bf16_to_f32(h);
+/* Element i as IEEE half: F16 bits pass through unchanged. */
+static uint16_t elem_f16(const unsigned char *src, dtype t, size_t i) {
+  uint16_t h;
+  if (t != DT_F16) return aural__f32_to_f16(elem_f32(src, t, i));
+  memcpy(&h, src + 2 * i, 2);
+  return h;
+}
+
+/* Converts a row-major (rows, cols) matrix into the packed panel layout
+ * (internal.h), zero-padding the last panel. */
+static void pack(const unsigned char *src, dtype t, size_t rows, size_t cols,
+                 float *f32, uint16_t *f16) {
+  size_t padded = aural__packed_size(rows, cols) / cols;
+  for (size_t r = 0; r < padded; r++)
+    for (size_t c = 0; c < cols; c++) {
+      size_t at = aural__packed_at(r, c, cols);
+      if (f32 != NULL) f32[at] = r < rows ? elem_f32(src, t, r * cols + c) : 0;
+      else f16[at] = r < rows ? elem_f16(src, t, r * cols + c) : 0;
     }
-    dst[i] = aural__f32_to_f16(f);
-  }
 }
 
 /* ---- loading ----------------------------------------------------------- */
+
+/* Every tensor starts on a 64-byte boundary in the arenas. */
+static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 static uint64_t read_le64(const unsigned char *p) {
   uint64_t v = 0;
@@ -652,11 +656,13 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
                           where, w->name, got, exp);
       goto done;
     }
-    uint64_t n = w->rows * (w->cols ? w->cols : 1);
+    uint64_t n = round16(w->is_matrix ? aural__packed_size(w->rows, w->cols)
+                                      : w->rows);
     if (w->is_matrix && lcfg->weights == AURAL_WEIGHTS_F16)
       n_f16 += n;
     else
       n_f32 += n;
+    m->n_params += w->rows * (w->cols ? w->cols : 1);
   }
   for (size_t j = 0; j < n_entries; j++) {
     if (!entries[j].used) {
@@ -670,8 +676,8 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
 
   /* Everything is known to fit; allocate and convert. The arenas are
    * bounded by the file size times two (half to float). */
-  m->f32 = malloc((size_t)n_f32 * sizeof *m->f32 + 64);
-  m->f16 = malloc((size_t)n_f16 * sizeof *m->f16 + 64);
+  m->f32 = aligned_alloc(64, ((size_t)n_f32 * sizeof *m->f32 + 127) / 64 * 64);
+  m->f16 = aligned_alloc(64, ((size_t)n_f16 * sizeof *m->f16 + 127) / 64 * 64);
   if (m->f32 == NULL || m->f16 == NULL) {
     rc = aural__err_set(err, AURAL_ENOMEM, "%s: out of memory for weights",
                         where);
@@ -681,25 +687,25 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   for (size_t i = 0; i < wl.n; i++) {
     want *w = &wl.w[i];
     const entry *e = w->found;
-    size_t n = (size_t)(w->rows * (w->cols ? w->cols : 1));
     const unsigned char *src = tensor_data + e->begin;
     if (w->is_matrix && lcfg->weights == AURAL_WEIGHTS_F16) {
-      to_f16(src, e->type, n, m->f16 + o16);
+      pack(src, e->type, w->rows, w->cols, NULL, m->f16 + o16);
       *w->mat = (aural__mat){.f16 = m->f16 + o16, .rows = (int)w->rows,
                              .cols = (int)w->cols};
-      o16 += n;
+      o16 += round16(aural__packed_size(w->rows, w->cols));
+    } else if (w->is_matrix) {
+      pack(src, e->type, w->rows, w->cols, m->f32 + o32, NULL);
+      *w->mat = (aural__mat){.f32 = m->f32 + o32, .rows = (int)w->rows,
+                             .cols = (int)w->cols};
+      o32 += round16(aural__packed_size(w->rows, w->cols));
     } else {
-      to_f32(src, e->type, n, m->f32 + o32);
-      if (w->is_matrix)
-        *w->mat = (aural__mat){.f32 = m->f32 + o32, .rows = (int)w->rows,
-                               .cols = (int)w->cols};
-      else
-        *w->vec = m->f32 + o32;
-      o32 += n;
+      for (size_t j = 0; j < w->rows; j++)
+        m->f32[o32 + j] = elem_f32(src, e->type, j);
+      *w->vec = m->f32 + o32;
+      o32 += round16(w->rows);
     }
   }
-  m->n_params = n_f32 + n_f16 -
-                (m->cfg.has_cmvn ? 2u * (uint64_t)m->cfg.fbank.num_mel_bins : 0);
+  if (m->cfg.has_cmvn) m->n_params -= 2u * (uint64_t)m->cfg.fbank.num_mel_bins;
   m->weight_bytes = n_f32 * 4 + n_f16 * 2;
 
   /* Values the encoder divides by must be usable. */

@@ -1,6 +1,7 @@
 /*
  * aural bench: how fast the library's stages run, on one thread.
  *
+ * encoder: frames per second of a random model, chunk and frame mode.
  * frontend: the cost of one 10 ms feature frame when audio arrives 10 ms at
  * a time, as it does from a microphone: 16 kHz mono straight into the
  * fbank, and 44.1 kHz stereo and 48 kHz mono through downmix and resampler.
@@ -12,21 +13,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <immintrin.h>
+
 #include <aural.h>
 
 #include "cli.h"
+#include "synth_model.h"
 
 static void usage(FILE *to) {
   fprintf(to,
           "Usage: aural bench [OPTIONS] [SUITE...]\n"
           "\n"
           "Measures single-thread speed. Suites (default: all):\n"
+          "  encoder    frames per second of a random-weight model built\n"
+          "             from the flags below (default: the 'base' model),\n"
+          "             streaming with the KV cache: chunk mode (50 frames\n"
+          "             per call) and frame mode (1 frame per call), with\n"
+          "             f32 and with f16 weights in memory; achieved\n"
+          "             GFLOP/s against this core's measured FMA peak\n"
           "  frontend   microseconds of CPU per 10 ms feature frame, fed\n"
           "             10 ms of audio per push (16 kHz mono; 44.1 kHz\n"
           "             stereo and 48 kHz mono through the resampler)\n"
           "\n"
+          "Model flags (encoder):\n"
+          "      --d-model N   embedding width (default 256)\n"
+          "      --heads N     attention heads (default 4)\n"
+          "      --d-ff N      feed-forward width (default 1024)\n"
+          "      --layers N    layers (default 6)\n"
+          "      --window N    attention window W in frames (default 50)\n"
+          "      --pos KIND    rope, sinusoidal or none (default rope)\n"
+          "      --chunk N     frames per call in chunk mode (default 50)\n"
+          "\n"
           "Options:\n"
-          "      --seconds S   audio per measurement (default 60)\n"
+          "      --seconds S   audio per measurement (default 20)\n"
           "      --repeat N    measurements per case; the best is kept\n"
           "                    (default 3)\n"
           "      --json        print one JSON object instead of text\n"
@@ -106,60 +125,278 @@ static int bench_frontend_case(frontend_case *bc, double seconds, int repeat) {
   return 0;
 }
 
+/* This core's fp32 FMA peak: 12 independent chains of 16-wide fused
+ * multiply-adds, enough to cover the FMA latency on both units. */
+__attribute__((target("avx512f,fma"))) static double peak_gflops_avx512(void) {
+  __m512 acc[12];
+  for (int j = 0; j < 12; j++) acc[j] = _mm512_set1_ps((float)j);
+  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-6f);
+  const long iters = 20000000;
+  double best = 0;
+  for (int rep = 0; rep < 3; rep++) {
+    double t0 = cli_thread_cpu_s();
+    for (long i = 0; i < iters; i++) {
+#pragma GCC unroll 12
+      for (int j = 0; j < 12; j++) acc[j] = _mm512_fmadd_ps(acc[j], m, a);
+    }
+    double t = cli_thread_cpu_s() - t0;
+    best = fmax(best, (double)iters * 12 * 16 * 2 / t / 1e9);
+  }
+  float sink = 0;
+  for (int j = 0; j < 12; j++) sink += _mm512_reduce_add_ps(acc[j]);
+  volatile float keep = sink;
+  (void)keep;
+  return best;
+}
+
+static double peak_gflops(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") ? peak_gflops_avx512() : 0.0;
+}
+
+typedef struct enc_result {
+  double frames_per_s;
+  double gflops;
+} enc_result;
+
+/* Frames per second of one encoder fed `step` frames per call, best of
+ * `repeat` runs over n_frames frames after a warm-up that fills the rings. */
+static int bench_encoder_mode(const aural_model *m, size_t step,
+                              size_t n_frames, int repeat, enc_result *res) {
+  const aural_model_config *c = aural_model_get_config(m);
+  size_t mels = (size_t)c->fbank.num_mel_bins, d = (size_t)c->d_model;
+  aural_encoder_config ec;
+  aural_encoder_config_default(&ec);
+  ec.max_batch_frames = step;
+  aural_encoder *e;
+  aural_err err;
+  if (aural_encoder_create(m, &ec, &e, &err) < 0) {
+    fprintf(stderr, "aural bench: %s\n", err.msg);
+    return -1;
+  }
+  float *feats = malloc(step * mels * sizeof *feats);
+  float *out = malloc(step * d * sizeof *out);
+  if (feats == NULL || out == NULL) {
+    free(feats);
+    free(out);
+    aural_encoder_destroy(e);
+    return -1;
+  }
+  fill_signal(feats, step * mels, 1, 1000.0);
+  for (size_t i = 0; i < step * mels; i++) feats[i] = feats[i] * 20.0f + 5.0f;
+  size_t warm = (size_t)c->window + step;
+  for (size_t done = 0; done < warm; done += step)
+    aural_encoder_forward(e, feats, step, out, NULL);
+  res->frames_per_s = 0;
+  for (int r = 0; r < repeat; r++) {
+    double t0 = cli_thread_cpu_s();
+    for (size_t done = 0; done < n_frames; done += step)
+      aural_encoder_forward(e, feats, step, out, NULL);
+    double t = cli_thread_cpu_s() - t0;
+    size_t frames = (n_frames + step - 1) / step * step;
+    res->frames_per_s = fmax(res->frames_per_s, (double)frames / t);
+  }
+  res->gflops = res->frames_per_s * (double)aural_model_flops_per_frame(m) / 1e9;
+  free(feats);
+  free(out);
+  aural_encoder_destroy(e);
+  return 0;
+}
+
+typedef struct enc_bench {
+  synth_spec spec;
+  size_t chunk;
+  double seconds;
+  int repeat;
+  double peak;
+  uint64_t flops_per_frame, n_params;
+  enc_result chunk_f32, frame_f32, chunk_f16, frame_f16;
+} enc_bench;
+
+static int bench_encoder(enc_bench *b) {
+  size_t size;
+  unsigned char *file = synth_model(&b->spec, &size);
+  if (file == NULL) return -1;
+  size_t frames = (size_t)(b->seconds * 100);
+  for (int half = 0; half < 2; half++) {
+    aural_model_load_config lc;
+    aural_model_load_config_default(&lc);
+    lc.weights = half ? AURAL_WEIGHTS_F16 : AURAL_WEIGHTS_F32;
+    aural_model *m;
+    aural_err err;
+    if (aural_model_load_buffer(file, size, "bench model", &lc, &m, &err) < 0) {
+      fprintf(stderr, "aural bench: %s\n", err.msg);
+      free(file);
+      return -1;
+    }
+    b->flops_per_frame = aural_model_flops_per_frame(m);
+    b->n_params = aural_model_n_params(m);
+    /* Frame mode is slower; a fifth of the frames measures it as well. */
+    int rc = bench_encoder_mode(m, b->chunk, frames, b->repeat,
+                                half ? &b->chunk_f16 : &b->chunk_f32);
+    if (rc == 0)
+      rc = bench_encoder_mode(m, 1, frames / 5 + 1, b->repeat,
+                              half ? &b->frame_f16 : &b->frame_f32);
+    aural_model_free(m);
+    if (rc < 0) {
+      free(file);
+      return -1;
+    }
+  }
+  free(file);
+  b->peak = peak_gflops();
+  return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
+  enum { O_SECONDS = 256, O_REPEAT, O_JSON, O_D, O_HEADS, O_FF, O_LAYERS,
+         O_WINDOW, O_POS, O_CHUNK };
   static const struct option opts[] = {
-      {"seconds", required_argument, NULL, 's'},
-      {"repeat", required_argument, NULL, 'r'},
-      {"json", no_argument, NULL, 'j'},
+      {"seconds", required_argument, NULL, O_SECONDS},
+      {"repeat", required_argument, NULL, O_REPEAT},
+      {"json", no_argument, NULL, O_JSON},
+      {"d-model", required_argument, NULL, O_D},
+      {"heads", required_argument, NULL, O_HEADS},
+      {"d-ff", required_argument, NULL, O_FF},
+      {"layers", required_argument, NULL, O_LAYERS},
+      {"window", required_argument, NULL, O_WINDOW},
+      {"pos", required_argument, NULL, O_POS},
+      {"chunk", required_argument, NULL, O_CHUNK},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
-  double seconds = 60;
-  int repeat = 3, json = 0, c;
+  enc_bench eb = {.chunk = 50, .seconds = 20, .repeat = 3};
+  synth_spec_base(&eb.spec);
+  int json = 0, c;
+  size_t v = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int bad = 0;
     switch (c) {
-    case 's': seconds = atof(optarg); break;
-    case 'r': repeat = atoi(optarg); break;
-    case 'j': json = 1; break;
+    case O_SECONDS:
+      bad = cli_parse_size(optarg, 1, 3600, &v);
+      eb.seconds = (double)v;
+      break;
+    case O_REPEAT:
+      bad = cli_parse_size(optarg, 1, 100, &v);
+      eb.repeat = (int)v;
+      break;
+    case O_JSON: json = 1; break;
+#define DIM(opt, field, lo, hi)                  \
+  case opt:                                      \
+    bad = cli_parse_size(optarg, lo, hi, &v);    \
+    eb.spec.field = (int)v;                      \
+    break;
+      DIM(O_D, d_model, 2, 8192)
+      DIM(O_HEADS, n_heads, 1, 1024)
+      DIM(O_FF, d_ff, 1, 65536)
+      DIM(O_LAYERS, n_layers, 1, 256)
+      DIM(O_WINDOW, window, 1, 100000)
+#undef DIM
+    case O_CHUNK: bad = cli_parse_size(optarg, 1, 4096, &eb.chunk); break;
+    case O_POS:
+      if (strcmp(optarg, "rope") && strcmp(optarg, "sinusoidal") &&
+          strcmp(optarg, "none"))
+        bad = -1;
+      eb.spec.pos_encoding = optarg;
+      break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
       fprintf(stderr, "(see 'aural bench --help')\n");
       return EXIT_USAGE;
     }
+    if (bad) {
+      fprintf(stderr, "aural bench: bad value '%s' for --%s\n", optarg,
+              opts[c - O_SECONDS].name);
+      return EXIT_USAGE;
+    }
   }
-  if (!(seconds >= 1 && seconds <= 3600) || repeat < 1 || repeat > 100) {
-    fprintf(stderr, "aural bench: --seconds must be 1..3600 and --repeat "
-                    "1..100\n");
+  if (eb.spec.d_model % eb.spec.n_heads != 0) {
+    fprintf(stderr, "aural bench: --heads %d does not divide --d-model %d\n",
+            eb.spec.n_heads, eb.spec.d_model);
     return EXIT_USAGE;
   }
-  for (int i = optind; i < argc; i++)
-    if (strcmp(argv[i], "frontend") != 0) {
-      fprintf(stderr, "aural bench: unknown suite '%s' (known: frontend)\n",
+  int run_enc = optind == argc, run_fe = optind == argc;
+  for (int i = optind; i < argc; i++) {
+    if (strcmp(argv[i], "encoder") == 0) {
+      run_enc = 1;
+    } else if (strcmp(argv[i], "frontend") == 0) {
+      run_fe = 1;
+    } else {
+      fprintf(stderr,
+              "aural bench: unknown suite '%s' (known: encoder, frontend)\n",
               argv[i]);
       return EXIT_USAGE;
     }
+  }
 
   frontend_case cases[] = {{16000, 1, 0, 0, 0}, {44100, 2, 0, 0, 0},
                            {48000, 1, 0, 0, 0}};
   size_t n_cases = sizeof cases / sizeof cases[0];
-  for (size_t i = 0; i < n_cases; i++)
-    if (bench_frontend_case(&cases[i], seconds, repeat) < 0) return EXIT_FAIL;
+  if (run_fe)
+    for (size_t i = 0; i < n_cases; i++)
+      if (bench_frontend_case(&cases[i], eb.seconds, eb.repeat) < 0)
+        return EXIT_FAIL;
+  if (run_enc && bench_encoder(&eb) < 0) return EXIT_FAIL;
 
   if (json) {
-    printf("{\"frontend\": [");
-    for (size_t i = 0; i < n_cases; i++)
-      printf("%s{\"rate_hz\": %.0f, \"channels\": %d, \"push_ms\": 10, "
-             "\"frames\": %zu, \"cpu_us_per_frame\": %.3f, "
-             "\"wall_us_per_frame\": %.3f}",
-             i ? ", " : "", cases[i].rate_hz, cases[i].n_channels,
-             cases[i].n_frames, cases[i].us_per_frame,
-             cases[i].wall_us_per_frame);
-    printf("]}\n");
-  } else {
+    printf("{");
+    if (run_enc)
+      printf("\"gemm\": \"%s\", \"peak_gflops\": %.1f, \"model\": {\"d_model\": "
+             "%d, \"n_heads\": %d, \"d_ff\": %d, \"n_layers\": %d, \"window\": "
+             "%d, \"pos_encoding\": \"%s\", \"n_params\": %llu}, "
+             "\"flops_per_frame\": %llu, \"chunk_frames\": %zu, "
+             "\"chunk_frames_per_s\": %.1f, \"chunk_gflops\": %.2f, "
+             "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f, "
+             "\"f16\": {\"chunk_frames_per_s\": %.1f, \"chunk_gflops\": %.2f, "
+             "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f}%s",
+             aural_gemm_name(), eb.peak, eb.spec.d_model, eb.spec.n_heads,
+             eb.spec.d_ff, eb.spec.n_layers, eb.spec.window,
+             eb.spec.pos_encoding, (unsigned long long)eb.n_params,
+             (unsigned long long)eb.flops_per_frame, eb.chunk,
+             eb.chunk_f32.frames_per_s, eb.chunk_f32.gflops,
+             eb.frame_f32.frames_per_s, eb.frame_f32.gflops,
+             eb.chunk_f16.frames_per_s, eb.chunk_f16.gflops,
+             eb.frame_f16.frames_per_s, eb.frame_f16.gflops,
+             run_fe ? ", " : "");
+    if (run_fe) {
+      printf("\"frontend\": [");
+      for (size_t i = 0; i < n_cases; i++)
+        printf("%s{\"rate_hz\": %.0f, \"channels\": %d, \"push_ms\": 10, "
+               "\"frames\": %zu, \"cpu_us_per_frame\": %.3f, "
+               "\"wall_us_per_frame\": %.3f}",
+               i ? ", " : "", cases[i].rate_hz, cases[i].n_channels,
+               cases[i].n_frames, cases[i].us_per_frame,
+               cases[i].wall_us_per_frame);
+      printf("]");
+    }
+    printf("}\n");
+    return EXIT_OK;
+  }
+  if (run_enc) {
+    printf("encoder: d_model %d, %d heads, d_ff %d, %d layers, W %d, %s; "
+           "%.2f M parameters, %.2f MFLOP per frame\n",
+           eb.spec.d_model, eb.spec.n_heads, eb.spec.d_ff, eb.spec.n_layers,
+           eb.spec.window, eb.spec.pos_encoding, (double)eb.n_params / 1e6,
+           (double)eb.flops_per_frame / 1e6);
+    printf("  kernel: %s; this core's FMA peak %.0f GFLOP/s\n",
+           aural_gemm_name(), eb.peak);
+    const struct {
+      const char *name;
+      enc_result *r;
+    } rows[] = {{"chunk f32", &eb.chunk_f32}, {"frame f32", &eb.frame_f32},
+                {"chunk f16", &eb.chunk_f16}, {"frame f16", &eb.frame_f16}};
+    for (size_t i = 0; i < 4; i++)
+      printf("  %s: %8.0f frames/s  %6.1f GFLOP/s (%2.0f%% of peak), "
+             "%.0f real-time streams\n",
+             rows[i].name, rows[i].r->frames_per_s, rows[i].r->gflops,
+             eb.peak > 0 ? 100 * rows[i].r->gflops / eb.peak : 0.0,
+             rows[i].r->frames_per_s / 100);
+  }
+  if (run_fe) {
     printf("frontend, 10 ms per push, one thread, best of %d over %.0f s of "
            "audio:\n",
-           repeat, seconds);
+           eb.repeat, eb.seconds);
     for (size_t i = 0; i < n_cases; i++)
       printf("  %6.0f Hz x%d: %6.2f us CPU per frame (%.0fx real time)\n",
              cases[i].rate_hz, cases[i].n_channels, cases[i].us_per_frame,

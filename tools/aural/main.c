@@ -71,25 +71,7 @@ int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
   return 0;
 }
 
-/* Debian's OpenBLAS falls back to its generic kernel on CPUs it does not
- * know (DESIGN.md §7), and reads the override only when it loads. When
- * that happened, set the override and run again, once. */
-static void fix_gemm_kernel(char **argv) {
-  const char *fix = aural_gemm_env_fix();
-  if (fix == NULL || getenv("AURAL_GEMM_REEXEC") != NULL) return;
-  char *kv = strdup(fix);
-  if (kv == NULL) return;
-  char *eq = strchr(kv, '=');
-  *eq = '\0';
-  setenv(kv, eq + 1, 1);
-  setenv("AURAL_GEMM_REEXEC", "1", 1);
-  free(kv);
-  execv("/proc/self/exe", argv);
-  /* If that failed, carry on with the slow kernel; bench reports it. */
-}
-
 int main(int argc, char **argv) {
-  fix_gemm_kernel(argv);
   if (argc < 2) {
     usage(stderr);
     return EXIT_USAGE;

@@ -77,15 +77,10 @@ void aural_encoder_destroy(aural_encoder *enc);
 size_t aural_ctc_greedy(const float *logits, size_t n_frames, int vocab_size,
                         int *prev, int *ids, size_t max_ids);
 
-/* Name of the GEMM library and kernel in use, e.g. "OpenBLAS 0.3.21
- * SkylakeX". Static string. */
+/* Name of the matrix-product kernel in use on this CPU (the library's own
+ * AVX-512 kernel, or its scalar reference where AVX-512 is missing). Static
+ * string; thread-safe. */
 const char *aural_gemm_name(void);
-
-/* When the GEMM library has fallen back to a generic kernel on a CPU it
- * could run faster on, the environment setting that fixes it (for example
- * "OPENBLAS_CORETYPE=SkylakeX", read at library load); otherwise NULL. A
- * program can set it and re-execute itself. */
-const char *aural_gemm_env_fix(void);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,163 @@
+/*
+ * The matrix-product kernels against their scalar oracle: identical bits
+ * for every shape and row count (the encoder's batch invariance rests on
+ * this), and the oracle against a double-precision product. Also the f16
+ * conversions and the activations.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+
+static uint32_t rng = 2463534242u;
+static float frand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 17;
+  rng ^= rng << 5;
+  return (float)((double)rng / 4294967296.0 * 2.0 - 1.0);
+}
+
+/* A random (rows, cols) matrix, packed, as f32 or f16, with its row-major
+ * values (as the kernels see them) in `plain`. */
+static aural__mat make_mat(size_t rows, size_t cols, int f16, float *plain,
+                           void **mem) {
+  size_t n = aural__packed_size(rows, cols);
+  aural__mat m = {.rows = (int)rows, .cols = (int)cols};
+  if (f16) {
+    uint16_t *p = calloc(n, sizeof *p);
+    for (size_t r = 0; r < rows; r++)
+      for (size_t c = 0; c < cols; c++) {
+        uint16_t h = aural__f32_to_f16(frand());
+        p[aural__packed_at(r, c, cols)] = h;
+        plain[r * cols + c] = aural__f16_to_f32(h);
+      }
+    m.f16 = p;
+    *mem = p;
+  } else {
+    float *p = calloc(n, sizeof *p);
+    for (size_t r = 0; r < rows; r++)
+      for (size_t c = 0; c < cols; c++)
+        p[aural__packed_at(r, c, cols)] = plain[r * cols + c] = frand();
+    m.f32 = p;
+    *mem = p;
+  }
+  return m;
+}
+
+static void test_kernel_matches_oracle_bit_for_bit(void **state) {
+  (void)state;
+  const size_t rows[] = {1, 15, 16, 17, 31, 32, 33, 100};
+  const size_t cols[] = {1, 7, 64, 257};
+  const size_t ns[] = {1, 2, 5, 6, 7, 12, 13, 50};
+  int n_checked = 0;
+  for (int f16 = 0; f16 < 2; f16++)
+    for (size_t ri = 0; ri < 8; ri++)
+      for (size_t ci = 0; ci < 4; ci++) {
+        size_t R = rows[ri], C = cols[ci];
+        float *plain = malloc(R * C * sizeof *plain);
+        void *mem;
+        aural__mat w = make_mat(R, C, f16, plain, &mem);
+        float *b = malloc(R * sizeof *b);
+        for (size_t r = 0; r < R; r++) b[r] = frand();
+        float *x = malloc(50 * C * sizeof *x);
+        for (size_t i = 0; i < 50 * C; i++) x[i] = frand() * 4;
+        float *fast = malloc(50 * R * sizeof *fast);
+        float *ref = malloc(50 * R * sizeof *ref);
+        for (size_t ni = 0; ni < 8; ni++) {
+          size_t n = ns[ni];
+          for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const float *bb = with_bias ? b : NULL;
+            aural__linear(&w, bb, x, n, fast);
+            aural__linear_ref(&w, bb, x, n, ref);
+            assert_memory_equal(fast, ref, n * R * sizeof *fast);
+            n_checked++;
+            /* The oracle is a correct product. */
+            for (size_t i = 0; i < n; i++)
+              for (size_t r = 0; r < R; r++) {
+                double acc = with_bias ? b[r] : 0;
+                for (size_t c = 0; c < C; c++)
+                  acc += (double)x[i * C + c] * plain[r * C + c];
+                assert_true(fabs(ref[i * R + r] - acc) <=
+                            1e-5 * (1 + fabs(acc)) * sqrt((double)C));
+              }
+          }
+          /* Row i of a batch equals the same row computed alone. */
+          if (n > 1) {
+            aural__linear(&w, b, x + (n - 1) * C, 1, ref);
+            aural__linear(&w, b, x, n, fast);
+            assert_memory_equal(fast + (n - 1) * R, ref, R * sizeof *ref);
+          }
+        }
+        free(plain);
+        free(mem);
+        free(b);
+        free(x);
+        free(fast);
+        free(ref);
+      }
+  printf("  %d shapes: kernel '%s' equals the oracle\n", n_checked,
+         aural__gemm_kernel());
+}
+
+static void test_f16_conversion(void **state) {
+  (void)state;
+  /* Every half value survives half -> float -> half. */
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = aural__f16_to_f32((uint16_t)h);
+    if (isnan(f)) {
+      assert_true((aural__f32_to_f16(f) & 0x7c00) == 0x7c00);
+      continue;
+    }
+    assert_int_equal(aural__f32_to_f16(f), h);
+  }
+  assert_true(aural__f16_to_f32(0x3c00) == 1.0f);
+  assert_true(aural__f16_to_f32(0xc000) == -2.0f);
+  assert_true(aural__f16_to_f32(0x0001) == ldexpf(1.0f, -24));
+  assert_int_equal(aural__f32_to_f16(65520.0f), 0x7c00); /* rounds to inf */
+  assert_int_equal(aural__f32_to_f16(1.0f + ldexpf(1.0f, -11)), 0x3c00); /* tie to even */
+  assert_int_equal(aural__f32_to_f16(1.0f + 3 * ldexpf(1.0f, -11)), 0x3c02);
+  assert_int_equal(aural__f32_to_f16(1e-9f), 0);
+}
+
+static void test_activations(void **state) {
+  (void)state;
+  float x[1000], y[1000];
+  for (int i = 0; i < 1000; i++) x[i] = y[i] = (float)(i - 500) * 0.013f;
+  aural__gelu(y, 1000);
+  for (int i = 0; i < 1000; i++) {
+    double v = x[i], want = 0.5 * v * (1 + erf(v / sqrt(2.0)));
+    assert_true(fabs(y[i] - want) <= 1e-6 * (1 + fabs(want)));
+  }
+  for (int i = 0; i < 1000; i++) y[i] = x[i];
+  aural__relu(y, 1000);
+  for (int i = 0; i < 1000; i++) assert_true(y[i] == (x[i] > 0 ? x[i] : 0));
+  /* Layer norm: zero mean, unit variance before the affine part. */
+  float row[64], g[64], b[64];
+  for (int i = 0; i < 64; i++) {
+    row[i] = frand() * 10 + 3;
+    g[i] = 1;
+    b[i] = 0;
+  }
+  aural__layer_norm(row, 1, 64, g, b, 1e-5f);
+  double mean = 0, var = 0;
+  for (int i = 0; i < 64; i++) mean += row[i];
+  mean /= 64;
+  for (int i = 0; i < 64; i++) var += (row[i] - mean) * (row[i] - mean);
+  assert_true(fabs(mean) < 1e-5 && fabs(var / 64 - 1) < 1e-4);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_kernel_matches_oracle_bit_for_bit),
+      cmocka_unit_test(test_f16_conversion),
+      cmocka_unit_test(test_activations),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
