@@ -691,6 +691,123 @@ static void test_summary_and_show(void **state) {
   assert_dir_holds(fx->out_dir, "speech.npy");
 }
 
+/* ---- The encoder through the CLI. ---- */
+
+/* Reads a whole file; *len gets its size. */
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  assert_true(n >= 0);
+  rewind(f);
+  char *buf = malloc((size_t)n + 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  buf[n] = '\0';
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+/* Chunk size changes how frames are grouped, never the result: the files
+ * are identical byte for byte, for embeddings, logits and text. */
+static void test_encode_chunk_frames_invariance(void **state) {
+  fixture *fx = *state;
+  const char *in = test_data_path("fbank/stereo44k.wav");
+  const char *kinds[] = {"embeddings", "logits", "text"};
+  const char *chunks[] = {"1", "7", "50", "1000"};
+  for (size_t k = 0; k < 3; k++) {
+    char *first = NULL;
+    size_t first_len = 0;
+    for (size_t c = 0; c < 4; c++) {
+      char out[PATH_BYTES];
+      snprintf(out, sizeof out, "%s/%s-%s.out", fx->out_dir, kinds[k],
+               chunks[c]);
+      assert_int_equal(run_aural(fx, "encode", "-q", "--output", kinds[k],
+                                 "--chunk-frames", chunks[c], "-o", out, in,
+                                 NULL),
+                       0);
+      size_t len;
+      char *got = slurp(out, &len);
+      if (first == NULL) {
+        first = got;
+        first_len = len;
+        if (strcmp(kinds[k], "text") != 0) {
+          float *rows;
+          size_t n_rows, n_cols;
+          char msg[256];
+          assert_int_equal(npy_read_f32(out, &rows, &n_rows, &n_cols, msg,
+                                        sizeof msg),
+                           0);
+          assert_int_equal(n_rows, 108);
+          assert_int_equal(n_cols, strcmp(kinds[k], "logits") == 0 ? 10 : 32);
+          free(rows);
+        }
+        continue;
+      }
+      assert_int_equal(len, first_len);
+      assert_memory_equal(got, first, len);
+      free(got);
+    }
+    free(first);
+  }
+}
+
+static void test_encode_text_prints_chunks(void **state) {
+  fixture *fx = *state;
+  const char *in = test_data_path("fbank/speech.wav");
+  assert_int_equal(run_aural(fx, "encode", "--output", "text", in, NULL), 0);
+  assert_contains(fx->out, "[   0.00 s]");
+  assert_contains(fx->out, "[   0.50 s]");
+  assert_contains(fx->out, "text: ");
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
+static void test_encode_bad_model(void **state) {
+  fixture *fx = *state;
+  char out[PATH_BYTES], model[PATH_BYTES];
+  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
+  const char *in = test_data_path("fbank/speech.wav");
+  snprintf(model, sizeof model, "%s/missing.safetensors", fx->in_dir);
+  assert_int_equal(run_aural(fx, "encode", "-m", model, "-o", out, in, NULL),
+                   1);
+  assert_contains(fx->err, "missing.safetensors");
+  snprintf(model, sizeof model, "%s/notes.safetensors", fx->in_dir);
+  test_write_file(model, "not a model\n", 12);
+  assert_int_equal(run_aural(fx, "encode", "-m", model, "-o", out, in, NULL),
+                   1);
+  assert_contains(fx->err, "notes.safetensors");
+  assert_contains(fx->err, "header");
+  /* Logits or text need a CTC head. */
+  char nohead[PATH_BYTES];
+  snprintf(nohead, sizeof nohead, "%s",
+           test_data_path("encoder/postnorm_relu_sin.safetensors"));
+  assert_int_equal(run_aural(fx, "encode", "-m", nohead, "--output", "logits",
+                             "-o", out, in, NULL),
+                   1);
+  assert_contains(fx->err, "no CTC head");
+  assert_dir_holds(fx->out_dir, NULL);
+  assert_int_equal(run_aural(fx, "encode", "--chunk-frames", "0", "-o", out,
+                             in, NULL),
+                   2);
+}
+
+static void test_info(void **state) {
+  fixture *fx = *state;
+  assert_int_equal(run_aural(fx, "info", NULL), 0);
+  assert_contains(fx->out, "d_model 32");
+  assert_contains(fx->out, "per stream");
+  assert_contains(fx->out, "MFLOP per frame");
+  assert_contains(fx->out, "CTC head     10 tokens");
+  char model[PATH_BYTES];
+  snprintf(model, sizeof model, "%s/empty.safetensors", fx->in_dir);
+  test_write_file(model, "", 0);
+  assert_int_equal(run_aural(fx, "info", model, NULL), 1);
+  assert_contains(fx->err, "empty.safetensors");
+  assert_contains(fx->err, "empty");
+}
+
 int main(void) {
   if (getenv("AURAL_BIN") == NULL || getenv("AURAL_TEST_DATA") == NULL) {
     fprintf(stderr, "test_cli: set AURAL_BIN and AURAL_TEST_DATA\n");
@@ -719,6 +836,10 @@ int main(void) {
       T(test_sigint_leaves_nothing),
       T(test_goldens),
       T(test_summary_and_show),
+      T(test_encode_chunk_frames_invariance),
+      T(test_encode_text_prints_chunks),
+      T(test_encode_bad_model),
+      T(test_info),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -201,7 +201,8 @@ static int cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* A coarse spectrogram: time runs down, mel bands across, darker = louder.
+/* A coarse picture: time runs down, mel bands (or output dimensions)
+ * across, darker = larger.
  * Shades span the 10th to 99.5th percentile so that silence (the log floor)
  * does not flatten the contrast. */
 static void show(const encode_job *job) {
@@ -216,8 +217,9 @@ static void show(const encode_job *job) {
   free(sorted);
   size_t n_r = job->n_rows < rows ? job->n_rows : rows;
   size_t n_c = job->dim < cols ? job->dim : cols;
-  printf("log-mel energy (time down, low to high bands across; ' ' <= %.1f, "
-         "'@' >= %.1f):\n",
+  printf("%s (time down, %s across; ' ' <= %.2f, '@' >= %.2f):\n",
+         job->kind == OUT_FEATURES ? "log-mel energy" : kind_names[job->kind],
+         job->kind == OUT_FEATURES ? "low to high bands" : "dimensions",
          (double)lo, (double)hi);
   for (size_t r = 0; r < n_r; r++) {
     size_t t0 = r * job->n_rows / n_r, t1 = (r + 1) * job->n_rows / n_r;

@@ -335,39 +335,46 @@ class AuralEncoder(nn.Module):
             x = x + sinusoidal_table(start, x.shape[0], x.shape[1]).to(x.dtype)
         return x
 
-    def _attention(self, layer, a, start, past_k, past_v):
-        """Self-attention of the n frames `a` [n, d] at positions start.. over
-        themselves and the cached past. Returns (out [n, d], keys, values) with
-        keys/values covering the past and the new frames, oldest first."""
+    def _context(self, start, n, n_past):
+        """What every layer needs for n new frames at positions start.. after
+        n_past cached frames: the RoPE tables (or None) and the bool [n,
+        n_past + n] visibility mask."""
+        rope = None
+        if self.pos_encoding == "rope":
+            rope = rope_tables(start, n, self.head_size, self.config["rope_theta"])
+        q_pos = torch.arange(start, start + n)
+        k_pos = torch.arange(start - n_past, start + n)
+        return rope, band_allowed(q_pos, k_pos, self.window)
+
+    def _attention(self, layer, a, ctx, past_k, past_v):
+        """Self-attention of the n new frames `a` [n, d] over themselves and
+        the cached past. Returns (out [n, d], keys, values) with keys/values
+        covering the past and the new frames, oldest first."""
         mha = layer.self_attn
         n, d = a.shape
+        rope, allowed = ctx
         qkv = F.linear(a, mha.in_proj_weight, mha.in_proj_bias)
         q, k, v = (_split_heads(t, self.n_heads) for t in qkv.split(d, dim=1))
-        if self.pos_encoding == "rope":
-            cos, sin = rope_tables(start, n, self.head_size, self.config["rope_theta"])
-            q = apply_rope(q, cos, sin)
-            k = apply_rope(k, cos, sin)
+        if rope is not None:
+            q = apply_rope(q, *rope)
+            k = apply_rope(k, *rope)
         if past_k is not None:
             k = torch.cat((past_k, k), dim=1)
             v = torch.cat((past_v, v), dim=1)
-        m = k.shape[1] - n
-        q_pos = torch.arange(start, start + n)
-        k_pos = torch.arange(start - m, start + n)
-        allowed = band_allowed(q_pos, k_pos, self.window)
         scores = torch.matmul(q, k.transpose(1, 2)) * (1.0 / math.sqrt(self.head_size))
         scores = scores.masked_fill(~allowed, float("-inf"))
         o = torch.matmul(torch.softmax(scores, dim=-1), v)
         out = F.linear(_merge_heads(o), mha.out_proj.weight, mha.out_proj.bias)
         return out, k, v
 
-    def _layer(self, layer, x, start, past_k=None, past_v=None):
+    def _layer(self, layer, x, ctx, past_k=None, past_v=None):
         """One layer over n frames; returns (y, keys, values)."""
         if self.norm_first:
-            attn, k, v = self._attention(layer, layer.norm1(x), start, past_k, past_v)
+            attn, k, v = self._attention(layer, layer.norm1(x), ctx, past_k, past_v)
             h = x + attn
             y = h + layer.linear2(self._act(layer.linear1(layer.norm2(h))))
         else:
-            attn, k, v = self._attention(layer, x, start, past_k, past_v)
+            attn, k, v = self._attention(layer, x, ctx, past_k, past_v)
             h = layer.norm1(x + attn)
             y = layer.norm2(h + layer.linear2(self._act(layer.linear1(h))))
         return y, k, v
@@ -388,8 +395,9 @@ class AuralEncoder(nn.Module):
         x = self._embed(feats, start)
         t = x.shape[0]
         if self.pos_encoding == "rope":
+            ctx = self._context(start, t, 0)
             for layer in self.encoder.layers:
-                x, _, _ = self._layer(layer, x, start)
+                x, _, _ = self._layer(layer, x, ctx)
         elif t > 0:
             # Stock PyTorch: includes the final norm when there is one.
             x = self.encoder(x.unsqueeze(0), mask=band_mask(t, self.window)).squeeze(0)
@@ -412,8 +420,10 @@ class AuralEncoder(nn.Module):
         x = self._embed(feats, start)
         n = x.shape[0]
         keep = self.window - 1
+        n_past = state.k[0].shape[1] if state.k[0] is not None else 0
+        ctx = self._context(start, n, n_past)
         for i, layer in enumerate(self.encoder.layers):
-            x, k, v = self._layer(layer, x, start, state.k[i], state.v[i])
+            x, k, v = self._layer(layer, x, ctx, state.k[i], state.v[i])
             total = k.shape[1]
             state.k[i] = k[:, max(0, total - keep):].clone() if keep else k[:, :0]
             state.v[i] = v[:, max(0, total - keep):].clone() if keep else v[:, :0]
