@@ -11,6 +11,8 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 if [[ ! -f "$dir/build.ninja" ]]; then
   meson setup "$dir" "$@" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+elif [[ $# -gt 0 ]]; then
+  meson configure "$dir" "$@" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 fi
 # shellcheck disable=SC2086
 ninja -C "$dir" ${TARGETS:-} >"$log" 2>&1 || { cat "$log" >&2; exit 1; }

@@ -19,9 +19,9 @@ run_suite() { # DIR LABEL MESON_SETUP_ARGS...
   # Count CMocka test cases from the full log, for the closing line.
   local p f
   p=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$dir/meson-logs/testlog.txt" |
-      awk '{s += $3} END {print s + 0}')
+      awk '{s += $4} END {print s + 0}' || true)
   f=$(grep -oE '^\[  FAILED  \] [0-9]+ test' "$dir/meson-logs/testlog.txt" |
-      awk '{s += $3} END {print s + 0}')
+      awk '{s += $4} END {print s + 0}' || true)
   passed=$((passed + p))
   failed=$((failed + f))
   if [[ $rc -ne 0 && $f -eq 0 ]]; then failed=$((failed + 1)); fi

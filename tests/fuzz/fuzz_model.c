@@ -1,0 +1,101 @@
+/*
+ * libFuzzer target for the model loader: the bytes are a whole
+ * safetensors file, untrusted (DESIGN.md §2). A file that loads must also
+ * give a working encoder: one is created and run for 3 frames of zeros.
+ * Build and run with tools/fuzz.sh.
+ *
+ * Beyond "no crash, no leak, no undefined behaviour", the target checks the
+ * loader's contract and aborts (a libFuzzer crash) when it breaks: a
+ * failure returns a documented negative code, leaves *out NULL, fills
+ * err.code with the code, and names the file in the message.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <aural.h>
+
+/* Encoders whose state would exceed this are not created: the loader does
+ * not bound window * n_layers * d_model, so a small file can ask for
+ * gigabytes of KV ring (see tests/fuzz/README.md), and the fuzzer would
+ * report that one out-of-memory over and over instead of finding anything
+ * new. */
+#define MAX_STATE_BYTES ((size_t)256 << 20)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_failure(int rc, const aural_model *m, const aural_err *err) {
+  if (m != NULL || err->code != rc) abort();
+  if (rc != AURAL_EEMPTY && rc != AURAL_ETRUNCATED && rc != AURAL_EFORMAT &&
+      rc != AURAL_ECONFIG && rc != AURAL_ENOMEM) {
+    fprintf(stderr, "undocumented code %d: %s\n", rc, err->msg);
+    abort();
+  }
+  if (rc != AURAL_ENOMEM && strncmp(err->msg, "fuzz: ", 6) != 0) {
+    fprintf(stderr, "message does not name the file: %s\n", err->msg);
+    abort();
+  }
+}
+
+/* Runs 3 frames of zeros through a fresh encoder over m. */
+static void run_encoder(const aural_model *m) {
+  const aural_model_config *c = aural_model_get_config(m);
+  aural_encoder_config ec;
+  aural_encoder_config_default(&ec);
+  if (aural_encoder_state_bytes(m, &ec) > MAX_STATE_BYTES) return;
+  aural_encoder *e;
+  aural_err err;
+  if (aural_encoder_create(m, &ec, &e, &err) != 0) abort();
+  size_t mels = (size_t)c->fbank.num_mel_bins, d = (size_t)c->d_model,
+         v = (size_t)c->vocab_size;
+  float *feats = calloc(3 * mels, sizeof *feats);
+  float *emb = malloc(3 * d * sizeof *emb);
+  float *logits = v ? malloc(3 * v * sizeof *logits) : NULL;
+  if (feats == NULL || emb == NULL || (v && logits == NULL)) abort();
+  if (aural_encoder_forward(e, feats, 3, emb, logits) != 0) abort();
+  if (aural_encoder_next_frame(e) != 3) abort();
+  free(logits);
+  free(emb);
+  free(feats);
+  aural_encoder_destroy(e);
+}
+
+/* Reads everything the model exposes. */
+static void inspect(const aural_model *m) {
+  const aural_model_config *c = aural_model_get_config(m);
+  volatile uint64_t sink = aural_model_n_params(m) +
+                           aural_model_weight_bytes(m) +
+                           aural_model_flops_per_frame(m);
+  for (int i = 0; i < c->vocab_size; i++)
+    if (aural_model_token(m, i) == NULL) abort();
+  if (aural_model_token(m, c->vocab_size) != NULL) abort();
+  const float *mean = aural_model_cmvn_mean(m), *std = aural_model_cmvn_std(m);
+  if ((mean != NULL) != c->has_cmvn || (std != NULL) != c->has_cmvn) abort();
+  for (int i = 0; std != NULL && i < c->fbank.num_mel_bins; i++)
+    if (!(std[i] > 0)) abort();
+  (void)sink;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  aural_model_load_config lc;
+  aural_model_load_config_default(&lc);
+  for (int wt = 0; wt < 2; wt++) {
+    lc.weights = wt ? AURAL_WEIGHTS_F16 : AURAL_WEIGHTS_F32;
+    aural_model *m = (aural_model *)&lc; /* must come back NULL on failure */
+    aural_err err = {0};
+    int rc = aural_model_load_buffer(data, size, "fuzz", &lc, &m, &err);
+    if (rc != 0) {
+      check_failure(rc, m, &err);
+      /* The F32 load of the same bytes succeeded. */
+      if (wt == 1 && rc != AURAL_ENOMEM) abort();
+      return 0;
+    }
+    if (m == NULL) abort();
+    inspect(m);
+    run_encoder(m);
+    aural_model_free(m);
+  }
+  return 0;
+}
