@@ -601,7 +601,8 @@ static void mut_shape_overflow(mfile *mf) {
 
 static void mut_shape_overflow_big(mfile *mf) {
   /* Each entry a valid 2^53; the product needs 161 bits. */
-  set_shape(mf, "input_proj.bias", "9007199254740992,9007199254740992,9007199254740992");
+  set_shape(mf, "input_proj.bias",
+            "9007199254740992,9007199254740992,9007199254740992");
 }
 
 static void mut_shape_huge_entry(mfile *mf) {

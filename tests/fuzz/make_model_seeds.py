@@ -208,6 +208,23 @@ def main():
     blob[0:8] = struct.pack("<Q", len(blob))
     write("bad_header_length.safetensors", bytes(blob))
 
+    regressions()
+
+
+def regressions():
+    """Inputs kept in tests/fuzz/regressions/model/ for known problems."""
+    out = os.path.join(os.path.dirname(OUT), "..", "regressions", "model")
+    os.makedirs(out, exist_ok=True)
+    # A 52 kB file whose every encoder reserves 27 layers * 1000000 frames
+    # * 10 * (k, v) * 4 bytes = 2.16 GB of KV ring: nothing bounds
+    # n_layers * window * d_model.
+    cfg = dict(num_mel_bins=3, d_model=10, n_heads=1, n_layers=27, d_ff=1,
+               activation="relu", window=1000000, pos_encoding="none")
+    blob = serialize(*model(cfg, mels=3, dtypes=("F16",), seed=6))
+    assert len(blob) <= 64 * 1024
+    with open(os.path.join(out, "kv_state_2gb.safetensors"), "wb") as f:
+        f.write(blob)
+
 
 if __name__ == "__main__":
     main()

@@ -97,7 +97,7 @@ int cmd_info(int argc, char **argv) {
   printf("per stream   %zu bytes (%.2f MB): KV rings %zu bytes, scratch for "
          "%zu-frame batches %zu bytes\n",
          state, (double)state / 1e6, ring, ec.max_batch_frames, state - ring);
-  printf("cost         %.2f MFLOP per frame (%.2f GFLOP/s for one real-time "
+  printf("cost         %.3f MFLOP per frame (%.3f GFLOP/s for one real-time "
          "stream)\n",
          (double)flops / 1e6, (double)flops * 100 / 1e9);
   aural_model_free(m);

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Side by side, in one run on this machine: aural's encoder against the
+# PyTorch reference streaming with its KV cache, same model shape, same two
+# modes (50-frame chunks, single frames), one thread each; PyTorch both with
+# Debian's OpenBLAS as it loads and with OPENBLAS_CORETYPE=SkylakeX (its
+# best, DESIGN.md §7). Also the frontend against torchaudio's fbank.
+#
+#   tools/bench_compare.sh [MODEL FLAGS...]   e.g. --layers 4 --window 100
+#
+# Needs the reference stack: tools/setup.sh --reference.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TARGETS=tools/aural tools/build.sh build
+py=/usr/bin/python3
+
+aural_json=$(build/tools/aural bench --json "$@")
+torch_json=$(env -u OPENBLAS_CORETYPE $py tools/reference/bench_torch.py --json "$@")
+torch_fixed_json=$(OPENBLAS_CORETYPE=SkylakeX $py tools/reference/bench_torch.py --json "$@")
+fbank_json=$($py tools/bench_frontend_torch.py --json)
+
+$py - "$aural_json" "$torch_json" "$torch_fixed_json" "$fbank_json" <<'PY'
+import json, sys
+a, t, tf, fb = (json.loads(x) for x in sys.argv[1:5])
+m = a["model"]
+print("encoder d_model %d, %d heads, d_ff %d, %d layers, W %d, %s: %.2f MFLOP/frame"
+      % (m["d_model"], m["n_heads"], m["d_ff"], m["n_layers"], m["window"],
+         m["pos_encoding"], a["flops_per_frame"] / 1e6))
+print("aural kernel: %s; core FMA peak %.0f GFLOP/s" % (a["gemm"], a["peak_gflops"]))
+print("PyTorch %s: %s" % (t.get("torch_version", "?"), t.get("blas", "?")))
+print("PyTorch with OPENBLAS_CORETYPE=SkylakeX: %s" % tf.get("blas", "?"))
+print()
+print("%-26s %12s %12s %12s %9s %9s" % ("frames/s, one thread", "aural", "PyTorch",
+                                         "PyTorch fix", "x PyTorch", "x fixed"))
+rows = [("chunk mode, f32 weights", a["chunk_frames_per_s"], "chunk_frames_per_s"),
+        ("frame mode, f32 weights", a["frame_frames_per_s"], "frame_frames_per_s"),
+        ("chunk mode, f16 weights", a["f16"]["chunk_frames_per_s"], "chunk_frames_per_s"),
+        ("frame mode, f16 weights", a["f16"]["frame_frames_per_s"], "frame_frames_per_s")]
+for name, ours, key in rows:
+    print("%-26s %12.0f %12.0f %12.0f %8.1fx %8.1fx"
+          % (name, ours, t[key], tf[key], ours / t[key], ours / tf[key]))
+print()
+print("chunk mode: %.1f GFLOP/s = %.0f%% of the measured peak"
+      % (a["chunk_gflops"], 100 * a["chunk_gflops"] / a["peak_gflops"]))
+fe = a["frontend"][0]
+print("frontend, 10 ms per push: aural %.2f us/frame; torchaudio batch %.2f us/frame "
+      "(%.1fx), per-frame calls %.1f us (%.0fx)"
+      % (fe["cpu_us_per_frame"], fb["torchaudio_batch_us_per_frame"],
+         fb["torchaudio_batch_us_per_frame"] / fe["cpu_us_per_frame"],
+         fb["torchaudio_per_frame_call_us"],
+         fb["torchaudio_per_frame_call_us"] / fe["cpu_us_per_frame"]))
+PY
