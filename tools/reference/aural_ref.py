@@ -379,12 +379,6 @@ class AuralEncoder(nn.Module):
             y = layer.norm2(h + layer.linear2(self._act(layer.linear1(h))))
         return y, k, v
 
-    def _finish(self, x):
-        if self.encoder.norm is not None and self.pos_encoding == "rope":
-            x = self.encoder.norm(x)
-        logits = self.head(x) if self.head is not None else None
-        return x, logits
-
     # -- public API ------------------------------------------------------------
 
     def forward(self, feats, start_frame=0):
@@ -398,15 +392,15 @@ class AuralEncoder(nn.Module):
             ctx = self._context(start, t, 0)
             for layer in self.encoder.layers:
                 x, _, _ = self._layer(layer, x, ctx)
+            if self.encoder.norm is not None:
+                x = self.encoder.norm(x)
         elif t > 0:
-            # Stock PyTorch: includes the final norm when there is one.
+            # Stock PyTorch, final norm included.
             x = self.encoder(x.unsqueeze(0), mask=band_mask(t, self.window)).squeeze(0)
         elif self.encoder.norm is not None:
             x = self.encoder.norm(x)
-        if self.pos_encoding != "rope":
-            logits = self.head(x) if self.head is not None else None
-            return x, logits
-        return self._finish(x)
+        logits = self.head(x) if self.head is not None else None
+        return x, logits
 
     def init_state(self, start_frame=0):
         """A fresh stream whose first frame has absolute index start_frame."""
