@@ -43,22 +43,29 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
 #define F16_W(p, at) \
   _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (at))))
 
-/* MR rows of x against NP panels: MR * NP accumulators. ws[q] is panel q
- * (NULL: multiplied as zeros), stored under mask ms[q]. */
+/* MR rows of x against NP panels, over kc values of k: MR * NP
+ * accumulators in registers. ws[q] points at panel q's first k of the
+ * block (NULL: multiplied as zeros); x at the rows' first k, rows ldx
+ * apart; y at the block's first output, rows N apart. The first k block
+ * starts from zero, later ones from the partial sums left in y, so each
+ * output stays one fused multiply-add chain over k in order; the last k
+ * block adds the bias. Lanes outside ms[q] are neither read nor written. */
 #define DEFINE_BLOCK(NAME, MR, NP, LOAD)                                       \
   __attribute__((target("avx512f,fma,f16c"), always_inline)) static inline void \
-  NAME(const void *const *ws, const float *x, size_t K, float *y, size_t N,    \
-       const __m512 *bs, const __mmask16 *ms) {                                \
+  NAME(const void *const *ws, const float *x, size_t ldx, size_t kc,           \
+       float *y, size_t N, const __m512 *bs, const __mmask16 *ms, int first,   \
+       int last) {                                                             \
     __m512 acc[MR][NP];                                                        \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
       _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) acc[r][q] =         \
-          _mm512_setzero_ps();                                                 \
-    for (size_t k = 0; k < K; k++) {                                           \
+          first ? _mm512_setzero_ps()                                          \
+                : _mm512_maskz_loadu_ps(ms[q], y + (size_t)r * N + 16 * q);    \
+    for (size_t k = 0; k < kc; k++) {                                          \
       __m512 w[NP];                                                            \
       _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) w[q] =              \
           ws[q] ? LOAD(ws[q], k * 16) : _mm512_setzero_ps();                   \
       _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                   \
-        __m512 xv = _mm512_set1_ps(x[(size_t)r * K + k]);                      \
+        __m512 xv = _mm512_set1_ps(x[(size_t)r * ldx + k]);                    \
         _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) acc[r][q] =       \
             _mm512_fmadd_ps(xv, w[q], acc[r][q]);                              \
       }                                                                        \
@@ -66,70 +73,103 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
       _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) if (ms[q])          \
         _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],               \
-                              _mm512_add_ps(acc[r][q], bs[q]));                \
+                              last ? _mm512_add_ps(acc[r][q], bs[q])           \
+                                   : acc[r][q]);                               \
   }
 
-/* Panels per block for each MR: enough independent chains to cover the
- * FMA latency when there are few rows. */
-#define DEFINE_BLOCKS(T, LOAD)                \
-  DEFINE_BLOCK(block1_##T, 1, 8, LOAD)        \
-  DEFINE_BLOCK(block2_##T, 2, 4, LOAD)        \
-  DEFINE_BLOCK(block3_##T, 3, 4, LOAD)        \
-  DEFINE_BLOCK(block4_##T, 4, 2, LOAD)        \
-  DEFINE_BLOCK(block5_##T, 5, 2, LOAD)        \
-  DEFINE_BLOCK(block6_##T, 6, 2, LOAD)
+/* Two panels for blocks of many rows (12 accumulators at MR = 6); more
+ * panels when there are few rows, for enough independent chains to cover
+ * the FMA latency. */
+#define DEFINE_BLOCKS(T, LOAD)             \
+  DEFINE_BLOCK(b1x2_##T, 1, 2, LOAD)       \
+  DEFINE_BLOCK(b2x2_##T, 2, 2, LOAD)       \
+  DEFINE_BLOCK(b3x2_##T, 3, 2, LOAD)       \
+  DEFINE_BLOCK(b4x2_##T, 4, 2, LOAD)       \
+  DEFINE_BLOCK(b5x2_##T, 5, 2, LOAD)       \
+  DEFINE_BLOCK(b6x2_##T, 6, 2, LOAD)       \
+  DEFINE_BLOCK(b1x8_##T, 1, 8, LOAD)       \
+  DEFINE_BLOCK(b2x4_##T, 2, 4, LOAD)       \
+  DEFINE_BLOCK(b3x4_##T, 3, 4, LOAD)
 DEFINE_BLOCKS(f32, F32_W)
 DEFINE_BLOCKS(f16, F16_W)
 
-static const int panels_for_rows[MR_MAX + 1] = {0, 8, 4, 4, 2, 2, 2};
+/* Panels, masks and bias of panels [p, p + np), pointers at k = k0. */
+#define PANEL_SETUP(ELEM)                                                      \
+  const void *ws[8] = {0};                                                     \
+  __m512 bs[8];                                                                \
+  __mmask16 ms[8] = {0};                                                       \
+  for (size_t q = 0; q < np; q++) {                                            \
+    size_t c = (p + q) * AURAL__PANEL;                                         \
+    bs[q] = _mm512_setzero_ps();                                               \
+    if (p + q >= n_panels) continue;                                           \
+    size_t left = N - c;                                                       \
+    ws[q] = (const ELEM *)w + ((p + q) * K + k0) * AURAL__PANEL;               \
+    ms[q] = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);               \
+    /* Adding 0 where there is no bias keeps the chain's bits. */            \
+    if (b) bs[q] = _mm512_maskz_loadu_ps(ms[q], b + c);                        \
+  }
 
-/* Runs rows [i, i + mr) of x against every panel, np panels at a time. */
-#define DEFINE_ROWS(T, ELEM)                                                   \
-  __attribute__((target("avx512f,fma,f16c"))) static void rows_##T(           \
+/* k values per block when there are many rows: two panels of 256 k are
+ * 32 KB of f32 weights, which stay in L1 while every row block uses them. */
+#define KC 256
+
+/*
+ * Many rows (chunk mode, batches): k blocks outside, then panel pairs, then
+ * blocks of 6 rows, so each block of weights is loaded into L1 once and
+ * used by every row. Few rows (frame mode): the rows stay in registers and
+ * the weights stream past them once, np panels at a time.
+ */
+#define DEFINE_LINEAR(T, ELEM)                                                 \
+  __attribute__((target("avx512f,fma,f16c"))) static void linear_##T(         \
       const ELEM *w, size_t N, size_t K, const float *b, const float *x,       \
-      size_t mr, float *y) {                                                   \
+      size_t M, float *y) {                                                    \
     size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL;                   \
-    size_t np = (size_t)panels_for_rows[mr];                                   \
-    for (size_t p = 0; p < n_panels; p += np) {                                \
-      const void *ws[8] = {0};                                                 \
-      __m512 bs[8];                                                            \
-      __mmask16 ms[8] = {0};                                                   \
-      for (size_t q = 0; q < np; q++) {                                        \
-        size_t c = (p + q) * AURAL__PANEL;                                     \
-        bs[q] = _mm512_setzero_ps();                                           \
-        if (p + q >= n_panels) continue;                                       \
-        size_t left = N - c;                                                   \
-        ws[q] = w + (p + q) * K * AURAL__PANEL;                                \
-        ms[q] = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);           \
-        /* Adding 0 where there is no bias keeps the chain's bits. */        \
-        if (b) bs[q] = _mm512_maskz_loadu_ps(ms[q], b + c);                    \
+    if (M < MR_MAX) {                                                          \
+      size_t np = M == 1 ? 8 : M <= 3 ? 4 : 2, k0 = 0;                         \
+      for (size_t p = 0; p < n_panels; p += np) {                              \
+        PANEL_SETUP(ELEM)                                                      \
+        float *yp = y + p * AURAL__PANEL;                                      \
+        switch (M) {                                                           \
+        case 1: b1x8_##T(ws, x, K, K, yp, N, bs, ms, 1, 1); break;             \
+        case 2: b2x4_##T(ws, x, K, K, yp, N, bs, ms, 1, 1); break;             \
+        case 3: b3x4_##T(ws, x, K, K, yp, N, bs, ms, 1, 1); break;             \
+        case 4: b4x2_##T(ws, x, K, K, yp, N, bs, ms, 1, 1); break;             \
+        default: b5x2_##T(ws, x, K, K, yp, N, bs, ms, 1, 1); break;            \
+        }                                                                      \
       }                                                                        \
-      float *yp = y + p * AURAL__PANEL;                                        \
-      switch (mr) {                                                            \
-      case 1: block1_##T(ws, x, K, yp, N, bs, ms); break;                      \
-      case 2: block2_##T(ws, x, K, yp, N, bs, ms); break;                      \
-      case 3: block3_##T(ws, x, K, yp, N, bs, ms); break;                      \
-      case 4: block4_##T(ws, x, K, yp, N, bs, ms); break;                      \
-      case 5: block5_##T(ws, x, K, yp, N, bs, ms); break;                      \
-      default: block6_##T(ws, x, K, yp, N, bs, ms); break;                     \
+      return;                                                                  \
+    }                                                                          \
+    const size_t np = 2;                                                       \
+    for (size_t k0 = 0; k0 < K; k0 += KC) {                                    \
+      size_t kc = K - k0 < KC ? K - k0 : KC;                                   \
+      int first = k0 == 0, last = k0 + kc == K;                                \
+      for (size_t p = 0; p < n_panels; p += np) {                              \
+        PANEL_SETUP(ELEM)                                                      \
+        for (size_t i = 0; i < M; i += MR_MAX) {                               \
+          const float *xi = x + i * K + k0;                                    \
+          float *yi = y + i * N + p * AURAL__PANEL;                            \
+          switch (M - i < MR_MAX ? M - i : MR_MAX) {                           \
+          case 1: b1x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break;  \
+          case 2: b2x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break;  \
+          case 3: b3x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break;  \
+          case 4: b4x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break;  \
+          case 5: b5x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break;  \
+          default: b6x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break; \
+          }                                                                    \
+        }                                                                      \
       }                                                                        \
     }                                                                          \
   }
-DEFINE_ROWS(f32, float)
-DEFINE_ROWS(f16, uint16_t)
+DEFINE_LINEAR(f32, float)
+DEFINE_LINEAR(f16, uint16_t)
 
-/* Row blocks outside, panels inside: a block of 6 rows of x (6 KB at
- * K = 256) stays in L1 while the weights stream past it. */
 static void linear_avx512(const aural__mat *w, const float *b, const float *x,
                           size_t M, float *y) {
   size_t N = (size_t)w->rows, K = (size_t)w->cols;
-  for (size_t i = 0; i < M; i += MR_MAX) {
-    size_t mr = M - i < MR_MAX ? M - i : MR_MAX;
-    if (w->f32 != NULL)
-      rows_f32(w->f32, N, K, b, x + i * K, mr, y + i * N);
-    else
-      rows_f16(w->f16, N, K, b, x + i * K, mr, y + i * N);
-  }
+  if (w->f32 != NULL)
+    linear_f32(w->f32, N, K, b, x, M, y);
+  else
+    linear_f16(w->f16, N, K, b, x, M, y);
 }
 
 typedef void (*linear_fn)(const aural__mat *, const float *, const float *,

@@ -24,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1140,6 +1142,41 @@ static void test_bad_paths(void **state) {
   }
 }
 
+/* A FIFO with no writer: open(O_RDONLY) blocks until one comes, so the
+ * loader, which opens before it checks the file type, waits forever (a
+ * known gap: skipped, or a failure under AURAL_TEST_STRICT). Tried in a
+ * child process with a 2 s alarm. */
+static void test_fifo(void **state) {
+  (void)state;
+  char *path;
+  assert_true(asprintf(&path, "%s/fifo.safetensors", tmp_dir) > 0);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  fflush(stdout);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    alarm(2);
+    aural_model *m;
+    aural_err err = {0};
+    int rc = aural_model_load(path, NULL, &m, &err);
+    printf("  %s: %s %s\n", path, aural_err_name(rc), err.msg);
+    fflush(stdout);
+    _exit(rc < 0 && m == NULL && strstr(err.msg, path) != NULL ? 0 : 1);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_int_equal(unlink(path), 0);
+  free(path);
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
+    printf("  FIFO: aural_model_load() still blocked in open() after 2 s "
+           "(known gap)\n");
+    if (getenv("AURAL_TEST_STRICT") != NULL) fail_msg("FIFO: blocks");
+    skip();
+  }
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* ---- the 100 MB header limit, with files that really are that large ---- */
 
 static void test_header_limit_real(void **state) {
@@ -1431,7 +1468,7 @@ static void test_encoder_state_bytes(void **state) {
 }
 
 int main(void) {
-  struct CMUnitTest tests[N_BAD_CASES + 7];
+  struct CMUnitTest tests[N_BAD_CASES + 8];
   size_t n = 0;
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_base_round_trips);
   for (size_t i = 0; i < N_BAD_CASES; i++)
@@ -1439,6 +1476,7 @@ int main(void) {
                                      .test_func = test_rejects,
                                      .initial_state = &bad_cases[i]};
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_bad_paths);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_fifo);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_header_limit_real);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_nonfinite_weights);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_committed_models_load);

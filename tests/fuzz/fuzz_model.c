@@ -49,9 +49,9 @@ static void put_le64(uint8_t *p, uint64_t v) {
 
 size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
                                unsigned int seed) {
-  uint64_t hlen = size >= 8 ? get_le64(data) : UINT64_MAX;
-  if (seed % 8 == 0 || hlen > size - 8)
+  if (seed % 8 == 0 || size < 8 || get_le64(data) > size - 8)
     return LLVMFuzzerMutate(data, size, max_size);
+  uint64_t hlen = get_le64(data);
   size_t data_len = size - 8 - (size_t)hlen;
   if (max_size - 8 - data_len == 0)
     return LLVMFuzzerMutate(data, size, max_size);
