@@ -25,7 +25,9 @@ struct aural_encoder {
   uint64_t next_frame;  /* the next frame to encode */
   size_t batch;         /* rows per pass */
   int d, hs, n_heads, window;
-  float *k_ring;   /* (n_layers, window, d) keys, rope applied */
+  size_t w_pad;    /* window rounded up to 16 */
+  float *k_ring;   /* (n_layers, d, w_pad) keys, rope applied, transposed:
+                      key c of slot s at c * w_pad + s */
   float *v_ring;   /* (n_layers, window, d) values */
   float *x;        /* (batch, d) residual stream */
   float *a;        /* (batch, d) normalised input of a sublayer */
@@ -35,7 +37,7 @@ struct aural_encoder {
   float *in;       /* (batch, n_mels) CMVN-normalised features */
   float *rot_cos;  /* (batch, hs / 2) rope rotation of each row */
   float *rot_sin;  /* (batch, hs / 2) */
-  float *scores;   /* (window) attention weights of one head */
+  float *scores;   /* (w_pad) attention weights of one head */
   double *inv_freq; /* (max(d, hs) / 2) position frequencies */
 };
 
@@ -46,24 +48,24 @@ void aural_encoder_config_default(aural_encoder_config *cfg) {
 
 /* The scratch layout, computed once for sizing and once for carving. */
 typedef struct layout {
-  size_t ring, x, qkv, ff, in, rot, scores, freq, total_floats;
+  size_t k_ring, v_ring, x, qkv, ff, in, rot, scores, freq, total_floats;
 } layout;
 
 static int plan(const aural_model_config *c, size_t batch, layout *l) {
   size_t d = (size_t)c->d_model, w = (size_t)c->window,
          hs = d / (size_t)c->n_heads;
-  size_t ring;
-  if (!aural__mul_ok((size_t)c->n_layers * w, d, &ring)) return -1;
-  l->ring = ring;
+  size_t w_pad = (w + 15) / 16 * 16;
+  if (!aural__mul_ok((size_t)c->n_layers * w_pad, d, &l->k_ring)) return -1;
+  l->v_ring = (size_t)c->n_layers * w * d;
   l->x = batch * d;
   l->qkv = batch * 3 * d;
   l->ff = batch * (size_t)c->d_ff;
   l->in = batch * (size_t)c->fbank.num_mel_bins;
   l->rot = batch * (hs / 2 + 1);
-  l->scores = w;
+  l->scores = w_pad;
   l->freq = (d > hs ? d : hs) / 2 + 1;
-  size_t t = 2 * l->ring; /* overflow-checked: ring fits, 2x may not */
-  if (t / 2 != l->ring) return -1;
+  size_t t = l->k_ring + l->v_ring; /* v_ring <= k_ring, which fits */
+  if (t < l->k_ring) return -1;
   size_t rest = 3 * l->x + l->qkv + l->ff + l->in + 2 * l->rot + l->scores +
                 2 * l->freq; /* doubles count as two floats */
   if (t + rest < t) return -1;
@@ -123,8 +125,9 @@ int aural_encoder_create(const aural_model *model,
   /* The doubles go first so they are aligned. */
   e->inv_freq = (double *)mem;
   float *p = mem + 2 * l.freq;
-  e->k_ring = p, p += l.ring;
-  e->v_ring = p, p += l.ring;
+  e->w_pad = (size_t)(e->window + 15) / 16 * 16;
+  e->k_ring = p, p += l.k_ring;
+  e->v_ring = p, p += l.v_ring;
   e->x = p, p += l.x;
   e->a = p, p += l.x;
   e->att = p, p += l.x;
@@ -181,17 +184,18 @@ static void rope_rotate(const aural_encoder *e, float *v, size_t r) {
 static void attend(aural_encoder *e, int li, size_t r, uint64_t t) {
   size_t d = (size_t)e->d, w = (size_t)e->window, hs = (size_t)e->hs;
   float *q = e->qkv + r * 3 * d;
-  float *k_ring = e->k_ring + (size_t)li * w * d;
+  float *k_ring = e->k_ring + (size_t)li * e->w_pad * d;
   float *v_ring = e->v_ring + (size_t)li * w * d;
   float *o = e->att + r * d;
 
   /* This frame's key and value go into its slot first. */
   size_t slot = (size_t)(t % w);
-  memcpy(k_ring + slot * d, q + d, d * sizeof *q);
+  const float *k = q + d;
+  for (size_t c = 0; c < d; c++) k_ring[c * e->w_pad + slot] = k[c];
   memcpy(v_ring + slot * d, q + 2 * d, d * sizeof *q);
 
   uint64_t lo = t - e->first_frame + 1 >= w ? t - w + 1 : e->first_frame;
-  aural__attention(q, k_ring, v_ring, d, (size_t)e->n_heads, w,
+  aural__attention(q, k_ring, e->w_pad, v_ring, d, (size_t)e->n_heads, w,
                    (size_t)(lo % w), (size_t)(t - lo + 1),
                    1.0f / sqrtf((float)hs), e->scores, o);
 }

@@ -230,116 +230,143 @@ void aural__gelu(float *x, size_t n) {
     x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
 }
 
-/* Scalar attention for one query row: the oracle, and the path for head
- * sizes that are not a multiple of 16. */
-static void attention_ref(const float *q, const float *k_ring,
+/* The cached frames as at most two runs of consecutive slots, oldest
+ * first: [slot_first, end of ring) and then [0, rest). */
+typedef struct slot_runs {
+  size_t start[2], len[2];
+  int n;
+} slot_runs;
+
+static slot_runs runs_of(size_t n_slots, size_t slot_first, size_t n_ctx) {
+  slot_runs r = {.n = 1};
+  size_t first_len = n_slots - slot_first < n_ctx ? n_slots - slot_first : n_ctx;
+  r.start[0] = slot_first;
+  r.len[0] = first_len;
+  if (first_len < n_ctx) {
+    r.start[1] = 0;
+    r.len[1] = n_ctx - first_len;
+    r.n = 2;
+  }
+  return r;
+}
+
+/* Softmax of scores (n) in place; returns 1 / sum of the exponentials. */
+static float softmax_ref(float *scores, size_t n) {
+  float best = -INFINITY, sum = 0.0f;
+  for (size_t j = 0; j < n; j++)
+    if (scores[j] > best) best = scores[j];
+  for (size_t j = 0; j < n; j++) {
+    scores[j] = expf(scores[j] - best);
+    sum += scores[j];
+  }
+  return 1.0f / sum;
+}
+
+/* Scalar attention: the oracle, and the path for head sizes that are not
+ * a multiple of 16 or CPUs without AVX-512. */
+void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
                           const float *v_ring, size_t d, size_t n_heads,
                           size_t n_slots, size_t slot_first, size_t n_ctx,
                           float scale, float *scores, float *o) {
   size_t hs = d / n_heads;
+  slot_runs runs = runs_of(n_slots, slot_first, n_ctx);
   for (size_t h = 0; h < n_heads; h++) {
     const float *qh = q + h * hs;
-    float best = -INFINITY;
-    for (size_t j = 0, slot = slot_first; j < n_ctx; j++) {
-      const float *kh = k_ring + slot * d + h * hs;
-      float sc = 0.0f;
-      for (size_t c = 0; c < hs; c++) sc += qh[c] * kh[c];
-      scores[j] = sc * scale;
-      if (scores[j] > best) best = scores[j];
-      if (++slot == n_slots) slot = 0;
-    }
-    float sum = 0.0f;
-    for (size_t j = 0; j < n_ctx; j++) {
-      scores[j] = expf(scores[j] - best);
-      sum += scores[j];
-    }
-    float inv = 1.0f / sum, *oh = o + h * hs;
+    size_t j = 0;
+    for (int ri = 0; ri < runs.n; ri++)
+      for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
+        float sc = 0.0f;
+        for (size_t c = 0; c < hs; c++) sc += qh[c] * kt[(h * hs + c) * w_pad + s];
+        scores[j++] = sc * scale;
+      }
+    float inv = softmax_ref(scores, n_ctx), *oh = o + h * hs;
     memset(oh, 0, hs * sizeof *oh);
-    for (size_t j = 0, slot = slot_first; j < n_ctx; j++) {
-      const float *vh = v_ring + slot * d + h * hs;
-      float pj = scores[j] * inv;
-      for (size_t c = 0; c < hs; c++) oh[c] += pj * vh[c];
-      if (++slot == n_slots) slot = 0;
-    }
+    j = 0;
+    for (int ri = 0; ri < runs.n; ri++)
+      for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
+        const float *vh = v_ring + s * d + h * hs;
+        float pj = scores[j++] * inv;
+        for (size_t c = 0; c < hs; c++) oh[c] += pj * vh[c];
+      }
   }
 }
 
 __m512 _ZGVeN16v_expf(__m512 x);
 
-/* The same with 16-wide vectors along the head dimension, and exp from
- * libmvec 16 scores at a time. Needs hs % 16 == 0. */
+/* The same with 16-wide vectors: scores of 16 slots at a time from the
+ * transposed keys, exp from libmvec, values 16 lanes of the head at a
+ * time. Needs hs % 16 == 0. */
 __attribute__((target("avx512f,fma"))) static void attention_avx512(
-    const float *q, const float *k_ring, const float *v_ring, size_t d,
-    size_t n_heads, size_t n_slots, size_t slot_first, size_t n_ctx,
+    const float *q, const float *kt, size_t w_pad, const float *v_ring,
+    size_t d, size_t n_heads, size_t n_slots, size_t slot_first, size_t n_ctx,
     float scale, float *scores, float *o) {
   size_t hs = d / n_heads, nv = hs / 16;
+  slot_runs runs = runs_of(n_slots, slot_first, n_ctx);
+  const __m512 vscale = _mm512_set1_ps(scale);
   for (size_t h = 0; h < n_heads; h++) {
-    const float *qh = q + h * hs;
-    float best = -INFINITY;
-    for (size_t j = 0, slot = slot_first; j < n_ctx; j++) {
-      const float *kh = k_ring + slot * d + h * hs;
-      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_loadu_ps(kh));
-      for (size_t v = 1; v < nv; v++)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * v),
-                              _mm512_loadu_ps(kh + 16 * v), acc);
-      scores[j] = _mm512_reduce_add_ps(acc) * scale;
-      if (scores[j] > best) best = scores[j];
-      if (++slot == n_slots) slot = 0;
-    }
-    __m512 vbest = _mm512_set1_ps(best), vsum = _mm512_setzero_ps();
+    const float *qh = q + h * hs, *kh = kt + h * hs * w_pad;
+    __m512 vbest = _mm512_set1_ps(-INFINITY);
     size_t j = 0;
-    for (; j + 16 <= n_ctx; j += 16) {
-      __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(_mm512_loadu_ps(scores + j), vbest));
-      _mm512_storeu_ps(scores + j, e);
-      vsum = _mm512_add_ps(vsum, e);
+    for (int ri = 0; ri < runs.n; ri++) {
+      for (size_t s = runs.start[ri], end = s + runs.len[ri]; s < end;
+           s += 16, j += 16) {
+        __mmask16 m = end - s >= 16 ? 0xffff : (__mmask16)((1u << (end - s)) - 1);
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        size_t c = 0;
+        for (; c + 2 <= hs; c += 2) {
+          acc0 = _mm512_fmadd_ps(_mm512_set1_ps(qh[c]),
+                                 _mm512_maskz_loadu_ps(m, kh + c * w_pad + s), acc0);
+          acc1 = _mm512_fmadd_ps(_mm512_set1_ps(qh[c + 1]),
+                                 _mm512_maskz_loadu_ps(m, kh + (c + 1) * w_pad + s),
+                                 acc1);
+        }
+        __m512 sc = _mm512_mul_ps(_mm512_add_ps(acc0, acc1), vscale);
+        _mm512_mask_storeu_ps(scores + j, m, sc);
+        vbest = _mm512_mask_max_ps(vbest, m, vbest, sc);
+        j -= 16 - (size_t)__builtin_popcount(m); /* partial vector */
+      }
     }
-    if (j < n_ctx) {
-      __mmask16 m = (__mmask16)((1u << (n_ctx - j)) - 1);
+    float best = _mm512_reduce_max_ps(vbest);
+    vbest = _mm512_set1_ps(best);
+    __m512 vsum = _mm512_setzero_ps();
+    for (size_t jj = 0; jj < n_ctx; jj += 16) {
+      __mmask16 m = n_ctx - jj >= 16 ? 0xffff : (__mmask16)((1u << (n_ctx - jj)) - 1);
       __m512 e = _ZGVeN16v_expf(
-          _mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vbest));
+          _mm512_sub_ps(_mm512_mask_loadu_ps(vbest, m, scores + jj), vbest));
       e = _mm512_maskz_mov_ps(m, e);
-      _mm512_mask_storeu_ps(scores + j, m, e);
+      _mm512_mask_storeu_ps(scores + jj, m, e);
       vsum = _mm512_add_ps(vsum, e);
     }
     float inv = 1.0f / _mm512_reduce_add_ps(vsum);
-    __m512 acc[8];
-    for (size_t v = 0; v < nv && v < 8; v++) acc[v] = _mm512_setzero_ps();
-    if (nv <= 8) {
-      for (size_t jj = 0, slot = slot_first; jj < n_ctx; jj++) {
-        const float *vh = v_ring + slot * d + h * hs;
-        __m512 p = _mm512_set1_ps(scores[jj] * inv);
-        for (size_t v = 0; v < nv; v++)
-          acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vh + 16 * v), acc[v]);
-        if (++slot == n_slots) slot = 0;
-      }
-      for (size_t v = 0; v < nv; v++) _mm512_storeu_ps(o + h * hs + 16 * v, acc[v]);
-    } else {
-      float *oh = o + h * hs;
-      memset(oh, 0, hs * sizeof *oh);
-      for (size_t jj = 0, slot = slot_first; jj < n_ctx; jj++) {
-        const float *vh = v_ring + slot * d + h * hs;
-        __m512 p = _mm512_set1_ps(scores[jj] * inv);
-        for (size_t v = 0; v < nv; v++)
-          _mm512_storeu_ps(oh + 16 * v,
-                           _mm512_fmadd_ps(p, _mm512_loadu_ps(vh + 16 * v),
-                                           _mm512_loadu_ps(oh + 16 * v)));
-        if (++slot == n_slots) slot = 0;
-      }
+    float *oh = o + h * hs;
+    for (size_t v0 = 0; v0 < nv; v0 += 4) {
+      size_t nb = nv - v0 < 4 ? nv - v0 : 4;
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                       _mm512_setzero_ps(), _mm512_setzero_ps()};
+      j = 0;
+      for (int ri = 0; ri < runs.n; ri++)
+        for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
+          const float *vh = v_ring + s * d + h * hs + 16 * v0;
+          __m512 p = _mm512_set1_ps(scores[j++] * inv);
+          for (size_t v = 0; v < nb; v++)
+            acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vh + 16 * v), acc[v]);
+        }
+      for (size_t v = 0; v < nb; v++) _mm512_storeu_ps(oh + 16 * (v0 + v), acc[v]);
     }
   }
 }
 
-void aural__attention(const float *q, const float *k_ring,
+void aural__attention(const float *q, const float *kt, size_t w_pad,
                       const float *v_ring, size_t d, size_t n_heads,
                       size_t n_slots, size_t slot_first, size_t n_ctx,
                       float scale, float *scores, float *o) {
   pthread_once(&kernel_once, pick_kernel);
   if (linear_impl != aural__linear_ref && (d / n_heads) % 16 == 0)
-    attention_avx512(q, k_ring, v_ring, d, n_heads, n_slots, slot_first,
+    attention_avx512(q, kt, w_pad, v_ring, d, n_heads, n_slots, slot_first,
                      n_ctx, scale, scores, o);
   else
-    attention_ref(q, k_ring, v_ring, d, n_heads, n_slots, slot_first, n_ctx,
-                  scale, scores, o);
+    aural__attention_ref(q, kt, w_pad, v_ring, d, n_heads, n_slots,
+                         slot_first, n_ctx, scale, scores, o);
 }
 
 void aural__layer_norm(float *x, size_t n, int d, const float *g,

@@ -5,6 +5,7 @@
  * that does not grow with the stream.
  */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -305,6 +306,61 @@ static void test_memory_flat_over_100k_frames(void **state) {
   free(feats);
 }
 
+/* One model, several streams on several threads at once: each stream's
+ * output equals the same stream run alone. */
+typedef struct thread_job {
+  const aural_model *model;
+  const float *feats;
+  size_t n, step;
+  uint64_t start;
+  float *emb;
+} thread_job;
+
+static void *thread_main(void *arg) {
+  thread_job *j = arg;
+  aural_encoder *e;
+  aural_encoder_config ec;
+  aural_encoder_config_default(&ec);
+  ec.first_frame = j->start;
+  if (aural_encoder_create(j->model, &ec, &e, NULL) != 0) return NULL;
+  for (size_t at = 0; at < j->n; at += j->step) {
+    size_t k = j->n - at < j->step ? j->n - at : j->step;
+    aural_encoder_forward(e, j->feats + at * 80, k, j->emb + at * 32, NULL);
+  }
+  aural_encoder_destroy(e);
+  return j;
+}
+
+static void test_model_shared_across_threads(void **state) {
+  (void)state;
+  aural_model *m = load_model("prenorm_gelu_rope", AURAL_WEIGHTS_F32);
+  size_t t_in, mels;
+  float *feats = load_npy("encoder/input.npy", &t_in, &mels);
+  enum { N_THREADS = 4 };
+  thread_job jobs[N_THREADS];
+  pthread_t th[N_THREADS];
+  size_t n = 1000;
+  for (int i = 0; i < N_THREADS; i++) {
+    jobs[i] = (thread_job){.model = m, .feats = feats + (size_t)i * 100 * mels,
+                           .n = n, .step = (size_t)(1 + 16 * i),
+                           .start = (uint64_t)i * 1000};
+    jobs[i].emb = malloc(n * 32 * sizeof(float));
+    assert_int_equal(pthread_create(&th[i], NULL, thread_main, &jobs[i]), 0);
+  }
+  float *alone = malloc(n * 32 * sizeof *alone);
+  for (int i = 0; i < N_THREADS; i++) {
+    void *ret;
+    assert_int_equal(pthread_join(th[i], &ret), 0);
+    assert_ptr_equal(ret, &jobs[i]);
+    run(m, jobs[i].start, jobs[i].feats, n, 50, 0, alone, NULL);
+    assert_memory_equal(jobs[i].emb, alone, n * 32 * sizeof *alone);
+    free(jobs[i].emb);
+  }
+  free(alone);
+  free(feats);
+  aural_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parity_with_pytorch),
@@ -312,6 +368,7 @@ int main(void) {
       cmocka_unit_test(test_reset_repeats_exactly),
       cmocka_unit_test(test_ctc_greedy),
       cmocka_unit_test(test_memory_flat_over_100k_frames),
+      cmocka_unit_test(test_model_shared_across_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

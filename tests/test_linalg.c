@@ -153,9 +153,43 @@ static void test_activations(void **state) {
   assert_true(fabs(mean) < 1e-5 && fabs(var / 64 - 1) < 1e-4);
 }
 
+/* The vector attention against the scalar oracle, over ring positions
+ * that wrap and windows that are partly filled. */
+static void test_attention_matches_oracle(void **state) {
+  (void)state;
+  const size_t configs[][2] = {{256, 4}, {64, 1}, {128, 8}, {48, 3}};
+  for (size_t ci = 0; ci < 4; ci++) {
+    size_t d = configs[ci][0], heads = configs[ci][1];
+    const size_t windows[] = {1, 7, 16, 50, 100};
+    for (size_t wi = 0; wi < 5; wi++) {
+      size_t w = windows[wi], w_pad = (w + 15) / 16 * 16;
+      float *kt = malloc(d * w_pad * sizeof *kt), *v = malloc(w * d * sizeof *v);
+      float *q = malloc(d * sizeof *q), *o1 = malloc(d * sizeof *o1),
+            *o2 = malloc(d * sizeof *o2), *sc = malloc(w_pad * sizeof *sc);
+      for (size_t i = 0; i < d * w_pad; i++) kt[i] = frand();
+      for (size_t i = 0; i < w * d; i++) v[i] = frand();
+      for (size_t i = 0; i < d; i++) q[i] = frand() * 3;
+      for (size_t first = 0; first < w; first += (w > 10 ? 7 : 1))
+        for (size_t n = 1; n <= w; n += (w > 10 ? 9 : 1)) {
+          aural__attention(q, kt, w_pad, v, d, heads, w, first, n, 0.125f, sc, o1);
+          aural__attention_ref(q, kt, w_pad, v, d, heads, w, first, n, 0.125f, sc, o2);
+          for (size_t i = 0; i < d; i++)
+            assert_true(fabsf(o1[i] - o2[i]) <= 1e-5f * (1 + fabsf(o2[i])));
+        }
+      free(kt);
+      free(v);
+      free(q);
+      free(o1);
+      free(o2);
+      free(sc);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernel_matches_oracle_bit_for_bit),
+      cmocka_unit_test(test_attention_matches_oracle),
       cmocka_unit_test(test_f16_conversion),
       cmocka_unit_test(test_activations),
   };

@@ -9,7 +9,8 @@
 # the input that did it is left in build-fuzz/artifacts/ (copy it to
 # tests/fuzz/regressions/NAME/ once understood).
 #   tools/fuzz.sh [SECONDS [TARGET...]]
-# Environment: CC (default clang), FUZZ_ARGS (extra libFuzzer flags).
+# Environment: CC (default clang), FUZZ_ARGS (extra libFuzzer flags),
+# FUZZ_KEEP=1 keeps the grown scratch corpus (for coverage reports).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -88,6 +89,10 @@ for t in "${targets[@]}"; do
     grep -E '^==[0-9]+==ERROR|SUMMARY|runtime error|Test unit written' "$log" ||
       tail -n 20 "$log"
   fi
-  rm -rf "$work"
+  if [[ -n ${FUZZ_KEEP:-} ]]; then
+    echo "   corpus kept in $work"
+  else
+    rm -rf "$work"
+  fi
 done
 exit $failed
