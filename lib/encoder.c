@@ -4,7 +4,8 @@
  * A call takes n new frames at absolute positions t0 .. t0+n-1 and runs
  * them through the model in batches of at most max_batch_frames rows: the
  * matrix products see all rows of a batch at once; attention goes row by
- * row, because row i must see exactly the frames max(first, t_i-W+1) .. t_i.
+ * row (within each head), because row i must see exactly the frames
+ * max(first, t_i-W+1) .. t_i.
  * Each layer's ring holds the keys and values of the last W frames in slot
  * t mod W. Row i writes its own slot before attending, and rows are taken
  * in order, so the slot it overwrites (frame t_i - W) is one no later row
@@ -180,24 +181,30 @@ static void rope_rotate(const aural_encoder *e, float *v, size_t r) {
   }
 }
 
-/* Self-attention of row r (absolute frame t) of layer `li` into att[r]. */
-static void attend(aural_encoder *e, int li, size_t r, uint64_t t) {
+/* Self-attention of layer li over the batch's n rows into att. Head by
+ * head, so that one head's slice of the rings stays in L1 across the rows;
+ * within a head, row by row in time order, each row's key and value going
+ * into its slot just before it attends. */
+static void attend(aural_encoder *e, int li, size_t n) {
   size_t d = (size_t)e->d, w = (size_t)e->window, hs = (size_t)e->hs;
-  float *q = e->qkv + r * 3 * d;
   float *k_ring = e->k_ring + (size_t)li * e->w_pad * d;
   float *v_ring = e->v_ring + (size_t)li * w * d;
-  float *o = e->att + r * d;
-
-  /* This frame's key and value go into its slot first. */
-  size_t slot = (size_t)(t % w);
-  const float *k = q + d;
-  for (size_t c = 0; c < d; c++) k_ring[c * e->w_pad + slot] = k[c];
-  memcpy(v_ring + slot * d, q + 2 * d, d * sizeof *q);
-
-  uint64_t lo = t - e->first_frame + 1 >= w ? t - w + 1 : e->first_frame;
-  aural__attention(q, k_ring, e->w_pad, v_ring, d, (size_t)e->n_heads, w,
-                   (size_t)(lo % w), (size_t)(t - lo + 1),
-                   1.0f / sqrtf((float)hs), e->scores, o);
+  float scale = 1.0f / sqrtf((float)hs);
+  for (size_t h = 0; h < (size_t)e->n_heads; h++) {
+    float *kt = k_ring + h * hs * e->w_pad, *vh = v_ring + h * hs;
+    for (size_t r = 0; r < n; r++) {
+      uint64_t t = e->next_frame + r;
+      const float *q = e->qkv + r * 3 * d + h * hs;
+      const float *k = q + d, *v = q + 2 * d;
+      size_t slot = (size_t)(t % w);
+      for (size_t c = 0; c < hs; c++) kt[c * e->w_pad + slot] = k[c];
+      memcpy(vh + slot * d, v, hs * sizeof *v);
+      uint64_t lo = t - e->first_frame + 1 >= w ? t - w + 1 : e->first_frame;
+      aural__attention(q, kt, e->w_pad, vh, d, hs, w, (size_t)(lo % w),
+                       (size_t)(t - lo + 1), scale, e->scores,
+                       e->att + r * d + h * hs);
+    }
+  }
 }
 
 static void add_rows(float *x, const float *y, size_t n) {
@@ -220,13 +227,12 @@ static void run_layers(aural_encoder *e, size_t n) {
       src = e->a;
     }
     aural__linear(&L->qkv, L->b_qkv, src, n, e->qkv);
-    for (size_t r = 0; r < n; r++) {
-      if (c->pos_encoding == AURAL_POS_ROPE) {
+    if (c->pos_encoding == AURAL_POS_ROPE)
+      for (size_t r = 0; r < n; r++) {
         rope_rotate(e, e->qkv + r * 3 * d, r);     /* q */
         rope_rotate(e, e->qkv + r * 3 * d + d, r); /* k */
       }
-      attend(e, li, r, e->next_frame + r);
-    }
+    attend(e, li, n);
     aural__linear(&L->out, L->b_out, e->att, n, e->a);
     add_rows(e->x, e->a, n * d);
     if (!c->norm_first)

@@ -125,17 +125,17 @@ void aural__linear(const aural__mat *w, const float *b, const float *x,
 void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
                        size_t n, float *y);
 
-/* Attention of one query row q (d) over n_ctx cached frames, per head of
- * d / n_heads. Frame j (oldest first) is in ring slot (slot_first + j) mod
- * n_slots: its key c at kt[c * w_pad + slot] (keys transposed, so that 16
- * slots load as one vector), its value at v_ring[slot * d]. Writes o (d);
+/* Attention of one head of one query row: q (hs) over n_ctx cached
+ * frames. Frame j (oldest first) is in ring slot (slot_first + j) mod
+ * n_slots: its key lane c at kt[c * w_pad + slot] (keys transposed, so that
+ * 16 slots load as one vector), its value at v[slot * ldv]. Writes o (hs);
  * scores (w_pad) is scratch. */
 void aural__attention(const float *q, const float *kt, size_t w_pad,
-                      const float *v_ring, size_t d, size_t n_heads,
-                      size_t n_slots, size_t slot_first, size_t n_ctx,
-                      float scale, float *scores, float *o);
+                      const float *v, size_t ldv, size_t hs, size_t n_slots,
+                      size_t slot_first, size_t n_ctx, float scale,
+                      float *scores, float *o);
 void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
-                          const float *v_ring, size_t d, size_t n_heads,
+                          const float *v, size_t ldv, size_t hs,
                           size_t n_slots, size_t slot_first, size_t n_ctx,
                           float scale, float *scores, float *o);
 

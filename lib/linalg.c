@@ -265,30 +265,26 @@ static float softmax_ref(float *scores, size_t n) {
 /* Scalar attention: the oracle, and the path for head sizes that are not
  * a multiple of 16 or CPUs without AVX-512. */
 void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
-                          const float *v_ring, size_t d, size_t n_heads,
+                          const float *v, size_t ldv, size_t hs,
                           size_t n_slots, size_t slot_first, size_t n_ctx,
                           float scale, float *scores, float *o) {
-  size_t hs = d / n_heads;
   slot_runs runs = runs_of(n_slots, slot_first, n_ctx);
-  for (size_t h = 0; h < n_heads; h++) {
-    const float *qh = q + h * hs;
-    size_t j = 0;
-    for (int ri = 0; ri < runs.n; ri++)
-      for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
-        float sc = 0.0f;
-        for (size_t c = 0; c < hs; c++) sc += qh[c] * kt[(h * hs + c) * w_pad + s];
-        scores[j++] = sc * scale;
-      }
-    float inv = softmax_ref(scores, n_ctx), *oh = o + h * hs;
-    memset(oh, 0, hs * sizeof *oh);
-    j = 0;
-    for (int ri = 0; ri < runs.n; ri++)
-      for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
-        const float *vh = v_ring + s * d + h * hs;
-        float pj = scores[j++] * inv;
-        for (size_t c = 0; c < hs; c++) oh[c] += pj * vh[c];
-      }
-  }
+  size_t j = 0;
+  for (int ri = 0; ri < runs.n; ri++)
+    for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
+      float sc = 0.0f;
+      for (size_t c = 0; c < hs; c++) sc += q[c] * kt[c * w_pad + s];
+      scores[j++] = sc * scale;
+    }
+  float inv = softmax_ref(scores, n_ctx);
+  memset(o, 0, hs * sizeof *o);
+  j = 0;
+  for (int ri = 0; ri < runs.n; ri++)
+    for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
+      const float *vs = v + s * ldv;
+      float pj = scores[j++] * inv;
+      for (size_t c = 0; c < hs; c++) o[c] += pj * vs[c];
+    }
 }
 
 __m512 _ZGVeN16v_expf(__m512 x);
@@ -297,33 +293,43 @@ __m512 _ZGVeN16v_expf(__m512 x);
  * transposed keys, exp from libmvec, values 16 lanes of the head at a
  * time. Needs hs % 16 == 0. */
 __attribute__((target("avx512f,fma"))) static void attention_avx512(
-    const float *q, const float *kt, size_t w_pad, const float *v_ring,
-    size_t d, size_t n_heads, size_t n_slots, size_t slot_first, size_t n_ctx,
-    float scale, float *scores, float *o) {
-  size_t hs = d / n_heads, nv = hs / 16;
+    const float *qh, const float *kh, size_t w_pad, const float *vr,
+    size_t ldv, size_t hs, size_t n_slots, size_t slot_first, size_t n_ctx,
+    float scale, float *scores, float *oh) {
+  size_t nv = hs / 16;
   slot_runs runs = runs_of(n_slots, slot_first, n_ctx);
   const __m512 vscale = _mm512_set1_ps(scale);
-  for (size_t h = 0; h < n_heads; h++) {
-    const float *qh = q + h * hs, *kh = kt + h * hs * w_pad;
+  {
     __m512 vbest = _mm512_set1_ps(-INFINITY);
     size_t j = 0;
+    /* 64 slots at a time: four independent chains over the head's lanes,
+     * each broadcast of q used four times. Masked lanes load nothing. */
     for (int ri = 0; ri < runs.n; ri++) {
       for (size_t s = runs.start[ri], end = s + runs.len[ri]; s < end;
-           s += 16, j += 16) {
-        __mmask16 m = end - s >= 16 ? 0xffff : (__mmask16)((1u << (end - s)) - 1);
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-        size_t c = 0;
-        for (; c + 2 <= hs; c += 2) {
-          acc0 = _mm512_fmadd_ps(_mm512_set1_ps(qh[c]),
-                                 _mm512_maskz_loadu_ps(m, kh + c * w_pad + s), acc0);
-          acc1 = _mm512_fmadd_ps(_mm512_set1_ps(qh[c + 1]),
-                                 _mm512_maskz_loadu_ps(m, kh + (c + 1) * w_pad + s),
-                                 acc1);
+           s += 64) {
+        __mmask16 m[4];
+        for (int g = 0; g < 4; g++) {
+          size_t at = s + 16 * (size_t)g;
+          m[g] = at >= end           ? 0
+                 : end - at >= 16 ? 0xffff
+                                  : (__mmask16)((1u << (end - at)) - 1);
         }
-        __m512 sc = _mm512_mul_ps(_mm512_add_ps(acc0, acc1), vscale);
-        _mm512_mask_storeu_ps(scores + j, m, sc);
-        vbest = _mm512_mask_max_ps(vbest, m, vbest, sc);
-        j -= 16 - (size_t)__builtin_popcount(m); /* partial vector */
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                         _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (size_t c = 0; c < hs; c++) {
+          __m512 bq = _mm512_set1_ps(qh[c]);
+          const float *row = kh + c * w_pad + s;
+#pragma GCC unroll 4
+          for (int g = 0; g < 4; g++)
+            acc[g] = _mm512_fmadd_ps(bq, _mm512_maskz_loadu_ps(m[g], row + 16 * g),
+                                     acc[g]);
+        }
+        for (int g = 0; g < 4 && m[g]; g++) {
+          __m512 sc = _mm512_mul_ps(acc[g], vscale);
+          _mm512_mask_storeu_ps(scores + j, m[g], sc);
+          vbest = _mm512_mask_max_ps(vbest, m[g], vbest, sc);
+          j += (size_t)__builtin_popcount(m[g]);
+        }
       }
     }
     float best = _mm512_reduce_max_ps(vbest);
@@ -338,35 +344,46 @@ __attribute__((target("avx512f,fma"))) static void attention_avx512(
       vsum = _mm512_add_ps(vsum, e);
     }
     float inv = 1.0f / _mm512_reduce_add_ps(vsum);
-    float *oh = o + h * hs;
-    for (size_t v0 = 0; v0 < nv; v0 += 4) {
-      size_t nb = nv - v0 < 4 ? nv - v0 : 4;
+    size_t v0 = 0;
+    for (; v0 + 4 <= nv; v0 += 4) { /* four vectors of the head at once */
       __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
                        _mm512_setzero_ps(), _mm512_setzero_ps()};
       j = 0;
       for (int ri = 0; ri < runs.n; ri++)
         for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
-          const float *vh = v_ring + s * d + h * hs + 16 * v0;
+          const float *vh = vr + s * ldv + 16 * v0;
           __m512 p = _mm512_set1_ps(scores[j++] * inv);
-          for (size_t v = 0; v < nb; v++)
+#pragma GCC unroll 4
+          for (int v = 0; v < 4; v++)
             acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vh + 16 * v), acc[v]);
         }
-      for (size_t v = 0; v < nb; v++) _mm512_storeu_ps(oh + 16 * (v0 + v), acc[v]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; v++) _mm512_storeu_ps(oh + 16 * (v0 + (size_t)v), acc[v]);
+    }
+    for (; v0 < nv; v0++) {
+      __m512 acc = _mm512_setzero_ps();
+      j = 0;
+      for (int ri = 0; ri < runs.n; ri++)
+        for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++)
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(scores[j++] * inv),
+                                _mm512_loadu_ps(vr + s * ldv + 16 * v0),
+                                acc);
+      _mm512_storeu_ps(oh + 16 * v0, acc);
     }
   }
 }
 
 void aural__attention(const float *q, const float *kt, size_t w_pad,
-                      const float *v_ring, size_t d, size_t n_heads,
-                      size_t n_slots, size_t slot_first, size_t n_ctx,
-                      float scale, float *scores, float *o) {
+                      const float *v, size_t ldv, size_t hs, size_t n_slots,
+                      size_t slot_first, size_t n_ctx, float scale,
+                      float *scores, float *o) {
   pthread_once(&kernel_once, pick_kernel);
-  if (linear_impl != aural__linear_ref && (d / n_heads) % 16 == 0)
-    attention_avx512(q, kt, w_pad, v_ring, d, n_heads, n_slots, slot_first,
-                     n_ctx, scale, scores, o);
+  if (linear_impl != aural__linear_ref && hs % 16 == 0)
+    attention_avx512(q, kt, w_pad, v, ldv, hs, n_slots, slot_first, n_ctx,
+                     scale, scores, o);
   else
-    aural__attention_ref(q, kt, w_pad, v_ring, d, n_heads, n_slots,
-                         slot_first, n_ctx, scale, scores, o);
+    aural__attention_ref(q, kt, w_pad, v, ldv, hs, n_slots, slot_first,
+                         n_ctx, scale, scores, o);
 }
 
 void aural__layer_norm(float *x, size_t n, int d, const float *g,

@@ -171,8 +171,14 @@ static void test_attention_matches_oracle(void **state) {
       for (size_t i = 0; i < d; i++) q[i] = frand() * 3;
       for (size_t first = 0; first < w; first += (w > 10 ? 7 : 1))
         for (size_t n = 1; n <= w; n += (w > 10 ? 9 : 1)) {
-          aural__attention(q, kt, w_pad, v, d, heads, w, first, n, 0.125f, sc, o1);
-          aural__attention_ref(q, kt, w_pad, v, d, heads, w, first, n, 0.125f, sc, o2);
+          for (size_t h = 0; h < heads; h++) {
+            size_t hs = d / heads;
+            aural__attention(q + h * hs, kt + h * hs * w_pad, w_pad, v + h * hs,
+                             d, hs, w, first, n, 0.125f, sc, o1 + h * hs);
+            aural__attention_ref(q + h * hs, kt + h * hs * w_pad, w_pad,
+                                 v + h * hs, d, hs, w, first, n, 0.125f, sc,
+                                 o2 + h * hs);
+          }
           for (size_t i = 0; i < d; i++)
             assert_true(fabsf(o1[i] - o2[i]) <= 1e-5f * (1 + fabsf(o2[i])));
         }
