@@ -60,7 +60,7 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
       _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) acc[r][q] =         \
           first ? _mm512_setzero_ps()                                          \
                 : _mm512_maskz_loadu_ps(ms[q], y + (size_t)r * N + 16 * q);    \
-    for (size_t k = 0; k < kc; k++) {                                          \
+    _Pragma("GCC unroll 4") for (size_t k = 0; k < kc; k++) {                  \
       __m512 w[NP];                                                            \
       _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) w[q] =              \
           ws[q] ? LOAD(ws[q], k * 16) : _mm512_setzero_ps();                   \
