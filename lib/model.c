@@ -34,6 +34,7 @@
 #define MAX_LAYERS 1024
 #define MAX_WINDOW 1000000
 #define MAX_VOCAB 1000000
+#define AURAL__MAX_KV_BYTES (1024.0 * 1048576) /* per stream */
 
 void aural_model_load_config_default(aural_model_load_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -92,6 +93,86 @@ static float bf16_to_f32(uint16_t b) {
   float f;
   memcpy(&f, &bits, sizeof f);
   return f;
+}
+
+/* ---- strict JSON ------------------------------------------------------ */
+
+static int cmp_str_ptr(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that appears twice in an object of the tree at node, or
+ * NULL. JSON parsers disagree on which duplicate wins (cJSON keeps the
+ * first, Python's json the last), so a file with one could mean different
+ * models to this loader and to the reference: it is refused. *where gets
+ * the name of the object holding it (NULL for the top level). */
+static const char *duplicate_key(const cJSON *node, const char **where) {
+  size_t n = 0;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, node) n++;
+  if (cJSON_IsObject(node) && n > 1) {
+    const char **keys = malloc(n * sizeof *keys);
+    if (keys == NULL) return NULL; /* checked again by the caller's limits */
+    size_t k = 0;
+    cJSON_ArrayForEach(it, node) keys[k++] = it->string;
+    qsort(keys, n, sizeof *keys, cmp_str_ptr);
+    const char *dup = NULL;
+    for (size_t i = 1; i < n && dup == NULL; i++)
+      if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+    free(keys);
+    if (dup != NULL) {
+      *where = NULL;
+      return dup;
+    }
+  }
+  cJSON_ArrayForEach(it, node) {
+    const char *dup = duplicate_key(it, where);
+    if (dup != NULL) {
+      if (*where == NULL) *where = it->string ? it->string : "(array)";
+      return dup;
+    }
+  }
+  return NULL;
+}
+
+/* Bytes JSON forbids in a header: control characters anywhere except
+ * whitespace between tokens. Returns the offset of the first, or len. */
+static size_t first_bad_byte(const unsigned char *p, size_t len) {
+  int in_string = 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = p[i];
+    if (in_string) {
+      if (c < 0x20) return i;
+      if (c == '\\') i++;
+      else if (c == '"') in_string = 0;
+    } else if (c == '"') {
+      in_string = 1;
+    } else if (c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+      return i;
+    }
+  }
+  return len;
+}
+
+/* Parses a JSON document that must fill [p, p + len) but for trailing
+ * spaces (the padding safetensors writers add). NULL with *bad_at set on
+ * failure. */
+static cJSON *parse_whole(const char *p, size_t len, size_t *bad_at) {
+  *bad_at = first_bad_byte((const unsigned char *)p, len);
+  if (*bad_at < len) return NULL;
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(p, len, &end, 0);
+  if (root == NULL) {
+    *bad_at = len; /* not JSON at all */
+    return NULL;
+  }
+  for (const char *q = end; q < p + len; q++)
+    if (*q != ' ' && *q != '\n' && *q != '\r' && *q != '\t') {
+      *bad_at = (size_t)(q - p);
+      cJSON_Delete(root);
+      return NULL;
+    }
+  return root;
 }
 
 /* ---- config ------------------------------------------------------------ */
@@ -183,11 +264,21 @@ static int parse_config(const char *json, const char *where,
   static const char *const poss[] = {"none", "sinusoidal", "rope"};
   *vocab_out = NULL;
   memset(cfg, 0, sizeof *cfg);
-  cJSON *root = cJSON_Parse(json);
+  size_t bad_at;
+  cJSON *root = parse_whole(json, strlen(json), &bad_at);
   if (root == NULL || !cJSON_IsObject(root)) {
     cJSON_Delete(root);
     return aural__err_set(err, AURAL_ECONFIG,
                           "%s: aural.config is not a JSON object", where);
+  }
+  const char *dup_in = NULL, *dup = duplicate_key(root, &dup_in);
+  if (dup != NULL) {
+    int rc = aural__err_set(err, AURAL_ECONFIG,
+                            "%s: aural.config field \"%s\" appears twice%s%s",
+                            where, dup, dup_in ? " in " : "",
+                            dup_in ? dup_in : "");
+    cJSON_Delete(root); /* dup points into it */
+    return rc;
   }
   cfg_reader r = {.root = root, .where = where, .err = err};
   aural_fbank_opts_default(&cfg->fbank);
@@ -223,6 +314,19 @@ static int parse_config(const char *json, const char *where,
                           "%s: aural.config: sinusoidal positions need an "
                           "even d_model, not %d",
                           where, cfg->d_model);
+
+  /* Each stream keeps keys and values of `window` frames per layer: a
+   * small file must not make every stream reserve gigabytes. */
+  if (r.rc == 0) {
+    double kv = 8.0 * cfg->n_layers * (double)cfg->window * cfg->d_model;
+    if (kv > AURAL__MAX_KV_BYTES)
+      r.rc = aural__err_set(err, AURAL_ECONFIG,
+                            "%s: aural.config: n_layers %d x window %d x "
+                            "d_model %d needs %.0f MB of key/value ring per "
+                            "stream (limit %.0f MB)",
+                            where, cfg->n_layers, cfg->window, cfg->d_model,
+                            kv / 1048576, AURAL__MAX_KV_BYTES / 1048576);
+  }
 
   const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(root, "vocab");
   if (r.rc == 0 && vocab != NULL && !cJSON_IsNull(vocab)) {
@@ -544,11 +648,33 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   uint64_t data_len = size - 8 - hlen;
   const unsigned char *tensor_data = bytes + 8 + hlen;
 
-  cJSON *header = cJSON_ParseWithLength((const char *)bytes + 8, hlen);
+  size_t bad_at;
+  cJSON *header = parse_whole((const char *)bytes + 8, hlen, &bad_at);
+  if (header == NULL && bad_at < hlen)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: header byte %zu (file offset %zu) is 0x%02x: "
+                          "not allowed there (control character, or data "
+                          "after the header's JSON object)",
+                          where, bad_at, bad_at + 8,
+                          (unsigned)bytes[8 + bad_at]);
   if (header == NULL || !cJSON_IsObject(header)) {
     cJSON_Delete(header);
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: the header is not a JSON object", where);
+  }
+  const char *dup_in = NULL, *dup = duplicate_key(header, &dup_in);
+  if (dup != NULL) {
+    int rc = dup_in == NULL
+                 ? aural__err_set(err, AURAL_EFORMAT,
+                                  "%s: \"%s\" appears twice in the header "
+                                  "(duplicate keys are refused)",
+                                  where, dup)
+                 : aural__err_set(err, AURAL_EFORMAT,
+                                  "%s: field \"%s\" appears twice in header "
+                                  "entry \"%s\"",
+                                  where, dup, dup_in);
+    cJSON_Delete(header); /* dup points into it */
+    return rc;
   }
 
   aural_model *m = calloc(1, sizeof *m);
@@ -735,7 +861,9 @@ done:
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err) {
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* Non-blocking, so that a FIFO without a writer cannot stall the open;
+   * anything but a regular file is refused below. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return aural__err_set(err, -errno, "%s: %s", path, strerror(errno));
   struct stat st;

@@ -935,7 +935,7 @@ static bad_case bad_cases[] = {
     {"duplicate_name", mut_duplicate_name, NULL, AURAL_EFORMAT,
      E("\"encoder.layers.0.norm1.bias\" appears twice")},
     {"duplicate_same_offsets", mut_duplicate_same_offsets, NULL, AURAL_EFORMAT,
-     E("\"encoder.layers.1.norm2.weight\"", "overlap")},
+     E("\"encoder.layers.1.norm2.weight\" appears twice")},
     {"missing_tensor", mut_missing_tensor, NULL, AURAL_EFORMAT,
      E("tensor \"encoder.layers.1.linear2.bias\" is missing")},
     {"extra_tensor", mut_extra_tensor, NULL, AURAL_EFORMAT,
