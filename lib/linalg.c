@@ -49,18 +49,23 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
  * apart; y at the block's first output, rows N apart. The first k block
  * starts from zero, later ones from the partial sums left in y, so each
  * output stays one fused multiply-add chain over k in order; the last k
- * block adds the bias. Lanes outside ms[q] are neither read nor written. */
+ * block adds the bias. Lanes outside ms[q] are neither read nor written.
+ * pf_n panels from pf, pf_next bytes apart, are prefetched into L2 at
+ * pf_step bytes per k: the caller points them at the weights it will need
+ * next. */
 #define DEFINE_BLOCK(NAME, MR, NP, LOAD)                                       \
   __attribute__((target("avx512f,fma,f16c"), always_inline)) static inline void \
   NAME(const void *const *ws, const float *x, size_t ldx, size_t kc,           \
        float *y, size_t N, const __m512 *bs, const __mmask16 *ms, int first,   \
-       int last) {                                                             \
+       int last, const char *pf, size_t pf_step, size_t pf_next, int pf_n) {  \
     __m512 acc[MR][NP];                                                        \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
       _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) acc[r][q] =         \
           first ? _mm512_setzero_ps()                                          \
                 : _mm512_maskz_loadu_ps(ms[q], y + (size_t)r * N + 16 * q);    \
     _Pragma("GCC unroll 4") for (size_t k = 0; k < kc; k++) {                  \
+      for (int q = 0; q < pf_n; q++)                                           \
+        _mm_prefetch(pf + (size_t)q * pf_next + k * pf_step, _MM_HINT_T1);     \
       __m512 w[NP];                                                            \
       _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) w[q] =              \
           ws[q] ? LOAD(ws[q], k * 16) : _mm512_setzero_ps();                   \
@@ -130,11 +135,11 @@ DEFINE_BLOCKS(f16, F16_W)
         PANEL_SETUP(ELEM)                                                      \
         float *yp = y + p * AURAL__PANEL;                                      \
         switch (M) {                                                           \
-        case 1: b1x8_##T(ws, x, K, K, yp, N, bs, ms, 1, 1); break;             \
-        case 2: b2x4_##T(ws, x, K, K, yp, N, bs, ms, 1, 1); break;             \
-        case 3: b3x4_##T(ws, x, K, K, yp, N, bs, ms, 1, 1); break;             \
-        case 4: b4x2_##T(ws, x, K, K, yp, N, bs, ms, 1, 1); break;             \
-        default: b5x2_##T(ws, x, K, K, yp, N, bs, ms, 1, 1); break;            \
+        case 1: b1x8_##T(ws, x, K, K, yp, N, bs, ms, 1, 1, NULL, 0, 0, 0); break; \
+        case 2: b2x4_##T(ws, x, K, K, yp, N, bs, ms, 1, 1, NULL, 0, 0, 0); break; \
+        case 3: b3x4_##T(ws, x, K, K, yp, N, bs, ms, 1, 1, NULL, 0, 0, 0); break; \
+        case 4: b4x2_##T(ws, x, K, K, yp, N, bs, ms, 1, 1, NULL, 0, 0, 0); break; \
+        default: b5x2_##T(ws, x, K, K, yp, N, bs, ms, 1, 1, NULL, 0, 0, 0); break; \
         }                                                                      \
       }                                                                        \
       return;                                                                  \
@@ -145,16 +150,25 @@ DEFINE_BLOCKS(f16, F16_W)
       int first = k0 == 0, last = k0 + kc == K;                                \
       for (size_t p = 0; p < n_panels; p += np) {                              \
         PANEL_SETUP(ELEM)                                                      \
+        /* While the first rows run, the next two panels' block of k is   \
+         * fetched into L2: both panels, 64 bytes of each per step. */        \
+        size_t pn = p + 2 < n_panels ? p + 2 : 0, k1 = pn ? k0 : k0 + KC;     \
+        const char *pf = pn < n_panels && k1 < K                               \
+                             ? (const char *)((const ELEM *)w +                \
+                                              (pn * K + k1) * AURAL__PANEL)    \
+                             : NULL;                                           \
         for (size_t i = 0; i < M; i += MR_MAX) {                               \
           const float *xi = x + i * K + k0;                                    \
           float *yi = y + i * N + p * AURAL__PANEL;                            \
+          const char *pfi = i == 0 ? pf : NULL;                                \
+          size_t st = 16 * sizeof(ELEM), nx = pn + 1 < n_panels ? K * st : 0;  \
           switch (M - i < MR_MAX ? M - i : MR_MAX) {                           \
-          case 1: b1x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break;  \
-          case 2: b2x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break;  \
-          case 3: b3x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break;  \
-          case 4: b4x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break;  \
-          case 5: b5x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break;  \
-          default: b6x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last); break; \
+          case 1: b1x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
+          case 2: b2x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
+          case 3: b3x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
+          case 4: b4x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
+          case 5: b5x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
+          default: b6x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
           }                                                                    \
         }                                                                      \
       }                                                                        \
