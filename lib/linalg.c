@@ -218,7 +218,7 @@ void aural__linear(const aural__mat *w, const float *b, const float *x,
 
 /* glibc's vector math library (libmvec): erf on 16 floats at a time,
  * within a few ulp of erff. */
-__m512 _ZGVeN16v_erff(__m512 x);
+__attribute__((target("avx512f"))) __m512 _ZGVeN16v_erff(__m512 x);
 
 __attribute__((target("avx512f"))) static void gelu_avx512(float *x,
                                                           size_t n) {
@@ -301,7 +301,7 @@ void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
     }
 }
 
-__m512 _ZGVeN16v_expf(__m512 x);
+__attribute__((target("avx512f"))) __m512 _ZGVeN16v_expf(__m512 x);
 
 /* The same with 16-wide vectors: scores of 16 slots at a time from the
  * transposed keys, exp from libmvec, values 16 lanes of the head at a

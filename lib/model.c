@@ -135,21 +135,48 @@ static const char *duplicate_key(const cJSON *node, const char **where) {
   return NULL;
 }
 
-/* Bytes JSON forbids in a header: control characters anywhere except
- * whitespace between tokens. Returns the offset of the first, or len. */
+/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0. */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+  size_t len = p[0] < 0x80 ? 1 : (p[0] & 0xe0) == 0xc0 ? 2
+               : (p[0] & 0xf0) == 0xe0 ? 3 : (p[0] & 0xf8) == 0xf0 ? 4 : 0;
+  if (len == 0 || len > n || (len == 2 && p[0] < 0xc2)) return 0;
+  for (size_t i = 1; i < len; i++)
+    if ((p[i] & 0xc0) != 0x80) return 0;
+  uint32_t cp = len == 1 ? p[0] : len == 2 ? (p[0] & 0x1fu) << 6 | (p[1] & 0x3fu)
+              : len == 3 ? (p[0] & 0x0fu) << 12 | (p[1] & 0x3fu) << 6 | (p[2] & 0x3fu)
+                         : (p[0] & 0x07u) << 18 | (p[1] & 0x3fu) << 12 |
+                               (p[2] & 0x3fu) << 6 | (p[3] & 0x3fu);
+  if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+      (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+    return 0; /* overlong, surrogate or out of range */
+  return len;
+}
+
+/* Bytes a header must not hold, though cJSON would let them pass: what is
+ * not UTF-8, control characters anywhere except whitespace between tokens, and the
+ * escape \u0000 (C strings would end there; Python's would not). Returns
+ * the offset of the first, or len. */
 static size_t first_bad_byte(const unsigned char *p, size_t len) {
   int in_string = 0;
-  for (size_t i = 0; i < len; i++) {
+  for (size_t i = 0; i < len;) {
     unsigned char c = p[i];
+    size_t n = utf8_len(p + i, len - i);
+    if (n == 0) return i;
     if (in_string) {
       if (c < 0x20) return i;
-      if (c == '\\') i++;
-      else if (c == '"') in_string = 0;
+      if (c == '\\') {
+        if (len - i >= 6 && memcmp(p + i, "\\u0000", 6) == 0) return i;
+        n = 2; /* the escaped character cannot be a control byte either */
+        if (i + 1 < len && p[i + 1] < 0x20) return i + 1;
+      } else if (c == '"') {
+        in_string = 0;
+      }
     } else if (c == '"') {
       in_string = 1;
     } else if (c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r') {
       return i;
     }
+    i += n;
   }
   return len;
 }
@@ -158,6 +185,10 @@ static size_t first_bad_byte(const unsigned char *p, size_t len) {
  * spaces (the padding safetensors writers add). NULL with *bad_at set on
  * failure. */
 static cJSON *parse_whole(const char *p, size_t len, size_t *bad_at) {
+  if (len == 0 || p[0] != '{') { /* a byte order mark, or not an object */
+    *bad_at = len;
+    return NULL;
+  }
   *bad_at = first_bad_byte((const unsigned char *)p, len);
   if (*bad_at < len) return NULL;
   const char *end = NULL;
@@ -322,7 +353,7 @@ static int parse_config(const char *json, const char *where,
     if (kv > AURAL__MAX_KV_BYTES)
       r.rc = aural__err_set(err, AURAL_ECONFIG,
                             "%s: aural.config: n_layers %d x window %d x "
-                            "d_model %d needs %.0f MB of key/value ring per "
+                            "d_model %d needs %.1f MB of key/value ring per "
                             "stream (limit %.0f MB)",
                             where, cfg->n_layers, cfg->window, cfg->d_model,
                             kv / 1048576, AURAL__MAX_KV_BYTES / 1048576);
@@ -449,7 +480,13 @@ static int parse_entry(const cJSON *it, uint64_t data_len, entry *e,
                           "%s: tensor \"%s\": data_offsets must be two "
                           "non-negative integers",
                           where, name);
-  if (e->begin > e->end || e->end > data_len)
+  if (e->begin > e->end)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\": data_offsets begin %llu is "
+                          "after end %llu",
+                          where, name, (unsigned long long)e->begin,
+                          (unsigned long long)e->end);
+  if (e->end > data_len)
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: tensor \"%s\": data_offsets [%llu, %llu] lie "
                           "outside the %llu bytes of tensor data",
@@ -653,8 +690,9 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   if (header == NULL && bad_at < hlen)
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: header byte %zu (file offset %zu) is 0x%02x: "
-                          "not allowed there (control character, or data "
-                          "after the header's JSON object)",
+                          "not allowed there (control character, invalid "
+                          "UTF-8, \\u0000, or data after the header's JSON "
+                          "object)",
                           where, bad_at, bad_at + 8,
                           (unsigned)bytes[8 + bad_at]);
   if (header == NULL || !cJSON_IsObject(header)) {
@@ -801,7 +839,9 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   }
 
   /* Everything is known to fit; allocate and convert. The arenas are
-   * bounded by the file size times two (half to float). */
+   * bounded by the file's tensor bytes, times two for half to float, times
+   * the padding of matrix rows to panels of 16 and of tensors to 16
+   * elements (at worst 32x, for tiny tensors). */
   m->f32 = aligned_alloc(64, ((size_t)n_f32 * sizeof *m->f32 + 127) / 64 * 64);
   m->f16 = aligned_alloc(64, ((size_t)n_f16 * sizeof *m->f16 + 127) / 64 * 64);
   if (m->f32 == NULL || m->f16 == NULL) {
@@ -835,15 +875,18 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   m->weight_bytes = n_f32 * 4 + n_f16 * 2;
 
   /* Values the encoder divides by must be usable. */
-  for (int i = 0; m->cmvn_std != NULL && i < m->cfg.fbank.num_mel_bins; i++)
-    if (!(m->cmvn_std[i] > 0) || !isfinite(m->cmvn_std[i]) ||
-        !isfinite(m->cmvn_mean[i])) {
+  for (int i = 0; m->cmvn_std != NULL && i < m->cfg.fbank.num_mel_bins; i++) {
+    int bad_std = !(m->cmvn_std[i] > 0) || !isfinite(m->cmvn_std[i]);
+    if (bad_std || !isfinite(m->cmvn_mean[i])) {
       rc = aural__err_set(err, AURAL_EFORMAT,
-                          "%s: tensor \"frontend.cmvn.std\"/\"mean\" bin %d: "
-                          "std must be positive and both finite",
-                          where, i);
+                          "%s: tensor \"frontend.cmvn.%s\" bin %d is %g (%s)",
+                          where, bad_std ? "std" : "mean", i,
+                          (double)(bad_std ? m->cmvn_std[i] : m->cmvn_mean[i]),
+                          bad_std ? "std must be positive and finite"
+                                  : "mean must be finite");
       goto done;
     }
+  }
 
 done:
   free(wl.w);

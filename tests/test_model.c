@@ -310,12 +310,6 @@ typedef struct bad_case {
   unsigned char *(*raw)(size_t *size);
   int code;
   const char *expect[3]; /* substrings of the message, besides the name */
-  /* The contract (DESIGN.md §2) says reject, but the loader accepts the
-   * file today; see "Known gaps" above the table. Reported as skipped,
-   * or as a failure when AURAL_TEST_STRICT is set. Once the loader
-   * rejects it, any negative code passes and the message must name the
-   * file. */
-  int lenient;
 } bad_case;
 
 static unsigned char *raw_empty(size_t *size) {
@@ -766,34 +760,58 @@ static void mut_cmvn_mean_only(mfile *mf) { mf_drop(mf, "frontend.cmvn.std"); }
 
 static void mut_cmvn_std_only(mfile *mf) { mf_drop(mf, "frontend.cmvn.mean"); }
 
-/* A model whose encoder state is out of all proportion to its file: d 2,
- * 1024 layers, W 1000000 is a 1.2 MB file, but every encoder over it
- * reserves 1024 * 1000000 * 2 * (k, v) * 4 bytes = 16.4 GB of KV ring,
- * touched as the stream advances. */
-static unsigned char *raw_huge_state(size_t *size) {
-  synth_spec s = {.d_model = 2, .n_heads = 1, .n_layers = 1024, .d_ff = 1,
-                  .window = 1000000, .pos_encoding = "none",
+/* A model d 2, n_layers layers, window W, none positions, F16. */
+static unsigned char *synth_narrow(size_t *size, int n_layers, int window) {
+  synth_spec s = {.d_model = 2, .n_heads = 1, .n_layers = n_layers,
+                  .d_ff = 1, .window = window, .pos_encoding = "none",
                   .activation = "relu", .norm_first = 1, .f16 = 1, .seed = 3};
   unsigned char *b = synth_model(&s, size);
   assert_non_null(b);
   return b;
 }
 
-/*
- * Known gaps (the lenient cases): the header is parsed with cJSON, which
- *  - stops at the end of the first JSON value, so bytes after the header
- *    object (inside the header length) are ignored rather than rejected;
- *  - takes every byte up to 0x20, NUL and control characters included, as
- *    whitespace between tokens;
- *  - keeps duplicate keys; lookups return the first, where Python's json
- *    (the reference and exporter) keeps the last. Only duplicate tensor
- *    names are checked, so a duplicated "__metadata__", aural.config key or
- *    entry field makes the C loader and the reference read different
- *    models from one file.
- * And nothing bounds n_layers * window * d_model, so a small file can make
- * each encoder reserve gigabytes (raw_huge_state).
- */
-#define E(...) {__VA_ARGS__}, 0 /* not lenient */
+/* A 1.2 MB file (d 2, 1024 layers, W 1000000) whose every encoder would
+ * need 1024 * 1000000 * 2 * (k, v) * 4 bytes = 16.4 GB of KV ring. */
+static unsigned char *raw_kv_ring_16gb(size_t *size) {
+  return synth_narrow(size, 1024, 1000000);
+}
+
+/* The base model's header with a UTF-8 byte order mark before the "{". */
+static unsigned char *raw_header_bom(size_t *size) {
+  mfile mf;
+  mf_base(&mf);
+  size_t n;
+  unsigned char *b = mf_serialize(&mf, &n);
+  mf_free(&mf);
+  uint64_t hlen = get_le64(b);
+  *size = n + 8; /* the BOM and 5 spaces keep the length a multiple of 8 */
+  unsigned char *out = malloc(*size);
+  assert_non_null(out);
+  put_le64(out, hlen + 8);
+  memcpy(out + 8, "\xef\xbb\xbf", 3);
+  memcpy(out + 11, b + 8, (size_t)hlen);
+  memset(out + 11 + hlen, ' ', 5);
+  memcpy(out + 16 + hlen, b + 8 + hlen, n - 8 - (size_t)hlen);
+  free(b);
+  return out;
+}
+
+static void mut_header_invalid_utf8(mfile *mf) {
+  /* Token "t1" becomes the bytes 't', 0xff. */
+  meta_edit(mf, "\\\"t1\\\"", "\\\"t\xff\\\"");
+}
+
+static void mut_config_nul_escape(mfile *mf) {
+  /* aural.config is "{...}" followed by an escaped NUL and more text: the
+   * C string stops at the NUL, Python's json.loads sees extra data. */
+  meta_edit(mf, "]}\"}", "]}\\u0000garbage\"}");
+}
+
+/* Each case: the error code and substrings its message must hold. The
+ * header cases include what cJSON alone would let through but the
+ * reference (tools/reference/export.py: header.decode("utf-8"), then
+ * json.loads) refuses, so the two never disagree on what a file is. */
+#define E(...) {__VA_ARGS__}
 static bad_case bad_cases[] = {
     /* The file as a whole and the header length. */
     {"empty", NULL, raw_empty, AURAL_EEMPTY, E("0 bytes")},
@@ -815,13 +833,19 @@ static bad_case bad_cases[] = {
      E("header is not a JSON object")},
     {"header_empty", NULL, raw_zero_hlen, AURAL_EFORMAT,
      E("header is not a JSON object")},
-    {"header_nul_byte", NULL, raw_nul_in_header, AURAL_EFORMAT, {NULL}, 1},
+    {"header_nul_byte", NULL, raw_nul_in_header, AURAL_EFORMAT,
+     E("header byte", "is 0x00: not allowed there")},
     {"header_control_chars", mut_header_control_char, NULL, AURAL_EFORMAT,
-     {NULL}, 1},
+     E("header byte", "is 0x01: not allowed there")},
     {"header_trailing_garbage", mut_header_trailing_garbage, NULL,
-     AURAL_EFORMAT, {NULL}, 1},
-    {"duplicate_metadata", mut_duplicate_metadata, NULL, AURAL_EFORMAT, {NULL},
-     1},
+     AURAL_EFORMAT,
+     E("is 0x67", "data after the header's JSON object")},
+    {"header_invalid_utf8", mut_header_invalid_utf8, NULL, AURAL_EFORMAT,
+     E("is 0xff", "invalid UTF-8")},
+    {"header_utf8_bom", NULL, raw_header_bom, AURAL_EFORMAT,
+     E("header is not a JSON object")},
+    {"duplicate_metadata", mut_duplicate_metadata, NULL, AURAL_EFORMAT,
+     E("\"__metadata__\" appears twice")},
     {"header_cut_short", NULL, raw_truncated_json, AURAL_EFORMAT,
      E("header is not a JSON object")},
     /* __metadata__. */
@@ -861,7 +885,9 @@ static bad_case bad_cases[] = {
     {"sinusoidal_odd_d_model", mut_sinusoidal_odd_d, NULL, AURAL_ECONFIG,
      E("sinusoidal", "even d_model, not 15")},
     {"config_duplicate_key", mut_config_duplicate_key, NULL, AURAL_ECONFIG,
-     {NULL}, 1},
+     E("aural.config field \"d_model\" appears twice")},
+    {"config_nul_escape", mut_config_nul_escape, NULL, AURAL_EFORMAT,
+     E("header byte", "\\u0000")},
     {"activation_swish", mut_activation, NULL, AURAL_ECONFIG,
      E("\"activation\" must be one of: relu, gelu")},
     {"pos_encoding_alibi", mut_pos_encoding, NULL, AURAL_ECONFIG,
@@ -896,7 +922,7 @@ static bad_case bad_cases[] = {
     {"shape_missing", mut_shape_missing, NULL, AURAL_EFORMAT,
      E("\"input_proj.bias\"", "shape must be a list")},
     {"entry_duplicate_field", mut_entry_duplicate_field, NULL, AURAL_EFORMAT,
-     {NULL}, 1},
+     E("field \"dtype\" appears twice in header entry \"input_proj.bias\"")},
     {"shape_negative", mut_shape_negative, NULL, AURAL_EFORMAT,
      E("\"input_proj.bias\"", "shape[0] is not a non-negative integer")},
     {"shape_fraction", mut_shape_fraction, NULL, AURAL_EFORMAT,
@@ -924,7 +950,7 @@ static bad_case bad_cases[] = {
     {"offsets_past_end", mut_past_end, NULL, AURAL_EFORMAT,
      E("\"frontend.cmvn.std\"", "outside the")},
     {"offsets_begin_after_end", mut_begin_after_end, NULL, AURAL_EFORMAT,
-     E("\"input_proj.bias\"", "data_offsets [")},
+     E("\"input_proj.bias\"", "begin 5184 is after end 5120")},
     /* The entries together: tiling, names, the set the config implies. */
     {"offsets_overlap", mut_overlap, NULL, AURAL_EFORMAT,
      E("\"encoder.layers.0.linear1.bias\"", "overlap")},
@@ -962,19 +988,21 @@ static bad_case bad_cases[] = {
      E("tensor \"head.weight\" is missing")},
     /* CMVN. */
     {"cmvn_std_zero", mut_cmvn_std_zero, NULL, AURAL_EFORMAT,
-     E("\"frontend.cmvn.std\"", "bin 3")},
+     E("\"frontend.cmvn.std\" bin 3 is 0", "positive")},
     {"cmvn_std_negative", mut_cmvn_std_negative, NULL, AURAL_EFORMAT,
      E("\"frontend.cmvn.std\"", "bin 79")},
     {"cmvn_std_inf", mut_cmvn_std_inf, NULL, AURAL_EFORMAT,
      E("\"frontend.cmvn.std\"", "bin 0")},
     {"cmvn_mean_nan", mut_cmvn_mean_nan, NULL, AURAL_EFORMAT,
-     E("\"mean\"", "bin 5")},
+     E("\"frontend.cmvn.mean\" bin 5 is nan", "must be finite")},
     {"cmvn_mean_only", mut_cmvn_mean_only, NULL, AURAL_EFORMAT,
      E("tensor \"frontend.cmvn.std\" is missing")},
     {"cmvn_std_only", mut_cmvn_std_only, NULL, AURAL_EFORMAT,
      E("unexpected tensor \"frontend.cmvn.std\"")},
     /* Resources. */
-    {"encoder_state_16gb", NULL, raw_huge_state, AURAL_ECONFIG, {NULL}, 1},
+    {"kv_ring_16gb", NULL, raw_kv_ring_16gb, AURAL_ECONFIG,
+     E("n_layers 1024 x window 1000000 x d_model 2", "key/value ring",
+       "limit 1024 MB")},
 };
 #define N_BAD_CASES (sizeof bad_cases / sizeof bad_cases[0])
 
@@ -1034,7 +1062,7 @@ static void test_rejects(void **state) {
   char name[128];
   snprintf(name, sizeof name, "%s.safetensors", c->name);
 
-  int code = c->lenient ? 0 : c->code;
+  int code = c->code;
 
   /* From memory, with both in-memory weight types. */
   aural_model_load_config lc;
@@ -1044,17 +1072,6 @@ static void test_rejects(void **state) {
     aural_model *m = (aural_model *)&lc; /* must be overwritten with NULL */
     aural_err err = {0};
     int rc = aural_model_load_buffer(buf, size, name, &lc, &m, &err);
-    if (rc == 0 && c->lenient) {
-      printf("  %-24s LOADED: the contract says reject; the loader accepts "
-             "it (known gap). %zu-byte file; each encoder would take %zu "
-             "bytes\n",
-             c->name, size, aural_encoder_state_bytes(m, NULL));
-      aural_model_free(m);
-      free(buf);
-      if (getenv("AURAL_TEST_STRICT") != NULL)
-        fail_msg("%s: accepted", c->name);
-      skip();
-    }
     if (wt == 0)
       printf("  %-24s %-16s %s\n", c->name, aural_err_name(rc), err.msg);
     check_rejected(rc, m, &err, code, name, c->expect);
@@ -1142,10 +1159,9 @@ static void test_bad_paths(void **state) {
   }
 }
 
-/* A FIFO with no writer: open(O_RDONLY) blocks until one comes, so the
- * loader, which opens before it checks the file type, waits forever (a
- * known gap: skipped, or a failure under AURAL_TEST_STRICT). Tried in a
- * child process with a 2 s alarm. */
+/* A FIFO with no writer: a blocking open(O_RDONLY) would wait for one
+ * forever; the loader must refuse it at once. Tried in a child process
+ * that a 2 s alarm ends if it does block. */
 static void test_fifo(void **state) {
   (void)state;
   char *path;
@@ -1156,25 +1172,71 @@ static void test_fifo(void **state) {
   assert_true(pid >= 0);
   if (pid == 0) {
     alarm(2);
-    aural_model *m;
+    aural_model *m = (aural_model *)&m;
     aural_err err = {0};
     int rc = aural_model_load(path, NULL, &m, &err);
-    printf("  %s: %s %s\n", path, aural_err_name(rc), err.msg);
+    printf("  %-40s %-16s %s\n", "FIFO", aural_err_name(rc), err.msg);
     fflush(stdout);
-    _exit(rc < 0 && m == NULL && strstr(err.msg, path) != NULL ? 0 : 1);
+    _exit(rc == AURAL_EFORMAT && m == NULL && strstr(err.msg, path) != NULL &&
+                  strstr(err.msg, "not a regular file") != NULL
+              ? 0
+              : 1);
   }
   int status;
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_int_equal(unlink(path), 0);
   free(path);
-  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
-    printf("  FIFO: aural_model_load() still blocked in open() after 2 s "
-           "(known gap)\n");
-    if (getenv("AURAL_TEST_STRICT") != NULL) fail_msg("FIFO: blocks");
-    skip();
-  }
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+    fail_msg("aural_model_load() on a FIFO still blocked after 2 s");
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* Header padding: spaces as writers put them, and any JSON whitespace,
+ * is accepted after the header object. */
+static void test_header_whitespace_padding(void **state) {
+  (void)state;
+  static const char *const pads[] = {"", " ", "\n", "\t\r\n   "};
+  for (size_t i = 0; i < sizeof pads / sizeof pads[0]; i++) {
+    mfile mf;
+    mf_base(&mf);
+    snprintf(mf.suffix, sizeof mf.suffix, "%s", pads[i]);
+    size_t size;
+    unsigned char *b = mf_serialize(&mf, &size);
+    aural_model *m;
+    aural_err err = {0};
+    if (aural_model_load_buffer(b, size, "padded", NULL, &m, &err) != 0)
+      fail_msg("padding %zu: %s", i, err.msg);
+    aural_model_free(m);
+    free(b);
+    mf_free(&mf);
+  }
+}
+
+/* The per-stream key/value ring limit is 1 GiB, inclusive: d 2 and 1024
+ * layers allow a window of exactly 2^30 / (8 * 2 * 1024) = 65536. */
+static void test_kv_ring_limit(void **state) {
+  (void)state;
+  for (int over = 0; over < 2; over++) {
+    size_t size;
+    unsigned char *b = synth_narrow(&size, 1024, 65536 + over);
+    aural_model *m;
+    aural_err err = {0};
+    int rc = aural_model_load_buffer(b, size, "kv_limit", NULL, &m, &err);
+    if (over) {
+      printf("  window 65537: %s\n", err.msg);
+      const char *const expect[3] = {"window 65537", "limit 1024 MB", NULL};
+      check_rejected(rc, m, &err, AURAL_ECONFIG, "kv_limit", expect);
+    } else {
+      if (rc != 0) fail_msg("window 65536 (1 GiB of ring): %s", err.msg);
+      size_t ring = (size_t)1 << 30;
+      assert_true(aural_encoder_state_bytes(m, NULL) >= ring);
+      printf("  window 65536 loads; state_bytes %zu\n",
+             aural_encoder_state_bytes(m, NULL));
+      aural_model_free(m);
+    }
+    free(b);
+  }
 }
 
 /* ---- the 100 MB header limit, with files that really are that large ---- */
@@ -1468,7 +1530,7 @@ static void test_encoder_state_bytes(void **state) {
 }
 
 int main(void) {
-  struct CMUnitTest tests[N_BAD_CASES + 8];
+  struct CMUnitTest tests[N_BAD_CASES + 10];
   size_t n = 0;
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_base_round_trips);
   for (size_t i = 0; i < N_BAD_CASES; i++)
@@ -1477,6 +1539,9 @@ int main(void) {
                                      .initial_state = &bad_cases[i]};
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_bad_paths);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_fifo);
+  tests[n++] =
+      (struct CMUnitTest)cmocka_unit_test(test_header_whitespace_padding);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_kv_ring_limit);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_header_limit_real);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_nonfinite_weights);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_committed_models_load);

@@ -23,11 +23,11 @@
 
 #include <aural.h>
 
-/* Encoders whose state would exceed this are not created: the loader does
- * not bound window * n_layers * d_model, so a small file can ask for
- * gigabytes of KV ring (see tests/fuzz/README.md), and the fuzzer would
- * report that one out-of-memory over and over instead of finding anything
- * new. */
+/* Encoders whose state would exceed this are not created, so that each
+ * run stays fast: the loader bounds the key/value ring at 1 GB per stream,
+ * and a few such inputs would make the fuzzer crawl (and, before that
+ * bound existed, stop at libFuzzer's 2 GB malloc limit: see
+ * regressions/model/). */
 #ifndef MAX_STATE_BYTES
 #define MAX_STATE_BYTES ((size_t)256 << 20)
 #endif

@@ -204,6 +204,18 @@ def main():
     h["encoder.layers.1.linear1.weight"]["shape"] = [6, 5]
     write("bad_transposed.safetensors", serialize(h, d))
 
+    h, d = model(sin, mels=5, dtypes=("F16",), seed=2)
+    edit_config(h, d_model=5, n_heads=1)
+    write("bad_sinusoidal_odd_d_model.safetensors", serialize(h, d))
+
+    h, d = model(rope, mels=8, cmvn=True, seed=1)
+    edit_config(h, vocab="<blank> a b c")
+    write("bad_vocab_string.safetensors", serialize(h, d))
+
+    h, d = model(none, mels=3, cmvn=True, dtypes=("F32", "F16", "BF16"), seed=3)
+    h["input_proj.bias"]["shape"] = [4294967296, 4294967296]
+    write("bad_shape_overflow.safetensors", serialize(h, d))
+
     blob = bytearray(serialize(*model(sin, mels=5, dtypes=("F16",), seed=2)))
     blob[0:8] = struct.pack("<Q", len(blob))
     write("bad_header_length.safetensors", bytes(blob))

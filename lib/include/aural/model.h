@@ -72,10 +72,12 @@ typedef struct aural_model aural_model;
 
 void aural_model_load_config_default(aural_model_load_config *cfg);
 
-/* Loads and validates path (read-only mmap, unmapped before returning).
- * cfg may be NULL for defaults. Returns 0, -errno, AURAL_EFORMAT,
+/* Loads and validates path (read-only mmap, unmapped before returning; the
+ * file must not be truncated while it loads). cfg may be NULL for
+ * defaults. Returns 0, -errno, AURAL_EEMPTY, AURAL_EFORMAT,
  * AURAL_ETRUNCATED, AURAL_ECONFIG or AURAL_ENOMEM; err names the file and
- * the tensor or field at fault. Thread-safe. */
+ * the tensor or field at fault. Weights are converted as stored: NaN or
+ * infinite weights are not checked (CMVN statistics are). Thread-safe. */
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err);
 
