@@ -37,22 +37,8 @@ cflags=(-std=c11 -D_DEFAULT_SOURCE -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
         -Ilib -Ilib/include)
 
-# The library's sources. clang (14) refuses lib/linalg.c as it is: the
-# libmvec functions _ZGVeN16v_erff/_expf take __m512 and are declared
-# without target("avx512f"), which clang rejects at their call sites ("AVX
-# vector argument ... without 'avx512f' enabled changes the ABI"; GCC
-# accepts it). Until the declarations carry the attribute, a copy with it
-# added is compiled instead; nothing else changes.
-srcs=()
-for f in lib/*.c; do
-  if [[ $f == lib/linalg.c ]] &&
-     grep -qE '^__m512 _ZGVeN16v_[a-z]+\(__m512 x\);' "$f"; then
-    sed -E 's/^__m512 _ZGVeN16v_[a-z]+\(__m512 x\);/__attribute__((target("avx512f"))) &/' \
-      "$f" >"$out/linalg.c"
-    f=$out/linalg.c
-  fi
-  srcs+=("$f")
-done
+# The library's sources, compiled into each target with the sanitizers.
+srcs=(lib/*.c)
 
 for t in "${targets[@]}"; do
   echo "== fuzz_$t: building"
