@@ -14,9 +14,10 @@ TARGETS=tools/aural tools/build.sh build
 py=/usr/bin/python3
 
 aural_json=$(build/tools/aural bench --json "$@")
-torch_json=$(env -u OPENBLAS_CORETYPE $py tools/reference/bench_torch.py --json "$@")
-torch_fixed_json=$(OPENBLAS_CORETYPE=SkylakeX $py tools/reference/bench_torch.py --json "$@")
-fbank_json=$($py tools/bench_frontend_torch.py --json)
+# Each script's JSON object is its last line of output.
+torch_json=$(env -u OPENBLAS_CORETYPE $py tools/reference/bench_torch.py --json "$@" | tail -n 1)
+torch_fixed_json=$(OPENBLAS_CORETYPE=SkylakeX $py tools/reference/bench_torch.py --json "$@" | tail -n 1)
+fbank_json=$($py tools/bench_frontend_torch.py --json | tail -n 1)
 
 $py - "$aural_json" "$torch_json" "$torch_fixed_json" "$fbank_json" <<'PY'
 import json, sys
