@@ -61,8 +61,12 @@ void aural__fbank_free(aural__fbank *fb);
 
 /* A weight matrix W (rows, cols) as used by y = x W^T: rows are output
  * features. Stored packed for the GEMM kernels in panels of
- * AURAL__PANEL rows: panel p holds W[p*16 + j][k] at (p*cols + k)*16 + j,
- * rows past the end are zero. One of f32 / f16 is set. */
+ * AURAL__PANEL rows: panel p holds W[p*16 + j][k] at
+ * p * aural__panel_stride(cols) + k*16 + j; rows past the end are zero.
+ * Panels are one 64-byte line further apart than their size, so that the
+ * panels a kernel streams side by side (whose size is often a multiple of
+ * 4 KB) do not all fall into the same cache sets. One of f32 / f16 is
+ * set. */
 #define AURAL__PANEL 16
 typedef struct aural__mat {
   const float *f32;    /* (n_panels, cols, 16) or NULL */
@@ -70,14 +74,20 @@ typedef struct aural__mat {
   int rows, cols;
 } aural__mat;
 
+/* Elements from one panel to the next. */
+static inline size_t aural__panel_stride(size_t cols) {
+  return (cols + 1) * AURAL__PANEL;
+}
+
 /* Elements a packed (rows, cols) matrix occupies. */
 static inline size_t aural__packed_size(size_t rows, size_t cols) {
-  return (rows + AURAL__PANEL - 1) / AURAL__PANEL * AURAL__PANEL * cols;
+  return (rows + AURAL__PANEL - 1) / AURAL__PANEL * aural__panel_stride(cols);
 }
 
 /* Offset of W[r][c] in the packed layout. */
 static inline size_t aural__packed_at(size_t r, size_t c, size_t cols) {
-  return (r / AURAL__PANEL * cols + c) * AURAL__PANEL + r % AURAL__PANEL;
+  return r / AURAL__PANEL * aural__panel_stride(cols) + c * AURAL__PANEL +
+         r % AURAL__PANEL;
 }
 
 typedef struct aural__layer {

@@ -108,7 +108,7 @@ DEFINE_BLOCKS(f16, F16_W)
     bs[q] = _mm512_setzero_ps();                                               \
     if (p + q >= n_panels) continue;                                           \
     size_t left = N - c;                                                       \
-    ws[q] = (const ELEM *)w + ((p + q) * K + k0) * AURAL__PANEL;               \
+    ws[q] = (const ELEM *)w + (p + q) * ps + k0 * AURAL__PANEL;                \
     ms[q] = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);               \
     /* Adding 0 where there is no bias keeps the chain's bits. */            \
     if (b) bs[q] = _mm512_maskz_loadu_ps(ms[q], b + c);                        \
@@ -129,6 +129,7 @@ DEFINE_BLOCKS(f16, F16_W)
       const ELEM *w, size_t N, size_t K, const float *b, const float *x,       \
       size_t M, float *y) {                                                    \
     size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL;                   \
+    size_t ps = aural__panel_stride(K);                                        \
     if (M < MR_MAX) {                                                          \
       size_t np = M == 1 ? 8 : M <= 3 ? 4 : 2, k0 = 0;                         \
       for (size_t p = 0; p < n_panels; p += np) {                              \
@@ -155,13 +156,14 @@ DEFINE_BLOCKS(f16, F16_W)
         size_t pn = p + 2 < n_panels ? p + 2 : 0, k1 = pn ? k0 : k0 + KC;     \
         const char *pf = pn < n_panels && k1 < K                               \
                              ? (const char *)((const ELEM *)w +                \
-                                              (pn * K + k1) * AURAL__PANEL)    \
+                                              pn * ps + k1 * AURAL__PANEL)     \
                              : NULL;                                           \
         for (size_t i = 0; i < M; i += MR_MAX) {                               \
           const float *xi = x + i * K + k0;                                    \
           float *yi = y + i * N + p * AURAL__PANEL;                            \
           const char *pfi = i == 0 ? pf : NULL;                                \
-          size_t st = 16 * sizeof(ELEM), nx = pn + 1 < n_panels ? K * st : 0;  \
+          size_t st = 16 * sizeof(ELEM),                                       \
+                 nx = pn + 1 < n_panels ? ps * sizeof(ELEM) : 0;               \
           switch (M - i < MR_MAX ? M - i : MR_MAX) {                           \
           case 1: b1x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
           case 2: b2x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \

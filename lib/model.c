@@ -610,7 +610,11 @@ static uint16_t elem_f16(const unsigned char *src, dtype t, size_t i) {
  * (internal.h), zero-padding the last panel. */
 static void pack(const unsigned char *src, dtype t, size_t rows, size_t cols,
                  float *f32, uint16_t *f16) {
-  size_t padded = aural__packed_size(rows, cols) / cols;
+  size_t padded = (rows + AURAL__PANEL - 1) / AURAL__PANEL * AURAL__PANEL;
+  if (f32 != NULL)
+    memset(f32, 0, aural__packed_size(rows, cols) * sizeof *f32);
+  else
+    memset(f16, 0, aural__packed_size(rows, cols) * sizeof *f16);
   for (size_t r = 0; r < padded; r++)
     for (size_t c = 0; c < cols; c++) {
       size_t at = aural__packed_at(r, c, cols);
