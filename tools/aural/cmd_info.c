@@ -62,8 +62,10 @@ int cmd_info(int argc, char **argv) {
   aural_encoder_config ec;
   aural_encoder_config_default(&ec);
   size_t state = aural_encoder_state_bytes(m, &ec);
-  size_t ring = (size_t)mc->n_layers * (size_t)mc->window *
-                (size_t)mc->d_model * 2 * sizeof(float);
+  /* Keys are kept transposed with the window padded to 16 (encoder.c). */
+  size_t w_pad = ((size_t)mc->window + 15) / 16 * 16;
+  size_t ring = (size_t)mc->n_layers * (size_t)mc->d_model *
+                (w_pad + (size_t)mc->window) * sizeof(float);
   uint64_t flops = aural_model_flops_per_frame(m);
   printf("model        %s\n", path);
   printf("frontend     %.0f Hz, %d mel bins, %g ms windows every %g ms%s\n",
