@@ -146,31 +146,45 @@ DEFINE_BLOCKS(f16, F16_W)
       return;                                                                  \
     }                                                                          \
     const size_t np = 2;                                                       \
+    /* Half-precision panels are widened once per block into this buffer   \
+     * (exactly: every half is a float) and reused by every row block.      \
+     */                                                                        \
+    float wide[2 * KC * AURAL__PANEL] __attribute__((aligned(64)));            \
     for (size_t k0 = 0; k0 < K; k0 += KC) {                                    \
       size_t kc = K - k0 < KC ? K - k0 : KC;                                   \
       int first = k0 == 0, last = k0 + kc == K;                                \
       for (size_t p = 0; p < n_panels; p += np) {                              \
         PANEL_SETUP(ELEM)                                                      \
+        if (sizeof(ELEM) == 2)                                                 \
+          for (size_t q = 0; q < np; q++) {                                    \
+            if (ws[q] == NULL) continue;                                       \
+            float *dst = wide + q * KC * AURAL__PANEL;                         \
+            for (size_t k = 0; k < kc; k++)                                    \
+              _mm512_store_ps(dst + 16 * k, F16_W(ws[q], 16 * k));             \
+            ws[q] = dst;                                                       \
+          }                                                                    \
         /* While the first rows run, the next two panels' block of k is   \
-         * fetched into L2: both panels, 64 bytes of each per step. */        \
+         * fetched into L2: both panels, one line of each per step. */       \
         size_t pn = p + 2 < n_panels ? p + 2 : 0, k1 = pn ? k0 : k0 + KC;     \
         const char *pf = pn < n_panels && k1 < K                               \
                              ? (const char *)((const ELEM *)w +                \
                                               pn * ps + k1 * AURAL__PANEL)     \
                              : NULL;                                           \
+        size_t st = 16 * sizeof(ELEM),                                         \
+               nx = pn + 1 < n_panels ? ps * sizeof(ELEM) : 0;                 \
+        int pfn = pf ? (nx ? 2 : 1) : 0;                                       \
         for (size_t i = 0; i < M; i += MR_MAX) {                               \
           const float *xi = x + i * K + k0;                                    \
           float *yi = y + i * N + p * AURAL__PANEL;                            \
           const char *pfi = i == 0 ? pf : NULL;                                \
-          size_t st = 16 * sizeof(ELEM),                                       \
-                 nx = pn + 1 < n_panels ? ps * sizeof(ELEM) : 0;               \
+          int pn_i = i == 0 ? pfn : 0;                                         \
           switch (M - i < MR_MAX ? M - i : MR_MAX) {                           \
-          case 1: b1x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
-          case 2: b2x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
-          case 3: b3x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
-          case 4: b4x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
-          case 5: b5x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
-          default: b6x2_##T(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pfi ? (nx ? 2 : 1) : 0); break; \
+          case 1: b1x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
+          case 2: b2x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
+          case 3: b3x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
+          case 4: b4x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
+          case 5: b5x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
+          default: b6x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
           }                                                                    \
         }                                                                      \
       }                                                                        \
