@@ -25,10 +25,9 @@
 #include <aural.h>
 
 #include "helpers.h"
+#include "wavgen.h"
 
-enum { WAV_PCM = 1, WAV_FLOAT = 3 };
 
-#define WAV_HEADER_BYTES 44
 #define PATH_BYTES 4096
 
 /* Fails the test unless text contains one of the '|'-separated
@@ -41,84 +40,6 @@ static void assert_contains(const char *text, const char *parts) {
        p = strtok_r(NULL, "|", &save))
     if (strcasestr(text, p) != NULL) return;
   fail_msg("message \"%s\" does not mention \"%s\"", text, parts);
-}
-
-static void put_le(uint8_t *p, uint64_t v, int n_bytes) {
-  for (int i = 0; i < n_bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_be(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (24 - 8 * i));
-}
-
-/* The 44 bytes of a canonical RIFF/WAVE header: a 16-byte fmt chunk with
- * the given fields, however absurd, then a data chunk header declaring
- * data_bytes. */
-static void wav_header(uint8_t h[WAV_HEADER_BYTES], uint16_t format_tag,
-                       uint16_t n_channels, uint32_t rate_hz, uint16_t bits,
-                       uint32_t data_bytes) {
-  uint32_t block_bytes = (uint32_t)n_channels * bits / 8;
-  memcpy(h, "RIFF", 4);
-  put_le(h + 4, data_bytes > 0xFFFFFFFFu - 36 ? 0xFFFFFFFFu : 36 + data_bytes,
-         4);
-  memcpy(h + 8, "WAVEfmt ", 8);
-  put_le(h + 16, 16, 4);
-  put_le(h + 20, format_tag, 2);
-  put_le(h + 22, n_channels, 2);
-  put_le(h + 24, rate_hz, 4);
-  put_le(h + 28, (uint64_t)rate_hz * block_bytes, 4);
-  put_le(h + 32, block_bytes, 2);
-  put_le(h + 34, bits, 2);
-  memcpy(h + 36, "data", 4);
-  put_le(h + 40, data_bytes, 4);
-}
-
-/* A WAV file: the header above, then the payload_len bytes present. */
-static void make_wav(const char *path, uint16_t format_tag,
-                     uint16_t n_channels, uint32_t rate_hz, uint16_t bits,
-                     uint32_t data_bytes, const void *payload,
-                     size_t payload_len) {
-  uint8_t h[WAV_HEADER_BYTES];
-  wav_header(h, format_tag, n_channels, rate_hz, bits, data_bytes);
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(h, 1, sizeof h, f), sizeof h);
-  if (payload_len > 0)
-    assert_int_equal(fwrite(payload, 1, payload_len, f), payload_len);
-  assert_int_equal(fclose(f), 0);
-}
-
-/* Fills a little-endian 16-bit PCM payload; value(i) = i * 30 - 15000. */
-static void fill_pcm16(uint8_t *payload, size_t n_samples) {
-  for (size_t i = 0; i < n_samples; i++)
-    put_le(payload + 2 * i, (uint16_t)(int16_t)((int)i * 30 - 15000), 2);
-}
-
-/* A 16-bit mono 16 kHz WAV of n_frames ramp samples, declaring
- * data_bytes. */
-static void make_pcm16_wav(const char *path, size_t n_frames,
-                           uint32_t data_bytes) {
-  uint8_t *payload = malloc(2 * n_frames + 1);
-  assert_non_null(payload);
-  fill_pcm16(payload, n_frames);
-  make_wav(path, WAV_PCM, 1, 16000, 16, data_bytes, payload, 2 * n_frames);
-  free(payload);
-}
-
-/* A Sun .au file (its channel count is 32 bits wide, unlike WAV's) of
- * 16-bit PCM zeros. */
-static void make_au(const char *path, uint32_t rate_hz, uint32_t n_channels,
-                    size_t payload_len) {
-  uint8_t *bytes = calloc(1, 24 + payload_len);
-  assert_non_null(bytes);
-  memcpy(bytes, ".snd", 4);
-  put_be(bytes + 4, 24);                    /* data offset */
-  put_be(bytes + 8, (uint32_t)payload_len); /* data size */
-  put_be(bytes + 12, 3);                    /* 16-bit linear PCM */
-  put_be(bytes + 16, rate_hz);
-  put_be(bytes + 20, n_channels);
-  test_write_file(path, bytes, 24 + payload_len);
-  free(bytes);
 }
 
 /* Opens path and reads it to the end, chunk_frames at a time. Returns 0 or

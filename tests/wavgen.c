@@ -1,0 +1,76 @@
+#include "wavgen.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "helpers.h"
+
+void put_le(uint8_t *p, uint64_t v, int n_bytes) {
+  for (int i = 0; i < n_bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void put_be(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+
+void wav_header(uint8_t h[WAV_HEADER_BYTES], uint16_t format_tag,
+                uint16_t n_channels, uint32_t rate_hz, uint16_t bits,
+                uint32_t data_bytes) {
+  uint32_t block_bytes = (uint32_t)n_channels * bits / 8;
+  memcpy(h, "RIFF", 4);
+  put_le(h + 4, data_bytes > 0xFFFFFFFFu - 36 ? 0xFFFFFFFFu : 36 + data_bytes,
+         4);
+  memcpy(h + 8, "WAVEfmt ", 8);
+  put_le(h + 16, 16, 4);
+  put_le(h + 20, format_tag, 2);
+  put_le(h + 22, n_channels, 2);
+  put_le(h + 24, rate_hz, 4);
+  put_le(h + 28, (uint64_t)rate_hz * block_bytes, 4);
+  put_le(h + 32, block_bytes, 2);
+  put_le(h + 34, bits, 2);
+  memcpy(h + 36, "data", 4);
+  put_le(h + 40, data_bytes, 4);
+}
+
+void make_wav(const char *path, uint16_t format_tag, uint16_t n_channels,
+              uint32_t rate_hz, uint16_t bits, uint32_t data_bytes,
+              const void *payload, size_t payload_len) {
+  uint8_t *b = malloc(WAV_HEADER_BYTES + payload_len);
+  assert_non_null(b);
+  wav_header(b, format_tag, n_channels, rate_hz, bits, data_bytes);
+  if (payload_len > 0) memcpy(b + WAV_HEADER_BYTES, payload, payload_len);
+  test_write_file(path, b, WAV_HEADER_BYTES + payload_len);
+  free(b);
+}
+
+void fill_pcm16(uint8_t *payload, size_t n_frames) {
+  for (size_t i = 0; i < n_frames; i++)
+    put_le(payload + 2 * i, (uint16_t)(int16_t)((int)(i % 1000) * 30 - 15000),
+           2);
+}
+
+void make_pcm16_wav(const char *path, size_t n_frames, uint32_t data_bytes) {
+  uint8_t *payload = malloc(2 * n_frames + 1);
+  assert_non_null(payload);
+  fill_pcm16(payload, n_frames);
+  make_wav(path, WAV_PCM, 1, 16000, 16, data_bytes, payload, 2 * n_frames);
+  free(payload);
+}
+
+void make_au(const char *path, uint32_t rate_hz, uint32_t n_channels,
+             size_t payload_len) {
+  uint8_t *b = calloc(1, 24 + payload_len);
+  assert_non_null(b);
+  memcpy(b, ".snd", 4);
+  put_be(b + 4, 24);                    /* data offset */
+  put_be(b + 8, (uint32_t)payload_len); /* data size */
+  put_be(b + 12, 3);                    /* 16-bit linear PCM */
+  put_be(b + 16, rate_hz);
+  put_be(b + 20, n_channels);
+  test_write_file(path, b, 24 + payload_len);
+  free(b);
+}
