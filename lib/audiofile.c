@@ -114,23 +114,9 @@ static int check_wav(int fd, off_t file_size, const char *path,
 int aural_audiofile_open(const char *path, aural_audiofile **out,
                          aural_err *err) {
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return aural__err_set(err, -errno, "%s: %s", path, strerror(errno));
   struct stat st;
-  int rc = 0;
-  if (fstat(fd, &st) != 0)
-    rc = aural__err_set(err, -errno, "%s: %s", path, strerror(errno));
-  else if (S_ISDIR(st.st_mode))
-    rc = aural__err_set(err, -EISDIR, "%s: is a directory, not an audio file",
-                        path);
-  else if (S_ISREG(st.st_mode) && st.st_size == 0)
-    rc = aural__err_set(err, AURAL_EEMPTY, "%s: file is empty (0 bytes)",
-                        path);
-  if (rc < 0) {
-    close(fd);
-    return rc;
-  }
+  int rc, fd = aural__open_input(path, 0, 0, "an audio file", &st, err);
+  if (fd < 0) return fd;
 
   if (S_ISREG(st.st_mode) &&
       (rc = check_wav(fd, st.st_size, path, err)) < 0) {

@@ -1,8 +1,12 @@
 /* Error codes: one X-macro list gives the enum, the text and the names. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "aural/error.h"
 #include "internal.h"
@@ -54,4 +58,27 @@ int aural__err_set(aural_err *err, int code, const char *fmt, ...) {
     va_end(ap);
   }
   return code;
+}
+
+int aural__open_input(const char *path, int flags, int regular_only,
+                      const char *what, struct stat *st, aural_err *err) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | flags);
+  if (fd < 0)
+    return aural__err_set(err, -errno, "%s: %s", path, strerror(errno));
+  int rc = 0;
+  if (fstat(fd, st) != 0)
+    rc = aural__err_set(err, -errno, "%s: %s", path, strerror(errno));
+  else if (S_ISDIR(st->st_mode))
+    rc = aural__err_set(err, -EISDIR, "%s: is a directory, not %s", path,
+                        what);
+  else if (regular_only && !S_ISREG(st->st_mode))
+    rc = aural__err_set(err, AURAL_EFORMAT, "%s: not a regular file", path);
+  else if (S_ISREG(st->st_mode) && st->st_size == 0)
+    rc = aural__err_set(err, AURAL_EEMPTY, "%s: file is empty (0 bytes)",
+                        path);
+  if (rc < 0) {
+    close(fd);
+    return rc;
+  }
+  return fd;
 }

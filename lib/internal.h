@@ -12,6 +12,15 @@
 int aural__err_set(aural_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Opens path read-only for a reader of `what` ("an audio file", "a model
+ * file") and checks what can be known before reading: it exists, is not a
+ * directory, is not an empty regular file, and (when regular_only) is a
+ * regular file. flags are added to O_RDONLY | O_CLOEXEC. Returns the fd or
+ * a negative code with err naming path and problem; *st is filled. */
+struct stat;
+int aural__open_input(const char *path, int flags, int regular_only,
+                      const char *what, struct stat *st, aural_err *err);
+
 /* a * b into *out, false on size_t overflow. */
 static inline int aural__mul_ok(size_t a, size_t b, size_t *out) {
   return !__builtin_mul_overflow(a, b, out);

@@ -909,26 +909,11 @@ int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err) {
   *out = NULL;
   /* Non-blocking, so that a FIFO without a writer cannot stall the open;
-   * anything but a regular file is refused below. */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    return aural__err_set(err, -errno, "%s: %s", path, strerror(errno));
+   * anything but a regular file is refused. */
   struct stat st;
-  int rc = 0;
-  if (fstat(fd, &st) != 0)
-    rc = aural__err_set(err, -errno, "%s: %s", path, strerror(errno));
-  else if (S_ISDIR(st.st_mode))
-    rc = aural__err_set(err, -EISDIR, "%s: is a directory, not a model file",
-                        path);
-  else if (!S_ISREG(st.st_mode))
-    rc = aural__err_set(err, AURAL_EFORMAT, "%s: not a regular file", path);
-  else if (st.st_size == 0)
-    rc = aural__err_set(err, AURAL_EEMPTY, "%s: file is empty (0 bytes)",
-                        path);
-  if (rc < 0) {
-    close(fd);
-    return rc;
-  }
+  int fd = aural__open_input(path, O_NONBLOCK, 1, "a model file", &st, err);
+  if (fd < 0) return fd;
+  int rc;
   size_t size = (size_t)st.st_size;
   void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
