@@ -82,21 +82,22 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
                                    : acc[r][q]);                               \
   }
 
-/* Two panels for blocks of many rows (12 accumulators at MR = 6); more
- * panels when there are few rows, for enough independent chains to cover
- * the FMA latency. */
-#define DEFINE_BLOCKS(T, LOAD)             \
-  DEFINE_BLOCK(b1x2_##T, 1, 2, LOAD)       \
-  DEFINE_BLOCK(b2x2_##T, 2, 2, LOAD)       \
-  DEFINE_BLOCK(b3x2_##T, 3, 2, LOAD)       \
+/* Two panels for blocks of many rows (12 accumulators at MR = 6; float
+ * weights only: half-precision blocks are widened first); more panels when
+ * there are few rows, for enough independent chains to cover the FMA
+ * latency (both weight types). */
+DEFINE_BLOCK(b1x2_f32, 1, 2, F32_W)
+DEFINE_BLOCK(b2x2_f32, 2, 2, F32_W)
+DEFINE_BLOCK(b3x2_f32, 3, 2, F32_W)
+DEFINE_BLOCK(b6x2_f32, 6, 2, F32_W)
+#define DEFINE_FEW_ROW_BLOCKS(T, LOAD)     \
   DEFINE_BLOCK(b4x2_##T, 4, 2, LOAD)       \
   DEFINE_BLOCK(b5x2_##T, 5, 2, LOAD)       \
-  DEFINE_BLOCK(b6x2_##T, 6, 2, LOAD)       \
   DEFINE_BLOCK(b1x8_##T, 1, 8, LOAD)       \
   DEFINE_BLOCK(b2x4_##T, 2, 4, LOAD)       \
   DEFINE_BLOCK(b3x4_##T, 3, 4, LOAD)
-DEFINE_BLOCKS(f32, F32_W)
-DEFINE_BLOCKS(f16, F16_W)
+DEFINE_FEW_ROW_BLOCKS(f32, F32_W)
+DEFINE_FEW_ROW_BLOCKS(f16, F16_W)
 
 /* Panels, masks and bias of panels [p, p + np), pointers at k = k0. */
 #define PANEL_SETUP(ELEM)                                                      \
