@@ -2,10 +2,11 @@
  * The encoder's per-stream state and its forward pass (DESIGN.md §2, §3).
  *
  * A call takes n new frames at absolute positions t0 .. t0+n-1 and runs
- * them through the model in batches of at most max_batch_frames rows: the
- * matrix products see all rows of a batch at once; attention goes row by
- * row (within each head), because row i must see exactly the frames
- * max(first, t_i-W+1) .. t_i.
+ * them through the model in passes of at most max_batch_frames rows (or,
+ * through an aural_batch, rows of several streams together): the matrix
+ * products see all rows of a pass at once; attention goes row by row
+ * (within each head), because row i must see exactly the frames
+ * max(first, t_i-W+1) .. t_i of its own stream.
  * Each layer's ring holds the keys and values of the last W frames in slot
  * t mod W. Row i writes its own slot before attending, and rows are taken
  * in order, so the slot it overwrites (frame t_i - W) is one no later row
@@ -20,26 +21,39 @@
 
 #define DEFAULT_BATCH 64
 
+/* Scratch for one pass of up to `cap` rows, which may come from several
+ * streams of one model. */
+typedef struct work {
+  size_t cap;
+  float *x;       /* (cap, d) residual stream */
+  float *a;       /* (cap, d) normalised input of a sublayer */
+  float *att;     /* (cap, d) attention output */
+  float *qkv;     /* (cap, 3 d) */
+  float *ff;      /* (cap, d_ff) */
+  float *in;      /* (cap, n_mels) CMVN-normalised features */
+  float *rot_cos; /* (cap, hs / 2 + 1) rope rotation of each row */
+  float *rot_sin; /* (cap, hs / 2 + 1) */
+  float *logits;  /* (cap, vocab_size) */
+  float *scores;  /* (w_pad) attention weights of one head */
+} work;
+
 struct aural_encoder {
   const aural_model *model;
   uint64_t first_frame; /* the stream's first frame */
   uint64_t next_frame;  /* the next frame to encode */
-  size_t batch;         /* rows per pass */
   int d, hs, n_heads, window;
-  size_t w_pad;    /* window rounded up to 16 */
-  float *k_ring;   /* (n_layers, d, w_pad) keys, rope applied, transposed:
-                      key c of slot s at c * w_pad + s */
-  float *v_ring;   /* (n_layers, window, d) values */
-  float *x;        /* (batch, d) residual stream */
-  float *a;        /* (batch, d) normalised input of a sublayer */
-  float *qkv;      /* (batch, 3 d) */
-  float *att;      /* (batch, d) attention output */
-  float *ff;       /* (batch, d_ff) */
-  float *in;       /* (batch, n_mels) CMVN-normalised features */
-  float *rot_cos;  /* (batch, hs / 2) rope rotation of each row */
-  float *rot_sin;  /* (batch, hs / 2) */
-  float *scores;   /* (w_pad) attention weights of one head */
+  size_t w_pad;     /* window rounded up to 16 */
+  float *k_ring;    /* (n_layers, d, w_pad) keys, rope applied, transposed:
+                       key c of slot s at c * w_pad + s */
+  float *v_ring;    /* (n_layers, window, d) values */
   double *inv_freq; /* (max(d, hs) / 2) position frequencies */
+  work own;         /* scratch for this stream's own calls */
+};
+
+struct aural_batch {
+  const aural_model *model;
+  work w;
+  struct seg *segs; /* (w.cap) one per stream in a pass */
 };
 
 void aural_encoder_config_default(aural_encoder_config *cfg) {
@@ -47,31 +61,51 @@ void aural_encoder_config_default(aural_encoder_config *cfg) {
   cfg->max_batch_frames = DEFAULT_BATCH;
 }
 
-/* The scratch layout, computed once for sizing and once for carving. */
-typedef struct layout {
-  size_t k_ring, v_ring, x, qkv, ff, in, rot, scores, freq, total_floats;
-} layout;
+static size_t window_pad(const aural_model_config *c) {
+  return ((size_t)c->window + 15) / 16 * 16;
+}
 
-static int plan(const aural_model_config *c, size_t batch, layout *l) {
-  size_t d = (size_t)c->d_model, w = (size_t)c->window,
-         hs = d / (size_t)c->n_heads;
-  size_t w_pad = (w + 15) / 16 * 16;
-  if (!aural__mul_ok((size_t)c->n_layers * w_pad, d, &l->k_ring)) return -1;
-  l->v_ring = (size_t)c->n_layers * w * d;
-  l->x = batch * d;
-  l->qkv = batch * 3 * d;
-  l->ff = batch * (size_t)c->d_ff;
-  l->in = batch * (size_t)c->fbank.num_mel_bins;
-  l->rot = batch * (hs / 2 + 1);
-  l->scores = w_pad;
-  l->freq = (d > hs ? d : hs) / 2 + 1;
-  size_t t = l->k_ring + l->v_ring; /* v_ring <= k_ring, which fits */
-  if (t < l->k_ring) return -1;
-  size_t rest = 3 * l->x + l->qkv + l->ff + l->in + 2 * l->rot + l->scores +
-                2 * l->freq; /* doubles count as two floats */
-  if (t + rest < t) return -1;
-  l->total_floats = t + rest;
-  return 0;
+/* Floats of scratch for cap rows (0 on overflow). Small factors, and cap
+ * and the dimensions are bounded, so only the sum needs watching. */
+static size_t work_floats(const aural_model_config *c, size_t cap) {
+  size_t d = (size_t)c->d_model, hs = d / (size_t)c->n_heads;
+  size_t per_row = 3 * d + 3 * d + (size_t)c->d_ff +
+                   (size_t)c->fbank.num_mel_bins + 2 * (hs / 2 + 1) +
+                   (size_t)c->vocab_size;
+  size_t n;
+  if (!aural__mul_ok(per_row, cap, &n)) return 0;
+  return n + window_pad(c);
+}
+
+static float *work_carve(work *w, const aural_model_config *c, size_t cap,
+                         float *p) {
+  size_t d = (size_t)c->d_model, hs = d / (size_t)c->n_heads;
+  w->cap = cap;
+  w->x = p, p += cap * d;
+  w->a = p, p += cap * d;
+  w->att = p, p += cap * d;
+  w->qkv = p, p += cap * 3 * d;
+  w->ff = p, p += cap * (size_t)c->d_ff;
+  w->in = p, p += cap * (size_t)c->fbank.num_mel_bins;
+  w->rot_cos = p, p += cap * (hs / 2 + 1);
+  w->rot_sin = p, p += cap * (hs / 2 + 1);
+  w->logits = p, p += cap * (size_t)c->vocab_size;
+  w->scores = p, p += window_pad(c);
+  return p;
+}
+
+/* Floats of an encoder's own state: frequencies (as doubles), rings and
+ * scratch for `batch` rows; 0 on overflow. */
+static size_t encoder_floats(const aural_model_config *c, size_t batch) {
+  size_t d = (size_t)c->d_model, hs = d / (size_t)c->n_heads;
+  size_t k_ring, freq = 2 * ((d > hs ? d : hs) / 2 + 1);
+  if (!aural__mul_ok((size_t)c->n_layers * window_pad(c), d, &k_ring))
+    return 0;
+  size_t v_ring = (size_t)c->n_layers * (size_t)c->window * d; /* <= k_ring */
+  size_t scratch = work_floats(c, batch);
+  size_t total = freq + k_ring + v_ring + scratch;
+  if (scratch == 0 || total < k_ring) return 0;
+  return total;
 }
 
 size_t aural_encoder_state_bytes(const aural_model *model,
@@ -81,10 +115,9 @@ size_t aural_encoder_state_bytes(const aural_model *model,
     aural_encoder_config_default(&dflt);
     cfg = &dflt;
   }
-  layout l;
   size_t batch = cfg->max_batch_frames ? cfg->max_batch_frames : DEFAULT_BATCH;
-  if (plan(aural_model_get_config(model), batch, &l) < 0) return SIZE_MAX;
-  return sizeof(aural_encoder) + l.total_floats * sizeof(float);
+  size_t n = encoder_floats(aural_model_get_config(model), batch);
+  return n == 0 ? SIZE_MAX : sizeof(aural_encoder) + n * sizeof(float);
 }
 
 int aural_encoder_create(const aural_model *model,
@@ -102,42 +135,34 @@ int aural_encoder_create(const aural_model *model,
     return aural__err_set(err, AURAL_EINVAL,
                           "encoder: max_batch_frames %zu is above 65536",
                           batch);
-  layout l;
-  if (plan(c, batch, &l) < 0)
+  size_t n = encoder_floats(c, batch);
+  if (n == 0)
     return aural__err_set(err, AURAL_ENOMEM,
                           "encoder: state size overflows (window %d, d_model "
                           "%d, %d layers)",
                           c->window, c->d_model, c->n_layers);
   aural_encoder *e = calloc(1, sizeof *e);
-  float *mem = malloc(l.total_floats * sizeof *mem);
+  float *mem = malloc(n * sizeof *mem);
   if (e == NULL || mem == NULL) {
     free(e);
     free(mem);
     return aural__err_set(err, AURAL_ENOMEM,
                           "encoder: out of memory for %zu bytes of state",
-                          l.total_floats * sizeof *mem);
+                          n * sizeof *mem);
   }
   e->model = model;
-  e->batch = batch;
   e->d = c->d_model;
   e->n_heads = c->n_heads;
   e->hs = c->d_model / c->n_heads;
   e->window = c->window;
+  e->w_pad = window_pad(c);
   /* The doubles go first so they are aligned. */
+  size_t d = (size_t)e->d, hs = (size_t)e->hs;
   e->inv_freq = (double *)mem;
-  float *p = mem + 2 * l.freq;
-  e->w_pad = (size_t)(e->window + 15) / 16 * 16;
-  e->k_ring = p, p += l.k_ring;
-  e->v_ring = p, p += l.v_ring;
-  e->x = p, p += l.x;
-  e->a = p, p += l.x;
-  e->att = p, p += l.x;
-  e->qkv = p, p += l.qkv;
-  e->ff = p, p += l.ff;
-  e->in = p, p += l.in;
-  e->rot_cos = p, p += l.rot;
-  e->rot_sin = p, p += l.rot;
-  e->scores = p;
+  float *p = mem + 2 * ((d > hs ? d : hs) / 2 + 1);
+  e->k_ring = p, p += (size_t)c->n_layers * e->w_pad * d;
+  e->v_ring = p, p += (size_t)c->n_layers * (size_t)e->window * d;
+  work_carve(&e->own, c, batch, p);
 
   /* Sinusoidal: frequency i of the d/2 pairs is 10000^(-2i/d). RoPE: pair
    * i of a head turns at theta^(-2i/hs) radians per frame. */
@@ -167,13 +192,23 @@ void aural_encoder_destroy(aural_encoder *e) {
   free(e);
 }
 
+/* Rows [row0, row0 + n) of a pass belong to stream e, in time order. */
+typedef struct seg {
+  aural_encoder *e;
+  size_t row0, n;
+  const float *feats; /* (n, n_mels) */
+  float *emb;         /* (n, d) or NULL */
+  float *logits;      /* (n, V) or NULL */
+} seg;
+
 /* Rotates the pairs (2i, 2i+1) of each head of q (or k) of row r. */
-static void rope_rotate(const aural_encoder *e, float *v, size_t r) {
-  const float *cs = e->rot_cos + r * (size_t)(e->hs / 2 + 1);
-  const float *sn = e->rot_sin + r * (size_t)(e->hs / 2 + 1);
-  for (int h = 0; h < e->n_heads; h++) {
-    float *hv = v + h * e->hs;
-    for (int i = 0; i < e->hs / 2; i++) {
+static void rope_rotate(const work *w, int n_heads, int hs, float *v,
+                        size_t r) {
+  const float *cs = w->rot_cos + r * (size_t)(hs / 2 + 1);
+  const float *sn = w->rot_sin + r * (size_t)(hs / 2 + 1);
+  for (int h = 0; h < n_heads; h++) {
+    float *hv = v + h * hs;
+    for (int i = 0; i < hs / 2; i++) {
       float a = hv[2 * i], b = hv[2 * i + 1];
       hv[2 * i] = a * cs[i] - b * sn[i];
       hv[2 * i + 1] = a * sn[i] + b * cs[i];
@@ -181,28 +216,31 @@ static void rope_rotate(const aural_encoder *e, float *v, size_t r) {
   }
 }
 
-/* Self-attention of layer li over the batch's n rows into att. Head by
+/* Self-attention of layer li for one stream's rows of the pass. Head by
  * head, so that one head's slice of the rings stays in L1 across the rows;
  * within a head, row by row in time order, each row's key and value going
  * into its slot just before it attends. */
-static void attend(aural_encoder *e, int li, size_t n) {
-  size_t d = (size_t)e->d, w = (size_t)e->window, hs = (size_t)e->hs;
+static void attend(work *w, const seg *sg, int li) {
+  aural_encoder *e = sg->e;
+  size_t d = (size_t)e->d, win = (size_t)e->window, hs = (size_t)e->hs;
   float *k_ring = e->k_ring + (size_t)li * e->w_pad * d;
-  float *v_ring = e->v_ring + (size_t)li * w * d;
+  float *v_ring = e->v_ring + (size_t)li * win * d;
   float scale = 1.0f / sqrtf((float)hs);
   for (size_t h = 0; h < (size_t)e->n_heads; h++) {
     float *kt = k_ring + h * hs * e->w_pad, *vh = v_ring + h * hs;
-    for (size_t r = 0; r < n; r++) {
-      uint64_t t = e->next_frame + r;
-      const float *q = e->qkv + r * 3 * d + h * hs;
+    for (size_t i = 0; i < sg->n; i++) {
+      size_t r = sg->row0 + i;
+      uint64_t t = e->next_frame + i;
+      const float *q = w->qkv + r * 3 * d + h * hs;
       const float *k = q + d, *v = q + 2 * d;
-      size_t slot = (size_t)(t % w);
+      size_t slot = (size_t)(t % win);
       for (size_t c = 0; c < hs; c++) kt[c * e->w_pad + slot] = k[c];
       memcpy(vh + slot * d, v, hs * sizeof *v);
-      uint64_t lo = t - e->first_frame + 1 >= w ? t - w + 1 : e->first_frame;
-      aural__attention(q, kt, e->w_pad, vh, d, hs, w, (size_t)(lo % w),
-                       (size_t)(t - lo + 1), scale, e->scores,
-                       e->att + r * d + h * hs);
+      uint64_t lo =
+          t - e->first_frame + 1 >= win ? t - win + 1 : e->first_frame;
+      aural__attention(q, kt, e->w_pad, vh, d, hs, win, (size_t)(lo % win),
+                       (size_t)(t - lo + 1), scale, w->scores,
+                       w->att + r * d + h * hs);
     }
   }
 }
@@ -211,103 +249,201 @@ static void add_rows(float *x, const float *y, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* One batch of n <= batch rows: e->x holds the input projection. */
-static void run_layers(aural_encoder *e, size_t n) {
-  const aural_model *m = e->model;
+/* One pass over n rows from n_segs streams: every matrix product sees all
+ * rows (each weight matrix is read once for all the streams); positions
+ * and attention are each row's own. The kernels compute every row the same
+ * way whatever else is in the pass, so a stream's outputs do not depend on
+ * what it was batched with. */
+static void run_pass(const aural_model *m, work *w, seg *segs, size_t n_segs,
+                     size_t n) {
   const aural_model_config *c = &m->cfg;
-  size_t d = (size_t)e->d;
+  size_t d = (size_t)c->d_model, mels = (size_t)c->fbank.num_mel_bins;
+  int hs = c->d_model / c->n_heads;
   float eps = (float)c->layer_norm_eps;
+
+  /* Features (CMVN-normalised when the model has statistics), then the
+   * input projection; positions in double precision so that hours-long
+   * streams stay exact. */
+  for (size_t s = 0; s < n_segs; s++) {
+    const seg *sg = &segs[s];
+    for (size_t i = 0; i < sg->n; i++) {
+      const float *f = sg->feats + i * mels;
+      float *row = w->in + (sg->row0 + i) * mels;
+      if (m->cmvn_mean != NULL)
+        for (size_t j = 0; j < mels; j++)
+          row[j] = (f[j] - m->cmvn_mean[j]) / m->cmvn_std[j];
+      else
+        memcpy(row, f, mels * sizeof *f);
+    }
+  }
+  aural__linear(&m->in_proj, m->b_in, w->in, n, w->x);
+  for (size_t s = 0; s < n_segs; s++) {
+    const seg *sg = &segs[s];
+    const double *inv_freq = sg->e->inv_freq;
+    for (size_t i = 0; i < sg->n; i++) {
+      size_t r = sg->row0 + i;
+      double t = (double)(sg->e->next_frame + i);
+      if (c->pos_encoding == AURAL_POS_SINUSOIDAL) {
+        float *x = w->x + r * d;
+        for (size_t k = 0; k < d / 2; k++) {
+          double ang = t * inv_freq[k];
+          x[2 * k] += (float)sin(ang);
+          x[2 * k + 1] += (float)cos(ang);
+        }
+      } else if (c->pos_encoding == AURAL_POS_ROPE) {
+        size_t half = (size_t)hs / 2, stride = half + 1;
+        for (size_t k = 0; k < half; k++) {
+          double ang = t * inv_freq[k];
+          w->rot_cos[r * stride + k] = (float)cos(ang);
+          w->rot_sin[r * stride + k] = (float)sin(ang);
+        }
+      }
+    }
+  }
+
   for (int li = 0; li < c->n_layers; li++) {
     const aural__layer *L = &m->layers[li];
     /* Attention sublayer. */
-    const float *src = e->x;
+    const float *src = w->x;
     if (c->norm_first) {
-      memcpy(e->a, e->x, n * d * sizeof *e->a);
-      aural__layer_norm(e->a, n, e->d, L->ln1_w, L->ln1_b, eps);
-      src = e->a;
+      memcpy(w->a, w->x, n * d * sizeof *w->a);
+      aural__layer_norm(w->a, n, c->d_model, L->ln1_w, L->ln1_b, eps);
+      src = w->a;
     }
-    aural__linear(&L->qkv, L->b_qkv, src, n, e->qkv);
+    aural__linear(&L->qkv, L->b_qkv, src, n, w->qkv);
     if (c->pos_encoding == AURAL_POS_ROPE)
       for (size_t r = 0; r < n; r++) {
-        rope_rotate(e, e->qkv + r * 3 * d, r);     /* q */
-        rope_rotate(e, e->qkv + r * 3 * d + d, r); /* k */
+        rope_rotate(w, c->n_heads, hs, w->qkv + r * 3 * d, r);     /* q */
+        rope_rotate(w, c->n_heads, hs, w->qkv + r * 3 * d + d, r); /* k */
       }
-    attend(e, li, n);
-    aural__linear(&L->out, L->b_out, e->att, n, e->a);
-    add_rows(e->x, e->a, n * d);
+    for (size_t s = 0; s < n_segs; s++) attend(w, &segs[s], li);
+    aural__linear(&L->out, L->b_out, w->att, n, w->a);
+    add_rows(w->x, w->a, n * d);
     if (!c->norm_first)
-      aural__layer_norm(e->x, n, e->d, L->ln1_w, L->ln1_b, eps);
+      aural__layer_norm(w->x, n, c->d_model, L->ln1_w, L->ln1_b, eps);
 
     /* Feed-forward sublayer. */
-    src = e->x;
+    src = w->x;
     if (c->norm_first) {
-      memcpy(e->a, e->x, n * d * sizeof *e->a);
-      aural__layer_norm(e->a, n, e->d, L->ln2_w, L->ln2_b, eps);
-      src = e->a;
+      memcpy(w->a, w->x, n * d * sizeof *w->a);
+      aural__layer_norm(w->a, n, c->d_model, L->ln2_w, L->ln2_b, eps);
+      src = w->a;
     }
-    aural__linear(&L->ff1, L->b_ff1, src, n, e->ff);
+    aural__linear(&L->ff1, L->b_ff1, src, n, w->ff);
     if (c->activation == AURAL_ACT_GELU)
-      aural__gelu(e->ff, n * (size_t)c->d_ff);
+      aural__gelu(w->ff, n * (size_t)c->d_ff);
     else
-      aural__relu(e->ff, n * (size_t)c->d_ff);
-    aural__linear(&L->ff2, L->b_ff2, e->ff, n, e->a);
-    add_rows(e->x, e->a, n * d);
+      aural__relu(w->ff, n * (size_t)c->d_ff);
+    aural__linear(&L->ff2, L->b_ff2, w->ff, n, w->a);
+    add_rows(w->x, w->a, n * d);
     if (!c->norm_first)
-      aural__layer_norm(e->x, n, e->d, L->ln2_w, L->ln2_b, eps);
+      aural__layer_norm(w->x, n, c->d_model, L->ln2_w, L->ln2_b, eps);
   }
   if (c->final_norm)
-    aural__layer_norm(e->x, n, e->d, m->norm_w, m->norm_b, eps);
+    aural__layer_norm(w->x, n, c->d_model, m->norm_w, m->norm_b, eps);
+
+  int any_logits = 0;
+  for (size_t s = 0; s < n_segs; s++) any_logits |= segs[s].logits != NULL;
+  if (any_logits) aural__linear(&m->head, m->b_head, w->x, n, w->logits);
+  size_t v = (size_t)c->vocab_size;
+  for (size_t s = 0; s < n_segs; s++) {
+    seg *sg = &segs[s];
+    if (sg->emb != NULL)
+      memcpy(sg->emb, w->x + sg->row0 * d, sg->n * d * sizeof *sg->emb);
+    if (sg->logits != NULL)
+      memcpy(sg->logits, w->logits + sg->row0 * v,
+             sg->n * v * sizeof *sg->logits);
+    sg->e->next_frame += sg->n;
+  }
 }
 
 int aural_encoder_forward(aural_encoder *e, const float *feats, size_t n,
                           float *emb, float *logits) {
-  const aural_model *m = e->model;
-  const aural_model_config *c = &m->cfg;
+  const aural_model_config *c = &e->model->cfg;
   if (n == 0) return 0;
   if (feats == NULL || (logits != NULL && c->vocab_size == 0))
     return AURAL_EINVAL;
-  size_t d = (size_t)e->d, mels = (size_t)c->fbank.num_mel_bins;
+  size_t d = (size_t)c->d_model, mels = (size_t)c->fbank.num_mel_bins,
+         v = (size_t)c->vocab_size;
   for (size_t done = 0; done < n;) {
-    size_t k = n - done < e->batch ? n - done : e->batch;
-    const float *f = feats + done * mels;
+    size_t k = n - done < e->own.cap ? n - done : e->own.cap;
+    seg sg = {.e = e, .row0 = 0, .n = k, .feats = feats + done * mels,
+              .emb = emb ? emb + done * d : NULL,
+              .logits = logits ? logits + done * v : NULL};
+    run_pass(e->model, &e->own, &sg, 1, k);
+    done += k;
+  }
+  return 0;
+}
 
-    /* CMVN, then the input projection. */
-    if (m->cmvn_mean != NULL) {
-      for (size_t r = 0; r < k; r++)
-        for (size_t j = 0; j < mels; j++)
-          e->in[r * mels + j] =
-              (f[r * mels + j] - m->cmvn_mean[j]) / m->cmvn_std[j];
-      f = e->in;
-    }
-    aural__linear(&m->in_proj, m->b_in, f, k, e->x);
+int aural_batch_create(const aural_model *model, size_t max_rows,
+                       aural_batch **out, aural_err *err) {
+  *out = NULL;
+  const aural_model_config *c = aural_model_get_config(model);
+  if (max_rows == 0 || max_rows > 65536)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "batch: max_rows %zu is outside 1..65536", max_rows);
+  size_t n = work_floats(c, max_rows);
+  aural_batch *b = calloc(1, sizeof *b);
+  float *mem = n ? malloc(n * sizeof *mem) : NULL;
+  seg *segs = calloc(max_rows, sizeof *segs);
+  if (b == NULL || mem == NULL || segs == NULL) {
+    free(b);
+    free(mem);
+    free(segs);
+    return aural__err_set(err, AURAL_ENOMEM,
+                          "batch: out of memory for %zu rows", max_rows);
+  }
+  b->model = model;
+  b->segs = segs;
+  work_carve(&b->w, c, max_rows, mem);
+  *out = b;
+  return 0;
+}
 
-    /* Positions, in double precision so hours-long streams stay exact. */
-    for (size_t r = 0; r < k; r++) {
-      double t = (double)(e->next_frame + r);
-      if (c->pos_encoding == AURAL_POS_SINUSOIDAL) {
-        float *x = e->x + r * d;
-        for (size_t i = 0; i < d / 2; i++) {
-          double ang = t * e->inv_freq[i];
-          x[2 * i] += (float)sin(ang);
-          x[2 * i + 1] += (float)cos(ang);
-        }
-      } else if (c->pos_encoding == AURAL_POS_ROPE) {
-        size_t half = (size_t)e->hs / 2, stride = half + 1;
-        for (size_t i = 0; i < half; i++) {
-          double ang = t * e->inv_freq[i];
-          e->rot_cos[r * stride + i] = (float)cos(ang);
-          e->rot_sin[r * stride + i] = (float)sin(ang);
-        }
+void aural_batch_destroy(aural_batch *b) {
+  if (b == NULL) return;
+  free(b->w.x); /* the start of the one block */
+  free(b->segs);
+  free(b);
+}
+
+int aural_encoder_forward_batch(aural_batch *b, const aural_batch_item *items,
+                                size_t n_items) {
+  const aural_model_config *c = &b->model->cfg;
+  for (size_t i = 0; i < n_items; i++) {
+    const aural_batch_item *it = &items[i];
+    if (it->enc == NULL || it->enc->model != b->model ||
+        (it->n > 0 && it->feats == NULL) ||
+        (it->logits != NULL && c->vocab_size == 0))
+      return AURAL_EINVAL;
+    /* A stream's rows must be computed in order: once per call. */
+    for (size_t j = 0; j < i; j++)
+      if (items[j].enc == it->enc) return AURAL_EINVAL;
+  }
+  size_t d = (size_t)c->d_model, mels = (size_t)c->fbank.num_mel_bins,
+         v = (size_t)c->vocab_size;
+  size_t item = 0, done = 0; /* the next row to place: items[item], row done */
+  while (item < n_items) {
+    size_t rows = 0, n_segs = 0;
+    while (item < n_items && rows < b->w.cap) {
+      const aural_batch_item *it = &items[item];
+      size_t k = it->n - done;
+      if (k > b->w.cap - rows) k = b->w.cap - rows;
+      if (k > 0)
+        b->segs[n_segs++] = (seg){
+            .e = it->enc, .row0 = rows, .n = k,
+            .feats = it->feats + done * mels,
+            .emb = it->emb ? it->emb + done * d : NULL,
+            .logits = it->logits ? it->logits + done * v : NULL};
+      rows += k;
+      done += k;
+      if (done == it->n) {
+        item++;
+        done = 0;
       }
     }
-
-    run_layers(e, k);
-    if (emb != NULL) memcpy(emb + done * d, e->x, k * d * sizeof *emb);
-    if (logits != NULL)
-      aural__linear(&m->head, m->b_head, e->x, k,
-                    logits + done * (size_t)c->vocab_size);
-    e->next_frame += k;
-    done += k;
+    if (rows > 0) run_pass(b->model, &b->w, b->segs, n_segs, rows);
   }
   return 0;
 }

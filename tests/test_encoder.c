@@ -361,6 +361,87 @@ static void test_model_shared_across_threads(void **state) {
   aural_model_free(m);
 }
 
+/* Streams batched together give each stream exactly the bits it gets
+ * alone, whatever the grouping: uneven frame counts, empty items, items
+ * split across passes, and several calls in a row. */
+static void test_batch_equals_alone(void **state) {
+  (void)state;
+  const char *models[] = {"prenorm_gelu_rope", "wide_window", "offset_sin"};
+  size_t t_in, mels;
+  float *feats = load_npy("encoder/input.npy", &t_in, &mels);
+  for (size_t mi = 0; mi < 3; mi++) {
+    aural_model *m = load_model(models[mi], AURAL_WEIGHTS_F32);
+    const aural_model_config *c = aural_model_get_config(m);
+    size_t d = (size_t)c->d_model, v = (size_t)c->vocab_size;
+    enum { N_STREAMS = 5, N_CALLS = 4 };
+    const size_t counts[N_CALLS][N_STREAMS] = {
+        {50, 1, 0, 7, 130}, {50, 50, 50, 50, 50}, {0, 3, 99, 1, 2},
+        {64, 65, 1, 0, 13}};
+    size_t total[N_STREAMS] = {0};
+    for (int k = 0; k < N_CALLS; k++)
+      for (int s = 0; s < N_STREAMS; s++) total[s] += counts[k][s];
+    aural_encoder *enc[N_STREAMS];
+    float *emb[N_STREAMS], *lg[N_STREAMS], *alone = malloc(400 * d * sizeof *alone);
+    float *alone_lg = v ? malloc(400 * v * sizeof *alone_lg) : NULL;
+    for (int s = 0; s < N_STREAMS; s++) {
+      aural_encoder_config ec;
+      aural_encoder_config_default(&ec);
+      ec.first_frame = (uint64_t)s * 1000;
+      assert_int_equal(aural_encoder_create(m, &ec, &enc[s], NULL), 0);
+      emb[s] = malloc(total[s] * d * sizeof(float));
+      lg[s] = v ? malloc(total[s] * v * sizeof(float)) : NULL;
+    }
+    aural_batch *b;
+    assert_int_equal(aural_batch_create(m, 64, &b, NULL), 0);
+    size_t at[N_STREAMS] = {0};
+    for (int k = 0; k < N_CALLS; k++) {
+      aural_batch_item items[N_STREAMS];
+      for (int s = 0; s < N_STREAMS; s++) {
+        items[s] = (aural_batch_item){
+            .enc = enc[s], .feats = feats + ((size_t)s * 37 + at[s]) * mels,
+            .n = counts[k][s], .emb = emb[s] + at[s] * d,
+            .logits = v ? lg[s] + at[s] * v : NULL};
+        at[s] += counts[k][s];
+      }
+      assert_int_equal(aural_encoder_forward_batch(b, items, N_STREAMS), 0);
+    }
+    for (int s = 0; s < N_STREAMS; s++) {
+      assert_int_equal(aural_encoder_next_frame(enc[s]),
+                       (uint64_t)s * 1000 + total[s]);
+      run(m, (uint64_t)s * 1000, feats + (size_t)s * 37 * mels, total[s], 50,
+          0, alone, alone_lg);
+      assert_memory_equal(emb[s], alone, total[s] * d * sizeof *alone);
+      if (v) assert_memory_equal(lg[s], alone_lg, total[s] * v * sizeof *alone);
+    }
+    printf("  %-18s 5 streams, 4 calls, passes of 64 rows: identical to "
+           "each stream alone\n", models[mi]);
+
+    /* Refused: a stream twice, a stream of another model. */
+    aural_batch_item twice[2] = {{enc[0], feats, 1, alone, NULL},
+                                 {enc[0], feats, 1, alone, NULL}};
+    assert_int_equal(aural_encoder_forward_batch(b, twice, 2), AURAL_EINVAL);
+    aural_model *other = load_model("none_w1", AURAL_WEIGHTS_F32);
+    aural_encoder *stranger;
+    assert_int_equal(aural_encoder_create(other, NULL, &stranger, NULL), 0);
+    aural_batch_item wrong[1] = {{stranger, feats, 1, alone, NULL}};
+    assert_int_equal(aural_encoder_forward_batch(b, wrong, 1), AURAL_EINVAL);
+    assert_int_equal(aural_encoder_next_frame(enc[0]), total[0]);
+    aural_encoder_destroy(stranger);
+    aural_model_free(other);
+
+    aural_batch_destroy(b);
+    for (int s = 0; s < N_STREAMS; s++) {
+      aural_encoder_destroy(enc[s]);
+      free(emb[s]);
+      free(lg[s]);
+    }
+    free(alone);
+    free(alone_lg);
+    aural_model_free(m);
+  }
+  free(feats);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parity_with_pytorch),
@@ -369,6 +450,7 @@ int main(void) {
       cmocka_unit_test(test_ctc_greedy),
       cmocka_unit_test(test_memory_flat_over_100k_frames),
       cmocka_unit_test(test_model_shared_across_threads),
+      cmocka_unit_test(test_batch_equals_alone),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

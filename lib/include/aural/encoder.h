@@ -68,6 +68,44 @@ size_t aural_encoder_state_bytes(const aural_model *model,
 /* NULL-safe. */
 void aural_encoder_destroy(aural_encoder *enc);
 
+/* Several streams at once: their new frames are stacked so that each
+ * weight matrix is read once per layer for all of them, while attention
+ * stays per stream over its own rings. Every stream's outputs are
+ * bit-identical to what aural_encoder_forward gives it alone. The batch is
+ * scratch for up to max_rows rows (one thread at a time); more rows are
+ * done in several passes.
+ *
+ *   aural_batch *b;
+ *   aural_batch_create(model, 256, &b, &err);
+ *   aural_batch_item items[] = {{enc1, f1, 50, e1, NULL},
+ *                               {enc2, f2, 50, e2, NULL}};
+ *   aural_encoder_forward_batch(b, items, 2);
+ */
+typedef struct aural_batch aural_batch;
+
+typedef struct aural_batch_item {
+  aural_encoder *enc;  /* the stream; at most once per call */
+  const float *feats;  /* (n, num_mel_bins) as for aural_encoder_forward */
+  size_t n;            /* new frames, may be 0 */
+  float *emb;          /* (n, d_model) or NULL */
+  float *logits;       /* (n, vocab_size) or NULL */
+} aural_batch_item;
+
+/* Allocates scratch for passes of up to max_rows rows (1..65536) over
+ * encoders of model. Thread-safe. */
+int aural_batch_create(const aural_model *model, size_t max_rows,
+                       aural_batch **out, aural_err *err);
+
+/* Encodes every item's frames. Returns AURAL_EINVAL (and computes
+ * nothing) if an encoder is of another model or appears twice, or logits
+ * are asked of a model without a head. Allocates nothing. Not thread-safe
+ * on one batch or on encoders in use elsewhere. */
+int aural_encoder_forward_batch(aural_batch *b, const aural_batch_item *items,
+                                size_t n_items);
+
+/* NULL-safe. */
+void aural_batch_destroy(aural_batch *b);
+
 /* CTC greedy decoding: the best token per frame, repeats collapsed and
  * blanks (id 0) dropped. logits: (n_frames, vocab_size). *prev carries the
  * previous frame's best token across calls (start with -1), so decoding
