@@ -29,7 +29,8 @@ static void usage(FILE *to) {
           "             from the flags below (default: the 'base' model),\n"
           "             streaming with the KV cache: chunk mode (50 frames\n"
           "             per call) and frame mode (1 frame per call), with\n"
-          "             f32 and with f16 weights in memory; achieved\n"
+          "             f32 and with f16 weights in memory; then several\n"
+          "             streams batched into one pass; achieved\n"
           "             GFLOP/s against this core's measured FMA peak\n"
           "  frontend   microseconds of CPU per 10 ms feature frame, fed\n"
           "             10 ms of audio per push (16 kHz mono; 44.1 kHz\n"
@@ -43,6 +44,8 @@ static void usage(FILE *to) {
           "      --window N    attention window W in frames (default 50)\n"
           "      --pos KIND    rope, sinusoidal or none (default rope)\n"
           "      --chunk N     frames per call in chunk mode (default 50)\n"
+          "      --streams N   streams batched into one pass for the\n"
+          "                    batched measurement (default 8; 1: none)\n"
           "\n"
           "Options:\n"
           "      --seconds S   audio per measurement (default 20)\n"
@@ -203,6 +206,55 @@ static int bench_encoder_mode(const aural_model *m, size_t step,
   return 0;
 }
 
+/* Frames per second (all streams together) of n_streams streams whose
+ * 50-frame chunks go through one aural_batch pass, as the daemon batches
+ * streams that are ready at the same moment. */
+static int bench_batched(const aural_model *m, size_t step, size_t n_streams,
+                         size_t n_frames, int repeat, enc_result *res) {
+  const aural_model_config *c = aural_model_get_config(m);
+  size_t mels = (size_t)c->fbank.num_mel_bins, d = (size_t)c->d_model;
+  aural_encoder **encs = calloc(n_streams, sizeof *encs);
+  aural_batch_item *items = calloc(n_streams, sizeof *items);
+  float *feats = malloc(step * mels * sizeof *feats);
+  float *out = malloc(n_streams * step * d * sizeof *out);
+  aural_batch *b = NULL;
+  aural_err err;
+  int rc = encs && items && feats && out ? 0 : -1;
+  if (rc == 0) rc = aural_batch_create(m, step * n_streams, &b, &err);
+  for (size_t s = 0; rc == 0 && s < n_streams; s++)
+    rc = aural_encoder_create(m, NULL, &encs[s], &err);
+  if (rc == 0) {
+    fill_signal(feats, step * mels, 1, 1000.0);
+    for (size_t i = 0; i < step * mels; i++) feats[i] = feats[i] * 20.0f + 5.0f;
+    for (size_t s = 0; s < n_streams; s++)
+      items[s] = (aural_batch_item){.enc = encs[s], .feats = feats, .n = step,
+                                    .emb = out + s * step * d};
+    for (size_t done = 0; done < (size_t)c->window + step; done += step)
+      aural_encoder_forward_batch(b, items, n_streams);
+    res->frames_per_s = 0;
+    for (int r = 0; r < repeat; r++) {
+      double t0 = cli_thread_cpu_s();
+      size_t frames = 0;
+      for (; frames < n_frames; frames += step * n_streams)
+        aural_encoder_forward_batch(b, items, n_streams);
+      double t = cli_thread_cpu_s() - t0;
+      res->frames_per_s = fmax(res->frames_per_s, (double)frames / t);
+    }
+    res->gflops =
+        res->frames_per_s * (double)aural_model_flops_per_frame(m) / 1e9;
+  } else {
+    fprintf(stderr, "aural bench: %s\n", err.msg);
+  }
+  for (size_t s = 0; encs != NULL && s < n_streams; s++)
+    aural_encoder_destroy(encs[s]);
+  aural_batch_destroy(b);
+  free(encs);
+  free(items);
+  free(feats);
+  free(out);
+  return rc;
+}
+
 typedef struct enc_bench {
   synth_spec spec;
   size_t chunk;
@@ -211,6 +263,8 @@ typedef struct enc_bench {
   double peak;
   uint64_t flops_per_frame, n_params;
   enc_result chunk_f32, frame_f32, chunk_f16, frame_f16;
+  size_t streams;         /* streams per batched pass */
+  enc_result batched_f32; /* all of them together, chunk mode */
 } enc_bench;
 
 static int bench_encoder(enc_bench *b) {
@@ -237,6 +291,9 @@ static int bench_encoder(enc_bench *b) {
     if (rc == 0)
       rc = bench_encoder_mode(m, 1, frames / 5 + 1, b->repeat,
                               half ? &b->frame_f16 : &b->frame_f32);
+    if (rc == 0 && !half && b->streams > 1)
+      rc = bench_batched(m, b->chunk, b->streams, frames, b->repeat,
+                         &b->batched_f32);
     aural_model_free(m);
     if (rc < 0) {
       free(file);
@@ -250,7 +307,7 @@ static int bench_encoder(enc_bench *b) {
 
 int cmd_bench(int argc, char **argv) {
   enum { O_SECONDS = 256, O_REPEAT, O_JSON, O_D, O_HEADS, O_FF, O_LAYERS,
-         O_WINDOW, O_POS, O_CHUNK };
+         O_WINDOW, O_POS, O_CHUNK, O_STREAMS };
   static const struct option opts[] = {
       {"seconds", required_argument, NULL, O_SECONDS},
       {"repeat", required_argument, NULL, O_REPEAT},
@@ -262,10 +319,11 @@ int cmd_bench(int argc, char **argv) {
       {"window", required_argument, NULL, O_WINDOW},
       {"pos", required_argument, NULL, O_POS},
       {"chunk", required_argument, NULL, O_CHUNK},
+      {"streams", required_argument, NULL, O_STREAMS},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
-  enc_bench eb = {.chunk = 50, .seconds = 20, .repeat = 3};
+  enc_bench eb = {.chunk = 50, .seconds = 20, .repeat = 3, .streams = 8};
   synth_spec_base(&eb.spec);
   int json = 0, c;
   size_t v = 0;
@@ -294,6 +352,7 @@ int cmd_bench(int argc, char **argv) {
       DIM(O_WINDOW, window, 1, 100000)
 #undef DIM
     case O_CHUNK: bad = cli_parse_size(optarg, 1, 4096, &eb.chunk); break;
+    case O_STREAMS: bad = cli_parse_size(optarg, 1, 64, &eb.streams); break;
     case O_POS:
       if (strcmp(optarg, "rope") && strcmp(optarg, "sinusoidal") &&
           strcmp(optarg, "none"))
@@ -349,7 +408,9 @@ int cmd_bench(int argc, char **argv) {
              "\"chunk_frames_per_s\": %.1f, \"chunk_gflops\": %.2f, "
              "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f, "
              "\"f16\": {\"chunk_frames_per_s\": %.1f, \"chunk_gflops\": %.2f, "
-             "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f}%s",
+             "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f}, "
+             "\"batched\": {\"streams\": %zu, \"frames_per_s\": %.1f, "
+             "\"gflops\": %.2f}%s",
              aural_gemm_name(), eb.peak, eb.spec.d_model, eb.spec.n_heads,
              eb.spec.d_ff, eb.spec.n_layers, eb.spec.window,
              eb.spec.pos_encoding, (unsigned long long)eb.n_params,
@@ -357,7 +418,8 @@ int cmd_bench(int argc, char **argv) {
              eb.chunk_f32.frames_per_s, eb.chunk_f32.gflops,
              eb.frame_f32.frames_per_s, eb.frame_f32.gflops,
              eb.chunk_f16.frames_per_s, eb.chunk_f16.gflops,
-             eb.frame_f16.frames_per_s, eb.frame_f16.gflops,
+             eb.frame_f16.frames_per_s, eb.frame_f16.gflops, eb.streams,
+             eb.batched_f32.frames_per_s, eb.batched_f32.gflops,
              run_fe ? ", " : "");
     if (run_fe) {
       printf("\"frontend\": [");
@@ -392,6 +454,12 @@ int cmd_bench(int argc, char **argv) {
              rows[i].name, rows[i].r->frames_per_s, rows[i].r->gflops,
              eb.peak > 0 ? 100 * rows[i].r->gflops / eb.peak : 0.0,
              rows[i].r->frames_per_s / 100);
+    if (eb.streams > 1)
+      printf("  %zu streams batched, chunk f32: %8.0f frames/s  %6.1f GFLOP/s "
+             "(%2.0f%% of peak), %.0f real-time streams\n",
+             eb.streams, eb.batched_f32.frames_per_s, eb.batched_f32.gflops,
+             eb.peak > 0 ? 100 * eb.batched_f32.gflops / eb.peak : 0.0,
+             eb.batched_f32.frames_per_s / 100);
   }
   if (run_fe) {
     printf("frontend, 10 ms per push, one thread, best of %d over %.0f s of "
