@@ -196,22 +196,7 @@ static void test_truncated_data(void **state) {
 static void test_truncated_data_after_many_chunks(void **state) {
   char path[PATH_BYTES];
   path_in(path, state, "trunc-chunks.wav");
-  enum { N_CHUNKS = 100, N_FRAMES = 1000 };
-  size_t len = 36 + N_CHUNKS * 10 + 8 + 2 * N_FRAMES;
-  uint8_t *b = calloc(1, len);
-  assert_non_null(b);
-  wav_header(b, WAV_PCM, 1, 16000, 16, 0); /* its first 36 bytes */
-  put_le(b + 4, len - 8 + 2 * N_FRAMES, 4); /* RIFF size, also too long */
-  uint8_t *p = b + 36;
-  for (int i = 0; i < N_CHUNKS; i++, p += 10) {
-    memcpy(p, "abcd", 4);
-    put_le(p + 4, 2, 4);
-  }
-  memcpy(p, "data", 4);
-  put_le(p + 4, 4 * N_FRAMES, 4); /* twice what follows */
-  fill_pcm16(p + 8, N_FRAMES);
-  test_write_file(path, b, len);
-  free(b);
+  make_truncated_wav_after_chunks(path, 100, 1000);
   assert_rejected(path, AURAL_ETRUNCATED, 0, "truncated");
 }
 

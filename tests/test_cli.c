@@ -310,24 +310,9 @@ static void test_bad_truncated_data(void **state) {
 
 /* The cut-off data chunk behind 100 small chunks of an unknown kind. */
 static void test_bad_truncated_data_after_many_chunks(void **state) {
-  enum { N_CHUNKS = 100, N_FRAMES = 8000 };
-  size_t len = 36 + N_CHUNKS * 10 + 8 + 2 * N_FRAMES;
-  uint8_t *b = calloc(1, len);
-  assert_non_null(b);
-  wav_header(b, WAV_PCM, 1, 16000, 16, 0);
-  put_le(b + 4, len - 8 + 2 * N_FRAMES, 4); /* RIFF size, also too long */
-  uint8_t *p = b + 36;
-  for (int i = 0; i < N_CHUNKS; i++, p += 10) {
-    memcpy(p, "abcd", 4);
-    put_le(p + 4, 2, 4);
-  }
-  memcpy(p, "data", 4);
-  put_le(p + 4, 4 * N_FRAMES, 4); /* twice what follows */
-  fill_pcm16(p + 8, N_FRAMES);
   char in[PATH_BYTES];
   input_path(in, *state, "trunc-chunks.wav");
-  test_write_file(in, b, len);
-  free(b);
+  make_truncated_wav_after_chunks(in, 100, 8000);
   check_rejected(*state, in, "truncated");
 }
 

@@ -83,9 +83,15 @@ static aural_frontend *make_frontend(double rate_hz, int n_channels) {
   return fe;
 }
 
-/* Features of a, pushed `step` frames at a time (0: all at once). */
-static sink features(const audio *a, size_t step) {
-  aural_frontend *fe = make_frontend(a->rate_hz, a->n_channels);
+/* Features of a through a frontend made from cfg (its rate and channels
+ * set from a), pushed `step` frames at a time (0: all at once). */
+static sink features_with(aural_frontend_config cfg, const audio *a,
+                          size_t step) {
+  cfg.input_rate_hz = a->rate_hz;
+  cfg.n_channels = a->n_channels;
+  aural_frontend *fe;
+  aural_err err = {0};
+  if (aural_frontend_create(&cfg, &fe, &err) != 0) fail_msg("%s", err.msg);
   sink s = {.dim = (size_t)aural_frontend_dim(fe)};
   if (step == 0) step = a->n_frames > 0 ? a->n_frames : 1;
   for (size_t at = 0; at < a->n_frames; at += step) {
@@ -97,6 +103,13 @@ static sink features(const audio *a, size_t step) {
   assert_int_equal(aural_frontend_finish(fe, sink_fn, &s), 0);
   aural_frontend_destroy(fe);
   return s;
+}
+
+/* The same with the default options. */
+static sink features(const audio *a, size_t step) {
+  aural_frontend_config cfg;
+  aural_frontend_config_default(&cfg);
+  return features_with(cfg, a, step);
 }
 
 static void test_parity_with_torchaudio(void **state) {
@@ -317,19 +330,15 @@ static void test_cmvn(void **state) {
   aural_frontend_config_default(&cfg);
   cfg.cmvn_mean = mean;
   cfg.cmvn_std = std;
-  aural_frontend *fe;
-  assert_int_equal(aural_frontend_create(&cfg, &fe, NULL), 0);
-  sink s = {.dim = 80};
-  assert_int_equal(aural_frontend_push(fe, a.pcm, a.n_frames, sink_fn, &s), 0);
-  assert_int_equal(aural_frontend_finish(fe, sink_fn, &s), 0);
+  sink s = features_with(cfg, &a, 0);
   assert_int_equal(s.n_rows, plain.n_rows);
   for (size_t t = 0; t < s.n_rows; t++)
     for (size_t m = 0; m < 80; m++)
       assert_float_equal(s.rows[t * 80 + m],
                          (plain.rows[t * 80 + m] - mean[m]) / std[m], 1e-5);
-  aural_frontend_destroy(fe);
 
   std[3] = 0.0f;
+  aural_frontend *fe;
   aural_err err = {0};
   assert_int_equal(aural_frontend_create(&cfg, &fe, &err), AURAL_ECONFIG);
   assert_non_null(strstr(err.msg, "bin 3"));
@@ -477,11 +486,7 @@ static void test_option_variants(void **state) {
     assert_int_equal(aural_fbank_opts_from_json(&cfg.fbank, variants[i],
                                                 strlen(variants[i]), NULL),
                      0);
-    aural_frontend *fe;
-    assert_int_equal(aural_frontend_create(&cfg, &fe, NULL), 0);
-    sink s = {.dim = 80};
-    assert_int_equal(aural_frontend_push(fe, a.pcm, a.n_frames, sink_fn, &s), 0);
-    assert_int_equal(aural_frontend_finish(fe, sink_fn, &s), 0);
+    sink s = features_with(cfg, &a, 0);
     assert_int_equal(s.n_rows, base.n_rows);
     double diff = 0;
     for (size_t k = 0; k < s.n_rows * 80; k++) {
@@ -489,7 +494,6 @@ static void test_option_variants(void **state) {
       diff = fmax(diff, fabs((double)s.rows[k] - base.rows[k]));
     }
     assert_true(diff > 1e-3);
-    aural_frontend_destroy(fe);
     free(s.rows);
   }
   free(base.rows);

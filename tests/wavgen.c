@@ -61,6 +61,25 @@ void make_pcm16_wav(const char *path, size_t n_frames, uint32_t data_bytes) {
   free(payload);
 }
 
+void make_truncated_wav_after_chunks(const char *path, size_t n_chunks,
+                                     size_t n_frames) {
+  size_t len = 36 + n_chunks * 10 + 8 + 2 * n_frames;
+  uint8_t *b = calloc(1, len);
+  assert_non_null(b);
+  wav_header(b, WAV_PCM, 1, 16000, 16, 0); /* its first 36 bytes */
+  put_le(b + 4, len - 8 + 2 * n_frames, 4); /* RIFF size, also too long */
+  uint8_t *p = b + 36;
+  for (size_t i = 0; i < n_chunks; i++, p += 10) {
+    memcpy(p, "abcd", 4);
+    put_le(p + 4, 2, 4);
+  }
+  memcpy(p, "data", 4);
+  put_le(p + 4, 4 * n_frames, 4); /* twice what follows */
+  fill_pcm16(p + 8, n_frames);
+  test_write_file(path, b, len);
+  free(b);
+}
+
 void make_au(const char *path, uint32_t rate_hz, uint32_t n_channels,
              size_t payload_len) {
   uint8_t *b = calloc(1, 24 + payload_len);

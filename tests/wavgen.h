@@ -31,6 +31,12 @@ void fill_pcm16(uint8_t *payload, size_t n_frames);
  * data_bytes. */
 void make_pcm16_wav(const char *path, size_t n_frames, uint32_t data_bytes);
 
+/* A 16-bit mono 16 kHz WAV whose data chunk, behind n_chunks small
+ * unknown chunks, declares twice the n_frames of ramp samples present: a
+ * cut-off recording that libsndfile's log no longer reveals. */
+void make_truncated_wav_after_chunks(const char *path, size_t n_chunks,
+                                     size_t n_frames);
+
 /* A Sun .au file (16-bit PCM) header declaring rate and channels, then
  * payload_len zero bytes: the one common format whose channel count can
  * exceed 65535. */
