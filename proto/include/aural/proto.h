@@ -1,0 +1,358 @@
+/*
+ * aural wire protocol: framing, message structs, encode/decode over caller
+ * buffers. No I/O, no allocation, no global state; every function is
+ * thread-safe and real-time-safe. proto/PROTOCOL.md is the normative spec;
+ * this header is its C form.
+ *
+ *   uint8_t buf[AURAL_PROTO_HEADER_BYTES + 256];
+ *   size_t n = aural_proto_encode_ping(buf, sizeof buf, "abc", 3);
+ *   ...write n bytes...
+ *
+ *   aural_msg_header h;
+ *   int rc = aural_proto_decode_header(in, in_len, max_payload, &h);
+ *   if (rc == AURAL_PROTO_MORE) { read more }
+ *   else if (rc < 0) { send ERROR with aural_proto_error_name(rc), close }
+ *   else { payload = in + AURAL_PROTO_HEADER_BYTES, h.payload_bytes long }
+ */
+#ifndef AURAL_PROTO_H
+#define AURAL_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AURAL_PROTO_MAGIC 0x4C525541u /* bytes 'A' 'U' 'R' 'L' */
+#define AURAL_PROTO_VERSION 1
+#define AURAL_PROTO_HEADER_BYTES 16
+#define AURAL_PROTO_CHUNK_HEADER_BYTES 72
+#define AURAL_PROTO_NAME_MAX 64      /* stream name bytes, without NUL */
+#define AURAL_PROTO_PING_MAX 256     /* PING payload bytes */
+#define AURAL_PROTO_JSON_TOKENS 512  /* most tokens one JSON payload may hold */
+
+/* Message types (PROTOCOL.md §4). */
+#define AURAL_MSG_TYPE_MAP(X)                                                 \
+  X(HELLO, 0x01)                                                              \
+  X(WELCOME, 0x02)                                                            \
+  X(ERROR, 0x03)                                                              \
+  X(PING, 0x04)                                                               \
+  X(PONG, 0x05)                                                               \
+  X(LIST_STREAMS, 0x06)                                                       \
+  X(STREAMS, 0x07)                                                            \
+  X(SUBSCRIBE, 0x08)                                                          \
+  X(SUBSCRIBED, 0x09)                                                         \
+  X(UNSUBSCRIBE, 0x0A)                                                        \
+  X(UNSUBSCRIBED, 0x0B)                                                       \
+  X(STREAM_STARTED, 0x0C)                                                     \
+  X(STREAM_ENDED, 0x0D)                                                       \
+  X(CHUNK, 0x0E)                                                              \
+  X(GAP, 0x0F)                                                                \
+  X(AUDIO_OPEN, 0x10)                                                         \
+  X(AUDIO_OPENED, 0x11)                                                       \
+  X(AUDIO_DATA, 0x12)                                                         \
+  X(AUDIO_CLOSE, 0x13)                                                        \
+  X(AUDIO_CLOSED, 0x14)                                                       \
+  X(STATS, 0x15)                                                              \
+  X(STATS_REPLY, 0x16)
+
+typedef enum aural_msg_type {
+#define AURAL__MSG_ENUM(name, value) AURAL_MSG_##name = value,
+  AURAL_MSG_TYPE_MAP(AURAL__MSG_ENUM)
+#undef AURAL__MSG_ENUM
+} aural_msg_type;
+
+/* Name of a message type ("CHUNK"), or NULL when unknown. */
+const char *aural_msg_type_name(int type);
+
+/* Error codes: returned (negated) by the decoders and carried (positive)
+ * in ERROR messages (PROTOCOL.md §6). X(name, value, description). */
+#define AURAL_PROTO_ERROR_MAP(X)                                              \
+  X(FRAMING, 1, "malformed message header (bad magic)")                       \
+  X(VERSION, 2, "unsupported protocol version")                               \
+  X(TOO_LARGE, 3, "payload larger than the announced maximum")               \
+  X(UNKNOWN_TYPE, 4, "unknown message type")                                  \
+  X(BAD_PAYLOAD, 5, "malformed payload")                                      \
+  X(STATE, 6, "message not valid at this point of the session")              \
+  X(NO_STREAM, 7, "no such stream")                                           \
+  X(NAME_IN_USE, 8, "a live stream already has this name")                    \
+  X(LIMIT, 9, "a server limit was reached")                                   \
+  X(NO_HEAD, 10, "the model has no CTC head (no logits or text)")             \
+  X(AUDIO, 11, "audio data rejected")                                         \
+  X(SLOW_CONSUMER, 12, "subscriber too slow; disconnected")                   \
+  X(SHUTDOWN, 13, "server shutting down")                                     \
+  X(INTERNAL, 14, "internal server error")                                    \
+  X(NO_SUBSCRIPTION, 15, "no such subscription")                             \
+  X(PERMISSION, 16, "peer credentials refused")
+
+typedef enum aural_proto_error {
+  AURAL_PROTO_MORE = 1, /* not an error: the buffer holds too few bytes */
+#define AURAL__PERR_ENUM(name, value, desc) AURAL_PROTO_E##name = -(value),
+  AURAL_PROTO_ERROR_MAP(AURAL__PERR_ENUM)
+#undef AURAL__PERR_ENUM
+} aural_proto_error;
+
+/* "TOO_LARGE" for AURAL_PROTO_ETOO_LARGE (or its positive wire value);
+ * NULL when unknown. */
+const char *aural_proto_error_name(int code);
+/* One-line description; "unknown error" when unknown. */
+const char *aural_proto_strerror(int code);
+
+/* --- framing ------------------------------------------------------------ */
+
+typedef struct aural_msg_header {
+  uint8_t version;        /* AURAL_PROTO_VERSION */
+  uint8_t type;           /* aural_msg_type */
+  uint16_t flags;         /* 0; receivers ignore bits they do not know */
+  uint32_t stream_id;     /* 0 when the message concerns no stream */
+  uint32_t payload_bytes; /* bytes after the header */
+} aural_msg_header;
+
+/* Writes the 16-byte header. */
+void aural_proto_put_header(uint8_t out[AURAL_PROTO_HEADER_BYTES],
+                            const aural_msg_header *h);
+
+/* Reads the header at the start of buf. Returns 0 when it is complete and
+ * valid, AURAL_PROTO_MORE when len < 16, or AURAL_PROTO_EFRAMING (magic),
+ * EVERSION, EUNKNOWN_TYPE, or ETOO_LARGE (payload_bytes > max_payload).
+ * h is filled whenever 16 bytes are there, even on error. Whether the
+ * payload has fully arrived is the caller's check. */
+int aural_proto_decode_header(const uint8_t *buf, size_t len,
+                              uint32_t max_payload, aural_msg_header *h);
+
+/* --- JSON payloads ------------------------------------------------------ */
+
+/* A strict RFC 8259 reader over the caller's bytes: tokens point into the
+ * payload, nothing is copied or allocated. */
+typedef enum aural_json_kind {
+  AURAL_JSON_OBJECT = 1,
+  AURAL_JSON_ARRAY,
+  AURAL_JSON_STRING, /* start/len exclude the quotes; escapes undecoded */
+  AURAL_JSON_NUMBER,
+  AURAL_JSON_TRUE,
+  AURAL_JSON_FALSE,
+  AURAL_JSON_NULL,
+} aural_json_kind;
+
+typedef struct aural_json_token {
+  uint8_t kind;      /* aural_json_kind */
+  uint32_t start;    /* byte offset in the payload */
+  uint32_t len;      /* bytes */
+  uint32_t n_items;  /* object: members; array: elements */
+  uint32_t next;     /* index of the token after this value and its children */
+} aural_json_token;
+
+typedef struct aural_json {
+  const char *text;
+  size_t text_len;
+  aural_json_token tokens[AURAL_PROTO_JSON_TOKENS];
+  uint32_t n_tokens;
+} aural_json;
+
+/* Parses text (UTF-8, no NUL) as one JSON value of at most
+ * AURAL_PROTO_JSON_TOKENS tokens and 16 levels of nesting. Returns 0 or
+ * AURAL_PROTO_EBAD_PAYLOAD with why (may be NULL) naming the byte offset. */
+int aural_json_parse(aural_json *js, const char *text, size_t len, char *why,
+                     size_t why_len);
+
+/* Token index of member key of the object at token obj, or -1. */
+int aural_json_get(const aural_json *js, int obj, const char *key);
+
+/* Decodes the string at token tok (escapes resolved, \u0000 refused) into
+ * out (NUL-terminated). Returns its byte length, or -1 when tok is not a
+ * string or it does not fit in out_size - 1 bytes. */
+int aural_json_string(const aural_json *js, int tok, char *out,
+                      size_t out_size);
+
+/* The integer at token tok, when it is a number with no fraction or
+ * exponent within [lo, hi]. Returns 0 or -1. */
+int aural_json_int(const aural_json *js, int tok, int64_t lo, int64_t hi,
+                   int64_t *out);
+
+/* The number at token tok as a double. Returns 0 or -1. */
+int aural_json_double(const aural_json *js, int tok, double *out);
+
+/* The boolean at token tok. Returns 0 or -1. */
+int aural_json_bool(const aural_json *js, int tok, bool *out);
+
+/* The i-th element of the array at token arr, or -1. */
+int aural_json_item(const aural_json *js, int arr, uint32_t i);
+
+/* A JSON writer into a caller buffer. Overflow is sticky: every call after
+ * it does nothing and aural_jw_finish() returns -1. */
+typedef struct aural_jw {
+  char *buf;
+  size_t cap;
+  size_t len;
+  bool overflow;
+  bool need_comma;
+} aural_jw;
+
+void aural_jw_init(aural_jw *w, char *buf, size_t cap);
+void aural_jw_begin_object(aural_jw *w);
+void aural_jw_end_object(aural_jw *w);
+void aural_jw_begin_array(aural_jw *w);
+void aural_jw_end_array(aural_jw *w);
+void aural_jw_key(aural_jw *w, const char *key); /* key, then one value */
+void aural_jw_string(aural_jw *w, const char *s); /* escapes as needed */
+void aural_jw_string_n(aural_jw *w, const char *s, size_t n);
+void aural_jw_int(aural_jw *w, int64_t v);
+void aural_jw_uint(aural_jw *w, uint64_t v);
+void aural_jw_double(aural_jw *w, double v); /* non-finite written as null */
+void aural_jw_bool(aural_jw *w, bool v);
+void aural_jw_null(aural_jw *w);
+/* Returns the bytes written, or -1 after an overflow. */
+long aural_jw_finish(const aural_jw *w);
+
+/* --- messages ------------------------------------------------------------ */
+
+/* Output kinds a subscriber asks for, as bits. */
+#define AURAL_OUT_EMBEDDINGS 0x1u
+#define AURAL_OUT_LOGITS 0x2u
+#define AURAL_OUT_TEXT 0x4u
+#define AURAL_OUT_ALL 0x7u
+
+typedef enum aural_dtype {
+  AURAL_DTYPE_F32 = 0,
+  AURAL_DTYPE_F16 = 1,
+} aural_dtype;
+
+typedef enum aural_sample_format {
+  AURAL_SAMPLE_S16 = 0, /* signed 16-bit little-endian */
+  AURAL_SAMPLE_F32 = 1, /* IEEE float32 little-endian, full scale ±1 */
+} aural_sample_format;
+
+/* HELLO (client -> server). */
+typedef struct aural_msg_hello {
+  uint32_t versions;  /* bit v set: version v supported (bit 1 for v1) */
+  char client[AURAL_PROTO_NAME_MAX + 1]; /* free-form, may be empty */
+} aural_msg_hello;
+
+/* SUBSCRIBE (client -> server). */
+typedef struct aural_msg_subscribe {
+  bool all;                               /* every stream */
+  char stream[AURAL_PROTO_NAME_MAX + 1];  /* stream name when !all */
+  uint32_t outputs;                       /* AURAL_OUT_* bits, not 0 */
+  uint8_t dtype;                          /* aural_dtype */
+} aural_msg_subscribe;
+
+/* AUDIO_OPEN (client -> server). */
+typedef struct aural_msg_audio_open {
+  char name[AURAL_PROTO_NAME_MAX + 1]; /* empty: the server picks one */
+  uint32_t sample_rate;                /* 4000..768000 */
+  uint32_t channels;                   /* 1..256 */
+  uint8_t format;                      /* aural_sample_format */
+} aural_msg_audio_open;
+
+/* Request decoders: payload is the message's payload. Each returns 0 or
+ * AURAL_PROTO_EBAD_PAYLOAD with why naming the field. */
+int aural_proto_decode_hello(const uint8_t *payload, size_t n,
+                             aural_msg_hello *m, char *why, size_t why_len);
+int aural_proto_decode_subscribe(const uint8_t *payload, size_t n,
+                                 aural_msg_subscribe *m, char *why,
+                                 size_t why_len);
+int aural_proto_decode_unsubscribe(const uint8_t *payload, size_t n,
+                                   uint32_t *subscription, char *why,
+                                   size_t why_len);
+int aural_proto_decode_audio_open(const uint8_t *payload, size_t n,
+                                  aural_msg_audio_open *m, char *why,
+                                  size_t why_len);
+
+/* A stream name is 1..AURAL_PROTO_NAME_MAX bytes of printable ASCII other
+ * than '/' and '\\'. Returns true when s is one. */
+bool aural_proto_valid_name(const char *s);
+
+/* Whole-message encoders: each writes header + payload into out and
+ * returns the total bytes, or 0 when out_cap is too small. */
+size_t aural_proto_encode_hello(uint8_t *out, size_t out_cap,
+                                const aural_msg_hello *m);
+size_t aural_proto_encode_subscribe(uint8_t *out, size_t out_cap,
+                                    const aural_msg_subscribe *m);
+size_t aural_proto_encode_unsubscribe(uint8_t *out, size_t out_cap,
+                                      uint32_t subscription);
+size_t aural_proto_encode_audio_open(uint8_t *out, size_t out_cap,
+                                     const aural_msg_audio_open *m);
+/* A message whose payload is given bytes (JSON built with aural_jw,
+ * AUDIO_DATA samples, PING data, or empty). */
+size_t aural_proto_encode_raw(uint8_t *out, size_t out_cap, uint8_t type,
+                              uint32_t stream_id, const void *payload,
+                              size_t payload_bytes);
+/* ERROR: {"code":N,"name":"...","message":"...","fatal":B}. */
+size_t aural_proto_encode_error(uint8_t *out, size_t out_cap,
+                                uint32_t stream_id, int code,
+                                const char *message, bool fatal);
+
+/* Strings for the JSON fields. */
+const char *aural_dtype_name(int dtype);          /* "f32", "f16" */
+const char *aural_sample_format_name(int format); /* "s16", "f32" */
+const char *aural_output_name(uint32_t bit);      /* "embeddings", ... */
+
+/* --- CHUNK --------------------------------------------------------------- */
+
+#define AURAL_CHUNK_FINAL 0x1u
+
+/* The fixed part of a CHUNK payload (PROTOCOL.md §5). Times are
+ * microseconds since the Unix epoch (CLOCK_REALTIME); 0 = unknown. */
+typedef struct aural_chunk_header {
+  uint64_t seq;          /* chunk number in the stream, from 0 */
+  uint64_t first_frame;  /* absolute index of its first frame */
+  uint32_t n_frames;     /* frames in this chunk */
+  uint32_t flags;        /* AURAL_CHUNK_FINAL */
+  int64_t start_us;      /* when the stream started */
+  int64_t capture_us;    /* when the audio of its first frame arrived */
+  int64_t ready_us;      /* when the audio completing it arrived */
+  int64_t emitted_us;    /* when the server queued it for sending */
+  uint32_t d_model;      /* embedding width */
+  uint32_t vocab_size;   /* logits width (0 without a head) */
+  uint16_t outputs;      /* AURAL_OUT_* sections present, in bit order */
+  uint8_t dtype;         /* aural_dtype of embeddings and logits */
+  uint32_t text_bytes;   /* UTF-8 bytes of the text section */
+} aural_chunk_header;
+
+/* Payload bytes of a chunk with this header: 72 + sections. Returns 0 on
+ * overflow of 32 bits. */
+size_t aural_chunk_payload_bytes(const aural_chunk_header *c);
+
+/* Writes the 72-byte fixed part. */
+void aural_chunk_put_header(uint8_t out[AURAL_PROTO_CHUNK_HEADER_BYTES],
+                            const aural_chunk_header *c);
+
+/* Decodes a CHUNK payload: fills c and points emb / logits / text at their
+ * sections inside payload (NULL when absent). Checks that the sizes add up
+ * to exactly n. Returns 0 or AURAL_PROTO_EBAD_PAYLOAD. */
+int aural_chunk_decode(const uint8_t *payload, size_t n,
+                       aural_chunk_header *c, const uint8_t **emb,
+                       const uint8_t **logits, const char **text);
+
+/* IEEE half <-> float, round to nearest even. */
+uint16_t aural_f32_to_f16(float f);
+float aural_f16_to_f32(uint16_t h);
+
+/* Little-endian helpers. */
+static inline void aural_put_u16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static inline void aural_put_u32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void aural_put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t aural_get_u16(const uint8_t *p) {
+  return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t aural_get_u32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+         (uint32_t)p[3] << 24;
+}
+static inline uint64_t aural_get_u64(const uint8_t *p) {
+  return (uint64_t)aural_get_u32(p) | (uint64_t)aural_get_u32(p + 4) << 32;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
