@@ -49,7 +49,8 @@ static void usage(FILE *to) {
           "                                     log-softmax [n, vocab]\n"
           "                         features    log-mel fbank before CMVN\n"
           "                                     [n, num_mel_bins]\n"
-          "                         text        greedy CTC transcript, one\n"
+          "                         text        greedy CTC transcript (tokens\n"
+          "                                     separated by spaces), one\n"
           "                                     line per chunk, then the whole\n"
           "      --chunk-frames N frames per encoder call (default 50); only\n"
           "                       changes how work is grouped, not results\n"
@@ -156,10 +157,14 @@ static int flush_chunk(encode_job *job) {
              (double)(job->n_rows - n) * 0.01);
     fputs(line, stdout);
   }
+  /* Tokens are separated by single spaces: phoneme tokens may be several
+   * characters long, so plain concatenation would be ambiguous. */
   for (size_t i = 0; i < n_ids; i++) {
     const char *tok = aural_model_token(job->model, job->ids[i]);
-    if (!job->quiet) fputs(tok, stdout);
-    if (text_append(job, tok) < 0) return AURAL_ENOMEM;
+    const char *sep = job->text_len > 0 ? " " : "";
+    if (!job->quiet) printf("%s%s", i > 0 ? " " : "", tok);
+    if (text_append(job, sep) < 0 || text_append(job, tok) < 0)
+      return AURAL_ENOMEM;
   }
   if (!job->quiet) putchar('\n');
   return 0;
