@@ -1,0 +1,758 @@
+/*
+ * JSON for the protocol's payloads: a strict RFC 8259 reader that makes
+ * tokens over the caller's bytes, and a writer into a caller buffer.
+ * Nothing is allocated; the reader recurses at most 16 levels deep.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aural/proto.h"
+#include "internal.h"
+
+#define JSON_MAX_DEPTH 16
+
+/* --- UTF-8 ---------------------------------------------------------------- */
+
+size_t aural__utf8_seq(const uint8_t *p, size_t avail, uint32_t *cp) {
+  if (avail == 0) return 0;
+  uint8_t b0 = p[0];
+  if (b0 < 0x80) {
+    *cp = b0;
+    return 1;
+  }
+  size_t n;
+  uint32_t v;
+  uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    n = 2;
+    v = b0 & 0x1Fu;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    n = 3;
+    v = b0 & 0x0Fu;
+    if (b0 == 0xE0) lo = 0xA0; /* overlong below U+0800 */
+    if (b0 == 0xED) hi = 0x9F; /* U+D800..U+DFFF are surrogates */
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    n = 4;
+    v = b0 & 0x07u;
+    if (b0 == 0xF0) lo = 0x90; /* overlong below U+10000 */
+    if (b0 == 0xF4) hi = 0x8F; /* above U+10FFFF */
+  } else {
+    return 0; /* continuation byte, C0/C1 overlong lead, or F5..FF */
+  }
+  if (avail < n) return 0;
+  if (p[1] < lo || p[1] > hi) return 0;
+  v = v << 6 | (p[1] & 0x3Fu);
+  for (size_t i = 2; i < n; i++) {
+    if ((p[i] & 0xC0) != 0x80) return 0;
+    v = v << 6 | (p[i] & 0x3Fu);
+  }
+  *cp = v;
+  return n;
+}
+
+bool aural__utf8_valid(const uint8_t *p, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint32_t cp;
+    size_t k = aural__utf8_seq(p + i, n - i, &cp);
+    if (k == 0) return false;
+    i += k;
+  }
+  return true;
+}
+
+size_t aural__utf8_put(uint8_t out[4], uint32_t cp) {
+  if (cp < 0x80) {
+    out[0] = (uint8_t)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    out[0] = (uint8_t)(0xC0 | cp >> 6);
+    out[1] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    out[0] = (uint8_t)(0xE0 | cp >> 12);
+    out[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
+    out[2] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  out[0] = (uint8_t)(0xF0 | cp >> 18);
+  out[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3F));
+  out[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
+  out[3] = (uint8_t)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+void aural__set_why(char *why, size_t why_len, const char *fmt, ...) {
+  if (why == NULL || why_len == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, why_len, fmt, ap);
+  va_end(ap);
+}
+
+/* --- numbers -------------------------------------------------------------- */
+
+/* Significant digits kept when converting: 767 suffice to round any decimal
+ * correctly to a double; the digits dropped beyond them are folded into one
+ * sticky digit, so the result stays correctly rounded. */
+#define DOUBLE_MAX_DIGITS 770
+
+/*
+ * The number is rewritten as "[-]DIGITSeEXP", without a decimal point, and
+ * handed to strtod: strtod alone would read the point of the current
+ * LC_NUMERIC locale, which need not be '.'.
+ */
+int aural__parse_double(const char *s, size_t n, double *out) {
+  char buf[DOUBLE_MAX_DIGITS + 32];
+  size_t k = 0, i = 0, n_digits = 0;
+  long long exp10 = 0;
+  bool any = false, sticky = false, neg = false;
+  if (i < n && s[i] == '-') {
+    neg = true;
+    buf[k++] = '-';
+    i++;
+  }
+  for (int part = 0; part < 2; part++) {
+    if (part == 1) {
+      if (i >= n || s[i] != '.') break;
+      i++;
+      if (i >= n || s[i] < '0' || s[i] > '9') return -1;
+    }
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+      any = true;
+      if (n_digits == 0 && s[i] == '0') {
+        if (part == 1) exp10--; /* a leading zero of the fraction */
+        continue;
+      }
+      if (n_digits < DOUBLE_MAX_DIGITS) {
+        buf[k++] = s[i];
+        n_digits++;
+        if (part == 1) exp10--;
+      } else {
+        if (part == 0) exp10++;
+        if (s[i] != '0') sticky = true;
+      }
+    }
+  }
+  if (!any) return -1;
+  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    i++;
+    bool eneg = false;
+    if (i < n && (s[i] == '+' || s[i] == '-')) eneg = s[i++] == '-';
+    if (i >= n || s[i] < '0' || s[i] > '9') return -1;
+    long long e = 0;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+      if (e < 1000000000) e = e * 10 + (s[i] - '0');
+    exp10 += eneg ? -e : e;
+  }
+  if (i != n) return -1;
+  if (n_digits == 0) {
+    *out = neg ? -0.0 : 0.0;
+    return 0;
+  }
+  if (sticky) {
+    buf[k++] = '1';
+    exp10--;
+  }
+  if (exp10 > 999999) exp10 = 999999;
+  if (exp10 < -999999) exp10 = -999999;
+  snprintf(buf + k, sizeof buf - k, "e%lld", exp10);
+  char *end;
+  double v = strtod(buf, &end);
+  if (*end != '\0' || isinf(v)) return -1;
+  *out = v;
+  return 0;
+}
+
+/* --- reader --------------------------------------------------------------- */
+
+typedef struct parser {
+  aural_json *js;
+  const uint8_t *s;
+  size_t len;
+  size_t pos;
+  char *why;
+  size_t why_len;
+} parser;
+
+static int fail(parser *p, const char *what) {
+  aural__set_why(p->why, p->why_len, "byte %zu: %s", p->pos, what);
+  return -1;
+}
+
+static void skip_ws(parser *p) {
+  while (p->pos < p->len) {
+    uint8_t c = p->s[p->pos];
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+    p->pos++;
+  }
+}
+
+static int new_token(parser *p, aural_json_kind kind) {
+  aural_json *js = p->js;
+  if (js->n_tokens >= AURAL_PROTO_JSON_TOKENS)
+    return fail(p, "more than 512 JSON tokens");
+  int t = (int)js->n_tokens++;
+  js->tokens[t] = (aural_json_token){.kind = (uint8_t)kind,
+                                     .start = (uint32_t)p->pos,
+                                     .len = 0,
+                                     .n_items = 0,
+                                     .next = (uint32_t)t + 1};
+  return t;
+}
+
+static int hex_digit(uint8_t c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* The 4 hex digits at s (caller checked 4 bytes are there), or -1. */
+static int32_t hex4(const uint8_t *s) {
+  int32_t v = 0;
+  for (int i = 0; i < 4; i++) {
+    int d = hex_digit(s[i]);
+    if (d < 0) return -1;
+    v = v << 4 | d;
+  }
+  return v;
+}
+
+/* p->pos is at the opening quote. Checks escapes, UTF-8 and that \u
+ * surrogates come in pairs. */
+static int parse_string(parser *p) {
+  int t = new_token(p, AURAL_JSON_STRING);
+  if (t < 0) return -1;
+  p->pos++;
+  size_t start = p->pos;
+  for (;;) {
+    if (p->pos >= p->len) return fail(p, "unterminated string");
+    uint8_t c = p->s[p->pos];
+    if (c == '"') break;
+    if (c < 0x20) return fail(p, "control character in string");
+    if (c == '\\') {
+      if (p->pos + 1 >= p->len) return fail(p, "unterminated string");
+      uint8_t e = p->s[p->pos + 1];
+      if (e != 'u') {
+        if (strchr("\"\\/bfnrt", e) == NULL || e == '\0')
+          return fail(p, "invalid escape in string");
+        p->pos += 2;
+        continue;
+      }
+      if (p->len - p->pos < 6) return fail(p, "truncated \\u escape");
+      int32_t u = hex4(p->s + p->pos + 2);
+      if (u < 0) return fail(p, "invalid \\u escape");
+      if (u >= 0xDC00 && u <= 0xDFFF)
+        return fail(p, "lone low surrogate in \\u escape");
+      if (u >= 0xD800 && u <= 0xDBFF) {
+        const uint8_t *q = p->s + p->pos + 6;
+        if (p->len - p->pos < 12 || q[0] != '\\' || q[1] != 'u')
+          return fail(p, "lone high surrogate in \\u escape");
+        int32_t lo = hex4(q + 2);
+        if (lo < 0xDC00 || lo > 0xDFFF)
+          return fail(p, "lone high surrogate in \\u escape");
+        p->pos += 12;
+      } else {
+        p->pos += 6;
+      }
+      continue;
+    }
+    uint32_t cp;
+    size_t k = aural__utf8_seq(p->s + p->pos, p->len - p->pos, &cp);
+    if (k == 0) return fail(p, "invalid UTF-8 in string");
+    p->pos += k;
+  }
+  p->js->tokens[t].start = (uint32_t)start;
+  p->js->tokens[t].len = (uint32_t)(p->pos - start);
+  p->pos++;
+  return t;
+}
+
+static bool at_digit(const parser *p) {
+  return p->pos < p->len && p->s[p->pos] >= '0' && p->s[p->pos] <= '9';
+}
+
+/* number = [ minus ] int [ frac ] [ exp ] (RFC 8259 §6). */
+static int parse_number(parser *p) {
+  int t = new_token(p, AURAL_JSON_NUMBER);
+  if (t < 0) return -1;
+  size_t start = p->pos;
+  if (p->s[p->pos] == '-') p->pos++;
+  if (!at_digit(p)) return fail(p, "digit expected in number");
+  if (p->s[p->pos] == '0') {
+    p->pos++;
+    if (at_digit(p)) return fail(p, "leading zero in number");
+  } else {
+    while (at_digit(p)) p->pos++;
+  }
+  if (p->pos < p->len && p->s[p->pos] == '.') {
+    p->pos++;
+    if (!at_digit(p)) return fail(p, "digit expected after '.'");
+    while (at_digit(p)) p->pos++;
+  }
+  if (p->pos < p->len && (p->s[p->pos] == 'e' || p->s[p->pos] == 'E')) {
+    p->pos++;
+    if (p->pos < p->len && (p->s[p->pos] == '+' || p->s[p->pos] == '-'))
+      p->pos++;
+    if (!at_digit(p)) return fail(p, "digit expected in exponent");
+    while (at_digit(p)) p->pos++;
+  }
+  p->js->tokens[t].start = (uint32_t)start;
+  p->js->tokens[t].len = (uint32_t)(p->pos - start);
+  return t;
+}
+
+static int parse_literal(parser *p, const char *word, aural_json_kind kind) {
+  size_t n = strlen(word);
+  if (p->len - p->pos < n || memcmp(p->s + p->pos, word, n) != 0)
+    return fail(p, "invalid literal");
+  int t = new_token(p, kind);
+  if (t < 0) return -1;
+  p->js->tokens[t].len = (uint32_t)n;
+  p->pos += n;
+  return t;
+}
+
+static bool same_string(const aural_json *js, int a, int b);
+
+static int parse_value(parser *p, int depth);
+
+/* p->pos is at '{' or '['. depth counts the enclosing containers. */
+static int parse_container(parser *p, int depth, bool object) {
+  if (depth >= JSON_MAX_DEPTH) return fail(p, "nesting deeper than 16");
+  int t = new_token(p, object ? AURAL_JSON_OBJECT : AURAL_JSON_ARRAY);
+  if (t < 0) return -1;
+  aural_json *js = p->js;
+  uint8_t close = object ? '}' : ']';
+  p->pos++;
+  skip_ws(p);
+  if (p->pos < p->len && p->s[p->pos] == close) {
+    p->pos++;
+  } else {
+    for (;;) {
+      if (object) {
+        if (p->pos >= p->len || p->s[p->pos] != '"')
+          return fail(p, "member name expected");
+        int key = parse_string(p);
+        if (key < 0) return -1;
+        /* A duplicate name: which value counts would be up to the reader,
+         * so the request is malformed. */
+        int k = t + 1;
+        for (uint32_t i = 0; i < js->tokens[t].n_items; i++) {
+          if (same_string(js, k, key)) {
+            p->pos = js->tokens[key].start;
+            return fail(p, "duplicate member name");
+          }
+          k = (int)js->tokens[k + 1].next;
+        }
+        skip_ws(p);
+        if (p->pos >= p->len || p->s[p->pos] != ':')
+          return fail(p, "':' expected after member name");
+        p->pos++;
+        skip_ws(p);
+      }
+      if (parse_value(p, depth + 1) < 0) return -1;
+      js->tokens[t].n_items++;
+      skip_ws(p);
+      if (p->pos >= p->len)
+        return fail(p, object ? "unterminated object" : "unterminated array");
+      uint8_t c = p->s[p->pos];
+      if (c == close) {
+        p->pos++;
+        break;
+      }
+      if (c != ',')
+        return fail(p, object ? "',' or '}' expected" : "',' or ']' expected");
+      p->pos++;
+      skip_ws(p);
+      if (p->pos < p->len && p->s[p->pos] == close)
+        return fail(p, "trailing comma");
+    }
+  }
+  js->tokens[t].len = (uint32_t)(p->pos - js->tokens[t].start);
+  js->tokens[t].next = js->n_tokens;
+  return t;
+}
+
+static int parse_value(parser *p, int depth) {
+  if (p->pos >= p->len) return fail(p, "value expected");
+  switch (p->s[p->pos]) {
+  case '{':
+    return parse_container(p, depth, true);
+  case '[':
+    return parse_container(p, depth, false);
+  case '"':
+    return parse_string(p);
+  case 't':
+    return parse_literal(p, "true", AURAL_JSON_TRUE);
+  case 'f':
+    return parse_literal(p, "false", AURAL_JSON_FALSE);
+  case 'n':
+    return parse_literal(p, "null", AURAL_JSON_NULL);
+  default:
+    if (p->s[p->pos] == '-' || (p->s[p->pos] >= '0' && p->s[p->pos] <= '9'))
+      return parse_number(p);
+    return fail(p, "value expected");
+  }
+}
+
+int aural_json_parse(aural_json *js, const char *text, size_t len, char *why,
+                     size_t why_len) {
+  js->text = text;
+  js->text_len = len;
+  js->n_tokens = 0;
+  parser p = {.js = js,
+              .s = (const uint8_t *)text,
+              .len = text == NULL ? 0 : len,
+              .pos = 0,
+              .why = why,
+              .why_len = why_len};
+  if (len > UINT32_MAX) {
+    aural__set_why(why, why_len, "JSON text of %zu bytes is too long", len);
+    js->n_tokens = 0;
+    return AURAL_PROTO_EBAD_PAYLOAD;
+  }
+  skip_ws(&p);
+  if (parse_value(&p, 0) < 0) {
+    js->n_tokens = 0;
+    return AURAL_PROTO_EBAD_PAYLOAD;
+  }
+  skip_ws(&p);
+  if (p.pos != p.len) {
+    fail(&p, "unexpected bytes after the value");
+    js->n_tokens = 0;
+    return AURAL_PROTO_EBAD_PAYLOAD;
+  }
+  return 0;
+}
+
+/* --- accessors ------------------------------------------------------------ */
+
+static const aural_json_token *token(const aural_json *js, int tok,
+                                     aural_json_kind kind) {
+  if (js == NULL || tok < 0 || (uint32_t)tok >= js->n_tokens) return NULL;
+  const aural_json_token *t = &js->tokens[tok];
+  return t->kind == kind ? t : NULL;
+}
+
+/* The next code point of a string token that the parser accepted, from
+ * raw offset *i (advanced). */
+static uint32_t next_code_point(const uint8_t *s, size_t len, size_t *i) {
+  if (s[*i] != '\\') {
+    uint32_t cp = 0xFFFD;
+    size_t k = aural__utf8_seq(s + *i, len - *i, &cp);
+    *i += k ? k : 1;
+    return cp;
+  }
+  uint8_t e = s[*i + 1];
+  *i += 2;
+  switch (e) {
+  case 'b':
+    return '\b';
+  case 'f':
+    return '\f';
+  case 'n':
+    return '\n';
+  case 'r':
+    return '\r';
+  case 't':
+    return '\t';
+  case 'u':
+    break;
+  default:
+    return e; /* '"', '\\' or '/' */
+  }
+  uint32_t u = (uint32_t)hex4(s + *i);
+  *i += 4;
+  if (u >= 0xD800 && u <= 0xDBFF) {
+    uint32_t lo = (uint32_t)hex4(s + *i + 2);
+    *i += 6;
+    return 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+  }
+  return u;
+}
+
+static bool has_backslash(const aural_json *js, const aural_json_token *t) {
+  return memchr(js->text + t->start, '\\', t->len) != NULL;
+}
+
+/* Whether string tokens a and b hold the same text once decoded. */
+static bool same_string(const aural_json *js, int a, int b) {
+  const aural_json_token *ta = &js->tokens[a], *tb = &js->tokens[b];
+  const uint8_t *sa = (const uint8_t *)js->text + ta->start,
+                *sb = (const uint8_t *)js->text + tb->start;
+  if (!has_backslash(js, ta) && !has_backslash(js, tb))
+    return ta->len == tb->len && memcmp(sa, sb, ta->len) == 0;
+  size_t i = 0, j = 0;
+  while (i < ta->len && j < tb->len)
+    if (next_code_point(sa, ta->len, &i) != next_code_point(sb, tb->len, &j))
+      return false;
+  return i == ta->len && j == tb->len;
+}
+
+/* Whether string token t decodes to the NUL-terminated key. */
+static bool string_equals(const aural_json *js, const aural_json_token *t,
+                          const char *key) {
+  const uint8_t *s = (const uint8_t *)js->text + t->start;
+  size_t key_len = strlen(key);
+  if (!has_backslash(js, t))
+    return t->len == key_len && memcmp(s, key, key_len) == 0;
+  size_t i = 0, j = 0;
+  while (i < t->len) {
+    uint8_t u[4];
+    size_t k = aural__utf8_put(u, next_code_point(s, t->len, &i));
+    if (key_len - j < k || memcmp(key + j, u, k) != 0) return false;
+    j += k;
+  }
+  return j == key_len;
+}
+
+int aural_json_get(const aural_json *js, int obj, const char *key) {
+  const aural_json_token *t = token(js, obj, AURAL_JSON_OBJECT);
+  if (t == NULL || key == NULL) return -1;
+  uint32_t k = (uint32_t)obj + 1;
+  for (uint32_t i = 0; i < t->n_items; i++) {
+    if (string_equals(js, &js->tokens[k], key)) return (int)k + 1;
+    k = js->tokens[k + 1].next;
+  }
+  return -1;
+}
+
+int aural_json_item(const aural_json *js, int arr, uint32_t i) {
+  const aural_json_token *t = token(js, arr, AURAL_JSON_ARRAY);
+  if (t == NULL || i >= t->n_items) return -1;
+  uint32_t k = (uint32_t)arr + 1;
+  while (i-- > 0) k = js->tokens[k].next;
+  return (int)k;
+}
+
+int aural_json_string(const aural_json *js, int tok, char *out,
+                      size_t out_size) {
+  const aural_json_token *t = token(js, tok, AURAL_JSON_STRING);
+  if (t == NULL || out == NULL || out_size == 0) return -1;
+  const uint8_t *s = (const uint8_t *)js->text + t->start;
+  size_t i = 0, n = 0;
+  while (i < t->len) {
+    uint32_t cp = next_code_point(s, t->len, &i);
+    if (cp == 0 || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return -1;
+    uint8_t u[4];
+    size_t k = aural__utf8_put(u, cp);
+    if (out_size - 1 - n < k) return -1;
+    memcpy(out + n, u, k);
+    n += k;
+  }
+  if (n > INT32_MAX) return -1;
+  out[n] = '\0';
+  return (int)n;
+}
+
+int aural_json_int(const aural_json *js, int tok, int64_t lo, int64_t hi,
+                   int64_t *out) {
+  const aural_json_token *t = token(js, tok, AURAL_JSON_NUMBER);
+  if (t == NULL) return -1;
+  const char *s = js->text + t->start;
+  size_t i = 0;
+  bool neg = false;
+  if (i < t->len && s[i] == '-') {
+    neg = true;
+    i++;
+  }
+  if (i == t->len) return -1;
+  uint64_t mag = 0;
+  for (; i < t->len; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1; /* fraction or exponent */
+    uint64_t d = (uint64_t)(s[i] - '0');
+    if (mag > (UINT64_MAX - d) / 10) return -1;
+    mag = mag * 10 + d;
+  }
+  int64_t v;
+  if (neg) {
+    if (mag > (uint64_t)INT64_MAX + 1) return -1;
+    v = mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag;
+  } else {
+    if (mag > (uint64_t)INT64_MAX) return -1;
+    v = (int64_t)mag;
+  }
+  if (v < lo || v > hi) return -1;
+  if (out != NULL) *out = v;
+  return 0;
+}
+
+int aural_json_double(const aural_json *js, int tok, double *out) {
+  const aural_json_token *t = token(js, tok, AURAL_JSON_NUMBER);
+  if (t == NULL) return -1;
+  double v;
+  if (aural__parse_double(js->text + t->start, t->len, &v) != 0) return -1;
+  if (out != NULL) *out = v;
+  return 0;
+}
+
+int aural_json_bool(const aural_json *js, int tok, bool *out) {
+  if (js == NULL || tok < 0 || (uint32_t)tok >= js->n_tokens) return -1;
+  uint8_t kind = js->tokens[tok].kind;
+  if (kind != AURAL_JSON_TRUE && kind != AURAL_JSON_FALSE) return -1;
+  if (out != NULL) *out = kind == AURAL_JSON_TRUE;
+  return 0;
+}
+
+/* --- writer --------------------------------------------------------------- */
+
+void aural_jw_init(aural_jw *w, char *buf, size_t cap) {
+  *w = (aural_jw){.buf = buf, .cap = buf == NULL ? 0 : cap};
+}
+
+static void put(aural_jw *w, const char *s, size_t n) {
+  if (w->overflow || n == 0) return;
+  if (n > w->cap - w->len) {
+    w->overflow = true;
+    return;
+  }
+  memcpy(w->buf + w->len, s, n);
+  w->len += n;
+}
+
+/* The comma before a value or key, when one precedes it at this level. */
+static void separate(aural_jw *w) {
+  if (w->need_comma) put(w, ",", 1);
+  w->need_comma = false;
+}
+
+void aural_jw_begin_object(aural_jw *w) {
+  separate(w);
+  put(w, "{", 1);
+}
+
+void aural_jw_end_object(aural_jw *w) {
+  put(w, "}", 1);
+  w->need_comma = true;
+}
+
+void aural_jw_begin_array(aural_jw *w) {
+  separate(w);
+  put(w, "[", 1);
+}
+
+void aural_jw_end_array(aural_jw *w) {
+  put(w, "]", 1);
+  w->need_comma = true;
+}
+
+/* The quoted, escaped form of the n bytes at s. Control characters become
+ * \u00XX; bytes that are not well-formed UTF-8 become U+FFFD, so that the
+ * output is always valid JSON. */
+static void put_string(aural_jw *w, const char *s, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  put(w, "\"", 1);
+  size_t run = 0; /* start of the bytes not yet written */
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = (uint8_t)s[i];
+    if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+      i++;
+      continue;
+    }
+    uint32_t cp;
+    size_t k = c < 0x80 ? 1 : aural__utf8_seq((const uint8_t *)s + i, n - i, &cp);
+    if (k > 1) {
+      i += k;
+      continue;
+    }
+    put(w, s + run, i - run);
+    if (c == '"') {
+      put(w, "\\\"", 2);
+    } else if (c == '\\') {
+      put(w, "\\\\", 2);
+    } else if (c < 0x20) {
+      char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+      put(w, e, 6);
+    } else {
+      put(w, "\\ufffd", 6);
+    }
+    i++;
+    run = i;
+  }
+  put(w, s + run, n - run);
+  put(w, "\"", 1);
+}
+
+void aural_jw_key(aural_jw *w, const char *key) {
+  separate(w);
+  put_string(w, key, key == NULL ? 0 : strlen(key));
+  put(w, ":", 1);
+  w->need_comma = false;
+}
+
+void aural_jw_string_n(aural_jw *w, const char *s, size_t n) {
+  separate(w);
+  put_string(w, s, s == NULL ? 0 : n);
+  w->need_comma = true;
+}
+
+void aural_jw_string(aural_jw *w, const char *s) {
+  aural_jw_string_n(w, s, s == NULL ? 0 : strlen(s));
+}
+
+static void put_value(aural_jw *w, const char *s, size_t n) {
+  separate(w);
+  put(w, s, n);
+  w->need_comma = true;
+}
+
+void aural_jw_int(aural_jw *w, int64_t v) {
+  char b[24];
+  int n = snprintf(b, sizeof b, "%lld", (long long)v);
+  put_value(w, b, (size_t)n);
+}
+
+void aural_jw_uint(aural_jw *w, uint64_t v) {
+  char b[24];
+  int n = snprintf(b, sizeof b, "%llu", (unsigned long long)v);
+  put_value(w, b, (size_t)n);
+}
+
+/*
+ * The shortest of %.15g, %.16g and %.17g that reads back as v (%.17g always
+ * does). printf writes the decimal point of the LC_NUMERIC locale, so any
+ * run of bytes that is not a digit, sign or exponent mark is turned into '.'.
+ */
+void aural_jw_double(aural_jw *w, double v) {
+  if (!isfinite(v)) {
+    put_value(w, "null", 4);
+    return;
+  }
+  char b[48], json[48];
+  size_t n = 0;
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(b, sizeof b, "%.*g", prec, v);
+    n = 0;
+    for (size_t i = 0; b[i] != '\0'; i++) {
+      char c = b[i];
+      if ((c >= '0' && c <= '9') || c == '-' || c == '+' || c == 'e') {
+        json[n++] = c;
+      } else if (n == 0 || json[n - 1] != '.') {
+        json[n++] = '.';
+      }
+    }
+    double back;
+    if (aural__parse_double(json, n, &back) == 0 && back == v) break;
+  }
+  put_value(w, json, n);
+}
+
+void aural_jw_bool(aural_jw *w, bool v) {
+  put_value(w, v ? "true" : "false", v ? 4 : 5);
+}
+
+void aural_jw_null(aural_jw *w) { put_value(w, "null", 4); }
+
+long aural_jw_finish(const aural_jw *w) {
+  if (w->overflow || w->len > (size_t)LONG_MAX) return -1;
+  return (long)w->len;
+}
