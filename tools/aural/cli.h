@@ -9,12 +9,16 @@ enum {
   EXIT_OK = 0,
   EXIT_FAIL = 1,   /* bad input or a failure while working */
   EXIT_USAGE = 2,  /* bad command line */
+  EXIT_DISCONNECTED = 3, /* aurald disconnected us (slow, shutting down) */
   EXIT_SIGNAL = 130,
 };
 
 int cmd_encode(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_sub(int argc, char **argv);
+int cmd_send(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
 
 /* The model used without -m: $AURAL_MODEL, else the installed default,
  * else the one in the source tree this binary was built from. */

@@ -19,6 +19,9 @@ static const struct {
     {"encode", cmd_encode, "turn an audio file into log-mel features (.npy)"},
     {"info", cmd_info, "describe a model: config, size, cost per frame"},
     {"bench", cmd_bench, "measure the speed of the library's stages"},
+    {"sub", cmd_sub, "follow a running aurald's streams (chunks, text, .npy)"},
+    {"send", cmd_send, "push an audio file to a running aurald as a stream"},
+    {"stats", cmd_stats, "show a running aurald's streams and subscribers"},
 };
 
 static void usage(FILE *to) {
@@ -26,7 +29,8 @@ static void usage(FILE *to) {
           "Usage: aural COMMAND [OPTIONS] [ARGS]\n"
           "\n"
           "aural runs the streaming speech-frame encoder's library from the\n"
-          "command line, without the daemon.\n"
+          "command line, without the daemon (encode, info, bench), and talks\n"
+          "to a running aurald (sub, send, stats).\n"
           "\n"
           "Commands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -1,0 +1,444 @@
+/*
+ * A blocking client of aurald (proto/PROTOCOL.md): connect, handshake,
+ * send messages, read whole messages.
+ */
+#define _GNU_SOURCE
+#include "client.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <aural.h>
+
+/* Bound on the WELCOME payload, before the server has told its own. */
+#define WELCOME_MAX_BYTES (64u << 20)
+
+const char *client_default_socket(char *buf, size_t len) {
+  const char *env = getenv("AURAL_SOCKET");
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  if (env != NULL && env[0] != '\0')
+    snprintf(buf, len, "%s", env);
+  else if (xdg != NULL)
+    snprintf(buf, len, "%s/aural.sock", xdg);
+  else if (getuid() == 0)
+    snprintf(buf, len, "/run/aural/aural.sock");
+  else
+    snprintf(buf, len, "/tmp/aural-%u/aural.sock", (unsigned)getuid());
+  return buf;
+}
+
+int64_t client_realtime_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* --- JSON helpers ---------------------------------------------------- */
+
+int client_json_int(const cJSON *obj, const char *key, int64_t lo, int64_t hi,
+                    int64_t *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!cJSON_IsNumber(v)) return -1;
+  double d = v->valuedouble;
+  /* Integers are exact in a double up to 2^53, which covers every count
+   * and id and microsecond time the protocol carries. */
+  if (!(d >= (double)lo && d <= (double)hi) || d != (double)(int64_t)d)
+    return -1;
+  *out = (int64_t)d;
+  return 0;
+}
+
+const char *client_json_str(const cJSON *obj, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int client_json_num(const cJSON *obj, const char *key, double *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!cJSON_IsNumber(v)) return -1;
+  *out = v->valuedouble;
+  return 0;
+}
+
+int client_json_bool(const cJSON *obj, const char *key, bool *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!cJSON_IsBool(v)) return -1;
+  *out = cJSON_IsTrue(v);
+  return 0;
+}
+
+/* --- I/O ------------------------------------------------------------- */
+
+int client_send(aural_client *c, const uint8_t *msg, size_t n, char *err,
+                size_t err_len) {
+  while (n > 0) {
+    ssize_t k = send(c->fd, msg, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) return -EINTR;
+    if (k < 0) {
+      snprintf(err, err_len, "%s: send failed: %s%s", c->path,
+               strerror(errno),
+               errno == EPIPE || errno == ECONNRESET
+                   ? " (aurald closed the connection)"
+                   : "");
+      return -1;
+    }
+    msg += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+int client_send_raw(aural_client *c, uint8_t type, uint32_t stream_id,
+                    const void *payload, size_t n, char *err,
+                    size_t err_len) {
+  if (c->max_request_bytes != 0 && n > c->max_request_bytes) {
+    snprintf(err, err_len, "%s message of %zu bytes is over the server's "
+             "limit of %u", aural_msg_type_name(type), n,
+             c->max_request_bytes);
+    return -1;
+  }
+  uint8_t h[AURAL_PROTO_HEADER_BYTES];
+  aural_msg_header mh = {.version = AURAL_PROTO_VERSION,
+                         .type = type,
+                         .stream_id = stream_id,
+                         .payload_bytes = (uint32_t)n};
+  aural_proto_put_header(h, &mh);
+  int rc = client_send(c, h, sizeof h, err, err_len);
+  if (rc == 0 && n > 0) rc = client_send(c, payload, n, err, err_len);
+  return rc;
+}
+
+/* Reads exactly n bytes. Returns 0, 1 on end of file before the first byte,
+ * -1 on error or end of file in the middle (err set), -EINTR. */
+static int read_full(aural_client *c, uint8_t *p, size_t n, const char *what,
+                     char *err, size_t err_len) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = recv(c->fd, p + got, n - got, 0);
+    if (k < 0 && errno == EINTR) return -EINTR;
+    if (k < 0) {
+      snprintf(err, err_len, "%s: receive failed: %s", c->path,
+               strerror(errno));
+      return -1;
+    }
+    if (k == 0) {
+      if (got == 0 && what == NULL) return 1;
+      snprintf(err, err_len,
+               "%s: aurald closed the connection in the middle of %s "
+               "(%zu of %zu bytes)",
+               c->path, what ? what : "a message header", got, n);
+      return -1;
+    }
+    got += (size_t)k;
+  }
+  return 0;
+}
+
+static bool is_json_type(int type) {
+  switch (type) {
+  case AURAL_MSG_WELCOME:
+  case AURAL_MSG_ERROR:
+  case AURAL_MSG_STREAMS:
+  case AURAL_MSG_SUBSCRIBED:
+  case AURAL_MSG_UNSUBSCRIBED:
+  case AURAL_MSG_STREAM_STARTED:
+  case AURAL_MSG_STREAM_ENDED:
+  case AURAL_MSG_GAP:
+  case AURAL_MSG_AUDIO_OPENED:
+  case AURAL_MSG_AUDIO_CLOSED:
+  case AURAL_MSG_STATS_REPLY:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static bool is_server_type(int type) {
+  return is_json_type(type) || type == AURAL_MSG_PONG ||
+         type == AURAL_MSG_CHUNK;
+}
+
+int client_read(aural_client *c, client_msg *m, char *err, size_t err_len) {
+  cJSON_Delete(c->json);
+  c->json = NULL;
+  memset(m, 0, sizeof *m);
+
+  uint8_t hb[AURAL_PROTO_HEADER_BYTES];
+  int rc = read_full(c, hb, sizeof hb, NULL, err, err_len);
+  if (rc != 0) return rc;
+  uint32_t limit = c->max_message_bytes ? c->max_message_bytes
+                                        : WELCOME_MAX_BYTES;
+  rc = aural_proto_decode_header(hb, sizeof hb, limit, &m->h);
+  if (rc == AURAL_PROTO_ETOO_LARGE) {
+    snprintf(err, err_len,
+             "%s: aurald sent a %s of %u bytes, over its announced maximum "
+             "of %u",
+             c->path, aural_msg_type_name(m->h.type) ? aural_msg_type_name(
+                                                          m->h.type)
+                                                    : "message",
+             m->h.payload_bytes, limit);
+    return -1;
+  }
+  if (rc < 0) {
+    snprintf(err, err_len,
+             "%s: not an aurald message header (%s; magic %02x %02x %02x "
+             "%02x, version %u, type 0x%02x)",
+             c->path, aural_proto_strerror(rc), hb[0], hb[1], hb[2], hb[3],
+             hb[4], hb[5]);
+    return -1;
+  }
+  if (!is_server_type(m->h.type)) {
+    snprintf(err, err_len, "%s: aurald sent %s, a client-to-server message",
+             c->path, aural_msg_type_name(m->h.type));
+    return -1;
+  }
+
+  size_t n = m->h.payload_bytes;
+  if (n + 1 > c->cap) { /* +1: room for a NUL after JSON text */
+    size_t cap = c->cap ? c->cap : 4096;
+    while (cap < n + 1) cap *= 2;
+    uint8_t *p = realloc(c->buf, cap);
+    if (p == NULL) {
+      snprintf(err, err_len, "out of memory for a %zu-byte message", n);
+      return -1;
+    }
+    c->buf = p;
+    c->cap = cap;
+  }
+  char what[64];
+  snprintf(what, sizeof what, "a %s message", aural_msg_type_name(m->h.type));
+  rc = read_full(c, c->buf, n, what, err, err_len);
+  if (rc != 0) return rc == 1 ? -1 : rc;
+  c->buf[n] = 0;
+  m->payload = c->buf;
+
+  if (is_json_type(m->h.type)) {
+    c->json = cJSON_ParseWithLength((const char *)c->buf, n);
+    if (c->json == NULL || !cJSON_IsObject(c->json)) {
+      snprintf(err, err_len, "%s: aurald sent a %s whose payload is not a "
+               "JSON object", c->path, aural_msg_type_name(m->h.type));
+      return -1;
+    }
+    m->json = c->json;
+  }
+  return 0;
+}
+
+int client_error(const client_msg *m, char *out, size_t len, bool *fatal) {
+  int64_t code = 0;
+  bool f = true;
+  const char *name = NULL, *msg = NULL;
+  if (m->json != NULL) {
+    client_json_int(m->json, "code", 0, 1 << 30, &code);
+    client_json_bool(m->json, "fatal", &f);
+    name = client_json_str(m->json, "name");
+    msg = client_json_str(m->json, "message");
+  }
+  if (name == NULL) name = aural_proto_error_name((int)code);
+  if (msg == NULL || msg[0] == '\0') msg = aural_proto_strerror((int)code);
+  snprintf(out, len, "%s: %s", name ? name : "ERROR", msg);
+  if (fatal != NULL) *fatal = f;
+  return (int)code;
+}
+
+/* --- connect and handshake -------------------------------------------- */
+
+static int parse_welcome(aural_client *c, const cJSON *w, char *err,
+                         size_t err_len) {
+  int64_t v = 0;
+  const char *bad = NULL;
+  if (client_json_int(w, "version", 1, 31, &v) < 0 ||
+      v != AURAL_PROTO_VERSION)
+    bad = "version";
+  c->version = (uint32_t)v;
+  const char *server = client_json_str(w, "server");
+  snprintf(c->server, sizeof c->server, "%s", server ? server : "aurald");
+  if (!bad && client_json_int(w, "max_request_bytes", 16, UINT32_MAX, &v) < 0)
+    bad = "max_request_bytes";
+  c->max_request_bytes = (uint32_t)v;
+  if (!bad &&
+      client_json_int(w, "max_message_bytes", 1024, UINT32_MAX, &v) < 0)
+    bad = "max_message_bytes";
+  c->max_message_bytes = (uint32_t)v;
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(w, "model");
+  if (!bad && !cJSON_IsObject(model)) bad = "model";
+  static const struct {
+    const char *key;
+    size_t off;
+    int64_t lo, hi;
+  } fields[] = {
+      {"sample_rate", offsetof(client_model, sample_rate), 1, 10000000},
+      {"n_mels", offsetof(client_model, n_mels), 1, 100000},
+      {"frame_ms", offsetof(client_model, frame_ms), 1, 100000},
+      {"d_model", offsetof(client_model, d_model), 1, 1 << 20},
+      {"n_layers", offsetof(client_model, n_layers), 0, 100000},
+      {"window", offsetof(client_model, window), 1, 1 << 24},
+      {"chunk_frames", offsetof(client_model, chunk_frames), 1, 1 << 24},
+      {"vocab_size", offsetof(client_model, vocab_size), 0, 1 << 24},
+  };
+  char field[64];
+  for (size_t i = 0; !bad && i < sizeof fields / sizeof fields[0]; i++) {
+    if (client_json_int(model, fields[i].key, fields[i].lo, fields[i].hi,
+                        &v) < 0) {
+      snprintf(field, sizeof field, "model.%s", fields[i].key);
+      bad = field;
+      break;
+    }
+    *(uint32_t *)((char *)&c->model + fields[i].off) = (uint32_t)v;
+  }
+  const cJSON *vocab =
+      bad ? NULL : cJSON_GetObjectItemCaseSensitive(model, "vocab");
+  if (!bad && (!cJSON_IsArray(vocab) ||
+               (uint32_t)cJSON_GetArraySize(vocab) != c->model.vocab_size))
+    bad = "model.vocab (not an array of vocab_size strings)";
+  if (!bad && c->model.vocab_size > 0) {
+    c->model.vocab = calloc(c->model.vocab_size, sizeof *c->model.vocab);
+    if (c->model.vocab == NULL) {
+      snprintf(err, err_len, "out of memory for the vocabulary");
+      return -1;
+    }
+    uint32_t i = 0;
+    const cJSON *tok;
+    cJSON_ArrayForEach(tok, vocab) {
+      if (!cJSON_IsString(tok) ||
+          (c->model.vocab[i] = strdup(tok->valuestring)) == NULL) {
+        snprintf(field, sizeof field, "model.vocab[%u]", i);
+        bad = field;
+        break;
+      }
+      i++;
+    }
+  }
+  if (bad) {
+    snprintf(err, err_len, "%s: WELCOME from aurald has no valid %s", c->path,
+             bad);
+    return -1;
+  }
+  return 0;
+}
+
+static int open_socket(aural_client *c, const char *path, char *err,
+                       size_t err_len) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  size_t len = strlen(path);
+  if (len == 0) {
+    snprintf(err, err_len, "empty socket path");
+    return -1;
+  }
+  if (len >= sizeof sa.sun_path) {
+    snprintf(err, err_len,
+             "%s: socket path too long (%zu bytes; a Unix socket path has "
+             "at most %zu)",
+             path, len, sizeof sa.sun_path - 1);
+    return -1;
+  }
+  memcpy(sa.sun_path, path, len + 1);
+  c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c->fd < 0) {
+    snprintf(err, err_len, "socket: %s", strerror(errno));
+    return -1;
+  }
+  int rc;
+  do
+    rc = connect(c->fd, (struct sockaddr *)&sa, sizeof sa);
+  while (rc < 0 && errno == EINTR);
+  if (rc == 0) return 0;
+  int e = errno;
+  switch (e) {
+  case ENOENT:
+    snprintf(err, err_len, "aurald not running? no socket at %s", path);
+    break;
+  case ECONNREFUSED:
+    snprintf(err, err_len,
+             "aurald not running? %s exists but nothing listens on it",
+             path);
+    break;
+  case EACCES:
+  case EPERM:
+    snprintf(err, err_len,
+             "%s: permission denied (the socket or a directory above it is "
+             "not accessible to uid %u)",
+             path, (unsigned)getuid());
+    break;
+  case ENOTSOCK:
+    snprintf(err, err_len, "%s: not a socket", path);
+    break;
+  case ENOTDIR:
+    snprintf(err, err_len, "%s: a component of the path is not a directory",
+             path);
+    break;
+  default:
+    snprintf(err, err_len, "%s: cannot connect: %s", path, strerror(e));
+  }
+  return -1;
+}
+
+int client_connect(const char *path, const char *name, aural_client **out,
+                   char *err, size_t err_len) {
+  char def[sizeof ((aural_client *)0)->path];
+  *out = NULL;
+  if (path == NULL) path = client_default_socket(def, sizeof def);
+  aural_client *c = calloc(1, sizeof *c);
+  if (c == NULL) {
+    snprintf(err, err_len, "out of memory");
+    return -1;
+  }
+  c->fd = -1;
+  snprintf(c->path, sizeof c->path, "%s", path);
+  if (open_socket(c, path, err, err_len) < 0) goto fail;
+
+  aural_msg_hello hello = {.versions = 1u << AURAL_PROTO_VERSION};
+  snprintf(hello.client, sizeof hello.client, "%s %s", name, AURAL_VERSION);
+  uint8_t msg[AURAL_PROTO_HEADER_BYTES + 256];
+  size_t n = aural_proto_encode_hello(msg, sizeof msg, &hello);
+  if (n == 0) {
+    snprintf(err, err_len, "cannot encode HELLO");
+    goto fail;
+  }
+  int rc = client_send(c, msg, n, err, err_len);
+  if (rc == -EINTR) snprintf(err, err_len, "interrupted");
+  if (rc < 0) goto fail;
+
+  client_msg m;
+  rc = client_read(c, &m, err, err_len);
+  if (rc == 1)
+    snprintf(err, err_len, "%s: aurald closed the connection before "
+             "answering HELLO", path);
+  if (rc == -EINTR) snprintf(err, err_len, "interrupted");
+  if (rc != 0) goto fail;
+  if (m.h.type == AURAL_MSG_ERROR) {
+    char e[200];
+    client_error(&m, e, sizeof e, NULL);
+    snprintf(err, err_len, "%s: aurald refused the connection: %s", path, e);
+    goto fail;
+  }
+  if (m.h.type != AURAL_MSG_WELCOME) {
+    snprintf(err, err_len, "%s: aurald answered HELLO with %s, not WELCOME",
+             path, aural_msg_type_name(m.h.type));
+    goto fail;
+  }
+  if (parse_welcome(c, m.json, err, err_len) < 0) goto fail;
+  *out = c;
+  return 0;
+fail:
+  client_close(c);
+  return -1;
+}
+
+void client_close(aural_client *c) {
+  if (c == NULL) return;
+  if (c->fd >= 0) close(c->fd);
+  if (c->model.vocab != NULL)
+    for (uint32_t i = 0; i < c->model.vocab_size; i++)
+      free(c->model.vocab[i]);
+  free(c->model.vocab);
+  cJSON_Delete(c->json);
+  free(c->buf);
+  free(c);
+}

@@ -1,0 +1,112 @@
+/*
+ * client.h — a small blocking client of aurald over its Unix socket, for
+ * the aural subcommands that talk to the daemon (sub, send, stats).
+ *
+ *   aural_client *c;
+ *   char err[256];
+ *   if (client_connect(NULL, "aural sub", &c, err, sizeof err) < 0) {
+ *     fprintf(stderr, "%s\n", err); ...
+ *   }
+ *   client_send_raw(c, AURAL_MSG_STATS, 0, NULL, 0, err, sizeof err);
+ *   client_msg m;
+ *   while (client_read(c, &m, err, sizeof err) == 0) { ... m.json ... }
+ *   client_close(c);
+ *
+ * Messages are framed and encoded with proto/; JSON from the server is
+ * parsed with cJSON (a WELCOME with a large vocabulary or a STATS_REPLY
+ * with many streams can exceed the token limit of proto's reader). Nothing
+ * here is thread-safe; a client belongs to one thread.
+ */
+#ifndef AURAL_TOOLS_CLIENT_H
+#define AURAL_TOOLS_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include <aural/proto.h>
+
+/* What WELCOME says about the model. */
+typedef struct client_model {
+  uint32_t sample_rate;  /* Hz */
+  uint32_t n_mels;
+  uint32_t frame_ms;
+  uint32_t d_model;      /* embedding width */
+  uint32_t n_layers;
+  uint32_t window;       /* attention window, frames */
+  uint32_t chunk_frames; /* frames per chunk */
+  uint32_t vocab_size;   /* 0 without a CTC head */
+  char **vocab;          /* (vocab_size) token strings, index 0 = blank */
+} client_model;
+
+typedef struct aural_client {
+  int fd;
+  char path[128];               /* the socket connected to */
+  uint32_t version;             /* negotiated protocol version */
+  char server[128];             /* e.g. "aurald 0.1.0" */
+  uint32_t max_request_bytes;   /* largest payload we may send */
+  uint32_t max_message_bytes;   /* largest payload the server sends */
+  client_model model;
+  uint8_t *buf;                 /* the last message read */
+  size_t cap;
+  cJSON *json;                  /* its parsed JSON payload, or NULL */
+} aural_client;
+
+/* One message from the server. payload and json belong to the client and
+ * stay valid until the next client_read(). */
+typedef struct client_msg {
+  aural_msg_header h;
+  const uint8_t *payload; /* h.payload_bytes bytes */
+  const cJSON *json;      /* the payload parsed, for JSON message types */
+} client_msg;
+
+/* The socket path used without -s: $AURAL_SOCKET if set and non-empty, else
+ * $XDG_RUNTIME_DIR/aural.sock when XDG_RUNTIME_DIR is set, else
+ * /run/aural/aural.sock for root, else /tmp/aural-UID/aural.sock (the rule
+ * aurald follows). Writes into buf and returns it. */
+const char *client_default_socket(char *buf, size_t len);
+
+/* Connects to path (NULL: the default) and does the HELLO/WELCOME
+ * handshake, introducing itself as name. On failure returns -1 with a
+ * readable message in err (no socket, permission, path too long, an ERROR
+ * from the server, ...). */
+int client_connect(const char *path, const char *name, aural_client **out,
+                   char *err, size_t err_len);
+
+/* Closes the connection and frees everything. NULL-safe. */
+void client_close(aural_client *c);
+
+/* Sends n bytes of already-encoded messages. Returns 0 or -1 (err set). */
+int client_send(aural_client *c, const uint8_t *msg, size_t n, char *err,
+                size_t err_len);
+
+/* Sends one message of the given type with the payload bytes as they are. */
+int client_send_raw(aural_client *c, uint8_t type, uint32_t stream_id,
+                    const void *payload, size_t n, char *err, size_t err_len);
+
+/* Reads one whole message. Returns 0; 1 when the server closed the
+ * connection cleanly between messages; -1 on a read error, a truncated or
+ * malformed message (err set); -EINTR when a signal interrupted the wait
+ * before any byte of the message arrived. */
+int client_read(aural_client *c, client_msg *m, char *err, size_t err_len);
+
+/* For an ERROR message: writes "NAME: message" into out, and returns the
+ * code (positive) with *fatal as the server said. */
+int client_error(const client_msg *m, char *out, size_t len, bool *fatal);
+
+/* JSON helpers over a parsed payload: the member key as an integer in
+ * lo..hi, a string, a number, a boolean. They return -1 (and leave *out)
+ * when the member is missing or has another type or range. */
+int client_json_int(const cJSON *obj, const char *key, int64_t lo, int64_t hi,
+                    int64_t *out);
+const char *client_json_str(const cJSON *obj, const char *key);
+int client_json_num(const cJSON *obj, const char *key, double *out);
+int client_json_bool(const cJSON *obj, const char *key, bool *out);
+
+/* Microseconds since the Unix epoch (CLOCK_REALTIME), as the server's
+ * time fields. */
+int64_t client_realtime_us(void);
+
+#endif

@@ -1,0 +1,780 @@
+/*
+ * aural sub: subscribes to one stream of a running aurald (or all of them)
+ * and prints what arrives: one line per chunk, or one JSON object per event,
+ * or collects one stream's frames into a .npy file.
+ *
+ * The .npy appears only complete: rows are streamed to a temporary file
+ * beside OUT, renamed over OUT after the stream's STREAM_ENDED, and removed
+ * on any failure, lost chunk or interruption.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "client.h"
+#include "npy.h"
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { interrupted = sig; }
+
+static void usage(FILE *to) {
+  char sock[128];
+  fprintf(to,
+          "Usage: aural sub [OPTIONS]\n"
+          "\n"
+          "Subscribes to a stream of a running aurald (or to every stream)\n"
+          "and prints one line per 500 ms chunk as it arrives: stream name,\n"
+          "chunk number, frames, end-to-end latency (audio available at the\n"
+          "server -> received here) and the mean L2 norm of the frames'\n"
+          "embeddings or logits, or the chunk's text. Events without chunks\n"
+          "(stream started, ended) get a line too; chunks the server had to\n"
+          "drop because this subscriber fell behind are reported on stderr.\n"
+          "\n"
+          "Options:\n"
+          "  -s, --socket PATH  aurald's socket (default: $AURAL_SOCKET,\n"
+          "                     else $XDG_RUNTIME_DIR/aural.sock, else\n"
+          "                     /run/aural/aural.sock for root, else\n"
+          "                     /tmp/aural-UID/aural.sock; here %s)\n"
+          "      --stream NAME  the stream to follow, by name (a file's base\n"
+          "                     name, 'mic', or the name given to 'aural\n"
+          "                     send'); it need not have started yet\n"
+          "      --all          every stream, live now or started later\n"
+          "                     (the default when --stream is not given)\n"
+          "      --output KINDS what to receive, comma-separated:\n"
+          "                       embeddings  encoder output (default)\n"
+          "                       logits      CTC head output before\n"
+          "                                   log-softmax\n"
+          "                       text        greedy CTC tokens per chunk,\n"
+          "                                   and each stream's whole text\n"
+          "                                   at its end\n"
+          "                     (logits and text need a model with a head)\n"
+          "      --dtype TYPE   f32 (default) or f16 on the wire; -o always\n"
+          "                     writes float32\n"
+          "  -o, --out PATH     write the stream's embeddings (or logits) as\n"
+          "                     a float32 .npy [n_frames, dim] when it ends;\n"
+          "                     needs a single stream (--stream, or --all\n"
+          "                     with exactly one stream appearing) and\n"
+          "                     implies --until-end; nothing is written if a\n"
+          "                     chunk was lost or the command is interrupted\n"
+          "      --until-end    exit after the stream's end (with --all: once\n"
+          "                     every stream seen so far has ended)\n"
+          "      --json         one JSON object per line per event instead:\n"
+          "                     {\"event\": \"started\"|\"chunk\"|\"gap\"|"
+          "\"ended\",\n"
+          "                     \"stream\": id, \"name\": ..., ...}; chunks carry\n"
+          "                     seq, first_frame, n_frames, final,\n"
+          "                     latency_ms and text (with --output text)\n"
+          "  -q, --quiet        no per-chunk or event lines (with --output\n"
+          "                     text, each stream's whole text is still\n"
+          "                     printed); no effect with --json\n"
+          "  -h, --help         show this help\n"
+          "\n"
+          "Examples:\n"
+          "  aural sub --stream mic --output text\n"
+          "  aural sub -s /tmp/x/aural.sock --all --json\n"
+          "  aural sub --stream speech.wav --dtype f16 -o speech-emb.npy\n"
+          "\n"
+          "Exit status: 0 after the end of the stream(s) with --until-end or\n"
+          "-o; 1 on an error (aurald unreachable, refused subscription, lost\n"
+          "chunks with -o); 2 for a bad command line; 3 when aurald\n"
+          "disconnected this subscriber (it fell too far behind, or the\n"
+          "server shut down or went away); 130 when interrupted.\n",
+          client_default_socket(sock, sizeof sock));
+}
+
+typedef struct sub_stream {
+  uint32_t id;
+  char name[AURAL_PROTO_NAME_MAX + 1];
+  int ended;
+  uint64_t next_seq;       /* the seq expected next */
+  uint64_t first_chunk;    /* next_chunk of its STREAM_STARTED */
+  uint64_t n_chunks;       /* chunks received */
+  uint64_t n_lost;         /* chunks reported lost by GAPs */
+  char *text;              /* the whole text so far */
+  size_t text_len, text_cap;
+} sub_stream;
+
+typedef struct sub_job {
+  const char *sock_path, *stream, *out_path;
+  int all, until_end, json, quiet;
+  uint32_t outputs; /* AURAL_OUT_* */
+  uint8_t dtype;
+  aural_client *cl;
+  sub_stream *streams;
+  size_t n_streams, cap_streams;
+
+  /* -o */
+  uint32_t out_kind;  /* AURAL_OUT_EMBEDDINGS or AURAL_OUT_LOGITS */
+  uint32_t out_stream; /* the stream being written, 0 before its start */
+  FILE *out;
+  char *tmp_path;
+  size_t out_rows, out_dim;
+  float *row_buf;
+  size_t row_cap;
+  int written;
+
+  uint64_t n_gaps, n_lost;
+  char *line; /* JSON output buffer */
+  size_t line_cap;
+  char err[512];
+} sub_job;
+
+/* --- streams ------------------------------------------------------------ */
+
+static sub_stream *find_stream(sub_job *job, uint32_t id) {
+  for (size_t i = 0; i < job->n_streams; i++)
+    if (job->streams[i].id == id) return &job->streams[i];
+  return NULL;
+}
+
+/* The entry for stream id, created (nameless) when it is new. */
+static sub_stream *get_stream(sub_job *job, uint32_t id) {
+  sub_stream *s = find_stream(job, id);
+  if (s != NULL) return s;
+  if (job->n_streams == job->cap_streams) {
+    size_t cap = job->cap_streams ? job->cap_streams * 2 : 8;
+    sub_stream *p = realloc(job->streams, cap * sizeof *p);
+    if (p == NULL) return NULL;
+    job->streams = p;
+    job->cap_streams = cap;
+  }
+  s = &job->streams[job->n_streams++];
+  memset(s, 0, sizeof *s);
+  s->id = id;
+  snprintf(s->name, sizeof s->name, "stream-%u", id);
+  return s;
+}
+
+static int text_append(sub_stream *s, const char *t, size_t n) {
+  if (n == 0) return 0;
+  size_t need = s->text_len + n + 2;
+  if (need > s->text_cap) {
+    size_t cap = need * 2;
+    char *p = realloc(s->text, cap);
+    if (p == NULL) return -1;
+    s->text = p;
+    s->text_cap = cap;
+  }
+  if (s->text_len > 0) s->text[s->text_len++] = ' ';
+  memcpy(s->text + s->text_len, t, n);
+  s->text_len += n;
+  s->text[s->text_len] = '\0';
+  return 0;
+}
+
+/* --- JSON lines ---------------------------------------------------------- */
+
+/* Starts a JSON event line with room for extra bytes of strings. */
+static int jw_start(sub_job *job, aural_jw *w, size_t extra, const char *ev,
+                    const sub_stream *s) {
+  size_t cap = 1024 + 6 * extra;
+  if (cap > job->line_cap) {
+    char *p = realloc(job->line, cap);
+    if (p == NULL) return -1;
+    job->line = p;
+    job->line_cap = cap;
+  }
+  aural_jw_init(w, job->line, job->line_cap);
+  aural_jw_begin_object(w);
+  aural_jw_key(w, "event");
+  aural_jw_string(w, ev);
+  aural_jw_key(w, "stream");
+  aural_jw_uint(w, s->id);
+  aural_jw_key(w, "name");
+  aural_jw_string(w, s->name);
+  return 0;
+}
+
+static void jw_print(aural_jw *w) {
+  aural_jw_end_object(w);
+  long n = aural_jw_finish(w);
+  if (n < 0) return;
+  fwrite(w->buf, 1, (size_t)n, stdout);
+  putchar('\n');
+  fflush(stdout);
+}
+
+/* --- the output file ------------------------------------------------------ */
+
+static void discard_output(sub_job *job) {
+  if (job->out != NULL) fclose(job->out);
+  job->out = NULL;
+  if (job->tmp_path != NULL) {
+    unlink(job->tmp_path);
+    free(job->tmp_path);
+    job->tmp_path = NULL;
+  }
+}
+
+/* Opens a temporary file in OUT's directory so the final rename is atomic. */
+static int open_output(sub_job *job, size_t dim) {
+  char *copy = strdup(job->out_path);
+  if (copy == NULL) return -1;
+  int n = asprintf(&job->tmp_path, "%s/.aural-sub-XXXXXX", dirname(copy));
+  free(copy);
+  if (n < 0) {
+    job->tmp_path = NULL;
+    snprintf(job->err, sizeof job->err, "out of memory");
+    return -1;
+  }
+  int fd = mkstemp(job->tmp_path);
+  if (fd < 0) {
+    snprintf(job->err, sizeof job->err, "%s: cannot create output: %s",
+             job->out_path, strerror(errno));
+    free(job->tmp_path);
+    job->tmp_path = NULL;
+    return -1;
+  }
+  mode_t mask = umask(0);
+  umask(mask);
+  fchmod(fd, 0666 & ~mask);
+  job->out = fdopen(fd, "wb");
+  if (job->out == NULL) {
+    close(fd);
+    snprintf(job->err, sizeof job->err, "%s: cannot create output: %s",
+             job->out_path, strerror(errno));
+    return -1;
+  }
+  job->out_dim = dim;
+  if (npy_write_begin(job->out, dim) < 0) {
+    snprintf(job->err, sizeof job->err, "%s: write failed: %s",
+             job->out_path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+static int finish_output(sub_job *job) {
+  if (job->out == NULL) {
+    /* The stream ended without a single chunk: an empty array. */
+    size_t dim = job->out_kind == AURAL_OUT_EMBEDDINGS
+                     ? job->cl->model.d_model
+                     : job->cl->model.vocab_size;
+    if (open_output(job, dim) < 0) return -1;
+  }
+  FILE *f = job->out;
+  job->out = NULL;
+  int bad = npy_write_end(f, job->out_rows, job->out_dim) < 0;
+  bad |= fclose(f) != 0;
+  if (bad || rename(job->tmp_path, job->out_path) != 0) {
+    snprintf(job->err, sizeof job->err, "%s: write failed: %s",
+             job->out_path, strerror(errno));
+    return -1;
+  }
+  free(job->tmp_path);
+  job->tmp_path = NULL;
+  job->written = 1;
+  return 0;
+}
+
+/* Converts n values of dtype at p to float32 in job->row_buf. */
+static float *to_f32(sub_job *job, const uint8_t *p, size_t n, uint8_t dtype) {
+  if (n > job->row_cap) {
+    float *b = realloc(job->row_buf, n * sizeof *b);
+    if (b == NULL) return NULL;
+    job->row_buf = b;
+    job->row_cap = n;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (dtype == AURAL_DTYPE_F16) {
+      job->row_buf[i] = aural_f16_to_f32(aural_get_u16(p + 2 * i));
+    } else {
+      uint32_t bits = aural_get_u32(p + 4 * i);
+      memcpy(&job->row_buf[i], &bits, 4);
+    }
+  }
+  return job->row_buf;
+}
+
+/* Mean over frames of the L2 norm of each row. */
+static double mean_norm(const float *x, size_t rows, size_t dim) {
+  double sum = 0;
+  for (size_t r = 0; r < rows; r++) {
+    double s = 0;
+    for (size_t j = 0; j < dim; j++) s += (double)x[r * dim + j] * x[r * dim + j];
+    sum += sqrt(s);
+  }
+  return rows ? sum / (double)rows : 0;
+}
+
+/* --- events --------------------------------------------------------------- */
+
+static int on_started(sub_job *job, const client_msg *m) {
+  sub_stream *s = get_stream(job, m->h.stream_id);
+  if (s == NULL) goto oom;
+  const char *name = client_json_str(m->json, "name");
+  if (name != NULL) snprintf(s->name, sizeof s->name, "%s", name);
+  int64_t next = 0, rate = 0, channels = 0, start_us = 0;
+  client_json_int(m->json, "next_chunk", 0, INT64_MAX, &next);
+  client_json_int(m->json, "sample_rate", 0, INT64_MAX, &rate);
+  client_json_int(m->json, "channels", 0, INT64_MAX, &channels);
+  client_json_int(m->json, "start_us", INT64_MIN, INT64_MAX, &start_us);
+  const char *source = client_json_str(m->json, "source");
+  s->ended = 0;
+  s->next_seq = s->first_chunk = (uint64_t)next;
+  s->n_chunks = s->n_lost = 0;
+  s->text_len = 0;
+
+  if (job->out_path != NULL) {
+    if (job->out_stream != 0 && job->out_stream != s->id) {
+      snprintf(job->err, sizeof job->err,
+               "-o needs a single stream, but '%s' started as well; "
+               "%s not written (use --stream NAME)",
+               s->name, job->out_path);
+      return -1;
+    }
+    job->out_stream = s->id;
+    if (next > 0)
+      fprintf(stderr,
+              "aural sub: joined '%s' at chunk %lld: %s starts at frame "
+              "%lld, not 0\n",
+              s->name, (long long)next, job->out_path,
+              (long long)next * job->cl->model.chunk_frames);
+  }
+
+  if (job->json) {
+    aural_jw w;
+    if (jw_start(job, &w, 256, "started", s) < 0) goto oom;
+    aural_jw_key(&w, "source");
+    aural_jw_string(&w, source ? source : "");
+    aural_jw_key(&w, "sample_rate");
+    aural_jw_int(&w, rate);
+    aural_jw_key(&w, "channels");
+    aural_jw_int(&w, channels);
+    aural_jw_key(&w, "start_us");
+    aural_jw_int(&w, start_us);
+    aural_jw_key(&w, "next_chunk");
+    aural_jw_int(&w, next);
+    jw_print(&w);
+  } else if (!job->quiet) {
+    printf("%s  started: stream %u, %s, %lld Hz, %lld channel%s, from chunk "
+           "%lld\n",
+           s->name, s->id, source ? source : "?", (long long)rate,
+           (long long)channels, channels == 1 ? "" : "s", (long long)next);
+    fflush(stdout);
+  }
+  return 0;
+oom:
+  snprintf(job->err, sizeof job->err, "out of memory");
+  return -1;
+}
+
+static int on_gap(sub_job *job, const client_msg *m) {
+  sub_stream *s = get_stream(job, m->h.stream_id);
+  if (s == NULL) return -1;
+  int64_t first = 0, n = 0;
+  client_json_int(m->json, "first_chunk", 0, INT64_MAX, &first);
+  client_json_int(m->json, "n_chunks", 0, INT64_MAX, &n);
+  const char *reason = client_json_str(m->json, "reason");
+  job->n_gaps++;
+  job->n_lost += (uint64_t)n;
+  s->n_lost += (uint64_t)n;
+  s->next_seq = (uint64_t)(first + n);
+  fprintf(stderr, "aural sub: %s: lost chunks %lld-%lld (%s; %llu lost so "
+          "far)\n", s->name, (long long)first, (long long)(first + n - 1),
+          reason ? reason : "?", (unsigned long long)job->n_lost);
+  if (job->json) {
+    aural_jw w;
+    if (jw_start(job, &w, 64, "gap", s) < 0) return -1;
+    aural_jw_key(&w, "first_chunk");
+    aural_jw_int(&w, first);
+    aural_jw_key(&w, "n_chunks");
+    aural_jw_int(&w, n);
+    aural_jw_key(&w, "reason");
+    aural_jw_string(&w, reason ? reason : "");
+    jw_print(&w);
+  }
+  if (job->out_path != NULL && s->id == job->out_stream) {
+    snprintf(job->err, sizeof job->err,
+             "%s: chunks were lost; %s not written", s->name, job->out_path);
+    return -1;
+  }
+  return 0;
+}
+
+static int on_chunk(sub_job *job, const client_msg *m) {
+  int64_t now_us = client_realtime_us();
+  sub_stream *s = get_stream(job, m->h.stream_id);
+  aural_chunk_header ch;
+  const uint8_t *emb, *logits;
+  const char *text;
+  if (s == NULL) return -1;
+  if (aural_chunk_decode(m->payload, m->h.payload_bytes, &ch, &emb, &logits,
+                         &text) < 0) {
+    snprintf(job->err, sizeof job->err,
+             "%s: malformed CHUNK from aurald (%u bytes)", s->name,
+             m->h.payload_bytes);
+    return -1;
+  }
+  if ((job->outputs & AURAL_OUT_EMBEDDINGS && emb == NULL) ||
+      (job->outputs & AURAL_OUT_LOGITS && logits == NULL) ||
+      (job->outputs & AURAL_OUT_TEXT && text == NULL)) {
+    snprintf(job->err, sizeof job->err,
+             "%s: chunk %llu lacks an output that was subscribed to",
+             s->name, (unsigned long long)ch.seq);
+    return -1;
+  }
+  if (ch.seq != s->next_seq)
+    fprintf(stderr, "aural sub: %s: chunk %llu arrived where %llu was "
+            "expected\n", s->name, (unsigned long long)ch.seq,
+            (unsigned long long)s->next_seq);
+  s->next_seq = ch.seq + 1;
+  s->n_chunks++;
+  double latency_ms = (double)(now_us - ch.ready_us) / 1e3;
+  int final = (ch.flags & AURAL_CHUNK_FINAL) != 0;
+  if (text != NULL && text_append(s, text, ch.text_bytes) < 0) goto oom;
+
+  double emb_norm = 0, logit_norm = 0;
+  if (emb != NULL) {
+    const float *x = to_f32(job, emb, (size_t)ch.n_frames * ch.d_model,
+                            ch.dtype);
+    if (x == NULL) goto oom;
+    emb_norm = mean_norm(x, ch.n_frames, ch.d_model);
+    if (job->out_stream == s->id && job->out_kind == AURAL_OUT_EMBEDDINGS) {
+      if (job->out == NULL && open_output(job, ch.d_model) < 0) return -1;
+      if (ch.d_model != job->out_dim) goto width;
+      if (fwrite(x, sizeof *x * ch.d_model, ch.n_frames, job->out) !=
+          ch.n_frames)
+        goto write_fail;
+      job->out_rows += ch.n_frames;
+    }
+  }
+  if (logits != NULL) {
+    const float *x = to_f32(job, logits, (size_t)ch.n_frames * ch.vocab_size,
+                            ch.dtype);
+    if (x == NULL) goto oom;
+    logit_norm = mean_norm(x, ch.n_frames, ch.vocab_size);
+    if (job->out_stream == s->id && job->out_kind == AURAL_OUT_LOGITS) {
+      if (job->out == NULL && open_output(job, ch.vocab_size) < 0) return -1;
+      if (ch.vocab_size != job->out_dim) goto width;
+      if (fwrite(x, sizeof *x * ch.vocab_size, ch.n_frames, job->out) !=
+          ch.n_frames)
+        goto write_fail;
+      job->out_rows += ch.n_frames;
+    }
+  }
+
+  if (job->json) {
+    aural_jw w;
+    if (jw_start(job, &w, ch.text_bytes, "chunk", s) < 0) goto oom;
+    aural_jw_key(&w, "seq");
+    aural_jw_uint(&w, ch.seq);
+    aural_jw_key(&w, "first_frame");
+    aural_jw_uint(&w, ch.first_frame);
+    aural_jw_key(&w, "n_frames");
+    aural_jw_uint(&w, ch.n_frames);
+    aural_jw_key(&w, "final");
+    aural_jw_bool(&w, final);
+    aural_jw_key(&w, "latency_ms");
+    aural_jw_double(&w, round(latency_ms * 1000) / 1000);
+    if (text != NULL) {
+      aural_jw_key(&w, "text");
+      aural_jw_string_n(&w, text, ch.text_bytes);
+    }
+    jw_print(&w);
+  } else if (!job->quiet) {
+    printf("%s  #%llu  frames %llu-%llu  latency %.1f ms", s->name,
+           (unsigned long long)ch.seq, (unsigned long long)ch.first_frame,
+           (unsigned long long)(ch.first_frame + ch.n_frames - 1),
+           latency_ms);
+    if (emb != NULL) printf("  |emb| %.2f", emb_norm);
+    if (logits != NULL) printf("  |logits| %.2f", logit_norm);
+    if (final) printf("  final");
+    if (text != NULL) printf("  %.*s", (int)ch.text_bytes, text);
+    putchar('\n');
+    fflush(stdout);
+  }
+  return 0;
+width:
+  snprintf(job->err, sizeof job->err,
+           "%s: chunk %llu has rows of another width than the ones before",
+           s->name, (unsigned long long)ch.seq);
+  return -1;
+write_fail:
+  snprintf(job->err, sizeof job->err, "%s: write failed: %s", job->out_path,
+           strerror(errno));
+  return -1;
+oom:
+  snprintf(job->err, sizeof job->err, "out of memory");
+  return -1;
+}
+
+/* Returns 1 when the command is done (--until-end), 0 to go on, -1. */
+static int on_ended(sub_job *job, const client_msg *m) {
+  sub_stream *s = get_stream(job, m->h.stream_id);
+  if (s == NULL) return -1;
+  const char *name = client_json_str(m->json, "name");
+  if (name != NULL) snprintf(s->name, sizeof s->name, "%s", name);
+  const char *reason = client_json_str(m->json, "reason");
+  const char *message = client_json_str(m->json, "message");
+  int64_t frames = -1, chunks = -1;
+  client_json_int(m->json, "frames", 0, INT64_MAX, &frames);
+  client_json_int(m->json, "chunks", 0, INT64_MAX, &chunks);
+  s->ended = 1;
+  int want_text = (job->outputs & AURAL_OUT_TEXT) != 0;
+
+  /* Every chunk from the first one we were promised to the last must have
+   * been received or reported lost (PROTOCOL.md 4.9). */
+  if (chunks >= 0 &&
+      s->first_chunk + s->n_chunks + s->n_lost != (uint64_t)chunks &&
+      !(chunks == 0 && s->n_chunks == 0))
+    fprintf(stderr,
+            "aural sub: %s: the stream had %lld chunks; from chunk %llu on "
+            "%llu arrived and %llu were reported lost\n",
+            s->name, (long long)chunks, (unsigned long long)s->first_chunk,
+            (unsigned long long)s->n_chunks, (unsigned long long)s->n_lost);
+
+  if (job->json) {
+    aural_jw w;
+    size_t extra = s->text_len + (message ? strlen(message) : 0) + 64;
+    if (jw_start(job, &w, extra, "ended", s) < 0) goto oom;
+    aural_jw_key(&w, "reason");
+    aural_jw_string(&w, reason ? reason : "");
+    aural_jw_key(&w, "message");
+    aural_jw_string(&w, message ? message : "");
+    aural_jw_key(&w, "frames");
+    aural_jw_int(&w, frames);
+    aural_jw_key(&w, "chunks");
+    aural_jw_int(&w, chunks);
+    aural_jw_key(&w, "chunks_received");
+    aural_jw_uint(&w, s->n_chunks);
+    aural_jw_key(&w, "chunks_lost");
+    aural_jw_uint(&w, s->n_lost);
+    if (want_text) {
+      aural_jw_key(&w, "text");
+      aural_jw_string_n(&w, s->text ? s->text : "", s->text_len);
+    }
+    jw_print(&w);
+  } else {
+    if (!job->quiet)
+      printf("%s  ended: %s%s%s, %lld frames, %lld chunks\n", s->name,
+             reason ? reason : "?", message && message[0] ? ": " : "",
+             message ? message : "", (long long)frames, (long long)chunks);
+    if (want_text)
+      printf(job->quiet ? "%s\n" : "%s  text: %s\n",
+             job->quiet ? (s->text ? s->text : "") : s->name,
+             s->text ? s->text : "");
+    fflush(stdout);
+  }
+
+  if (job->out_path != NULL && s->id == job->out_stream) {
+    if (finish_output(job) < 0) return -1;
+    if (!job->quiet && !job->json)
+      printf("%s: %zu frames x %zu written to %s\n", s->name, job->out_rows,
+             job->out_dim, job->out_path);
+    return 1;
+  }
+  if (!job->until_end) return 0;
+  for (size_t i = 0; i < job->n_streams; i++)
+    if (!job->streams[i].ended) return 0;
+  return 1;
+oom:
+  snprintf(job->err, sizeof job->err, "out of memory");
+  return -1;
+}
+
+/* --- the session ----------------------------------------------------------- */
+
+static int subscribe(sub_job *job) {
+  aural_msg_subscribe req = {.all = job->all != 0,
+                             .outputs = job->outputs,
+                             .dtype = job->dtype};
+  if (!job->all) snprintf(req.stream, sizeof req.stream, "%s", job->stream);
+  uint8_t msg[AURAL_PROTO_HEADER_BYTES + 512];
+  size_t n = aural_proto_encode_subscribe(msg, sizeof msg, &req);
+  if (n == 0) {
+    snprintf(job->err, sizeof job->err, "cannot encode SUBSCRIBE");
+    return -1;
+  }
+  return client_send(job->cl, msg, n, job->err, sizeof job->err);
+}
+
+static int run(sub_job *job) {
+  if (client_connect(job->sock_path, "aural sub", &job->cl, job->err,
+                     sizeof job->err) < 0)
+    return EXIT_FAIL;
+  if (subscribe(job) < 0) return interrupted ? EXIT_SIGNAL : EXIT_FAIL;
+  int subscribed = 0;
+  for (;;) {
+    client_msg m;
+    int rc = client_read(job->cl, &m, job->err, sizeof job->err);
+    if (interrupted) return EXIT_SIGNAL;
+    if (rc == 1) {
+      snprintf(job->err, sizeof job->err,
+               "aurald closed the connection (%s)", job->cl->path);
+      return EXIT_DISCONNECTED;
+    }
+    if (rc != 0) return EXIT_FAIL;
+    switch (m.h.type) {
+    case AURAL_MSG_SUBSCRIBED:
+      subscribed = 1;
+      break;
+    case AURAL_MSG_ERROR: {
+      bool fatal;
+      char e[400];
+      int code = client_error(&m, e, sizeof e, &fatal);
+      if (!subscribed) {
+        snprintf(job->err, sizeof job->err, "subscription refused: %s", e);
+        return EXIT_FAIL;
+      }
+      snprintf(job->err, sizeof job->err, "aurald: %s", e);
+      if (code == -AURAL_PROTO_ESLOW_CONSUMER ||
+          code == -AURAL_PROTO_ESHUTDOWN)
+        return EXIT_DISCONNECTED;
+      if (fatal) return EXIT_FAIL;
+      fprintf(stderr, "aural sub: %s\n", job->err);
+      job->err[0] = '\0';
+      break;
+    }
+    case AURAL_MSG_STREAM_STARTED:
+      if (on_started(job, &m) < 0) return EXIT_FAIL;
+      break;
+    case AURAL_MSG_CHUNK:
+      if (on_chunk(job, &m) < 0) return EXIT_FAIL;
+      break;
+    case AURAL_MSG_GAP:
+      if (on_gap(job, &m) < 0) return EXIT_FAIL;
+      break;
+    case AURAL_MSG_STREAM_ENDED:
+      rc = on_ended(job, &m);
+      if (rc < 0) return EXIT_FAIL;
+      if (rc == 1) return EXIT_OK;
+      break;
+    default:
+      break;
+    }
+  }
+}
+
+/* Parses a comma-separated list of output kinds into AURAL_OUT_* bits. */
+static int parse_outputs(const char *s, uint32_t *out) {
+  static const char *const names[] = {"embeddings", "logits", "text"};
+  uint32_t bits = 0;
+  while (*s) {
+    size_t n = strcspn(s, ",");
+    size_t k = 0;
+    while (k < 3 && !(strlen(names[k]) == n && strncmp(s, names[k], n) == 0))
+      k++;
+    if (k == 3) return -1;
+    bits |= 1u << k;
+    s += n;
+    if (*s == ',') s++;
+  }
+  if (bits == 0) return -1;
+  *out = bits;
+  return 0;
+}
+
+int cmd_sub(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"socket", required_argument, NULL, 's'},
+      {"stream", required_argument, NULL, 'S'},
+      {"all", no_argument, NULL, 'A'},
+      {"output", required_argument, NULL, 'O'},
+      {"dtype", required_argument, NULL, 'D'},
+      {"out", required_argument, NULL, 'o'},
+      {"until-end", no_argument, NULL, 'U'},
+      {"json", no_argument, NULL, 'J'},
+      {"quiet", no_argument, NULL, 'q'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  sub_job job = {.outputs = AURAL_OUT_EMBEDDINGS, .dtype = AURAL_DTYPE_F32};
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "s:o:qh", opts, NULL)) != -1) {
+    switch (c) {
+    case 's': job.sock_path = optarg; break;
+    case 'S': job.stream = optarg; break;
+    case 'A': job.all = 1; break;
+    case 'O':
+      if (parse_outputs(optarg, &job.outputs) < 0) {
+        fprintf(stderr, "aural sub: --output %s: expected embeddings, logits "
+                        "or text, or several of them separated by commas\n",
+                optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'D':
+      if (strcmp(optarg, "f32") == 0) {
+        job.dtype = AURAL_DTYPE_F32;
+      } else if (strcmp(optarg, "f16") == 0) {
+        job.dtype = AURAL_DTYPE_F16;
+      } else {
+        fprintf(stderr, "aural sub: --dtype %s: expected f32 or f16\n",
+                optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'o': job.out_path = optarg; break;
+    case 'U': job.until_end = 1; break;
+    case 'J': job.json = 1; break;
+    case 'q': job.quiet = 1; break;
+    case 'h': usage(stdout); return EXIT_OK;
+    default:
+      fprintf(stderr, "(see 'aural sub --help')\n");
+      return EXIT_USAGE;
+    }
+  }
+  const char *bad = NULL;
+  if (optind != argc)
+    bad = "unexpected argument (the stream is given with --stream NAME)";
+  else if (job.stream != NULL && job.all)
+    bad = "--stream and --all exclude each other";
+  else if (job.stream != NULL && !aural_proto_valid_name(job.stream))
+    bad = "--stream: a stream name is 1-64 printable ASCII characters "
+          "without spaces, '/' or '\\'";
+  if (bad == NULL && job.out_path != NULL) {
+    uint32_t arrays = job.outputs & (AURAL_OUT_EMBEDDINGS | AURAL_OUT_LOGITS);
+    if (arrays == 0)
+      bad = "-o writes embeddings or logits; add one to --output";
+    else if (arrays == (AURAL_OUT_EMBEDDINGS | AURAL_OUT_LOGITS))
+      bad = "-o writes one array; --output may hold embeddings or logits, "
+            "not both";
+    job.out_kind = arrays;
+    job.until_end = 1;
+  }
+  if (bad != NULL) {
+    fprintf(stderr, "aural sub: %s\n(see 'aural sub --help')\n", bad);
+    return EXIT_USAGE;
+  }
+  if (job.stream == NULL) job.all = 1;
+
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+
+  int rc = run(&job);
+  if (interrupted) rc = EXIT_SIGNAL;
+  if (rc != EXIT_OK) {
+    if (rc == EXIT_SIGNAL)
+      fprintf(stderr, "aural sub: interrupted%s%s%s\n",
+              job.out_path ? "; " : "", job.out_path ? job.out_path : "",
+              job.out_path ? " not written" : "");
+    else if (job.err[0] != '\0')
+      fprintf(stderr, "aural sub: %s\n", job.err);
+    if (rc == EXIT_DISCONNECTED && job.out_path != NULL && !job.written)
+      fprintf(stderr, "aural sub: %s not written\n", job.out_path);
+  }
+  if (job.n_gaps > 0)
+    fprintf(stderr, "aural sub: %llu gap%s, %llu chunk%s lost in all\n",
+            (unsigned long long)job.n_gaps, job.n_gaps == 1 ? "" : "s",
+            (unsigned long long)job.n_lost, job.n_lost == 1 ? "" : "s");
+  discard_output(&job);
+  for (size_t i = 0; i < job.n_streams; i++) free(job.streams[i].text);
+  free(job.streams);
+  free(job.row_buf);
+  free(job.line);
+  client_close(job.cl);
+  return rc;
+}
