@@ -13,7 +13,7 @@ set -euo pipefail
 packages=(
   build-essential pkg-config meson ninja-build
   libsndfile1-dev libsoxr-dev libfftw3-dev libcjson-dev
-  libcmocka-dev
+  libuv1-dev portaudio19-dev libcmocka-dev
 )
 if [[ "${1:-}" == "--reference" ]]; then
   packages+=(python3 python3-numpy python3-torch python3-torchaudio

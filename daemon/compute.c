@@ -1,0 +1,387 @@
+/*
+ * Compute workers: frontend, encoder and chunking for streams with work.
+ *
+ * A worker takes a share of the ready streams (all of them when it is the
+ * only idle one, about 1/n_workers of them otherwise), turns each one's
+ * pending audio into features, and encodes every stream's new frames in
+ * one aural_encoder_forward_batch() call, so each weight matrix is read
+ * once per layer for all of them while attention stays per stream.
+ *
+ * Batch size against latency: a round takes at most ROUND_S of audio per
+ * stream. Real-time streams bring about 100 ms per push, so a round holds
+ * every stream that is ready and its cost grows with the number of streams
+ * (the batching is what lets it grow slower than linearly); a file read as
+ * fast as possible is cut into ROUND_S pieces so that it cannot hold a
+ * worker for long while real-time streams wait. Streams go back to the end
+ * of the ready queue after each round: nobody starves.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+
+#define ROUND_S 0.5
+#define ROUND_MAX_VALUES (1u << 18) /* floats of input per stream per round */
+#define MAX_PER_ROUND 512           /* streams one worker takes at once */
+
+struct worker {
+  server *srv;
+  pthread_t thread;
+  int index;
+  aural_batch *batch;
+  float *pcm;                       /* (ROUND_MAX_VALUES) input scratch */
+  stream *taken[MAX_PER_ROUND];
+  aural_batch_item items[MAX_PER_ROUND];
+};
+
+/* Frontend callback: appends features to the stream's pending rows. The
+ * round limits guarantee they fit; if not, the stream fails cleanly. */
+static int on_features(void *user, const float *rows, size_t n,
+                       uint64_t first) {
+  stream *s = user;
+  (void)first;
+  size_t mels = (size_t)s->srv->mc->fbank.num_mel_bins;
+  if (s->n_feats + n > s->feat_cap) return AURAL_ESTATE;
+  memcpy(s->feats + s->n_feats * mels, rows, n * mels * sizeof(float));
+  s->n_feats += n;
+  return 0;
+}
+
+static void push_event(server *srv, chunk_out *co) {
+  co->next = NULL;
+  if (srv->done_tail) srv->done_tail->next = co;
+  else srv->done_head = co;
+  srv->done_tail = co;
+}
+
+static void fail_stream(stream *s, const char *what, int rc) {
+  pthread_mutex_lock(&s->srv->mu);
+  s->input_done = true;
+  s->reason = END_ERROR;
+  snprintf(s->message, sizeof s->message, "%s: %s", what,
+           aural_strerror(rc));
+  pthread_mutex_unlock(&s->srv->mu);
+  log_warn("stream %u \"%s\": %s", s->id, s->name, s->message);
+}
+
+/* Takes this round's input of one stream and runs the frontend on it.
+ * Returns true when the stream's input is now exhausted for good. */
+static bool take_input(worker *w, stream *s, int64_t *ready_us,
+                       int64_t *capture_us) {
+  server *srv = w->srv;
+  size_t ch = (size_t)s->channels;
+  size_t max_frames = (size_t)(s->rate_hz * ROUND_S);
+  if (max_frames > ROUND_MAX_VALUES / ch) max_frames = ROUND_MAX_VALUES / ch;
+  if (max_frames == 0) max_frames = 1;
+  size_t n = 0;
+  bool done = false;
+  aural_err err = {0};
+
+  if (s->source == SRC_FILE) {
+    size_t want = max_frames;
+    if (s->realtime) {
+      double allowed = (aurald_mono_s() - s->t0_mono) * s->rate_hz;
+      double left = allowed - (double)s->read_frames;
+      want = left <= 0 ? 0 : left < (double)want ? (size_t)left : want;
+    }
+    pthread_mutex_lock(&srv->mu);
+    done = s->input_done; /* shutdown */
+    pthread_mutex_unlock(&srv->mu);
+    if (!done && want > 0) {
+      int rc = aural_audiofile_read(s->af, w->pcm, want, &n, &err);
+      if (rc < 0) {
+        pthread_mutex_lock(&srv->mu);
+        s->input_done = true;
+        s->reason = END_ERROR;
+        snprintf(s->message, sizeof s->message, "%.150s", err.msg);
+        pthread_mutex_unlock(&srv->mu);
+        log_warn("stream %u \"%s\": %s", s->id, s->name, err.msg);
+        return true;
+      }
+      if (n == 0) {
+        pthread_mutex_lock(&srv->mu);
+        s->input_done = true;
+        s->reason = END_EOF;
+        pthread_mutex_unlock(&srv->mu);
+        done = true;
+      }
+      s->read_frames += n;
+      int64_t t = s->realtime
+                      ? s->start_us + (int64_t)((double)s->read_frames /
+                                                s->rate_hz * 1e6)
+                      : aurald_now_us();
+      *ready_us = t;
+      if (*capture_us == 0) *capture_us = t;
+    }
+  } else {
+    pthread_mutex_lock(&srv->mu);
+    n = s->in_frames < max_frames ? s->in_frames : max_frames;
+    memcpy(w->pcm, s->in, n * ch * sizeof(float));
+    memmove(s->in, s->in + n * ch, (s->in_frames - n) * ch * sizeof(float));
+    s->in_frames -= n;
+    if (n > 0) {
+      *ready_us = s->in_last_us;
+      if (*capture_us == 0) *capture_us = s->in_first_us;
+    }
+    done = s->input_done && s->in_frames == 0;
+    pthread_mutex_unlock(&srv->mu);
+  }
+  if (n > 0) {
+    int rc = aural_frontend_push(s->fe, w->pcm, n, on_features, s);
+    if (rc < 0) {
+      fail_stream(s, "frontend", rc);
+      return true;
+    }
+    s->frames_in += n;
+  }
+  if (done) {
+    int rc = aural_frontend_finish(s->fe, on_features, s);
+    if (rc < 0) fail_stream(s, "frontend", rc);
+  }
+  return done;
+}
+
+static chunk_out *new_chunk(server *srv, stream *s, size_t n) {
+  size_t d = (size_t)srv->mc->d_model, v = (size_t)srv->mc->vocab_size;
+  size_t text_cap = v > 0 ? n * (srv->max_token_bytes + 1) + 1 : 1;
+  size_t bytes = sizeof(chunk_out) + n * (d + v) * sizeof(float) + text_cap;
+  chunk_out *co = calloc(1, bytes);
+  if (co == NULL) return NULL;
+  co->s = s;
+  co->emb = (float *)(co + 1);
+  co->logits = v > 0 ? co->emb + n * d : NULL;
+  co->text = (char *)(co->emb + n * (d + v));
+  return co;
+}
+
+/* Emits the stream's current chunk (acc_n frames) as an event. */
+static void emit_chunk(worker *w, stream *s, bool final, int64_t ready_us,
+                       chunk_out **events) {
+  server *srv = w->srv;
+  size_t n = s->acc_n, d = (size_t)srv->mc->d_model,
+         v = (size_t)srv->mc->vocab_size;
+  chunk_out *co = new_chunk(srv, s, n);
+  if (co == NULL) {
+    log_error("stream %u: out of memory for a chunk; it is lost", s->id);
+    s->acc_n = 0;
+    s->n_chunks++;
+    return;
+  }
+  memcpy(co->emb, s->emb_acc, n * d * sizeof(float));
+  if (v > 0) {
+    memcpy(co->logits, s->logit_acc, n * v * sizeof(float));
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+      int id;
+      if (aural_ctc_greedy(co->logits + i * v, 1, (int)v, &s->prev_token, &id,
+                           1) == 1) {
+        const char *tok = aural_model_token(srv->model, id);
+        size_t tl = strlen(tok);
+        if (len > 0) co->text[len++] = ' ';
+        memcpy(co->text + len, tok, tl);
+        len += tl;
+      }
+    }
+    co->text[len] = '\0';
+    co->text_len = len;
+  }
+  co->h.seq = s->n_chunks++;
+  co->h.first_frame = s->next_frame - n;
+  co->h.n_frames = (uint32_t)n;
+  co->h.flags = final ? AURAL_CHUNK_FINAL : 0;
+  co->h.start_us = s->start_us;
+  co->h.capture_us = s->acc_capture_us;
+  co->h.ready_us = ready_us;
+  co->h.d_model = (uint32_t)d;
+  co->h.vocab_size = (uint32_t)v;
+  co->next = *events;
+  *events = co;
+  s->acc_n = 0;
+  s->acc_capture_us = 0;
+}
+
+/* Moves the encoded rows of one stream into chunks. */
+static void chunk_rows(worker *w, stream *s, size_t n, int64_t ready_us,
+                       int64_t capture_us, chunk_out **events) {
+  server *srv = w->srv;
+  size_t d = (size_t)srv->mc->d_model, v = (size_t)srv->mc->vocab_size,
+         C = srv->chunk_frames;
+  for (size_t i = 0; i < n;) {
+    if (s->acc_n == 0) s->acc_capture_us = capture_us;
+    size_t k = C - s->acc_n < n - i ? C - s->acc_n : n - i;
+    memcpy(s->emb_acc + s->acc_n * d, s->emb_out + i * d,
+           k * d * sizeof(float));
+    if (v > 0)
+      memcpy(s->logit_acc + s->acc_n * v, s->logit_out + i * v,
+             k * v * sizeof(float));
+    s->acc_n += k;
+    s->next_frame += k;
+    i += k;
+    if (s->acc_n == C) emit_chunk(w, s, false, ready_us, events);
+  }
+}
+
+static void run_round(worker *w, int n_taken) {
+  server *srv = w->srv;
+  int64_t ready[MAX_PER_ROUND], capture[MAX_PER_ROUND];
+  bool finished[MAX_PER_ROUND];
+  double t0 = aurald_mono_s();
+  size_t n_items = 0;
+  for (int i = 0; i < n_taken; i++) {
+    stream *s = w->taken[i];
+    ready[i] = 0;
+    capture[i] = 0;
+    finished[i] = take_input(w, s, &ready[i], &capture[i]);
+    if (s->n_feats > 0)
+      w->items[n_items++] = (aural_batch_item){
+          .enc = s->enc, .feats = s->feats, .n = s->n_feats,
+          .emb = s->emb_out, .logits = s->logit_out};
+  }
+  if (n_items > 0) {
+    int rc = aural_encoder_forward_batch(w->batch, w->items, n_items);
+    if (rc < 0) {
+      /* The batch is all or nothing: fail every stream in it. */
+      for (int i = 0; i < n_taken; i++)
+        if (w->taken[i]->n_feats > 0) {
+          fail_stream(w->taken[i], "encoder", rc);
+          w->taken[i]->n_feats = 0;
+          finished[i] = true;
+        }
+    }
+  }
+  double dt = aurald_mono_s() - t0;
+  size_t total_rows = 0;
+  for (size_t i = 0; i < n_items; i++) total_rows += w->items[i].n;
+
+  chunk_out *events[MAX_PER_ROUND];
+  for (int i = 0; i < n_taken; i++) {
+    stream *s = w->taken[i];
+    events[i] = NULL;
+    size_t n = s->n_feats;
+    if (n > 0) {
+      if (ready[i] == 0) ready[i] = aurald_now_us();
+      chunk_rows(w, s, n, ready[i], capture[i], &events[i]);
+    }
+    s->n_feats = 0;
+    /* Compute time is shared out by rows. */
+    if (total_rows > 0) s->compute_s += dt * (double)n / (double)total_rows;
+    /* The last chunk carries FINAL; when the frames filled whole chunks
+     * it is an empty end marker. A stream with no frames has no chunk. */
+    if (finished[i] && (s->acc_n > 0 || s->n_chunks > 0))
+      emit_chunk(w, s, true, ready[i] ? ready[i] : aurald_now_us(),
+                 &events[i]);
+  }
+
+  pthread_mutex_lock(&srv->mu);
+  for (int i = 0; i < n_taken; i++) {
+    stream *s = w->taken[i];
+    /* events[i] is newest first. */
+    chunk_out *rev = NULL;
+    while (events[i] != NULL) {
+      chunk_out *co = events[i];
+      events[i] = co->next;
+      co->next = rev;
+      rev = co;
+    }
+    while (rev != NULL) {
+      chunk_out *co = rev;
+      rev = co->next;
+      push_event(srv, co);
+    }
+    s->stat_frames = s->next_frame;
+    s->stat_compute_s = s->compute_s;
+    s->stat_audio_s = (double)s->frames_in / s->rate_hz;
+    s->busy = false;
+    if (finished[i]) {
+      s->ended = true;
+      chunk_out *end = calloc(1, sizeof *end);
+      if (end == NULL) abort(); /* cannot hand the stream back */
+      end->s = s;
+      end->is_end = true;
+      push_event(srv, end);
+    } else if (s->input_done || s->in_frames > 0 ||
+               (s->source == SRC_FILE && !s->realtime)) {
+      server_mark_ready(srv, s);
+    }
+  }
+  pthread_mutex_unlock(&srv->mu);
+  uv_async_send(&srv->wake);
+}
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  server *srv = w->srv;
+  pthread_mutex_lock(&srv->mu);
+  for (;;) {
+    while (srv->ready_head == NULL && !srv->quit_workers)
+      pthread_cond_wait(&srv->cv, &srv->mu);
+    if (srv->quit_workers) break;
+    /* Leave a share for the other workers when there is plenty. */
+    int share = (srv->n_ready + srv->n_workers - 1) / srv->n_workers;
+    if (share < 1) share = 1;
+    if (share > MAX_PER_ROUND) share = MAX_PER_ROUND;
+    int n = 0;
+    while (n < share && srv->ready_head != NULL) {
+      stream *s = srv->ready_head;
+      srv->ready_head = s->ready_next;
+      if (srv->ready_head == NULL) srv->ready_tail = NULL;
+      srv->n_ready--;
+      s->queued = false;
+      s->busy = true;
+      w->taken[n++] = s;
+    }
+    pthread_mutex_unlock(&srv->mu);
+    run_round(w, n);
+    pthread_mutex_lock(&srv->mu);
+  }
+  pthread_mutex_unlock(&srv->mu);
+  return NULL;
+}
+
+int workers_start(server *srv, int n, char *why, size_t why_len) {
+  srv->workers = calloc((size_t)n, sizeof *srv->workers);
+  if (srv->workers == NULL) {
+    snprintf(why, why_len, "out of memory for %d workers", n);
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    worker *w = &srv->workers[i];
+    w->srv = srv;
+    w->index = i;
+    aural_err err = {0};
+    w->pcm = malloc(ROUND_MAX_VALUES * sizeof(float));
+    if (w->pcm == NULL ||
+        aural_batch_create(srv->model, 1024, &w->batch, &err) < 0 ||
+        pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+      snprintf(why, why_len, "cannot start worker %d: %s", i,
+               err.msg[0] ? err.msg : "out of memory or threads");
+      free(w->pcm);
+      aural_batch_destroy(w->batch);
+      w->pcm = NULL;
+      w->batch = NULL;
+      srv->n_workers = i;
+      workers_stop(srv);
+      return -1;
+    }
+    srv->n_workers = i + 1;
+  }
+  return 0;
+}
+
+void workers_stop(server *srv) {
+  pthread_mutex_lock(&srv->mu);
+  srv->quit_workers = true;
+  pthread_cond_broadcast(&srv->cv);
+  pthread_mutex_unlock(&srv->mu);
+  for (int i = 0; i < srv->n_workers; i++) {
+    worker *w = &srv->workers[i];
+    pthread_join(w->thread, NULL);
+    aural_batch_destroy(w->batch);
+    free(w->pcm);
+  }
+  free(srv->workers);
+  srv->workers = NULL;
+  srv->n_workers = 0;
+}

@@ -1,0 +1,659 @@
+/*
+ * Client connections: reading and framing requests, answering them, and
+ * the bounded write queue every message to a client goes through.
+ *
+ * A connection never blocks anything else. Its outgoing messages are
+ * references to shared buffers in a fixed ring (CONN_QUEUE_CAP entries);
+ * one uv_write with up to CONN_WRITE_BATCH buffers is in flight at a time.
+ * Fan-out (fanout.c) decides whether a chunk fits under the limits before
+ * queueing it; the tick timer disconnects clients that stay above the soft
+ * limit too long. A connection is never freed inside its own callbacks:
+ * conn_kill() marks it and asks uv_close, and the memory goes in on_close.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "daemon.h"
+
+#define READ_CHUNK 65536
+
+size_t conn_queue_bytes(const conn *c) { return c->q_bytes; }
+
+static void kick_write(conn *c);
+
+static void on_write(uv_write_t *req, int status) {
+  conn *c = req->data;
+  for (size_t i = 0; i < c->n_inflight; i++) {
+    msgbuf *m = c->q[c->q_head];
+    c->q_bytes -= m->len;
+    msgbuf_unref(m);
+    c->q[c->q_head] = NULL;
+    c->q_head = (c->q_head + 1) % CONN_QUEUE_CAP;
+    c->q_len--;
+  }
+  c->n_inflight = 0;
+  if (c->closing) return;
+  if (status < 0) {
+    log_debug("client %u: write failed: %s", c->id, uv_strerror(status));
+    conn_kill(c);
+    return;
+  }
+  if (c->q_len == 0 && c->fatal_sent) {
+    conn_kill(c);
+    return;
+  }
+  kick_write(c);
+  conn_resume_if_drained(c);
+}
+
+static void kick_write(conn *c) {
+  if (c->closing || c->n_inflight > 0 || c->q_len == 0) return;
+  size_t n = c->q_len < CONN_WRITE_BATCH ? c->q_len : CONN_WRITE_BATCH;
+  for (size_t i = 0; i < n; i++) {
+    msgbuf *m = c->q[(c->q_head + i) % CONN_QUEUE_CAP];
+    c->wbufs[i] = uv_buf_init((char *)m->data, (unsigned)m->len);
+  }
+  c->n_inflight = n;
+  c->wreq.data = c;
+  int rc = uv_write(&c->wreq, (uv_stream_t *)&c->pipe, c->wbufs,
+                    (unsigned)n, on_write);
+  if (rc < 0) {
+    c->n_inflight = 0;
+    log_debug("client %u: write: %s", c->id, uv_strerror(rc));
+    conn_kill(c);
+  }
+}
+
+void conn_send(conn *c, msgbuf *m) {
+  if (c->closing || c->fatal_sent || m == NULL) return;
+  if (c->q_len == CONN_QUEUE_CAP) {
+    /* Only control replies get here unchecked; a client that lets 4096
+     * messages pile up is not reading at all. */
+    log_warn("client %u: %d messages queued; disconnecting", c->id,
+             CONN_QUEUE_CAP);
+    conn_kill(c);
+    return;
+  }
+  m->refs++;
+  c->q[(c->q_head + c->q_len) % CONN_QUEUE_CAP] = m;
+  c->q_len++;
+  c->q_bytes += m->len;
+  kick_write(c);
+}
+
+void conn_send_bytes(conn *c, const void *data, size_t len) {
+  msgbuf *m = msgbuf_new(len);
+  if (m == NULL) {
+    conn_kill(c);
+    return;
+  }
+  memcpy(m->data, data, len);
+  conn_send(c, m);
+  msgbuf_unref(m);
+}
+
+void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
+                     const char *fmt, ...) {
+  char text[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  uint8_t buf[1024];
+  size_t n = aural_proto_encode_error(buf, sizeof buf, stream_id, code, text,
+                                      fatal);
+  log_debug("client %u: %s %s: %s", c->id, fatal ? "fatal" : "error",
+            aural_proto_error_name(code), text);
+  if (n > 0) conn_send_bytes(c, buf, n);
+  if (fatal) {
+    c->fatal_sent = true;
+    if (c->reading) {
+      uv_read_stop((uv_stream_t *)&c->pipe);
+      c->reading = false;
+    }
+    if (c->q_len == 0) conn_kill(c);
+  }
+}
+
+static void on_close(uv_handle_t *h) {
+  conn *c = h->data;
+  server *srv = c->srv;
+  for (size_t i = 0; i < c->q_len; i++)
+    msgbuf_unref(c->q[(c->q_head + i) % CONN_QUEUE_CAP]);
+  free(c->q);
+  free(c->rbuf);
+  if (c->prev) c->prev->next = c->next;
+  else srv->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  srv->n_conns--;
+  free(c);
+}
+
+void conn_kill(conn *c) {
+  if (c->closing) return;
+  c->closing = true;
+  server *srv = c->srv;
+  while (c->subs != NULL) {
+    subscription *sub = c->subs;
+    c->subs = sub->next;
+    delivery_remove_sub(srv, sub);
+    free(sub);
+  }
+  c->n_subs = 0;
+  for (stream *s = srv->streams; s != NULL; s = s->next)
+    if (s->owner == c) {
+      s->owner = NULL;
+      stream_end_input(s, END_DISCONNECTED, "its client disconnected");
+    }
+  log_debug("client %u: closed", c->id);
+  uv_close((uv_handle_t *)&c->pipe, on_close);
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  conn *c = h->data;
+  (void)suggested;
+  if (c->rcap - c->rlen < READ_CHUNK / 4) {
+    size_t cap = c->rcap * 2;
+    size_t need = c->rlen + READ_CHUNK;
+    if (cap < need) cap = need;
+    uint8_t *p = realloc(c->rbuf, cap);
+    if (p == NULL) {
+      buf->base = NULL;
+      buf->len = 0;
+      return;
+    }
+    c->rbuf = p;
+    c->rcap = cap;
+  }
+  buf->base = (char *)c->rbuf + c->rlen;
+  buf->len = c->rcap - c->rlen;
+}
+
+static void handle_message(conn *c, const aural_msg_header *h,
+                           const uint8_t *payload);
+
+/* Handles every complete message in rbuf, stopping when the connection
+ * closes or pauses for flow control. */
+static void process_input(conn *c) {
+  server *srv = c->srv;
+  size_t at = 0;
+  while (!c->closing && !c->fatal_sent && !c->paused) {
+    aural_msg_header h;
+    int rc = aural_proto_decode_header(c->rbuf + at, c->rlen - at,
+                                       srv->opt->max_request_bytes, &h);
+    if (rc == AURAL_PROTO_MORE) break;
+    if (rc < 0) {
+      conn_send_error(c, 0, -rc, true, "%s at byte %zu of the connection",
+                      aural_proto_strerror(rc), at);
+      break;
+    }
+    size_t total = AURAL_PROTO_HEADER_BYTES + (size_t)h.payload_bytes;
+    if (c->rlen - at < total) break;
+    handle_message(c, &h, c->rbuf + at + AURAL_PROTO_HEADER_BYTES);
+    at += total;
+  }
+  if (c->closing) return;
+  memmove(c->rbuf, c->rbuf + at, c->rlen - at);
+  c->rlen -= at;
+  /* Keep a large buffer only while a large message is arriving. */
+  if (c->rlen == 0 && c->rcap > 4 * READ_CHUNK) {
+    free(c->rbuf);
+    c->rbuf = NULL;
+    c->rcap = 0;
+  }
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  conn *c = st->data;
+  (void)buf;
+  if (nread == UV_ENOBUFS) {
+    log_error("client %u: out of memory for input", c->id);
+    conn_kill(c);
+    return;
+  }
+  if (nread < 0) {
+    if (nread != UV_EOF)
+      log_debug("client %u: read: %s", c->id, uv_strerror((int)nread));
+    conn_kill(c);
+    return;
+  }
+  c->rlen += (size_t)nread;
+  process_input(c);
+}
+
+static void start_reading(conn *c) {
+  if (c->reading || c->closing || c->fatal_sent) return;
+  if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) == 0)
+    c->reading = true;
+}
+
+/* Flow control: a client feeding a stream with a backlog is not read until
+ * the workers have caught up. */
+void conn_resume_if_drained(conn *c) {
+  if (!c->paused || c->closing) return;
+  for (stream *s = c->srv->streams; s != NULL; s = s->next)
+    if (s->owner == c && stream_backlogged(s)) return;
+  c->paused = false;
+  process_input(c);
+  if (!c->paused) start_reading(c);
+}
+
+static void pause_reading(conn *c) {
+  c->paused = true;
+  if (c->reading) {
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    c->reading = false;
+  }
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static void send_json(conn *c, uint8_t type, uint32_t stream_id,
+                      const char *json, long len) {
+  if (len < 0) {
+    conn_send_error(c, stream_id, -AURAL_PROTO_EINTERNAL, false,
+                    "reply too large");
+    return;
+  }
+  msgbuf *m = msgbuf_new(AURAL_PROTO_HEADER_BYTES + (size_t)len);
+  if (m == NULL) {
+    conn_kill(c);
+    return;
+  }
+  aural_proto_encode_raw(m->data, m->len, type, stream_id, json, (size_t)len);
+  conn_send(c, m);
+  msgbuf_unref(m);
+}
+
+static void do_hello(conn *c, const uint8_t *p, size_t n) {
+  server *srv = c->srv;
+  aural_msg_hello m;
+  char why[200];
+  if (c->hello_done) {
+    conn_send_error(c, 0, -AURAL_PROTO_ESTATE, false, "HELLO sent twice");
+    return;
+  }
+  if (aural_proto_decode_hello(p, n, &m, why, sizeof why) < 0) {
+    conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, true, "%s", why);
+    return;
+  }
+  if (!(m.versions & (1u << AURAL_PROTO_VERSION))) {
+    conn_send_error(c, 0, -AURAL_PROTO_EVERSION, true,
+                    "this server speaks protocol version %d only",
+                    AURAL_PROTO_VERSION);
+    return;
+  }
+  c->hello_done = true;
+  log_debug("client %u: hello from \"%s\" (uid %u, pid %ld)", c->id,
+            m.client, (unsigned)c->uid, (long)c->pid);
+  conn_send(c, srv->welcome);
+}
+
+static void do_subscribe(conn *c, const uint8_t *p, size_t n) {
+  server *srv = c->srv;
+  aural_msg_subscribe m;
+  char why[200];
+  if (aural_proto_decode_subscribe(p, n, &m, why, sizeof why) < 0) {
+    conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
+    return;
+  }
+  if ((m.outputs & (AURAL_OUT_LOGITS | AURAL_OUT_TEXT)) &&
+      srv->mc->vocab_size == 0) {
+    conn_send_error(c, 0, -AURAL_PROTO_ENO_HEAD, false,
+                    "the model has no CTC head: only embeddings");
+    return;
+  }
+  for (subscription *o = c->subs; o != NULL; o = o->next)
+    if (o->all || m.all || strcmp(o->name, m.stream) == 0) {
+      conn_send_error(c, 0, -AURAL_PROTO_ESTATE, false,
+                      "overlaps subscription %u (%s); unsubscribe first",
+                      o->id, o->all ? "all streams" : o->name);
+      return;
+    }
+  if (c->n_subs >= CONN_MAX_SUBS) {
+    conn_send_error(c, 0, -AURAL_PROTO_ELIMIT, false,
+                    "at most %d subscriptions per connection",
+                    CONN_MAX_SUBS);
+    return;
+  }
+  subscription *sub = calloc(1, sizeof *sub);
+  if (sub == NULL) {
+    conn_send_error(c, 0, -AURAL_PROTO_EINTERNAL, false, "out of memory");
+    return;
+  }
+  sub->c = c;
+  sub->id = ++c->next_sub_id;
+  sub->all = m.all;
+  memcpy(sub->name, m.stream, sizeof sub->name);
+  sub->outputs = m.outputs;
+  sub->dtype = m.dtype;
+  sub->next = c->subs;
+  c->subs = sub;
+  c->n_subs++;
+
+  char json[512];
+  aural_jw w;
+  aural_jw_init(&w, json, sizeof json);
+  aural_jw_begin_object(&w);
+  aural_jw_key(&w, "subscription");
+  aural_jw_uint(&w, sub->id);
+  aural_jw_key(&w, "stream");
+  if (sub->all) aural_jw_null(&w);
+  else aural_jw_string(&w, sub->name);
+  aural_jw_key(&w, "all");
+  aural_jw_bool(&w, sub->all);
+  aural_jw_key(&w, "outputs");
+  aural_jw_begin_array(&w);
+  for (uint32_t bit = 1; bit <= AURAL_OUT_TEXT; bit <<= 1)
+    if (sub->outputs & bit) aural_jw_string(&w, aural_output_name(bit));
+  aural_jw_end_array(&w);
+  aural_jw_key(&w, "dtype");
+  aural_jw_string(&w, aural_dtype_name(sub->dtype));
+  aural_jw_end_object(&w);
+  send_json(c, AURAL_MSG_SUBSCRIBED, 0, json, aural_jw_finish(&w));
+
+  for (stream *s = srv->streams; s != NULL; s = s->next)
+    if (!s->ended && (sub->all || strcmp(sub->name, s->name) == 0))
+      deliveries_attach(srv, sub, s);
+}
+
+static void do_unsubscribe(conn *c, const uint8_t *p, size_t n) {
+  uint32_t id;
+  char why[200];
+  if (aural_proto_decode_unsubscribe(p, n, &id, why, sizeof why) < 0) {
+    conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
+    return;
+  }
+  for (subscription **pp = &c->subs; *pp != NULL; pp = &(*pp)->next) {
+    subscription *sub = *pp;
+    if (sub->id != id) continue;
+    *pp = sub->next;
+    c->n_subs--;
+    delivery_remove_sub(c->srv, sub);
+    free(sub);
+    char json[64];
+    int len = snprintf(json, sizeof json, "{\"subscription\":%u}", id);
+    send_json(c, AURAL_MSG_UNSUBSCRIBED, 0, json, len);
+    return;
+  }
+  conn_send_error(c, 0, -AURAL_PROTO_ENO_SUBSCRIPTION, false,
+                  "no subscription %u on this connection", id);
+}
+
+static void do_audio_open(conn *c, const uint8_t *p, size_t n) {
+  server *srv = c->srv;
+  aural_msg_audio_open m;
+  char why[200];
+  if (aural_proto_decode_audio_open(p, n, &m, why, sizeof why) < 0) {
+    conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
+    return;
+  }
+  if (c->n_streams >= CONN_MAX_STREAMS) {
+    conn_send_error(c, 0, -AURAL_PROTO_ELIMIT, false,
+                    "at most %d open streams per connection",
+                    CONN_MAX_STREAMS);
+    return;
+  }
+  if (srv->n_streams >= srv->opt->max_streams) {
+    conn_send_error(c, 0, -AURAL_PROTO_ELIMIT, false,
+                    "the server's limit of %d streams is reached",
+                    srv->opt->max_streams);
+    return;
+  }
+  if (m.name[0] == '\0')
+    snprintf(m.name, sizeof m.name, "client-%u", srv->next_stream_id + 1);
+  if (stream_find(srv, m.name) != NULL) {
+    conn_send_error(c, 0, -AURAL_PROTO_ENAME_IN_USE, false,
+                    "a live stream is already named \"%s\"", m.name);
+    return;
+  }
+  stream *s = stream_create(srv, m.name, SRC_CLIENT, m.sample_rate,
+                            (int)m.channels, why, sizeof why);
+  if (s == NULL) {
+    conn_send_error(c, 0, -AURAL_PROTO_EAUDIO, false, "%s", why);
+    return;
+  }
+  s->owner = c;
+  s->format = m.format;
+  c->n_streams++;
+  char json[160];
+  aural_jw w;
+  aural_jw_init(&w, json, sizeof json);
+  aural_jw_begin_object(&w);
+  aural_jw_key(&w, "stream");
+  aural_jw_uint(&w, s->id);
+  aural_jw_key(&w, "name");
+  aural_jw_string(&w, s->name);
+  aural_jw_end_object(&w);
+  send_json(c, AURAL_MSG_AUDIO_OPENED, s->id, json, aural_jw_finish(&w));
+  log_info("stream %u \"%s\": opened by client %u (%u Hz, %u ch, %s)", s->id,
+           s->name, c->id, m.sample_rate, m.channels,
+           aural_sample_format_name(m.format));
+  stream_start(s);
+}
+
+static stream *owned_stream(conn *c, uint32_t id) {
+  stream *s = stream_find_id(c->srv, id);
+  if (s == NULL || s->owner != c || s->closed_by_client) {
+    conn_send_error(c, id, -AURAL_PROTO_ENO_STREAM, false,
+                    "stream %u is not open on this connection", id);
+    return NULL;
+  }
+  return s;
+}
+
+static void do_audio_data(conn *c, uint32_t id, const uint8_t *p, size_t n) {
+  server *srv = c->srv;
+  stream *s = owned_stream(c, id);
+  if (s == NULL) return;
+  size_t bytes = s->format == AURAL_SAMPLE_S16 ? 2 : 4;
+  size_t frame_bytes = bytes * (size_t)s->channels;
+  if (n % frame_bytes != 0) {
+    conn_send_error(c, id, -AURAL_PROTO_EBAD_PAYLOAD, false,
+                    "AUDIO_DATA of %zu bytes is not a whole number of "
+                    "%zu-byte frames",
+                    n, frame_bytes);
+    return;
+  }
+  size_t n_values = n / bytes, n_frames = n / frame_bytes;
+  float *x = srv->scratch;
+  if (s->format == AURAL_SAMPLE_S16) {
+    for (size_t i = 0; i < n_values; i++)
+      x[i] = (float)(int16_t)aural_get_u16(p + 2 * i) * (1.0f / 32768.0f);
+  } else {
+    for (size_t i = 0; i < n_values; i++) {
+      uint32_t u = aural_get_u32(p + 4 * i);
+      memcpy(&x[i], &u, 4);
+      if (!isfinite(x[i])) {
+        size_t frame = (size_t)s->frames_received + i / (size_t)s->channels;
+        conn_send_error(c, id, -AURAL_PROTO_EAUDIO, false,
+                        "non-finite sample at frame %zu, channel %zu; the "
+                        "stream ends",
+                        frame, i % (size_t)s->channels);
+        stream_end_input(s, END_ERROR, "non-finite sample in client audio");
+        s->closed_by_client = true;
+        return;
+      }
+    }
+  }
+  s->frames_received += n_frames;
+  stream_push(s, x, n_frames, aurald_now_us());
+  if (stream_backlogged(s)) pause_reading(c);
+}
+
+static void do_audio_close(conn *c, uint32_t id) {
+  stream *s = owned_stream(c, id);
+  if (s == NULL) return;
+  s->closed_by_client = true;
+  stream_end_input(s, END_CLOSED, "");
+}
+
+static void handle_message(conn *c, const aural_msg_header *h,
+                           const uint8_t *payload) {
+  server *srv = c->srv;
+  size_t n = h->payload_bytes;
+  if (!c->hello_done && h->type != AURAL_MSG_HELLO) {
+    conn_send_error(c, 0, -AURAL_PROTO_ESTATE, true,
+                    "the first message must be HELLO, not %s",
+                    aural_msg_type_name(h->type));
+    return;
+  }
+  switch (h->type) {
+  case AURAL_MSG_HELLO:
+    do_hello(c, payload, n);
+    break;
+  case AURAL_MSG_PING:
+    if (n > AURAL_PROTO_PING_MAX) {
+      conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, false,
+                      "PING payload of %zu bytes (at most %d)", n,
+                      AURAL_PROTO_PING_MAX);
+      break;
+    }
+    {
+      uint8_t buf[AURAL_PROTO_HEADER_BYTES + AURAL_PROTO_PING_MAX];
+      size_t k = aural_proto_encode_raw(buf, sizeof buf, AURAL_MSG_PONG,
+                                        h->stream_id, payload, n);
+      conn_send_bytes(c, buf, k);
+    }
+    break;
+  case AURAL_MSG_LIST_STREAMS:
+  case AURAL_MSG_STATS: {
+    size_t cap = 4096 + (size_t)(srv->n_streams + 1) * 512 +
+                 (size_t)(srv->n_conns + 1) * 64 * 256;
+    char *json = malloc(cap);
+    if (json == NULL) {
+      conn_send_error(c, 0, -AURAL_PROTO_EINTERNAL, false, "out of memory");
+      break;
+    }
+    aural_jw w;
+    aural_jw_init(&w, json, cap);
+    if (h->type == AURAL_MSG_STATS) build_stats(srv, &w);
+    else build_stream_list(srv, &w);
+    send_json(c,
+              h->type == AURAL_MSG_STATS ? AURAL_MSG_STATS_REPLY
+                                         : AURAL_MSG_STREAMS,
+              0, json, aural_jw_finish(&w));
+    free(json);
+    break;
+  }
+  case AURAL_MSG_SUBSCRIBE:
+    do_subscribe(c, payload, n);
+    break;
+  case AURAL_MSG_UNSUBSCRIBE:
+    do_unsubscribe(c, payload, n);
+    break;
+  case AURAL_MSG_AUDIO_OPEN:
+    do_audio_open(c, payload, n);
+    break;
+  case AURAL_MSG_AUDIO_DATA:
+    do_audio_data(c, h->stream_id, payload, n);
+    break;
+  case AURAL_MSG_AUDIO_CLOSE:
+    do_audio_close(c, h->stream_id);
+    break;
+  default:
+    conn_send_error(c, h->stream_id, -AURAL_PROTO_EUNKNOWN_TYPE, true,
+                    "%s is not a request a client may send",
+                    aural_msg_type_name(h->type));
+    break;
+  }
+}
+
+/* ---- accepting ----------------------------------------------------------- */
+
+void on_connection(uv_stream_t *listener, int status) {
+  server *srv = listener->data;
+  if (status < 0) {
+    log_warn("accept: %s", uv_strerror(status));
+    return;
+  }
+  conn *c = calloc(1, sizeof *c);
+  msgbuf **q = calloc(CONN_QUEUE_CAP, sizeof *q);
+  if (c == NULL || q == NULL || uv_pipe_init(srv->loop, &c->pipe, 0) < 0) {
+    log_error("out of memory for a new connection");
+    free(c);
+    free(q);
+    return;
+  }
+  c->q = q;
+  c->srv = srv;
+  c->id = ++srv->next_conn_id;
+  c->pipe.data = c;
+  c->next = srv->conns;
+  if (srv->conns) srv->conns->prev = c;
+  srv->conns = c;
+  srv->n_conns++;
+  if (uv_accept(listener, (uv_stream_t *)&c->pipe) < 0) {
+    conn_kill(c);
+    return;
+  }
+  uv_os_fd_t fd;
+  struct ucred cred = {0};
+  socklen_t len = sizeof cred;
+  if (uv_fileno((uv_handle_t *)&c->pipe, &fd) < 0 ||
+      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+    log_warn("client %u: cannot read peer credentials; refused", c->id);
+    conn_kill(c);
+    return;
+  }
+  c->uid = cred.uid;
+  c->pid = cred.pid;
+  if (!peer_allowed(srv, cred.uid, cred.gid)) {
+    log_warn("client %u: uid %u gid %u (pid %ld) is not allowed; refused",
+             c->id, (unsigned)cred.uid, (unsigned)cred.gid, (long)cred.pid);
+    conn_send_error(c, 0, -AURAL_PROTO_EPERMISSION, true,
+                    "uid %u may not use this server (same user, root or "
+                    "group members only)",
+                    (unsigned)cred.uid);
+    return;
+  }
+  if (srv->n_conns > srv->opt->max_clients) {
+    log_warn("client %u: connection limit %d reached; refused", c->id,
+             srv->opt->max_clients);
+    conn_send_error(c, 0, -AURAL_PROTO_ELIMIT, true,
+                    "the server's limit of %d connections is reached",
+                    srv->opt->max_clients);
+    return;
+  }
+  if (srv->stopping) {
+    conn_send_error(c, 0, -AURAL_PROTO_ESHUTDOWN, true,
+                    "the server is shutting down");
+    return;
+  }
+  log_debug("client %u: connected (uid %u, pid %ld)", c->id,
+            (unsigned)cred.uid, (long)cred.pid);
+  start_reading(c);
+}
+
+/* Runs from the tick timer: disconnects clients whose queue stayed above
+ * the soft limit for longer than allowed. */
+void conn_check_limits(server *srv) {
+  double now = aurald_mono_s();
+  for (conn *c = srv->conns, *next; c != NULL; c = next) {
+    next = c->next;
+    if (c->closing) continue;
+    if (c->q_bytes <= srv->opt->sub_soft_bytes) {
+      c->over_soft_since = 0;
+      continue;
+    }
+    if (c->over_soft_since == 0) {
+      c->over_soft_since = now;
+      continue;
+    }
+    if (now - c->over_soft_since >= srv->opt->sub_soft_s) {
+      log_warn("client %u: %zu bytes queued for %.1f s (soft limit %zu "
+               "bytes for %.1f s); disconnecting a slow consumer",
+               c->id, c->q_bytes, now - c->over_soft_since,
+               srv->opt->sub_soft_bytes, srv->opt->sub_soft_s);
+      conn_kill(c);
+    }
+  }
+}

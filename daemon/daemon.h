@@ -1,0 +1,350 @@
+/*
+ * aurald internals shared by the daemon's files.
+ *
+ * Threads: the libuv loop runs on the main thread and owns every handle,
+ * connection, subscription and the stream registry. Worker threads
+ * (compute.c) own a stream only while its `busy` flag is set, and touch
+ * nothing else of the daemon except the shared queues guarded by
+ * server.mu. Results come back to the loop through server.done and an
+ * uv_async_t; the loop never waits for a worker.
+ */
+#ifndef AURALD_DAEMON_H
+#define AURALD_DAEMON_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include <aural.h>
+#include <aural/proto.h>
+
+/* ---- logging (log.c) ---------------------------------------------------- */
+
+enum { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
+extern int aurald_log_level;
+void aurald_log(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+#define log_error(...) aurald_log(LOG_ERROR, __VA_ARGS__)
+#define log_warn(...) aurald_log(LOG_WARN, __VA_ARGS__)
+#define log_info(...) aurald_log(LOG_INFO, __VA_ARGS__)
+#define log_debug(...) aurald_log(LOG_DEBUG, __VA_ARGS__)
+int aurald_log_level_parse(const char *s);
+
+/* Microseconds since the Unix epoch (CLOCK_REALTIME), the protocol's time. */
+int64_t aurald_now_us(void);
+/* Seconds on CLOCK_MONOTONIC. */
+double aurald_mono_s(void);
+
+/* ---- shared message buffers -------------------------------------------- */
+
+/* One encoded message, shared by every connection it is queued on.
+ * Reference counts are touched on the loop thread only. */
+typedef struct msgbuf {
+  int refs;
+  size_t len;
+  uint8_t data[];
+} msgbuf;
+
+msgbuf *msgbuf_new(size_t len); /* refs = 1 */
+void msgbuf_unref(msgbuf *m);
+
+/* ---- options ------------------------------------------------------------- */
+
+typedef struct file_opt {
+  const char *path;
+  bool realtime;
+} file_opt;
+
+typedef struct aurald_options {
+  const char *model_path;
+  const char *socket_path; /* resolved */
+  int chunk_frames;        /* --chunk-ms / 10 */
+  bool mic;
+  const char *mic_device; /* NULL: default input */
+  file_opt *files;
+  int n_files;
+  int n_threads;
+  size_t max_request_bytes;
+  size_t max_message_bytes;
+  int max_clients;
+  int max_streams;
+  size_t sub_hard_bytes;
+  size_t sub_soft_bytes;
+  double sub_soft_s;
+  const char *group; /* peers in this group are accepted too */
+  gid_t group_gid;
+  bool exit_when_done; /* stop once every --file stream has ended */
+  bool f16_weights;
+} aurald_options;
+
+/* ---- streams ------------------------------------------------------------- */
+
+typedef enum stream_source {
+  SRC_FILE = 0,
+  SRC_MIC,
+  SRC_CLIENT,
+} stream_source;
+
+typedef enum end_reason {
+  END_NONE = 0,
+  END_EOF,
+  END_CLOSED,
+  END_DISCONNECTED,
+  END_DEVICE_LOST,
+  END_ERROR,
+  END_SHUTDOWN,
+} end_reason;
+
+const char *end_reason_name(end_reason r);
+const char *source_name(stream_source s);
+
+struct server;
+struct conn;
+struct delivery;
+
+#define LATENCY_RING 1024
+#define STREAM_FEAT_CAP 256     /* feature rows a stream holds per round */
+#define MIC_RING_FRAMES 65536   /* microphone ring (power of two) */
+
+typedef struct stream {
+  struct server *srv;
+  uint32_t id;
+  char name[AURAL_PROTO_NAME_MAX + 1];
+  stream_source source;
+  double rate_hz;
+  int channels;
+  int64_t start_us;
+  struct conn *owner;     /* the client feeding it (SRC_CLIENT) */
+  uint8_t format;         /* aural_sample_format of its AUDIO_DATA */
+  bool closed_by_client;  /* AUDIO_CLOSE (or bad data) seen */
+  uint64_t frames_received; /* input frames accepted from the client */
+  struct stream *next;    /* registry list */
+  struct delivery *deliveries; /* subscribers receiving it */
+
+  /* Guarded by server.mu. */
+  float *in;              /* (in_cap_frames, channels) pending input */
+  size_t in_frames, in_cap_frames;
+  int64_t in_first_us;    /* arrival of the oldest pending input */
+  int64_t in_last_us;     /* arrival of the newest pending input */
+  bool input_done;        /* no more input will come */
+  end_reason reason;      /* why input is done */
+  char message[160];      /* details for STREAM_ENDED */
+  bool queued;            /* in server.ready */
+  bool busy;              /* a worker owns the fields below */
+  bool ended;             /* the worker emitted its final chunk */
+  struct stream *ready_next;
+
+  /* File source: read by the worker that owns the stream. */
+  aural_audiofile *af;
+  bool realtime;
+  uint64_t read_frames;   /* input frames read so far */
+  double t0_mono;         /* pacing origin for realtime */
+
+  /* Owned by the worker while busy (and by the loop before start). */
+  aural_frontend *fe;
+  aural_encoder *enc;
+  float *feats;           /* (feat_cap, n_mels) features awaiting encode */
+  size_t n_feats, feat_cap;
+  int64_t feat_capture_us; /* capture time of the first pending feature */
+  float *emb_out;         /* (feat_cap, d_model) this round's outputs */
+  float *logit_out;       /* (feat_cap, vocab) or NULL */
+  float *emb_acc;         /* (chunk_frames, d_model) current chunk */
+  float *logit_acc;       /* (chunk_frames, vocab) or NULL */
+  size_t acc_n;           /* frames in the current chunk */
+  int64_t acc_capture_us;
+  uint64_t next_frame;    /* absolute index of the next frame */
+  uint64_t n_chunks;
+  int prev_token;
+  double compute_s;
+  uint64_t frames_in;     /* input frames consumed */
+  /* Copies for STATS, written by the worker under server.mu. */
+  uint64_t stat_frames;
+  double stat_compute_s, stat_audio_s;
+
+  /* Loop-side statistics. */
+  float latency_ms[LATENCY_RING];
+  uint64_t n_latency;
+  _Atomic uint64_t overruns;
+  uint64_t chunks_emitted;
+} stream;
+
+/* A finished chunk (or the end of a stream), handed from a worker to the
+ * loop. */
+typedef struct chunk_out {
+  stream *s;
+  struct chunk_out *next;
+  bool is_end;
+  aural_chunk_header h;   /* outputs/dtype/text_bytes unset */
+  float *emb;             /* (n_frames, d_model) */
+  float *logits;          /* (n_frames, vocab) or NULL */
+  char *text;             /* NUL-terminated, tokens separated by spaces */
+  size_t text_len;
+  msgbuf *variants[2][8]; /* [dtype][outputs] encoded messages */
+} chunk_out;
+
+/* ---- connections and subscriptions ------------------------------------- */
+
+typedef struct subscription {
+  struct conn *c;
+  uint32_t id;
+  bool all;
+  char name[AURAL_PROTO_NAME_MAX + 1];
+  uint32_t outputs;
+  uint8_t dtype;
+  uint64_t sent, dropped;    /* totals of streams that have ended */
+  struct subscription *next; /* in conn */
+} subscription;
+
+/* One subscription receiving one stream. */
+typedef struct delivery {
+  subscription *sub;
+  stream *s;
+  struct delivery *next_in_stream;
+  uint64_t gap_first, gap_n; /* chunks lost, not yet reported */
+  uint64_t sent, dropped;
+} delivery;
+
+#define CONN_QUEUE_CAP 4096 /* messages queued on one connection */
+#define CONN_WRITE_BATCH 64 /* buffers per uv_write */
+#define CONN_MAX_SUBS 64
+#define CONN_MAX_STREAMS 16
+
+typedef struct conn {
+  uv_pipe_t pipe;
+  struct server *srv;
+  uint32_t id;
+  bool hello_done;
+  bool closing;        /* uv_close requested */
+  bool fatal_sent;     /* close once the queue drains */
+  bool reading;
+  bool paused;         /* reading stopped for flow control */
+  uid_t uid;
+  pid_t pid;
+  uint8_t *rbuf;       /* partial incoming message */
+  size_t rlen, rcap;
+  msgbuf **q;          /* ring of CONN_QUEUE_CAP queued messages */
+  size_t q_head, q_len;
+  size_t q_bytes;      /* bytes queued and not yet written */
+  uv_write_t wreq;
+  uv_buf_t wbufs[CONN_WRITE_BATCH];
+  size_t n_inflight;   /* messages in the current uv_write */
+  double over_soft_since; /* monotonic s, 0 when under the soft limit */
+  subscription *subs;
+  int n_subs;
+  int n_streams;       /* streams it feeds */
+  uint32_t next_sub_id;
+  struct conn *next, *prev;
+} conn;
+
+/* ---- the server ---------------------------------------------------------- */
+
+typedef struct worker worker;
+
+typedef struct server {
+  uv_loop_t *loop;
+  aurald_options *opt;
+  aural_model *model;
+  const aural_model_config *mc;
+  size_t chunk_frames;
+  size_t max_token_bytes;  /* longest vocabulary string */
+  msgbuf *welcome;         /* the WELCOME every client gets */
+  float *scratch;          /* loop thread: one request's samples */
+  uv_pipe_t listener;
+  bool listening;
+  int lock_fd;
+  char lock_path[256];
+  uv_signal_t sigint, sigterm;
+  uv_async_t wake;         /* workers -> loop */
+  uv_timer_t tick;         /* pacing, limits, device checks */
+  uv_timer_t deadline;     /* shutdown deadline */
+  bool stopping;
+  bool stopped;
+  double t_start;
+
+  conn *conns;
+  int n_conns;
+  uint32_t next_conn_id;
+  stream *streams;
+  int n_streams;
+  int n_file_streams_left;
+  uint32_t next_stream_id;
+
+  /* Shared with workers. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  stream *ready_head, *ready_tail;
+  int n_ready;
+  chunk_out *done_head, *done_tail;
+  bool quit_workers;
+  worker *workers;
+  int n_workers;
+
+  struct mic_source *mic;
+  int exit_code;
+} server;
+
+/* server.c */
+int server_listen(server *srv);
+void server_stop(server *srv, const char *why);
+void server_close_handles(server *srv);
+
+/* stream.c */
+stream *stream_create(server *srv, const char *name, stream_source src,
+                      double rate_hz, int channels, char *why,
+                      size_t why_len);
+int stream_start(stream *s); /* announce to subscribers */
+/* Appends interleaved frames (loop thread). Returns 0, or -1 when the
+ * stream's input buffer is full (callers size pushes to avoid it). */
+int stream_push(stream *s, const float *pcm, size_t n_frames,
+                int64_t arrival_us);
+/* True when the pending input is above the flow-control mark. */
+bool stream_backlogged(stream *s);
+void stream_end_input(stream *s, end_reason r, const char *message);
+void stream_destroy(stream *s);
+stream *stream_find(server *srv, const char *name);
+stream *stream_find_id(server *srv, uint32_t id);
+void server_mark_ready(server *srv, stream *s); /* with mu held */
+void server_on_done(uv_async_t *a); /* drains finished chunks */
+void deliveries_attach(server *srv, subscription *sub, stream *s);
+void delivery_remove_sub(server *srv, subscription *sub);
+size_t stream_pending_frames(stream *s);
+
+/* compute.c */
+int workers_start(server *srv, int n, char *why, size_t why_len);
+void workers_stop(server *srv);
+
+/* conn.c */
+void conn_send(conn *c, msgbuf *m);    /* takes a reference */
+void conn_send_bytes(conn *c, const void *data, size_t len);
+void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
+                     const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void conn_kill(conn *c); /* close now */
+void conn_resume_if_drained(conn *c);
+void on_connection(uv_stream_t *listener, int status);
+void conn_check_limits(server *srv);
+size_t conn_queue_bytes(const conn *c);
+
+/* fanout.c */
+void fanout_chunk(server *srv, chunk_out *co);
+void fanout_started(server *srv, stream *s);
+void fanout_ended(server *srv, stream *s);
+void send_stream_started(delivery *d);
+void build_stats(server *srv, aural_jw *w);
+void build_stream_list(server *srv, aural_jw *w);
+
+/* mic.c */
+int mic_list_devices(void);
+int mic_start(server *srv, const char *device, char *why, size_t why_len);
+void mic_poll(server *srv);
+void mic_stop(server *srv);
+
+/* socket.c */
+int socket_default_path(char *out, size_t cap);
+int socket_prepare(server *srv, char *why, size_t why_len);
+bool peer_allowed(server *srv, uid_t uid, gid_t gid);
+
+#endif

@@ -1,0 +1,62 @@
+/* Logging to stderr with levels, clocks and shared message buffers. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+
+int aurald_log_level = LOG_INFO;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+int aurald_log_level_parse(const char *s) {
+  for (int i = 0; i < 4; i++)
+    if (strcmp(s, level_names[i]) == 0) return i;
+  if (strcmp(s, "warning") == 0) return LOG_WARN;
+  return -1;
+}
+
+/* One line per call, written with a single fprintf so that lines from the
+ * loop and from workers never interleave mid-line. */
+void aurald_log(int level, const char *fmt, ...) {
+  if (level > aurald_log_level) return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  localtime_r(&ts.tv_sec, &tm);
+  fprintf(stderr, "%02d:%02d:%02d.%03ld aurald %s: %s\n", tm.tm_hour,
+          tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, level_names[level],
+          msg);
+}
+
+int64_t aurald_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+double aurald_mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+msgbuf *msgbuf_new(size_t len) {
+  msgbuf *m = malloc(sizeof *m + len);
+  if (m == NULL) return NULL;
+  m->refs = 1;
+  m->len = len;
+  return m;
+}
+
+void msgbuf_unref(msgbuf *m) {
+  if (m != NULL && --m->refs == 0) free(m);
+}

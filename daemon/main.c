@@ -1,0 +1,528 @@
+/*
+ * aurald: the streaming speech-frame encoder daemon (DESIGN.md §4).
+ *
+ * Start-up loads the model, takes the socket (socket.c), starts the
+ * compute workers and the sources, then runs the loop until SIGINT or
+ * SIGTERM. Shutdown stops accepting, ends every stream (their final
+ * chunks still go out), tells clients SHUTDOWN, and closes every handle,
+ * within SHUTDOWN_S at most.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+#define SHUTDOWN_S 1.8 /* the whole shutdown stays under 2 s */
+#define TICK_MS 10
+
+static void usage(FILE *to) {
+  fprintf(to,
+"Usage: aurald [OPTIONS]\n"
+"\n"
+"Streaming speech-frame encoder daemon: turns audio from files, a\n"
+"microphone or socket clients into 10 ms frame embeddings (and CTC token\n"
+"posteriors and text when the model has a head), and publishes each chunk\n"
+"over a Unix socket to subscribers (see proto/PROTOCOL.md).\n"
+"\n"
+"Options:\n"
+"  -m, --model PATH       model file (default: the bundled model)\n"
+"  -s, --socket PATH      socket path (default: $AURAL_SOCKET, else\n"
+"                         $XDG_RUNTIME_DIR/aural.sock, /run/aural/aural.sock\n"
+"                         for root, /tmp/aural-UID/aural.sock otherwise)\n"
+"      --chunk-ms N       chunk length in ms, a multiple of 10 from 10 to\n"
+"                         10000 (default 500)\n"
+"      --mic[=NAME|INDEX] capture from the default input device, or the one\n"
+"                         named (a substring of its name) or numbered\n"
+"      --list-devices     list input devices and exit\n"
+"      --file PATH        encode an audio file as a stream named after its\n"
+"                         base name; repeatable\n"
+"      --realtime         pace the --file just before at 1x real time\n"
+"                         (default: as fast as possible)\n"
+"      --exit-when-done   exit once every --file stream has ended\n"
+"      --threads N        compute threads (default: one per CPU)\n"
+"      --max-clients N    simultaneous connections (default 1024)\n"
+"      --max-streams N    simultaneous streams (default 1024)\n"
+"      --sub-hard-limit B a subscriber's queue above B bytes loses chunks\n"
+"                         (reported by GAP); suffixes K, M (default 16M)\n"
+"      --sub-soft-limit B a queue above B bytes for too long is\n"
+"                         disconnected (default 4M)\n"
+"      --sub-soft-seconds S  how long is too long (default 10)\n"
+"      --group NAME       also accept clients whose group is NAME\n"
+"      --f16              keep weights in half precision in memory\n"
+"      --log-level L      error, warn, info (default) or debug\n"
+"  -h, --help             show this help\n"
+"  -V, --version          show the version\n"
+"\n"
+"Examples:\n"
+"  aurald --file talk.flac --realtime      # then: aural sub --all\n"
+"  aurald --mic -s /tmp/aural.sock\n");
+}
+
+enum {
+  OPT_CHUNK_MS = 256, OPT_MIC, OPT_LIST, OPT_FILE, OPT_REALTIME, OPT_EXIT,
+  OPT_THREADS, OPT_MAX_CLIENTS, OPT_MAX_STREAMS, OPT_HARD, OPT_SOFT,
+  OPT_SOFT_S, OPT_GROUP, OPT_F16, OPT_LOG,
+};
+
+static int parse_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end != '\0' || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+/* "16M", "512K", "1048576" -> bytes. */
+static int parse_bytes(const char *s, size_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s || s[0] == '-') return -1;
+  unsigned long long mult = 1;
+  if (*end == 'K' || *end == 'k') mult = 1024, end++;
+  else if (*end == 'M' || *end == 'm') mult = 1024 * 1024, end++;
+  else if (*end == 'G' || *end == 'g') mult = 1024ull * 1024 * 1024, end++;
+  if (*end != '\0' || v == 0 || v > (1ull << 40) / mult) return -1;
+  *out = (size_t)(v * mult);
+  return 0;
+}
+
+static const char *default_model(void) {
+  const char *env = getenv("AURAL_MODEL");
+  if (env != NULL && env[0] != '\0') return env;
+  if (access(AURAL_INSTALLED_MODEL, R_OK) == 0) return AURAL_INSTALLED_MODEL;
+  return AURAL_SOURCE_MODEL;
+}
+
+static int parse_options(int argc, char **argv, aurald_options *o,
+                         bool *list) {
+  static const struct option longs[] = {
+      {"model", required_argument, NULL, 'm'},
+      {"socket", required_argument, NULL, 's'},
+      {"chunk-ms", required_argument, NULL, OPT_CHUNK_MS},
+      {"mic", optional_argument, NULL, OPT_MIC},
+      {"list-devices", no_argument, NULL, OPT_LIST},
+      {"file", required_argument, NULL, OPT_FILE},
+      {"realtime", no_argument, NULL, OPT_REALTIME},
+      {"exit-when-done", no_argument, NULL, OPT_EXIT},
+      {"threads", required_argument, NULL, OPT_THREADS},
+      {"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
+      {"max-streams", required_argument, NULL, OPT_MAX_STREAMS},
+      {"sub-hard-limit", required_argument, NULL, OPT_HARD},
+      {"sub-soft-limit", required_argument, NULL, OPT_SOFT},
+      {"sub-soft-seconds", required_argument, NULL, OPT_SOFT_S},
+      {"group", required_argument, NULL, OPT_GROUP},
+      {"f16", no_argument, NULL, OPT_F16},
+      {"log-level", required_argument, NULL, OPT_LOG},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},
+      {NULL, 0, NULL, 0},
+  };
+  int ch;
+  long v;
+  char *end;
+  while ((ch = getopt_long(argc, argv, "m:s:hV", longs, NULL)) != -1) {
+    switch (ch) {
+    case 'm': o->model_path = optarg; break;
+    case 's': o->socket_path = optarg; break;
+    case OPT_CHUNK_MS:
+      if (parse_long(optarg, 10, 10000, &v) < 0 || v % 10 != 0) {
+        fprintf(stderr, "aurald: --chunk-ms must be a multiple of 10 from 10 "
+                        "to 10000, not \"%s\"\n", optarg);
+        return 2;
+      }
+      o->chunk_frames = (int)(v / 10);
+      break;
+    case OPT_MIC:
+      o->mic = true;
+      o->mic_device = optarg;
+      break;
+    case OPT_LIST: *list = true; break;
+    case OPT_FILE: {
+      file_opt *f = realloc(o->files, (size_t)(o->n_files + 1) * sizeof *f);
+      if (f == NULL) return 1;
+      o->files = f;
+      o->files[o->n_files++] = (file_opt){optarg, false};
+      break;
+    }
+    case OPT_REALTIME:
+      if (o->n_files == 0) {
+        fprintf(stderr, "aurald: --realtime applies to the --file before "
+                        "it; give --file PATH --realtime\n");
+        return 2;
+      }
+      o->files[o->n_files - 1].realtime = true;
+      break;
+    case OPT_EXIT: o->exit_when_done = true; break;
+    case OPT_THREADS:
+      if (parse_long(optarg, 1, 256, &v) < 0) {
+        fprintf(stderr, "aurald: --threads must be 1..256\n");
+        return 2;
+      }
+      o->n_threads = (int)v;
+      break;
+    case OPT_MAX_CLIENTS:
+    case OPT_MAX_STREAMS:
+      if (parse_long(optarg, 1, 1000000, &v) < 0) {
+        fprintf(stderr, "aurald: --%s must be 1..1000000\n",
+                ch == OPT_MAX_CLIENTS ? "max-clients" : "max-streams");
+        return 2;
+      }
+      if (ch == OPT_MAX_CLIENTS) o->max_clients = (int)v;
+      else o->max_streams = (int)v;
+      break;
+    case OPT_HARD:
+    case OPT_SOFT:
+      if (parse_bytes(optarg, ch == OPT_HARD ? &o->sub_hard_bytes
+                                             : &o->sub_soft_bytes) < 0) {
+        fprintf(stderr, "aurald: bad byte count \"%s\" (e.g. 4M, 512K)\n",
+                optarg);
+        return 2;
+      }
+      break;
+    case OPT_SOFT_S:
+      errno = 0;
+      o->sub_soft_s = strtod(optarg, &end);
+      if (errno || end == optarg || *end || !(o->sub_soft_s > 0) ||
+          o->sub_soft_s > 86400) {
+        fprintf(stderr, "aurald: --sub-soft-seconds must be > 0\n");
+        return 2;
+      }
+      break;
+    case OPT_GROUP: {
+      struct group *g = getgrnam(optarg);
+      if (g == NULL) {
+        fprintf(stderr, "aurald: no group named \"%s\"\n", optarg);
+        return 2;
+      }
+      o->group = optarg;
+      o->group_gid = g->gr_gid;
+      break;
+    }
+    case OPT_F16: o->f16_weights = true; break;
+    case OPT_LOG:
+      aurald_log_level = aurald_log_level_parse(optarg);
+      if (aurald_log_level < 0) {
+        fprintf(stderr, "aurald: --log-level must be error, warn, info or "
+                        "debug\n");
+        return 2;
+      }
+      break;
+    case 'h': usage(stdout); exit(0);
+    case 'V': printf("aurald %s\n", AURAL_VERSION); exit(0);
+    default:
+      fprintf(stderr, "Try 'aurald --help'.\n");
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "aurald: unexpected argument \"%s\" (files are given "
+                    "with --file)\n", argv[optind]);
+    return 2;
+  }
+  if (o->sub_soft_bytes > o->sub_hard_bytes) {
+    fprintf(stderr, "aurald: --sub-soft-limit must not exceed "
+                    "--sub-hard-limit\n");
+    return 2;
+  }
+  return 0;
+}
+
+/* WELCOME is the same for every client: built once. */
+static int build_welcome(server *srv) {
+  const aural_model_config *mc = srv->mc;
+  size_t cap = 4096;
+  for (int i = 0; i < mc->vocab_size; i++)
+    cap += 6 * strlen(aural_model_token(srv->model, i)) + 4;
+  char *json = malloc(cap);
+  if (json == NULL) return -1;
+  aural_jw w;
+  aural_jw_init(&w, json, cap);
+  aural_jw_begin_object(&w);
+  aural_jw_key(&w, "version");
+  aural_jw_int(&w, AURAL_PROTO_VERSION);
+  aural_jw_key(&w, "server");
+  aural_jw_string(&w, "aurald " AURAL_VERSION);
+  aural_jw_key(&w, "max_request_bytes");
+  aural_jw_uint(&w, srv->opt->max_request_bytes);
+  aural_jw_key(&w, "max_message_bytes");
+  aural_jw_uint(&w, srv->opt->max_message_bytes);
+  aural_jw_key(&w, "model");
+  aural_jw_begin_object(&w);
+  aural_jw_key(&w, "sample_rate");
+  aural_jw_double(&w, mc->fbank.sample_rate_hz);
+  aural_jw_key(&w, "n_mels");
+  aural_jw_int(&w, mc->fbank.num_mel_bins);
+  aural_jw_key(&w, "frame_ms");
+  aural_jw_double(&w, mc->fbank.frame_shift_ms);
+  aural_jw_key(&w, "d_model");
+  aural_jw_int(&w, mc->d_model);
+  aural_jw_key(&w, "n_layers");
+  aural_jw_int(&w, mc->n_layers);
+  aural_jw_key(&w, "window");
+  aural_jw_int(&w, mc->window);
+  aural_jw_key(&w, "vocab_size");
+  aural_jw_int(&w, mc->vocab_size);
+  aural_jw_key(&w, "vocab");
+  aural_jw_begin_array(&w);
+  for (int i = 0; i < mc->vocab_size; i++)
+    aural_jw_string(&w, aural_model_token(srv->model, i));
+  aural_jw_end_array(&w);
+  aural_jw_key(&w, "chunk_frames");
+  aural_jw_uint(&w, srv->chunk_frames);
+  aural_jw_end_object(&w);
+  aural_jw_end_object(&w);
+  long len = aural_jw_finish(&w);
+  if (len >= 0) {
+    srv->welcome = msgbuf_new(AURAL_PROTO_HEADER_BYTES + (size_t)len);
+    if (srv->welcome != NULL)
+      aural_proto_encode_raw(srv->welcome->data, srv->welcome->len,
+                             AURAL_MSG_WELCOME, 0, json, (size_t)len);
+  }
+  free(json);
+  return srv->welcome != NULL ? 0 : -1;
+}
+
+static int open_files(server *srv, char *why, size_t why_len) {
+  for (int i = 0; i < srv->opt->n_files; i++) {
+    const file_opt *f = &srv->opt->files[i];
+    aural_audiofile *af = NULL;
+    aural_err err = {0};
+    if (aural_audiofile_open(f->path, &af, &err) < 0) {
+      snprintf(why, why_len, "%s", err.msg);
+      return -1;
+    }
+    aural_audiofile_info info;
+    aural_audiofile_get_info(af, &info);
+    const char *base = strrchr(f->path, '/');
+    base = base ? base + 1 : f->path;
+    char name[AURAL_PROTO_NAME_MAX + 1];
+    snprintf(name, sizeof name, "%s", base);
+    for (int k = 2; stream_find(srv, name) != NULL; k++)
+      snprintf(name, sizeof name, "%.56s#%d", base, k % 100000);
+    for (char *p = name; *p; p++) /* names are printable ASCII */
+      if (*p < 0x21 || *p > 0x7e || *p == '\\') *p = '_';
+    stream *s = stream_create(srv, name, SRC_FILE, info.rate_hz,
+                              info.n_channels, why, why_len);
+    if (s == NULL) {
+      aural_audiofile_close(af);
+      return -1;
+    }
+    s->af = af;
+    s->realtime = f->realtime;
+    s->t0_mono = aurald_mono_s();
+    srv->n_file_streams_left++;
+    log_info("stream %u \"%s\": file %s (%.0f Hz, %d ch%s)", s->id, s->name,
+             f->path, info.rate_hz, info.n_channels,
+             f->realtime ? ", real time" : "");
+  }
+  for (stream *s = srv->streams; s != NULL; s = s->next)
+    if (s->source == SRC_FILE) stream_start(s);
+  return 0;
+}
+
+/* ---- shutdown ------------------------------------------------------------ */
+
+static void close_if_open(uv_handle_t *h) {
+  if (h->loop != NULL && !uv_is_closing(h)) uv_close(h, NULL);
+}
+
+/* Last step of a shutdown: workers are joined (they may still hold
+ * streams), leftovers freed, and every handle closed so uv_run returns. */
+void server_close_handles(server *srv) {
+  if (srv->stopped) return;
+  srv->stopped = true;
+  for (conn *c = srv->conns; c != NULL; c = c->next) conn_kill(c);
+  workers_stop(srv);
+  server_on_done(&srv->wake); /* events the workers left */
+  close_if_open((uv_handle_t *)&srv->tick);
+  close_if_open((uv_handle_t *)&srv->deadline);
+  close_if_open((uv_handle_t *)&srv->sigint);
+  close_if_open((uv_handle_t *)&srv->sigterm);
+  close_if_open((uv_handle_t *)&srv->wake);
+  if (srv->listening) close_if_open((uv_handle_t *)&srv->listener);
+}
+
+static void on_deadline(uv_timer_t *t) {
+  server *srv = t->data;
+  log_warn("shutdown: deadline reached with %d streams and %d clients "
+           "left; closing them",
+           srv->n_streams, srv->n_conns);
+  server_close_handles(srv);
+}
+
+void server_stop(server *srv, const char *why) {
+  if (srv->stopping) return;
+  srv->stopping = true;
+  log_info("stopping: %s", why);
+  if (srv->listening) {
+    uv_close((uv_handle_t *)&srv->listener, NULL);
+    srv->listening = false;
+    unlink(srv->opt->socket_path);
+  }
+  mic_stop(srv);
+  for (stream *s = srv->streams; s != NULL; s = s->next)
+    stream_end_input(s, END_SHUTDOWN, "");
+  for (conn *c = srv->conns; c != NULL; c = c->next)
+    if (c->reading) {
+      uv_read_stop((uv_stream_t *)&c->pipe);
+      c->reading = false;
+      c->paused = true; /* no resume */
+    }
+  uv_timer_start(&srv->deadline, on_deadline,
+                 (uint64_t)(SHUTDOWN_S * 1000), 0);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  server *srv = h->data;
+  if (srv->stopping) {
+    log_warn("second %s: closing now", strsignal(signum));
+    server_close_handles(srv);
+    return;
+  }
+  server_stop(srv, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+static void on_tick(uv_timer_t *t) {
+  server *srv = t->data;
+  mic_poll(srv);
+  pthread_mutex_lock(&srv->mu);
+  for (stream *s = srv->streams; s != NULL; s = s->next)
+    if (s->source == SRC_FILE && s->realtime) server_mark_ready(srv, s);
+  pthread_mutex_unlock(&srv->mu);
+  conn_check_limits(srv);
+  if (!srv->stopping) {
+    for (conn *c = srv->conns; c != NULL; c = c->next)
+      conn_resume_if_drained(c);
+    return;
+  }
+  if (srv->n_streams > 0) return;
+  /* Every stream has ended and its final chunks are queued: say goodbye.
+   * A connection closes once its queue is written. */
+  for (conn *c = srv->conns; c != NULL; c = c->next)
+    if (!c->fatal_sent && !c->closing)
+      conn_send_error(c, 0, -AURAL_PROTO_ESHUTDOWN, true,
+                      "the server is shutting down");
+  if (srv->n_conns == 0) server_close_handles(srv);
+}
+
+int main(int argc, char **argv) {
+  aurald_options o = {
+      .chunk_frames = 50,
+      .n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN),
+      .max_request_bytes = 1u << 20,
+      .max_message_bytes = 64u << 20,
+      .max_clients = 1024,
+      .max_streams = 1024,
+      .sub_hard_bytes = 16u << 20,
+      .sub_soft_bytes = 4u << 20,
+      .sub_soft_s = 10.0,
+  };
+  bool list = false;
+  int rc = parse_options(argc, argv, &o, &list);
+  if (rc != 0) return rc;
+  if (list) return mic_list_devices();
+  if (o.n_threads < 1) o.n_threads = 1;
+
+  char sock[512];
+  if (o.socket_path == NULL) {
+    if (socket_default_path(sock, sizeof sock) < 0) {
+      fprintf(stderr, "aurald: cannot form the default socket path\n");
+      return 1;
+    }
+    o.socket_path = sock;
+  }
+  if (o.model_path == NULL) o.model_path = default_model();
+  signal(SIGPIPE, SIG_IGN);
+
+  server srv = {.opt = &o, .lock_fd = -1, .exit_code = 0};
+  srv.chunk_frames = (size_t)o.chunk_frames;
+  srv.t_start = aurald_mono_s();
+  char why[640];
+  aural_err err = {0};
+  aural_model_load_config lc;
+  aural_model_load_config_default(&lc);
+  if (o.f16_weights) lc.weights = AURAL_WEIGHTS_F16;
+  if (aural_model_load(o.model_path, &lc, &srv.model, &err) < 0) {
+    log_error("%s", err.msg);
+    return 1;
+  }
+  srv.mc = aural_model_get_config(srv.model);
+  for (int i = 0; i < srv.mc->vocab_size; i++) {
+    size_t n = strlen(aural_model_token(srv.model, i));
+    if (n > srv.max_token_bytes) srv.max_token_bytes = n;
+  }
+  srv.scratch = malloc(o.max_request_bytes / 2 * sizeof(float));
+  uv_loop_t loop;
+  if (srv.scratch == NULL || build_welcome(&srv) < 0 ||
+      uv_loop_init(&loop) < 0) {
+    log_error("out of memory at start-up");
+    return 1;
+  }
+  srv.loop = &loop;
+  pthread_mutex_init(&srv.mu, NULL);
+  pthread_cond_init(&srv.cv, NULL);
+  uv_async_init(&loop, &srv.wake, server_on_done);
+  srv.wake.data = &srv;
+  uv_timer_init(&loop, &srv.tick);
+  srv.tick.data = &srv;
+  uv_timer_init(&loop, &srv.deadline);
+  srv.deadline.data = &srv;
+  uv_signal_init(&loop, &srv.sigint);
+  uv_signal_init(&loop, &srv.sigterm);
+  srv.sigint.data = srv.sigterm.data = &srv;
+
+  rc = socket_prepare(&srv, why, sizeof why);
+  if (rc == 0) rc = workers_start(&srv, o.n_threads, why, sizeof why);
+  if (rc == 0) rc = open_files(&srv, why, sizeof why);
+  if (rc == 0 && o.mic) rc = mic_start(&srv, o.mic_device, why, sizeof why);
+  if (rc < 0) {
+    log_error("%s", why);
+    srv.exit_code = 1;
+    if (srv.listening) {
+      uv_close((uv_handle_t *)&srv.listener, NULL);
+      srv.listening = false;
+      unlink(o.socket_path);
+    }
+    mic_stop(&srv);
+    server_close_handles(&srv);
+  } else {
+    uv_signal_start(&srv.sigint, on_signal, SIGINT);
+    uv_signal_start(&srv.sigterm, on_signal, SIGTERM);
+    uv_timer_start(&srv.tick, on_tick, TICK_MS, TICK_MS);
+    log_info("serving %s with %s (d_model %d, %d layers, vocab %d), %d "
+             "workers, chunks of %d ms",
+             o.socket_path, o.model_path, srv.mc->d_model, srv.mc->n_layers,
+             srv.mc->vocab_size, srv.n_workers, o.chunk_frames * 10);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+
+  /* Streams a failed start-up or the deadline left behind. */
+  while (srv.streams != NULL) {
+    stream *s = srv.streams;
+    srv.streams = s->next;
+    stream_destroy(s);
+  }
+  int closed = uv_loop_close(&loop);
+  if (closed != 0) {
+    log_error("event loop did not close cleanly: %s", uv_strerror(closed));
+    srv.exit_code = 1;
+  }
+  if (srv.lock_fd >= 0) close(srv.lock_fd);
+  msgbuf_unref(srv.welcome);
+  free(srv.scratch);
+  free(o.files);
+  aural_model_free(srv.model);
+  pthread_mutex_destroy(&srv.mu);
+  pthread_cond_destroy(&srv.cv);
+  if (srv.exit_code == 0) log_info("stopped");
+  return srv.exit_code;
+}

@@ -1,0 +1,302 @@
+/*
+ * Streams: the registry, their input buffers (filled by the loop, drained
+ * by workers), and the hand-back of finished chunks to the loop.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+
+const char *end_reason_name(end_reason r) {
+  static const char *const names[] = {
+      "none", "eof", "closed", "disconnected", "device_lost", "error",
+      "shutdown"};
+  return names[r];
+}
+
+const char *source_name(stream_source s) {
+  static const char *const names[] = {"file", "mic", "client"};
+  return names[s];
+}
+
+/* Input waiting beyond this many seconds of audio (or bytes) stops the
+ * connection that feeds it from being read. */
+#define BACKLOG_S 4.0
+#define BACKLOG_BYTES (4u << 20)
+
+static size_t backlog_frames(const stream *s) {
+  size_t by_time = (size_t)(s->rate_hz * BACKLOG_S);
+  size_t by_bytes = BACKLOG_BYTES / (sizeof(float) * (size_t)s->channels);
+  return by_time < by_bytes ? by_time : by_bytes;
+}
+
+stream *stream_create(server *srv, const char *name, stream_source src,
+                      double rate_hz, int channels, char *why,
+                      size_t why_len) {
+  const aural_model_config *mc = srv->mc;
+  stream *s = calloc(1, sizeof *s);
+  if (s == NULL) goto oom;
+  s->srv = srv;
+  s->id = ++srv->next_stream_id;
+  snprintf(s->name, sizeof s->name, "%s", name);
+  s->source = src;
+  s->rate_hz = rate_hz;
+  s->channels = channels;
+  s->start_us = aurald_now_us();
+  s->prev_token = -1;
+
+  aural_frontend_config fc;
+  aural_frontend_config_default(&fc);
+  fc.fbank = mc->fbank;
+  fc.input_rate_hz = rate_hz;
+  fc.n_channels = channels;
+  fc.cmvn_mean = aural_model_cmvn_mean(srv->model);
+  fc.cmvn_std = aural_model_cmvn_std(srv->model);
+  /* A microphone glitch must not end the stream; files and clients are
+   * checked before their samples get here. */
+  fc.nonfinite = src == SRC_MIC ? AURAL_NONFINITE_ZERO : AURAL_NONFINITE_REJECT;
+  aural_err err = {0};
+  if (aural_frontend_create(&fc, &s->fe, &err) < 0) {
+    snprintf(why, why_len, "%s", err.msg);
+    stream_destroy(s);
+    return NULL;
+  }
+  aural_encoder_config ec;
+  aural_encoder_config_default(&ec);
+  if (aural_encoder_create(srv->model, &ec, &s->enc, &err) < 0) {
+    snprintf(why, why_len, "%s", err.msg);
+    stream_destroy(s);
+    return NULL;
+  }
+
+  size_t d = (size_t)mc->d_model, v = (size_t)mc->vocab_size,
+         mels = (size_t)mc->fbank.num_mel_bins, C = srv->chunk_frames;
+  s->feat_cap = STREAM_FEAT_CAP;
+  s->feats = malloc(s->feat_cap * mels * sizeof(float));
+  s->emb_out = malloc(s->feat_cap * d * sizeof(float));
+  s->emb_acc = malloc(C * d * sizeof(float));
+  if (s->feats == NULL || s->emb_out == NULL || s->emb_acc == NULL) goto oom;
+  if (v > 0) {
+    s->logit_out = malloc(s->feat_cap * v * sizeof(float));
+    s->logit_acc = malloc(C * v * sizeof(float));
+    if (s->logit_out == NULL || s->logit_acc == NULL) goto oom;
+  }
+  if (src != SRC_FILE) {
+    /* Room for the backlog mark plus the largest push that may arrive
+     * once it is passed: one request (s16 doubles in size as float) or
+     * one drain of the microphone ring. */
+    size_t extra = srv->opt->max_request_bytes / 2 / (size_t)channels;
+    if (extra < MIC_RING_FRAMES) extra = MIC_RING_FRAMES;
+    s->in_cap_frames = backlog_frames(s) + extra;
+    s->in = malloc(s->in_cap_frames * (size_t)channels * sizeof(float));
+    if (s->in == NULL) goto oom;
+  }
+  s->next = srv->streams;
+  srv->streams = s;
+  srv->n_streams++;
+  return s;
+oom:
+  snprintf(why, why_len, "out of memory for a new stream");
+  stream_destroy(s);
+  return NULL;
+}
+
+/* Announces the stream to matching subscriptions and lets workers at it. */
+int stream_start(stream *s) {
+  server *srv = s->srv;
+  for (conn *c = srv->conns; c != NULL; c = c->next) {
+    if (c->closing) continue;
+    for (subscription *sub = c->subs; sub != NULL; sub = sub->next)
+      if (sub->all || strcmp(sub->name, s->name) == 0)
+        deliveries_attach(srv, sub, s);
+  }
+  pthread_mutex_lock(&srv->mu);
+  server_mark_ready(srv, s);
+  pthread_mutex_unlock(&srv->mu);
+  return 0;
+}
+
+void server_mark_ready(server *srv, stream *s) {
+  if (s->queued || s->busy || s->ended) return;
+  s->queued = true;
+  s->ready_next = NULL;
+  if (srv->ready_tail) srv->ready_tail->ready_next = s;
+  else srv->ready_head = s;
+  srv->ready_tail = s;
+  srv->n_ready++;
+  pthread_cond_signal(&srv->cv);
+}
+
+int stream_push(stream *s, const float *pcm, size_t n_frames,
+                int64_t arrival_us) {
+  server *srv = s->srv;
+  int rc = 0;
+  pthread_mutex_lock(&srv->mu);
+  if (s->input_done) {
+    rc = -1;
+  } else if (s->in_frames + n_frames > s->in_cap_frames) {
+    rc = -1;
+  } else {
+    memcpy(s->in + s->in_frames * (size_t)s->channels, pcm,
+           n_frames * (size_t)s->channels * sizeof(float));
+    if (s->in_frames == 0) s->in_first_us = arrival_us;
+    s->in_frames += n_frames;
+    s->in_last_us = arrival_us;
+    server_mark_ready(srv, s);
+  }
+  pthread_mutex_unlock(&srv->mu);
+  return rc;
+}
+
+size_t stream_pending_frames(stream *s) {
+  pthread_mutex_lock(&s->srv->mu);
+  size_t n = s->in_frames;
+  pthread_mutex_unlock(&s->srv->mu);
+  return n;
+}
+
+bool stream_backlogged(stream *s) {
+  return s->in != NULL && stream_pending_frames(s) > backlog_frames(s);
+}
+
+void stream_end_input(stream *s, end_reason r, const char *message) {
+  server *srv = s->srv;
+  pthread_mutex_lock(&srv->mu);
+  if (!s->input_done) {
+    s->input_done = true;
+    s->reason = r;
+    snprintf(s->message, sizeof s->message, "%s", message ? message : "");
+    server_mark_ready(srv, s);
+  }
+  pthread_mutex_unlock(&srv->mu);
+}
+
+void stream_destroy(stream *s) {
+  if (s == NULL) return;
+  aural_frontend_destroy(s->fe);
+  aural_encoder_destroy(s->enc);
+  if (s->af) aural_audiofile_close(s->af);
+  free(s->in);
+  free(s->feats);
+  free(s->emb_out);
+  free(s->logit_out);
+  free(s->emb_acc);
+  free(s->logit_acc);
+  free(s);
+}
+
+stream *stream_find(server *srv, const char *name) {
+  for (stream *s = srv->streams; s != NULL; s = s->next)
+    if (!s->ended && strcmp(s->name, name) == 0) return s;
+  return NULL;
+}
+
+stream *stream_find_id(server *srv, uint32_t id) {
+  for (stream *s = srv->streams; s != NULL; s = s->next)
+    if (s->id == id) return s;
+  return NULL;
+}
+
+/* ---- deliveries ---------------------------------------------------------- */
+
+void deliveries_attach(server *srv, subscription *sub, stream *s) {
+  (void)srv;
+  for (delivery *d = s->deliveries; d != NULL; d = d->next_in_stream)
+    if (d->sub == sub) return;
+  delivery *d = calloc(1, sizeof *d);
+  if (d == NULL) {
+    conn_send_error(sub->c, s->id, -AURAL_PROTO_EINTERNAL, false,
+                    "out of memory subscribing to %s", s->name);
+    return;
+  }
+  d->sub = sub;
+  d->s = s;
+  d->next_in_stream = s->deliveries;
+  s->deliveries = d;
+  send_stream_started(d);
+}
+
+void delivery_remove_sub(server *srv, subscription *sub) {
+  for (stream *s = srv->streams; s != NULL; s = s->next)
+    for (delivery **pp = &s->deliveries; *pp != NULL;) {
+      delivery *d = *pp;
+      if (d->sub == sub) {
+        *pp = d->next_in_stream;
+        free(d);
+      } else {
+        pp = &d->next_in_stream;
+      }
+    }
+}
+
+static void unlink_stream(server *srv, stream *s) {
+  for (stream **pp = &srv->streams; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == s) {
+      *pp = s->next;
+      srv->n_streams--;
+      return;
+    }
+}
+
+static void free_chunk(chunk_out *co) {
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 8; o++) msgbuf_unref(co->variants[t][o]);
+  free(co);
+}
+
+/* The end of a stream, on the loop: subscribers get STREAM_ENDED, the
+ * client that closed it AUDIO_CLOSED, and the stream goes. The worker
+ * cleared `busy` before queueing this event, and an ended stream is never
+ * queued again, so nobody else holds it. */
+static void finish_stream(server *srv, stream *s) {
+  log_info("stream %u \"%s\": ended (%s%s%s), %llu frames, %llu chunks",
+           s->id, s->name, end_reason_name(s->reason),
+           s->message[0] ? ": " : "", s->message,
+           (unsigned long long)s->next_frame,
+           (unsigned long long)s->chunks_emitted);
+  fanout_ended(srv, s);
+  if (s->owner != NULL) {
+    conn *c = s->owner;
+    c->n_streams--;
+    if (s->reason == END_CLOSED) {
+      char json[96];
+      int len = snprintf(json, sizeof json, "{\"frames\":%llu,\"chunks\":%llu}",
+                         (unsigned long long)s->next_frame,
+                         (unsigned long long)s->chunks_emitted);
+      uint8_t buf[AURAL_PROTO_HEADER_BYTES + 96];
+      size_t k = aural_proto_encode_raw(buf, sizeof buf,
+                                        AURAL_MSG_AUDIO_CLOSED, s->id, json,
+                                        (size_t)len);
+      conn_send_bytes(c, buf, k);
+    }
+  }
+  bool was_file = s->source == SRC_FILE;
+  unlink_stream(srv, s);
+  stream_destroy(s);
+  if (was_file && --srv->n_file_streams_left == 0 &&
+      srv->opt->exit_when_done && !srv->stopping)
+    server_stop(srv, "every file has been processed");
+}
+
+void server_on_done(uv_async_t *a) {
+  server *srv = a->data;
+  pthread_mutex_lock(&srv->mu);
+  chunk_out *list = srv->done_head;
+  srv->done_head = srv->done_tail = NULL;
+  pthread_mutex_unlock(&srv->mu);
+  while (list != NULL) {
+    chunk_out *co = list;
+    list = co->next;
+    stream *s = co->s;
+    if (co->is_end) {
+      free_chunk(co);
+      finish_stream(srv, s);
+      continue;
+    }
+    fanout_chunk(srv, co);
+    free_chunk(co);
+    if (s->owner != NULL) conn_resume_if_drained(s->owner);
+  }
+}
