@@ -649,6 +649,7 @@ void aural_jw_end_array(aural_jw *w) {
  * output is always valid JSON. */
 static void put_string(aural_jw *w, const char *s, size_t n) {
   static const char hex[] = "0123456789abcdef";
+  if (s == NULL) s = "";
   put(w, "\"", 1);
   size_t run = 0; /* start of the bytes not yet written */
   size_t i = 0;

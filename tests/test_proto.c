@@ -1,0 +1,1374 @@
+/*
+ * The wire protocol codec (proto/PROTOCOL.md): every message type through
+ * its encoder and decoder, the header's refusals, a table of malformed JSON
+ * that the strict reader must refuse and valid JSON it must accept, the
+ * field checks of each request with the message that names the field, the
+ * CHUNK payload with each combination of outputs and dtypes and every
+ * length that is one off, the f16 conversion against known values and a
+ * nearest-value oracle, and the JSON writer's escaping and overflow.
+ */
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <aural/proto.h>
+
+#define BUF_BYTES 4096
+
+/* --- framing -------------------------------------------------------------- */
+
+static void test_header_round_trip_every_type(void **state) {
+  (void)state;
+  int n_types = 0;
+  for (int type = 0; type < 256; type++) {
+    if (aural_msg_type_name(type) == NULL) continue;
+    n_types++;
+    aural_msg_header h = {.version = AURAL_PROTO_VERSION,
+                          .type = (uint8_t)type,
+                          .flags = 0x8001,
+                          .stream_id = 0xDEADBEEFu,
+                          .payload_bytes = 1234};
+    uint8_t b[AURAL_PROTO_HEADER_BYTES];
+    aural_proto_put_header(b, &h);
+    aural_msg_header g;
+    assert_int_equal(aural_proto_decode_header(b, sizeof b, 1234, &g), 0);
+    assert_int_equal(g.version, 1);
+    assert_int_equal(g.type, type);
+    assert_int_equal(g.flags, 0x8001);
+    assert_int_equal(g.stream_id, 0xDEADBEEFu);
+    assert_int_equal(g.payload_bytes, 1234);
+  }
+  assert_int_equal(n_types, 0x16);
+  assert_string_equal(aural_msg_type_name(AURAL_MSG_CHUNK), "CHUNK");
+  assert_string_equal(aural_msg_type_name(0x16), "STATS_REPLY");
+  assert_null(aural_msg_type_name(0));
+  assert_null(aural_msg_type_name(0x17));
+  assert_null(aural_msg_type_name(-1));
+}
+
+/* The byte image of PROTOCOL.md §2, field by field. */
+static void test_header_bytes(void **state) {
+  (void)state;
+  aural_msg_header h = {.version = 1,
+                        .type = AURAL_MSG_GAP,
+                        .flags = 0x0201,
+                        .stream_id = 0x04030201u,
+                        .payload_bytes = 0x0A090807u};
+  uint8_t b[AURAL_PROTO_HEADER_BYTES];
+  aural_proto_put_header(b, &h);
+  const uint8_t want[16] = {'A', 'U',  'R',  'L',  1,    0x0F, 0x01, 0x02,
+                            1,   2,    3,    4,    7,    8,    9,    10};
+  assert_memory_equal(b, want, 16);
+}
+
+static void test_header_errors(void **state) {
+  (void)state;
+  aural_msg_header h = {.version = 1, .type = AURAL_MSG_PING,
+                        .stream_id = 9, .payload_bytes = 100};
+  uint8_t b[AURAL_PROTO_HEADER_BYTES];
+  aural_msg_header g;
+
+  aural_proto_put_header(b, &h);
+  for (size_t len = 0; len < AURAL_PROTO_HEADER_BYTES; len++)
+    assert_int_equal(aural_proto_decode_header(b, len, 1000, &g),
+                     AURAL_PROTO_MORE);
+  assert_int_equal(aural_proto_decode_header(b, 16, 100, &g), 0);
+  assert_int_equal(aural_proto_decode_header(b, 16, 99, &g),
+                   AURAL_PROTO_ETOO_LARGE);
+  assert_int_equal(g.payload_bytes, 100);
+
+  b[3] = 'X';
+  assert_int_equal(aural_proto_decode_header(b, 16, 1000, &g),
+                   AURAL_PROTO_EFRAMING);
+  assert_int_equal(g.stream_id, 9); /* filled even on error */
+
+  h.version = 2;
+  aural_proto_put_header(b, &h);
+  assert_int_equal(aural_proto_decode_header(b, 16, 1000, &g),
+                   AURAL_PROTO_EVERSION);
+  assert_int_equal(g.version, 2);
+  h.version = 0;
+  aural_proto_put_header(b, &h);
+  assert_int_equal(aural_proto_decode_header(b, 16, 1000, &g),
+                   AURAL_PROTO_EVERSION);
+
+  h.version = 1;
+  const uint8_t bad_types[] = {0, 0x17, 0xFF};
+  for (size_t i = 0; i < sizeof bad_types; i++) {
+    h.type = bad_types[i];
+    aural_proto_put_header(b, &h);
+    assert_int_equal(aural_proto_decode_header(b, 16, 1000, &g),
+                     AURAL_PROTO_EUNKNOWN_TYPE);
+    assert_int_equal(g.type, bad_types[i]);
+  }
+  h.type = AURAL_MSG_AUDIO_DATA;
+  h.payload_bytes = UINT32_MAX;
+  aural_proto_put_header(b, &h);
+  assert_int_equal(aural_proto_decode_header(b, 16, UINT32_MAX - 1, &g),
+                   AURAL_PROTO_ETOO_LARGE);
+  assert_int_equal(aural_proto_decode_header(b, 16, UINT32_MAX, &g), 0);
+}
+
+static void test_error_names(void **state) {
+  (void)state;
+  assert_string_equal(aural_proto_error_name(AURAL_PROTO_ETOO_LARGE),
+                      "TOO_LARGE");
+  assert_string_equal(aural_proto_error_name(3), "TOO_LARGE");
+  assert_string_equal(aural_proto_error_name(16), "PERMISSION");
+  assert_null(aural_proto_error_name(0));
+  assert_null(aural_proto_error_name(17));
+  assert_null(aural_proto_error_name(INT_MIN));
+  assert_string_equal(aural_proto_strerror(AURAL_PROTO_EBAD_PAYLOAD),
+                      "malformed payload");
+  assert_string_equal(aural_proto_strerror(99), "unknown error");
+  assert_string_equal(aural_dtype_name(AURAL_DTYPE_F16), "f16");
+  assert_null(aural_dtype_name(2));
+  assert_string_equal(aural_sample_format_name(AURAL_SAMPLE_S16), "s16");
+  assert_null(aural_sample_format_name(-1));
+  assert_string_equal(aural_output_name(AURAL_OUT_LOGITS), "logits");
+  assert_null(aural_output_name(3));
+}
+
+static void test_valid_name(void **state) {
+  (void)state;
+  char name[AURAL_PROTO_NAME_MAX + 2];
+  memset(name, 'a', sizeof name);
+  name[AURAL_PROTO_NAME_MAX] = '\0';
+  assert_true(aural_proto_valid_name(name));
+  name[AURAL_PROTO_NAME_MAX] = 'a';
+  name[AURAL_PROTO_NAME_MAX + 1] = '\0';
+  assert_false(aural_proto_valid_name(name));
+  assert_true(aural_proto_valid_name("mic"));
+  assert_true(aural_proto_valid_name("speech.flac"));
+  assert_true(aural_proto_valid_name("!~"));
+  assert_false(aural_proto_valid_name(""));
+  assert_false(aural_proto_valid_name(NULL));
+  assert_false(aural_proto_valid_name("a/b"));
+  assert_false(aural_proto_valid_name("a\\b"));
+  assert_false(aural_proto_valid_name("a b"));
+  assert_false(aural_proto_valid_name("a\x7f"));
+  assert_false(aural_proto_valid_name("caf\xc3\xa9"));
+}
+
+/* --- message round trips --------------------------------------------------- */
+
+/* Checks the header of the n-byte message at b and returns its payload. */
+static const uint8_t *payload_of(const uint8_t *b, size_t n, int type,
+                                 uint32_t stream_id, size_t *payload_bytes) {
+  aural_msg_header h;
+  assert_true(n >= AURAL_PROTO_HEADER_BYTES);
+  assert_int_equal(aural_proto_decode_header(b, n, UINT32_MAX, &h), 0);
+  assert_int_equal(h.type, type);
+  assert_int_equal(h.stream_id, stream_id);
+  assert_int_equal(h.flags, 0);
+  assert_int_equal(h.payload_bytes, n - AURAL_PROTO_HEADER_BYTES);
+  *payload_bytes = h.payload_bytes;
+  return b + AURAL_PROTO_HEADER_BYTES;
+}
+
+static void test_hello_round_trip(void **state) {
+  (void)state;
+  const uint32_t versions[] = {1u << 1, 1u << 1 | 1u << 2 | 1u << 31,
+                               0xFFFFFFFEu};
+  const char *clients[] = {"", "my-tool 1.0",
+                           "quote \" back\\slash \n tab\t caf\xc3\xa9 "
+                           "\xf0\x9f\x98\x80",
+                           "0123456789012345678901234567890123456789"
+                           "012345678901234567890123"};
+  for (size_t v = 0; v < 3; v++)
+    for (size_t c = 0; c < 4; c++) {
+      aural_msg_hello m = {.versions = versions[v]}, g;
+      assert_true(strlen(clients[c]) <= AURAL_PROTO_NAME_MAX);
+      strcpy(m.client, clients[c]);
+      uint8_t b[BUF_BYTES];
+      size_t n = aural_proto_encode_hello(b, sizeof b, &m), pn;
+      const uint8_t *p = payload_of(b, n, AURAL_MSG_HELLO, 0, &pn);
+      char why[128] = "";
+      assert_int_equal(aural_proto_decode_hello(p, pn, &g, why, sizeof why), 0);
+      assert_int_equal(g.versions, m.versions);
+      assert_string_equal(g.client, m.client);
+    }
+}
+
+static void test_subscribe_round_trip(void **state) {
+  (void)state;
+  int n_checked = 0;
+  for (int all = 0; all < 2; all++)
+    for (uint32_t outputs = 1; outputs <= AURAL_OUT_ALL; outputs++)
+      for (uint8_t dtype = 0; dtype < 2; dtype++) {
+        aural_msg_subscribe m = {.all = all, .outputs = outputs,
+                                 .dtype = dtype}, g;
+        if (!all) strcpy(m.stream, "call-17");
+        uint8_t b[BUF_BYTES];
+        size_t n = aural_proto_encode_subscribe(b, sizeof b, &m), pn;
+        const uint8_t *p = payload_of(b, n, AURAL_MSG_SUBSCRIBE, 0, &pn);
+        char why[128] = "";
+        assert_int_equal(
+            aural_proto_decode_subscribe(p, pn, &g, why, sizeof why), 0);
+        assert_int_equal(g.all, m.all);
+        assert_string_equal(g.stream, m.stream);
+        assert_int_equal(g.outputs, outputs);
+        assert_int_equal(g.dtype, dtype);
+        n_checked++;
+      }
+  assert_int_equal(n_checked, 28);
+}
+
+static void test_unsubscribe_round_trip(void **state) {
+  (void)state;
+  const uint32_t ids[] = {1, 5, 1000000, UINT32_MAX};
+  for (size_t i = 0; i < 4; i++) {
+    uint8_t b[64];
+    size_t n = aural_proto_encode_unsubscribe(b, sizeof b, ids[i]), pn;
+    const uint8_t *p = payload_of(b, n, AURAL_MSG_UNSUBSCRIBE, 0, &pn);
+    uint32_t got = 0;
+    assert_int_equal(aural_proto_decode_unsubscribe(p, pn, &got, NULL, 0), 0);
+    assert_int_equal(got, ids[i]);
+  }
+}
+
+static void test_audio_open_round_trip(void **state) {
+  (void)state;
+  const char *names[] = {"", "call-17",
+                         "!\"#$%&'()*+,-.0123456789:;<=>?@AZ[]^_`az{|}~"};
+  const uint32_t rates[] = {4000, 8000, 768000};
+  const uint32_t channels[] = {1, 2, 256};
+  for (size_t i = 0; i < 3; i++)
+    for (size_t j = 0; j < 3; j++)
+      for (uint8_t format = 0; format < 2; format++) {
+        aural_msg_audio_open m = {.sample_rate = rates[j],
+                                  .channels = channels[(i + j) % 3],
+                                  .format = format}, g;
+        strcpy(m.name, names[i]);
+        uint8_t b[BUF_BYTES];
+        size_t n = aural_proto_encode_audio_open(b, sizeof b, &m), pn;
+        const uint8_t *p = payload_of(b, n, AURAL_MSG_AUDIO_OPEN, 0, &pn);
+        char why[128] = "";
+        assert_int_equal(
+            aural_proto_decode_audio_open(p, pn, &g, why, sizeof why), 0);
+        assert_string_equal(g.name, m.name);
+        assert_int_equal(g.sample_rate, m.sample_rate);
+        assert_int_equal(g.channels, m.channels);
+        assert_int_equal(g.format, m.format);
+      }
+}
+
+static void test_error_round_trip(void **state) {
+  (void)state;
+  uint8_t b[BUF_BYTES];
+  size_t n = aural_proto_encode_error(b, sizeof b, 42, AURAL_PROTO_ENO_STREAM,
+                                      "no stream \"42\"\n", false), pn;
+  const uint8_t *p = payload_of(b, n, AURAL_MSG_ERROR, 42, &pn);
+  const char want[] = "{\"code\":7,\"name\":\"NO_STREAM\",\"message\":"
+                      "\"no stream \\\"42\\\"\\u000a\",\"fatal\":false}";
+  assert_int_equal(pn, strlen(want));
+  assert_memory_equal(p, want, pn);
+
+  /* The positive wire code works too, and the payload reads back. */
+  n = aural_proto_encode_error(b, sizeof b, 0, 13, NULL, true);
+  p = payload_of(b, n, AURAL_MSG_ERROR, 0, &pn);
+  aural_json js;
+  assert_int_equal(aural_json_parse(&js, (const char *)p, pn, NULL, 0), 0);
+  int64_t code;
+  bool fatal;
+  char s[64];
+  assert_int_equal(aural_json_int(&js, aural_json_get(&js, 0, "code"), 1, 16,
+                                  &code), 0);
+  assert_int_equal(code, 13);
+  assert_int_equal(aural_json_string(&js, aural_json_get(&js, 0, "name"), s,
+                                     sizeof s), 8);
+  assert_string_equal(s, "SHUTDOWN");
+  assert_int_equal(aural_json_string(&js, aural_json_get(&js, 0, "message"),
+                                     s, sizeof s), 0);
+  assert_int_equal(aural_json_bool(&js, aural_json_get(&js, 0, "fatal"),
+                                   &fatal), 0);
+  assert_true(fatal);
+}
+
+static void test_raw_round_trip(void **state) {
+  (void)state;
+  uint8_t ping[AURAL_PROTO_PING_MAX], b[AURAL_PROTO_HEADER_BYTES + 256];
+  for (int i = 0; i < 256; i++) ping[i] = (uint8_t)(i * 7);
+  size_t n = aural_proto_encode_raw(b, sizeof b, AURAL_MSG_PING, 0, ping,
+                                    sizeof ping), pn;
+  assert_int_equal(n, sizeof b);
+  const uint8_t *p = payload_of(b, n, AURAL_MSG_PING, 0, &pn);
+  assert_memory_equal(p, ping, sizeof ping);
+  assert_int_equal(aural_proto_encode_raw(b, sizeof b - 1, AURAL_MSG_PING, 0,
+                                          ping, sizeof ping), 0);
+
+  n = aural_proto_encode_raw(b, sizeof b, AURAL_MSG_AUDIO_CLOSE, 77, NULL, 0);
+  assert_int_equal(n, AURAL_PROTO_HEADER_BYTES);
+  payload_of(b, n, AURAL_MSG_AUDIO_CLOSE, 77, &pn);
+  assert_int_equal(pn, 0);
+  assert_int_equal(aural_proto_encode_raw(b, 15, AURAL_MSG_STATS, 0, NULL, 0),
+                   0);
+
+  /* A payload already in place after the header room. */
+  memcpy(b + AURAL_PROTO_HEADER_BYTES, "abc", 3);
+  n = aural_proto_encode_raw(b, sizeof b, AURAL_MSG_AUDIO_DATA, 3,
+                             b + AURAL_PROTO_HEADER_BYTES, 3);
+  p = payload_of(b, n, AURAL_MSG_AUDIO_DATA, 3, &pn);
+  assert_memory_equal(p, "abc", 3);
+}
+
+/* Every encoder refuses each buffer one byte too small, leaving no byte
+ * past the capacity touched, and fits exactly. */
+static void test_encoders_short_buffer(void **state) {
+  (void)state;
+  aural_msg_hello hello = {.versions = 2};
+  strcpy(hello.client, "x");
+  aural_msg_subscribe sub = {.all = true, .outputs = AURAL_OUT_ALL};
+  aural_msg_audio_open open = {.sample_rate = 8000, .channels = 1};
+  for (int which = 0; which < 5; which++) {
+    uint8_t b[256];
+    size_t full = 0;
+    for (size_t cap = 0; cap <= sizeof b - 1; cap++) {
+      memset(b, 0xAA, sizeof b);
+      size_t n = 0;
+      switch (which) {
+      case 0: n = aural_proto_encode_hello(b, cap, &hello); break;
+      case 1: n = aural_proto_encode_subscribe(b, cap, &sub); break;
+      case 2: n = aural_proto_encode_unsubscribe(b, cap, 7); break;
+      case 3: n = aural_proto_encode_audio_open(b, cap, &open); break;
+      default:
+        n = aural_proto_encode_error(b, cap, 1, 5, "bad \"x\"", false);
+      }
+      for (size_t i = cap; i < sizeof b; i++) assert_int_equal(b[i], 0xAA);
+      if (n != 0) {
+        assert_int_equal(n, cap);
+        full = n;
+        break;
+      }
+    }
+    assert_true(full > AURAL_PROTO_HEADER_BYTES);
+  }
+}
+
+static void test_request_defaults_and_unknown_members(void **state) {
+  (void)state;
+  char why[128];
+  aural_msg_subscribe s;
+  const char *sub = "{\"stream\":\"mic\",\"future\":{\"x\":[1,2,{}]},"
+                    "\"all\":false}";
+  assert_int_equal(aural_proto_decode_subscribe((const uint8_t *)sub,
+                                                strlen(sub), &s, why,
+                                                sizeof why), 0);
+  assert_false(s.all);
+  assert_string_equal(s.stream, "mic");
+  assert_int_equal(s.outputs, AURAL_OUT_EMBEDDINGS);
+  assert_int_equal(s.dtype, AURAL_DTYPE_F32);
+
+  const char *sub2 = " {\"all\" : true , \"outputs\":[\"text\",\"logits\"],"
+                     "\"dtype\":\"f16\"} \n";
+  assert_int_equal(aural_proto_decode_subscribe((const uint8_t *)sub2,
+                                                strlen(sub2), &s, why,
+                                                sizeof why), 0);
+  assert_true(s.all);
+  assert_string_equal(s.stream, "");
+  assert_int_equal(s.outputs, AURAL_OUT_TEXT | AURAL_OUT_LOGITS);
+  assert_int_equal(s.dtype, AURAL_DTYPE_F16);
+
+  /* Escapes in member names and values are decoded before comparing. */
+  const char *open = "{\"sample\\u005frate\":8000,\"channels\":1,"
+                     "\"format\":\"\\u0073\\u00316\",\"n\\/a\":null}";
+  aural_msg_audio_open o;
+  assert_int_equal(aural_proto_decode_audio_open((const uint8_t *)open,
+                                                 strlen(open), &o, why,
+                                                 sizeof why), 0);
+  assert_string_equal(o.name, "");
+  assert_int_equal(o.sample_rate, 8000);
+  assert_int_equal(o.format, AURAL_SAMPLE_S16);
+
+  const char *hello = "{\"versions\":[3,1,1],\"client\":\"\"}";
+  aural_msg_hello h;
+  assert_int_equal(aural_proto_decode_hello((const uint8_t *)hello,
+                                            strlen(hello), &h, why,
+                                            sizeof why), 0);
+  assert_int_equal(h.versions, 1u << 1 | 1u << 3);
+}
+
+/* --- JSON reader ------------------------------------------------------------ */
+
+typedef struct json_case {
+  const char *text;
+  size_t len; /* 0: strlen(text) */
+  const char *what;
+} json_case;
+
+static char deep17[64], deep16[64], tokens513[2048], tokens512[2048];
+
+static void make_generated_cases(void) {
+  for (int i = 0; i < 17; i++) {
+    deep17[i] = '[';
+    deep17[17 + i] = ']';
+  }
+  for (int i = 0; i < 16; i++) {
+    deep16[i] = '[';
+    deep16[16 + i] = ']';
+  }
+  /* One array and 512 (resp. 511) numbers. */
+  size_t n = 0;
+  tokens513[n++] = '[';
+  for (int i = 0; i < 512; i++) {
+    if (i) tokens513[n++] = ',';
+    tokens513[n++] = '0';
+  }
+  tokens513[n++] = ']';
+  n = 0;
+  tokens512[n++] = '[';
+  for (int i = 0; i < 511; i++) {
+    if (i) tokens512[n++] = ',';
+    tokens512[n++] = '0';
+  }
+  tokens512[n++] = ']';
+}
+
+static const json_case malformed[] = {
+    {"", 0, "empty"},
+    {" \n\t", 0, "only whitespace"},
+    {"{", 0, "truncated object"},
+    {"{\"a\":1", 0, "truncated after a member"},
+    {"{\"a\":", 0, "truncated before a value"},
+    {"[\"abc", 0, "unterminated string"},
+    {"{\"a\":1,}", 0, "trailing comma in object"},
+    {"[1,2,]", 0, "trailing comma in array"},
+    {"[1,,2]", 0, "empty element"},
+    {"{,}", 0, "lone comma"},
+    {"{\"a\":1,\"a\":2}", 0, "duplicate key"},
+    {"{\"a\":1,\"\\u0061\":2}", 0, "duplicate key through an escape"},
+    {"{\"k\":{\"x\":1,\"y\":2,\"x\":3}}", 0, "duplicate key, nested"},
+    {"[\"\\ud800\"]", 0, "lone high surrogate"},
+    {"[\"\\udc00\"]", 0, "lone low surrogate"},
+    {"[\"\\ud800\\u0041\"]", 0, "high surrogate then not a low one"},
+    {"[\"\\ud800\\ud800\"]", 0, "two high surrogates"},
+    {"[\"\xc0\xaf\"]", 0, "overlong 2-byte UTF-8"},
+    {"[\"\xe0\x80\xaf\"]", 0, "overlong 3-byte UTF-8"},
+    {"[\"\xf0\x80\x80\xaf\"]", 0, "overlong 4-byte UTF-8"},
+    {"[\"\xed\xa0\x80\"]", 0, "surrogate encoded in UTF-8"},
+    {"[\"\xf4\x90\x80\x80\"]", 0, "UTF-8 above U+10FFFF"},
+    {"[\"\xff\"]", 0, "byte 0xFF"},
+    {"[\"\x80\"]", 0, "lone continuation byte"},
+    {"[\"\xe2\x82\"]", 0, "truncated UTF-8 sequence"},
+    {"[\"\xe2\x82", 0, "truncated UTF-8 at the end"},
+    {"[\"a\x01\"]", 0, "control character in string"},
+    {"[\"a\tb\"]", 0, "raw tab in string"},
+    {"[\"a\0b\"]", 7, "NUL in string"},
+    {"[01]", 0, "leading zero"},
+    {"[-01]", 0, "leading zero after minus"},
+    {"[1.]", 0, "no digit after the point"},
+    {"[.5]", 0, "no digit before the point"},
+    {"[1e]", 0, "empty exponent"},
+    {"[1.5e+]", 0, "empty signed exponent"},
+    {"[-]", 0, "lone minus"},
+    {"[+1]", 0, "plus sign"},
+    {"[0x10]", 0, "hexadecimal"},
+    {"[NaN]", 0, "NaN"},
+    {"[-Infinity]", 0, "infinity"},
+    {"[\"\\x41\"]", 0, "bad escape"},
+    {"[\"\\u12G4\"]", 0, "bad hex digit"},
+    {"[\"\\u12\"]", 0, "short \\u escape"},
+    {"[\"\\", 0, "truncated escape"},
+    {"{\"a\" 1}", 0, "missing colon"},
+    {"{a:1}", 0, "unquoted key"},
+    {"{1:1}", 0, "number as key"},
+    {"{\"a\":1 \"b\":2}", 0, "missing comma"},
+    {"{\"a\":1}x", 0, "trailing garbage"},
+    {"{} {}", 0, "two values"},
+    {"{\"a\":1}\0", 8, "trailing NUL"},
+    {"[tru]", 0, "truncated literal"},
+    {"[True]", 0, "capitalised literal"},
+    {"[nul]", 0, "truncated null"},
+    {"['a']", 0, "single quotes"},
+    {"\xef\xbb\xbf{}", 0, "byte-order mark"},
+    {"/* c */ {}", 0, "comment"},
+    {"\v{}", 0, "vertical tab as whitespace"},
+    {"{\"a\":1]", 0, "mismatched bracket"},
+    {deep17, 34, "17 levels of nesting"},
+    {tokens513, 0, "513 tokens"},
+};
+
+static void test_json_malformed(void **state) {
+  (void)state;
+  make_generated_cases();
+  size_t n_cases = sizeof malformed / sizeof malformed[0];
+  assert_true(n_cases >= 25);
+  for (size_t i = 0; i < n_cases; i++) {
+    const json_case *c = &malformed[i];
+    size_t len = c->len ? c->len : strlen(c->text);
+    aural_json js;
+    char why[128] = "";
+    int rc = aural_json_parse(&js, c->text, len, why, sizeof why);
+    if (rc != AURAL_PROTO_EBAD_PAYLOAD)
+      fail_msg("accepted: %s", c->what);
+    assert_int_equal(js.n_tokens, 0);
+    assert_memory_equal(why, "byte ", 5);
+    /* A request carrying it is refused as malformed JSON. */
+    aural_msg_hello h;
+    assert_int_equal(aural_proto_decode_hello((const uint8_t *)c->text, len,
+                                              &h, why, sizeof why),
+                     AURAL_PROTO_EBAD_PAYLOAD);
+    assert_non_null(strstr(why, "hello: malformed JSON: byte "));
+  }
+}
+
+static void test_json_valid(void **state) {
+  (void)state;
+  make_generated_cases();
+  const json_case valid[] = {
+      {"{}", 0, "empty object"},
+      {"[]", 0, "empty array"},
+      {" \t\r\n{ } \r\n", 0, "whitespace"},
+      {"0", 0, "top-level number"},
+      {"\"x\"", 0, "top-level string"},
+      {"[0,-0,0.5,-1.25e+10,1E-5,1e5,123456789012345678901234567890]", 0,
+       "numbers"},
+      {"[true,false,null]", 0, "literals"},
+      {"[\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\"]", 0, "escapes"},
+      {"[\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf\x7f\"]", 0,
+       "UTF-8 up to U+10FFFF, DEL"},
+      {"{\"a\":{\"a\":1},\"b\":[{\"a\":2}]}", 0, "same key on other levels"},
+      {"{\"\":1,\"A\":2,\"a\":3}", 0, "empty key, case differs"},
+      {deep16, 32, "16 levels of nesting"},
+      {tokens512, 0, "512 tokens"},
+  };
+  for (size_t i = 0; i < sizeof valid / sizeof valid[0]; i++) {
+    const json_case *c = &valid[i];
+    aural_json js;
+    char why[128] = "";
+    if (aural_json_parse(&js, c->text, c->len ? c->len : strlen(c->text), why,
+                         sizeof why) != 0)
+      fail_msg("refused %s: %s", c->what, why);
+  }
+  aural_json js;
+  assert_int_equal(aural_json_parse(&js, tokens512, strlen(tokens512), NULL,
+                                    0), 0);
+  assert_int_equal(js.n_tokens, 512);
+  assert_int_equal(js.tokens[0].n_items, 511);
+  assert_int_equal(js.tokens[0].next, 512);
+}
+
+static void test_json_tokens_and_accessors(void **state) {
+  (void)state;
+  const char *text =
+      "{\"s\":\"a\\u00e9\\ud83d\\ude00\\n\",\"arr\":[10,[1,2],{\"x\":3},-4],"
+      "\"big\":9223372036854775807,\"small\":-9223372036854775808,"
+      "\"over\":9223372036854775808,\"under\":-9223372036854775809,"
+      "\"huge\":99999999999999999999999,\"frac\":1.0,\"exp\":1e2,"
+      "\"negzero\":-0,\"d\":-1.5e-3,\"inf\":1e400,\"t\":true,\"f\":false,"
+      "\"n\":null,\"nul\":\"a\\u0000b\",\"esc\\\"key\":1}";
+  aural_json js;
+  char why[128] = "";
+  assert_int_equal(aural_json_parse(&js, text, strlen(text), why, sizeof why),
+                   0);
+  assert_int_equal(js.tokens[0].kind, AURAL_JSON_OBJECT);
+  assert_int_equal(js.tokens[0].n_items, 17);
+  assert_int_equal(js.tokens[0].next, js.n_tokens);
+
+  char s[16];
+  int t = aural_json_get(&js, 0, "s");
+  assert_int_equal(js.tokens[t].kind, AURAL_JSON_STRING);
+  assert_int_equal(aural_json_string(&js, t, s, sizeof s), 8);
+  assert_string_equal(s, "a\xc3\xa9\xf0\x9f\x98\x80\n");
+  assert_int_equal(aural_json_string(&js, t, s, 9), 8); /* exactly fits */
+  assert_int_equal(aural_json_string(&js, t, s, 8), -1);
+  assert_int_equal(aural_json_string(&js, t, s, 0), -1);
+  assert_int_equal(aural_json_string(&js, aural_json_get(&js, 0, "nul"), s,
+                                     sizeof s), -1);
+  assert_int_equal(aural_json_string(&js, aural_json_get(&js, 0, "t"), s,
+                                     sizeof s), -1);
+
+  int arr = aural_json_get(&js, 0, "arr");
+  int64_t v;
+  assert_int_equal(js.tokens[arr].n_items, 4);
+  assert_int_equal(aural_json_int(&js, aural_json_item(&js, arr, 0), 0, 100,
+                                  &v), 0);
+  assert_int_equal(v, 10);
+  assert_int_equal(js.tokens[aural_json_item(&js, arr, 1)].kind,
+                   AURAL_JSON_ARRAY);
+  int obj = aural_json_item(&js, arr, 2);
+  assert_int_equal(aural_json_int(&js, aural_json_get(&js, obj, "x"), 3, 3,
+                                  &v), 0);
+  assert_int_equal(aural_json_int(&js, aural_json_item(&js, arr, 3), -4, -4,
+                                  &v), 0);
+  assert_int_equal(v, -4);
+  assert_int_equal(aural_json_item(&js, arr, 4), -1);
+  assert_int_equal(aural_json_item(&js, 0, 0), -1);
+  assert_int_equal(aural_json_get(&js, arr, "x"), -1);
+  assert_int_equal(aural_json_get(&js, 0, "x"), -1); /* not at this level */
+  assert_int_equal(aural_json_get(&js, 0, "esc\"key"),
+                   (int)js.n_tokens - 1);
+  assert_int_equal(aural_json_get(&js, 0, NULL), -1);
+
+  assert_int_equal(aural_json_int(&js, aural_json_get(&js, 0, "big"),
+                                  INT64_MIN, INT64_MAX, &v), 0);
+  assert_true(v == INT64_MAX);
+  assert_int_equal(aural_json_int(&js, aural_json_get(&js, 0, "small"),
+                                  INT64_MIN, INT64_MAX, &v), 0);
+  assert_true(v == INT64_MIN);
+  const char *refused[] = {"over", "under", "huge", "frac", "exp", "t", "s"};
+  for (size_t i = 0; i < 7; i++)
+    assert_int_equal(aural_json_int(&js, aural_json_get(&js, 0, refused[i]),
+                                    INT64_MIN, INT64_MAX, &v), -1);
+  assert_int_equal(aural_json_int(&js, aural_json_get(&js, 0, "negzero"), 0,
+                                  0, &v), 0);
+  assert_int_equal(aural_json_int(&js, aural_json_get(&js, 0, "big"), 0,
+                                  INT64_MAX - 1, &v), -1);
+
+  double d;
+  assert_int_equal(aural_json_double(&js, aural_json_get(&js, 0, "d"), &d), 0);
+  assert_true(d == -1.5e-3);
+  assert_int_equal(aural_json_double(&js, aural_json_get(&js, 0, "exp"), &d),
+                   0);
+  assert_true(d == 100.0);
+  assert_int_equal(aural_json_double(&js, aural_json_get(&js, 0, "huge"), &d),
+                   0);
+  assert_true(d == 1e23);
+  assert_int_equal(aural_json_double(&js, aural_json_get(&js, 0, "negzero"),
+                                     &d), 0);
+  assert_true(d == 0 && signbit(d));
+  assert_int_equal(aural_json_double(&js, aural_json_get(&js, 0, "inf"), &d),
+                   -1);
+  assert_int_equal(aural_json_double(&js, aural_json_get(&js, 0, "n"), &d),
+                   -1);
+
+  bool b;
+  assert_int_equal(aural_json_bool(&js, aural_json_get(&js, 0, "t"), &b), 0);
+  assert_true(b);
+  assert_int_equal(aural_json_bool(&js, aural_json_get(&js, 0, "f"), &b), 0);
+  assert_false(b);
+  assert_int_equal(aural_json_bool(&js, aural_json_get(&js, 0, "n"), &b), -1);
+
+  /* Out-of-range token indices are refused by every accessor. */
+  const int bad[] = {-1, (int)js.n_tokens, INT_MAX};
+  for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(aural_json_get(&js, bad[i], "s"), -1);
+    assert_int_equal(aural_json_item(&js, bad[i], 0), -1);
+    assert_int_equal(aural_json_string(&js, bad[i], s, sizeof s), -1);
+    assert_int_equal(aural_json_int(&js, bad[i], 0, 1, &v), -1);
+    assert_int_equal(aural_json_double(&js, bad[i], &d), -1);
+    assert_int_equal(aural_json_bool(&js, bad[i], &b), -1);
+  }
+}
+
+/* Decimal conversion is correctly rounded, in long and short forms. */
+static void test_json_double_conversion(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    double want;
+  } cases[] = {
+      {"0.1", 0.1},
+      {"2.2250738585072014e-308", 2.2250738585072014e-308},
+      {"4.9406564584124654e-324", 4.9406564584124654e-324},
+      {"1.7976931348623157e308", 1.7976931348623157e308},
+      {"0.000000000000000000000000000001", 1e-30},
+      {"100000000000000000000000000000000000000000", 1e41},
+      {"9007199254740993", 9007199254740992.0}, /* tie, to even */
+      {"9007199254740993.0000000000000000000000000000000001",
+       9007199254740994.0},
+      {"1e-400", 0.0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aural_json js;
+    assert_int_equal(aural_json_parse(&js, cases[i].text,
+                                      strlen(cases[i].text), NULL, 0), 0);
+    double d;
+    assert_int_equal(aural_json_double(&js, 0, &d), 0);
+    if (d != cases[i].want) fail_msg("%s read as %.17g", cases[i].text, d);
+  }
+  /* 900 significant digits: the digits past those kept still round up. */
+  static char longnum[1024];
+  memset(longnum, '0', sizeof longnum - 1);
+  memcpy(longnum, "9007199254740993", 16);
+  longnum[900] = '1';
+  longnum[901] = '\0';
+  memcpy(longnum + 901, "e-885", 6);
+  aural_json js;
+  assert_int_equal(aural_json_parse(&js, longnum, strlen(longnum), NULL, 0),
+                   0);
+  double d;
+  assert_int_equal(aural_json_double(&js, 0, &d), 0);
+  assert_true(d == 9007199254740994.0);
+}
+
+/* --- request field checks ---------------------------------------------------- */
+
+enum { HELLO, SUBSCRIBE, UNSUBSCRIBE, AUDIO_OPEN };
+
+static int decode_request(int which, const char *text, char *why,
+                          size_t why_len) {
+  const uint8_t *p = (const uint8_t *)text;
+  size_t n = strlen(text);
+  aural_msg_hello h;
+  aural_msg_subscribe s;
+  uint32_t id;
+  aural_msg_audio_open o;
+  switch (which) {
+  case HELLO:
+    return aural_proto_decode_hello(p, n, &h, why, why_len);
+  case SUBSCRIBE:
+    return aural_proto_decode_subscribe(p, n, &s, why, why_len);
+  case UNSUBSCRIBE:
+    return aural_proto_decode_unsubscribe(p, n, &id, why, why_len);
+  default:
+    return aural_proto_decode_audio_open(p, n, &o, why, why_len);
+  }
+}
+
+#define NAME65 "01234567890123456789012345678901234567890123456789012345678901234"
+#define NAME64 "0123456789012345678901234567890123456789012345678901234567890123"
+#define OPEN(members) "{" members "}"
+
+static void test_request_field_errors(void **state) {
+  (void)state;
+  static const struct {
+    int which;
+    const char *text;
+    const char *why; /* the whole message, or a part of it */
+  } cases[] = {
+      {HELLO, "[1]", "hello: the payload must be a JSON object"},
+      {HELLO, "{\"versions\":[1]", "hello: malformed JSON: byte 15"},
+      {HELLO, "{}", "hello: \"versions\" is missing"},
+      {HELLO, "{\"versions\":1}", "hello: \"versions\" must be"},
+      {HELLO, "{\"versions\":[]}", "hello: \"versions\" must be"},
+      {HELLO, "{\"versions\":[0]}", "hello: \"versions\" must be"},
+      {HELLO, "{\"versions\":[32]}", "hello: \"versions\" must be"},
+      {HELLO, "{\"versions\":[1.0]}", "hello: \"versions\" must be"},
+      {HELLO, "{\"versions\":[\"1\"]}", "hello: \"versions\" must be"},
+      {HELLO, "{\"versions\":[1],\"client\":5}", "hello: \"client\""},
+      {HELLO, "{\"versions\":[1],\"client\":\"" NAME65 "\"}",
+       "hello: \"client\" must be a string of at most 64 bytes"},
+      {HELLO, "{\"versions\":[1],\"client\":\"a\\u0000\"}", "\"client\""},
+      {SUBSCRIBE, "{}", "subscribe: \"stream\" or \"all\": true is missing"},
+      {SUBSCRIBE, "{\"all\":false}", "\"stream\" or \"all\": true is missing"},
+      {SUBSCRIBE, "{\"stream\":\"mic\",\"all\":true}",
+       "subscribe: give \"stream\" or \"all\": true, not both"},
+      {SUBSCRIBE, "{\"stream\":5}", "subscribe: \"stream\" must be 1 to 64"},
+      {SUBSCRIBE, "{\"stream\":null}", "subscribe: \"stream\" must be"},
+      {SUBSCRIBE, "{\"stream\":\"\"}", "subscribe: \"stream\" must be"},
+      {SUBSCRIBE, "{\"stream\":\"a/b\"}", "subscribe: \"stream\" must be"},
+      {SUBSCRIBE, "{\"stream\":\"a\\\\b\"}", "subscribe: \"stream\" must be"},
+      {SUBSCRIBE, "{\"stream\":\"a b\"}", "subscribe: \"stream\" must be"},
+      {SUBSCRIBE, "{\"stream\":\"" NAME65 "\"}", "subscribe: \"stream\""},
+      {SUBSCRIBE, "{\"all\":1}", "subscribe: \"all\" must be true or false"},
+      {SUBSCRIBE, "{\"all\":\"true\"}", "subscribe: \"all\" must be"},
+      {SUBSCRIBE, "{\"all\":true,\"outputs\":[]}", "subscribe: \"outputs\""},
+      {SUBSCRIBE, "{\"all\":true,\"outputs\":\"text\"}", "\"outputs\""},
+      {SUBSCRIBE, "{\"all\":true,\"outputs\":[\"words\"]}", "\"outputs\""},
+      {SUBSCRIBE, "{\"all\":true,\"outputs\":[\"text\",\"text\"]}",
+       "subscribe: \"outputs\" must be a non-empty array of distinct"},
+      {SUBSCRIBE, "{\"all\":true,\"outputs\":[1]}", "\"outputs\""},
+      {SUBSCRIBE, "{\"all\":true,\"outputs\":[\"Text\"]}", "\"outputs\""},
+      {SUBSCRIBE, "{\"all\":true,\"dtype\":\"f64\"}",
+       "subscribe: \"dtype\" must be \"f32\" or \"f16\""},
+      {SUBSCRIBE, "{\"all\":true,\"dtype\":16}", "subscribe: \"dtype\""},
+      {SUBSCRIBE, "{\"all\":true,\"dtype\":\"F32\"}", "subscribe: \"dtype\""},
+      {UNSUBSCRIBE, "{}", "unsubscribe: \"subscription\" is missing"},
+      {UNSUBSCRIBE, "{\"subscription\":0}",
+       "unsubscribe: \"subscription\" must be an integer 1..4294967295"},
+      {UNSUBSCRIBE, "{\"subscription\":4294967296}", "\"subscription\""},
+      {UNSUBSCRIBE, "{\"subscription\":-1}", "\"subscription\""},
+      {UNSUBSCRIBE, "{\"subscription\":1.5}", "\"subscription\""},
+      {UNSUBSCRIBE, "{\"subscription\":1e0}", "\"subscription\""},
+      {UNSUBSCRIBE, "{\"subscription\":\"5\"}", "\"subscription\""},
+      {UNSUBSCRIBE, "{\"subscription\":null}", "\"subscription\""},
+      {AUDIO_OPEN, "{}", "audio_open: \"sample_rate\" is missing"},
+      {AUDIO_OPEN, OPEN("\"sample_rate\":3999,\"channels\":1,\"format\":\"s16\""),
+       "audio_open: \"sample_rate\" must be an integer 4000..768000"},
+      {AUDIO_OPEN,
+       OPEN("\"sample_rate\":768001,\"channels\":1,\"format\":\"s16\""),
+       "audio_open: \"sample_rate\" must be an integer 4000..768000"},
+      {AUDIO_OPEN,
+       OPEN("\"sample_rate\":8000.0,\"channels\":1,\"format\":\"s16\""),
+       "\"sample_rate\""},
+      {AUDIO_OPEN,
+       OPEN("\"sample_rate\":\"8000\",\"channels\":1,\"format\":\"s16\""),
+       "\"sample_rate\""},
+      {AUDIO_OPEN, OPEN("\"sample_rate\":8000,\"channels\":0,\"format\":\"s16\""),
+       "audio_open: \"channels\" must be an integer 1..256"},
+      {AUDIO_OPEN,
+       OPEN("\"sample_rate\":8000,\"channels\":257,\"format\":\"s16\""),
+       "audio_open: \"channels\" must be an integer 1..256"},
+      {AUDIO_OPEN, OPEN("\"sample_rate\":8000,\"format\":\"s16\""),
+       "audio_open: \"channels\" is missing"},
+      {AUDIO_OPEN, OPEN("\"sample_rate\":8000,\"channels\":1,\"format\":\"u8\""),
+       "audio_open: \"format\" must be \"s16\" or \"f32\""},
+      {AUDIO_OPEN, OPEN("\"sample_rate\":8000,\"channels\":1,\"format\":16"),
+       "audio_open: \"format\" must be"},
+      {AUDIO_OPEN, OPEN("\"sample_rate\":8000,\"channels\":1"),
+       "audio_open: \"format\" is missing"},
+      {AUDIO_OPEN, OPEN("\"name\":\"a/b\",\"sample_rate\":8000,\"channels\":1,"
+                        "\"format\":\"s16\""),
+       "audio_open: \"name\" must be 1 to 64 bytes"},
+      {AUDIO_OPEN, OPEN("\"name\":\"" NAME65 "\",\"sample_rate\":8000,"
+                        "\"channels\":1,\"format\":\"s16\""),
+       "audio_open: \"name\""},
+      {AUDIO_OPEN, OPEN("\"name\":\"\",\"sample_rate\":8000,\"channels\":1,"
+                        "\"format\":\"s16\""),
+       "audio_open: \"name\""},
+      {AUDIO_OPEN, OPEN("\"name\":7,\"sample_rate\":8000,\"channels\":1,"
+                        "\"format\":\"s16\""),
+       "audio_open: \"name\""},
+      {AUDIO_OPEN, OPEN("\"name\":\"caf\\u00e9\",\"sample_rate\":8000,"
+                        "\"channels\":1,\"format\":\"s16\""),
+       "audio_open: \"name\""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char why[256] = "";
+    int rc = decode_request(cases[i].which, cases[i].text, why, sizeof why);
+    if (rc != AURAL_PROTO_EBAD_PAYLOAD)
+      fail_msg("accepted: %s", cases[i].text);
+    if (strstr(why, cases[i].why) == NULL)
+      fail_msg("%s: why is \"%s\", expected \"%s\"", cases[i].text, why,
+               cases[i].why);
+  }
+  /* why may be NULL or short; it is always terminated. */
+  assert_int_equal(decode_request(SUBSCRIBE, "{}", NULL, 0),
+                   AURAL_PROTO_EBAD_PAYLOAD);
+  char why[8];
+  memset(why, 'x', sizeof why);
+  assert_int_equal(decode_request(SUBSCRIBE, "{}", why, sizeof why),
+                   AURAL_PROTO_EBAD_PAYLOAD);
+  assert_string_equal(why, "subscri");
+  memset(why, 'x', sizeof why);
+  assert_int_equal(decode_request(SUBSCRIBE, "{}", why, 0),
+                   AURAL_PROTO_EBAD_PAYLOAD);
+  assert_int_equal(why[0], 'x');
+}
+
+static void test_request_limits_accepted(void **state) {
+  (void)state;
+  const char *ok[][2] = {
+      {"1", "{\"versions\":[31],\"client\":\"" NAME64 "\"}"},
+      {"2", "{\"stream\":\"" NAME64 "\",\"outputs\":[\"text\",\"embeddings\","
+            "\"logits\"]}"},
+      {"3", "{\"subscription\":4294967295}"},
+      {"4", OPEN("\"name\":\"" NAME64 "\",\"sample_rate\":4000,"
+                 "\"channels\":256,\"format\":\"f32\"")},
+      {"4", OPEN("\"sample_rate\":768000,\"channels\":1,\"format\":\"s16\"")},
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    char why[256] = "";
+    if (decode_request(ok[i][0][0] - '1', ok[i][1], why, sizeof why) != 0)
+      fail_msg("refused %s: %s", ok[i][1], why);
+  }
+}
+
+/* --- CHUNK ------------------------------------------------------------------- */
+
+static const char chunk_text[] = "h\xc3\xa9llo w\xc3\xb6rld";
+
+static aural_chunk_header chunk_header(uint16_t outputs, uint8_t dtype) {
+  return (aural_chunk_header){
+      .seq = 0x0102030405060708u,
+      .first_frame = 50ull * 0x0102030405060708u,
+      .n_frames = 3,
+      .flags = AURAL_CHUNK_FINAL,
+      .start_us = -5,
+      .capture_us = INT64_MIN,
+      .ready_us = INT64_MAX,
+      .emitted_us = 1795000000000000,
+      .d_model = 4,
+      .vocab_size = 5,
+      .outputs = outputs,
+      .dtype = dtype,
+      .text_bytes = outputs & AURAL_OUT_TEXT ? sizeof chunk_text - 1 : 0,
+  };
+}
+
+/* Writes the payload of a chunk with header c into b (BUF_BYTES): its
+ * sections hold the bytes 0, 1, 2, ... and then the text. */
+static size_t build_chunk(uint8_t *b, const aural_chunk_header *c) {
+  size_t n = aural_chunk_payload_bytes(c);
+  assert_true(n >= AURAL_PROTO_CHUNK_HEADER_BYTES && n <= BUF_BYTES);
+  aural_chunk_put_header(b, c);
+  for (size_t i = AURAL_PROTO_CHUNK_HEADER_BYTES; i < n; i++)
+    b[i] = (uint8_t)i;
+  if (c->outputs & AURAL_OUT_TEXT)
+    memcpy(b + n - c->text_bytes, chunk_text, c->text_bytes);
+  return n;
+}
+
+static void test_chunk_round_trip(void **state) {
+  (void)state;
+  for (uint16_t outputs = 0; outputs <= AURAL_OUT_ALL; outputs++)
+    for (uint8_t dtype = 0; dtype < 2; dtype++) {
+      aural_chunk_header c = chunk_header(outputs, dtype), g;
+      uint8_t b[BUF_BYTES];
+      size_t n = build_chunk(b, &c);
+      size_t elem = dtype ? 2 : 4;
+      size_t emb_bytes = outputs & AURAL_OUT_EMBEDDINGS ? 3 * 4 * elem : 0;
+      size_t logit_bytes = outputs & AURAL_OUT_LOGITS ? 3 * 5 * elem : 0;
+      assert_int_equal(n, 72 + emb_bytes + logit_bytes + c.text_bytes);
+
+      const uint8_t *emb, *logits;
+      const char *text;
+      assert_int_equal(aural_chunk_decode(b, n, &g, &emb, &logits, &text), 0);
+      assert_true(g.seq == c.seq && g.first_frame == c.first_frame);
+      assert_int_equal(g.n_frames, 3);
+      assert_int_equal(g.flags, AURAL_CHUNK_FINAL);
+      assert_true(g.start_us == -5 && g.capture_us == INT64_MIN &&
+                  g.ready_us == INT64_MAX &&
+                  g.emitted_us == 1795000000000000);
+      assert_int_equal(g.d_model, 4);
+      assert_int_equal(g.vocab_size, 5);
+      assert_int_equal(g.outputs, outputs);
+      assert_int_equal(g.dtype, dtype);
+      assert_int_equal(g.text_bytes, c.text_bytes);
+      assert_true(emb == (emb_bytes ? b + 72 : NULL));
+      assert_true(logits == (logit_bytes ? b + 72 + emb_bytes : NULL));
+      if (outputs & AURAL_OUT_TEXT) {
+        assert_true((const uint8_t *)text == b + 72 + emb_bytes + logit_bytes);
+        assert_memory_equal(text, chunk_text, g.text_bytes);
+      } else {
+        assert_null(text);
+      }
+      /* The output pointers are optional. */
+      assert_int_equal(aural_chunk_decode(b, n, &g, NULL, NULL, NULL), 0);
+    }
+}
+
+/* The fixed part's byte layout of PROTOCOL.md §5. */
+static void test_chunk_header_bytes(void **state) {
+  (void)state;
+  aural_chunk_header c = chunk_header(AURAL_OUT_ALL, AURAL_DTYPE_F16);
+  uint8_t b[72];
+  aural_chunk_put_header(b, &c);
+  assert_int_equal(aural_get_u64(b + 0), 0x0102030405060708u);
+  assert_int_equal(b[0], 0x08);
+  assert_int_equal(aural_get_u32(b + 16), 3);
+  assert_int_equal(aural_get_u32(b + 20), 1);
+  assert_int_equal(aural_get_u64(b + 24), (uint64_t)-5);
+  assert_int_equal(aural_get_u64(b + 32), 0x8000000000000000u);
+  assert_int_equal(aural_get_u32(b + 56), 4);
+  assert_int_equal(aural_get_u32(b + 60), 5);
+  assert_int_equal(aural_get_u16(b + 64), 7);
+  assert_int_equal(b[66], 1);
+  assert_int_equal(b[67], 0);
+  assert_int_equal(aural_get_u32(b + 68), sizeof chunk_text - 1);
+}
+
+static void expect_bad_chunk(const uint8_t *b, size_t n) {
+  aural_chunk_header g;
+  const uint8_t *emb = b, *logits = b;
+  const char *text = "";
+  assert_int_equal(aural_chunk_decode(b, n, &g, &emb, &logits, &text),
+                   AURAL_PROTO_EBAD_PAYLOAD);
+  assert_null(emb);
+  assert_null(logits);
+  assert_null(text);
+}
+
+static void test_chunk_wrong_lengths(void **state) {
+  (void)state;
+  for (uint16_t outputs = 0; outputs <= AURAL_OUT_ALL; outputs++)
+    for (uint8_t dtype = 0; dtype < 2; dtype++) {
+      aural_chunk_header c = chunk_header(outputs, dtype);
+      uint8_t b[BUF_BYTES];
+      size_t n = build_chunk(b, &c);
+      /* The payload one byte short or long. */
+      expect_bad_chunk(b, n - 1);
+      expect_bad_chunk(b, n + 1);
+      /* Each section's size in the header one unit off. */
+      for (int delta = -1; delta <= 1; delta += 2) {
+        aural_chunk_header h = c;
+        h.d_model = (uint32_t)((int)h.d_model + delta);
+        aural_chunk_put_header(b, &h);
+        if (outputs & AURAL_OUT_EMBEDDINGS) expect_bad_chunk(b, n);
+        h = c;
+        h.vocab_size = (uint32_t)((int)h.vocab_size + delta);
+        aural_chunk_put_header(b, &h);
+        if (outputs & AURAL_OUT_LOGITS) expect_bad_chunk(b, n);
+        h = c;
+        h.text_bytes = (uint32_t)((int)h.text_bytes + delta);
+        aural_chunk_put_header(b, &h);
+        if (outputs & AURAL_OUT_TEXT) expect_bad_chunk(b, n);
+        h = c;
+        h.n_frames = (uint32_t)((int)h.n_frames + delta);
+        aural_chunk_put_header(b, &h);
+        if (outputs & (AURAL_OUT_EMBEDDINGS | AURAL_OUT_LOGITS))
+          expect_bad_chunk(b, n);
+      }
+      aural_chunk_put_header(b, &c);
+    }
+  /* Truncated below the fixed part. */
+  aural_chunk_header c = chunk_header(0, 0);
+  uint8_t b[BUF_BYTES];
+  size_t n = build_chunk(b, &c);
+  assert_int_equal(n, 72);
+  for (size_t len = 0; len < 72; len++) expect_bad_chunk(b, len);
+  expect_bad_chunk(NULL, 0);
+}
+
+static void test_chunk_bad_fields(void **state) {
+  (void)state;
+  uint8_t b[BUF_BYTES];
+  aural_chunk_header c = chunk_header(AURAL_OUT_ALL, AURAL_DTYPE_F32);
+  size_t n = build_chunk(b, &c);
+  aural_chunk_header g;
+  assert_int_equal(aural_chunk_decode(b, n, &g, NULL, NULL, NULL), 0);
+
+  b[67] = 1; /* reserved */
+  expect_bad_chunk(b, n);
+  b[67] = 0;
+  b[66] = 2; /* dtype */
+  expect_bad_chunk(b, n);
+  b[66] = 0;
+  aural_put_u16(b + 64, 0x0F); /* an unknown output bit */
+  expect_bad_chunk(b, n);
+  aural_put_u16(b + 64, 0x8007);
+  expect_bad_chunk(b, n);
+  aural_put_u16(b + 64, 7);
+  aural_put_u32(b + 16, 0); /* n_frames */
+  expect_bad_chunk(b, n);
+  aural_put_u32(b + 16, 3);
+  b[n - 1] = 0xFF; /* the text is not UTF-8 */
+  expect_bad_chunk(b, n);
+  b[n - 1] = 0xC3; /* a truncated sequence at the end */
+  expect_bad_chunk(b, n);
+  b[n - 1] = 'd';
+  assert_int_equal(aural_chunk_decode(b, n, &g, NULL, NULL, NULL), 0);
+
+  /* text_bytes without the text bit. */
+  c = chunk_header(AURAL_OUT_EMBEDDINGS, AURAL_DTYPE_F32);
+  n = build_chunk(b, &c);
+  aural_put_u32(b + 68, 1);
+  expect_bad_chunk(b, n + 1);
+  /* An empty text section. */
+  c = chunk_header(AURAL_OUT_TEXT, AURAL_DTYPE_F16);
+  c.text_bytes = 0;
+  n = build_chunk(b, &c);
+  const char *text = NULL;
+  assert_int_equal(aural_chunk_decode(b, n, &g, NULL, NULL, &text), 0);
+  assert_true((const uint8_t *)text == b + 72);
+}
+
+/* Sizes past 32 bits are refused, including those that would wrap to a
+ * small length in 32- or 64-bit arithmetic. */
+static void test_chunk_overflow(void **state) {
+  (void)state;
+  static const struct {
+    uint32_t n_frames, d_model, vocab_size, text_bytes;
+    uint16_t outputs;
+    uint8_t dtype;
+  } cases[] = {
+      {0xFFFFFFFFu, 0xFFFFFFFFu, 0, 0, AURAL_OUT_EMBEDDINGS, 0},
+      {1, 0xFFFFFFFFu, 0, 0, AURAL_OUT_EMBEDDINGS, 0},
+      {1, 0x40000000u, 0, 0, AURAL_OUT_EMBEDDINGS, 0},
+      {0x10000u, 0x10000u, 0, 0, AURAL_OUT_EMBEDDINGS, 0}, /* 2^34: wraps */
+      {0x10000u, 0x10000u, 0, 0, AURAL_OUT_EMBEDDINGS, 1},
+      {0x40000000u, 4, 0, 0, AURAL_OUT_EMBEDDINGS, 0},
+      {0xFFFFFFFFu, 0, 0xFFFFFFFFu, 0, AURAL_OUT_LOGITS, 1},
+      {1, 0x20000000u, 0x20000000u, 0, 3, 0}, /* 2^31 + 2^31 */
+      {1, 0, 0, 0xFFFFFFFFu, AURAL_OUT_TEXT, 0},
+      {1, 0x3FFFFFF0u, 0, 0x80, AURAL_OUT_EMBEDDINGS | AURAL_OUT_TEXT, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aural_chunk_header c = chunk_header(cases[i].outputs, cases[i].dtype);
+    c.n_frames = cases[i].n_frames;
+    c.d_model = cases[i].d_model;
+    c.vocab_size = cases[i].vocab_size;
+    c.text_bytes = cases[i].text_bytes;
+    assert_int_equal(aural_chunk_payload_bytes(&c), 0);
+    uint8_t b[256];
+    memset(b, 0, sizeof b);
+    aural_chunk_put_header(b, &c);
+    for (size_t n = 72; n <= sizeof b; n += 8) expect_bad_chunk(b, n);
+  }
+  /* The largest that fits is still counted. */
+  aural_chunk_header c = chunk_header(AURAL_OUT_EMBEDDINGS, 0);
+  c.n_frames = 1;
+  c.d_model = (UINT32_MAX - 72) / 4;
+  assert_int_equal(aural_chunk_payload_bytes(&c), 72 + (size_t)c.d_model * 4);
+  c.dtype = 2;
+  assert_int_equal(aural_chunk_payload_bytes(&c), 0);
+}
+
+/* --- f16 ----------------------------------------------------------------------- */
+
+static float bits_f32(uint32_t x) {
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+static void test_f16_known_values(void **state) {
+  (void)state;
+  static const struct {
+    float f;
+    uint16_t h;
+  } cases[] = {
+      {1.0f, 0x3C00},
+      {-2.0f, 0xC000},
+      {0.5f, 0x3800},
+      {65504.0f, 0x7BFF},
+      {65519.99f, 0x7BFF},
+      {65520.0f, 0x7C00}, /* rounds to infinity */
+      {1e10f, 0x7C00},
+      {-1e10f, 0xFC00},
+      {0x1p-14f, 0x0400},          /* smallest normal */
+      {0x1p-24f, 0x0001},          /* smallest subnormal */
+      {0x1p-25f, 0x0000},          /* tie between 0 and 2^-24: even */
+      {0x1.000002p-25f, 0x0001},   /* just above the tie */
+      {0x1.8p-24f, 0x0002},        /* tie between 1 and 2 units: even */
+      {0x1.4p-23f, 0x0002},        /* 2.5 units: tie, even */
+      {0x1.cp-23f, 0x0004},        /* 3.5 units: tie, even */
+      {0x1.ff8p-15f, 0x03FF},      /* largest subnormal */
+      {0x1.ffcp-15f, 0x0400},      /* its tie rounds up to the smallest normal */
+      {1.0f + 0x1p-11f, 0x3C00},   /* tie: stays on the even 1.0 */
+      {1.0f + 0x3p-11f, 0x3C02},   /* tie: up to the even one */
+      {1.0f + 0x1.004p-11f, 0x3C01},     /* just above the tie */
+      {0x1p-30f, 0x0000},
+      {-0x1p-30f, 0x8000},
+      {0.0f, 0x0000},
+      {-0.0f, 0x8000},
+      {0.1f, 0x2E66},
+      {3.140625f, 0x4248},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint16_t h = aural_f32_to_f16(cases[i].f);
+    if (h != cases[i].h)
+      fail_msg("%a -> 0x%04x, want 0x%04x", (double)cases[i].f, h,
+               cases[i].h);
+  }
+  assert_int_equal(aural_f32_to_f16(INFINITY), 0x7C00);
+  assert_int_equal(aural_f32_to_f16(-INFINITY), 0xFC00);
+  assert_true(aural_f16_to_f32(0x3C00) == 1.0f);
+  assert_true(aural_f16_to_f32(0x7BFF) == 65504.0f);
+  assert_true(aural_f16_to_f32(0x0001) == 0x1p-24f);
+  assert_true(aural_f16_to_f32(0x03FF) == 0x1.ff8p-15f);
+  assert_true(isinf(aural_f16_to_f32(0xFC00)) &&
+              aural_f16_to_f32(0xFC00) < 0);
+  float nz = aural_f16_to_f32(0x8000);
+  assert_true(nz == 0.0f && signbit(nz));
+
+  /* NaN stays NaN both ways, including one whose payload is in the low
+   * bits only, and keeps its sign. */
+  const uint32_t nans[] = {0x7FC00000u, 0x7F800001u, 0xFFC00000u,
+                           0x7FBFFFFFu};
+  for (size_t i = 0; i < 4; i++) {
+    uint16_t h = aural_f32_to_f16(bits_f32(nans[i]));
+    assert_int_equal(h & 0x7C00, 0x7C00);
+    assert_int_not_equal(h & 0x03FF, 0);
+    assert_int_equal(h >> 15, nans[i] >> 31);
+    assert_true(isnan(aural_f16_to_f32(h)));
+  }
+  assert_true(isnan(aural_f16_to_f32(0x7C01)));
+  assert_true(isnan(aural_f16_to_f32(0xFE00)));
+}
+
+/* Every half survives half -> float -> half (NaNs stay NaNs). */
+static void test_f16_every_half_round_trips(void **state) {
+  (void)state;
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    float f = aural_f16_to_f32((uint16_t)h);
+    uint16_t back = aural_f32_to_f16(f);
+    if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0) {
+      assert_true(isnan(f));
+      assert_int_equal(back & 0x7C00, 0x7C00);
+      assert_int_not_equal(back & 0x3FF, 0);
+    } else if (back != h) {
+      fail_msg("0x%04x -> %a -> 0x%04x", h, (double)f, back);
+    }
+  }
+}
+
+/* Against an oracle: the nearest half in double arithmetic, ties to the
+ * even one, for random finite floats across the whole range. */
+static void test_f16_nearest_oracle(void **state) {
+  (void)state;
+  uint32_t rng = 2463534242u;
+  for (int i = 0; i < 200000; i++) {
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    /* Exponents around the half range more often than not. */
+    uint32_t x = rng;
+    if (i % 2) x = (x & 0x807FFFFFu) | ((100u + (x >> 23) % 45u) << 23);
+    float f = bits_f32(x);
+    if (!isfinite(f)) continue;
+    uint16_t h = aural_f32_to_f16(f);
+    double a = fabs((double)f), got = fabs((double)aural_f16_to_f32(h));
+    assert_int_equal(h >> 15, x >> 31);
+    if (a >= 65520.0) {
+      assert_int_equal(h & 0x7FFF, 0x7C00);
+      continue;
+    }
+    /* Neither neighbour of the result is nearer, and a tie went even. */
+    uint16_t m = h & 0x7FFF;
+    double err = fabs(got - a);
+    if (m > 0) {
+      double lo = (double)aural_f16_to_f32((uint16_t)(m - 1));
+      assert_true(fabs(lo - a) > err || (fabs(lo - a) == err && !(m & 1)));
+    }
+    if (m < 0x7BFF) {
+      double hi = (double)aural_f16_to_f32((uint16_t)(m + 1));
+      assert_true(fabs(hi - a) > err || (fabs(hi - a) == err && !(m & 1)));
+    }
+  }
+}
+
+/* --- JSON writer ---------------------------------------------------------------- */
+
+static void test_jw_structure_and_escaping(void **state) {
+  (void)state;
+  char buf[512];
+  aural_jw w;
+  aural_jw_init(&w, buf, sizeof buf);
+  aural_jw_begin_object(&w);
+  aural_jw_key(&w, "s");
+  aural_jw_string(&w, "q\" b\\ n\n t\t \x01\x1f \x7f caf\xc3\xa9 bad\xff"
+                      "\xc0\xaf end");
+  aural_jw_key(&w, "k\"ey");
+  aural_jw_begin_array(&w);
+  aural_jw_int(&w, INT64_MIN);
+  aural_jw_int(&w, INT64_MAX);
+  aural_jw_uint(&w, UINT64_MAX);
+  aural_jw_bool(&w, true);
+  aural_jw_bool(&w, false);
+  aural_jw_null(&w);
+  aural_jw_begin_object(&w);
+  aural_jw_end_object(&w);
+  aural_jw_begin_array(&w);
+  aural_jw_end_array(&w);
+  aural_jw_string_n(&w, "ab\0c", 4);
+  aural_jw_string(&w, NULL);
+  aural_jw_end_array(&w);
+  aural_jw_key(&w, "d");
+  aural_jw_begin_array(&w);
+  aural_jw_double(&w, 0.1);
+  aural_jw_double(&w, 1.0);
+  aural_jw_double(&w, -0.0);
+  aural_jw_double(&w, 12.5);
+  aural_jw_double(&w, 1e300);
+  aural_jw_double(&w, NAN);
+  aural_jw_double(&w, -INFINITY);
+  aural_jw_end_array(&w);
+  aural_jw_end_object(&w);
+  long n = aural_jw_finish(&w);
+  const char want[] =
+      "{\"s\":\"q\\\" b\\\\ n\\u000a t\\u0009 \\u0001\\u001f \x7f caf\xc3\xa9"
+      " bad\\ufffd\\ufffd\\ufffd end\",\"k\\\"ey\":[-9223372036854775808,"
+      "9223372036854775807,18446744073709551615,true,false,null,{},[],"
+      "\"ab\\u0000c\",\"\"],\"d\":[0.1,1,-0,12.5,1e+300,null,null]}";
+  assert_int_equal(n, (long)strlen(want));
+  assert_memory_equal(buf, want, (size_t)n);
+  aural_json js;
+  char why[128] = "";
+  assert_int_equal(aural_json_parse(&js, buf, (size_t)n, why, sizeof why), 0);
+}
+
+/* Random doubles come back bit for bit through the writer and reader. */
+static void test_jw_double_round_trip(void **state) {
+  (void)state;
+  uint64_t rng = 88172645463325252u;
+  for (int i = 0; i < 20000; i++) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    double v;
+    memcpy(&v, &rng, sizeof v);
+    if (!isfinite(v)) continue;
+    char buf[64];
+    aural_jw w;
+    aural_jw_init(&w, buf, sizeof buf);
+    aural_jw_double(&w, v);
+    long n = aural_jw_finish(&w);
+    assert_true(n > 0 && n <= 24);
+    aural_json js;
+    assert_int_equal(aural_json_parse(&js, buf, (size_t)n, NULL, 0), 0);
+    double back;
+    assert_int_equal(aural_json_double(&js, 0, &back), 0);
+    assert_memory_equal(&back, &v, sizeof v);
+  }
+}
+
+/* Each capacity short of the whole leaves a sticky overflow and writes
+ * nothing past the capacity. */
+static void test_jw_overflow(void **state) {
+  (void)state;
+  char full[128];
+  size_t need = 0;
+  for (size_t cap = 0; cap <= sizeof full; cap++) {
+    char buf[sizeof full + 8];
+    memset(buf, '#', sizeof buf);
+    aural_jw w;
+    aural_jw_init(&w, buf, cap);
+    aural_jw_begin_object(&w);
+    aural_jw_key(&w, "name");
+    aural_jw_string(&w, "a\"b\n");
+    aural_jw_key(&w, "n");
+    aural_jw_int(&w, -12345);
+    aural_jw_key(&w, "x");
+    aural_jw_double(&w, 0.25);
+    aural_jw_end_object(&w);
+    long n = aural_jw_finish(&w);
+    for (size_t i = cap; i < sizeof buf; i++) assert_int_equal(buf[i], '#');
+    if (n >= 0) {
+      need = cap;
+      assert_int_equal((size_t)n, cap);
+      memcpy(full, buf, cap);
+      break;
+    }
+    assert_true(w.overflow);
+    /* Sticky: a short value that would fit changes nothing. */
+    size_t len = w.len;
+    aural_jw_null(&w);
+    assert_int_equal(w.len, len);
+    assert_int_equal(aural_jw_finish(&w), -1);
+  }
+  const char want[] = "{\"name\":\"a\\\"b\\u000a\",\"n\":-12345,\"x\":0.25}";
+  assert_int_equal(need, strlen(want));
+  assert_memory_equal(full, want, need);
+
+  aural_jw w;
+  aural_jw_init(&w, NULL, 100);
+  aural_jw_int(&w, 1);
+  assert_int_equal(aural_jw_finish(&w), -1);
+  aural_jw_init(&w, NULL, 0);
+  assert_int_equal(aural_jw_finish(&w), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_header_round_trip_every_type),
+      cmocka_unit_test(test_header_bytes),
+      cmocka_unit_test(test_header_errors),
+      cmocka_unit_test(test_error_names),
+      cmocka_unit_test(test_valid_name),
+      cmocka_unit_test(test_hello_round_trip),
+      cmocka_unit_test(test_subscribe_round_trip),
+      cmocka_unit_test(test_unsubscribe_round_trip),
+      cmocka_unit_test(test_audio_open_round_trip),
+      cmocka_unit_test(test_error_round_trip),
+      cmocka_unit_test(test_raw_round_trip),
+      cmocka_unit_test(test_encoders_short_buffer),
+      cmocka_unit_test(test_request_defaults_and_unknown_members),
+      cmocka_unit_test(test_json_malformed),
+      cmocka_unit_test(test_json_valid),
+      cmocka_unit_test(test_json_tokens_and_accessors),
+      cmocka_unit_test(test_json_double_conversion),
+      cmocka_unit_test(test_request_field_errors),
+      cmocka_unit_test(test_request_limits_accepted),
+      cmocka_unit_test(test_chunk_round_trip),
+      cmocka_unit_test(test_chunk_header_bytes),
+      cmocka_unit_test(test_chunk_wrong_lengths),
+      cmocka_unit_test(test_chunk_bad_fields),
+      cmocka_unit_test(test_chunk_overflow),
+      cmocka_unit_test(test_f16_known_values),
+      cmocka_unit_test(test_f16_every_half_round_trips),
+      cmocka_unit_test(test_f16_nearest_oracle),
+      cmocka_unit_test(test_jw_structure_and_escaping),
+      cmocka_unit_test(test_jw_double_round_trip),
+      cmocka_unit_test(test_jw_overflow),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
