@@ -95,7 +95,7 @@ static void print_table(const cJSON *r) {
   if (!cJSON_IsArray(subs)) subs = NULL;
   printf("\nsubscribers (%d)\n",
          cJSON_IsArray(subs) ? cJSON_GetArraySize(subs) : 0);
-  printf("%6s %6s  %-20s %11s %11s %8s\n", "client", "sub", "stream",
+  printf("%7s %6s  %-20s %11s %11s %8s\n", "client", "sub", "stream",
          "queue_bytes", "chunks_sent", "dropped");
   cJSON_ArrayForEach(s, subs) {
     bool all = false;

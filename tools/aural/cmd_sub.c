@@ -489,7 +489,8 @@ static int on_chunk(sub_job *job, const client_msg *m) {
     if (emb != NULL) printf("  |emb| %.2f", emb_norm);
     if (logits != NULL) printf("  |logits| %.2f", logit_norm);
     if (final) printf("  final");
-    if (text != NULL) printf("  %.*s", (int)ch.text_bytes, text);
+    if (text != NULL && ch.text_bytes > 0)
+      printf("  %.*s", (int)ch.text_bytes, text);
     putchar('\n');
     fflush(stdout);
   }
