@@ -1,0 +1,636 @@
+"""A small client of aurald, the aural streaming speech-frame encoder daemon.
+
+Written from proto/PROTOCOL.md (protocol version 1) with the standard
+library and numpy only. One Client is one Unix-socket connection; it is
+blocking and not thread-safe.
+
+Example::
+
+    from aural_client import Client, Chunk, StreamEnded
+
+    with Client() as c:                      # connects, HELLO/WELCOME
+        print(c.model["d_model"], c.model["chunk_frames"])
+        c.subscribe(stream="mic", outputs=("embeddings", "text"))
+        for ev in c.events():
+            if isinstance(ev, Chunk):
+                print(ev.name, ev.seq, ev.emb.shape, ev.text)
+            elif isinstance(ev, StreamEnded):
+                break
+
+Pushing audio::
+
+    with Client("/tmp/x/aural.sock") as c:
+        sid = c.open_audio("call-17", rate=8000, channels=1, fmt="s16")
+        c.send_audio(sid, samples_int16)
+        totals = c.close_audio(sid)          # {"frames": ..., "chunks": ...}
+"""
+
+import collections
+import json
+import os
+import select
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+
+__all__ = [
+    "Client", "Chunk", "StreamStarted", "StreamEnded", "Gap", "Error",
+    "ServerError", "ProtocolError", "default_socket_path",
+]
+
+PROTOCOL_VERSION = 1
+MAGIC = b"AURL"
+HEADER = struct.Struct("<4sBBHII")           # magic version type flags stream bytes
+CHUNK_FIXED = struct.Struct("<QQIIqqqqIIHBBI")  # PROTOCOL.md section 5, 72 bytes
+PING_MAX = 256
+
+# Message types (PROTOCOL.md section 4).
+HELLO, WELCOME, ERROR, PING, PONG = 0x01, 0x02, 0x03, 0x04, 0x05
+LIST_STREAMS, STREAMS, SUBSCRIBE, SUBSCRIBED = 0x06, 0x07, 0x08, 0x09
+UNSUBSCRIBE, UNSUBSCRIBED, STREAM_STARTED, STREAM_ENDED = 0x0A, 0x0B, 0x0C, 0x0D
+CHUNK, GAP, AUDIO_OPEN, AUDIO_OPENED = 0x0E, 0x0F, 0x10, 0x11
+AUDIO_DATA, AUDIO_CLOSE, AUDIO_CLOSED, STATS, STATS_REPLY = 0x12, 0x13, 0x14, 0x15, 0x16
+
+TYPE_NAMES = {
+    v: k for k, v in dict(
+        HELLO=HELLO, WELCOME=WELCOME, ERROR=ERROR, PING=PING, PONG=PONG,
+        LIST_STREAMS=LIST_STREAMS, STREAMS=STREAMS, SUBSCRIBE=SUBSCRIBE,
+        SUBSCRIBED=SUBSCRIBED, UNSUBSCRIBE=UNSUBSCRIBE,
+        UNSUBSCRIBED=UNSUBSCRIBED, STREAM_STARTED=STREAM_STARTED,
+        STREAM_ENDED=STREAM_ENDED, CHUNK=CHUNK, GAP=GAP,
+        AUDIO_OPEN=AUDIO_OPEN, AUDIO_OPENED=AUDIO_OPENED,
+        AUDIO_DATA=AUDIO_DATA, AUDIO_CLOSE=AUDIO_CLOSE,
+        AUDIO_CLOSED=AUDIO_CLOSED, STATS=STATS,
+        STATS_REPLY=STATS_REPLY).items()
+}
+SERVER_TYPES = {WELCOME, ERROR, PONG, STREAMS, SUBSCRIBED, UNSUBSCRIBED,
+                STREAM_STARTED, STREAM_ENDED, CHUNK, GAP, AUDIO_OPENED,
+                AUDIO_CLOSED, STATS_REPLY}
+EVENT_TYPES = {STREAM_STARTED, STREAM_ENDED, CHUNK, GAP}
+
+# Error codes (PROTOCOL.md section 6).
+ERROR_NAMES = {
+    1: "FRAMING", 2: "VERSION", 3: "TOO_LARGE", 4: "UNKNOWN_TYPE",
+    5: "BAD_PAYLOAD", 6: "STATE", 7: "NO_STREAM", 8: "NAME_IN_USE",
+    9: "LIMIT", 10: "NO_HEAD", 11: "AUDIO", 12: "SLOW_CONSUMER",
+    13: "SHUTDOWN", 14: "INTERNAL", 15: "NO_SUBSCRIPTION", 16: "PERMISSION",
+}
+# Errors about AUDIO_DATA, which has no reply of its own (section 4.13).
+AUDIO_DATA_ERRORS = {"NO_STREAM", "BAD_PAYLOAD", "AUDIO"}
+
+OUTPUT_BITS = {"embeddings": 1, "logits": 2, "text": 4}
+SAMPLE_DTYPES = {"s16": np.dtype("<i2"), "f32": np.dtype("<f4")}
+
+# Bound on the WELCOME payload, before the server has announced its own.
+WELCOME_MAX_BYTES = 64 << 20
+
+
+def default_socket_path() -> str:
+    """The socket used when none is given, by the rule aurald follows:
+    $AURAL_SOCKET if set and non-empty, else $XDG_RUNTIME_DIR/aural.sock,
+    else /run/aural/aural.sock for root, else /tmp/aural-UID/aural.sock."""
+    env = os.environ.get("AURAL_SOCKET")
+    if env:
+        return env
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg is not None:
+        return os.path.join(xdg, "aural.sock")
+    if os.getuid() == 0:
+        return "/run/aural/aural.sock"
+    return "/tmp/aural-%d/aural.sock" % os.getuid()
+
+
+class ProtocolError(Exception):
+    """The server broke the protocol, or the connection broke."""
+
+
+class ServerError(Exception):
+    """An ERROR message answering a request.
+
+    Attributes: code (int), name (e.g. "NO_STREAM"), message, fatal,
+    stream_id."""
+
+    def __init__(self, code: int, name: str, message: str, fatal: bool,
+                 stream_id: int = 0):
+        super().__init__("%s (%d): %s" % (name, code, message))
+        self.code, self.name, self.message = code, name, message
+        self.fatal, self.stream_id = fatal, stream_id
+
+
+@dataclass
+class StreamStarted:
+    """A stream this client receives has started (or was live when the
+    subscription began); next_chunk is the seq of its first chunk here."""
+    stream_id: int
+    name: str
+    source: str
+    sample_rate: int
+    channels: int
+    start_us: int
+    next_chunk: int
+
+
+@dataclass
+class StreamEnded:
+    """A stream ended. reason: eof, closed, disconnected, device_lost,
+    error or shutdown; frames and chunks are the stream's totals."""
+    stream_id: int
+    name: str
+    reason: str
+    message: str
+    frames: int
+    chunks: int
+
+
+@dataclass
+class Gap:
+    """Chunks first_chunk .. first_chunk + n_chunks - 1 of a stream were
+    lost because this client fell behind."""
+    stream_id: int
+    name: str
+    first_chunk: int
+    n_chunks: int
+    reason: str
+
+
+@dataclass
+class Error:
+    """An ERROR that arrived outside a request: a rejected AUDIO_DATA, or a
+    fatal error (SLOW_CONSUMER, SHUTDOWN) before the server closes."""
+    stream_id: int
+    code: int
+    name: str
+    message: str
+    fatal: bool
+
+
+@dataclass
+class Chunk:
+    """One chunk of a stream: frames first_frame .. first_frame + n_frames - 1.
+
+    emb is a float32 array [n_frames, d_model] and logits [n_frames,
+    vocab_size] (converted from f16 when that was the wire dtype), or None
+    when not subscribed; text is the chunk's tokens separated by spaces, or
+    None. Times are microseconds since the Unix epoch (server clock);
+    received_us is this client's clock when the chunk was read."""
+    stream_id: int
+    name: str
+    seq: int
+    first_frame: int
+    n_frames: int
+    final: bool
+    start_us: int
+    capture_us: int
+    ready_us: int
+    emitted_us: int
+    d_model: int
+    vocab_size: int
+    dtype: str
+    emb: Optional[np.ndarray] = None
+    logits: Optional[np.ndarray] = None
+    text: Optional[str] = None
+    received_us: int = 0
+
+    @property
+    def latency_ms(self) -> float:
+        """End-to-end latency: received here minus audio ready at the
+        server (meaningful on one machine)."""
+        return (self.received_us - self.ready_us) / 1e3
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Client:
+    """A connection to aurald. Connecting sends HELLO and reads WELCOME.
+
+    path: the socket (default: default_socket_path()). timeout: seconds a
+    single blocking read or write may take, or None to wait forever.
+
+    After connecting: welcome (the WELCOME object), model (its "model"
+    object: sample_rate, d_model, vocab_size, vocab, chunk_frames, ...),
+    version, server, max_request_bytes, max_message_bytes.
+    """
+
+    def __init__(self, path: Optional[str] = None, client_name: str =
+                 "aural_client.py 1", timeout: Optional[float] = None):
+        self.path = path or default_socket_path()
+        self._events: Deque[Any] = collections.deque()
+        self._names: Dict[int, str] = {}       # stream id -> name
+        self._audio: Dict[int, str] = {}       # our open streams -> format
+        self._audio_channels: Dict[int, int] = {}
+        self._closed_replies: Dict[int, Dict[str, Any]] = {}
+        self.max_message_bytes = WELCOME_MAX_BYTES
+        self.max_request_bytes = 0
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(self.path)
+        except FileNotFoundError:
+            self._sock.close()
+            raise ConnectionError(
+                "aurald not running? no socket at %s" % self.path) from None
+        except PermissionError:
+            self._sock.close()
+            raise ConnectionError("%s: permission denied" % self.path) from None
+        except ConnectionRefusedError:
+            self._sock.close()
+            raise ConnectionError(
+                "aurald not running? %s exists but nothing listens on it"
+                % self.path) from None
+        try:
+            self.hello(client_name)
+        except BaseException:
+            self._sock.close()
+            raise
+
+    # --- context manager ------------------------------------------------
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the connection. Streams this client opened and did not
+        close end with reason "disconnected"."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    # --- framing ---------------------------------------------------------
+
+    def _send(self, mtype: int, payload: bytes = b"", stream_id: int = 0) -> None:
+        if self.max_request_bytes and len(payload) > self.max_request_bytes:
+            raise ValueError("%s payload of %d bytes is over the server's "
+                             "limit of %d" % (TYPE_NAMES[mtype], len(payload),
+                                              self.max_request_bytes))
+        head = HEADER.pack(MAGIC, PROTOCOL_VERSION, mtype, 0, stream_id,
+                           len(payload))
+        self._sock.sendall(head + payload)
+
+    def _send_json(self, mtype: int, obj: Dict[str, Any], stream_id: int = 0) -> None:
+        self._send(mtype, json.dumps(obj, separators=(",", ":")).encode(),
+                   stream_id)
+
+    def _recv_exact(self, n: int, what: str) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            part = self._sock.recv(min(n - len(buf), 1 << 20))
+            if not part:
+                if not buf and what == "":
+                    raise EOFError("aurald closed the connection")
+                raise ProtocolError("aurald closed the connection in the "
+                                    "middle of %s (%d of %d bytes)"
+                                    % (what or "a header", len(buf), n))
+            buf += part
+        return bytes(buf)
+
+    def _read_message(self):
+        """Reads one whole message: (type, stream_id, payload bytes).
+        Raises EOFError when the server closed between messages."""
+        head = self._recv_exact(HEADER.size, "")
+        magic, version, mtype, _flags, stream_id, n = HEADER.unpack(head)
+        if magic != MAGIC:
+            raise ProtocolError("bad magic %r from aurald" % magic)
+        if version != PROTOCOL_VERSION:
+            raise ProtocolError("aurald sent protocol version %d" % version)
+        if mtype not in SERVER_TYPES:
+            raise ProtocolError("aurald sent message type 0x%02x" % mtype)
+        if n > self.max_message_bytes:
+            raise ProtocolError("aurald sent %s of %d bytes, over its limit "
+                                "of %d" % (TYPE_NAMES[mtype], n,
+                                           self.max_message_bytes))
+        payload = self._recv_exact(n, "a %s message" % TYPE_NAMES[mtype])
+        return mtype, stream_id, payload
+
+    @staticmethod
+    def _json(mtype: int, payload: bytes) -> Dict[str, Any]:
+        try:
+            obj = json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ProtocolError("%s payload is not JSON: %s"
+                                % (TYPE_NAMES[mtype], e)) from None
+        if not isinstance(obj, dict):
+            raise ProtocolError("%s payload is not a JSON object"
+                                % TYPE_NAMES[mtype])
+        return obj
+
+    # --- decoding ---------------------------------------------------------
+
+    def _decode_chunk(self, stream_id: int, payload: bytes) -> Chunk:
+        if len(payload) < CHUNK_FIXED.size:
+            raise ProtocolError("CHUNK of %d bytes is shorter than its fixed "
+                                "part" % len(payload))
+        (seq, first_frame, n_frames, flags, start_us, capture_us, ready_us,
+         emitted_us, d_model, vocab_size, outputs, dtype, _res,
+         text_bytes) = CHUNK_FIXED.unpack_from(payload)
+        if dtype not in (0, 1):
+            raise ProtocolError("CHUNK with unknown dtype %d" % dtype)
+        np_dtype = np.dtype("<f4") if dtype == 0 else np.dtype("<f2")
+        size = np_dtype.itemsize
+        off = CHUNK_FIXED.size
+        need = off
+        if outputs & 1:
+            need += n_frames * d_model * size
+        if outputs & 2:
+            need += n_frames * vocab_size * size
+        if outputs & 4:
+            need += text_bytes
+        elif text_bytes:
+            raise ProtocolError("CHUNK has text_bytes but no text section")
+        if need != len(payload):
+            raise ProtocolError("CHUNK of %d bytes where its header says %d"
+                                % (len(payload), need))
+        ck = Chunk(stream_id=stream_id, name=self._names.get(stream_id, ""),
+                   seq=seq, first_frame=first_frame, n_frames=n_frames,
+                   final=bool(flags & 1), start_us=start_us,
+                   capture_us=capture_us, ready_us=ready_us,
+                   emitted_us=emitted_us, d_model=d_model,
+                   vocab_size=vocab_size, dtype="f32" if dtype == 0 else "f16",
+                   received_us=_now_us())
+        if outputs & 1:
+            n = n_frames * d_model
+            ck.emb = np.frombuffer(payload, np_dtype, n, off).astype(
+                np.float32).reshape(n_frames, d_model)
+            off += n * size
+        if outputs & 2:
+            n = n_frames * vocab_size
+            ck.logits = np.frombuffer(payload, np_dtype, n, off).astype(
+                np.float32).reshape(n_frames, vocab_size)
+            off += n * size
+        if outputs & 4:
+            ck.text = payload[off:off + text_bytes].decode("utf-8", "replace")
+        return ck
+
+    def _event(self, mtype: int, stream_id: int, payload: bytes):
+        """The typed event of an event message."""
+        if mtype == CHUNK:
+            return self._decode_chunk(stream_id, payload)
+        obj = self._json(mtype, payload)
+        if mtype == STREAM_STARTED:
+            name = str(obj.get("name", ""))
+            self._names[stream_id] = name
+            return StreamStarted(stream_id, name, str(obj.get("source", "")),
+                                 int(obj.get("sample_rate", 0)),
+                                 int(obj.get("channels", 0)),
+                                 int(obj.get("start_us", 0)),
+                                 int(obj.get("next_chunk", 0)))
+        if mtype == STREAM_ENDED:
+            return StreamEnded(stream_id,
+                               str(obj.get("name",
+                                           self._names.get(stream_id, ""))),
+                               str(obj.get("reason", "")),
+                               str(obj.get("message", "")),
+                               int(obj.get("frames", 0)),
+                               int(obj.get("chunks", 0)))
+        return Gap(stream_id, self._names.get(stream_id, ""),
+                   int(obj.get("first_chunk", 0)), int(obj.get("n_chunks", 0)),
+                   str(obj.get("reason", "")))
+
+    def _error(self, stream_id: int, payload: bytes) -> Error:
+        obj = self._json(ERROR, payload)
+        code = int(obj.get("code", 0))
+        return Error(stream_id, code,
+                     str(obj.get("name", ERROR_NAMES.get(code, "ERROR"))),
+                     str(obj.get("message", "")), bool(obj.get("fatal", True)))
+
+    def _handle_async(self, mtype: int, stream_id: int, payload: bytes) -> bool:
+        """Buffers an event, or an AUDIO_CLOSED that arrived early. Returns
+        True when the message was one of those."""
+        if mtype in EVENT_TYPES:
+            self._events.append(self._event(mtype, stream_id, payload))
+            return True
+        if mtype == AUDIO_CLOSED:
+            self._closed_replies[stream_id] = self._json(mtype, payload)
+            return True
+        return False
+
+    def _request(self, mtype: int, payload: bytes, reply: int,
+                 stream_id: int = 0) -> Any:
+        """Sends a request and reads until its reply, buffering events.
+        Returns (stream_id, payload) of the reply; an ERROR raises
+        ServerError."""
+        self._send(mtype, payload, stream_id)
+        while True:
+            try:
+                rtype, rsid, rpay = self._read_message()
+            except EOFError:
+                raise ProtocolError("aurald closed the connection before "
+                                    "answering %s" % TYPE_NAMES[mtype]) from None
+            if rtype == reply:
+                return rsid, rpay
+            if self._handle_async(rtype, rsid, rpay):
+                continue
+            if rtype == ERROR:
+                err = self._error(rsid, rpay)
+                # An error about AUDIO_DATA has no reply slot: it names one of
+                # our streams. Keep it as an event unless this request was
+                # about that very stream.
+                if (not err.fatal and rsid in self._audio and rsid != stream_id
+                        and err.name in AUDIO_DATA_ERRORS):
+                    self._events.append(err)
+                    continue
+                raise ServerError(err.code, err.name, err.message, err.fatal,
+                                  rsid)
+            # Anything else (a stray reply) is ignored.
+
+    # --- requests ---------------------------------------------------------
+
+    def hello(self, client_name: str = "aural_client.py 1") -> Dict[str, Any]:
+        """Sends HELLO and reads WELCOME (done on connect). Returns the
+        WELCOME object."""
+        payload = json.dumps({"versions": [PROTOCOL_VERSION],
+                              "client": client_name[:64]}).encode()
+        _, pay = self._request(HELLO, payload, WELCOME)
+        w = self._json(WELCOME, pay)
+        if w.get("version") != PROTOCOL_VERSION:
+            raise ProtocolError("WELCOME chose version %r" % w.get("version"))
+        self.welcome = w
+        self.version = w["version"]
+        self.server = str(w.get("server", ""))
+        self.max_request_bytes = int(w["max_request_bytes"])
+        self.max_message_bytes = int(w["max_message_bytes"])
+        self.model = dict(w.get("model", {}))
+        vocab = self.model.get("vocab", [])
+        if len(vocab) != int(self.model.get("vocab_size", 0)):
+            raise ProtocolError("WELCOME vocab has %d entries, vocab_size %r"
+                                % (len(vocab), self.model.get("vocab_size")))
+        return w
+
+    def subscribe(self, stream: Optional[str] = None, all: bool = False,
+                  outputs: Sequence[str] = ("embeddings",),
+                  dtype: str = "f32") -> int:
+        """Subscribes to the stream of that name (it may start later) or,
+        with all=True, to every stream. outputs: among "embeddings",
+        "logits", "text"; dtype "f32" or "f16". Returns the subscription id.
+        """
+        if (stream is None) == (not all):
+            raise ValueError("give exactly one of stream=NAME or all=True")
+        req: Dict[str, Any] = {"outputs": list(outputs), "dtype": dtype}
+        if all:
+            req["all"] = True
+        else:
+            req["stream"] = stream
+        _, pay = self._request(SUBSCRIBE, json.dumps(req).encode(), SUBSCRIBED)
+        return int(self._json(SUBSCRIBED, pay)["subscription"])
+
+    def unsubscribe(self, subscription: int) -> None:
+        """Ends a subscription; no event of it follows."""
+        self._request(UNSUBSCRIBE,
+                      json.dumps({"subscription": subscription}).encode(),
+                      UNSUBSCRIBED)
+
+    def list_streams(self) -> List[Dict[str, Any]]:
+        """The live streams: dicts with id, name, source, sample_rate,
+        channels, start_us, frames, chunks."""
+        _, pay = self._request(LIST_STREAMS, b"", STREAMS)
+        return list(self._json(STREAMS, pay).get("streams", []))
+
+    def stats(self) -> Dict[str, Any]:
+        """The server's statistics (PROTOCOL.md section 4.15)."""
+        _, pay = self._request(STATS, b"", STATS_REPLY)
+        return self._json(STATS_REPLY, pay)
+
+    def ping(self, data: bytes = b"") -> float:
+        """Sends PING with data (at most 256 bytes), checks the echo and
+        returns the round trip in seconds."""
+        if len(data) > PING_MAX:
+            raise ValueError("PING data is at most %d bytes" % PING_MAX)
+        t0 = time.monotonic()
+        _, pay = self._request(PING, bytes(data), PONG)
+        dt = time.monotonic() - t0
+        if pay != bytes(data):
+            raise ProtocolError("PONG did not echo the PING data")
+        return dt
+
+    def open_audio(self, name: Optional[str] = None, rate: int = 16000,
+                   channels: int = 1, fmt: str = "s16") -> int:
+        """Opens a stream this client feeds (fmt "s16" or "f32", any rate
+        4000..768000, 1..256 channels). name None lets the server choose.
+        Returns the stream id."""
+        if fmt not in SAMPLE_DTYPES:
+            raise ValueError("fmt is s16 or f32")
+        req: Dict[str, Any] = {"sample_rate": int(rate),
+                               "channels": int(channels), "format": fmt}
+        if name is not None:
+            req["name"] = name
+        sid, pay = self._request(AUDIO_OPEN, json.dumps(req).encode(),
+                                 AUDIO_OPENED)
+        obj = self._json(AUDIO_OPENED, pay)
+        sid = sid or int(obj.get("stream", 0))
+        self._audio[sid] = fmt
+        self._audio_channels[sid] = int(channels)
+        self._names.setdefault(sid, str(obj.get("name", name or "")))
+        return sid
+
+    def send_audio(self, stream_id: int, samples: np.ndarray) -> None:
+        """Sends samples ([n] or [n, channels]) to a stream opened by
+        open_audio, converted to its format (s16: integers, or floats in
+        +-1 scaled by 32768; f32: floats, full scale +-1). Large arrays
+        are split into messages within the server's limit. While the server
+        holds back (flow control), incoming events are read and buffered
+        for events(), so subscriptions on this connection do not stall."""
+        fmt = self._audio.get(stream_id)
+        if fmt is None:
+            raise ValueError("stream %d was not opened here" % stream_id)
+        channels = self._audio_channels[stream_id]
+        x = np.asarray(samples)
+        if fmt == "s16" and x.dtype.kind == "f":
+            x = np.clip(np.rint(x * 32768.0), -32768, 32767)
+        x = np.ascontiguousarray(x, dtype=SAMPLE_DTYPES[fmt])
+        if x.ndim == 1 and channels == 1:
+            x = x.reshape(-1, 1)
+        if x.ndim != 2 or x.shape[1] != channels:
+            raise ValueError("samples must be [n, %d]" % channels)
+        data = x.tobytes()
+        frame_bytes = channels * SAMPLE_DTYPES[fmt].itemsize
+        step = max(1, self.max_request_bytes // frame_bytes) * frame_bytes
+        out = bytearray()
+        for i in range(0, len(data), step):
+            part = data[i:i + step]
+            out += HEADER.pack(MAGIC, PROTOCOL_VERSION, AUDIO_DATA, 0,
+                               stream_id, len(part)) + part
+            if len(out) >= (4 << 20):
+                self._send_pumping(bytes(out))
+                out = bytearray()
+        if out:
+            self._send_pumping(bytes(out))
+
+    def _send_pumping(self, data: bytes) -> None:
+        """Writes data, reading (and buffering) whatever the server sends
+        meanwhile."""
+        view = memoryview(data)
+        while view:
+            r, w, _ = select.select([self._sock], [self._sock], [])
+            if r:
+                try:
+                    mtype, sid, pay = self._read_message()
+                except EOFError:
+                    raise ProtocolError("aurald closed the connection while "
+                                        "audio was being sent") from None
+                if not self._handle_async(mtype, sid, pay) and mtype == ERROR:
+                    err = self._error(sid, pay)
+                    self._events.append(err)
+                    if err.fatal:
+                        raise ServerError(err.code, err.name, err.message,
+                                          True, sid)
+            if w:
+                try:
+                    n = self._sock.send(view, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
+                view = view[n:]
+
+    def close_audio(self, stream_id: int) -> Dict[str, int]:
+        """Ends a stream opened by open_audio and waits until the server
+        has computed all of it (AUDIO_CLOSED). Events arriving meanwhile are
+        buffered for events(). Returns {"frames": ..., "chunks": ...}."""
+        self._send(AUDIO_CLOSE, b"", stream_id)
+        while stream_id not in self._closed_replies:
+            try:
+                mtype, sid, pay = self._read_message()
+            except EOFError:
+                raise ProtocolError("aurald closed the connection before "
+                                    "AUDIO_CLOSED") from None
+            if self._handle_async(mtype, sid, pay):
+                continue
+            if mtype == ERROR:
+                err = self._error(sid, pay)
+                if sid == stream_id or err.fatal:
+                    raise ServerError(err.code, err.name, err.message,
+                                      err.fatal, sid)
+                self._events.append(err)
+        self._audio.pop(stream_id, None)
+        reply = self._closed_replies.pop(stream_id)
+        return {"frames": int(reply.get("frames", 0)),
+                "chunks": int(reply.get("chunks", 0))}
+
+    # --- events -------------------------------------------------------------
+
+    def events(self, timeout: Optional[float] = None) -> Iterator[Any]:
+        """Yields StreamStarted, Chunk, Gap, StreamEnded and Error objects as
+        they arrive (first those buffered during requests). Ends when the
+        server closes the connection, or when nothing arrived for timeout
+        seconds (None: wait forever)."""
+        while True:
+            while self._events:
+                yield self._events.popleft()
+            if timeout is not None:
+                r, _, _ = select.select([self._sock], [], [], timeout)
+                if not r:
+                    return
+            try:
+                mtype, sid, pay = self._read_message()
+            except EOFError:
+                return
+            if self._handle_async(mtype, sid, pay):
+                continue
+            if mtype == ERROR:
+                self._events.append(self._error(sid, pay))
