@@ -81,6 +81,25 @@ typedef struct send_job {
   char err[512];
 } send_job;
 
+/* After a failed write or a lost stream: the server may say why before
+ * closing (a fatal ERROR such as SHUTDOWN). Reads what is left, briefly,
+ * and puts the first fatal ERROR into job->err. */
+static void explain_failure(send_job *job) {
+  for (int i = 0; i < 100; i++) {
+    struct pollfd p = {.fd = job->cl->fd, .events = POLLIN};
+    if (poll(&p, 1, 200) <= 0) return;
+    client_msg m;
+    char e[400];
+    if (client_read(job->cl, &m, e, sizeof e) != 0) return;
+    bool fatal = false;
+    if (m.h.type == AURAL_MSG_ERROR &&
+        (client_error(&m, e, sizeof e, &fatal), fatal)) {
+      snprintf(job->err, sizeof job->err, "aurald: %s", e);
+      return;
+    }
+  }
+}
+
 /* Handles one message that arrived while sending: the only ones expected
  * are ERRORs about our AUDIO_DATA. Returns -1 when sending must stop. */
 static int on_message(send_job *job, const client_msg *m) {
@@ -89,8 +108,13 @@ static int on_message(send_job *job, const client_msg *m) {
   char e[400];
   int code = client_error(m, e, sizeof e, &fatal);
   snprintf(job->err, sizeof job->err, "aurald: %s", e);
-  if (fatal || code == -AURAL_PROTO_EAUDIO || code == -AURAL_PROTO_ENO_STREAM)
+  if (code == -AURAL_PROTO_ENO_STREAM) {
+    /* Our stream is gone without our AUDIO_CLOSE: the server may be
+     * stopping, and then a fatal SHUTDOWN follows that says so. */
+    explain_failure(job);
     return -1;
+  }
+  if (fatal || code == -AURAL_PROTO_EAUDIO) return -1;
   fprintf(stderr, "aural send: %s\n", job->err);
   return 0;
 }
@@ -246,14 +270,17 @@ static int run(send_job *job) {
     int r = client_send_raw(cl, AURAL_MSG_AUDIO_DATA, job->stream_id, wire,
                             got * bytes_per_frame, job->err,
                             sizeof job->err);
+    if (r < 0 && !interrupted) explain_failure(job);
     if (r < 0 || interrupted) goto done;
     sent += got;
     if (drain(job) < 0) goto done;
   }
 
   if (client_send_raw(cl, AURAL_MSG_AUDIO_CLOSE, job->stream_id, NULL, 0,
-                      job->err, sizeof job->err) < 0)
+                      job->err, sizeof job->err) < 0) {
+    if (!interrupted) explain_failure(job);
     goto done;
+  }
   for (;;) {
     if (wait_reply(job, AURAL_MSG_AUDIO_CLOSED, &m) < 0) goto done;
     if (m.h.stream_id == job->stream_id) break;

@@ -567,14 +567,30 @@ static int on_ended(sub_job *job, const client_msg *m) {
     fflush(stdout);
   }
 
+  /* A stream cut short by the server's shutdown or by an error is not
+   * what -o promises; the fatal SHUTDOWN error follows the former. */
+  int cut = reason != NULL &&
+            (strcmp(reason, "shutdown") == 0 || strcmp(reason, "error") == 0);
   if (job->out_path != NULL && s->id == job->out_stream) {
+    if (cut && strcmp(reason, "shutdown") == 0) {
+      fprintf(stderr, "aural sub: %s was cut short by the server's "
+              "shutdown\n", s->name);
+      return 0;
+    }
+    if (cut) {
+      snprintf(job->err, sizeof job->err,
+               "%s ended with an error%s%s; %s not written", s->name,
+               message && message[0] ? ": " : "", message ? message : "",
+               job->out_path);
+      return -1;
+    }
     if (finish_output(job) < 0) return -1;
     if (!job->quiet && !job->json)
       printf("%s: %zu frames x %zu written to %s\n", s->name, job->out_rows,
              job->out_dim, job->out_path);
     return 1;
   }
-  if (!job->until_end) return 0;
+  if (!job->until_end || (cut && strcmp(reason, "shutdown") == 0)) return 0;
   for (size_t i = 0; i < job->n_streams; i++)
     if (!job->streams[i].ended) return 0;
   return 1;
