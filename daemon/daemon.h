@@ -77,6 +77,7 @@ typedef struct aurald_options {
   const char *group; /* peers in this group are accepted too */
   gid_t group_gid;
   bool exit_when_done; /* stop once every --file stream has ended */
+  bool hold;           /* sources wait for their first subscriber */
   bool f16_weights;
 } aurald_options;
 
@@ -107,7 +108,9 @@ struct delivery;
 
 #define LATENCY_RING 1024
 #define STREAM_FEAT_CAP 256     /* feature rows a stream holds per round */
-#define MIC_RING_FRAMES 65536   /* microphone ring (power of two) */
+/* Microphone ring, a power of two: 5.9 s at 44.1 kHz, so that the loop
+ * can fall seconds behind a device before samples are lost. */
+#define MIC_RING_FRAMES (1u << 18)
 
 typedef struct stream {
   struct server *srv;
@@ -123,6 +126,7 @@ typedef struct stream {
   uint64_t frames_received; /* input frames accepted from the client */
   struct stream *next;    /* registry list */
   struct delivery *deliveries; /* subscribers receiving it */
+  bool held;              /* waiting for a subscriber (--hold) */
 
   /* Guarded by server.mu. */
   float *in;              /* (in_cap_frames, channels) pending input */
@@ -296,6 +300,7 @@ stream *stream_create(server *srv, const char *name, stream_source src,
                       double rate_hz, int channels, char *why,
                       size_t why_len);
 int stream_start(stream *s); /* announce to subscribers */
+void stream_release(stream *s); /* start processing a held stream */
 /* Appends interleaved frames (loop thread). Returns 0, or -1 when the
  * stream's input buffer is full (callers size pushes to avoid it). */
 int stream_push(stream *s, const float *pcm, size_t n_frames,
@@ -339,6 +344,7 @@ void build_stream_list(server *srv, aural_jw *w);
 /* mic.c */
 int mic_list_devices(void);
 int mic_start(server *srv, const char *device, char *why, size_t why_len);
+int mic_begin(server *srv); /* starts capturing (at the stream's release) */
 void mic_poll(server *srv);
 void mic_stop(server *srv);
 

@@ -46,6 +46,8 @@ static void usage(FILE *to) {
 "      --realtime         pace the --file just before at 1x real time\n"
 "                         (default: as fast as possible)\n"
 "      --exit-when-done   exit once every --file stream has ended\n"
+"      --hold             start each --file and --mic source only when its\n"
+"                         first subscriber arrives (default: at once)\n"
 "      --threads N        compute threads (default: one per CPU)\n"
 "      --max-clients N    simultaneous connections (default 1024)\n"
 "      --max-streams N    simultaneous streams (default 1024)\n"
@@ -67,7 +69,7 @@ static void usage(FILE *to) {
 
 enum {
   OPT_CHUNK_MS = 256, OPT_MIC, OPT_LIST, OPT_FILE, OPT_REALTIME, OPT_EXIT,
-  OPT_THREADS, OPT_MAX_CLIENTS, OPT_MAX_STREAMS, OPT_HARD, OPT_SOFT,
+  OPT_HOLD, OPT_THREADS, OPT_MAX_CLIENTS, OPT_MAX_STREAMS, OPT_HARD, OPT_SOFT,
   OPT_SOFT_S, OPT_GROUP, OPT_F16, OPT_LOG,
 };
 
@@ -113,6 +115,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       {"file", required_argument, NULL, OPT_FILE},
       {"realtime", no_argument, NULL, OPT_REALTIME},
       {"exit-when-done", no_argument, NULL, OPT_EXIT},
+      {"hold", no_argument, NULL, OPT_HOLD},
       {"threads", required_argument, NULL, OPT_THREADS},
       {"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
       {"max-streams", required_argument, NULL, OPT_MAX_STREAMS},
@@ -162,6 +165,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       o->files[o->n_files - 1].realtime = true;
       break;
     case OPT_EXIT: o->exit_when_done = true; break;
+    case OPT_HOLD: o->hold = true; break;
     case OPT_THREADS:
       if (parse_long(optarg, 1, 256, &v) < 0) {
         fprintf(stderr, "aurald: --threads must be 1..256\n");
@@ -318,7 +322,6 @@ static int open_files(server *srv, char *why, size_t why_len) {
     }
     s->af = af;
     s->realtime = f->realtime;
-    s->t0_mono = aurald_mono_s();
     srv->n_file_streams_left++;
     log_info("stream %u \"%s\": file %s (%.0f Hz, %d ch%s)", s->id, s->name,
              f->path, info.rate_hz, info.n_channels,

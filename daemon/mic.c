@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <portaudio.h>
 
@@ -34,6 +35,7 @@ struct mic_source {
   double last_progress;
   uv_async_t async;
   bool async_open;
+  bool started;             /* Pa_StartStream done */
   float *drain;             /* (MIC_RING_FRAMES) loop-side copy */
 };
 
@@ -160,7 +162,6 @@ int mic_start(server *srv, const char *device, char *why, size_t why_len) {
   };
   e = Pa_OpenStream(&m->pa, &in, NULL, rate, (unsigned long)(rate / 100),
                     paClipOff, on_audio, m);
-  if (e == paNoError) e = Pa_StartStream(m->pa);
   if (e != paNoError) {
     snprintf(why, why_len, "cannot capture from \"%s\" at %.0f Hz: %s",
              info->name, rate, Pa_GetErrorText(e));
@@ -168,9 +169,8 @@ int mic_start(server *srv, const char *device, char *why, size_t why_len) {
     m->pa = NULL;
     goto fail;
   }
-  m->last_progress = aurald_mono_s();
-  log_info("stream %u \"mic\": capturing from \"%s\" (device %d) at %.0f Hz",
-           m->s->id, info->name, dev, rate);
+  log_info("stream %u \"mic\": device \"%s\" (%d) at %.0f Hz", m->s->id,
+           info->name, dev, rate);
   stream_start(m->s);
   return 0;
 oom:
@@ -180,11 +180,55 @@ fail:
   return -1;
 }
 
+int mic_begin(server *srv) {
+  struct mic_source *m = srv->mic;
+  if (m == NULL || m->pa == NULL) return -1;
+  PaError e = Pa_StartStream(m->pa);
+  if (e != paNoError) {
+    log_error("stream %u \"mic\": cannot start capturing: %s", m->s->id,
+              Pa_GetErrorText(e));
+    return -1;
+  }
+  m->started = true;
+  m->last_progress = aurald_mono_s();
+  log_info("stream %u \"mic\": capturing", m->s->id);
+  return 0;
+}
+
+/* Closing a stream joins PortAudio's capture thread, which a hung device
+ * (or a driver blocked in read) may never release: it is done on a
+ * detached thread so the loop never waits for it. */
+static _Atomic int closers_running;
+
+static void *closer_main(void *arg) {
+  PaStream *pa = arg;
+  Pa_AbortStream(pa);
+  Pa_CloseStream(pa);
+  atomic_fetch_sub(&closers_running, 1);
+  return NULL;
+}
+
+static void close_device(struct mic_source *m) {
+  PaStream *pa = m->pa;
+  m->pa = NULL;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  atomic_fetch_add(&closers_running, 1);
+  if (pthread_create(&t, &attr, closer_main, pa) != 0) {
+    atomic_fetch_sub(&closers_running, 1);
+    Pa_AbortStream(pa);
+    Pa_CloseStream(pa);
+  }
+  pthread_attr_destroy(&attr);
+}
+
 /* Ends the stream when the device has stopped: PortAudio reports the
  * stream inactive, or no callback came for MIC_STALL_S. */
 void mic_poll(server *srv) {
   struct mic_source *m = srv->mic;
-  if (m == NULL || m->pa == NULL) return;
+  if (m == NULL || m->pa == NULL || !m->started) return;
   double now = aurald_mono_s();
   uint64_t n = atomic_load(&m->n_callbacks);
   if (n != m->seen_callbacks) {
@@ -201,9 +245,7 @@ void mic_poll(server *srv) {
     snprintf(msg, sizeof msg, "no audio from the capture device for %.1f s",
              now - m->last_progress);
   log_warn("stream %u \"mic\": %s; ending it", m->s->id, msg);
-  Pa_AbortStream(m->pa);
-  Pa_CloseStream(m->pa);
-  m->pa = NULL;
+  close_device(m);
   on_mic_async(&m->async); /* what was captured before still counts */
   stream_end_input(m->s, END_DEVICE_LOST, msg);
   m->s = NULL; /* the stream goes its way; the loop frees it */
@@ -221,13 +263,15 @@ void mic_stop(server *srv) {
   if (m == NULL) return;
   srv->mic = NULL;
   if (m->pa != NULL) {
-    Pa_StopStream(m->pa);
-    Pa_CloseStream(m->pa);
-    m->pa = NULL;
+    close_device(m);
     on_mic_async(&m->async);
   }
   if (m->s != NULL) stream_end_input(m->s, END_SHUTDOWN, "");
-  Pa_Terminate();
+  /* Give a hung device a moment; past it, leave PortAudio to the exit. */
+  for (int i = 0; i < 50 && atomic_load(&closers_running) > 0; i++)
+    usleep(10000);
+  if (atomic_load(&closers_running) == 0) Pa_Terminate();
+  else log_warn("the capture device did not close; not waiting for it");
   if (m->async_open) {
     uv_close((uv_handle_t *)&m->async, on_async_closed);
   } else {

@@ -103,19 +103,36 @@ oom:
   return NULL;
 }
 
-/* Announces the stream to matching subscriptions and lets workers at it. */
+/* Announces the stream to matching subscriptions and lets workers at it.
+ * With --hold, a file or microphone stream nobody receives yet waits for
+ * its first subscriber (deliveries_attach releases it), so that no audio
+ * is processed before someone listens. */
 int stream_start(stream *s) {
   server *srv = s->srv;
+  bool hold = srv->opt->hold && s->source != SRC_CLIENT;
+  s->held = hold;
   for (conn *c = srv->conns; c != NULL; c = c->next) {
     if (c->closing) continue;
     for (subscription *sub = c->subs; sub != NULL; sub = sub->next)
       if (sub->all || strcmp(sub->name, s->name) == 0)
         deliveries_attach(srv, sub, s);
   }
+  if (!hold) stream_release(s); /* (a held one was released by a match) */
+  return 0;
+}
+
+void stream_release(stream *s) {
+  server *srv = s->srv;
+  s->held = false;
+  s->start_us = aurald_now_us();
+  s->t0_mono = aurald_mono_s();
+  if (s->source == SRC_MIC && mic_begin(srv) < 0) {
+    stream_end_input(s, END_DEVICE_LOST, "the capture device did not start");
+    return;
+  }
   pthread_mutex_lock(&srv->mu);
   server_mark_ready(srv, s);
   pthread_mutex_unlock(&srv->mu);
-  return 0;
 }
 
 void server_mark_ready(server *srv, stream *s) {
@@ -215,6 +232,7 @@ void deliveries_attach(server *srv, subscription *sub, stream *s) {
   d->s = s;
   d->next_in_stream = s->deliveries;
   s->deliveries = d;
+  if (s->held) stream_release(s);
   send_stream_started(d);
 }
 

@@ -22,6 +22,14 @@ run_suite() { # DIR LABEL MESON_SETUP_ARGS...
       awk '{s += $4} END {print s + 0}' || true)
   f=$(grep -oE '^\[  FAILED  \] [0-9]+ test' "$dir/meson-logs/testlog.txt" |
       awk '{s += $4} END {print s + 0}' || true)
+  # The integration suite prints "integration: N passed, M failed".
+  local ip if_
+  ip=$(grep -oE '^integration: [0-9]+ passed' "$dir/meson-logs/testlog.txt" |
+       awk '{s += $2} END {print s + 0}' || true)
+  if_=$(grep -oE '^integration: [0-9]+ passed, [0-9]+ failed' \
+        "$dir/meson-logs/testlog.txt" | awk '{s += $4} END {print s + 0}' || true)
+  p=$((p + ip))
+  f=$((f + if_))
   passed=$((passed + p))
   failed=$((failed + f))
   if [[ $rc -ne 0 && $f -eq 0 ]]; then failed=$((failed + 1)); fi
