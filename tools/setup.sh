@@ -14,9 +14,10 @@ packages=(
   build-essential pkg-config meson ninja-build
   libsndfile1-dev libsoxr-dev libfftw3-dev libcjson-dev
   libuv1-dev portaudio19-dev libcmocka-dev
+  python3 python3-numpy sox util-linux
 )
 if [[ "${1:-}" == "--reference" ]]; then
-  packages+=(python3 python3-numpy python3-torch python3-torchaudio
+  packages+=(python3-torch python3-torchaudio
              espeak-ng sox libsoxr0)
 elif [[ $# -gt 0 ]]; then
   echo "usage: tools/setup.sh [--reference]" >&2
