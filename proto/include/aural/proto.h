@@ -312,7 +312,8 @@ typedef struct aural_chunk_header {
 } aural_chunk_header;
 
 /* Payload bytes of a chunk with this header: 72 + sections. Returns 0 on
- * overflow of 32 bits. */
+ * overflow of 32 bits, and when dtype or outputs has a value §5 does not
+ * define. */
 size_t aural_chunk_payload_bytes(const aural_chunk_header *c);
 
 /* Writes the 72-byte fixed part. */
