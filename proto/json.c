@@ -179,6 +179,7 @@ typedef struct parser {
   size_t pos;
   char *why;
   size_t why_len;
+  uint32_t key_hash[AURAL_PROTO_JSON_TOKENS]; /* of member-name tokens */
 } parser;
 
 static int fail(parser *p, const char *what) {
@@ -321,6 +322,7 @@ static int parse_literal(parser *p, const char *word, aural_json_kind kind) {
 }
 
 static bool same_string(const aural_json *js, int a, int b);
+static uint32_t string_hash(const aural_json *js, int t);
 
 static int parse_value(parser *p, int depth);
 
@@ -343,10 +345,14 @@ static int parse_container(parser *p, int depth, bool object) {
         int key = parse_string(p);
         if (key < 0) return -1;
         /* A duplicate name: which value counts would be up to the reader,
-         * so the request is malformed. */
+         * so the request is malformed. Names are compared decoded, and
+         * only when their hashes agree, so that a large object of long
+         * names costs little more than reading it. */
+        uint32_t h = string_hash(js, key);
+        p->key_hash[key] = h;
         int k = t + 1;
         for (uint32_t i = 0; i < js->tokens[t].n_items; i++) {
-          if (same_string(js, k, key)) {
+          if (p->key_hash[k] == h && same_string(js, k, key)) {
             p->pos = js->tokens[key].start;
             return fail(p, "duplicate member name");
           }
@@ -481,6 +487,19 @@ static uint32_t next_code_point(const uint8_t *s, size_t len, size_t *i) {
 
 static bool has_backslash(const aural_json *js, const aural_json_token *t) {
   return memchr(js->text + t->start, '\\', t->len) != NULL;
+}
+
+/* FNV-1a over the decoded code points of string token t. */
+static uint32_t string_hash(const aural_json *js, int t) {
+  const aural_json_token *k = &js->tokens[t];
+  const uint8_t *s = (const uint8_t *)js->text + k->start;
+  uint32_t h = 2166136261u;
+  size_t i = 0;
+  while (i < k->len) {
+    h ^= next_code_point(s, k->len, &i);
+    h *= 16777619u;
+  }
+  return h;
 }
 
 /* Whether string tokens a and b hold the same text once decoded. */
