@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -128,6 +129,7 @@ static int read_full(aural_client *c, uint8_t *p, size_t n, const char *what,
       return -1;
     }
     if (k == 0) {
+      c->closed = true;
       if (got == 0 && what == NULL) return 1;
       snprintf(err, err_len,
                "%s: aurald closed the connection in the middle of %s "
@@ -350,6 +352,10 @@ static int open_socket(aural_client *c, const char *path, char *err,
   while (rc < 0 && errno == EINTR);
   if (rc == 0) return 0;
   int e = errno;
+  struct stat st;
+  if ((e == ECONNREFUSED || e == ENOTSOCK) && stat(path, &st) == 0 &&
+      !S_ISSOCK(st.st_mode))
+    e = ENOTSOCK;
   switch (e) {
   case ENOENT:
     snprintf(err, err_len, "aurald not running? no socket at %s", path);
@@ -367,7 +373,7 @@ static int open_socket(aural_client *c, const char *path, char *err,
              path, (unsigned)getuid());
     break;
   case ENOTSOCK:
-    snprintf(err, err_len, "%s: not a socket", path);
+    snprintf(err, err_len, "%s: not a socket (is -s the right path?)", path);
     break;
   case ENOTDIR:
     snprintf(err, err_len, "%s: a component of the path is not a directory",

@@ -52,6 +52,7 @@ typedef struct aural_client {
   uint8_t *buf;                 /* the last message read */
   size_t cap;
   cJSON *json;                  /* its parsed JSON payload, or NULL */
+  bool closed;                  /* the server closed the connection */
 } aural_client;
 
 /* One message from the server. payload and json belong to the client and
@@ -88,8 +89,9 @@ int client_send_raw(aural_client *c, uint8_t type, uint32_t stream_id,
 
 /* Reads one whole message. Returns 0; 1 when the server closed the
  * connection cleanly between messages; -1 on a read error, a truncated or
- * malformed message (err set); -EINTR when a signal interrupted the wait
- * before any byte of the message arrived. */
+ * malformed message (err set; c->closed tells whether the server closed the
+ * connection in the middle of a message); -EINTR when a signal interrupted
+ * the wait (the connection is then out of step and must be closed). */
 int client_read(aural_client *c, client_msg *m, char *err, size_t err_len);
 
 /* For an ERROR message: writes "NAME: message" into out, and returns the

@@ -630,7 +630,7 @@ static int run(sub_job *job) {
                "aurald closed the connection (%s)", job->cl->path);
       return EXIT_DISCONNECTED;
     }
-    if (rc != 0) return EXIT_FAIL;
+    if (rc != 0) return job->cl->closed ? EXIT_DISCONNECTED : EXIT_FAIL;
     switch (m.h.type) {
     case AURAL_MSG_SUBSCRIBED:
       subscribed = 1;
