@@ -1,0 +1,56 @@
+"""Phoneme tokens of espeak-ng's transcription, shared by every training script.
+
+espeak-ng writes its phoneme mnemonics with `-x --sep='|'`: phonemes of a
+word are separated by '|', words by spaces or newlines, for example
+"D|@2 k|w|'I|k b|r|'aU|n". The tokenizer keeps every phoneme name as one
+token and drops what is not a sound of its own:
+
+* stress and syllable marks written before a phoneme: ' , % =
+* the ';' modifier (palatalization),
+* pause tokens ("_", "_:", "_!", ...).
+
+There is no word-boundary token: the model recognizes phonemes only. The
+vocabulary is index 0 = BLANK, then the phoneme inventory sorted by name.
+"""
+
+import subprocess
+
+BLANK = "<blank>"
+DROP_CHARS = "',%=;"
+
+
+def tokenize(phoneme_text):
+    """espeak-ng `-x --sep='|'` output -> list of phoneme token strings."""
+    tokens = []
+    for word in phoneme_text.split():
+        for piece in word.split("|"):
+            tok = "".join(c for c in piece if c not in DROP_CHARS)
+            if tok and not tok.startswith("_"):
+                tokens.append(tok)
+    return tokens
+
+
+def espeak_phonemes(voice, text):
+    """Tokens of `text` as espeak-ng's `voice` pronounces it (no audio made)."""
+    out = subprocess.run(["espeak-ng", "-q", "-x", "--sep=|", "-v", voice, text],
+                         check=True, capture_output=True, text=True).stdout
+    return tokenize(out)
+
+
+def make_vocab(token_lists):
+    """BLANK followed by every token seen, sorted by name."""
+    seen = set()
+    for toks in token_lists:
+        seen.update(toks)
+    return [BLANK] + sorted(seen)
+
+
+def edit_distance(ref, hyp):
+    """Levenshtein distance between two token sequences."""
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
+        prev = cur
+    return prev[-1]

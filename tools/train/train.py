@@ -1,0 +1,350 @@
+#!/usr/bin/python3
+"""Trains the default model (CTC phoneme recognition) and exports it.
+
+    train.py --data DIR --out MODEL.safetensors [--steps N] [--seed S]
+
+Reads the shards written by `synth.py train`, builds the phoneme vocabulary
+(index 0 = blank) from their labels, computes the global CMVN statistics from
+the training features, trains aural_ref.AuralEncoder with CTC and writes the
+model with tools/reference/export.py (F16 weights).
+
+The module trained is the reference module itself, so the tensor names and
+the config are those the C encoder reads. Only the forward pass used for
+training is different, for speed, and it is checked against the reference
+forward before training starts and after it ends:
+
+* a batch of padded utterances at once, and the sliding window in block
+  form: frames are cut into blocks of W, and each block attends to itself and
+  the previous block under the band mask, which is exactly the window "frame
+  t sees t-W+1 .. t" at a cost linear in T;
+* matrix products in bfloat16 (CPU autocast; the weights, the optimizer and
+  everything else stay float32).
+
+Regularization is SpecAugment (time and frequency masks) on top of the audio
+augmentation of synth.py; there is no dropout. The first steps see only
+short utterances (a curriculum that shortens CTC's initial all-blank phase).
+Everything random is drawn from generators seeded with --seed.
+"""
+
+import argparse
+import glob
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import aural_ref  # noqa: E402
+import export  # noqa: E402
+import phonemes  # noqa: E402
+
+MODEL_CONFIG = dict(d_model=192, n_heads=4, n_layers=8, d_ff=768, activation="gelu",
+                    norm_first=True, layer_norm_eps=1e-5, window=50,
+                    pos_encoding="rope", rope_theta=10000.0, final_norm=True)
+N_DEV = 300  # utterances at the end of the last shard, kept out of training
+
+
+# ---------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------
+
+class Corpus:
+    """All utterances of a shard directory in memory: float16 features and
+    token id sequences."""
+
+    def __init__(self, data_dir):
+        feats, lengths, labels = [], [], []
+        for path in sorted(glob.glob(os.path.join(data_dir, "shard-*.npz"))):
+            d = np.load(path)
+            feats.append(d["feats"])
+            lengths.append(d["lengths"])
+            labels += [str(s) for s in d["labels"]]
+        self.feats = np.concatenate(feats)
+        self.lengths = np.concatenate(lengths).astype(np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)[:-1]])
+        self.tokens = [s.split() for s in labels]
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def utterance(self, i):
+        o = self.offsets[i]
+        return self.feats[o:o + self.lengths[i]]
+
+
+def cmvn_stats(corpus, indices):
+    """Per-bin mean and std of the features of `indices`, in float64."""
+    s = np.zeros(corpus.feats.shape[1])
+    s2 = np.zeros(corpus.feats.shape[1])
+    n = 0
+    for i in indices:
+        x = corpus.utterance(i).astype(np.float64)
+        s += x.sum(0)
+        s2 += (x * x).sum(0)
+        n += len(x)
+    mean = s / n
+    return mean, np.sqrt(np.maximum(s2 / n - mean * mean, 1e-8))
+
+
+def make_batches(lengths, indices, max_frames, rng, sort_all=False):
+    """Lists of utterance indices of similar length, each with at most
+    max_frames frames after padding, in random order (or shortest first)."""
+    order = indices[np.argsort(lengths[indices] + rng.random(len(indices)), kind="stable")]
+    batches, cur, cur_max = [], [], 0
+    for i in order:
+        m = max(cur_max, lengths[i])
+        if cur and m * (len(cur) + 1) > max_frames:
+            batches.append(cur)
+            cur, m = [], lengths[i]
+        cur.append(i)
+        cur_max = m
+    if cur:
+        batches.append(cur)
+    if not sort_all:
+        batches = [batches[k] for k in rng.permutation(len(batches))]
+    return batches
+
+
+def spec_augment(x, lengths, rng):
+    """In place on x [B, T, F] (already normalized): two frequency masks of up
+    to 12 bins and one time mask of up to 25 frames per 2 s of speech."""
+    b, _, n_bins = x.shape
+    for k in range(b):
+        for _ in range(2):
+            w = rng.integers(0, 13)
+            f0 = rng.integers(0, n_bins - w + 1)
+            x[k, :, f0:f0 + w] = 0.0
+        n = int(lengths[k])
+        for _ in range(max(1, n // 200)):
+            w = rng.integers(0, 26)
+            t0 = rng.integers(0, max(1, n - w))
+            x[k, t0:t0 + w, :] = 0.0
+
+
+def collate(corpus, batch, vocab_index, mean, std, rng, augment):
+    lengths = corpus.lengths[batch]
+    t_max = int(lengths.max())
+    x = np.zeros((len(batch), t_max, corpus.feats.shape[1]), dtype=np.float32)
+    for k, i in enumerate(batch):
+        x[k, :lengths[k]] = (corpus.utterance(i).astype(np.float32) - mean) / std
+    if augment:
+        spec_augment(x, lengths, rng)
+    targets = [vocab_index[t] for i in batch for t in corpus.tokens[i]]
+    target_lengths = [len(corpus.tokens[i]) for i in batch]
+    return (torch.from_numpy(x), torch.from_numpy(lengths),
+            torch.tensor(targets, dtype=torch.long), torch.tensor(target_lengths))
+
+
+# ---------------------------------------------------------------------------
+# Batched block-window forward of aural_ref.AuralEncoder (rope, pre-LN)
+# ---------------------------------------------------------------------------
+
+def rope_batched(x, cos, sin):
+    """x [B, H, T, hs]; tables [T, hs/2]; interleaved pairs as aural_ref."""
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+
+def block_attention(q, k, v, window):
+    """Causal sliding-window attention in blocks of `window` frames.
+    q, k, v [B, H, T, hs] with T a multiple of window."""
+    bsz, h, t, hs = q.shape
+    nb = t // window
+    qb = q.reshape(bsz, h, nb, window, hs)
+    kb = k.reshape(bsz, h, nb, window, hs)
+    vb = v.reshape(bsz, h, nb, window, hs)
+    pad = torch.zeros_like(kb[:, :, :1])
+    k2 = torch.cat((torch.cat((pad, kb[:, :, :-1]), 2), kb), 3)  # [B,H,nb,2W,hs]
+    v2 = torch.cat((torch.cat((pad, vb[:, :, :-1]), 2), vb), 3)
+    scores = torch.matmul(qb, k2.transpose(-1, -2)) * (1.0 / math.sqrt(hs))
+    i = torch.arange(window)[:, None]
+    j = torch.arange(2 * window)[None, :]
+    allowed = (j >= i + 1) & (j <= i + window)  # key j sits at block offset j - W
+    first = allowed & (j >= window)  # block 0 has no previous block
+    mask = allowed.expand(nb, window, 2 * window).clone()
+    mask[0] = first
+    scores = scores.float().masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(v2.dtype)
+    o = torch.matmul(probs, v2)  # [B,H,nb,W,hs]
+    return o.reshape(bsz, h, t, hs)
+
+
+def train_forward(model, x):
+    """x [B, T, n_mels] normalized features (CMVN already applied) ->
+    logits [B, T, V]. Same function as model.forward for every sequence."""
+    cfg = model.config
+    window, h, hs = cfg["window"], model.n_heads, model.head_size
+    bsz, t, _ = x.shape
+    t_pad = -(-t // window) * window
+    x = F.pad(x, (0, 0, 0, t_pad - t))
+    cos, sin = aural_ref.rope_tables(0, t_pad, hs, cfg["rope_theta"])
+    y = model.input_proj(x).float()  # residual stream stays float32
+    d = y.shape[-1]
+    for layer in model.encoder.layers:
+        a = layer.norm1(y)
+        qkv = F.linear(a, layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias)
+        q, k, v = (z.reshape(bsz, t_pad, h, hs).transpose(1, 2) for z in qkv.split(d, -1))
+        q = rope_batched(q, cos.to(q.dtype), sin.to(q.dtype))
+        k = rope_batched(k, cos.to(k.dtype), sin.to(k.dtype))
+        o = block_attention(q, k, v, window).transpose(1, 2).reshape(bsz, t_pad, d)
+        y = y + layer.self_attn.out_proj(o).float()
+        y = y + layer.linear2(F.gelu(layer.linear1(layer.norm2(y)))).float()
+    y = model.encoder.norm(y)
+    return model.head(y)[:, :t]
+
+
+def check_against_reference(model, feats, tol):
+    """The training forward equals aural_ref's forward (float32, no autocast)."""
+    with torch.no_grad():
+        _, want = model(torch.from_numpy(feats.astype(np.float32)))
+        x = model.frontend(torch.from_numpy(feats.astype(np.float32)))[None]
+        got = train_forward(model, x)[0]
+    diff = (got - want).abs().max().item()
+    print("training forward vs reference: max abs diff %.2e" % diff, flush=True)
+    if not diff <= tol:
+        raise SystemExit("training forward differs from the reference by %g" % diff)
+    return diff
+
+
+# ---------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------
+
+def greedy_per(model, corpus, indices, mean, std, vocab):
+    """Phoneme error rate of greedy CTC decoding with the reference forward."""
+    errors = total = 0
+    with torch.no_grad():
+        for i in indices:
+            x = torch.from_numpy((corpus.utterance(i).astype(np.float32) - mean) / std)[None]
+            logits = train_forward(model, x)[0]
+            ids, _ = aural_ref.ctc_greedy(logits)
+            hyp = [vocab[j] for j in ids]
+            errors += phonemes.edit_distance(corpus.tokens[i], hyp)
+            total += len(corpus.tokens[i])
+    return errors / max(total, 1)
+
+
+def lr_at(step, steps, peak, warmup):
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    frac = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, help="directory of synth.py train shards")
+    ap.add_argument("--out", required=True, help="output .safetensors")
+    ap.add_argument("--steps", type=int, default=1100)
+    ap.add_argument("--batch-frames", type=int, default=8000)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=150)
+    ap.add_argument("--curriculum", type=int, default=150,
+                    help="first steps on the shortest utterances")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--log", default=None, help="also write progress JSON lines here")
+    ap.add_argument("--checkpoint-every", type=int, default=250,
+                    help="export the model to --out every N steps too")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    t_start = time.time()
+
+    corpus = Corpus(args.data)
+    vocab = phonemes.make_vocab(corpus.tokens)
+    vocab_index = {t: k for k, t in enumerate(vocab)}
+    n = len(corpus)
+    dev = np.arange(n - N_DEV, n)
+    train = np.arange(0, n - N_DEV)
+    mean, std = cmvn_stats(corpus, train)
+    print("%d training utterances (%.1f h), %d dev, vocab %d" % (
+        len(train), corpus.lengths[train].sum() / 360000.0, len(dev), len(vocab)), flush=True)
+
+    model = aural_ref.AuralEncoder(dict(MODEL_CONFIG, vocab=vocab), cmvn=True)
+    with torch.no_grad():
+        model.frontend.cmvn.mean.copy_(torch.from_numpy(mean))
+        model.frontend.cmvn.std.copy_(torch.from_numpy(std))
+    n_params = sum(p.numel() for p in model.parameters())
+    print("parameters: %d" % n_params, flush=True)
+    check_against_reference(model, corpus.utterance(dev[0]), 1e-4)
+
+    mean32, std32 = mean.astype(np.float32), std.astype(np.float32)
+    params = [p for p in model.parameters()]
+    decay = [p for p in params if p.dim() == 2]
+    no_decay = [p for p in params if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
+
+    short = train[corpus.lengths[train] <= np.percentile(corpus.lengths[train], 30)]
+    queue = make_batches(corpus.lengths, short, args.batch_frames // 2, rng)[:args.curriculum]
+    logf = open(args.log, "a") if args.log else None
+    model.train()
+    step, epoch = 0, 0
+    t_loss, t_count, t_frames = 0.0, 0, 0
+    while step < args.steps:
+        if not queue:
+            queue = make_batches(corpus.lengths, train, args.batch_frames, rng)
+            epoch += 1
+        batch = queue.pop(0)
+        x, lengths, targets, target_lengths = collate(
+            corpus, batch, vocab_index, mean32, std32, rng, augment=True)
+        lr = lr_at(step, args.steps, args.lr, args.warmup)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = train_forward(model, x)
+        logp = F.log_softmax(logits.float(), dim=-1).transpose(0, 1)
+        loss = F.ctc_loss(logp, targets, lengths, target_lengths, blank=0,
+                          reduction="mean", zero_infinity=True)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 5.0)
+        opt.step()
+        step += 1
+        t_loss += loss.item()
+        t_count += 1
+        t_frames += int(lengths.sum())
+        if step % 50 == 0 or step == args.steps:
+            elapsed = time.time() - t_start
+            rec = dict(step=step, epoch=epoch, lr=lr, loss=t_loss / t_count,
+                       frames_per_s=t_frames / elapsed, minutes=elapsed / 60)
+            if step % 500 == 0 or step == args.steps:
+                model.eval()
+                rec["dev_per"] = greedy_per(model, corpus, dev[:100], mean32, std32, vocab)
+                model.train()
+            print(json.dumps(rec), flush=True)
+            if logf:
+                logf.write(json.dumps(rec) + "\n")
+                logf.flush()
+            t_loss, t_count = 0.0, 0
+        if args.checkpoint_every and step % args.checkpoint_every == 0 and step < args.steps:
+            export.export(model, model.config, args.out, dtype="F16")
+
+    model.eval()
+    rec = dict(final_dev_per=greedy_per(model, corpus, dev, mean32, std32, vocab),
+               minutes=(time.time() - t_start) / 60, params=n_params,
+               train_hours=float(corpus.lengths[train].sum() / 360000.0),
+               train_utterances=int(len(train)), steps=args.steps, epochs=epoch)
+    print(json.dumps(rec), flush=True)
+    if logf:
+        logf.write(json.dumps(rec) + "\n")
+    # The fp32 forward must still be the reference forward after training.
+    check_against_reference(model, corpus.utterance(dev[0]), 1e-4)
+    size = export.export(model, model.config, args.out, dtype="F16")
+    print("wrote %s (%d bytes)" % (args.out, size), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

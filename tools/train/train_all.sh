@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Regenerates the bundled default model from nothing but Debian packages:
+# synthesizes the training and test speech with espeak-ng, trains, exports
+# models/default.safetensors, writes models/sample.phonemes.txt, builds the
+# CLI and measures the model through the C path (error rates, streaming
+# parity with the PyTorch reference, the bundled sample).
+#
+#   tools/train/train_all.sh [DATA_DIR]     (default /tmp/aural-train)
+#
+# Deterministic given SEED (default 1) and the thread count (2). Wall time on
+# the 2-core development machine: about 25 min of synthesis, 60 min of
+# training and 3 min of evaluation (see models/README.md). Needs espeak-ng,
+# sox, fortunes, fortune-mod, wamerican, python3-torch, python3-torchaudio,
+# python3-numpy.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+data=${1:-/tmp/aural-train}
+seed=${SEED:-1}
+steps=${STEPS:-2600}
+py=/usr/bin/python3
+# Debian's OpenBLAS otherwise picks a slow generic kernel on this CPU.
+export OPENBLAS_CORETYPE=SkylakeX
+mkdir -p "$data"
+
+$py tools/train/synth.py train --out "$data/train" --count 22000 --seed "$seed"
+$py tools/train/synth.py test --out "$data/test" --count 300 --seed "$seed"
+$py tools/train/train.py --data "$data/train" --out models/default.safetensors \
+  --steps "$steps" --seed "$seed" --log "$data/train.jsonl"
+$py tools/train/sample_phonemes.py
+
+TARGETS="tools/aural" tools/build.sh
+$py tools/train/evaluate.py --test "$data/test" --json "$data/eval.json"
+$py tools/train/check_parity.py --test "$data/test"
+$py tools/train/check_sample.py
