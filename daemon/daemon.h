@@ -49,6 +49,7 @@ typedef struct msgbuf {
 } msgbuf;
 
 msgbuf *msgbuf_new(size_t len); /* refs = 1 */
+extern size_t msgbuf_live_bytes;
 void msgbuf_unref(msgbuf *m);
 
 /* ---- options ------------------------------------------------------------- */

@@ -225,6 +225,8 @@ void build_stats(server *srv, aural_jw *w) {
   aural_jw_int(w, srv->n_conns);
   aural_jw_key(w, "workers");
   aural_jw_int(w, srv->n_workers);
+  aural_jw_key(w, "message_bytes");
+  aural_jw_uint(w, msgbuf_live_bytes);
   aural_jw_key(w, "streams");
   aural_jw_begin_array(w);
   for (stream *s = srv->streams; s != NULL; s = s->next) {

@@ -49,14 +49,21 @@ double aurald_mono_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Bytes held by live message buffers, for STATS (loop thread only). */
+size_t msgbuf_live_bytes;
+
 msgbuf *msgbuf_new(size_t len) {
   msgbuf *m = malloc(sizeof *m + len);
   if (m == NULL) return NULL;
   m->refs = 1;
   m->len = len;
+  msgbuf_live_bytes += len;
   return m;
 }
 
 void msgbuf_unref(msgbuf *m) {
-  if (m != NULL && --m->refs == 0) free(m);
+  if (m != NULL && --m->refs == 0) {
+    msgbuf_live_bytes -= m->len;
+    free(m);
+  }
 }

@@ -98,6 +98,11 @@ def rss_kb(pid):
     return 0
 
 
+def sanitized(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return "libasan" in f.read()
+
+
 def n_fds(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
@@ -312,6 +317,9 @@ class TestSlowSubscriber(DaemonTest):
             self.wav(5.0))
         time.sleep(0.3)
         rss_before = rss_kb(d.proc.pid)
+        fds_before = n_fds(d.proc.pid)
+        with ac.Client(d.path, timeout=5) as c:
+            held_before = c.stats()["message_bytes"]
 
         stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -323,7 +331,9 @@ class TestSlowSubscriber(DaemonTest):
         healthy = ac.Client(d.path, timeout=30)
         healthy.subscribe("long", outputs=("embeddings", "logits", "text"))
         t0 = time.monotonic()
-        run(AURAL, "send", "-q", "-s", d.path, "--name", "long", inp)
+        # The healthy subscriber reads while the audio is being sent.
+        sender = subprocess.Popen([AURAL, "send", "-q", "-s", d.path,
+                                   "--name", "long", inp])
         chunks, gaps = [], []
         for ev in healthy.events(timeout=30):
             if isinstance(ev, ac.Chunk):
@@ -332,6 +342,7 @@ class TestSlowSubscriber(DaemonTest):
                 gaps.append(ev)
             elif isinstance(ev, ac.StreamEnded):
                 break
+        self.assertEqual(sender.wait(30), 0)
         self.assertEqual(gaps, [])
         self.assertEqual([c.seq for c in chunks], list(range(len(chunks))))
         self.assertEqual(len(chunks), int(np.ceil(12000 / 50)))
@@ -352,11 +363,20 @@ class TestSlowSubscriber(DaemonTest):
         healthy.close()
         stuck.close()
         time.sleep(0.3)
-        rss_after = rss_kb(d.proc.pid)
-        # Queued chunks were freed: memory is back within 1 MiB.
-        self.assertLess(rss_after - rss_before, 1024,
-                        "RSS %d kB before, %d kB after" %
-                        (rss_before, rss_after))
+        # Every queued chunk was freed...
+        with ac.Client(d.path, timeout=5) as c:
+            self.assertEqual(c.stats()["message_bytes"], held_before)
+        deadline = time.monotonic() + 3  # the last client's close lands
+        while n_fds(d.proc.pid) != fds_before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(n_fds(d.proc.pid), fds_before)
+        # ...and the memory went back (sanitizer builds keep freed memory in
+        # quarantine, so RSS says nothing there).
+        if not sanitized(d.proc.pid):
+            rss_after = rss_kb(d.proc.pid)
+            self.assertLess(rss_after - rss_before, 1024,
+                            "RSS %d kB before, %d kB after" %
+                            (rss_before, rss_after))
         self.stop_clean(d)
 
     def test_gap_reported_when_hard_limit_drops_chunks(self):
