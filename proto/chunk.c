@@ -84,7 +84,9 @@ int aural_chunk_decode(const uint8_t *payload, size_t n,
   c->outputs = aural_get_u16(p + 64);
   c->dtype = p[66];
   c->text_bytes = aural_get_u32(p + 68);
-  if (c->n_frames == 0 || p[67] != 0 || c->dtype > AURAL_DTYPE_F16 ||
+  /* Only a FINAL chunk may be empty: it marks the end of a stream whose
+   * frames filled whole chunks. */
+  if ((c->n_frames == 0 && !(c->flags & AURAL_CHUNK_FINAL)) || p[67] != 0 || c->dtype > AURAL_DTYPE_F16 ||
       (c->outputs & ~AURAL_OUT_ALL) != 0 ||
       (c->text_bytes != 0 && !(c->outputs & AURAL_OUT_TEXT)))
     return AURAL_PROTO_EBAD_PAYLOAD;

@@ -1030,6 +1030,23 @@ static void test_chunk_bad_fields(void **state) {
   aural_put_u32(b + 16, 0); /* n_frames */
   expect_bad_chunk(b, n);
   aural_put_u32(b + 16, 3);
+  {
+    /* An empty chunk is valid only as the FINAL end marker. */
+    aural_chunk_header e = {.seq = 4, .first_frame = 200, .n_frames = 0,
+                            .d_model = 8, .vocab_size = 3,
+                            .outputs = AURAL_OUT_EMBEDDINGS,
+                            .flags = AURAL_CHUNK_FINAL};
+    uint8_t eb[AURAL_PROTO_CHUNK_HEADER_BYTES];
+    assert_int_equal(aural_chunk_payload_bytes(&e), sizeof eb);
+    aural_chunk_put_header(eb, &e);
+    aural_chunk_header eg;
+    assert_int_equal(aural_chunk_decode(eb, sizeof eb, &eg, NULL, NULL, NULL),
+                     0);
+    assert_int_equal(eg.n_frames, 0);
+    e.flags = 0;
+    aural_chunk_put_header(eb, &e);
+    expect_bad_chunk(eb, sizeof eb);
+  }
   b[n - 1] = 0xFF; /* the text is not UTF-8 */
   expect_bad_chunk(b, n);
   b[n - 1] = 0xC3; /* a truncated sequence at the end */
