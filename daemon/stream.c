@@ -136,7 +136,7 @@ void stream_release(stream *s) {
 }
 
 void server_mark_ready(server *srv, stream *s) {
-  if (s->queued || s->busy || s->ended) return;
+  if (s->queued || s->busy || s->ended || s->held) return;
   s->queued = true;
   s->ready_next = NULL;
   if (srv->ready_tail) srv->ready_tail->ready_next = s;

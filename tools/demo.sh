@@ -1,11 +1,45 @@
 #!/usr/bin/env bash
 # The main job on the bundled recording: installs what is missing, builds,
-# describes the default model, then streams models/sample.flac through the
-# frontend and the encoder (50-frame chunks) and summarises what came out.
+# starts aurald on a private socket with models/sample.flac as a stream paced
+# at real time, and runs a subscriber that prints each 500 ms chunk as it
+# arrives (the decoded tokens when the model has a CTC head, a summary of the
+# embeddings otherwise). Both exit when the recording has been played.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-TARGETS=tools/aural tools/build.sh build
-build/tools/aural info
+TARGETS="daemon/aurald tools/aural" tools/build.sh build
+
+model=${AURAL_MODEL:-}
+build/tools/aural info ${model:+"$model"}
 echo
-build/tools/aural encode --show -o build/sample-embeddings.npy models/sample.flac
+
+dir=$(mktemp -d)
+daemon_pid=
+cleanup() {
+  if [[ -n "$daemon_pid" ]] && kill -0 "$daemon_pid" 2>/dev/null; then
+    kill -TERM "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+  fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# --hold: the file starts streaming when its subscriber arrives, so the
+# subscriber sees it from the first chunk.
+build/daemon/aurald -s "$dir/aural.sock" ${model:+-m "$model"} \
+  --file models/sample.flac --realtime --hold --exit-when-done \
+  --log-level warn &
+daemon_pid=$!
+for _ in $(seq 100); do
+  [[ -S "$dir/aural.sock" ]] && break
+  sleep 0.05
+done
+
+output=embeddings
+if build/tools/aural info ${model:+"$model"} | grep -q '^CTC head'; then
+  output=text
+fi
+build/tools/aural sub -s "$dir/aural.sock" --stream sample.flac \
+  --output "$output" --until-end
+wait "$daemon_pid"
+daemon_pid=

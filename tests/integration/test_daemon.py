@@ -304,6 +304,50 @@ class TestPushedStreams(DaemonTest):
         self.stop_clean(d)
 
 
+class TestChunking(DaemonTest):
+    def test_whole_chunks_end_with_an_empty_final_chunk(self):
+        d = self.start()
+        c = ac.Client(d.path, timeout=10)
+        c.subscribe("exact")
+        sid = c.open_audio("exact", 16000, 1, "s16")
+        # 400 + 160 * 99 samples: exactly 100 frames, two whole chunks.
+        c.send_audio(sid, np.full(400 + 160 * 99, 1000, np.int16))
+        self.assertEqual(c.close_audio(sid), {"frames": 100, "chunks": 3})
+        got = []
+        for ev in c.events(timeout=10):
+            if isinstance(ev, ac.Chunk):
+                got.append((ev.seq, ev.first_frame, ev.n_frames, ev.final))
+            elif isinstance(ev, ac.StreamEnded):
+                break
+        self.assertEqual(got, [(0, 0, 50, False), (1, 50, 50, False),
+                               (2, 100, 0, True)])
+        c.close()
+        self.stop_clean(d)
+
+    def test_held_realtime_file_starts_with_its_subscriber(self):
+        path = self.wav(3.0, name="paced.wav")
+        d = self.start("--file", path, "--realtime", "--hold")
+        time.sleep(1.0)  # held: nothing may happen meanwhile
+        c = ac.Client(d.path, timeout=10)
+        self.assertEqual(c.list_streams()[0]["chunks"], 0)
+        t0 = time.monotonic()
+        c.subscribe("paced.wav")
+        chunks = []
+        for ev in c.events(timeout=10):
+            if isinstance(ev, ac.Chunk):
+                chunks.append(ev)
+            elif isinstance(ev, ac.StreamEnded):
+                break
+        took = time.monotonic() - t0
+        self.assertEqual([ch.seq for ch in chunks], list(range(6)))
+        self.assertGreater(took, 2.7)  # paced at 1x: about 3 s
+        emb = np.concatenate([ch.emb for ch in chunks])
+        self.assertLessEqual(float(np.abs(emb - self.encode(path)).max()),
+                             1e-5)
+        c.close()
+        self.stop_clean(d)
+
+
 class TestSlowSubscriber(DaemonTest):
     def test_stuck_subscriber_is_disconnected_others_unharmed(self):
         # The hard limit holds the whole stream, so the healthy subscriber
