@@ -296,11 +296,10 @@ static void run_round(worker *w, int n_taken) {
     s->busy = false;
     if (finished[i]) {
       s->ended = true;
-      chunk_out *end = calloc(1, sizeof *end);
-      if (end == NULL) abort(); /* cannot hand the stream back */
-      end->s = s;
-      end->is_end = true;
-      push_event(srv, end);
+      /* The end event lives in the stream: handing it back cannot fail. */
+      s->end_event.s = s;
+      s->end_event.is_end = true;
+      push_event(srv, &s->end_event);
     } else if (s->input_done || s->in_frames > 0 ||
                (s->source == SRC_FILE && !s->realtime)) {
       server_mark_ready(srv, s);

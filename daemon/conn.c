@@ -485,7 +485,13 @@ static void do_audio_data(conn *c, uint32_t id, const uint8_t *p, size_t n) {
     }
   }
   s->frames_received += n_frames;
-  stream_push(s, x, n_frames, aurald_now_us());
+  /* Reading pauses before the buffer can fill (stream_backlogged), so this
+   * fails only on a bug; the client is told rather than losing audio
+   * silently. */
+  if (stream_push(s, x, n_frames, aurald_now_us()) < 0)
+    conn_send_error(c, id, -AURAL_PROTO_EINTERNAL, false,
+                    "stream %u could not take %zu frames; they are lost", id,
+                    n_frames);
   if (stream_backlogged(s)) pause_reading(c);
 }
 

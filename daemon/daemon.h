@@ -107,6 +107,20 @@ struct server;
 struct conn;
 struct delivery;
 
+/* A finished chunk (or the end of a stream), handed from a worker to the
+ * loop. */
+typedef struct chunk_out {
+  struct stream *s;
+  struct chunk_out *next;
+  bool is_end;
+  aural_chunk_header h;   /* outputs/dtype/text_bytes unset */
+  float *emb;             /* (n_frames, d_model) */
+  float *logits;          /* (n_frames, vocab) or NULL */
+  char *text;             /* NUL-terminated, tokens separated by spaces */
+  size_t text_len;
+  msgbuf *variants[2][8]; /* [dtype][outputs] encoded messages */
+} chunk_out;
+
 #define LATENCY_RING 1024
 #define STREAM_FEAT_CAP 256     /* feature rows a stream holds per round */
 /* Microphone ring, a power of two: 5.9 s at 44.1 kHz, so that the loop
@@ -174,21 +188,8 @@ typedef struct stream {
   uint64_t n_latency;
   _Atomic uint64_t overruns;
   uint64_t chunks_emitted;
+  chunk_out end_event;    /* handed to the loop when the stream ends */
 } stream;
-
-/* A finished chunk (or the end of a stream), handed from a worker to the
- * loop. */
-typedef struct chunk_out {
-  stream *s;
-  struct chunk_out *next;
-  bool is_end;
-  aural_chunk_header h;   /* outputs/dtype/text_bytes unset */
-  float *emb;             /* (n_frames, d_model) */
-  float *logits;          /* (n_frames, vocab) or NULL */
-  char *text;             /* NUL-terminated, tokens separated by spaces */
-  size_t text_len;
-  msgbuf *variants[2][8]; /* [dtype][outputs] encoded messages */
-} chunk_out;
 
 /* ---- connections and subscriptions ------------------------------------- */
 

@@ -308,8 +308,7 @@ void server_on_done(uv_async_t *a) {
     chunk_out *co = list;
     list = co->next;
     stream *s = co->s;
-    if (co->is_end) {
-      free_chunk(co);
+    if (co->is_end) { /* s->end_event, freed with the stream */
       finish_stream(srv, s);
       continue;
     }
