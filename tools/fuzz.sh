@@ -35,10 +35,11 @@ fi
 libs=($(pkg-config --cflags --libs fftw3 soxr sndfile libcjson))
 cflags=(-std=c11 -D_DEFAULT_SOURCE -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-        -Ilib -Ilib/include)
+        -Ilib -Ilib/include -Iproto/include)
 
-# The library's sources, compiled into each target with the sanitizers.
-srcs=(lib/*.c)
+# The library and protocol sources, compiled into each target with the
+# sanitizers.
+srcs=(lib/*.c proto/*.c)
 
 for t in "${targets[@]}"; do
   echo "== fuzz_$t: building"

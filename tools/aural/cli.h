@@ -19,10 +19,13 @@ int cmd_info(int argc, char **argv);
 int cmd_sub(int argc, char **argv);
 int cmd_send(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
+int cmd_load(int argc, char **argv);
 
 /* The model used without -m: $AURAL_MODEL, else the installed default,
  * else the one in the source tree this binary was built from. */
 const char *cli_default_model(void);
+/* The bundled sample recording (installed, else in the source tree). */
+const char *cli_default_sample(void);
 
 /* Parses a decimal integer in lo..hi; -1 if it is not one. */
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out);

@@ -22,6 +22,7 @@ static const struct {
     {"sub", cmd_sub, "follow a running aurald's streams (chunks, text, .npy)"},
     {"send", cmd_send, "push an audio file to a running aurald as a stream"},
     {"stats", cmd_stats, "show a running aurald's streams and subscribers"},
+    {"load", cmd_load, "load aurald with real-time streams; measure latency"},
 };
 
 static void usage(FILE *to) {
@@ -55,6 +56,11 @@ double cli_thread_cpu_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *cli_default_sample(void) {
+  if (access(AURAL_INSTALLED_SAMPLE, R_OK) == 0) return AURAL_INSTALLED_SAMPLE;
+  return AURAL_SOURCE_SAMPLE;
 }
 
 const char *cli_default_model(void) {

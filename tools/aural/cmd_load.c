@@ -1,0 +1,556 @@
+/*
+ * aural load: a load generator for aurald. One process opens N pushed
+ * streams, feeds each at 1x real time from a recording (looped), subscribes
+ * to all of them on one more connection, and measures for every chunk the
+ * time from the moment its last input sample was handed to the socket to
+ * the moment the chunk arrived: the end-to-end latency a live client sees.
+ * A third connection sends PING every 50 ms to measure how responsive the
+ * server's loop stays. The daemon's CPU use comes from /proc of the peer
+ * process (found with SO_PEERCRED).
+ *
+ * Single-threaded: poll() over non-blocking sockets, blocks sent when due
+ * on a monotonic clock (no drift), streams staggered over one chunk so
+ * they do not all push in the same instant.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <aural.h>
+
+#include "cli.h"
+#include "client.h"
+
+typedef struct load_stream {
+  aural_client *c;
+  uint32_t id;            /* server's stream id */
+  double t0;              /* monotonic time of sample 0 */
+  size_t sent;            /* input samples sent */
+  size_t block;           /* blocks sent */
+  double *sent_at;        /* (n_blocks) monotonic send time of each block */
+  uint8_t *pending;       /* bytes not yet written */
+  size_t pending_len, pending_cap;
+  float *lat_ms;          /* (n_chunks_max) latency of each chunk */
+  size_t n_lat;
+  uint64_t chunks, lost, gaps;
+  bool ended, closed_sent;
+} load_stream;
+
+typedef struct load_run {
+  int n;
+  double seconds, block_s, rate;
+  size_t block_samples, n_blocks, chunk_frames;
+  const int16_t *pcm;     /* the recording, 16-bit, at rate */
+  size_t pcm_len;
+  load_stream *st;
+  uint32_t *by_id;        /* stream id -> index + 1 */
+  size_t by_id_cap;
+} load_run;
+
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+static void usage(FILE *to) {
+  fprintf(to,
+"Usage: aural load [-s SOCKET] [-n N] [--seconds S] [--block-ms B] [--json]\n"
+"                  [INPUT]\n"
+"\n"
+"Opens N streams to aurald, each fed at 1x real time from INPUT (looped;\n"
+"default: the bundled recording), subscribes to all of them, and reports\n"
+"chunk latency (from the moment a chunk's last sample was sent to its\n"
+"arrival) p50/p99/max per stream and overall, chunks lost, PING round\n"
+"trips, and the daemon's CPU use.\n"
+"\n"
+"Options:\n"
+"  -s, --socket PATH   aurald's socket (default: as aurald)\n"
+"  -n, --streams N     concurrent streams (default 10)\n"
+"      --seconds S     how long each stream runs (default 30)\n"
+"      --block-ms B    audio per AUDIO_DATA message (default 20)\n"
+"      --json          one JSON object on stdout\n"
+"  -h, --help          show this help\n"
+"\n"
+"Example:\n"
+"  aural load -n 20 --seconds 60 --json\n");
+}
+
+/* Reads the recording once and converts it to 16-bit mono at its rate. */
+static int load_pcm(const char *path, load_run *r) {
+  aural_audiofile *af;
+  aural_err err = {0};
+  if (aural_audiofile_open(path, &af, &err) < 0) {
+    fprintf(stderr, "aural load: %s\n", err.msg);
+    return -1;
+  }
+  aural_audiofile_info info;
+  aural_audiofile_get_info(af, &info);
+  size_t ch = (size_t)info.n_channels, cap = 0, len = 0;
+  int16_t *pcm = NULL;
+  float buf[4096];
+  size_t n;
+  while (aural_audiofile_read(af, buf, 4096 / ch, &n, &err) == 0 && n > 0) {
+    if (len + n > cap) {
+      cap = (len + n) * 2;
+      int16_t *p = realloc(pcm, cap * sizeof *p);
+      if (p == NULL) break;
+      pcm = p;
+    }
+    for (size_t i = 0; i < n; i++) {
+      float acc = 0;
+      for (size_t c = 0; c < ch; c++) acc += buf[i * ch + c];
+      float v = acc / (float)ch * 32767.0f;
+      pcm[len++] = (int16_t)(v > 32767 ? 32767 : v < -32768 ? -32768 : v);
+    }
+  }
+  aural_audiofile_close(af);
+  if (err.msg[0] != '\0' || len == 0) {
+    fprintf(stderr, "aural load: %s: %s\n", path,
+            err.msg[0] ? err.msg : "no audio");
+    free(pcm);
+    return -1;
+  }
+  r->pcm = pcm;
+  r->pcm_len = len;
+  r->rate = info.rate_hz;
+  return 0;
+}
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+static double pct(float *v, size_t n, double p) {
+  if (n == 0) return NAN;
+  qsort(v, n, sizeof *v, cmp_float);
+  size_t k = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
+  return v[k];
+}
+
+/* Queues one encoded message on a stream's pending bytes. */
+static int queue_bytes(load_stream *s, const uint8_t *p, size_t n) {
+  if (s->pending_len + n > s->pending_cap) {
+    size_t cap = (s->pending_len + n) * 2;
+    uint8_t *q = realloc(s->pending, cap);
+    if (q == NULL) return -1;
+    s->pending = q;
+    s->pending_cap = cap;
+  }
+  memcpy(s->pending + s->pending_len, p, n);
+  s->pending_len += n;
+  return 0;
+}
+
+static int flush_pending(load_stream *s) {
+  while (s->pending_len > 0) {
+    ssize_t k = send(s->c->fd, s->pending, s->pending_len, MSG_NOSIGNAL);
+    if (k < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    memmove(s->pending, s->pending + k, s->pending_len - (size_t)k);
+    s->pending_len -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Sends the next block of stream s (the recording, looped). */
+static int send_block(load_run *r, load_stream *s, uint8_t *msg) {
+  size_t n = r->block_samples;
+  uint8_t *p = msg + AURAL_PROTO_HEADER_BYTES;
+  for (size_t i = 0; i < n; i++)
+    aural_put_u16(p + 2 * i,
+                  (uint16_t)r->pcm[(s->sent + i) % r->pcm_len]);
+  aural_msg_header h = {AURAL_PROTO_VERSION, AURAL_MSG_AUDIO_DATA, 0, s->id,
+                        (uint32_t)(2 * n)};
+  aural_proto_put_header(msg, &h);
+  if (queue_bytes(s, msg, AURAL_PROTO_HEADER_BYTES + 2 * n) < 0) return -1;
+  s->sent_at[s->block++] = cli_now_s();
+  s->sent += n;
+  return flush_pending(s);
+}
+
+/* A chunk's latency: from the send of the block holding the last input
+ * sample its frames needed, to now. */
+static void on_chunk(load_run *r, load_stream *s, const uint8_t *payload,
+                     size_t n, double now) {
+  aural_chunk_header h;
+  if (aural_chunk_decode(payload, n, &h, NULL, NULL, NULL) < 0) return;
+  s->chunks++;
+  if (h.n_frames == 0) return; /* an empty FINAL end marker */
+  uint64_t last = h.first_frame + h.n_frames - 1;
+  double need16k = 160.0 * (double)last + 400.0; /* samples at 16 kHz */
+  size_t need = (size_t)ceil(need16k * r->rate / 16000.0);
+  size_t block = (need - 1) / r->block_samples;
+  if (block < s->block && s->n_lat < r->n_blocks)
+    s->lat_ms[s->n_lat++] = (float)((now - s->sent_at[block]) * 1e3);
+}
+
+/* Parses whole messages out of buf; returns bytes consumed. */
+static size_t on_sub_bytes(load_run *r, const uint8_t *buf, size_t len,
+                           double now, bool *fatal) {
+  size_t at = 0;
+  while (len - at >= AURAL_PROTO_HEADER_BYTES) {
+    aural_msg_header h;
+    if (aural_proto_decode_header(buf + at, len - at, 1u << 30, &h) < 0) {
+      *fatal = true;
+      return at;
+    }
+    size_t total = AURAL_PROTO_HEADER_BYTES + h.payload_bytes;
+    if (len - at < total) break;
+    const uint8_t *p = buf + at + AURAL_PROTO_HEADER_BYTES;
+    uint32_t idx = h.stream_id < r->by_id_cap ? r->by_id[h.stream_id] : 0;
+    if (idx > 0) {
+      load_stream *s = &r->st[idx - 1];
+      if (h.type == AURAL_MSG_CHUNK) on_chunk(r, s, p, h.payload_bytes, now);
+      else if (h.type == AURAL_MSG_GAP) {
+        aural_json js;
+        int64_t k = 0;
+        if (aural_json_parse(&js, (const char *)p, h.payload_bytes, NULL,
+                             0) == 0)
+          aural_json_int(&js, aural_json_get(&js, 0, "n_chunks"), 0,
+                         INT64_MAX, &k);
+        s->lost += (uint64_t)k;
+        s->gaps++;
+      } else if (h.type == AURAL_MSG_STREAM_ENDED) {
+        s->ended = true;
+      }
+    } else if (h.type == AURAL_MSG_ERROR) {
+      fprintf(stderr, "aural load: server error: %.*s\n",
+              (int)h.payload_bytes, p);
+      *fatal = true;
+    }
+    at += total;
+  }
+  return at;
+}
+
+static double proc_cpu_s(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return NAN;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  unsigned long ut, st;
+  if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
+                                 "%*u %lu %lu", &ut, &st) != 2)
+    return NAN;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+int cmd_load(int argc, char **argv) {
+  static const struct option longs[] = {
+      {"socket", required_argument, NULL, 's'},
+      {"streams", required_argument, NULL, 'n'},
+      {"seconds", required_argument, NULL, 'S'},
+      {"block-ms", required_argument, NULL, 'B'},
+      {"json", no_argument, NULL, 'j'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  const char *sock = NULL;
+  size_t n_streams = 10, block_ms = 20, seconds = 30;
+  bool json = false;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "s:n:h", longs, NULL)) != -1) {
+    switch (opt) {
+    case 's': sock = optarg; break;
+    case 'n':
+      if (cli_parse_size(optarg, 1, 2000, &n_streams) < 0) {
+        fprintf(stderr, "aural load: -n must be 1..2000\n");
+        return EXIT_USAGE;
+      }
+      break;
+    case 'S':
+      if (cli_parse_size(optarg, 1, 86400, &seconds) < 0) {
+        fprintf(stderr, "aural load: --seconds must be 1..86400\n");
+        return EXIT_USAGE;
+      }
+      break;
+    case 'B':
+      if (cli_parse_size(optarg, 5, 1000, &block_ms) < 0) {
+        fprintf(stderr, "aural load: --block-ms must be 5..1000\n");
+        return EXIT_USAGE;
+      }
+      break;
+    case 'j': json = true; break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return EXIT_USAGE;
+    }
+  }
+  if (argc - optind > 1) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  load_run r = {.n = (int)n_streams, .seconds = (double)seconds,
+                .block_s = (double)block_ms / 1000.0};
+  const char *input = optind < argc ? argv[optind] : cli_default_sample();
+  if (load_pcm(input, &r) < 0) return 1;
+  r.block_samples = (size_t)lround(r.rate * r.block_s);
+  r.n_blocks = (size_t)ceil(r.seconds / r.block_s) + 1;
+
+  char err[512];
+  aural_client *sub = NULL, *pinger = NULL;
+  int rc = 1;
+  if (client_connect(sock, "aural load", &sub, err, sizeof err) < 0 ||
+      client_connect(sock, "aural load ping", &pinger, err, sizeof err) < 0) {
+    fprintf(stderr, "aural load: %s\n", err);
+    goto out;
+  }
+  r.chunk_frames = sub->model.chunk_frames;
+  uint8_t req[512];
+  aural_msg_subscribe ms = {.all = true, .outputs = AURAL_OUT_EMBEDDINGS,
+                            .dtype = AURAL_DTYPE_F32};
+  size_t k = aural_proto_encode_subscribe(req, sizeof req, &ms);
+  client_msg m;
+  if (client_send(sub, req, k, err, sizeof err) < 0 ||
+      client_read(sub, &m, err, sizeof err) != 0 ||
+      m.h.type != AURAL_MSG_SUBSCRIBED) {
+    fprintf(stderr, "aural load: subscribing failed%s%s\n", err[0] ? ": " : "",
+            err);
+    goto out;
+  }
+
+  r.st = calloc(n_streams, sizeof *r.st);
+  if (r.st == NULL) goto oom;
+  double stagger = (double)r.chunk_frames * 0.01 / (double)n_streams;
+  for (size_t i = 0; i < n_streams; i++) {
+    load_stream *s = &r.st[i];
+    s->sent_at = calloc(r.n_blocks + 1, sizeof *s->sent_at);
+    s->lat_ms = calloc(r.n_blocks + 1, sizeof *s->lat_ms);
+    if (s->sent_at == NULL || s->lat_ms == NULL) goto oom;
+    if (client_connect(sock, "aural load", &s->c, err, sizeof err) < 0) {
+      fprintf(stderr, "aural load: stream %zu: %s\n", i, err);
+      goto out;
+    }
+    aural_msg_audio_open ao = {.sample_rate = (uint32_t)r.rate,
+                               .channels = 1, .format = AURAL_SAMPLE_S16};
+    snprintf(ao.name, sizeof ao.name, "load-%zu-%ld", i, (long)getpid());
+    k = aural_proto_encode_audio_open(req, sizeof req, &ao);
+    if (client_send(s->c, req, k, err, sizeof err) < 0 ||
+        client_read(s->c, &m, err, sizeof err) != 0 ||
+        m.h.type != AURAL_MSG_AUDIO_OPENED) {
+      fprintf(stderr, "aural load: opening stream %zu failed%s%s\n", i,
+              err[0] ? ": " : "", err);
+      goto out;
+    }
+    s->id = m.h.stream_id;
+    if (s->id >= r.by_id_cap) {
+      size_t cap = (s->id + 1) * 2;
+      uint32_t *p = realloc(r.by_id, cap * sizeof *p);
+      if (p == NULL) goto oom;
+      memset(p + r.by_id_cap, 0, (cap - r.by_id_cap) * sizeof *p);
+      r.by_id = p;
+      r.by_id_cap = cap;
+    }
+    r.by_id[s->id] = (uint32_t)i + 1;
+    if (fcntl(s->c->fd, F_SETFL, fcntl(s->c->fd, F_GETFL) | O_NONBLOCK) < 0)
+      goto oom;
+  }
+
+  struct ucred cred;
+  socklen_t cl = sizeof cred;
+  pid_t daemon_pid = getsockopt(sub->fd, SOL_SOCKET, SO_PEERCRED, &cred,
+                                &cl) == 0 ? cred.pid : 0;
+  signal(SIGINT, on_sigint);
+  double t_start = cli_now_s();
+  double cpu0 = daemon_pid ? proc_cpu_s(daemon_pid) : NAN;
+  for (size_t i = 0; i < n_streams; i++)
+    r.st[i].t0 = t_start + stagger * (double)i;
+
+  size_t rcap = 1 << 22, rlen = 0;
+  uint8_t *rbuf = malloc(rcap);
+  uint8_t *msg = malloc(AURAL_PROTO_HEADER_BYTES + 2 * r.block_samples);
+  size_t n_pings_cap = (size_t)(r.seconds * 20) + 64, n_pings = 0;
+  float *ping_ms = calloc(n_pings_cap, sizeof *ping_ms);
+  struct pollfd *pf = calloc(n_streams + 2, sizeof *pf);
+  if (rbuf == NULL || msg == NULL || ping_ms == NULL || pf == NULL) {
+    free(rbuf);
+    free(msg);
+    free(ping_ms);
+    free(pf);
+    goto oom;
+  }
+  double next_ping = t_start, ping_sent = 0;
+  bool ping_out = false, fatal = false;
+  size_t ended = 0;
+  double t_end_audio = t_start + r.seconds, deadline = t_end_audio + 30;
+  double cpu1 = NAN, t_cpu1 = 0;
+  while (!interrupted && !fatal && ended < n_streams) {
+    double now = cli_now_s();
+    if (now > deadline) {
+      fprintf(stderr, "aural load: %zu streams did not end in time\n",
+              n_streams - ended);
+      break;
+    }
+    double wake = now + 0.05;
+    for (size_t i = 0; i < n_streams; i++) {
+      load_stream *s = &r.st[i];
+      if (s->closed_sent) continue;
+      double due = s->t0 + (double)(s->block + 1) * r.block_s;
+      if (due > s->t0 + r.seconds) {
+        if (isnan(cpu1)) {
+          cpu1 = daemon_pid ? proc_cpu_s(daemon_pid) : NAN;
+          t_cpu1 = now;
+        }
+        uint8_t close_msg[AURAL_PROTO_HEADER_BYTES];
+        aural_proto_encode_raw(close_msg, sizeof close_msg,
+                               AURAL_MSG_AUDIO_CLOSE, s->id, NULL, 0);
+        queue_bytes(s, close_msg, sizeof close_msg);
+        flush_pending(s);
+        s->closed_sent = true;
+        continue;
+      }
+      if (due <= now) {
+        if (send_block(&r, s, msg) < 0) {
+          fprintf(stderr, "aural load: stream %zu: send failed\n", i);
+          fatal = true;
+        }
+        due = s->t0 + (double)(s->block + 1) * r.block_s;
+      }
+      if (due < wake) wake = due;
+    }
+    if (!ping_out && now >= next_ping && now < t_end_audio) {
+      uint8_t pm[AURAL_PROTO_HEADER_BYTES];
+      aural_proto_encode_raw(pm, sizeof pm, AURAL_MSG_PING, 0, NULL, 0);
+      if (send(pinger->fd, pm, sizeof pm, MSG_NOSIGNAL) == (ssize_t)sizeof pm) {
+        ping_out = true;
+        ping_sent = now;
+      }
+      next_ping = now + 0.05;
+    }
+    size_t np = 0;
+    pf[np++] = (struct pollfd){.fd = sub->fd, .events = POLLIN};
+    pf[np++] = (struct pollfd){.fd = pinger->fd, .events = POLLIN};
+    for (size_t i = 0; i < n_streams; i++)
+      if (r.st[i].pending_len > 0)
+        pf[np++] = (struct pollfd){.fd = r.st[i].c->fd, .events = POLLOUT};
+    int timeout_ms = (int)ceil((wake - cli_now_s()) * 1000.0);
+    if (timeout_ms < 0) timeout_ms = 0;
+    if (poll(pf, (nfds_t)np, timeout_ms) < 0 && errno != EINTR) break;
+    now = cli_now_s();
+    if (pf[0].revents & (POLLIN | POLLHUP)) {
+      if (rlen == rcap) {
+        fprintf(stderr, "aural load: a message larger than 4 MiB\n");
+        break;
+      }
+      ssize_t got = recv(sub->fd, rbuf + rlen, rcap - rlen, MSG_DONTWAIT);
+      if (got == 0) {
+        fprintf(stderr, "aural load: the server closed the connection\n");
+        break;
+      }
+      if (got > 0) {
+        rlen += (size_t)got;
+        size_t used = on_sub_bytes(&r, rbuf, rlen, now, &fatal);
+        memmove(rbuf, rbuf + used, rlen - used);
+        rlen -= used;
+      }
+    }
+    if (pf[1].revents & (POLLIN | POLLHUP)) {
+      if (client_read(pinger, &m, err, sizeof err) == 0 &&
+          m.h.type == AURAL_MSG_PONG && ping_out) {
+        if (n_pings < n_pings_cap)
+          ping_ms[n_pings++] = (float)((now - ping_sent) * 1e3);
+        ping_out = false;
+      }
+    }
+    for (size_t i = 2; i < np; i++)
+      if (pf[i].revents & POLLOUT)
+        for (size_t j = 0; j < n_streams; j++)
+          if (r.st[j].c->fd == pf[i].fd) flush_pending(&r.st[j]);
+    ended = 0;
+    for (size_t i = 0; i < n_streams; i++) ended += r.st[i].ended;
+  }
+  double wall = (isnan(cpu1) ? cli_now_s() : t_cpu1) - t_start;
+  double cpu = cpu1 - cpu0;
+
+  /* Report. */
+  size_t total_lat = 0;
+  uint64_t chunks = 0, lost = 0, expected = 0;
+  for (size_t i = 0; i < n_streams; i++) {
+    total_lat += r.st[i].n_lat;
+    chunks += r.st[i].chunks;
+    lost += r.st[i].lost;
+    /* frames of the audio sent, then chunks of those (+1 for the FINAL
+     * marker when they fill whole chunks). */
+    size_t samples16k = (size_t)((double)r.st[i].sent * 16000.0 / r.rate);
+    size_t frames = samples16k >= 400 ? 1 + (samples16k - 400) / 160 : 0;
+    expected += frames / r.chunk_frames + 1;
+  }
+  float *all = malloc((total_lat + 1) * sizeof *all);
+  float worst_p99 = 0, worst_p50 = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < n_streams; i++) {
+    load_stream *s = &r.st[i];
+    memcpy(all + at, s->lat_ms, s->n_lat * sizeof *all);
+    at += s->n_lat;
+    double p50 = pct(s->lat_ms, s->n_lat, 50), p99 = pct(s->lat_ms, s->n_lat, 99);
+    if (p99 > worst_p99) worst_p99 = (float)p99;
+    if (p50 > worst_p50) worst_p50 = (float)p50;
+  }
+  double p50 = pct(all, total_lat, 50), p99 = pct(all, total_lat, 99);
+  double pmax = total_lat ? all[total_lat - 1] : NAN;
+  double g50 = pct(ping_ms, n_pings, 50), g99 = pct(ping_ms, n_pings, 99);
+  double gmax = n_pings ? ping_ms[n_pings - 1] : NAN;
+  double cpu_pct = 100.0 * cpu / wall;
+  if (json) {
+    printf("{\"streams\":%zu,\"seconds\":%.0f,\"block_ms\":%zu,"
+           "\"input_rate\":%.0f,\"chunks_expected\":%llu,"
+           "\"chunks_received\":%llu,\"chunks_lost\":%llu,"
+           "\"latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.3f,"
+           "\"worst_stream_p50\":%.3f,\"worst_stream_p99\":%.3f},"
+           "\"ping_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.3f,\"n\":%zu},"
+           "\"daemon_cpu_percent\":%.2f,\"cpu_percent_per_stream\":%.4f,"
+           "\"interrupted\":%s}\n",
+           n_streams, r.seconds, block_ms, r.rate,
+           (unsigned long long)expected, (unsigned long long)chunks,
+           (unsigned long long)lost, p50, p99, pmax, worst_p50, worst_p99,
+           g50, g99, gmax, n_pings, cpu_pct, cpu_pct / (double)n_streams,
+           interrupted ? "true" : "false");
+  } else {
+    printf("%zu streams x %.0f s at 1x (%.0f Hz input, %zu ms blocks)\n",
+           n_streams, r.seconds, r.rate, block_ms);
+    printf("chunks      %llu received of %llu, %llu lost\n",
+           (unsigned long long)chunks, (unsigned long long)expected,
+           (unsigned long long)lost);
+    printf("latency     p50 %.1f ms  p99 %.1f ms  max %.1f ms  (worst "
+           "stream p99 %.1f ms)\n", p50, p99, pmax, worst_p99);
+    printf("ping        p50 %.2f ms  p99 %.2f ms  max %.2f ms\n", g50, g99,
+           gmax);
+    printf("daemon cpu  %.1f%% of one core (%.3f%% per stream)\n", cpu_pct,
+           cpu_pct / (double)n_streams);
+  }
+  rc = (chunks == expected && lost == 0 && !interrupted) ? 0 : 3;
+  free(all);
+  free(rbuf);
+  free(msg);
+  free(ping_ms);
+  free(pf);
+  goto out;
+oom:
+  fprintf(stderr, "aural load: out of memory\n");
+out:
+  for (size_t i = 0; r.st != NULL && i < n_streams; i++) {
+    client_close(r.st[i].c);
+    free(r.st[i].sent_at);
+    free(r.st[i].lat_ms);
+    free(r.st[i].pending);
+  }
+  free(r.st);
+  free(r.by_id);
+  free((void *)r.pcm);
+  client_close(sub);
+  client_close(pinger);
+  return rc;
+}
