@@ -7,6 +7,7 @@
  * fbank, and 44.1 kHz stereo and 48 kHz mono through downmix and resampler.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +53,9 @@ static void usage(FILE *to) {
           "      --repeat N    measurements per case; the best is kept\n"
           "                    (default 3)\n"
           "      --json        print one JSON object instead of text\n"
+          "      --save-model PATH  write the random model the flags\n"
+          "                    describe to PATH and exit (for aurald and\n"
+          "                    'aural load')\n"
           "  -h, --help        show this help\n");
 }
 
@@ -305,9 +309,34 @@ static int bench_encoder(enc_bench *b) {
   return 0;
 }
 
+/* Writes the random model the flags describe, for benchmarks that need a
+ * file (aurald, aural load). */
+static int save_model(const synth_spec *spec, const char *path) {
+  size_t size;
+  unsigned char *file = synth_model(spec, &size);
+  if (file == NULL) {
+    fprintf(stderr, "aural bench: out of memory for the model\n");
+    return EXIT_FAIL;
+  }
+  FILE *f = fopen(path, "wb");
+  int ok = f != NULL && fwrite(file, 1, size, f) == size;
+  if (f != NULL && fclose(f) != 0) ok = 0;
+  free(file);
+  if (!ok) {
+    fprintf(stderr, "aural bench: cannot write %s: %s\n", path,
+            strerror(errno));
+    return EXIT_FAIL;
+  }
+  printf("%s: random model, d_model %d, %d heads, d_ff %d, %d layers, "
+         "window %d, %s (%zu bytes)\n",
+         path, spec->d_model, spec->n_heads, spec->d_ff, spec->n_layers,
+         spec->window, spec->pos_encoding, size);
+  return EXIT_OK;
+}
+
 int cmd_bench(int argc, char **argv) {
   enum { O_SECONDS = 256, O_REPEAT, O_JSON, O_D, O_HEADS, O_FF, O_LAYERS,
-         O_WINDOW, O_POS, O_CHUNK, O_STREAMS };
+         O_WINDOW, O_POS, O_CHUNK, O_STREAMS, O_SAVE };
   static const struct option opts[] = {
       {"seconds", required_argument, NULL, O_SECONDS},
       {"repeat", required_argument, NULL, O_REPEAT},
@@ -320,6 +349,7 @@ int cmd_bench(int argc, char **argv) {
       {"pos", required_argument, NULL, O_POS},
       {"chunk", required_argument, NULL, O_CHUNK},
       {"streams", required_argument, NULL, O_STREAMS},
+      {"save-model", required_argument, NULL, O_SAVE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -327,6 +357,7 @@ int cmd_bench(int argc, char **argv) {
   synth_spec_base(&eb.spec);
   int json = 0, c;
   size_t v = 0;
+  const char *save = NULL;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     int bad = 0;
@@ -359,6 +390,7 @@ int cmd_bench(int argc, char **argv) {
         bad = -1;
       eb.spec.pos_encoding = optarg;
       break;
+    case O_SAVE: save = optarg; break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
       fprintf(stderr, "(see 'aural bench --help')\n");
@@ -375,6 +407,7 @@ int cmd_bench(int argc, char **argv) {
             eb.spec.n_heads, eb.spec.d_model);
     return EXIT_USAGE;
   }
+  if (save != NULL) return save_model(&eb.spec, save);
   int run_enc = optind == argc, run_fe = optind == argc;
   for (int i = optind; i < argc; i++) {
     if (strcmp(argv[i], "encoder") == 0) {
