@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "daemon.h"
 
@@ -309,9 +311,16 @@ static void run_round(worker *w, int n_taken) {
   uv_async_send(&srv->wake);
 }
 
+/* Workers run a few nice levels below the loop thread: on a machine whose
+ * cores are all computing, the loop (which uses little CPU but must answer
+ * within milliseconds) still gets a core as soon as it wakes. */
+#define WORKER_NICE 5
+
 static void *worker_main(void *arg) {
   worker *w = arg;
   server *srv = w->srv;
+  if (setpriority(PRIO_PROCESS, (id_t)gettid(), WORKER_NICE) < 0)
+    log_debug("worker %d: cannot lower its priority", w->index);
   pthread_mutex_lock(&srv->mu);
   for (;;) {
     while (srv->ready_head == NULL && !srv->quit_workers)
