@@ -482,12 +482,16 @@ static int on_chunk(sub_job *job, const client_msg *m) {
     }
     jw_print(&w);
   } else if (!job->quiet) {
-    printf("%s  #%llu  frames %llu-%llu  latency %.1f ms", s->name,
-           (unsigned long long)ch.seq, (unsigned long long)ch.first_frame,
-           (unsigned long long)(ch.first_frame + ch.n_frames - 1),
-           latency_ms);
-    if (emb != NULL) printf("  |emb| %.2f", emb_norm);
-    if (logits != NULL) printf("  |logits| %.2f", logit_norm);
+    printf("%s  #%llu  ", s->name, (unsigned long long)ch.seq);
+    if (ch.n_frames > 0) /* an empty FINAL chunk only ends the stream */
+      printf("frames %llu-%llu", (unsigned long long)ch.first_frame,
+             (unsigned long long)(ch.first_frame + ch.n_frames - 1));
+    else
+      printf("no frames");
+    printf("  latency %.1f ms", latency_ms);
+    if (emb != NULL && ch.n_frames > 0) printf("  |emb| %.2f", emb_norm);
+    if (logits != NULL && ch.n_frames > 0)
+      printf("  |logits| %.2f", logit_norm);
     if (final) printf("  final");
     if (text != NULL && ch.text_bytes > 0)
       printf("  %.*s", (int)ch.text_bytes, text);

@@ -171,6 +171,8 @@ class Error:
 @dataclass
 class Chunk:
     """One chunk of a stream: frames first_frame .. first_frame + n_frames - 1.
+    The FINAL chunk of a stream whose frames filled whole chunks is empty
+    (n_frames 0, arrays of 0 rows).
 
     emb is a float32 array [n_frames, d_model] and logits [n_frames,
     vocab_size] (converted from f16 when that was the wire dtype), or None

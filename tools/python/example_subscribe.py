@@ -57,16 +57,20 @@ def main() -> int:
                     print("%s  started (%s, %d Hz, %d ch)"
                           % (ev.name, ev.source, ev.sample_rate, ev.channels))
                 elif isinstance(ev, Chunk):
-                    line = "%s  #%d  frames %d-%d  latency %.1f ms" % (
-                        ev.name, ev.seq, ev.first_frame,
-                        ev.first_frame + ev.n_frames - 1, ev.latency_ms)
-                    if ev.emb is not None:
+                    frames = ("frames %d-%d" % (
+                        ev.first_frame, ev.first_frame + ev.n_frames - 1)
+                        if ev.n_frames else "no frames")
+                    line = "%s  #%d  %s  latency %.1f ms" % (
+                        ev.name, ev.seq, frames, ev.latency_ms)
+                    if ev.emb is not None and ev.n_frames:
                         line += "  |emb| %.2f" % float(
                             np.linalg.norm(ev.emb, axis=1).mean())
-                    if ev.logits is not None:
+                    if ev.logits is not None and ev.n_frames:
                         line += "  |logits| %.2f" % float(
                             np.linalg.norm(ev.logits, axis=1).mean())
-                    if ev.text is not None:
+                    if ev.final:
+                        line += "  final"
+                    if ev.text:
                         line += "  " + ev.text
                     print(line, flush=True)
                 elif isinstance(ev, Gap):
