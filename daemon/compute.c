@@ -7,19 +7,33 @@
  * one aural_encoder_forward_batch() call, so each weight matrix is read
  * once per layer for all of them while attention stays per stream.
  *
- * Batch size against latency: a round takes at most ROUND_S of audio per
- * stream. Real-time streams bring about 100 ms per push, so a round holds
- * every stream that is ready and its cost grows with the number of streams
- * (the batching is what lets it grow slower than linearly); a file read as
- * fast as possible is cut into ROUND_S pieces so that it cannot hold a
- * worker for long while real-time streams wait. Streams go back to the end
- * of the ready queue after each round: nobody starves.
+ * Batch size against latency. A chunk is sent when its last frame is
+ * computed, so computing a stream's frames earlier than that buys no
+ * latency; what matters is that the frames still pending when the chunk's
+ * last audio arrives are few, and that rounds are large enough for the
+ * matrix products to run near the machine's peak (one frame per stream per
+ * round runs about five times slower per frame than 25). So a worker waits
+ * until one of these holds for the streams that have input:
+ *   - a stream is urgent: its input completes its current chunk (or it
+ *     has ended, or it is a file read as fast as possible);
+ *   - the ready streams hold BATCH_ROWS frames between them;
+ *   - the oldest input has waited BATCH_WAIT_S.
+ * Then it takes the urgent streams and, while the round holds fewer than
+ * ROUND_ROWS frames, others in queue order: the round that answers an
+ * urgent stream also carries other streams' frames, but stays short.
+ * At one stream this computes a chunk's frames in a few rounds and the last
+ * one when the chunk completes (a few milliseconds); at hundreds of streams
+ * urgent streams arrive every few milliseconds and each round holds
+ * hundreds of rows. A round takes at most ROUND_S of audio per stream, so a
+ * file read as fast as possible cannot hold a worker for long, and streams
+ * go back to the end of the ready queue after each round: nobody starves.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -27,6 +41,9 @@
 #define ROUND_S 0.5
 #define ROUND_MAX_VALUES (1u << 18) /* floats of input per stream per round */
 #define MAX_PER_ROUND 512           /* streams one worker takes at once */
+#define BATCH_ROWS 64               /* pending frames worth a round */
+#define ROUND_ROWS 128              /* non-urgent frames one round takes */
+#define BATCH_WAIT_S 0.1            /* longest a frame's input waits */
 
 struct worker {
   server *srv;
@@ -128,6 +145,7 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
       if (*capture_us == 0) *capture_us = s->in_first_us;
     }
     done = s->input_done && s->in_frames == 0;
+    if (s->in_frames == 0) s->pending_since = 0;
     pthread_mutex_unlock(&srv->mu);
   }
   if (n > 0) {
@@ -293,6 +311,7 @@ static void run_round(worker *w, int n_taken) {
       push_event(srv, co);
     }
     s->stat_frames = s->next_frame;
+    if (s->source == SRC_FILE) s->pending_since = 0; /* read what it may */
     s->stat_compute_s = s->compute_s;
     s->stat_audio_s = (double)s->frames_in / s->rate_hz;
     s->busy = false;
@@ -316,6 +335,82 @@ static void run_round(worker *w, int n_taken) {
  * within milliseconds) still gets a core as soon as it wakes. */
 #define WORKER_NICE 5
 
+/* Frames a stream of in_total input frames at rate_hz yields (at 16 kHz
+ * exactly; resampled input lags by the resampler's delay). */
+static uint64_t frames_for_input(uint64_t in_total, double rate_hz) {
+  double n16 = (double)in_total * 16000.0 / rate_hz;
+  return n16 >= 400.0 ? (uint64_t)((n16 - 400.0) / 160.0) + 1 : 0;
+}
+
+/* With server.mu held. */
+static bool urgent(const server *srv, const stream *s) {
+  if (s->input_done || (s->source == SRC_FILE && !s->realtime)) return true;
+  uint64_t C = srv->chunk_frames;
+  return frames_for_input(s->in_total, s->rate_hz) >=
+         (s->stat_frames / C + 1) * C;
+}
+
+/* With server.mu held: whether a round is worth starting now; if not,
+ * *wait_s is how long until the oldest input has waited enough. */
+static bool round_due(const server *srv, double *wait_s) {
+  double now = aurald_mono_s(), oldest = now;
+  uint64_t rows = 0;
+  for (const stream *s = srv->ready_head; s != NULL; s = s->ready_next) {
+    if (urgent(srv, s)) return true;
+    uint64_t f = frames_for_input(s->in_total, s->rate_hz);
+    rows += f > s->stat_frames ? f - s->stat_frames : 0;
+    if (s->pending_since > 0 && s->pending_since < oldest)
+      oldest = s->pending_since;
+  }
+  if (rows >= BATCH_ROWS || now - oldest >= BATCH_WAIT_S) return true;
+  *wait_s = oldest + BATCH_WAIT_S - now;
+  return false;
+}
+
+/* With server.mu held: moves this worker's streams for one round from the
+ * ready queue to w->taken. Urgent streams first (their chunks are waiting),
+ * then others in queue order while the round holds fewer than ROUND_ROWS
+ * frames, so that the round, and with it the urgent streams' latency,
+ * stays short. At most a 1/n_workers share of the queue, so that an idle
+ * worker finds work too. Returns the count. */
+static int take_streams(server *srv, worker *w) {
+  int share = (srv->n_ready + srv->n_workers - 1) / srv->n_workers;
+  if (share < 1) share = 1;
+  if (share > MAX_PER_ROUND) share = MAX_PER_ROUND;
+  int n = 0;
+  uint64_t rows = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    stream **pp = &srv->ready_head, *prev = NULL;
+    while (*pp != NULL && n < share) {
+      stream *s = *pp;
+      if (pass == 1 && rows >= ROUND_ROWS) break;
+      if (pass == 0 && !urgent(srv, s)) {
+        prev = s;
+        pp = &s->ready_next;
+        continue;
+      }
+      *pp = s->ready_next;
+      if (srv->ready_tail == s) srv->ready_tail = prev;
+      srv->n_ready--;
+      s->queued = false;
+      s->busy = true;
+      uint64_t f = frames_for_input(s->in_total, s->rate_hz);
+      rows += f > s->stat_frames ? f - s->stat_frames : 0;
+      w->taken[n++] = s;
+    }
+  }
+  return n;
+}
+
+static void timed_wait(server *srv, double wait_s) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + wait_s;
+  ts.tv_sec = (time_t)t;
+  ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+  pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
+}
+
 static void *worker_main(void *arg) {
   worker *w = arg;
   server *srv = w->srv;
@@ -326,20 +421,13 @@ static void *worker_main(void *arg) {
     while (srv->ready_head == NULL && !srv->quit_workers)
       pthread_cond_wait(&srv->cv, &srv->mu);
     if (srv->quit_workers) break;
-    /* Leave a share for the other workers when there is plenty. */
-    int share = (srv->n_ready + srv->n_workers - 1) / srv->n_workers;
-    if (share < 1) share = 1;
-    if (share > MAX_PER_ROUND) share = MAX_PER_ROUND;
-    int n = 0;
-    while (n < share && srv->ready_head != NULL) {
-      stream *s = srv->ready_head;
-      srv->ready_head = s->ready_next;
-      if (srv->ready_head == NULL) srv->ready_tail = NULL;
-      srv->n_ready--;
-      s->queued = false;
-      s->busy = true;
-      w->taken[n++] = s;
+    double wait_s;
+    int n;
+    if (!round_due(srv, &wait_s)) {
+      timed_wait(srv, wait_s);
+      continue;
     }
+    n = take_streams(srv, w);
     pthread_mutex_unlock(&srv->mu);
     run_round(w, n);
     pthread_mutex_lock(&srv->mu);

@@ -148,6 +148,9 @@ typedef struct stream {
   size_t in_frames, in_cap_frames;
   int64_t in_first_us;    /* arrival of the oldest pending input */
   int64_t in_last_us;     /* arrival of the newest pending input */
+  uint64_t in_total;      /* input frames received (or, for a real-time
+                             file, released by the pacing) */
+  double pending_since;   /* monotonic s of the oldest untaken input */
   bool input_done;        /* no more input will come */
   end_reason reason;      /* why input is done */
   char message[160];      /* details for STREAM_ENDED */

@@ -398,8 +398,13 @@ static void on_tick(uv_timer_t *t) {
   server *srv = t->data;
   mic_poll(srv);
   pthread_mutex_lock(&srv->mu);
+  double now = aurald_mono_s();
   for (stream *s = srv->streams; s != NULL; s = s->next)
-    if (s->source == SRC_FILE && s->realtime) server_mark_ready(srv, s);
+    if (s->source == SRC_FILE && s->realtime && !s->held) {
+      s->in_total = (uint64_t)((now - s->t0_mono) * s->rate_hz);
+      if (s->pending_since == 0) s->pending_since = now;
+      server_mark_ready(srv, s);
+    }
   pthread_mutex_unlock(&srv->mu);
   conn_check_limits(srv);
   if (!srv->stopping) {
@@ -472,7 +477,11 @@ int main(int argc, char **argv) {
   }
   srv.loop = &loop;
   pthread_mutex_init(&srv.mu, NULL);
-  pthread_cond_init(&srv.cv, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* for timed waits */
+  pthread_cond_init(&srv.cv, &ca);
+  pthread_condattr_destroy(&ca);
   uv_async_init(&loop, &srv.wake, server_on_done);
   srv.wake.data = &srv;
   uv_timer_init(&loop, &srv.tick);

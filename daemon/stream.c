@@ -136,7 +136,12 @@ void stream_release(stream *s) {
 }
 
 void server_mark_ready(server *srv, stream *s) {
-  if (s->queued || s->busy || s->ended || s->held) return;
+  if (s->queued) {
+    /* Already waiting: the new input may make a round due now. */
+    pthread_cond_signal(&srv->cv);
+    return;
+  }
+  if (s->busy || s->ended || s->held) return;
   s->queued = true;
   s->ready_next = NULL;
   if (srv->ready_tail) srv->ready_tail->ready_next = s;
@@ -159,7 +164,9 @@ int stream_push(stream *s, const float *pcm, size_t n_frames,
     memcpy(s->in + s->in_frames * (size_t)s->channels, pcm,
            n_frames * (size_t)s->channels * sizeof(float));
     if (s->in_frames == 0) s->in_first_us = arrival_us;
+    if (s->pending_since == 0) s->pending_since = aurald_mono_s();
     s->in_frames += n_frames;
+    s->in_total += n_frames;
     s->in_last_us = arrival_us;
     server_mark_ready(srv, s);
   }
