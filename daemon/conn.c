@@ -22,6 +22,7 @@
 #include "daemon.h"
 
 #define READ_CHUNK 65536
+#define FATAL_GRACE_S 1.0 /* a fatal error's queue must drain within this */
 
 size_t conn_queue_bytes(const conn *c) { return c->q_bytes; }
 
@@ -113,6 +114,7 @@ void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
   if (n > 0) conn_send_bytes(c, buf, n);
   if (fatal) {
     c->fatal_sent = true;
+    c->fatal_at = aurald_mono_s();
     if (c->reading) {
       uv_read_stop((uv_stream_t *)&c->pipe);
       c->reading = false;
@@ -646,7 +648,7 @@ void conn_check_limits(server *srv) {
   for (conn *c = srv->conns, *next; c != NULL; c = next) {
     next = c->next;
     if (c->closing) continue;
-    if (c->q_bytes <= srv->opt->sub_soft_bytes) {
+    if (c->q_bytes <= srv->opt->sub_soft_bytes && !c->fatal_sent) {
       c->over_soft_since = 0;
       continue;
     }
@@ -654,12 +656,22 @@ void conn_check_limits(server *srv) {
       c->over_soft_since = now;
       continue;
     }
+    if (c->fatal_sent) {
+      /* The SLOW_CONSUMER error (or another fatal one) is queued behind
+       * what the client does not read; it had its chance. */
+      if (now - c->fatal_at >= FATAL_GRACE_S) conn_kill(c);
+      continue;
+    }
     if (now - c->over_soft_since >= srv->opt->sub_soft_s) {
       log_warn("client %u: %zu bytes queued for %.1f s (soft limit %zu "
                "bytes for %.1f s); disconnecting a slow consumer",
                c->id, c->q_bytes, now - c->over_soft_since,
                srv->opt->sub_soft_bytes, srv->opt->sub_soft_s);
-      conn_kill(c);
+      conn_send_error(c, 0, -AURAL_PROTO_ESLOW_CONSUMER, true,
+                      "%zu bytes were queued for more than %.1f s (soft "
+                      "limit %zu bytes)",
+                      c->q_bytes, srv->opt->sub_soft_s,
+                      srv->opt->sub_soft_bytes);
     }
   }
 }

@@ -228,6 +228,7 @@ typedef struct conn {
   bool hello_done;
   bool closing;        /* uv_close requested */
   bool fatal_sent;     /* close once the queue drains */
+  double fatal_at;     /* monotonic s when it was queued */
   bool reading;
   bool paused;         /* reading stopped for flow control */
   uid_t uid;

@@ -206,8 +206,13 @@ void build_stream_list(server *srv, aural_jw *w) {
   aural_jw_begin_array(w);
   for (stream *s = srv->streams; s != NULL; s = s->next) {
     if (s->ended) continue;
+    pthread_mutex_lock(&srv->mu);
+    uint64_t frames = s->stat_frames;
+    pthread_mutex_unlock(&srv->mu);
     aural_jw_begin_object(w);
     stream_fields(w, s);
+    aural_jw_key(w, "frames");
+    aural_jw_uint(w, frames);
     aural_jw_key(w, "chunks");
     aural_jw_uint(w, s->chunks_emitted);
     aural_jw_end_object(w);

@@ -400,7 +400,8 @@ class TestSlowSubscriber(DaemonTest):
             time.sleep(0.1)
         self.assertLess(time.monotonic() - t0, 10)
         self.assertIn("slow consumer", d.text())
-        # Its socket holds what had been written, then end-of-file.
+        # Its socket holds what had been written, then the SLOW_CONSUMER
+        # error if the queue got that far, then end-of-file.
         stuck.settimeout(5)
         while stuck.recv(1 << 20):
             pass
