@@ -747,6 +747,40 @@ class TestMicrophone(DaemonTest):
         self.assertGreaterEqual(mic["frames"], 450)
 
 
+    def test_device_that_stops_ends_the_stream(self):
+        # The plugin reads a FIFO; when the writer stops feeding it the
+        # capture thread blocks, no callback comes, and the stream must end
+        # with reason device_lost while the daemon goes on serving.
+        home = os.path.join(self.tmp, "home")
+        os.mkdir(home)
+        fifo = os.path.join(self.tmp, "in.fifo")
+        os.mkfifo(fifo)
+        wfd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        try:
+            os.write(wfd, b"\0" * 4 * 44100)  # one second of silence
+            with open(os.path.join(home, ".asoundrc"), "w") as f:
+                f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
+                        ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
+                        % fifo)
+            env = dict(os.environ, HOME=home)
+            d = self.start("--mic=aural_test", "--hold", env=env)
+            c = ac.Client(d.path, timeout=20)
+            c.subscribe("mic")
+            ended = None
+            for ev in c.events(timeout=15):
+                if isinstance(ev, ac.StreamEnded):
+                    ended = ev
+                    break
+            self.assertIsNotNone(ended)
+            self.assertEqual(ended.reason, "device_lost")
+            self.assertIn("no audio", ended.message)
+            c.ping(b"still serving")
+            c.close()
+        finally:
+            os.close(wfd)  # unblocks the capture thread's read
+        self.stop_clean(d)
+
+
 if __name__ == "__main__":
     loader = unittest.TestLoader()
     names = sys.argv[1:]
