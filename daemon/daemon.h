@@ -266,7 +266,11 @@ typedef struct server {
   bool listening;
   int lock_fd;
   char lock_path[256];
-  uv_signal_t sigint, sigterm;
+  uv_signal_t sigint, sigterm, sighup;
+  bool activated;          /* the socket came from the service manager */
+  int argc;                /* the command line, for reloads */
+  char **argv;
+  const char *config_path; /* NULL: none */
   uv_async_t wake;         /* workers -> loop */
   uv_timer_t tick;         /* pacing, limits, device checks */
   uv_timer_t deadline;     /* shutdown deadline */
@@ -354,9 +358,21 @@ int mic_begin(server *srv); /* starts capturing (at the stream's release) */
 void mic_poll(server *srv);
 void mic_stop(server *srv);
 
+/* config.c */
+typedef struct config_words {
+  char **words; /* argv-style: "aurald", "--key=value", ..., NULL */
+  size_t n, cap;
+} config_words;
+int config_read(const char *path, config_words *cw, char *why,
+                size_t why_len);
+void config_words_free(config_words *cw);
+int activation_fd(char *why, size_t why_len);
+void notify(const char *state);
+
 /* socket.c */
 int socket_default_path(char *out, size_t cap);
 int socket_prepare(server *srv, char *why, size_t why_len);
+int socket_adopt(server *srv, int fd, char *why, size_t why_len);
 bool peer_allowed(server *srv, uid_t uid, gid_t gid);
 
 #endif

@@ -59,8 +59,18 @@ static void usage(FILE *to) {
 "      --group NAME       also accept clients whose group is NAME\n"
 "      --f16              keep weights in half precision in memory\n"
 "      --log-level L      error, warn, info (default) or debug\n"
+"      --config PATH      read options from PATH (default: " AURAL_CONFIG "\n"
+"                         when it exists); the command line wins; SIGHUP\n"
+"                         re-reads it\n"
+"      --no-config        read no config file\n"
 "  -h, --help             show this help\n"
 "  -V, --version          show the version\n"
+"\n"
+"Config file lines are \"key = value\" with the long option names as\n"
+"keys (\"file\" may repeat; \"file-realtime = PATH\" is --file PATH\n"
+"--realtime; switches take yes or no), e.g. \"chunk-ms = 500\".\n"
+"Under systemd, a socket passed by socket activation is used instead of\n"
+"binding one, and readiness is reported on $NOTIFY_SOCKET.\n"
 "\n"
 "Examples:\n"
 "  aurald --file talk.flac --realtime      # then: aural sub --all\n"
@@ -70,7 +80,7 @@ static void usage(FILE *to) {
 enum {
   OPT_CHUNK_MS = 256, OPT_MIC, OPT_LIST, OPT_FILE, OPT_REALTIME, OPT_EXIT,
   OPT_HOLD, OPT_THREADS, OPT_MAX_CLIENTS, OPT_MAX_STREAMS, OPT_HARD, OPT_SOFT,
-  OPT_SOFT_S, OPT_GROUP, OPT_F16, OPT_LOG,
+  OPT_SOFT_S, OPT_GROUP, OPT_F16, OPT_LOG, OPT_CONFIG, OPT_NO_CONFIG,
 };
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
@@ -125,6 +135,8 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       {"group", required_argument, NULL, OPT_GROUP},
       {"f16", no_argument, NULL, OPT_F16},
       {"log-level", required_argument, NULL, OPT_LOG},
+      {"config", required_argument, NULL, OPT_CONFIG},
+      {"no-config", no_argument, NULL, OPT_NO_CONFIG},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
@@ -132,6 +144,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
   int ch;
   long v;
   char *end;
+  optind = 0; /* full re-initialisation: this runs for the file and argv */
   while ((ch = getopt_long(argc, argv, "m:s:hV", longs, NULL)) != -1) {
     switch (ch) {
     case 'm': o->model_path = optarg; break;
@@ -220,6 +233,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
         return 2;
       }
       break;
+    case OPT_CONFIG:
+    case OPT_NO_CONFIG:
+      break; /* found before parsing (config_path) */
     case 'h': usage(stdout); exit(0);
     case 'V': printf("aurald %s\n", AURAL_VERSION); exit(0);
     default:
@@ -232,12 +248,127 @@ static int parse_options(int argc, char **argv, aurald_options *o,
                     "with --file)\n", argv[optind]);
     return 2;
   }
+  return 0;
+}
+
+static const aurald_options option_defaults = {
+    .chunk_frames = 50,
+    .n_threads = 0, /* one per CPU */
+    .max_request_bytes = 1u << 20,
+    .max_message_bytes = 64u << 20,
+    .max_clients = 1024,
+    .max_streams = 1024,
+    .sub_hard_bytes = 16u << 20,
+    .sub_soft_bytes = 4u << 20,
+    .sub_soft_s = 10.0,
+};
+
+/* The config file named on the command line, or the default one when it
+ * exists; NULL with --no-config or when there is none. */
+static const char *find_config(int argc, char **argv, bool *named) {
+  const char *path = NULL;
+  bool none = false;
+  *named = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) break;
+    if (strcmp(argv[i], "--no-config") == 0) none = true;
+    else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+      path = argv[++i];
+    else if (strncmp(argv[i], "--config=", 9) == 0)
+      path = argv[i] + 9;
+  }
+  if (none) return NULL;
+  if (path != NULL) {
+    *named = true;
+    return path;
+  }
+  return access(AURAL_CONFIG, F_OK) == 0 ? AURAL_CONFIG : NULL;
+}
+
+/* Options from the config file (if any), then the command line, which
+ * wins. cw keeps the file's words alive: options point into them. */
+static int load_options(int argc, char **argv, const char *conf,
+                        aurald_options *o, config_words *cw, bool *list) {
+  *o = option_defaults;
+  memset(cw, 0, sizeof *cw);
+  if (conf != NULL) {
+    char why[512];
+    if (config_read(conf, cw, why, sizeof why) < 0) {
+      fprintf(stderr, "aurald: %s\n", why);
+      return 2;
+    }
+    int rc = parse_options((int)cw->n, cw->words, o, list);
+    if (rc != 0) {
+      fprintf(stderr, "aurald: (in config file %s)\n", conf);
+      return rc;
+    }
+  }
+  int rc = parse_options(argc, argv, o, list);
+  if (rc != 0) return rc;
   if (o->sub_soft_bytes > o->sub_hard_bytes) {
     fprintf(stderr, "aurald: --sub-soft-limit must not exceed "
                     "--sub-hard-limit\n");
     return 2;
   }
+  static char sock[512]; /* the default path never changes */
+  if (o->socket_path == NULL) {
+    if (socket_default_path(sock, sizeof sock) < 0) {
+      fprintf(stderr, "aurald: cannot form the default socket path\n");
+      return 1;
+    }
+    o->socket_path = sock;
+  }
+  if (o->model_path == NULL) o->model_path = default_model();
   return 0;
+}
+
+static bool str_differs(const char *a, const char *b) {
+  return (a == NULL) != (b == NULL) || (a != NULL && strcmp(a, b) != 0);
+}
+
+/* SIGHUP: re-reads the config file and applies what can change while
+ * streams run (limits, log level); the rest is reported as needing a
+ * restart. A file that does not parse changes nothing. */
+static void reload(server *srv) {
+  notify("RELOADING=1");
+  aurald_options n;
+  config_words cw;
+  bool list = false;
+  int old_level = aurald_log_level;
+  if (load_options(srv->argc, srv->argv, srv->config_path, &n, &cw,
+                   &list) != 0) {
+    aurald_log_level = old_level;
+    log_error("reload: %s has errors (see above); nothing changed",
+              srv->config_path ? srv->config_path : "the command line");
+    free(n.files);
+    config_words_free(&cw);
+    notify("READY=1");
+    return;
+  }
+  aurald_options *o = srv->opt;
+  o->sub_hard_bytes = n.sub_hard_bytes;
+  o->sub_soft_bytes = n.sub_soft_bytes;
+  o->sub_soft_s = n.sub_soft_s;
+  o->max_clients = n.max_clients;
+  o->max_streams = n.max_streams;
+  bool restart = str_differs(n.model_path, o->model_path) ||
+                 (!srv->activated && str_differs(n.socket_path,
+                                                 o->socket_path)) ||
+                 n.chunk_frames != o->chunk_frames || n.mic != o->mic ||
+                 n.n_files != o->n_files || n.hold != o->hold ||
+                 n.f16_weights != o->f16_weights ||
+                 (n.n_threads && n.n_threads != srv->n_workers) ||
+                 str_differs(n.group, o->group);
+  if (n.group == NULL || !str_differs(n.group, o->group))
+    o->group_gid = n.group ? n.group_gid : o->group_gid;
+  log_info("reloaded %s: limits and log level applied%s",
+           srv->config_path ? srv->config_path : "options",
+           restart ? "; model, socket, sources, threads, group and chunk "
+                     "length change at the next restart"
+                   : "");
+  free(n.files);
+  config_words_free(&cw);
+  notify("READY=1");
 }
 
 /* WELCOME is the same for every client: built once. */
@@ -350,6 +481,7 @@ void server_close_handles(server *srv) {
   close_if_open((uv_handle_t *)&srv->deadline);
   close_if_open((uv_handle_t *)&srv->sigint);
   close_if_open((uv_handle_t *)&srv->sigterm);
+  close_if_open((uv_handle_t *)&srv->sighup);
   close_if_open((uv_handle_t *)&srv->wake);
   if (srv->listening) close_if_open((uv_handle_t *)&srv->listener);
 }
@@ -366,10 +498,11 @@ void server_stop(server *srv, const char *why) {
   if (srv->stopping) return;
   srv->stopping = true;
   log_info("stopping: %s", why);
+  notify("STOPPING=1");
   if (srv->listening) {
     uv_close((uv_handle_t *)&srv->listener, NULL);
     srv->listening = false;
-    unlink(srv->opt->socket_path);
+    if (!srv->activated) unlink(srv->opt->socket_path); /* else systemd's */
   }
   mic_stop(srv);
   for (stream *s = srv->streams; s != NULL; s = s->next)
@@ -386,6 +519,10 @@ void server_stop(server *srv, const char *why) {
 
 static void on_signal(uv_signal_t *h, int signum) {
   server *srv = h->data;
+  if (signum == SIGHUP) {
+    if (!srv->stopping) reload(srv);
+    return;
+  }
   if (srv->stopping) {
     log_warn("second %s: closing now", strsignal(signum));
     server_close_handles(srv);
@@ -423,35 +560,20 @@ static void on_tick(uv_timer_t *t) {
 }
 
 int main(int argc, char **argv) {
-  aurald_options o = {
-      .chunk_frames = 50,
-      .n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN),
-      .max_request_bytes = 1u << 20,
-      .max_message_bytes = 64u << 20,
-      .max_clients = 1024,
-      .max_streams = 1024,
-      .sub_hard_bytes = 16u << 20,
-      .sub_soft_bytes = 4u << 20,
-      .sub_soft_s = 10.0,
-  };
-  bool list = false;
-  int rc = parse_options(argc, argv, &o, &list);
+  aurald_options o;
+  config_words cw;
+  bool list = false, named;
+  const char *conf = find_config(argc, argv, &named);
+  int rc = load_options(argc, argv, conf, &o, &cw, &list);
   if (rc != 0) return rc;
   if (list) return mic_list_devices();
+  if (o.n_threads < 1) o.n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (o.n_threads < 1) o.n_threads = 1;
 
-  char sock[512];
-  if (o.socket_path == NULL) {
-    if (socket_default_path(sock, sizeof sock) < 0) {
-      fprintf(stderr, "aurald: cannot form the default socket path\n");
-      return 1;
-    }
-    o.socket_path = sock;
-  }
-  if (o.model_path == NULL) o.model_path = default_model();
   signal(SIGPIPE, SIG_IGN);
 
-  server srv = {.opt = &o, .lock_fd = -1, .exit_code = 0};
+  server srv = {.opt = &o, .lock_fd = -1, .exit_code = 0, .argc = argc,
+                .argv = argv, .config_path = conf};
   srv.chunk_frames = (size_t)o.chunk_frames;
   srv.t_start = aurald_mono_s();
   char why[640];
@@ -490,9 +612,17 @@ int main(int argc, char **argv) {
   srv.deadline.data = &srv;
   uv_signal_init(&loop, &srv.sigint);
   uv_signal_init(&loop, &srv.sigterm);
-  srv.sigint.data = srv.sigterm.data = &srv;
+  uv_signal_init(&loop, &srv.sighup);
+  srv.sigint.data = srv.sigterm.data = srv.sighup.data = &srv;
 
-  rc = socket_prepare(&srv, why, sizeof why);
+  int fd = activation_fd(why, sizeof why);
+  if (fd == -2) {
+    rc = -1;
+  } else if (fd >= 0) {
+    rc = socket_adopt(&srv, fd, why, sizeof why);
+  } else {
+    rc = socket_prepare(&srv, why, sizeof why);
+  }
   if (rc == 0) rc = workers_start(&srv, o.n_threads, why, sizeof why);
   if (rc == 0) rc = open_files(&srv, why, sizeof why);
   if (rc == 0 && o.mic) rc = mic_start(&srv, o.mic_device, why, sizeof why);
@@ -502,18 +632,23 @@ int main(int argc, char **argv) {
     if (srv.listening) {
       uv_close((uv_handle_t *)&srv.listener, NULL);
       srv.listening = false;
-      unlink(o.socket_path);
+      if (!srv.activated) unlink(o.socket_path);
     }
     mic_stop(&srv);
     server_close_handles(&srv);
   } else {
     uv_signal_start(&srv.sigint, on_signal, SIGINT);
     uv_signal_start(&srv.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&srv.sighup, on_signal, SIGHUP);
     uv_timer_start(&srv.tick, on_tick, TICK_MS, TICK_MS);
     log_info("serving %s with %s (d_model %d, %d layers, vocab %d), %d "
              "workers, chunks of %d ms",
              o.socket_path, o.model_path, srv.mc->d_model, srv.mc->n_layers,
              srv.mc->vocab_size, srv.n_workers, o.chunk_frames * 10);
+    char status[256];
+    snprintf(status, sizeof status, "READY=1\nSTATUS=serving %.200s",
+             o.socket_path);
+    notify(status);
   }
   uv_run(&loop, UV_RUN_DEFAULT);
 
@@ -532,6 +667,7 @@ int main(int argc, char **argv) {
   msgbuf_unref(srv.welcome);
   free(srv.scratch);
   free(o.files);
+  config_words_free(&cw);
   aural_model_free(srv.model);
   pthread_mutex_destroy(&srv.mu);
   pthread_cond_destroy(&srv.cv);

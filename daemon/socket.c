@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <stddef.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -146,4 +147,36 @@ int socket_prepare(server *srv, char *why, size_t why_len) {
 bool peer_allowed(server *srv, uid_t uid, gid_t gid) {
   if (uid == geteuid() || uid == 0) return true;
   return srv->opt->group != NULL && gid == srv->opt->group_gid;
+}
+
+/* Socket activation: the service manager bound the socket (its path, mode
+ * and owner are in the .socket unit) and keeps it across restarts; we only
+ * listen on it, and neither lock nor remove it. */
+int socket_adopt(server *srv, int fd, char *why, size_t why_len) {
+  static char path[sizeof ((struct sockaddr_un *)0)->sun_path + 1];
+  struct sockaddr_un sa;
+  socklen_t len = sizeof sa;
+  if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0 &&
+      len > offsetof(struct sockaddr_un, sun_path) && sa.sun_path[0] != '\0') {
+    snprintf(path, sizeof path, "%.*s",
+             (int)(len - offsetof(struct sockaddr_un, sun_path)),
+             sa.sun_path);
+    srv->opt->socket_path = path;
+  }
+  int rc = uv_pipe_init(srv->loop, &srv->listener, 0);
+  if (rc == 0) rc = uv_pipe_open(&srv->listener, fd);
+  if (rc == 0) {
+    srv->listener.data = srv;
+    rc = uv_listen((uv_stream_t *)&srv->listener, 128, on_connection);
+  }
+  if (rc < 0) {
+    snprintf(why, why_len, "cannot use the activated socket: %s",
+             uv_strerror(rc));
+    return -1;
+  }
+  srv->listening = true;
+  srv->activated = true;
+  log_info("using the socket passed by the service manager (%s)",
+           srv->opt->socket_path);
+  return 0;
 }

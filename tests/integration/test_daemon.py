@@ -537,6 +537,69 @@ class TestSocketSecurity(DaemonTest):
         self.stop_clean(d2)
 
 
+class TestServiceManager(DaemonTest):
+    def test_config_file_reload_and_readiness(self):
+        conf = os.path.join(self.tmp, "aurald.conf")
+        notify_path = os.path.join(self.tmp, "notify")
+        note = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        note.bind(notify_path)
+        note.settimeout(10)
+        with open(conf, "w") as f:
+            f.write("# limits for this test\nmax-clients = 2\n"
+                    "log-level = info\nhold = yes\n")
+        env = dict(os.environ, NOTIFY_SOCKET=notify_path)
+        d = self.start("--config", conf, env=env)
+        self.assertIn("READY=1", note.recv(4096).decode())
+        keep = [raw_client(d.path) for _ in range(2)]
+        third = raw_client(d.path, hello=False)
+        self.assertEqual(json.loads(read_until_closed(third)[0][2])["name"],
+                         "LIMIT")
+        with open(conf, "w") as f:
+            f.write("max-clients = 3\nlog-level = info\nhold = yes\n")
+        d.proc.send_signal(signal.SIGHUP)
+        self.assertIn("RELOADING=1", note.recv(4096).decode())
+        self.assertIn("READY=1", note.recv(4096).decode())
+        with ac.Client(d.path, timeout=5) as c:  # now allowed
+            c.ping(b"3")
+        # A broken file changes nothing and says where it is broken.
+        with open(conf, "w") as f:
+            f.write("max-clients = 1\nthis is not a setting\n")
+        d.proc.send_signal(signal.SIGHUP)
+        note.recv(4096)
+        note.recv(4096)
+        self.assertIn("aurald.conf:2", d.text())
+        with ac.Client(d.path, timeout=5) as c:
+            c.ping(b"still 3")
+        for k in keep:
+            k.close()
+        self.stop_clean(d)
+        self.assertIn("STOPPING=1", note.recv(4096).decode())
+        note.close()
+
+    def test_socket_activation(self):
+        path = os.path.join(self.tmp, "activated.sock")
+        log = open(os.path.join(self.tmp, "activate.log"), "w")
+        proc = subprocess.Popen(
+            ["systemd-socket-activate", "-l", path, AURALD, "-m", TINY,
+             "--no-config"], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 10
+            while not os.path.exists(path):
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.02)
+            with ac.Client(path, timeout=10) as c:  # starts the daemon
+                c.subscribe("x")
+                c.ping(b"activated")
+            proc.send_signal(signal.SIGTERM)
+            self.assertEqual(proc.wait(10), 0)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()
+        with open(log.name) as f:
+            self.assertIn("passed by the service manager", f.read())
+
+
 class TestShutdown(DaemonTest):
     def test_sigterm_flushes_final_chunks_to_everyone(self):
         d = self.start("--file", self.wav(30.0, name="long.wav"),
