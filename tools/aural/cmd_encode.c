@@ -7,7 +7,11 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <dirent.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <libgen.h>
 #include <math.h>
 #include <signal.h>
@@ -30,6 +34,7 @@ static void on_signal(int sig) { interrupted = sig; }
 static void usage(FILE *to) {
   fprintf(to,
           "Usage: aural encode [OPTIONS] -o OUT.npy INPUT\n"
+          "       aural encode [OPTIONS] [-j N] -o OUT_DIR INPUT|DIR...\n"
           "\n"
           "Reads INPUT (WAV, FLAC, Ogg/Vorbis, AIFF or anything else\n"
           "libsndfile opens; any sample rate and channel count), converts it\n"
@@ -56,7 +61,15 @@ static void usage(FILE *to) {
           "                       changes how work is grouped, not results\n"
           "      --show           print a coarse text picture of the result\n"
           "  -q, --quiet          print nothing but errors (and text output)\n"
+          "  -j, --jobs N         with several inputs: files encoded at once\n"
+          "                       (default: one per CPU)\n"
           "  -h, --help           show this help\n"
+          "\n"
+          "With several inputs, or a directory (its audio files, by\n"
+          "extension), each INPUT goes to OUT_DIR/NAME.npy (.txt for text),\n"
+          "on all cores; a progress bar shows on a terminal, and a summary\n"
+          "line gives files, hours of audio, wall time and x real time. A\n"
+          "file that fails is reported at the end; the others are written.\n"
           "\n"
           "Samples that are NaN or infinite make the input invalid: the\n"
           "command names the first one and writes nothing.\n"
@@ -94,7 +107,12 @@ typedef struct encode_job {
   double t_start, t_progress;
   int64_t total_in, done_in; /* input frames, for progress */
   int progress;              /* draw a progress line on stderr */
+  int shared_model;          /* model belongs to the caller (batch mode) */
+  char *errors;              /* batch mode: the error message goes here */
+  double audio_s;            /* seconds of audio read */
 } encode_job;
+
+#define ERROR_BYTES 600
 
 /* Appends s to the transcript. */
 static int text_append(encode_job *job, const char *s) {
@@ -275,8 +293,11 @@ static int open_tmp(encode_job *job) {
 
 /* Loads the model and creates the stream objects the output kind needs. */
 static int prepare(encode_job *job, aural_err *err) {
-  int rc = aural_model_load(job->model_path, NULL, &job->model, err);
-  if (rc < 0) return rc;
+  int rc = 0;
+  if (!job->shared_model) {
+    rc = aural_model_load(job->model_path, NULL, &job->model, err);
+    if (rc < 0) return rc;
+  }
   const aural_model_config *mc = aural_model_get_config(job->model);
   if ((job->kind == OUT_LOGITS || job->kind == OUT_TEXT) &&
       mc->vocab_size == 0) {
@@ -309,6 +330,7 @@ static int prepare(encode_job *job, aural_err *err) {
 
 static int run(encode_job *job) {
   aural_err err = {0};
+  double rate_hz = 0, af_seconds = 0;
   aural_audiofile *af = NULL;
   aural_frontend *fe = NULL;
   float *pcm = NULL;
@@ -319,6 +341,7 @@ static int run(encode_job *job) {
   aural_audiofile_info info;
   aural_audiofile_get_info(af, &info);
   job->total_in = info.n_frames;
+  rate_hz = info.rate_hz;
 
   const aural_model_config *mc = aural_model_get_config(job->model);
   aural_frontend_config cfg;
@@ -422,8 +445,12 @@ push_fail:
            aural_strerror(rc));
 fail:
   if (job->progress) fputs("\r\033[K", stderr);
-  fprintf(stderr, "aural encode: %s\n", err.msg);
+  if (job->errors != NULL)
+    snprintf(job->errors, ERROR_BYTES, "%s", err.msg);
+  else
+    fprintf(stderr, "aural encode: %s\n", err.msg);
 done:
+  if (rate_hz > 0) af_seconds = (double)job->done_in / rate_hz;
   if (job->out != NULL) fclose(job->out);
   if (job->tmp_path != NULL) {
     unlink(job->tmp_path);
@@ -438,7 +465,246 @@ done:
   aural_frontend_destroy(fe);
   aural_audiofile_close(af);
   aural_encoder_destroy(job->enc);
-  aural_model_free(job->model);
+  if (!job->shared_model) aural_model_free(job->model);
+  job->audio_s = af_seconds;
+  return rc;
+}
+
+/* ---- batch mode: many inputs, one output each, all cores ---------------- */
+
+static const char *const audio_exts[] = {
+    ".wav", ".flac", ".ogg", ".oga", ".opus", ".aiff", ".aif", ".aifc",
+    ".au", ".snd", ".caf", ".w64", ".rf64", ".mp3", ".sph", ".voc"};
+
+static int is_audio_name(const char *name) {
+  const char *dot = strrchr(name, '.');
+  if (dot == NULL || name[0] == '.') return 0;
+  for (size_t i = 0; i < sizeof audio_exts / sizeof audio_exts[0]; i++)
+    if (strcasecmp(dot, audio_exts[i]) == 0) return 1;
+  return 0;
+}
+
+typedef struct batch {
+  const encode_job *proto;     /* options shared by every file */
+  char **inputs;               /* (n) paths */
+  char **outputs;              /* (n) paths in the output directory */
+  char **errors;               /* (n) messages of failed files, or NULL */
+  double *audio_s;             /* (n) seconds of audio of each file */
+  size_t n;
+  pthread_mutex_t mu;
+  size_t next, done, failed;
+  double audio_done_s;
+} batch;
+
+static int add_input(char ***v, size_t *n, size_t *cap, const char *path) {
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 64;
+    char **p = realloc(*v, c * sizeof *p);
+    if (p == NULL) return -1;
+    *v = p;
+    *cap = c;
+  }
+  (*v)[*n] = strdup(path);
+  return (*v)[(*n)++] == NULL ? -1 : 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Expands the command line's inputs: files as given, directories to the
+ * audio files directly in them (by extension, sorted). */
+static int collect_inputs(char **args, int n_args, char ***out, size_t *n) {
+  size_t cap = 0;
+  *out = NULL;
+  *n = 0;
+  for (int i = 0; i < n_args; i++) {
+    struct stat st;
+    if (stat(args[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+      DIR *d = opendir(args[i]);
+      if (d == NULL) {
+        fprintf(stderr, "aural encode: %s: %s\n", args[i], strerror(errno));
+        return -1;
+      }
+      size_t first = *n;
+      struct dirent *e;
+      while ((e = readdir(d)) != NULL) {
+        if (!is_audio_name(e->d_name)) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", args[i], e->d_name);
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+            add_input(out, n, &cap, path) < 0) {
+          closedir(d);
+          return -1;
+        }
+      }
+      closedir(d);
+      qsort(*out + first, *n - first, sizeof **out, cmp_str);
+      if (*n == first)
+        fprintf(stderr, "aural encode: %s: no audio files in it\n",
+                args[i]);
+    } else if (add_input(out, n, &cap, args[i]) < 0) {
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* OUT_DIR/BASE.npy (or .txt for text); two inputs with one base name are
+ * refused before any work, so no output overwrites another. */
+static int plan_outputs(batch *b, const char *dir, out_kind kind) {
+  b->outputs = calloc(b->n, sizeof *b->outputs);
+  if (b->outputs == NULL) return -1;
+  for (size_t i = 0; i < b->n; i++) {
+    const char *base = strrchr(b->inputs[i], '/');
+    base = base ? base + 1 : b->inputs[i];
+    const char *dot = strrchr(base, '.');
+    int len = dot && dot != base ? (int)(dot - base) : (int)strlen(base);
+    if (asprintf(&b->outputs[i], "%s/%.*s.%s", dir, len, base,
+                 kind == OUT_TEXT ? "txt" : "npy") < 0)
+      return -1;
+  }
+  char **sorted = malloc(b->n * sizeof *sorted);
+  if (sorted == NULL) return -1;
+  memcpy(sorted, b->outputs, b->n * sizeof *sorted);
+  qsort(sorted, b->n, sizeof *sorted, cmp_str);
+  for (size_t i = 1; i < b->n; i++)
+    if (strcmp(sorted[i - 1], sorted[i]) == 0) {
+      fprintf(stderr,
+              "aural encode: two inputs would both write %s; rename one\n",
+              sorted[i]);
+      free(sorted);
+      return -1;
+    }
+  free(sorted);
+  return 0;
+}
+
+static void *batch_worker(void *arg) {
+  batch *b = arg;
+  char *msg = malloc(ERROR_BYTES);
+  for (;;) {
+    pthread_mutex_lock(&b->mu);
+    size_t i = b->next < b->n && !interrupted ? b->next++ : b->n;
+    pthread_mutex_unlock(&b->mu);
+    if (i == b->n) break;
+    encode_job job = *b->proto;
+    job.in_path = b->inputs[i];
+    job.out_path = b->outputs[i];
+    job.errors = msg;
+    if (msg) msg[0] = '\0';
+    job.t_start = cli_now_s();
+    int rc = run(&job);
+    pthread_mutex_lock(&b->mu);
+    b->done++;
+    b->audio_s[i] = job.audio_s;
+    b->audio_done_s += job.audio_s;
+    if (rc < 0 && !interrupted) {
+      b->failed++;
+      b->errors[i] = strdup(msg && msg[0] ? msg : "failed");
+    }
+    pthread_mutex_unlock(&b->mu);
+  }
+  free(msg);
+  return NULL;
+}
+
+static void batch_progress(batch *b, double t0, int final) {
+  pthread_mutex_lock(&b->mu);
+  size_t done = b->done, failed = b->failed, n = b->n;
+  double audio = b->audio_done_s;
+  pthread_mutex_unlock(&b->mu);
+  double wall = cli_now_s() - t0;
+  int width = 30, fill = n ? (int)((double)width * (double)done / (double)n)
+                           : width;
+  fprintf(stderr, "\r\033[K[%.*s%.*s] %zu/%zu files%s%s, %.2f h of audio, "
+                  "%.0fx real time%s",
+          fill, "##############################", width - fill,
+          "..............................", done, n, failed ? ", failed " : "",
+          failed ? "some" : "", audio / 3600.0,
+          wall > 0 ? audio / wall : 0.0, final ? "\n" : "");
+}
+
+/* Encodes every input into OUT_DIR with n_jobs threads sharing one model.
+ * Failed files are reported at the end; the others are written. */
+static int run_batch(encode_job *proto, char **args, int n_args,
+                     const char *out_dir, size_t n_jobs) {
+  batch b = {.proto = proto};
+  int rc = EXIT_FAIL;
+  if (collect_inputs(args, n_args, &b.inputs, &b.n) < 0) goto out;
+  if (b.n == 0) {
+    fprintf(stderr, "aural encode: no input files\n");
+    goto out;
+  }
+  if (mkdir(out_dir, 0777) < 0 && errno != EEXIST) {
+    fprintf(stderr, "aural encode: cannot create %s: %s\n", out_dir,
+            strerror(errno));
+    goto out;
+  }
+  struct stat st;
+  if (stat(out_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "aural encode: -o %s must be a directory when there "
+                    "are several inputs\n", out_dir);
+    goto out;
+  }
+  b.errors = calloc(b.n, sizeof *b.errors);
+  b.audio_s = calloc(b.n, sizeof *b.audio_s);
+  if (b.errors == NULL || b.audio_s == NULL ||
+      plan_outputs(&b, out_dir, proto->kind) < 0)
+    goto out;
+  aural_err err = {0};
+  if (aural_model_load(proto->model_path, NULL, &proto->model, &err) < 0) {
+    fprintf(stderr, "aural encode: %s\n", err.msg);
+    goto out;
+  }
+  proto->shared_model = 1;
+  proto->quiet = 1;
+  proto->progress = 0;
+  if (n_jobs > b.n) n_jobs = b.n;
+  pthread_mutex_init(&b.mu, NULL);
+  pthread_t *threads = calloc(n_jobs, sizeof *threads);
+  size_t started = 0;
+  double t0 = cli_now_s();
+  for (; threads != NULL && started < n_jobs; started++)
+    if (pthread_create(&threads[started], NULL, batch_worker, &b) != 0)
+      break;
+  if (started == 0) {
+    fprintf(stderr, "aural encode: cannot start threads\n");
+  } else {
+    int tty = isatty(STDERR_FILENO);
+    for (;;) {
+      pthread_mutex_lock(&b.mu);
+      int finished = b.done == b.n || (interrupted && b.next == b.done);
+      pthread_mutex_unlock(&b.mu);
+      if (finished) break;
+      if (tty) batch_progress(&b, t0, 0);
+      usleep(200000);
+    }
+    for (size_t i = 0; i < started; i++) pthread_join(threads[i], NULL);
+    if (tty) batch_progress(&b, t0, 1);
+    double wall = cli_now_s() - t0;
+    for (size_t i = 0; i < b.n; i++)
+      if (b.errors[i]) fprintf(stderr, "aural encode: %s\n", b.errors[i]);
+    printf("%zu files (%zu failed%s), %.3f h of audio in %.1f s with %zu "
+           "threads: %.0fx real time, outputs in %s\n",
+           b.done - b.failed + b.failed, b.failed,
+           interrupted ? ", interrupted" : "", b.audio_done_s / 3600.0, wall,
+           started, wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
+    rc = b.failed == 0 && !interrupted ? EXIT_OK : EXIT_FAIL;
+  }
+  free(threads);
+  pthread_mutex_destroy(&b.mu);
+  aural_model_free(proto->model);
+out:
+  for (size_t i = 0; i < b.n; i++) {
+    free(b.inputs[i]);
+    if (b.outputs) free(b.outputs[i]);
+    if (b.errors) free(b.errors[i]);
+  }
+  free(b.inputs);
+  free(b.outputs);
+  free(b.errors);
+  free(b.audio_s);
   return rc;
 }
 
@@ -450,16 +716,27 @@ int cmd_encode(int argc, char **argv) {
       {"chunk-frames", required_argument, NULL, 'C'},
       {"show", no_argument, NULL, 'S'},
       {"quiet", no_argument, NULL, 'q'},
+      {"jobs", required_argument, NULL, 'j'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   encode_job job = {.chunk_frames = 50, .kind = OUT_EMBEDDINGS};
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  size_t n_jobs = cpus > 0 ? (size_t)cpus : 1;
+  int jobs_given = 0;
   const char *kind = NULL;
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "m:o:qh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:o:qj:h", opts, NULL)) != -1) {
     switch (c) {
     case 'm': job.model_path = optarg; break;
+    case 'j':
+      if (cli_parse_size(optarg, 1, 256, &n_jobs) < 0) {
+        fprintf(stderr, "aural encode: -j %s: expected 1..256\n", optarg);
+        return EXIT_USAGE;
+      }
+      jobs_given = 1;
+      break;
     case 'o': job.out_path = optarg; break;
     case 'O': kind = optarg; break;
     case 'C':
@@ -489,13 +766,23 @@ int cmd_encode(int argc, char **argv) {
     }
     job.kind = (out_kind)k;
   }
-  if ((job.out_path == NULL && job.kind != OUT_TEXT) || optind != argc - 1) {
+  if (job.model_path == NULL) job.model_path = cli_default_model();
+  struct stat st;
+  int batch_mode = argc - optind > 1 || jobs_given ||
+                   (argc - optind == 1 && stat(argv[optind], &st) == 0 &&
+                    S_ISDIR(st.st_mode));
+  if (optind == argc || (batch_mode && job.out_path == NULL) ||
+      (job.out_path == NULL && job.kind != OUT_TEXT)) {
     fprintf(stderr, "aural encode: %s\n(see 'aural encode --help')\n",
-            optind != argc - 1 ? "exactly one INPUT file is required"
-                               : "-o OUT.npy is required");
+            optind == argc ? "an INPUT file is required"
+            : batch_mode   ? "-o DIR is required with several inputs"
+                           : "-o OUT.npy is required");
     return EXIT_USAGE;
   }
-  if (job.model_path == NULL) job.model_path = cli_default_model();
+  if (batch_mode && job.show) {
+    fprintf(stderr, "aural encode: --show takes one input\n");
+    return EXIT_USAGE;
+  }
   job.in_path = argv[optind];
   job.t_start = cli_now_s();
   job.progress = !job.quiet && isatty(STDERR_FILENO);
@@ -505,6 +792,11 @@ int cmd_encode(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
 
+  if (batch_mode) {
+    int brc = run_batch(&job, argv + optind, argc - optind, job.out_path,
+                        n_jobs);
+    return interrupted ? EXIT_SIGNAL : brc;
+  }
   int rc = run(&job);
   if (interrupted) return EXIT_SIGNAL;
   return rc < 0 ? EXIT_FAIL : EXIT_OK;
