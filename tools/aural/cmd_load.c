@@ -489,6 +489,16 @@ int cmd_load(int argc, char **argv) {
     expected += frames / r.chunk_frames + 1;
   }
   float *all = malloc((total_lat + 1) * sizeof *all);
+  double *per = malloc((n_streams + 1) * 3 * sizeof *per); /* p50 p99 max */
+  if (all == NULL || per == NULL) {
+    free(all);
+    free(per);
+    free(rbuf);
+    free(msg);
+    free(ping_ms);
+    free(pf);
+    goto oom;
+  }
   float worst_p99 = 0, worst_p50 = 0;
   size_t at = 0;
   for (size_t i = 0; i < n_streams; i++) {
@@ -496,6 +506,9 @@ int cmd_load(int argc, char **argv) {
     memcpy(all + at, s->lat_ms, s->n_lat * sizeof *all);
     at += s->n_lat;
     double p50 = pct(s->lat_ms, s->n_lat, 50), p99 = pct(s->lat_ms, s->n_lat, 99);
+    per[3 * i] = p50;
+    per[3 * i + 1] = p99;
+    per[3 * i + 2] = s->n_lat ? s->lat_ms[s->n_lat - 1] : NAN;
     if (p99 > worst_p99) worst_p99 = (float)p99;
     if (p50 > worst_p50) worst_p50 = (float)p50;
   }
@@ -512,12 +525,25 @@ int cmd_load(int argc, char **argv) {
            "\"worst_stream_p50\":%.3f,\"worst_stream_p99\":%.3f},"
            "\"ping_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.3f,\"n\":%zu},"
            "\"daemon_cpu_percent\":%.2f,\"cpu_percent_per_stream\":%.4f,"
-           "\"interrupted\":%s}\n",
+           "\"interrupted\":%s,\"per_stream\":[",
            n_streams, r.seconds, block_ms, r.rate,
            (unsigned long long)expected, (unsigned long long)chunks,
            (unsigned long long)lost, p50, p99, pmax, worst_p50, worst_p99,
            g50, g99, gmax, n_pings, cpu_pct, cpu_pct / (double)n_streams,
            interrupted ? "true" : "false");
+    for (size_t i = 0; i < n_streams; i++) {
+      printf("%s{\"chunks\":%llu,\"lost\":%llu", i ? "," : "",
+             (unsigned long long)r.st[i].chunks,
+             (unsigned long long)r.st[i].lost);
+      static const char *const keys[] = {"p50_ms", "p99_ms", "max_ms"};
+      for (int q = 0; q < 3; q++) {
+        double v = per[3 * i + (size_t)q];
+        if (isfinite(v)) printf(",\"%s\":%.3f", keys[q], v);
+        else printf(",\"%s\":null", keys[q]); /* no chunk had frames */
+      }
+      printf("}");
+    }
+    printf("]}\n");
   } else {
     printf("%zu streams x %.0f s at 1x (%.0f Hz input, %zu ms blocks)\n",
            n_streams, r.seconds, r.rate, block_ms);
@@ -533,6 +559,7 @@ int cmd_load(int argc, char **argv) {
   }
   rc = (chunks == expected && lost == 0 && !interrupted) ? 0 : 3;
   free(all);
+  free(per);
   free(rbuf);
   free(msg);
   free(ping_ms);
