@@ -70,7 +70,9 @@ static void usage(FILE *to) {
 "Opens N streams to aurald, each fed at 1x real time from INPUT (looped;\n"
 "default: the bundled recording), subscribes to all of them, and reports\n"
 "chunk latency (from the moment a chunk's last sample was sent to its\n"
-"arrival) p50/p99/max per stream and overall, chunks lost, PING round\n"
+"arrival; the final partial chunk of each stream, which waits for the\n"
+"stream's close, is not counted) p50/p99/max per stream and overall,\n"
+"chunks lost, PING round\n"
 "trips, and the daemon's CPU use.\n"
 "\n"
 "Options:\n"
@@ -185,7 +187,9 @@ static void on_chunk(load_run *r, load_stream *s, const uint8_t *payload,
   aural_chunk_header h;
   if (aural_chunk_decode(payload, n, &h, NULL, NULL, NULL) < 0) return;
   s->chunks++;
-  if (h.n_frames == 0) return; /* an empty FINAL end marker */
+  /* The final chunk waits for AUDIO_CLOSE, which goes out a block after
+   * the last audio: its delay is the generator's, not the server's. */
+  if (h.n_frames == 0 || (h.flags & AURAL_CHUNK_FINAL)) return;
   uint64_t last = h.first_frame + h.n_frames - 1;
   double need16k = 160.0 * (double)last + 400.0; /* samples at 16 kHz */
   size_t need = (size_t)ceil(need16k * r->rate / 16000.0);
