@@ -243,6 +243,15 @@ static void chunk_rows(worker *w, stream *s, size_t n, int64_t ready_us,
   }
 }
 
+/* Fault injection for the tests: AURALD_FAIL_ENCODER_CALL=N makes the
+ * N-th encoder call (counted over all workers, from 1) fail as if out of
+ * memory, to check that only the streams of that round end, with an
+ * error, and the daemon goes on. */
+static bool inject_failure(server *srv) {
+  return srv->fail_call > 0 &&
+         atomic_fetch_add(&srv->n_calls, 1) + 1 == srv->fail_call;
+}
+
 static void run_round(worker *w, int n_taken) {
   server *srv = w->srv;
   int64_t ready[MAX_PER_ROUND], capture[MAX_PER_ROUND];
@@ -261,6 +270,7 @@ static void run_round(worker *w, int n_taken) {
   }
   if (n_items > 0) {
     int rc = aural_encoder_forward_batch(w->batch, w->items, n_items);
+    if (rc == 0 && inject_failure(srv)) rc = AURAL_ENOMEM;
     if (rc < 0) {
       /* The batch is all or nothing: fail every stream in it. */
       for (int i = 0; i < n_taken; i++)
@@ -437,6 +447,8 @@ static void *worker_main(void *arg) {
 }
 
 int workers_start(server *srv, int n, char *why, size_t why_len) {
+  const char *fail = getenv("AURALD_FAIL_ENCODER_CALL");
+  if (fail != NULL) srv->fail_call = strtoull(fail, NULL, 10);
   srv->workers = calloc((size_t)n, sizeof *srv->workers);
   if (srv->workers == NULL) {
     snprintf(why, why_len, "out of memory for %d workers", n);

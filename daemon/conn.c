@@ -179,6 +179,14 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   buf->len = c->rcap - c->rlen;
 }
 
+static void pause_reading(conn *c) {
+  c->paused = true;
+  if (c->reading) {
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    c->reading = false;
+  }
+}
+
 static void handle_message(conn *c, const aural_msg_header *h,
                            const uint8_t *payload);
 
@@ -188,6 +196,12 @@ static void process_input(conn *c) {
   server *srv = c->srv;
   size_t at = 0;
   while (!c->closing && !c->fatal_sent && !c->paused) {
+    if (c->q_len >= CONN_QUEUE_CAP / 2) {
+      /* Requests come faster than their replies are read: stop reading
+       * until the queue drains, as with audio backlog. */
+      pause_reading(c);
+      break;
+    }
     aural_msg_header h;
     int rc = aural_proto_decode_header(c->rbuf + at, c->rlen - at,
                                        srv->opt->max_request_bytes, &h);
@@ -237,23 +251,16 @@ static void start_reading(conn *c) {
     c->reading = true;
 }
 
-/* Flow control: a client feeding a stream with a backlog is not read until
- * the workers have caught up. */
+/* Flow control: a client feeding a stream with a backlog, or whose replies
+ * pile up unread, is not read until the workers or the client have caught
+ * up. */
 void conn_resume_if_drained(conn *c) {
-  if (!c->paused || c->closing) return;
+  if (!c->paused || c->closing || c->q_len >= CONN_QUEUE_CAP / 4) return;
   for (stream *s = c->srv->streams; s != NULL; s = s->next)
     if (s->owner == c && stream_backlogged(s)) return;
   c->paused = false;
   process_input(c);
   if (!c->paused) start_reading(c);
-}
-
-static void pause_reading(conn *c) {
-  c->paused = true;
-  if (c->reading) {
-    uv_read_stop((uv_stream_t *)&c->pipe);
-    c->reading = false;
-  }
 }
 
 /* ---- requests ------------------------------------------------------------ */

@@ -297,6 +297,8 @@ typedef struct server {
   int n_workers;
 
   struct mic_source *mic;
+  uint64_t fail_call;          /* test hook: this encoder call fails */
+  _Atomic uint64_t n_calls;    /* encoder calls so far (with fail_call) */
   int exit_code;
 } server;
 

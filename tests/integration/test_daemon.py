@@ -761,6 +761,121 @@ class TestHostileClients(DaemonTest):
         self.stop_clean(d)
 
 
+class TestFaults(DaemonTest):
+    def test_client_killed_in_the_middle_of_a_write(self):
+        d = self.start()
+        watcher = ac.Client(d.path, timeout=10)
+        watcher.subscribe("victim")
+        # A child opens a stream, sends part of a 1 MiB AUDIO_DATA message
+        # and is killed with SIGKILL before the rest.
+        child = ("import socket,struct,json,sys,time,os,signal\n"
+                 "s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1])\n"
+                 "def m(t,p,i=0):\n"
+                 "  return struct.pack('<IBBHII',0x4C525541,1,t,0,i,len(p))+p\n"
+                 "s.sendall(m(1,json.dumps({'versions':[1]}).encode()))\n"
+                 "s.recv(65536)\n"
+                 "s.sendall(m(0x10,json.dumps({'name':'victim','sample_rate':16000,"
+                 "'channels':1,'format':'s16'}).encode()))\n"
+                 "time.sleep(0.2); s.recv(65536)\n"
+                 "s.sendall(m(0x12,b'\\1\\0'*16000,1))\n"
+                 "whole=m(0x12,b'\\2\\0'*(1<<19),1)\n"
+                 "s.sendall(whole[:300000])\n"
+                 "os.kill(os.getpid(), signal.SIGKILL)\n")
+        p = subprocess.run(["/usr/bin/python3", "-c", child, d.path],
+                           capture_output=True, timeout=20)
+        self.assertEqual(p.returncode, -signal.SIGKILL, p.stderr)
+        ended = None
+        for ev in watcher.events(timeout=10):
+            if isinstance(ev, ac.StreamEnded):
+                ended = ev
+                break
+        self.assertIsNotNone(ended)
+        self.assertEqual(ended.reason, "disconnected")
+        self.assertEqual(ended.frames, 98)  # the whole first message only
+        watcher.ping(b"alive")
+        watcher.close()
+        self.stop_clean(d)
+
+    def test_ten_thousand_connect_subscribe_disconnect_cycles(self):
+        d = self.start()
+        hello = msg(ac.HELLO, {"versions": [1]})
+        sub = msg(ac.SUBSCRIBE, {"all": True})
+
+        def cycles(n):
+            for _ in range(n):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(d.path)
+                s.sendall(hello + sub)
+                read_msg(s)  # WELCOME
+                read_msg(s)  # SUBSCRIBED
+                s.close()
+
+        cycles(500)  # warm-up
+        time.sleep(0.3)
+        fds, rss = n_fds(d.proc.pid), rss_kb(d.proc.pid)
+        cycles(10000)
+        deadline = time.monotonic() + 5
+        while n_fds(d.proc.pid) != fds and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(n_fds(d.proc.pid), fds)
+        with ac.Client(d.path, timeout=5) as c:
+            st = c.stats()
+            self.assertEqual(st["subscribers"], [])
+            self.assertEqual(st["clients"], 1)
+        if not sanitized(d.proc.pid):
+            self.assertLess(rss_kb(d.proc.pid) - rss, 512)
+        self.stop_clean(d)
+
+    def test_subscription_and_message_floods(self):
+        d = self.start()
+        s = raw_client(d.path)
+        # 1,000 subscriptions: 64 are accepted, the rest refused (LIMIT).
+        s.sendall(b"".join(msg(ac.SUBSCRIBE, {"stream": "s%d" % i})
+                           for i in range(1000)))
+        names = []
+        for _ in range(1000):
+            mtype, _, payload = read_msg(s)
+            names.append("ok" if mtype == ac.SUBSCRIBED
+                         else json.loads(payload)["name"])
+        self.assertEqual(names.count("ok"), 64)
+        self.assertEqual(names.count("LIMIT"), 936)
+        # A flood of 20,000 tiny messages: all answered (the server stops
+        # reading while its replies pile up, so the sender blocks rather
+        # than anything being dropped; it writes from a thread meanwhile).
+        import threading
+        sender = threading.Thread(
+            target=s.sendall, args=(msg(ac.PING, b"x") * 20000,))
+        sender.start()
+        for _ in range(20000):
+            self.assertEqual(read_msg(s), (ac.PONG, 0, b"x"))
+        sender.join()
+        s.close()
+        self.stop_clean(d)
+
+    def test_failed_encoder_call_ends_only_its_streams(self):
+        env = dict(os.environ, AURALD_FAIL_ENCODER_CALL="3")
+        d = self.start("--threads", "1", env=env)
+        c = ac.Client(d.path, timeout=10)
+        c.subscribe(all=True)
+        sid = c.open_audio("doomed", 16000, 1, "s16")
+        c.send_audio(sid, np.zeros(16000 * 3, np.int16))
+        ended = None
+        for ev in c.events(timeout=10):
+            if isinstance(ev, ac.StreamEnded):
+                ended = ev
+                break
+        self.assertEqual(ended.reason, "error")
+        self.assertIn("encoder", ended.message)
+        # The next stream works.
+        good = self.wav(2.0)
+        run(AURAL, "send", "-q", "-s", d.path, "--name", "after", good)
+        chunks = [ev for ev in c.events(timeout=5)
+                  if isinstance(ev, ac.Chunk) and ev.name == "after"]
+        self.assertEqual(len(chunks), 4)
+        c.close()
+        self.stop_clean(d)
+
+
 class TestMicrophone(DaemonTest):
     """PortAudio capturing from ALSA's file plugin, which reads its samples
     from a raw file of known content: the chunks must equal the offline
