@@ -876,6 +876,21 @@ class TestFaults(DaemonTest):
         self.stop_clean(d)
 
 
+class TestSoak(DaemonTest):
+    def test_short_soak(self):
+        """tools/soak.py for six minutes of audio (the full run is hours)."""
+        d = self.start("--log-level", "warn")
+        p = run("/usr/bin/python3",
+                os.path.join(HERE, "..", "..", "tools", "soak.py"), "-s",
+                d.path, "--hours", "0.1", "--streams", "4",
+                "--input", os.path.join(DATA, "fbank", "speech.wav"),
+                check=False, timeout=600)
+        report = json.loads(p.stdout)
+        self.assertTrue(report["ok"], p.stdout + p.stderr)
+        self.assertGreater(report["churn_connections"], 0)
+        self.stop_clean(d)
+
+
 class TestMicrophone(DaemonTest):
     """PortAudio capturing from ALSA's file plugin, which reads its samples
     from a raw file of known content: the chunks must equal the offline
