@@ -879,7 +879,7 @@ class TestFaults(DaemonTest):
 class TestSoak(DaemonTest):
     def test_short_soak(self):
         """tools/soak.py for six minutes of audio (the full run is hours)."""
-        d = self.start("--log-level", "warn")
+        d = self.start()
         p = run("/usr/bin/python3",
                 os.path.join(HERE, "..", "..", "tools", "soak.py"), "-s",
                 d.path, "--hours", "0.1", "--streams", "4",
