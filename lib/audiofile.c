@@ -4,6 +4,8 @@
  * what the frontend accepts, data chunks that claim more bytes than the file
  * has (libsndfile quietly shortens them; a cut-off recording should not
  * pass as complete), reads that end early, and non-finite float samples.
+ * Files (through their descriptor) and buffers in memory (through
+ * libsndfile's virtual I/O) take the same path from the first check on.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,12 +23,73 @@
 #include "aural/resampler.h"
 #include "internal.h"
 
+/* Where the bytes come from: a file descriptor (libsndfile reads it
+ * itself) or a caller's buffer (read through libsndfile's virtual I/O). */
+typedef struct source {
+  int fd;                     /* -1 for a buffer */
+  const unsigned char *data;  /* (size) the buffer, when fd is -1 */
+  uint64_t size;              /* bytes, when known (buffers, regular files) */
+  int size_known;
+  sf_count_t pos;             /* libsndfile's position in the buffer */
+} source;
+
 struct aural_audiofile {
   SNDFILE *sf;
+  source src;     /* the virtual I/O callbacks point here */
   aural_audiofile_info info;
   int64_t n_done; /* frames read so far */
   char path[256]; /* for messages; shortened if needed */
 };
+
+/* Reads n bytes at offset at into buf. Returns 1 when all n were there,
+ * 0 otherwise (short file, read error: either way the caller stops). */
+static int source_read_at(const source *src, void *buf, size_t n,
+                          uint64_t at) {
+  if (src->fd >= 0) {
+    if (at > (uint64_t)INT64_MAX) return 0;
+    return pread(src->fd, buf, n, (off_t)at) == (ssize_t)n;
+  }
+  if (at > src->size || n > src->size - at) return 0;
+  memcpy(buf, src->data + at, n);
+  return 1;
+}
+
+/* libsndfile's virtual I/O over a buffer: seekable, read-only. */
+static sf_count_t vio_get_filelen(void *user) {
+  return (sf_count_t)((source *)user)->size;
+}
+
+static sf_count_t vio_seek(sf_count_t offset, int whence, void *user) {
+  source *src = user;
+  sf_count_t base = whence == SEEK_SET   ? 0
+                    : whence == SEEK_CUR ? src->pos
+                    : whence == SEEK_END ? (sf_count_t)src->size
+                                         : -1;
+  sf_count_t to;
+  if (base < 0 || __builtin_add_overflow(base, offset, &to) || to < 0)
+    return -1;
+  src->pos = to; /* past the end is allowed, as with files: reads give 0 */
+  return to;
+}
+
+static sf_count_t vio_read(void *ptr, sf_count_t count, void *user) {
+  source *src = user;
+  if (count <= 0 || (uint64_t)src->pos >= src->size) return 0;
+  uint64_t n = src->size - (uint64_t)src->pos;
+  if ((uint64_t)count < n) n = (uint64_t)count;
+  memcpy(ptr, src->data + src->pos, (size_t)n);
+  src->pos += (sf_count_t)n;
+  return (sf_count_t)n;
+}
+
+static sf_count_t vio_write(const void *ptr, sf_count_t count, void *user) {
+  (void)ptr;
+  (void)count;
+  (void)user;
+  return 0; /* opened for reading only */
+}
+
+static sf_count_t vio_tell(void *user) { return ((source *)user)->pos; }
 
 /* libsndfile writes "data : 53928 (should be 26942)" in its log when the
  * data chunk (SSND in AIFF) claims more than the file holds. Its log is
@@ -65,19 +128,19 @@ static uint32_t le32(const unsigned char *p) {
  * more bytes than the file holds (cut-off recordings), and a data size of
  * 0 with samples after it (libsndfile would read nothing). Other formats,
  * and WAVs whose chunks cannot be walked, are left to libsndfile. */
-static int check_wav(int fd, off_t file_size, const char *path,
-                     aural_err *err) {
+static int check_wav(const source *src, const char *path, aural_err *err) {
   unsigned char h[24];
-  if (pread(fd, h, 12, 0) != 12 || memcmp(h, "RIFF", 4) != 0 ||
+  uint64_t file_size = src->size;
+  if (!source_read_at(src, h, 12, 0) || memcmp(h, "RIFF", 4) != 0 ||
       memcmp(h + 8, "WAVE", 4) != 0)
     return 0;
-  off_t at = 12;
+  uint64_t at = 12;
   for (int n_chunks = 0; n_chunks < 100000; n_chunks++) {
-    if (pread(fd, h, 8, at) != 8) return 0;
+    if (!source_read_at(src, h, 8, at)) return 0;
     uint32_t size = le32(h + 4);
-    off_t body = at + 8;
+    uint64_t body = at + 8;
     if (memcmp(h, "fmt ", 4) == 0 && size >= 16) {
-      if (pread(fd, h + 8, 16, body) != 16) return 0;
+      if (!source_read_at(src, h + 8, 16, body)) return 0;
       unsigned channels = (unsigned)h[10] | (unsigned)h[11] << 8;
       uint32_t rate = le32(h + 12);
       if (rate == 0)
@@ -105,32 +168,158 @@ static int check_wav(int fd, off_t file_size, const char *path,
                               path, size, present < 0 ? 0 : present);
       return 0;
     }
-    at = body + (off_t)size + (size & 1);
+    at = body + size + (size & 1);
     if (at >= file_size) return 0;
   }
   return 0;
 }
 
-int aural_audiofile_open(const char *path, aural_audiofile **out,
-                         aural_err *err) {
-  *out = NULL;
-  struct stat st;
-  int rc, fd = aural__open_input(path, 0, 0, "an audio file", &st, err);
-  if (fd < 0) return fd;
+/* Ogg's CRC-32: polynomial 0x04c11db7, most significant bit first,
+ * initial value 0, no final xor. */
+static uint32_t ogg_crc(uint32_t crc, const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    crc ^= (uint32_t)p[i] << 24;
+    for (int b = 0; b < 8; b++)
+      crc = crc & 0x80000000u ? crc << 1 ^ 0x04c11db7u : crc << 1;
+  }
+  return crc;
+}
 
-  if (S_ISREG(st.st_mode) &&
-      (rc = check_wav(fd, st.st_size, path, err)) < 0) {
-    close(fd);
+/* The three Vorbis header packets of an Ogg file must be complete and
+ * well-formed before libsndfile sees them: when it fails to read them
+ * (libsndfile 1.2.0, ogg_vorbis_open), it returns before registering its
+ * clean-up and leaks libvorbis's codec setup, 5 to 6 kB per attempt, which
+ * a daemon opening hostile files would accumulate. The check is that of
+ * the Vorbis I specification, conservative where libsndfile would be
+ * lenient: the identification header alone on the first page (flagged as
+ * the stream's beginning), with version 0, at least one channel, a nonzero
+ * rate, block sizes 64 <= short <= long <= 8192 and its framing bit; then
+ * the comment and setup headers in the following pages of the same
+ * stream, numbered without gaps, with valid checksums. Other Ogg streams
+ * (FLAC, Opus) are left to libsndfile. Returns 0 or a negative code with
+ * err naming path and problem. */
+static int check_ogg_vorbis(const source *src, const char *path,
+                            aural_err *err) {
+  unsigned char h[27 + 255];
+  if (!source_read_at(src, h, 27, 0) || memcmp(h, "OggS", 4) != 0) return 0;
+  unsigned char *body = malloc(255 * 255);
+  if (body == NULL)
+    return aural__err_set(err, AURAL_ENOMEM, "%s: out of memory", path);
+  uint64_t at = 0;
+  uint32_t serial = 0, seq = 0;
+  int n_packets = 0, rc = 0;
+  size_t in_packet = 0;    /* bytes so far of the packet being assembled */
+  unsigned char head[7];   /* its first bytes */
+  const char *why = NULL;
+  for (int page = 0; n_packets < 3 && why == NULL; page++) {
+    if (!source_read_at(src, h, 27, at) ||
+        !source_read_at(src, h + 27, h[26], at + 27)) {
+      rc = page == 0 ? 0 : AURAL_ETRUNCATED;
+      why = "the file ends inside the Vorbis headers";
+      break;
+    }
+    size_t n_seg = h[26], body_len = 0;
+    for (size_t k = 0; k < n_seg; k++) body_len += h[27 + k];
+    uint32_t crc = le32(h + 22);
+    memset(h + 22, 0, 4);
+    if (memcmp(h, "OggS", 4) != 0 || h[4] != 0) {
+      why = "a page does not start with 'OggS' version 0";
+      break;
+    }
+    if (!source_read_at(src, body, body_len, at + 27 + n_seg)) {
+      rc = AURAL_ETRUNCATED;
+      why = "the file ends inside the Vorbis headers";
+      break;
+    }
+    if (ogg_crc(ogg_crc(0, h, 27 + n_seg), body, body_len) != crc) {
+      why = "a header page fails its checksum";
+      break;
+    }
+    if (page == 0) {
+      /* Identify the stream: anything but Vorbis is libsndfile's. */
+      if (body_len < 7 || memcmp(body, "\x01vorbis", 7) != 0) break;
+      serial = le32(h + 14);
+      seq = le32(h + 18);
+      if ((h[5] & 0x03) != 0x02 || n_seg == 0 || h[27 + n_seg - 1] == 255)
+        why = "the identification header is not alone on the first page";
+      for (size_t k = 0; k + 1 < n_seg && why == NULL; k++)
+        if (h[27 + k] != 255)
+          why = "the identification header is not alone on the first page";
+      if (why != NULL) break;
+      /* Block sizes are powers of two, their exponents in v[28]. */
+      const unsigned char *v = body;
+      if (body_len < 30 || le32(v + 7) != 0 || v[11] == 0 ||
+          le32(v + 12) == 0 || (v[28] & 15u) < 6 ||
+          (v[28] >> 4) < (v[28] & 15u) || (v[28] >> 4) > 13 || !(v[29] & 1))
+        why = "bad identification header (version, channels, rate, block "
+              "sizes or framing)";
+      n_packets = 1;
+    } else {
+      if (le32(h + 14) != serial || le32(h + 18) != ++seq ||
+          (h[5] & 0x02) != 0 || ((h[5] & 0x01) != 0) != (in_packet > 0)) {
+        why = "the header pages are not one continuous stream";
+        break;
+      }
+      size_t off = 0;
+      for (size_t k = 0; k < n_seg && n_packets < 3; k++) {
+        size_t len = h[27 + k];
+        for (size_t j = 0; j < len && in_packet + j < sizeof head; j++)
+          head[in_packet + j] = body[off + j];
+        in_packet += len;
+        off += len;
+        if (len == 255) continue;
+        /* A packet ends: the comment header, then the setup header. */
+        if (in_packet < sizeof head ||
+            memcmp(head, n_packets == 1 ? "\x03vorbis" : "\x05vorbis", 7) !=
+                0) {
+          why = "the comment or setup header is missing";
+          break;
+        }
+        n_packets++;
+        in_packet = 0;
+      }
+    }
+    at += 27 + n_seg + body_len;
+  }
+  free(body);
+  if (why == NULL) return 0;
+  return aural__err_set(err, rc < 0 ? rc : AURAL_EFORMAT,
+                        "%s: malformed Ogg Vorbis stream: %s", path, why);
+}
+
+/* Both opens end here. af is allocated, with af->src and af->path set;
+ * af->src.fd (if any) is owned by af from now on. path names the input in
+ * messages (in full: af->path may be shortened). Runs the checks before
+ * and after libsndfile's own, and either fills *out or frees everything. */
+static int open_source(aural_audiofile *af, const char *path,
+                       aural_audiofile **out, aural_err *err) {
+  int rc = 0;
+  if (af->src.size_known &&
+      ((rc = check_wav(&af->src, path, err)) < 0 ||
+       (rc = check_ogg_vorbis(&af->src, path, err)) < 0)) {
+    if (af->src.fd >= 0) close(af->src.fd);
+    free(af);
     return rc;
   }
 
   SF_INFO sfi;
   memset(&sfi, 0, sizeof sfi);
-  SNDFILE *sf = sf_open_fd(fd, SFM_READ, &sfi, 1); /* closes fd on failure */
-  if (sf == NULL)
-    return aural__err_set(err, AURAL_EFORMAT,
-                          "%s: not a readable audio file (libsndfile: %s)",
-                          path, sf_strerror(NULL));
+  SNDFILE *sf;
+  if (af->src.fd >= 0) {
+    /* sf_open_fd closes the descriptor when it fails. */
+    sf = sf_open_fd(af->src.fd, SFM_READ, &sfi, 1);
+  } else {
+    SF_VIRTUAL_IO vio = {vio_get_filelen, vio_seek, vio_read, vio_write,
+                         vio_tell};
+    sf = sf_open_virtual(&vio, SFM_READ, &sfi, &af->src);
+  }
+  if (sf == NULL) {
+    rc = aural__err_set(err, AURAL_EFORMAT,
+                        "%s: not a readable audio file (libsndfile: %s)",
+                        path, sf_strerror(NULL));
+    free(af);
+    return rc;
+  }
   long long declared, present;
   if (sfi.samplerate < AURAL_RATE_MIN_HZ || sfi.samplerate > AURAL_RATE_MAX_HZ)
     rc = aural__err_set(err, AURAL_ERATE,
@@ -153,21 +342,16 @@ int aural_audiofile_open(const char *path, aural_audiofile **out,
                         path, declared, present);
   if (rc < 0) {
     sf_close(sf);
+    free(af);
     return rc;
   }
 
-  aural_audiofile *af = calloc(1, sizeof *af);
-  if (af == NULL) {
-    sf_close(sf);
-    return aural__err_set(err, AURAL_ENOMEM, "%s: out of memory", path);
-  }
   af->sf = sf;
   af->info.rate_hz = sfi.samplerate;
   af->info.n_channels = sfi.channels;
   /* Formats whose length libsndfile cannot tell (some Ogg files) report
    * the largest count; they are read to their end instead. */
   af->info.n_frames = sfi.frames == SF_COUNT_MAX ? -1 : sfi.frames;
-  snprintf(af->path, sizeof af->path, "%s", path);
 
   SF_FORMAT_INFO major = {.format = sfi.format & SF_FORMAT_TYPEMASK};
   SF_FORMAT_INFO sub = {.format = sfi.format & SF_FORMAT_SUBMASK};
@@ -177,6 +361,51 @@ int aural_audiofile_open(const char *path, aural_audiofile **out,
            major.name ? major.name : "unknown", sub.name ? sub.name : "unknown");
   *out = af;
   return 0;
+}
+
+int aural_audiofile_open(const char *path, aural_audiofile **out,
+                         aural_err *err) {
+  *out = NULL;
+  struct stat st;
+  int fd = aural__open_input(path, 0, 0, "an audio file", &st, err);
+  if (fd < 0) return fd;
+  aural_audiofile *af = calloc(1, sizeof *af);
+  if (af == NULL) {
+    close(fd);
+    return aural__err_set(err, AURAL_ENOMEM, "%s: out of memory", path);
+  }
+  af->src.fd = fd;
+  /* Pipes and devices have no size: the chunk walk is skipped for them. */
+  af->src.size_known = S_ISREG(st.st_mode);
+  af->src.size = af->src.size_known ? (uint64_t)st.st_size : 0;
+  snprintf(af->path, sizeof af->path, "%s", path);
+  return open_source(af, path, out, err);
+}
+
+int aural_audiofile_open_memory(const void *data, size_t size,
+                                const char *name, aural_audiofile **out,
+                                aural_err *err) {
+  *out = NULL;
+  if (name == NULL) name = "(memory)";
+  if (size == 0)
+    return aural__err_set(err, AURAL_EEMPTY, "%s: file is empty (0 bytes)",
+                          name);
+  if (data == NULL)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "%s: %zu bytes at a NULL address", name, size);
+  if ((uint64_t)size > (uint64_t)SF_COUNT_MAX)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "%s: %zu bytes is more than libsndfile can address",
+                          name, size);
+  aural_audiofile *af = calloc(1, sizeof *af);
+  if (af == NULL)
+    return aural__err_set(err, AURAL_ENOMEM, "%s: out of memory", name);
+  af->src.fd = -1;
+  af->src.data = data;
+  af->src.size = size;
+  af->src.size_known = 1;
+  snprintf(af->path, sizeof af->path, "%s", name);
+  return open_source(af, name, out, err);
 }
 
 void aural_audiofile_get_info(const aural_audiofile *af,

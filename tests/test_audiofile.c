@@ -442,6 +442,238 @@ static void test_close_null(void **state) {
   aural_audiofile_close(NULL);
 }
 
+/* ---- Opening from memory. ---- */
+
+/* The whole of path, malloc'ed, in *data and *size. */
+static void slurp(const char *path, unsigned char **data, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) fail_msg("%s: %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  unsigned char *b = malloc(cap);
+  assert_non_null(b);
+  for (size_t got; (got = fread(b + n, 1, cap - n, f)) > 0;) {
+    n += got;
+    if (n == cap) {
+      cap *= 2;
+      b = realloc(b, cap);
+      assert_non_null(b);
+    }
+  }
+  fclose(f);
+  *data = b;
+  *size = n;
+}
+
+/* read_all for a buffer: opens the size bytes at data from memory under
+ * the name name. */
+static int read_all_memory(const void *data, size_t size, const char *name,
+                           aural_audiofile_info *info, float **samples,
+                           size_t *n_frames, aural_err *err) {
+  aural_audiofile *af = (aural_audiofile *)&af;
+  *samples = NULL;
+  *n_frames = 0;
+  int rc = aural_audiofile_open_memory(data, size, name, &af, err);
+  if (rc < 0) {
+    assert_null(af);
+    return rc;
+  }
+  aural_audiofile_get_info(af, info);
+  size_t n_ch = (size_t)info->n_channels, cap = 1000;
+  float *all = malloc(cap * n_ch * sizeof *all);
+  assert_non_null(all);
+  for (;;) {
+    if (*n_frames + 333 > cap) {
+      cap = 2 * (*n_frames + 333);
+      all = realloc(all, cap * n_ch * sizeof *all);
+      assert_non_null(all);
+    }
+    size_t n = 0;
+    rc = aural_audiofile_read(af, all + *n_frames * n_ch, 333, &n, err);
+    if (rc < 0 || n == 0) break;
+    *n_frames += n;
+  }
+  aural_audiofile_close(af);
+  if (rc < 0) {
+    free(all);
+    *n_frames = 0;
+    return rc;
+  }
+  *samples = all;
+  return 0;
+}
+
+/* Opens path from disk and from memory (named by the same path) and
+ * asserts the same outcome: the same info and bit-identical samples, or
+ * the same code and message. Returns the code. */
+static int assert_memory_matches_path(const char *path) {
+  unsigned char *data;
+  size_t size;
+  slurp(path, &data, &size);
+  aural_audiofile_info want_info, got_info;
+  memset(&want_info, 0, sizeof want_info);
+  memset(&got_info, 0, sizeof got_info);
+  float *want = NULL, *got = NULL;
+  size_t want_n, got_n;
+  aural_err want_err = {0}, got_err = {0};
+  int want_rc =
+      read_all(path, 1024, &want_info, &want, &want_n, &want_err);
+  int got_rc = read_all_memory(data, size, path, &got_info, &got, &got_n,
+                               &got_err);
+  free(data);
+  if (got_rc != want_rc)
+    fail_msg("%s: from memory %s (%s), from the file %s (%s)", path,
+             aural_err_name(got_rc), got_err.msg, aural_err_name(want_rc),
+             want_err.msg);
+  if (want_rc < 0) {
+    print_message("    %s -> %s\n", aural_err_name(got_rc), got_err.msg);
+    assert_int_equal(got_err.code, want_rc);
+    assert_string_equal(got_err.msg, want_err.msg);
+    return want_rc;
+  }
+  assert_true(got_info.rate_hz == want_info.rate_hz);
+  assert_int_equal(got_info.n_channels, want_info.n_channels);
+  assert_int_equal(got_info.n_frames, want_info.n_frames);
+  assert_string_equal(got_info.format, want_info.format);
+  assert_int_equal(got_n, want_n);
+  assert_true(got_n > 0);
+  assert_memory_equal(got, want,
+                      got_n * (size_t)got_info.n_channels * sizeof *got);
+  free(want);
+  free(got);
+  return 0;
+}
+
+static void test_memory_good_files_match_path(void **state) {
+  static const char *names[] = {"fbank/speech.wav", "fbank/stereo44k.wav",
+                                "fbank/float32.wav", "fbank/mono8k.wav",
+                                "fbank/one_frame.wav"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    assert_int_equal(assert_memory_matches_path(test_data_path(names[i])), 0);
+  /* Hand-made ones: an unknown data size, and the 16-bit scaling. */
+  char path[PATH_BYTES];
+  path_in(path, state, "stream.wav");
+  make_pcm16_wav(path, 1000, 0xFFFFFFFFu);
+  assert_int_equal(assert_memory_matches_path(path), 0);
+  path_in(path, state, "au16.au");
+  make_au(path, 16000, 2, 4000);
+  assert_int_equal(assert_memory_matches_path(path), 0);
+}
+
+/* Every bad file of the tests above fails the same way from memory: the
+ * same code and, with the path as the name, the same message. */
+static void test_memory_bad_files_same_errors(void **state) {
+  char path[PATH_BYTES];
+  uint8_t zeros[4000] = {0};
+
+  path_in(path, state, "list.wav");
+  test_write_file(path, "not a recording\n", 16);
+  assert_int_equal(assert_memory_matches_path(path), AURAL_EFORMAT);
+
+  path_in(path, state, "cut30.wav");
+  make_pcm16_wav(path, 1000, 2000);
+  assert_int_equal(truncate(path, 30), 0);
+  assert_true(assert_memory_matches_path(path) < 0);
+
+  path_in(path, state, "header-only.wav");
+  make_pcm16_wav(path, 1000, 2000);
+  assert_int_equal(truncate(path, WAV_HEADER_BYTES), 0);
+  assert_int_equal(assert_memory_matches_path(path), AURAL_ETRUNCATED);
+
+  path_in(path, state, "trunc.wav");
+  make_pcm16_wav(path, 1000, 4000);
+  assert_int_equal(assert_memory_matches_path(path), AURAL_ETRUNCATED);
+
+  path_in(path, state, "trunc-chunks.wav");
+  make_truncated_wav_after_chunks(path, 100, 1000);
+  assert_int_equal(assert_memory_matches_path(path), AURAL_ETRUNCATED);
+
+  path_in(path, state, "zero-size.wav");
+  make_pcm16_wav(path, 1000, 0);
+  assert_int_equal(assert_memory_matches_path(path), AURAL_EFORMAT);
+
+  path_in(path, state, "nan.wav");
+  make_float_wav(path, 32, 2, 2000, 1234, 1, (double)NAN);
+  assert_int_equal(assert_memory_matches_path(path), AURAL_ENONFINITE);
+
+  path_in(path, state, "rate0.wav");
+  make_wav(path, WAV_PCM, 1, 0, 16, 2000, zeros, 2000);
+  assert_int_equal(assert_memory_matches_path(path), AURAL_ERATE);
+
+  path_in(path, state, "rate1.wav");
+  make_wav(path, WAV_PCM, 1, 1, 16, 2000, zeros, 2000);
+  assert_int_equal(assert_memory_matches_path(path), AURAL_ERATE);
+
+  path_in(path, state, "ch0.wav");
+  make_wav(path, WAV_PCM, 0, 16000, 16, 2000, zeros, 2000);
+  assert_int_equal(assert_memory_matches_path(path), AURAL_ECHANNELS);
+
+  path_in(path, state, "ch1000.wav");
+  make_wav(path, WAV_PCM, 1000, 16000, 16, 4000, zeros, 4000);
+  assert_int_equal(assert_memory_matches_path(path), AURAL_ECHANNELS);
+
+  path_in(path, state, "ch100k.au");
+  make_au(path, 16000, 100000, 4000);
+  assert_true(assert_memory_matches_path(path) < 0);
+}
+
+static void test_memory_empty_and_null(void **state) {
+  (void)state;
+  aural_audiofile *af = (aural_audiofile *)&af;
+  aural_err err = {0};
+  static const char byte = 0;
+  assert_int_equal(aural_audiofile_open_memory(&byte, 0, "clip.wav", &af,
+                                               &err),
+                   AURAL_EEMPTY);
+  assert_null(af);
+  assert_contains(err.msg, "clip.wav");
+  assert_contains(err.msg, "empty");
+  af = (aural_audiofile *)&af;
+  assert_int_equal(aural_audiofile_open_memory(NULL, 100, "clip.wav", &af,
+                                               &err),
+                   AURAL_EINVAL);
+  assert_null(af);
+  assert_contains(err.msg, "clip.wav");
+}
+
+/* An Ogg Vorbis file cut anywhere inside its three header packets, or with
+ * a byte of them changed, is refused before libsndfile reads it (which
+ * would leak libvorbis's state; ASan builds check that nothing leaks). */
+static void test_memory_ogg_vorbis_headers(void **state) {
+  (void)state;
+  unsigned char *data;
+  size_t size;
+  slurp(test_data_path("../fuzz/corpus/audiofile/mono.ogg"), &data, &size);
+  aural_audiofile_info info;
+  float *samples;
+  size_t n_frames;
+  aural_err err = {0};
+  assert_int_equal(read_all_memory(data, size, "v.ogg", &info, &samples,
+                                   &n_frames, &err),
+                   0);
+  assert_int_equal(n_frames, 800);
+  free(samples);
+  /* The headers end where the first audio page starts; all three are
+   * longer than 3000 bytes together for this encoder. */
+  for (size_t cut = 1; cut < 3000 && cut < size; cut += 97) {
+    int rc = read_all_memory(data, cut, "v.ogg", &info, &samples, &n_frames,
+                             &err);
+    free(samples);
+    if (rc == 0) fail_msg("cut at %zu bytes: accepted", cut);
+    assert_contains(err.msg, "v.ogg");
+  }
+  for (size_t at = 40; at < 3000 && at < size; at += 211) {
+    data[at] ^= 0x5a;
+    int rc = read_all_memory(data, size, "v.ogg", &info, &samples,
+                             &n_frames, &err);
+    free(samples);
+    data[at] ^= 0x5a;
+    if (rc == 0) fail_msg("byte %zu changed: accepted", at);
+    assert_contains(err.msg, "v.ogg");
+  }
+  print_message("    %s\n", err.msg);
+  free(data);
+}
+
 /* ---- Error codes. ---- */
 
 static void test_error_strings(void **state) {
@@ -500,6 +732,10 @@ int main(void) {
       T(test_unknown_data_size),
       T(test_zero_data_size_with_samples),
       T(test_pcm16_scaling),
+      T(test_memory_good_files_match_path),
+      T(test_memory_bad_files_same_errors),
+      cmocka_unit_test(test_memory_empty_and_null),
+      cmocka_unit_test(test_memory_ogg_vorbis_headers),
       cmocka_unit_test(test_good_speech),
       cmocka_unit_test(test_good_stereo_44k),
       cmocka_unit_test(test_close_null),

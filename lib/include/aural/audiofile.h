@@ -46,6 +46,15 @@ typedef struct aural_audiofile_info {
 int aural_audiofile_open(const char *path, aural_audiofile **out,
                          aural_err *err);
 
+/* Opens and validates the size bytes at data, an audio file held in memory,
+ * with the same checks as aural_audiofile_open; name stands for the input
+ * in messages. data must stay valid and unchanged until close (it is read
+ * in place, not copied). Errors as above, with AURAL_EINVAL for NULL data.
+ * Thread-safe for distinct buffers; not real-time-safe (allocates). */
+int aural_audiofile_open_memory(const void *data, size_t size,
+                                const char *name, aural_audiofile **out,
+                                aural_err *err);
+
 void aural_audiofile_get_info(const aural_audiofile *af,
                               aural_audiofile_info *info);
 
