@@ -183,7 +183,7 @@ cc -std=c11 -Wall -Wextra -Wpedantic -Werror $cflags -o "$tmp/link_shared" \
 # packages of Requires.private), those linked shared. 'pkg-config --static'
 # alone would also pull the private libraries of libsndfile's codecs, whose
 # static archives Debian's -dev packages do not all provide.
-static_libs="-l:libaural.a $(sed -n 's/^Libs.private: //p' "$PKG_CONFIG_PATH/aural.pc")
+static_libs="$(pkg-config --libs-only-L aural) -l:libaural.a $(sed -n 's/^Libs.private: //p' "$PKG_CONFIG_PATH/aural.pc")
   $(pkg-config --libs $(pkg-config --print-requires-private aural))"
 cc -std=c11 -Wall -Wextra -Wpedantic -Werror $cflags -o "$tmp/link_static" \
   "$here/link_check.c" $static_libs || fail "static link against libaural.a"
