@@ -279,11 +279,21 @@ static void test_bad_missing_file(void **state) {
   check_rejected(*state, in, "no such file");
 }
 
+/* A directory is a batch of inputs: with -o OUT.npy that is a usage
+ * error, and a directory without audio files is an error that writes
+ * nothing. */
 static void test_bad_directory(void **state) {
-  char in[PATH_BYTES];
-  input_path(in, *state, "folder.wav");
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES], out_dir[PATH_BYTES];
+  input_path(in, fx, "folder.wav");
   assert_int_equal(mkdir(in, 0700), 0);
-  check_rejected(*state, in, "directory");
+  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", out, in, NULL), 2);
+  assert_contains(fx->err, "output directory");
+  snprintf(out_dir, sizeof out_dir, "%s/batch", fx->out_dir);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", out_dir, in, NULL), 1);
+  assert_contains(fx->err, "no audio files");
+  assert_contains(fx->err, in);
 }
 
 static void test_bad_empty_file(void **state) {
@@ -411,9 +421,10 @@ static void test_usage_errors(void **state) {
   assert_int_equal(run_aural(fx, "encode", in, NULL), 2);
   assert_contains(fx->err, "-o OUT.npy is required");
   assert_int_equal(run_aural(fx, "encode", "-o", out, NULL), 2);
-  assert_contains(fx->err, "exactly one INPUT");
+  assert_contains(fx->err, "an INPUT file is required");
+  /* Several inputs write one file each into a directory, not OUT.npy. */
   assert_int_equal(run_aural(fx, "encode", "-o", out, in, in, NULL), 2);
-  assert_contains(fx->err, "exactly one INPUT");
+  assert_contains(fx->err, "names the output directory");
   assert_int_equal(
       run_aural(fx, "encode", "--output", "bogus", "-o", out, in, NULL), 2);
   assert_contains(fx->err, "--output bogus");

@@ -708,6 +708,11 @@ out:
   return rc;
 }
 
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
 int cmd_encode(int argc, char **argv) {
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},
@@ -777,6 +782,14 @@ int cmd_encode(int argc, char **argv) {
             optind == argc ? "an INPUT file is required"
             : batch_mode   ? "-o DIR is required with several inputs"
                            : "-o OUT.npy is required");
+    return EXIT_USAGE;
+  }
+  if (batch_mode && (ends_with(job.out_path, ".npy") ||
+                     ends_with(job.out_path, ".txt"))) {
+    fprintf(stderr,
+            "aural encode: -o %s: with several inputs or a directory, -o "
+            "names the output directory (one .npy per input)\n",
+            job.out_path);
     return EXIT_USAGE;
   }
   if (batch_mode && job.show) {
