@@ -621,7 +621,7 @@ void on_connection(uv_stream_t *listener, int status) {
   }
   c->uid = cred.uid;
   c->pid = cred.pid;
-  if (!peer_allowed(srv, cred.uid, cred.gid)) {
+  if (!peer_allowed(srv, fd, cred.uid, cred.gid)) {
     log_warn("client %u: uid %u gid %u (pid %ld) is not allowed; refused",
              c->id, (unsigned)cred.uid, (unsigned)cred.gid, (long)cred.pid);
     conn_send_error(c, 0, -AURAL_PROTO_EPERMISSION, true,

@@ -144,9 +144,21 @@ int socket_prepare(server *srv, char *why, size_t why_len) {
   return 0;
 }
 
-bool peer_allowed(server *srv, uid_t uid, gid_t gid) {
+/* Same user, root, or a member of --group: by the peer's primary group or,
+ * through SO_PEERGROUPS, any of its supplementary groups (a user added to
+ * the group with usermod -aG). */
+bool peer_allowed(server *srv, int fd, uid_t uid, gid_t gid) {
   if (uid == geteuid() || uid == 0) return true;
-  return srv->opt->group != NULL && gid == srv->opt->group_gid;
+  if (srv->opt->group == NULL) return false;
+  gid_t want = srv->opt->group_gid;
+  if (gid == want) return true;
+  gid_t groups[256];
+  socklen_t len = sizeof groups;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+    return false; /* too many groups, or an old kernel: primary only */
+  for (size_t i = 0; i < len / sizeof groups[0]; i++)
+    if (groups[i] == want) return true;
+  return false;
 }
 
 /* Socket activation: the service manager bound the socket (its path, mode

@@ -14,7 +14,7 @@ packages=(
   build-essential pkg-config meson ninja-build
   libsndfile1-dev libsoxr-dev libfftw3-dev libcjson-dev
   libuv1-dev portaudio19-dev libcmocka-dev
-  python3 python3-numpy sox util-linux systemd
+  python3 python3-numpy sox util-linux systemd man-db groff-base
 )
 if [[ "${1:-}" == "--reference" ]]; then
   packages+=(python3-torch python3-torchaudio

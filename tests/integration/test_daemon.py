@@ -534,6 +534,12 @@ class TestSocketSecurity(DaemonTest):
         d2 = self.start("--group", "root")
         p = run(*as_other, d2.path, check=False)
         self.assertTrue(p.stdout.startswith("2 "), p.stdout + p.stderr)
+        # A supplementary member of the group (primary group nogroup) is
+        # accepted too.
+        as_member = ["setpriv", "--reuid=65534", "--regid=65534",
+                     "--groups=0", "/usr/bin/python3", "-c", probe]
+        p = run(*as_member, d2.path, check=False)
+        self.assertTrue(p.stdout.startswith("2 "), p.stdout + p.stderr)
         self.stop_clean(d2)
 
 

@@ -20,6 +20,8 @@
 /* Bound on the WELCOME payload, before the server has told its own. */
 #define WELCOME_MAX_BYTES (64u << 20)
 
+#define AURAL_SYSTEM_SOCKET "/run/aural/aural.sock" /* aurald.socket */
+
 const char *client_default_socket(char *buf, size_t len) {
   const char *env = getenv("AURAL_SOCKET");
   const char *xdg = getenv("XDG_RUNTIME_DIR");
@@ -31,6 +33,10 @@ const char *client_default_socket(char *buf, size_t len) {
     snprintf(buf, len, "/run/aural/aural.sock");
   else
     snprintf(buf, len, "/tmp/aural-%u/aural.sock", (unsigned)getuid());
+  /* A user without a daemon of their own reaches the system service. */
+  if ((env == NULL || env[0] == '\0') && access(buf, F_OK) != 0 &&
+      access(AURAL_SYSTEM_SOCKET, F_OK) == 0)
+    snprintf(buf, len, "%s", AURAL_SYSTEM_SOCKET);
   return buf;
 }
 

@@ -66,7 +66,9 @@ typedef struct client_msg {
 /* The socket path used without -s: $AURAL_SOCKET if set and non-empty, else
  * $XDG_RUNTIME_DIR/aural.sock when XDG_RUNTIME_DIR is set, else
  * /run/aural/aural.sock for root, else /tmp/aural-UID/aural.sock (the rule
- * aurald follows). Writes into buf and returns it. */
+ * aurald follows); when that socket does not exist but the system
+ * service's /run/aural/aural.sock does, that one. Writes into buf and
+ * returns it. */
 const char *client_default_socket(char *buf, size_t len);
 
 /* Connects to path (NULL: the default) and does the HELLO/WELCOME

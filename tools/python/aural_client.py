@@ -92,16 +92,22 @@ WELCOME_MAX_BYTES = 64 << 20
 def default_socket_path() -> str:
     """The socket used when none is given, by the rule aurald follows:
     $AURAL_SOCKET if set and non-empty, else $XDG_RUNTIME_DIR/aural.sock,
-    else /run/aural/aural.sock for root, else /tmp/aural-UID/aural.sock."""
+    else /run/aural/aural.sock for root, else /tmp/aural-UID/aural.sock;
+    when that does not exist but the system service's
+    /run/aural/aural.sock does, that one."""
     env = os.environ.get("AURAL_SOCKET")
     if env:
         return env
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg is not None:
-        return os.path.join(xdg, "aural.sock")
-    if os.getuid() == 0:
+        path = os.path.join(xdg, "aural.sock")
+    elif os.getuid() == 0:
+        path = "/run/aural/aural.sock"
+    else:
+        path = "/tmp/aural-%d/aural.sock" % os.getuid()
+    if not os.path.exists(path) and os.path.exists("/run/aural/aural.sock"):
         return "/run/aural/aural.sock"
-    return "/tmp/aural-%d/aural.sock" % os.getuid()
+    return path
 
 
 class ProtocolError(Exception):
