@@ -15,7 +15,8 @@ run_suite() { # DIR LABEL MESON_SETUP_ARGS...
   tools/build.sh "$dir" -Dwerror=true "$@"
   echo "== $label: testing"
   local rc=0
-  meson test -C "$dir" --print-errorlogs || rc=$?
+  # shellcheck disable=SC2086
+  meson test -C "$dir" --print-errorlogs ${SUITES:-} || rc=$?
   # Count CMocka test cases from the full log, for the closing line.
   local p f
   p=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$dir/meson-logs/testlog.txt" |
@@ -37,6 +38,10 @@ run_suite() { # DIR LABEL MESON_SETUP_ARGS...
 
 run_suite build "release build"
 run_suite build-asan "ASan+UBSan build" -Db_sanitize=address,undefined -Db_lundef=false
+# The daemon's threads (loop, workers, capture) under ThreadSanitizer: the
+# integration suite, which fails on any report (a daemon's exit status is
+# then non-zero).
+SUITES=daemon TARGETS="daemon/aurald tools/aural" run_suite build-tsan "TSan build" -Db_sanitize=thread -Db_lundef=false
 
 echo "tests: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -99,8 +99,11 @@ def rss_kb(pid):
 
 
 def sanitized(pid):
+    """Whether the process runs under ASan or TSan, whose allocators keep
+    freed memory (quarantine, shadow) so that RSS says nothing."""
     with open("/proc/%d/maps" % pid) as f:
-        return "libasan" in f.read()
+        maps = f.read()
+    return "libasan" in maps or "libtsan" in maps
 
 
 def n_fds(pid):
