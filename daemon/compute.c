@@ -114,7 +114,7 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
         pthread_mutex_lock(&srv->mu);
         s->input_done = true;
         s->reason = END_ERROR;
-        snprintf(s->message, sizeof s->message, "%.150s", err.msg);
+        snprintf(s->message, sizeof s->message, "%s", err.msg);
         pthread_mutex_unlock(&srv->mu);
         log_warn("stream %u \"%s\": %s", s->id, s->name, err.msg);
         return true;

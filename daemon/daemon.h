@@ -153,7 +153,7 @@ typedef struct stream {
   double pending_since;   /* monotonic s of the oldest untaken input */
   bool input_done;        /* no more input will come */
   end_reason reason;      /* why input is done */
-  char message[160];      /* details for STREAM_ENDED */
+  char message[512];      /* details for STREAM_ENDED (an aural_err) */
   bool queued;            /* in server.ready */
   bool busy;              /* a worker owns the fields below */
   bool ended;             /* the worker emitted its final chunk */
@@ -276,6 +276,7 @@ typedef struct server {
   uv_timer_t deadline;     /* shutdown deadline */
   bool stopping;
   bool stopped;
+  bool handles_ready;      /* server_setup initialised mu, cv and handles */
   double t_start;
 
   conn *conns;
@@ -303,7 +304,13 @@ typedef struct server {
 } server;
 
 /* server.c */
-int server_listen(server *srv);
+/* Loads the model and sets up the shared state and the loop's handles
+ * (not the listener, sources or signals). Returns 0 or -1 with why. */
+int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
+                 size_t why_len);
+/* Frees what server_setup made once the loop has run down; returns 0, or
+ * UV_EBUSY when handles are still active. */
+int server_teardown(server *srv);
 void server_stop(server *srv, const char *why);
 void server_close_handles(server *srv);
 

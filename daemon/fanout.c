@@ -138,7 +138,7 @@ void fanout_chunk(server *srv, chunk_out *co) {
 
 void fanout_ended(server *srv, stream *s) {
   (void)srv;
-  char json[512];
+  char json[4096]; /* the message may need escaping: 6 bytes a byte */
   aural_jw w;
   aural_jw_init(&w, json, sizeof json);
   aural_jw_begin_object(&w);

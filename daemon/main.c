@@ -5,7 +5,7 @@
  * compute workers and the sources, then runs the loop until SIGINT or
  * SIGTERM. Shutdown stops accepting, ends every stream (their final
  * chunks still go out), tells clients SHUTDOWN, and closes every handle,
- * within SHUTDOWN_S at most.
+ * within 2 s (server.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -15,11 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon.h"
 
-#define SHUTDOWN_S 1.8 /* the whole shutdown stays under 2 s */
 #define TICK_MS 10
 
 static void usage(FILE *to) {
@@ -371,66 +371,21 @@ static void reload(server *srv) {
   notify("READY=1");
 }
 
-/* WELCOME is the same for every client: built once. */
-static int build_welcome(server *srv) {
-  const aural_model_config *mc = srv->mc;
-  size_t cap = 4096;
-  for (int i = 0; i < mc->vocab_size; i++)
-    cap += 6 * strlen(aural_model_token(srv->model, i)) + 4;
-  char *json = malloc(cap);
-  if (json == NULL) return -1;
-  aural_jw w;
-  aural_jw_init(&w, json, cap);
-  aural_jw_begin_object(&w);
-  aural_jw_key(&w, "version");
-  aural_jw_int(&w, AURAL_PROTO_VERSION);
-  aural_jw_key(&w, "server");
-  aural_jw_string(&w, "aurald " AURAL_VERSION);
-  aural_jw_key(&w, "max_request_bytes");
-  aural_jw_uint(&w, srv->opt->max_request_bytes);
-  aural_jw_key(&w, "max_message_bytes");
-  aural_jw_uint(&w, srv->opt->max_message_bytes);
-  aural_jw_key(&w, "model");
-  aural_jw_begin_object(&w);
-  aural_jw_key(&w, "sample_rate");
-  aural_jw_double(&w, mc->fbank.sample_rate_hz);
-  aural_jw_key(&w, "n_mels");
-  aural_jw_int(&w, mc->fbank.num_mel_bins);
-  aural_jw_key(&w, "frame_ms");
-  aural_jw_double(&w, mc->fbank.frame_shift_ms);
-  aural_jw_key(&w, "d_model");
-  aural_jw_int(&w, mc->d_model);
-  aural_jw_key(&w, "n_layers");
-  aural_jw_int(&w, mc->n_layers);
-  aural_jw_key(&w, "window");
-  aural_jw_int(&w, mc->window);
-  aural_jw_key(&w, "vocab_size");
-  aural_jw_int(&w, mc->vocab_size);
-  aural_jw_key(&w, "vocab");
-  aural_jw_begin_array(&w);
-  for (int i = 0; i < mc->vocab_size; i++)
-    aural_jw_string(&w, aural_model_token(srv->model, i));
-  aural_jw_end_array(&w);
-  aural_jw_key(&w, "chunk_frames");
-  aural_jw_uint(&w, srv->chunk_frames);
-  aural_jw_end_object(&w);
-  aural_jw_end_object(&w);
-  long len = aural_jw_finish(&w);
-  if (len >= 0) {
-    srv->welcome = msgbuf_new(AURAL_PROTO_HEADER_BYTES + (size_t)len);
-    if (srv->welcome != NULL)
-      aural_proto_encode_raw(srv->welcome->data, srv->welcome->len,
-                             AURAL_MSG_WELCOME, 0, json, (size_t)len);
-  }
-  free(json);
-  return srv->welcome != NULL ? 0 : -1;
-}
-
 static int open_files(server *srv, char *why, size_t why_len) {
   for (int i = 0; i < srv->opt->n_files; i++) {
     const file_opt *f = &srv->opt->files[i];
     aural_audiofile *af = NULL;
     aural_err err = {0};
+    struct stat st;
+    /* Files only: a FIFO or a device would make start-up wait for a
+     * writer, and a worker block in reads (live audio is for clients). */
+    if (stat(f->path, &st) == 0 && !S_ISREG(st.st_mode) &&
+        !S_ISDIR(st.st_mode)) {
+      snprintf(why, why_len,
+               "%s: not a regular file (for live audio from a pipe, use "
+               "'aural send')", f->path);
+      return -1;
+    }
     if (aural_audiofile_open(f->path, &af, &err) < 0) {
       snprintf(why, why_len, "%s", err.msg);
       return -1;
@@ -461,60 +416,6 @@ static int open_files(server *srv, char *why, size_t why_len) {
   for (stream *s = srv->streams; s != NULL; s = s->next)
     if (s->source == SRC_FILE) stream_start(s);
   return 0;
-}
-
-/* ---- shutdown ------------------------------------------------------------ */
-
-static void close_if_open(uv_handle_t *h) {
-  if (h->loop != NULL && !uv_is_closing(h)) uv_close(h, NULL);
-}
-
-/* Last step of a shutdown: workers are joined (they may still hold
- * streams), leftovers freed, and every handle closed so uv_run returns. */
-void server_close_handles(server *srv) {
-  if (srv->stopped) return;
-  srv->stopped = true;
-  for (conn *c = srv->conns; c != NULL; c = c->next) conn_kill(c);
-  workers_stop(srv);
-  server_on_done(&srv->wake); /* events the workers left */
-  close_if_open((uv_handle_t *)&srv->tick);
-  close_if_open((uv_handle_t *)&srv->deadline);
-  close_if_open((uv_handle_t *)&srv->sigint);
-  close_if_open((uv_handle_t *)&srv->sigterm);
-  close_if_open((uv_handle_t *)&srv->sighup);
-  close_if_open((uv_handle_t *)&srv->wake);
-  if (srv->listening) close_if_open((uv_handle_t *)&srv->listener);
-}
-
-static void on_deadline(uv_timer_t *t) {
-  server *srv = t->data;
-  log_warn("shutdown: deadline reached with %d streams and %d clients "
-           "left; closing them",
-           srv->n_streams, srv->n_conns);
-  server_close_handles(srv);
-}
-
-void server_stop(server *srv, const char *why) {
-  if (srv->stopping) return;
-  srv->stopping = true;
-  log_info("stopping: %s", why);
-  notify("STOPPING=1");
-  if (srv->listening) {
-    uv_close((uv_handle_t *)&srv->listener, NULL);
-    srv->listening = false;
-    if (!srv->activated) unlink(srv->opt->socket_path); /* else systemd's */
-  }
-  mic_stop(srv);
-  for (stream *s = srv->streams; s != NULL; s = s->next)
-    stream_end_input(s, END_SHUTDOWN, "");
-  for (conn *c = srv->conns; c != NULL; c = c->next)
-    if (c->reading) {
-      uv_read_stop((uv_stream_t *)&c->pipe);
-      c->reading = false;
-      c->paused = true; /* no resume */
-    }
-  uv_timer_start(&srv->deadline, on_deadline,
-                 (uint64_t)(SHUTDOWN_S * 1000), 0);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -572,44 +473,19 @@ int main(int argc, char **argv) {
 
   signal(SIGPIPE, SIG_IGN);
 
-  server srv = {.opt = &o, .lock_fd = -1, .exit_code = 0, .argc = argc,
-                .argv = argv, .config_path = conf};
-  srv.chunk_frames = (size_t)o.chunk_frames;
-  srv.t_start = aurald_mono_s();
+  server srv = {.argc = argc, .argv = argv, .config_path = conf};
   char why[640];
-  aural_err err = {0};
-  aural_model_load_config lc;
-  aural_model_load_config_default(&lc);
-  if (o.f16_weights) lc.weights = AURAL_WEIGHTS_F16;
-  if (aural_model_load(o.model_path, &lc, &srv.model, &err) < 0) {
-    log_error("%s", err.msg);
-    return 1;
-  }
-  srv.mc = aural_model_get_config(srv.model);
-  for (int i = 0; i < srv.mc->vocab_size; i++) {
-    size_t n = strlen(aural_model_token(srv.model, i));
-    if (n > srv.max_token_bytes) srv.max_token_bytes = n;
-  }
-  srv.scratch = malloc(o.max_request_bytes / 2 * sizeof(float));
   uv_loop_t loop;
-  if (srv.scratch == NULL || build_welcome(&srv) < 0 ||
-      uv_loop_init(&loop) < 0) {
-    log_error("out of memory at start-up");
+  if (uv_loop_init(&loop) < 0) {
+    log_error("cannot create the event loop");
     return 1;
   }
-  srv.loop = &loop;
-  pthread_mutex_init(&srv.mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* for timed waits */
-  pthread_cond_init(&srv.cv, &ca);
-  pthread_condattr_destroy(&ca);
-  uv_async_init(&loop, &srv.wake, server_on_done);
-  srv.wake.data = &srv;
-  uv_timer_init(&loop, &srv.tick);
-  srv.tick.data = &srv;
-  uv_timer_init(&loop, &srv.deadline);
-  srv.deadline.data = &srv;
+  if (server_setup(&srv, &o, &loop, why, sizeof why) < 0) {
+    log_error("%s", why);
+    server_teardown(&srv);
+    uv_loop_close(&loop);
+    return 1;
+  }
   uv_signal_init(&loop, &srv.sigint);
   uv_signal_init(&loop, &srv.sigterm);
   uv_signal_init(&loop, &srv.sighup);
@@ -652,25 +528,14 @@ int main(int argc, char **argv) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);
 
-  /* Streams a failed start-up or the deadline left behind. */
-  while (srv.streams != NULL) {
-    stream *s = srv.streams;
-    srv.streams = s->next;
-    stream_destroy(s);
-  }
-  int closed = uv_loop_close(&loop);
+  int closed = server_teardown(&srv);
+  if (closed == 0) closed = uv_loop_close(&loop);
   if (closed != 0) {
     log_error("event loop did not close cleanly: %s", uv_strerror(closed));
     srv.exit_code = 1;
   }
-  if (srv.lock_fd >= 0) close(srv.lock_fd);
-  msgbuf_unref(srv.welcome);
-  free(srv.scratch);
   free(o.files);
   config_words_free(&cw);
-  aural_model_free(srv.model);
-  pthread_mutex_destroy(&srv.mu);
-  pthread_cond_destroy(&srv.cv);
   if (srv.exit_code == 0) log_info("stopped");
   return srv.exit_code;
 }

@@ -367,17 +367,11 @@ int aural_audiofile_open(const char *path, aural_audiofile **out,
                          aural_err *err) {
   *out = NULL;
   struct stat st;
-  /* O_NONBLOCK: opening a FIFO nobody writes to would otherwise wait for
-   * a writer forever. Reads block again once it is open (a FIFO without a
-   * writer then reads as empty). */
-  int fd = aural__open_input(path, O_NONBLOCK, 0, "an audio file", &st, err);
+  /* A FIFO is a live input (a recorder writing into it): the open waits
+   * for its writer, as any reader of a FIFO does. Callers that must not
+   * wait (the daemon at start-up) accept only regular files. */
+  int fd = aural__open_input(path, 0, 0, "an audio file", &st, err);
   if (fd < 0) return fd;
-  int fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
-    int e = errno;
-    close(fd);
-    return aural__err_set(err, -e, "%s: %s", path, strerror(e));
-  }
   aural_audiofile *af = calloc(1, sizeof *af);
   if (af == NULL) {
     close(fd);

@@ -136,8 +136,11 @@ def make_cases():
         "text_as_wav": ("notes.wav", b"not a recording\n" * 40, "error",
                         "not a readable"),
         "directory": ("folder.wav", os.mkdir, "error", "directory"),
-        "fifo_without_writer": ("pipe.wav", os.mkfifo, "error",
-                                "not a readable|empty"),
+        # A FIFO: aurald takes only regular files for --file (start-up
+        # must not wait for a writer); `aural send` reads it as a live
+        # input, and here its writer sends junk.
+        "fifo": ("pipe.wav", fifo_with_junk_writer, "error",
+                 "not a regular file|not a readable"),
         "aiff_ssnd_too_long": (
             "cut.aiff",
             b"FORM" + struct.pack(">I", 4 + 26 + 16 + 400) + b"AIFF" +
@@ -149,6 +152,29 @@ def make_cases():
                                       "Ogg|not a readable"),
     }
     return cases
+
+
+def fifo_with_junk_writer(path):
+    """Makes a FIFO and, for up to 10 s, waits for a reader to feed it a
+    few hundred bytes that are no audio format."""
+    os.mkfifo(path)
+
+    def writer():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: no reader yet
+                time.sleep(0.02)
+                continue
+            try:
+                os.write(fd, b"no audio here\n" * 20)
+            except OSError:
+                pass
+            os.close(fd)
+            return
+
+    threading.Thread(target=writer, daemon=True).start()
 
 
 CASES = make_cases()
