@@ -584,19 +584,16 @@ static void handle_message(conn *c, const aural_msg_header *h,
 
 /* ---- accepting ----------------------------------------------------------- */
 
-void on_connection(uv_stream_t *listener, int status) {
-  server *srv = listener->data;
-  if (status < 0) {
-    log_warn("accept: %s", uv_strerror(status));
-    return;
-  }
+/* A new connection in the server's list, its pipe initialised but not
+ * yet connected. NULL when out of memory. */
+static conn *conn_new(server *srv) {
   conn *c = calloc(1, sizeof *c);
   msgbuf **q = calloc(CONN_QUEUE_CAP, sizeof *q);
   if (c == NULL || q == NULL || uv_pipe_init(srv->loop, &c->pipe, 0) < 0) {
     log_error("out of memory for a new connection");
     free(c);
     free(q);
-    return;
+    return NULL;
   }
   c->q = q;
   c->srv = srv;
@@ -606,10 +603,12 @@ void on_connection(uv_stream_t *listener, int status) {
   if (srv->conns) srv->conns->prev = c;
   srv->conns = c;
   srv->n_conns++;
-  if (uv_accept(listener, (uv_stream_t *)&c->pipe) < 0) {
-    conn_kill(c);
-    return;
-  }
+  return c;
+}
+
+/* Admits a connected client (peer credentials, limits) and reads it. */
+static void conn_admit(conn *c) {
+  server *srv = c->srv;
   uv_os_fd_t fd;
   struct ucred cred = {0};
   socklen_t len = sizeof cred;
@@ -646,6 +645,32 @@ void on_connection(uv_stream_t *listener, int status) {
   log_debug("client %u: connected (uid %u, pid %ld)", c->id,
             (unsigned)cred.uid, (long)cred.pid);
   start_reading(c);
+}
+
+void on_connection(uv_stream_t *listener, int status) {
+  server *srv = listener->data;
+  if (status < 0) {
+    log_warn("accept: %s", uv_strerror(status));
+    return;
+  }
+  conn *c = conn_new(srv);
+  if (c == NULL) return;
+  if (uv_accept(listener, (uv_stream_t *)&c->pipe) < 0) {
+    conn_kill(c);
+    return;
+  }
+  conn_admit(c);
+}
+
+int conn_adopt(server *srv, int fd) {
+  conn *c = conn_new(srv);
+  if (c == NULL) return -1;
+  if (uv_pipe_open(&c->pipe, fd) < 0) {
+    conn_kill(c);
+    return -1;
+  }
+  conn_admit(c);
+  return 0;
 }
 
 /* Runs from the tick timer: disconnects clients whose queue stayed above

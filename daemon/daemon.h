@@ -349,6 +349,9 @@ void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
 void conn_kill(conn *c); /* close now */
 void conn_resume_if_drained(conn *c);
 void on_connection(uv_stream_t *listener, int status);
+/* Serves an already connected Unix stream socket (the fuzz harness uses a
+ * socketpair). Returns 0 or -1. */
+int conn_adopt(server *srv, int fd);
 void conn_check_limits(server *srv);
 size_t conn_queue_bytes(const conn *c);
 

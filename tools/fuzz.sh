@@ -43,8 +43,15 @@ srcs=(lib/*.c proto/*.c)
 
 for t in "${targets[@]}"; do
   echo "== fuzz_$t: building"
-  "$cc" "${cflags[@]}" "tests/fuzz/fuzz_$t.c" "${srcs[@]}" -o "$out/fuzz_$t" \
-    "${libs[@]}" -lfftw3_threads -lmvec -lm -lpthread
+  extra=()
+  if [[ $t == daemon ]]; then
+    # The daemon's connection handling, without its main().
+    # shellcheck disable=SC2207
+    extra=($(ls daemon/*.c | grep -v 'daemon/main.c')
+           $(pkg-config --cflags --libs libuv portaudio-2.0))
+  fi
+  "$cc" "${cflags[@]}" "tests/fuzz/fuzz_$t.c" "${srcs[@]}" "${extra[@]}" \
+    -o "$out/fuzz_$t" "${libs[@]}" -lfftw3_threads -lmvec -lm -lpthread
 done
 
 failed=0
