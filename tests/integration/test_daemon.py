@@ -138,7 +138,10 @@ class Daemon:
                 raise AssertionError("aurald exited %d at start:\n%s" %
                                      (self.proc.returncode, self.text()))
             if time.monotonic() > deadline:
-                raise AssertionError("aurald did not create its socket")
+                self.proc.kill()  # never leave a daemon behind
+                self.proc.wait()
+                raise AssertionError("aurald did not say it was serving:\n"
+                                     + self.text())
             time.sleep(0.02)
 
     def text(self):
