@@ -212,6 +212,9 @@ def main():
         "wall_s": wall, "x_real_time": state["audio_s"] / wall,
         "rss_kb_first": warm[0][1], "rss_kb_last": samples[-1][1],
         "rss_slope_kb_per_min": slope, "fds_before": fds_start,
+        "rss_kb_at_quarters": [samples[min(len(samples) - 1,
+                                           len(samples) * q // 4)][1]
+                               for q in range(5)],
         "fds_end": fds_end, "healthy_lost_chunks": lost, "gaps": gaps,
         "healthy_errors": errors, "streams_ended_seen": streams_seen,
         "churn_connections": counts["churn"],
