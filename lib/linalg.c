@@ -29,101 +29,144 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
 }
 
 /*
- * The AVX-512 kernel. Output columns go 32 at a time (two panels, two
- * vectors); rows of x go MR at a time, each row's input broadcast and
+ * The AVX-512 kernels. Output columns go 32 at a time (two panels, two
+ * vectors); rows of x go a few at a time, each row's input broadcast and
  * multiplied into its two accumulators, so one k step is 2 loads of W and
- * 2 MR fused multiply-adds. MR = 6 keeps 12 accumulators in registers and
- * both FMA units busy; the last rows of x use a smaller MR, each a
- * function of its own so that its accumulators stay in registers too. For
- * one row (frame mode) the kernel streams W from memory, which bounds it.
- * A missing second panel (odd panel count) is multiplied as zeros.
+ * 2 MR fused multiply-adds. Six rows keep 12 accumulators in registers and
+ * both FMA units busy. A panel past the last one repeats the last, with
+ * its lanes masked off, so that the loops over k have no branches.
  */
-#define MR_MAX 6
 #define F32_W(p, at) _mm512_loadu_ps((const float *)(p) + (at))
 #define F16_W(p, at) \
   _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (at))))
 
-/* MR rows of x against NP panels, over kc values of k: MR * NP
- * accumulators in registers. ws[q] points at panel q's first k of the
- * block (NULL: multiplied as zeros); x at the rows' first k, rows ldx
- * apart; y at the block's first output, rows N apart. The first k block
- * starts from zero, later ones from the partial sums left in y, so each
- * output stays one fused multiply-add chain over k in order; the last k
- * block adds the bias. Lanes outside ms[q] are neither read nor written.
- * pf_n panels from pf, pf_next bytes apart, are prefetched into L2 at
- * pf_step bytes per k: the caller points them at the weights it will need
- * next. */
-#define DEFINE_BLOCK(NAME, MR, NP, LOAD)                                       \
+/* Few rows (frame mode): MR rows of x (K apart) against NP panels over all
+ * of k, so that the weights stream past the rows once. More panels when
+ * there are fewer rows, for enough independent chains to cover the FMA
+ * latency. ws[q] points at panel q's first k; y at the first output, rows
+ * N apart; lanes outside ms[q] are neither read nor written. The bias bs is
+ * added after the chain. */
+#define DEFINE_FEW(NAME, MR, NP, LOAD)                                         \
   __attribute__((target("avx512f,fma,f16c"), always_inline)) static inline void \
-  NAME(const void *const *ws, const float *x, size_t ldx, size_t kc,           \
-       float *y, size_t N, const __m512 *bs, const __mmask16 *ms, int first,   \
-       int last, const char *pf, size_t pf_step, size_t pf_next, int pf_n) {  \
+  NAME(const void *const *ws, const float *x, size_t K, float *y, size_t N,    \
+       const __m512 *bs, const __mmask16 *ms) {                                \
     __m512 acc[MR][NP];                                                        \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
       _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) acc[r][q] =         \
-          first ? _mm512_setzero_ps()                                          \
-                : _mm512_maskz_loadu_ps(ms[q], y + (size_t)r * N + 16 * q);    \
-    _Pragma("GCC unroll 4") for (size_t k = 0; k < kc; k++) {                  \
-      for (int q = 0; q < pf_n; q++)                                           \
-        _mm_prefetch(pf + (size_t)q * pf_next + k * pf_step, _MM_HINT_T1);     \
+          _mm512_setzero_ps();                                                 \
+    _Pragma("GCC unroll 4") for (size_t k = 0; k < K; k++) {                   \
       __m512 w[NP];                                                            \
       _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) w[q] =              \
-          ws[q] ? LOAD(ws[q], k * 16) : _mm512_setzero_ps();                   \
+          LOAD(ws[q], k * 16);                                                 \
       _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                   \
-        __m512 xv = _mm512_set1_ps(x[(size_t)r * ldx + k]);                    \
+        __m512 xv = _mm512_set1_ps(x[(size_t)r * K + k]);                      \
         _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) acc[r][q] =       \
             _mm512_fmadd_ps(xv, w[q], acc[r][q]);                              \
       }                                                                        \
     }                                                                          \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
-      _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) if (ms[q])          \
+      _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++)                     \
+        _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],               \
+                              _mm512_add_ps(acc[r][q], bs[q]));                \
+  }
+#define DEFINE_FEW_ALL(T, LOAD)    \
+  DEFINE_FEW(few1_##T, 1, 8, LOAD) \
+  DEFINE_FEW(few2_##T, 2, 4, LOAD) \
+  DEFINE_FEW(few3_##T, 3, 4, LOAD) \
+  DEFINE_FEW(few4_##T, 4, 2, LOAD) \
+  DEFINE_FEW(few5_##T, 5, 2, LOAD)
+DEFINE_FEW_ALL(f32, F32_W)
+DEFINE_FEW_ALL(f16, F16_W)
+
+/* Many rows: MR rows of x (ldx apart) against two float panels w0, w1
+ * over kc values of k. y points at the tile's first output, rows N apart.
+ * The first k block starts from zero, later ones from the partial sums
+ * left in y, so each output stays one fused multiply-add chain over k in
+ * order; the last k block adds the bias. Every four k, the next pf_n of
+ * the pf_lines lines from pf on are prefetched into L2: the caller points
+ * pf at the weights it needs next. */
+#define DEFINE_TILE(NAME, MR)                                                  \
+  __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
+  NAME(const float *w0, const float *w1, const float *x, size_t ldx,           \
+       size_t kc, float *y, size_t N, const __m512 *bs, const __mmask16 *ms,   \
+       int first, int last, const char *pf, size_t pf_lines, size_t pf_n) {    \
+    __m512 acc[MR][2];                                                         \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
+      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) acc[r][q] =          \
+          first ? _mm512_setzero_ps()                                          \
+                : _mm512_maskz_loadu_ps(ms[q], y + (size_t)r * N + 16 * q);    \
+    size_t k = 0;                                                              \
+    for (; k + 4 <= kc; k += 4) {                                              \
+      size_t n_pf = pf_lines < pf_n ? pf_lines : pf_n;                         \
+      for (size_t i = 0; i < n_pf; i++, pf += 64) _mm_prefetch(pf, _MM_HINT_T1); \
+      pf_lines -= n_pf;                                                        \
+      _Pragma("GCC unroll 4") for (size_t u = k; u < k + 4; u++) {             \
+        __m512 a = _mm512_loadu_ps(w0 + 16 * u),                               \
+               c = _mm512_loadu_ps(w1 + 16 * u);                               \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                 \
+          __m512 xv = _mm512_set1_ps(x[(size_t)r * ldx + u]);                  \
+          acc[r][0] = _mm512_fmadd_ps(xv, a, acc[r][0]);                       \
+          acc[r][1] = _mm512_fmadd_ps(xv, c, acc[r][1]);                       \
+        }                                                                      \
+      }                                                                        \
+    }                                                                          \
+    for (; k < kc; k++) {                                                      \
+      __m512 a = _mm512_loadu_ps(w0 + 16 * k),                                 \
+             c = _mm512_loadu_ps(w1 + 16 * k);                                 \
+      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                   \
+        __m512 xv = _mm512_set1_ps(x[(size_t)r * ldx + k]);                    \
+        acc[r][0] = _mm512_fmadd_ps(xv, a, acc[r][0]);                         \
+        acc[r][1] = _mm512_fmadd_ps(xv, c, acc[r][1]);                         \
+      }                                                                        \
+    }                                                                          \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
+      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++)                      \
         _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],               \
                               last ? _mm512_add_ps(acc[r][q], bs[q])           \
                                    : acc[r][q]);                               \
   }
+DEFINE_TILE(tile3, 3)
+DEFINE_TILE(tile4, 4)
+DEFINE_TILE(tile5, 5)
+DEFINE_TILE(tile6, 6)
 
-/* Two panels for blocks of many rows (12 accumulators at MR = 6; float
- * weights only: half-precision blocks are widened first); more panels when
- * there are few rows, for enough independent chains to cover the FMA
- * latency (both weight types). */
-DEFINE_BLOCK(b1x2_f32, 1, 2, F32_W)
-DEFINE_BLOCK(b2x2_f32, 2, 2, F32_W)
-DEFINE_BLOCK(b3x2_f32, 3, 2, F32_W)
-DEFINE_BLOCK(b6x2_f32, 6, 2, F32_W)
-#define DEFINE_FEW_ROW_BLOCKS(T, LOAD)     \
-  DEFINE_BLOCK(b4x2_##T, 4, 2, LOAD)       \
-  DEFINE_BLOCK(b5x2_##T, 5, 2, LOAD)       \
-  DEFINE_BLOCK(b1x8_##T, 1, 8, LOAD)       \
-  DEFINE_BLOCK(b2x4_##T, 2, 4, LOAD)       \
-  DEFINE_BLOCK(b3x4_##T, 3, 4, LOAD)
-DEFINE_FEW_ROW_BLOCKS(f32, F32_W)
-DEFINE_FEW_ROW_BLOCKS(f16, F16_W)
-
-/* Panels, masks and bias of panels [p, p + np), pointers at k = k0. */
+/* Panels [p, p + np) at k = k0: pointers (a panel past the last repeats
+ * the last), store masks (zero past the last) and bias (zero without). */
 #define PANEL_SETUP(ELEM)                                                      \
-  const void *ws[8] = {0};                                                     \
+  const void *ws[8];                                                           \
   __m512 bs[8];                                                                \
-  __mmask16 ms[8] = {0};                                                       \
+  __mmask16 ms[8];                                                             \
   for (size_t q = 0; q < np; q++) {                                            \
-    size_t c = (p + q) * AURAL__PANEL;                                         \
-    bs[q] = _mm512_setzero_ps();                                               \
-    if (p + q >= n_panels) continue;                                           \
-    size_t left = N - c;                                                       \
-    ws[q] = (const ELEM *)w + (p + q) * ps + k0 * AURAL__PANEL;                \
-    ms[q] = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);               \
-    /* Adding 0 where there is no bias keeps the chain's bits. */            \
-    if (b) bs[q] = _mm512_maskz_loadu_ps(ms[q], b + c);                        \
+    size_t pq = p + q < n_panels ? p + q : n_panels - 1;                       \
+    size_t c = pq * AURAL__PANEL, left = N - c;                                \
+    ws[q] = w + pq * ps + k0 * AURAL__PANEL;                                   \
+    ms[q] = p + q >= n_panels ? 0                                              \
+            : left >= 16      ? 0xffff                                         \
+                              : (__mmask16)((1u << left) - 1);                 \
+    /* Adding +0 where there is no bias keeps the chain's bits: a chain    \
+     * that starts from +0 never ends at -0. */                              \
+    bs[q] = b != NULL ? _mm512_maskz_loadu_ps(ms[q], b + c)                    \
+                      : _mm512_setzero_ps();                                   \
   }
 
-/* k values per block when there are many rows: two panels of 256 k are
- * 32 KB of f32 weights, which stay in L1 while every row block uses them. */
+/* k values per block when there are many rows: two f32 panels of 256 k
+ * are 32 KB, which stay in L1 while every row block of the chunk uses
+ * them. Rows go in chunks of at most MC_BLOCKS row blocks (72 rows), whose
+ * inputs for one k block (72 KB) stay in L2 while the chunk goes through
+ * every panel pair. */
 #define KC 256
+#define MC_BLOCKS 12
+#define MR_MAX 6
 
 /*
- * Many rows (chunk mode, batches): k blocks outside, then panel pairs, then
- * blocks of 6 rows, so each block of weights is loaded into L1 once and
- * used by every row. Few rows (frame mode): the rows stay in registers and
- * the weights stream past them once, np panels at a time.
+ * Few rows (frame mode): the rows stay in registers and the weights stream
+ * past them once, np panels at a time. Many rows (chunk mode, batches): the
+ * rows are split into blocks of 3 to 6 (sizes differing by at most one, so
+ * that no block is left with one or two rows and half-idle FMA units), and
+ * the blocks into chunks; for each chunk and k block, the panel pairs go
+ * in turn, each pair's block of weights loaded once and used by every row
+ * block of the chunk, while the next pair's block is prefetched into L2, a
+ * slice per row block.
  */
 #define DEFINE_LINEAR(T, ELEM)                                                 \
   __attribute__((target("avx512f,fma,f16c"))) static void linear_##T(         \
@@ -137,55 +180,70 @@ DEFINE_FEW_ROW_BLOCKS(f16, F16_W)
         PANEL_SETUP(ELEM)                                                      \
         float *yp = y + p * AURAL__PANEL;                                      \
         switch (M) {                                                           \
-        case 1: b1x8_##T(ws, x, K, K, yp, N, bs, ms, 1, 1, NULL, 0, 0, 0); break; \
-        case 2: b2x4_##T(ws, x, K, K, yp, N, bs, ms, 1, 1, NULL, 0, 0, 0); break; \
-        case 3: b3x4_##T(ws, x, K, K, yp, N, bs, ms, 1, 1, NULL, 0, 0, 0); break; \
-        case 4: b4x2_##T(ws, x, K, K, yp, N, bs, ms, 1, 1, NULL, 0, 0, 0); break; \
-        default: b5x2_##T(ws, x, K, K, yp, N, bs, ms, 1, 1, NULL, 0, 0, 0); break; \
+        case 1: few1_##T(ws, x, K, yp, N, bs, ms); break;                      \
+        case 2: few2_##T(ws, x, K, yp, N, bs, ms); break;                      \
+        case 3: few3_##T(ws, x, K, yp, N, bs, ms); break;                      \
+        case 4: few4_##T(ws, x, K, yp, N, bs, ms); break;                      \
+        default: few5_##T(ws, x, K, yp, N, bs, ms); break;                     \
         }                                                                      \
       }                                                                        \
       return;                                                                  \
     }                                                                          \
     const size_t np = 2;                                                       \
+    /* Row block j starts at row j * mr_lo + min(j, n_hi): mr_lo + 1 rows    \
+     * for the first n_hi blocks, mr_lo for the others. */                   \
+    size_t nb = (M + MR_MAX - 1) / MR_MAX, mr_lo = M / nb, n_hi = M % nb;     \
     /* Half-precision panels are widened once per block into this buffer   \
-     * (exactly: every half is a float) and reused by every row block.      \
-     */                                                                        \
+     * (exactly: every half is a float) and reused by every row block. */   \
     float wide[2 * KC * AURAL__PANEL] __attribute__((aligned(64)));            \
-    for (size_t k0 = 0; k0 < K; k0 += KC) {                                    \
-      size_t kc = K - k0 < KC ? K - k0 : KC;                                   \
-      int first = k0 == 0, last = k0 + kc == K;                                \
-      for (size_t p = 0; p < n_panels; p += np) {                              \
-        PANEL_SETUP(ELEM)                                                      \
-        if (sizeof(ELEM) == 2)                                                 \
-          for (size_t q = 0; q < np; q++) {                                    \
-            if (ws[q] == NULL) continue;                                       \
-            float *dst = wide + q * KC * AURAL__PANEL;                         \
-            for (size_t k = 0; k < kc; k++)                                    \
-              _mm512_store_ps(dst + 16 * k, F16_W(ws[q], 16 * k));             \
-            ws[q] = dst;                                                       \
+    size_t n_ch = (nb + MC_BLOCKS - 1) / MC_BLOCKS,                            \
+           ch = (nb + n_ch - 1) / n_ch; /* blocks per chunk, balanced */      \
+    for (size_t j0 = 0; j0 < nb; j0 += ch) {                                   \
+      size_t j1 = nb - j0 < ch ? nb : j0 + ch;                                 \
+      size_t i0 = j0 * mr_lo + (j0 < n_hi ? j0 : n_hi);                        \
+      for (size_t k0 = 0; k0 < K; k0 += KC) {                                  \
+        size_t kc = K - k0 < KC ? K - k0 : KC;                                 \
+        size_t kn = K - k0 - kc < KC ? K - k0 - kc : KC;                       \
+        int first = k0 == 0, last = k0 + kc == K;                              \
+        for (size_t p = 0; p < n_panels; p += np) {                            \
+          PANEL_SETUP(ELEM)                                                    \
+          const float *w0 = (const float *)ws[0], *w1 = (const float *)ws[1];  \
+          if (sizeof(ELEM) == 2) {                                             \
+            for (size_t q = 0; q < np; q++)                                    \
+              for (size_t k = 0; k < kc; k++)                                  \
+                _mm512_store_ps(wide + (q * KC + k) * AURAL__PANEL,            \
+                                F16_W(ws[q], 16 * k));                         \
+            w0 = wide;                                                         \
+            w1 = wide + KC * AURAL__PANEL;                                     \
           }                                                                    \
-        /* While the first rows run, the next two panels' block of k is   \
-         * fetched into L2: both panels, one line of each per step. */       \
-        size_t pn = p + 2 < n_panels ? p + 2 : 0, k1 = pn ? k0 : k0 + KC;     \
-        const char *pf = pn < n_panels && k1 < K                               \
-                             ? (const char *)((const ELEM *)w +                \
-                                              pn * ps + k1 * AURAL__PANEL)     \
-                             : NULL;                                           \
-        size_t st = 16 * sizeof(ELEM),                                         \
-               nx = pn + 1 < n_panels ? ps * sizeof(ELEM) : 0;                 \
-        int pfn = pf ? (nx ? 2 : 1) : 0;                                       \
-        for (size_t i = 0; i < M; i += MR_MAX) {                               \
-          const float *xi = x + i * K + k0;                                    \
-          float *yi = y + i * N + p * AURAL__PANEL;                            \
-          const char *pfi = i == 0 ? pf : NULL;                                \
-          int pn_i = i == 0 ? pfn : 0;                                         \
-          switch (M - i < MR_MAX ? M - i : MR_MAX) {                           \
-          case 1: b1x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
-          case 2: b2x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
-          case 3: b3x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
-          case 4: b4x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
-          case 5: b5x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
-          default: b6x2_f32(ws, xi, K, kc, yi, N, bs, ms, first, last, pfi, st, nx, pn_i); break; \
+          /* The next block of weights: the next pair's, else the first    \
+           * pair's at the next k block (none after the last): lp lines of  \
+           * each panel. Row blocks take turns at the two panels, each      \
+           * fetching a slice of at most `per` lines, pf_n every four k. */ \
+          size_t pn = p + np, k1 = k0, kcn = kc, nbc = j1 - j0;                \
+          if (pn >= n_panels) pn = 0, k1 = k0 + kc, kcn = kn;                  \
+          size_t lp = kcn * AURAL__PANEL * sizeof(ELEM) / 64,                  \
+                 n_sl = nbc > 1 ? nbc / 2 : 1, per = (lp + n_sl - 1) / n_sl,   \
+                 pf_n = kc >= 4 ? (per + kc / 4 - 1) / (kc / 4) : 0;           \
+          const ELEM *wn = w + pn * ps + k1 * AURAL__PANEL;                    \
+          float *yp = y + i0 * N + p * AURAL__PANEL;                           \
+          const float *xj = x + i0 * K + k0;                                   \
+          for (size_t j = j0; j < j1; j++) {                                   \
+            size_t mr = mr_lo + (j < n_hi), q = (j - j0) % 2,                  \
+                   at = (j - j0) / 2 * per, n = 0;                             \
+            const char *pfj = (const char *)w0;                                \
+            if (pn + q < n_panels && at < lp) {                                \
+              pfj = (const char *)(wn + q * ps) + 64 * at;                     \
+              n = lp - at < per ? lp - at : per;                               \
+            }                                                                  \
+            switch (mr) {                                                      \
+            case 3: tile3(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            case 4: tile4(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            case 5: tile5(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            default: tile6(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            }                                                                  \
+            xj += mr * K;                                                      \
+            yp += mr * N;                                                      \
           }                                                                    \
         }                                                                      \
       }                                                                        \
@@ -214,8 +272,8 @@ static void pick_kernel(void) {
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
       getenv("AURAL_GEMM_SCALAR") == NULL) {
     linear_impl = linear_avx512;
-    kernel_name = "aural AVX-512 FMA (6x32 register blocks; f16 weights "
-                  "via F16C)";
+    kernel_name = "aural AVX-512 FMA (register tiles of 3-6 rows x 32 "
+                  "columns over L1-sized weight blocks; f16 weights via F16C)";
   } else {
     linear_impl = aural__linear_ref;
     kernel_name = "aural scalar reference (no AVX-512 on this CPU: slow)";

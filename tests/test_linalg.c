@@ -51,26 +51,34 @@ static aural__mat make_mat(size_t rows, size_t cols, int f16, float *plain,
   return m;
 }
 
+/* Shapes cover: row counts of the few-row kernels (1-5), of the tiles (one
+ * block of 6, blocks of 3 to 6 rows, 5/6 splits), of several chunks of row
+ * blocks (73, 150); partial, odd and single panels; k in one block, in
+ * blocks with a short last one, and below the four k of one prefetch
+ * step. */
 static void test_kernel_matches_oracle_bit_for_bit(void **state) {
   (void)state;
   const size_t rows[] = {1, 15, 16, 17, 31, 32, 33, 100};
-  const size_t cols[] = {1, 7, 64, 257};
-  const size_t ns[] = {1, 2, 5, 6, 7, 12, 13, 50};
+  const size_t cols[] = {1, 3, 7, 64, 257, 600};
+  const size_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 19, 50, 73, 150};
+  const size_t n_rows = sizeof rows / sizeof *rows,
+               n_cols = sizeof cols / sizeof *cols, n_ns = sizeof ns / sizeof *ns,
+               n_max = 150;
   int n_checked = 0;
   for (int f16 = 0; f16 < 2; f16++)
-    for (size_t ri = 0; ri < 8; ri++)
-      for (size_t ci = 0; ci < 4; ci++) {
+    for (size_t ri = 0; ri < n_rows; ri++)
+      for (size_t ci = 0; ci < n_cols; ci++) {
         size_t R = rows[ri], C = cols[ci];
         float *plain = malloc(R * C * sizeof *plain);
         void *mem;
         aural__mat w = make_mat(R, C, f16, plain, &mem);
         float *b = malloc(R * sizeof *b);
         for (size_t r = 0; r < R; r++) b[r] = frand();
-        float *x = malloc(50 * C * sizeof *x);
-        for (size_t i = 0; i < 50 * C; i++) x[i] = frand() * 4;
-        float *fast = malloc(50 * R * sizeof *fast);
-        float *ref = malloc(50 * R * sizeof *ref);
-        for (size_t ni = 0; ni < 8; ni++) {
+        float *x = malloc(n_max * C * sizeof *x);
+        for (size_t i = 0; i < n_max * C; i++) x[i] = frand() * 4;
+        float *fast = malloc(n_max * R * sizeof *fast);
+        float *ref = malloc(n_max * R * sizeof *ref);
+        for (size_t ni = 0; ni < n_ns; ni++) {
           size_t n = ns[ni];
           for (int with_bias = 0; with_bias < 2; with_bias++) {
             const float *bb = with_bias ? b : NULL;
