@@ -378,88 +378,113 @@ void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
 
 __attribute__((target("avx512f"))) __m512 _ZGVeN16v_expf(__m512 x);
 
-/* The same with 16-wide vectors: scores of 16 slots at a time from the
- * transposed keys, exp from libmvec, values 16 lanes of the head at a
- * time. Needs hs % 16 == 0. */
+/* The slots of group g (slots 16 g to 16 g + 15) that lie in [lo, hi). */
+static inline __mmask16 group_mask(size_t g, size_t lo, size_t hi) {
+  size_t a = 16 * g, b = a + 16;
+  lo = lo > a ? lo : a;
+  hi = hi < b ? hi : b;
+  return lo >= hi ? 0 : (__mmask16)(((1u << (hi - lo)) - 1) << (lo - a));
+}
+
+/* The slots of group g that hold one of the n_ctx cached frames. */
+static inline __mmask16 ctx_mask(const slot_runs *runs, size_t g) {
+  __mmask16 m = 0;
+  for (int ri = 0; ri < runs->n; ri++)
+    m |= group_mask(g, runs->start[ri], runs->start[ri] + runs->len[ri]);
+  return m;
+}
+
+/* o (NV vectors) = sum over the cached slots s of scores[s] * inv times
+ * the NV vectors at v + s * ldv: even and odd slots of each run in separate
+ * chains, added at the end. */
+#define DEFINE_PV(NAME, NV)                                                    \
+  __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
+  NAME(const slot_runs *runs, const float *scores, float inv, const float *v,  \
+       size_t ldv, float *o) {                                                 \
+    __m512 acc[2][NV];                                                         \
+    _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =           \
+        acc[1][i] = _mm512_setzero_ps();                                       \
+    for (int ri = 0; ri < runs->n; ri++) {                                     \
+      size_t s = runs->start[ri], end = s + runs->len[ri];                     \
+      for (; s + 2 <= end; s += 2) {                                           \
+        __m512 p0 = _mm512_set1_ps(scores[s] * inv),                           \
+               p1 = _mm512_set1_ps(scores[s + 1] * inv);                       \
+        const float *v0 = v + s * ldv, *v1 = v0 + ldv;                         \
+        _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) {                 \
+          acc[0][i] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + 16 * i), acc[0][i]); \
+          acc[1][i] = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v1 + 16 * i), acc[1][i]); \
+        }                                                                      \
+      }                                                                        \
+      if (s < end) {                                                           \
+        __m512 p0 = _mm512_set1_ps(scores[s] * inv);                           \
+        _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =       \
+            _mm512_fmadd_ps(p0, _mm512_loadu_ps(v + s * ldv + 16 * i), acc[0][i]); \
+      }                                                                        \
+    }                                                                          \
+    _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++)                       \
+      _mm512_storeu_ps(o + 16 * i, _mm512_add_ps(acc[0][i], acc[1][i]));       \
+  }
+DEFINE_PV(pv_block4, 4)
+DEFINE_PV(pv_block1, 1)
+
+/* The same with 16-wide vectors, slot by slot rather than oldest first:
+ * scores (indexed by slot) of 64 slots at a time from the transposed keys,
+ * in one pass however the cached frames wrap around the ring, exp from
+ * libmvec, values 16 lanes of the head at a time. Sums go in another order
+ * than the oracle's (within rounding of it), but always the same one for
+ * the same frame, however the frames came in. Lanes of slots outside the
+ * context load nothing. Needs hs % 16 == 0. */
 __attribute__((target("avx512f,fma"))) static void attention_avx512(
     const float *qh, const float *kh, size_t w_pad, const float *vr,
     size_t ldv, size_t hs, size_t n_slots, size_t slot_first, size_t n_ctx,
     float scale, float *scores, float *oh) {
-  size_t nv = hs / 16;
+  size_t nv = hs / 16, n_grp = (n_slots + 15) / 16;
   slot_runs runs = runs_of(n_slots, slot_first, n_ctx);
   const __m512 vscale = _mm512_set1_ps(scale);
-  {
-    __m512 vbest = _mm512_set1_ps(-INFINITY);
-    size_t j = 0;
-    /* 64 slots at a time: four independent chains over the head's lanes,
-     * each broadcast of q used four times. Masked lanes load nothing. */
-    for (int ri = 0; ri < runs.n; ri++) {
-      for (size_t s = runs.start[ri], end = s + runs.len[ri]; s < end;
-           s += 64) {
-        __mmask16 m[4];
-        for (int g = 0; g < 4; g++) {
-          size_t at = s + 16 * (size_t)g;
-          m[g] = at >= end           ? 0
-                 : end - at >= 16 ? 0xffff
-                                  : (__mmask16)((1u << (end - at)) - 1);
-        }
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
-                         _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (size_t c = 0; c < hs; c++) {
-          __m512 bq = _mm512_set1_ps(qh[c]);
-          const float *row = kh + c * w_pad + s;
+  __m512 vbest = _mm512_set1_ps(-INFINITY);
+  for (size_t g0 = 0; g0 < n_grp; g0 += 4) {
+    __mmask16 m[4];
+    for (size_t g = 0; g < 4; g++)
+      m[g] = g0 + g < n_grp ? ctx_mask(&runs, g0 + g) : 0;
+    /* Eight chains: four groups of slots, even and odd lanes of q. */
+    __m512 acc[2][4];
+    for (int h = 0; h < 2; h++)
+      for (int g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
+    for (size_t c = 0; c < hs; c += 2) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; h++) {
+        __m512 bq = _mm512_set1_ps(qh[c + (size_t)h]);
+        const float *row = kh + (c + (size_t)h) * w_pad + 16 * g0;
 #pragma GCC unroll 4
-          for (int g = 0; g < 4; g++)
-            acc[g] = _mm512_fmadd_ps(bq, _mm512_maskz_loadu_ps(m[g], row + 16 * g),
-                                     acc[g]);
-        }
-        for (int g = 0; g < 4 && m[g]; g++) {
-          __m512 sc = _mm512_mul_ps(acc[g], vscale);
-          _mm512_mask_storeu_ps(scores + j, m[g], sc);
-          vbest = _mm512_mask_max_ps(vbest, m[g], vbest, sc);
-          j += (size_t)__builtin_popcount(m[g]);
-        }
+        for (int g = 0; g < 4; g++)
+          acc[h][g] = _mm512_fmadd_ps(
+              bq, _mm512_maskz_loadu_ps(m[g], row + 16 * g), acc[h][g]);
       }
     }
-    float best = _mm512_reduce_max_ps(vbest);
-    vbest = _mm512_set1_ps(best);
-    __m512 vsum = _mm512_setzero_ps();
-    for (size_t jj = 0; jj < n_ctx; jj += 16) {
-      __mmask16 m = n_ctx - jj >= 16 ? 0xffff : (__mmask16)((1u << (n_ctx - jj)) - 1);
-      __m512 e = _ZGVeN16v_expf(
-          _mm512_sub_ps(_mm512_mask_loadu_ps(vbest, m, scores + jj), vbest));
-      e = _mm512_maskz_mov_ps(m, e);
-      _mm512_mask_storeu_ps(scores + jj, m, e);
-      vsum = _mm512_add_ps(vsum, e);
-    }
-    float inv = 1.0f / _mm512_reduce_add_ps(vsum);
-    size_t v0 = 0;
-    for (; v0 + 4 <= nv; v0 += 4) { /* four vectors of the head at once */
-      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
-                       _mm512_setzero_ps(), _mm512_setzero_ps()};
-      j = 0;
-      for (int ri = 0; ri < runs.n; ri++)
-        for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
-          const float *vh = vr + s * ldv + 16 * v0;
-          __m512 p = _mm512_set1_ps(scores[j++] * inv);
-#pragma GCC unroll 4
-          for (int v = 0; v < 4; v++)
-            acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vh + 16 * v), acc[v]);
-        }
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; v++) _mm512_storeu_ps(oh + 16 * (v0 + (size_t)v), acc[v]);
-    }
-    for (; v0 < nv; v0++) {
-      __m512 acc = _mm512_setzero_ps();
-      j = 0;
-      for (int ri = 0; ri < runs.n; ri++)
-        for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++)
-          acc = _mm512_fmadd_ps(_mm512_set1_ps(scores[j++] * inv),
-                                _mm512_loadu_ps(vr + s * ldv + 16 * v0),
-                                acc);
-      _mm512_storeu_ps(oh + 16 * v0, acc);
+    for (size_t g = 0; g < 4; g++) {
+      if (!m[g]) continue;
+      __m512 sc = _mm512_mul_ps(_mm512_add_ps(acc[0][g], acc[1][g]), vscale);
+      _mm512_mask_storeu_ps(scores + 16 * (g0 + g), m[g], sc);
+      vbest = _mm512_mask_max_ps(vbest, m[g], vbest, sc);
     }
   }
+  vbest = _mm512_set1_ps(_mm512_reduce_max_ps(vbest));
+  __m512 vsum = _mm512_setzero_ps();
+  for (size_t g = 0; g < n_grp; g++) {
+    __mmask16 m = ctx_mask(&runs, g);
+    if (!m) continue;
+    __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(
+        _mm512_mask_loadu_ps(vbest, m, scores + 16 * g), vbest));
+    e = _mm512_maskz_mov_ps(m, e);
+    _mm512_mask_storeu_ps(scores + 16 * g, m, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  float inv = 1.0f / _mm512_reduce_add_ps(vsum);
+  /* Values: four vectors of the head at once (then one), even and odd
+   * slots of each run in separate chains. */
+  size_t v0 = 0;
+  for (; v0 + 4 <= nv; v0 += 4) pv_block4(&runs, scores, inv, vr + 16 * v0, ldv, oh + 16 * v0);
+  for (; v0 < nv; v0++) pv_block1(&runs, scores, inv, vr + 16 * v0, ldv, oh + 16 * v0);
 }
 
 void aural__attention(const float *q, const float *kt, size_t w_pad,

@@ -165,8 +165,9 @@ static void test_activations(void **state) {
  * that wrap and windows that are partly filled. */
 static void test_attention_matches_oracle(void **state) {
   (void)state;
-  const size_t configs[][2] = {{256, 4}, {64, 1}, {128, 8}, {48, 3}};
-  for (size_t ci = 0; ci < 4; ci++) {
+  /* Head sizes 64, 16 and 80 (four vectors, one, four and one). */
+  const size_t configs[][2] = {{256, 4}, {64, 1}, {128, 8}, {48, 3}, {160, 2}};
+  for (size_t ci = 0; ci < sizeof configs / sizeof *configs; ci++) {
     size_t d = configs[ci][0], heads = configs[ci][1];
     const size_t windows[] = {1, 7, 16, 50, 100};
     for (size_t wi = 0; wi < 5; wi++) {
