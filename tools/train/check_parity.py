@@ -69,7 +69,7 @@ def main():
         for r in picked:
             src = os.path.join(args.test, r["group"], "clean", r["file"])
             wav = os.path.join(tmp, "in.wav")
-            subprocess.run(["sox", src, "-r", "16000", "-b", "16", wav, "rate", "-v"],
+            subprocess.run(["sox", "-q", "-D", src, "-r", "16000", "-b", "16", wav, "rate", "-v"],
                            check=True)
             feats = run_c(args.aural, args.model, wav, "features", os.path.join(tmp, "f.npy"))
             logits = run_c(args.aural, args.model, wav, "logits", os.path.join(tmp, "l.npy"))

@@ -248,6 +248,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--curriculum", type=int, default=150,
                     help="first steps on the shortest utterances")
+    ap.add_argument("--stop-after", type=int, default=None,
+                    help="end (and export) after this many steps; the schedule still spans --steps")
+    ap.add_argument("--init", default=None,
+                    help="start from this model file (same vocab) instead of random weights")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log", default=None, help="also write progress JSON lines here")
@@ -265,18 +269,26 @@ def main():
     vocab_index = {t: k for k, t in enumerate(vocab)}
     n = len(corpus)
     dev = np.arange(n - N_DEV, n)
+    longest_dev = dev[np.argmax(corpus.lengths[dev])]
     train = np.arange(0, n - N_DEV)
     mean, std = cmvn_stats(corpus, train)
     print("%d training utterances (%.1f h), %d dev, vocab %d" % (
         len(train), corpus.lengths[train].sum() / 360000.0, len(dev), len(vocab)), flush=True)
 
-    model = aural_ref.AuralEncoder(dict(MODEL_CONFIG, vocab=vocab), cmvn=True)
-    with torch.no_grad():
-        model.frontend.cmvn.mean.copy_(torch.from_numpy(mean))
-        model.frontend.cmvn.std.copy_(torch.from_numpy(std))
+    if args.init:
+        model = export.load(args.init)
+        if model.config.get("vocab") != vocab:
+            raise SystemExit("%s has a different vocab" % args.init)
+        mean = model.frontend.cmvn.mean.double().numpy()
+        std = model.frontend.cmvn.std.double().numpy()
+    else:
+        model = aural_ref.AuralEncoder(dict(MODEL_CONFIG, vocab=vocab), cmvn=True)
+        with torch.no_grad():
+            model.frontend.cmvn.mean.copy_(torch.from_numpy(mean))
+            model.frontend.cmvn.std.copy_(torch.from_numpy(std))
     n_params = sum(p.numel() for p in model.parameters())
     print("parameters: %d" % n_params, flush=True)
-    check_against_reference(model, corpus.utterance(dev[0]), 1e-4)
+    check_against_reference(model, corpus.utterance(longest_dev), 1e-4)
 
     mean32, std32 = mean.astype(np.float32), std.astype(np.float32)
     params = [p for p in model.parameters()]
@@ -292,7 +304,8 @@ def main():
     model.train()
     step, epoch = 0, 0
     t_loss, t_count, t_frames = 0.0, 0, 0
-    while step < args.steps:
+    last = min(args.steps, args.stop_after or args.steps)
+    while step < last:
         if not queue:
             queue = make_batches(corpus.lengths, train, args.batch_frames, rng)
             epoch += 1
@@ -315,11 +328,11 @@ def main():
         t_loss += loss.item()
         t_count += 1
         t_frames += int(lengths.sum())
-        if step % 50 == 0 or step == args.steps:
+        if step % 50 == 0 or step == last:
             elapsed = time.time() - t_start
             rec = dict(step=step, epoch=epoch, lr=lr, loss=t_loss / t_count,
                        frames_per_s=t_frames / elapsed, minutes=elapsed / 60)
-            if step % 500 == 0 or step == args.steps:
+            if step % 500 == 0 or step == last:
                 model.eval()
                 rec["dev_per"] = greedy_per(model, corpus, dev[:100], mean32, std32, vocab)
                 model.train()
@@ -328,7 +341,7 @@ def main():
                 logf.write(json.dumps(rec) + "\n")
                 logf.flush()
             t_loss, t_count = 0.0, 0
-        if args.checkpoint_every and step % args.checkpoint_every == 0 and step < args.steps:
+        if args.checkpoint_every and step % args.checkpoint_every == 0 and step < last:
             export.export(model, model.config, args.out, dtype="F16")
 
     model.eval()
@@ -340,7 +353,7 @@ def main():
     if logf:
         logf.write(json.dumps(rec) + "\n")
     # The fp32 forward must still be the reference forward after training.
-    check_against_reference(model, corpus.utterance(dev[0]), 1e-4)
+    check_against_reference(model, corpus.utterance(longest_dev), 1e-4)
     size = export.export(model, model.config, args.out, dtype="F16")
     print("wrote %s (%d bytes)" % (args.out, size), flush=True)
     return 0
