@@ -539,7 +539,7 @@ static int collect_inputs(char **args, int n_args, char ***out, size_t *n) {
         }
       }
       closedir(d);
-      qsort(*out + first, *n - first, sizeof **out, cmp_str);
+      if (*n > first) qsort(*out + first, *n - first, sizeof **out, cmp_str);
       if (*n == first)
         fprintf(stderr, "aural encode: %s: no audio files in it\n",
                 args[i]);
