@@ -8,8 +8,8 @@
 #   tools/train/train_all.sh [DATA_DIR]     (default /tmp/aural-train)
 #
 # Deterministic given SEED (default 1) and the thread count (2). Wall time on
-# the 2-core development machine: about 25 min of synthesis, 60 min of
-# training and 3 min of evaluation (see models/README.md). Needs espeak-ng,
+# the 2-core development machine: about 22 min of synthesis, 70 min of
+# training and 5 min of evaluation (see models/README.md). Needs espeak-ng,
 # sox, fortunes, fortune-mod, wamerican, python3-torch, python3-torchaudio,
 # python3-numpy.
 set -euo pipefail
