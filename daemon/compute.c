@@ -127,6 +127,16 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
         done = true;
       }
       s->read_frames += n;
+      if (!done && s->file_frames >= 0 &&
+          s->read_frames >= (uint64_t)s->file_frames) {
+        /* Its declared length is reached: end now rather than after one
+         * more (paced) read finds nothing, so the final chunk is not late. */
+        pthread_mutex_lock(&srv->mu);
+        s->input_done = true;
+        s->reason = END_EOF;
+        pthread_mutex_unlock(&srv->mu);
+        done = true;
+      }
       int64_t t = s->realtime
                       ? s->start_us + (int64_t)((double)s->read_frames /
                                                 s->rate_hz * 1e6)
@@ -355,6 +365,10 @@ static uint64_t frames_for_input(uint64_t in_total, double rate_hz) {
 /* With server.mu held. */
 static bool urgent(const server *srv, const stream *s) {
   if (s->input_done || (s->source == SRC_FILE && !s->realtime)) return true;
+  /* A paced file whose last sample is due: its final chunk is complete. */
+  if (s->source == SRC_FILE && s->file_frames >= 0 &&
+      s->in_total >= (uint64_t)s->file_frames)
+    return true;
   uint64_t C = srv->chunk_frames;
   return frames_for_input(s->in_total, s->rate_hz) >=
          (s->stat_frames / C + 1) * C;

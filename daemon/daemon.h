@@ -163,6 +163,7 @@ typedef struct stream {
   aural_audiofile *af;
   bool realtime;
   uint64_t read_frames;   /* input frames read so far */
+  int64_t file_frames;    /* its declared length, or -1 when unknown */
   double t0_mono;         /* pacing origin for realtime */
 
   /* Owned by the worker while busy (and by the loop before start). */

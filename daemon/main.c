@@ -408,6 +408,7 @@ static int open_files(server *srv, char *why, size_t why_len) {
       return -1;
     }
     s->af = af;
+    s->file_frames = info.n_frames;
     s->realtime = f->realtime;
     srv->n_file_streams_left++;
     log_info("stream %u \"%s\": file %s (%.0f Hz, %d ch%s)", s->id, s->name,
