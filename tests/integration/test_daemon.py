@@ -988,13 +988,20 @@ class TestMicrophone(DaemonTest):
         self.stop_clean(d)
 
 
-if __name__ == "__main__":
+def main(module_name):
+    """Runs the module's tests (or those named on the command line) and
+    prints the line tools/test.sh counts."""
+    module = sys.modules[module_name]
     loader = unittest.TestLoader()
     names = sys.argv[1:]
-    suite = (loader.loadTestsFromNames(names, sys.modules[__name__]) if names
-             else loader.loadTestsFromModule(sys.modules[__name__]))
+    suite = (loader.loadTestsFromNames(names, module) if names
+             else loader.loadTestsFromModule(module))
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     failed = len(result.failures) + len(result.errors)
     print("integration: %d passed, %d failed" %
           (result.testsRun - failed - len(result.skipped), failed))
     sys.exit(0 if result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main(__name__)

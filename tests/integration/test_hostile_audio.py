@@ -32,6 +32,7 @@ import wave
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import test_daemon  # noqa: E402
 from test_daemon import AURAL, AURALD, TINY, DaemonTest, ac  # noqa: E402
 
 RATE = 16000
@@ -393,12 +394,4 @@ class ChangingFileTest(DaemonTest):
 
 
 if __name__ == "__main__":
-    loader = unittest.TestLoader()
-    names = sys.argv[1:]
-    suite = (loader.loadTestsFromNames(names, sys.modules[__name__]) if names
-             else loader.loadTestsFromModule(sys.modules[__name__]))
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
-    failed = len(result.failures) + len(result.errors)
-    print("integration: %d passed, %d failed" %
-          (result.testsRun - failed - len(result.skipped), failed))
-    sys.exit(0 if result.wasSuccessful() else 1)
+    test_daemon.main(__name__)
