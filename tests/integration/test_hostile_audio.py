@@ -27,7 +27,6 @@ import subprocess
 import sys
 import threading
 import time
-import unittest
 import wave
 
 HERE = os.path.dirname(os.path.abspath(__file__))
