@@ -888,6 +888,36 @@ class TestFaults(DaemonTest):
         self.stop_clean(d)
 
 
+class TestBadModel(DaemonTest):
+    def test_malformed_models_are_refused_at_start(self):
+        """The loader's corpus is in tests/test_model.c; here: the daemon
+        names the file and the problem, exits non-zero, and leaves no
+        socket behind."""
+        with open(TINY, "rb") as f:
+            good = f.read()
+        n = struct.unpack("<Q", good[:8])[0]
+        cases = {
+            "empty.safetensors": (b"", "empty"),
+            "huge_header.safetensors": (struct.pack("<Q", 1 << 40) + b"{}",
+                                        "header"),
+            "not_json.safetensors": (struct.pack("<Q", 4) + b"nope",
+                                     "JSON"),
+            "cut.safetensors": (good[:8 + n + 100], "outside"),
+            "trailing.safetensors": (good + b"\0" * 8, "trailing"),
+        }
+        for name, (data, word) in cases.items():
+            path = os.path.join(self.tmp, name)
+            with open(path, "wb") as f:
+                f.write(data)
+            sock = os.path.join(self.tmp, "m.sock")
+            p = run(AURALD, "-m", path, "-s", sock, check=False, timeout=20)
+            self.assertNotEqual(p.returncode, 0, name)
+            text = p.stdout + p.stderr
+            self.assertIn(name, text)
+            self.assertIn(word.lower(), text.lower(), text)
+            self.assertFalse(os.path.exists(sock), name)
+
+
 class TestSoak(DaemonTest):
     def test_short_soak(self):
         """tools/soak.py for six minutes of audio (the full run is hours)."""
