@@ -370,7 +370,7 @@ static void do_subscribe(conn *c, const uint8_t *p, size_t n) {
   send_json(c, AURAL_MSG_SUBSCRIBED, 0, json, aural_jw_finish(&w));
 
   for (stream *s = srv->streams; s != NULL; s = s->next)
-    if (!s->ended && (sub->all || strcmp(sub->name, s->name) == 0))
+    if (sub->all || strcmp(sub->name, s->name) == 0)
       deliveries_attach(srv, sub, s);
 }
 

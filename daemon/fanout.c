@@ -205,7 +205,6 @@ void build_stream_list(server *srv, aural_jw *w) {
   aural_jw_key(w, "streams");
   aural_jw_begin_array(w);
   for (stream *s = srv->streams; s != NULL; s = s->next) {
-    if (s->ended) continue;
     pthread_mutex_lock(&srv->mu);
     uint64_t frames = s->stat_frames;
     pthread_mutex_unlock(&srv->mu);

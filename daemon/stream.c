@@ -110,7 +110,9 @@ oom:
 int stream_start(stream *s) {
   server *srv = s->srv;
   bool hold = srv->opt->hold && s->source != SRC_CLIENT;
+  pthread_mutex_lock(&srv->mu);
   s->held = hold;
+  pthread_mutex_unlock(&srv->mu);
   for (conn *c = srv->conns; c != NULL; c = c->next) {
     if (c->closing) continue;
     for (subscription *sub = c->subs; sub != NULL; sub = sub->next)
@@ -123,7 +125,9 @@ int stream_start(stream *s) {
 
 void stream_release(stream *s) {
   server *srv = s->srv;
+  pthread_mutex_lock(&srv->mu);
   s->held = false;
+  pthread_mutex_unlock(&srv->mu);
   s->start_us = aurald_now_us();
   s->t0_mono = aurald_mono_s();
   if (s->source == SRC_MIC && mic_begin(srv) < 0) {
@@ -211,9 +215,11 @@ void stream_destroy(stream *s) {
   free(s);
 }
 
+/* Loop thread. A stream is live here until the loop has handled its end
+ * (finish_stream unlinks it); `ended` belongs to the workers. */
 stream *stream_find(server *srv, const char *name) {
   for (stream *s = srv->streams; s != NULL; s = s->next)
-    if (!s->ended && strcmp(s->name, name) == 0) return s;
+    if (strcmp(s->name, name) == 0) return s;
   return NULL;
 }
 
