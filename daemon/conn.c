@@ -24,8 +24,6 @@
 #define READ_CHUNK 65536
 #define FATAL_GRACE_S 1.0 /* a fatal error's queue must drain within this */
 
-size_t conn_queue_bytes(const conn *c) { return c->q_bytes; }
-
 static void kick_write(conn *c);
 
 static void on_write(uv_write_t *req, int status) {

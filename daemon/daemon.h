@@ -354,11 +354,9 @@ void on_connection(uv_stream_t *listener, int status);
  * socketpair). Returns 0 or -1. */
 int conn_adopt(server *srv, int fd);
 void conn_check_limits(server *srv);
-size_t conn_queue_bytes(const conn *c);
 
 /* fanout.c */
 void fanout_chunk(server *srv, chunk_out *co);
-void fanout_started(server *srv, stream *s);
 void fanout_ended(server *srv, stream *s);
 void send_stream_started(delivery *d);
 void build_stats(server *srv, aural_jw *w);
