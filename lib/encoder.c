@@ -4,13 +4,14 @@
  * A call takes n new frames at absolute positions t0 .. t0+n-1 and runs
  * them through the model in passes of at most max_batch_frames rows (or,
  * through an aural_batch, rows of several streams together): the matrix
- * products see all rows of a pass at once; attention goes row by row
- * (within each head), because row i must see exactly the frames
- * max(first, t_i-W+1) .. t_i of its own stream.
+ * products see all rows of a pass at once; attention is per stream and
+ * head, because row i must see exactly the frames max(first, t_i-W+1) ..
+ * t_i of its own stream (a few rows share the loads of the key ring, see
+ * attend()).
  * Each layer's ring holds the keys and values of the last W frames in slot
- * t mod W. Row i writes its own slot before attending, and rows are taken
- * in order, so the slot it overwrites (frame t_i - W) is one no later row
- * of the batch needs: frame t_i + 1 looks back only to t_i - W + 2.
+ * t mod W. Row i writes its own slot before it mixes values, and rows are
+ * taken in order, so the slot it overwrites (frame t_i - W) is one no later
+ * row of the batch needs: frame t_i + 1 looks back only to t_i - W + 2.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -20,6 +21,8 @@
 #include "internal.h"
 
 #define DEFAULT_BATCH 64
+/* Query rows of one head whose scores are computed together (attend()). */
+#define ATT_ROWS 3
 
 /* Scratch for one pass of up to `cap` rows, which may come from several
  * streams of one model. */
@@ -34,7 +37,9 @@ typedef struct work {
   float *rot_cos; /* (cap, hs / 2 + 1) rope rotation of each row */
   float *rot_sin; /* (cap, hs / 2 + 1) */
   float *logits;  /* (cap, vocab_size) */
-  float *scores;  /* (w_pad) attention weights of one head */
+  float *scores;  /* (ATT_ROWS, w_pad) attention weights of rows of one head */
+  float *kt_new;  /* (hs, 16) keys of a group of rows, transposed */
+  float *scores_new; /* (ATT_ROWS, 16) their scores */
 } work;
 
 struct aural_encoder {
@@ -45,7 +50,9 @@ struct aural_encoder {
   size_t w_pad;     /* window rounded up to 16 */
   float *k_ring;    /* (n_layers, d, w_pad) keys, rope applied, transposed:
                        key c of slot s at c * w_pad + s */
-  float *v_ring;    /* (n_layers, window, d) values */
+  float *v_ring;    /* (n_layers, n_heads, window, hs) values: each head's
+                       slots together, 256-byte rows rather than d apart,
+                       which would crowd a few L1 sets */
   double *inv_freq; /* (max(d, hs) / 2) position frequencies */
   work own;         /* scratch for this stream's own calls */
 };
@@ -74,7 +81,7 @@ static size_t work_floats(const aural_model_config *c, size_t cap) {
                    (size_t)c->vocab_size;
   size_t n;
   if (!aural__mul_ok(per_row, cap, &n)) return 0;
-  return n + window_pad(c);
+  return n + ATT_ROWS * window_pad(c) + hs * 16 + ATT_ROWS * 16;
 }
 
 static float *work_carve(work *w, const aural_model_config *c, size_t cap,
@@ -90,7 +97,10 @@ static float *work_carve(work *w, const aural_model_config *c, size_t cap,
   w->rot_cos = p, p += cap * (hs / 2 + 1);
   w->rot_sin = p, p += cap * (hs / 2 + 1);
   w->logits = p, p += cap * (size_t)c->vocab_size;
-  w->scores = p, p += window_pad(c);
+  w->scores = p, p += ATT_ROWS * window_pad(c);
+  w->kt_new = p, p += hs * 16;
+  memset(w->kt_new, 0, hs * 16 * sizeof *p); /* lanes past a group: numbers */
+  w->scores_new = p, p += ATT_ROWS * 16;
   return p;
 }
 
@@ -162,6 +172,9 @@ int aural_encoder_create(const aural_model *model,
   float *p = mem + 2 * ((d > hs ? d : hs) / 2 + 1);
   e->k_ring = p, p += (size_t)c->n_layers * e->w_pad * d;
   e->v_ring = p, p += (size_t)c->n_layers * (size_t)e->window * d;
+  /* Attention reads every slot of a key group, in the context or not, so
+   * the slots hold numbers from the start. */
+  memset(e->k_ring, 0, (size_t)(p - e->k_ring) * sizeof *p);
   work_carve(&e->own, c, batch, p);
 
   /* Sinusoidal: frequency i of the d/2 pairs is 10000^(-2i/d). RoPE: pair
@@ -216,31 +229,53 @@ static void rope_rotate(const work *w, int n_heads, int hs, float *v,
   }
 }
 
-/* Self-attention of layer li for one stream's rows of the pass. Head by
- * head, so that one head's slice of the rings stays in L1 across the rows;
- * within a head, row by row in time order, each row's key and value going
- * into its slot just before it attends. */
+/* Self-attention of layer li for one stream's rows of the pass, head by
+ * head, so that one head's slice of the rings stays in L1 across the rows.
+ * Rows go ATT_ROWS at a time (frames t .. t+g-1): first every row's score
+ * for every ring slot, with the ring as it was before the group (one pass
+ * over the keys for all the rows); then row j's scores for the slots its
+ * own and the earlier rows' frames will take, from their new keys (the
+ * frames those slots still hold are older than row j's window); then, row
+ * by row in time order, its key and value go into its slot and it mixes
+ * the values of its window, which the ring now holds exactly. A frame's
+ * scores have the same bits whatever group it was in (see linalg.c). */
 static void attend(work *w, const seg *sg, int li) {
   aural_encoder *e = sg->e;
-  size_t d = (size_t)e->d, win = (size_t)e->window, hs = (size_t)e->hs;
-  float *k_ring = e->k_ring + (size_t)li * e->w_pad * d;
+  size_t d = (size_t)e->d, win = (size_t)e->window, hs = (size_t)e->hs,
+         w_pad = e->w_pad;
+  float *k_ring = e->k_ring + (size_t)li * w_pad * d;
   float *v_ring = e->v_ring + (size_t)li * win * d;
   float scale = 1.0f / sqrtf((float)hs);
   for (size_t h = 0; h < (size_t)e->n_heads; h++) {
-    float *kt = k_ring + h * hs * e->w_pad, *vh = v_ring + h * hs;
-    for (size_t i = 0; i < sg->n; i++) {
-      size_t r = sg->row0 + i;
-      uint64_t t = e->next_frame + i;
-      const float *q = w->qkv + r * 3 * d + h * hs;
-      const float *k = q + d, *v = q + 2 * d;
-      size_t slot = (size_t)(t % win);
-      for (size_t c = 0; c < hs; c++) kt[c * e->w_pad + slot] = k[c];
-      memcpy(vh + slot * d, v, hs * sizeof *v);
-      uint64_t lo =
-          t - e->first_frame + 1 >= win ? t - win + 1 : e->first_frame;
-      aural__attention(q, kt, e->w_pad, vh, d, hs, win, (size_t)(lo % win),
-                       (size_t)(t - lo + 1), scale, w->scores,
-                       w->att + r * d + h * hs);
+    float *kt = k_ring + h * hs * w_pad, *vh = v_ring + h * win * hs;
+    for (size_t i0 = 0; i0 < sg->n; i0 += ATT_ROWS) {
+      size_t g = sg->n - i0 < ATT_ROWS ? sg->n - i0 : ATT_ROWS;
+      const float *q0 = w->qkv + (sg->row0 + i0) * 3 * d + h * hs;
+      uint64_t t0 = e->next_frame + i0;
+      aural__attention_scores(q0, 3 * d, g, kt, w_pad, hs, scale, w->scores);
+      /* The group's new keys, transposed like the ring, in lanes 0 .. g-1
+       * of a 16-slot block, scored the same way. */
+      for (size_t jj = 0; jj < g; jj++)
+        for (size_t c = 0; c < hs; c++)
+          w->kt_new[c * 16 + jj] = q0[jj * 3 * d + d + c];
+      aural__attention_scores(q0, 3 * d, g, w->kt_new, 16, hs, scale,
+                              w->scores_new);
+      for (size_t j = 0; j < g; j++)
+        for (size_t jj = 0; jj <= j; jj++) /* later frames win a shared slot */
+          w->scores[j * w_pad + (size_t)((t0 + jj) % win)] =
+              w->scores_new[j * 16 + jj];
+      for (size_t j = 0; j < g; j++) {
+        uint64_t t = t0 + j;
+        const float *k = q0 + j * 3 * d + d, *v = k + d;
+        size_t slot = (size_t)(t % win);
+        for (size_t c = 0; c < hs; c++) kt[c * w_pad + slot] = k[c];
+        memcpy(vh + slot * hs, v, hs * sizeof *v);
+        uint64_t lo =
+            t - e->first_frame + 1 >= win ? t - win + 1 : e->first_frame;
+        aural__attention_mix(w->scores + j * w_pad, vh, hs, hs, win,
+                             (size_t)(lo % win), (size_t)(t - lo + 1),
+                             w->att + (sg->row0 + i0 + j) * d + h * hs);
+      }
     }
   }
 }

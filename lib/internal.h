@@ -158,6 +158,22 @@ void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
                           size_t n_slots, size_t slot_first, size_t n_ctx,
                           float scale, float *scores, float *o);
 
+/* aural__attention in its two steps, for several rows of one head at once.
+ * Scores of n_rows query rows (ldq apart) against every one of the w_pad
+ * slots of kt, context or not (every slot must hold a number): scores
+ * (n_rows, w_pad), row r's score for slot s at scores[r * w_pad + s]. */
+void aural__attention_scores(const float *q, size_t ldq, size_t n_rows,
+                             const float *kt, size_t w_pad, size_t hs,
+                             float scale, float *scores);
+void aural__attention_scores_ref(const float *q, size_t ldq, size_t n_rows,
+                                 const float *kt, size_t w_pad, size_t hs,
+                                 float scale, float *scores);
+/* Softmax over the n_ctx context slots of one row of scores (overwritten)
+ * and the weighted sum of their values into o (hs). */
+void aural__attention_mix(float *scores, const float *v, size_t ldv,
+                          size_t hs, size_t n_slots, size_t slot_first,
+                          size_t n_ctx, float *o);
+
 /* In place over n rows of width d: y = (x - mean) / sqrt(var + eps) * g + b. */
 void aural__layer_norm(float *x, size_t n, int d, const float *g,
                        const float *b, float eps);

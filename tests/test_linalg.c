@@ -143,6 +143,26 @@ static void test_activations(void **state) {
     double v = x[i], want = 0.5 * v * (1 + erf(v / sqrt(2.0)));
     assert_true(fabs(y[i] - want) <= 1e-6 * (1 + fabs(want)));
   }
+  /* A fine grid over every interval of the vector erf and past its end. */
+  enum { N_FINE = 48000 };
+  float *fx = malloc(N_FINE * sizeof *fx), *fy = malloc(N_FINE * sizeof *fy);
+  for (int i = 0; i < N_FINE; i++) fx[i] = fy[i] = (float)(i - N_FINE / 2) * 0.0005f;
+  aural__gelu(fy, N_FINE);
+  double worst = 0;
+  for (int i = 0; i < N_FINE; i++) {
+    double v = fx[i], want = 0.5 * v * (1 + erf(v / sqrt(2.0)));
+    double err = fabs(fy[i] - want) / (1 + fabs(want));
+    worst = err > worst ? err : worst;
+  }
+  assert_true(worst <= 3e-7);
+  free(fx);
+  free(fy);
+  float sp[16] = {INFINITY, NAN, -0.0f, 0.0f, 1e-30f, -1e-30f, 40.0f, -40.0f};
+  for (int i = 8; i < 16; i++) sp[i] = 1.0f;
+  aural__gelu(sp, 16);
+  assert_true(sp[0] == INFINITY && isnan(sp[1]) && sp[2] == 0 && sp[3] == 0);
+  assert_true(fabsf(sp[4] - 0.5e-30f) <= 1e-36f && fabsf(sp[5] + 0.5e-30f) <= 1e-36f);
+  assert_true(sp[6] == 40.0f && sp[7] == 0.0f);
   for (int i = 0; i < 1000; i++) y[i] = x[i];
   aural__relu(y, 1000);
   for (int i = 0; i < 1000; i++) assert_true(y[i] == (x[i] > 0 ? x[i] : 0));
@@ -159,6 +179,38 @@ static void test_activations(void **state) {
   mean /= 64;
   for (int i = 0; i < 64; i++) var += (row[i] - mean) * (row[i] - mean);
   assert_true(fabs(mean) < 1e-5 && fabs(var / 64 - 1) < 1e-4);
+}
+
+/* Scores of rows taken together have the same bits as each row alone and
+ * as the scalar chains (so a frame's attention does not depend on how the
+ * rows of a chunk were grouped), for head sizes odd and even and rings of
+ * one to seven 16-slot groups. */
+static void test_attention_scores_bits(void **state) {
+  (void)state;
+  const size_t head_sizes[] = {1, 7, 16, 64, 80};
+  for (size_t hi = 0; hi < 5; hi++)
+    for (size_t w_pad = 16; w_pad <= 112; w_pad += 16) {
+      size_t hs = head_sizes[hi], ldq = hs + 5, n_rows = 7;
+      float *kt = malloc(hs * w_pad * sizeof *kt),
+            *q = malloc(n_rows * ldq * sizeof *q),
+            *all = malloc(n_rows * w_pad * sizeof *all),
+            *one = malloc(w_pad * sizeof *one),
+            *ref = malloc(n_rows * w_pad * sizeof *ref);
+      for (size_t i = 0; i < hs * w_pad; i++) kt[i] = frand() * 2 - 1;
+      for (size_t i = 0; i < n_rows * ldq; i++) q[i] = frand() * 3 - 1.5f;
+      aural__attention_scores(q, ldq, n_rows, kt, w_pad, hs, 0.3f, all);
+      aural__attention_scores_ref(q, ldq, n_rows, kt, w_pad, hs, 0.3f, ref);
+      assert_memory_equal(all, ref, n_rows * w_pad * sizeof *all);
+      for (size_t r = 0; r < n_rows; r++) {
+        aural__attention_scores(q + r * ldq, ldq, 1, kt, w_pad, hs, 0.3f, one);
+        assert_memory_equal(one, all + r * w_pad, w_pad * sizeof *one);
+      }
+      free(kt);
+      free(q);
+      free(all);
+      free(one);
+      free(ref);
+    }
 }
 
 /* The vector attention against the scalar oracle, over ring positions
@@ -204,6 +256,7 @@ static void test_attention_matches_oracle(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernel_matches_oracle_bit_for_bit),
+      cmocka_unit_test(test_attention_scores_bits),
       cmocka_unit_test(test_attention_matches_oracle),
       cmocka_unit_test(test_f16_conversion),
       cmocka_unit_test(test_activations),

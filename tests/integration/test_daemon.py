@@ -595,11 +595,16 @@ class TestServiceManager(DaemonTest):
             ["systemd-socket-activate", "-l", path, AURALD, "-m", TINY,
              "--no-config"], stdout=log, stderr=subprocess.STDOUT)
         try:
+            # The path exists from bind(), a moment before listen().
             deadline = time.monotonic() + 10
-            while not os.path.exists(path):
-                self.assertLess(time.monotonic(), deadline)
-                time.sleep(0.02)
-            with ac.Client(path, timeout=10) as c:  # starts the daemon
+            while True:
+                try:
+                    c = ac.Client(path, timeout=10)  # starts the daemon
+                    break
+                except ConnectionError:
+                    self.assertLess(time.monotonic(), deadline)
+                    time.sleep(0.02)
+            with c:
                 c.subscribe("x")
                 c.ping(b"activated")
             proc.send_signal(signal.SIGTERM)
