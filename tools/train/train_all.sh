@@ -33,8 +33,13 @@ $py tools/train/train.py --data "$data/train" --out "$data/stage1.safetensors" \
 # Stage 2: from stage 1, smaller batches (more updates per second), a fresh
 # 1000-step cosine schedule.
 $py tools/train/train.py --data "$data/train" --init "$data/stage1.safetensors" \
-  --out models/default.safetensors --steps 1000 --batch-frames 4000 --lr 1.5e-3 \
+  --out "$data/stage2.safetensors" --steps 1000 --batch-frames 4000 --lr 1.5e-3 \
   --warmup 50 --curriculum 0 --seed "$((seed + 1))" --log "$data/train.jsonl"
+# Stage 3: from stage 2, a long 5500-step cosine schedule (about 3.5 passes
+# over the data in all three stages).
+$py tools/train/train.py --data "$data/train" --init "$data/stage2.safetensors" \
+  --out models/default.safetensors --steps 5500 --batch-frames 4000 --lr 1e-3 \
+  --warmup 100 --curriculum 0 --seed "$((seed + 2))" --log "$data/train.jsonl"
 $py tools/train/sample_phonemes.py
 
 TARGETS="tools/aural" tools/build.sh
