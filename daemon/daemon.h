@@ -151,6 +151,7 @@ typedef struct stream {
   uint64_t in_total;      /* input frames received (or, for a real-time
                              file, released by the pacing) */
   double pending_since;   /* monotonic s of the oldest untaken input */
+  double urgent_since;    /* monotonic s a worker first saw it urgent, or 0 */
   bool input_done;        /* no more input will come */
   end_reason reason;      /* why input is done */
   char message[512];      /* details for STREAM_ENDED (an aural_err) */
@@ -294,6 +295,8 @@ typedef struct server {
   stream *ready_head, *ready_tail;
   int n_ready;
   chunk_out *done_head, *done_tail;
+  double load;             /* share of worker time spent in rounds lately */
+  double load_since, load_busy_s; /* the window being measured */
   bool quit_workers;
   worker *workers;
   int n_workers;
