@@ -7,9 +7,10 @@
 #
 #   tools/bench_compare.sh [MODEL FLAGS...]   e.g. --layers 4 --window 100
 #
-# Needs the reference stack: tools/setup.sh --reference.
+# Installs the reference stack it needs (tools/setup.sh --reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tools/setup.sh --reference
 TARGETS=tools/aural tools/build.sh build
 py=/usr/bin/python3
 
