@@ -17,8 +17,8 @@ packages=(
   python3 python3-numpy sox util-linux systemd man-db groff-base
 )
 if [[ "${1:-}" == "--reference" ]]; then
-  packages+=(python3-torch python3-torchaudio fortunes fortune-mod wamerican
-             espeak-ng sox libsoxr0)
+  packages+=(python3-torch python3-torchaudio libopenblas0-pthread
+             fortunes fortune-mod wamerican espeak-ng sox libsoxr0)
 elif [[ $# -gt 0 ]]; then
   echo "usage: tools/setup.sh [--reference]" >&2
   exit 2
