@@ -20,7 +20,8 @@ Golden definition (must match the C implementation):
      (the system ``libsoxr.so.0``) called through ctypes exactly as the C code
      calls it: soxr_create(in_rate, 16000.0, 1, ...) with
      io_spec = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I),
-     q_spec = soxr_quality_spec(SOXR_HQ, 0), runtime = soxr_runtime_spec(1);
+     q_spec = soxr_quality_spec(SOXR_HQ, 0), runtime = soxr_runtime_spec(1)
+     with log2_large_dft_size = 10;
      input fed in blocks of max(1, in_rate // 100) samples, then flushed with
      soxr_process(s, NULL, 0, NULL, out, olen, &odone) until odone == 0.
   4. torchaudio.compliance.kaldi.fbank on x * 32768 with num_mel_bins=80,
@@ -147,17 +148,25 @@ def _load_soxr():
 _SOXR = _load_soxr()
 
 
-def soxr_resample(x, in_rate, out_rate=TARGET_RATE):
+# The C resampler's soxr runtime setting (lib/resampler.c).
+C_LARGE_DFT = 10
+
+
+def soxr_resample(x, in_rate, out_rate=TARGET_RATE, large_dft=None):
     """Resample mono float32 `x` from in_rate to out_rate with libsoxr.
 
     Mirrors the C code: HQ quality, float32 interleaved I/O, 1 thread,
     input fed in blocks of max(1, in_rate // 100) samples, then flushed.
+    large_dft sets the runtime's log2_large_dft_size (the C code's 10);
+    None keeps soxr's default, with which the test inputs were made.
     """
     x = np.ascontiguousarray(x, dtype=np.float32)
     err = ctypes.c_char_p()
     io_spec = _SOXR.soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I)
     q_spec = _SOXR.soxr_quality_spec(SOXR_HQ, 0)
     rt_spec = _SOXR.soxr_runtime_spec(1)
+    if large_dft is not None:
+        rt_spec.log2_large_dft_size = large_dft
     s = _SOXR.soxr_create(float(in_rate), float(out_rate), 1, ctypes.byref(err),
                           ctypes.byref(io_spec), ctypes.byref(q_spec),
                           ctypes.byref(rt_spec))
@@ -313,7 +322,7 @@ def golden_from_wav(path):
     mono = downmix(x)
     info = {"rate": rate, "channels": ch, "n_in": len(mono)}
     if rate != TARGET_RATE:
-        mono = soxr_resample(mono, rate, TARGET_RATE)
+        mono = soxr_resample(mono, rate, TARGET_RATE, large_dft=C_LARGE_DFT)
         info["n_out"] = len(mono)
     info["n16k"] = len(mono)
     return fbank_golden(mono), info
