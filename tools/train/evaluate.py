@@ -9,7 +9,8 @@ DIR is the output of `synth.py test`: WAV files under {seen,unseen}/
 transcribed by `aural encode --output text` (greedy CTC, tokens separated by
 spaces) and compared with its reference; PER = total edit distance / total
 reference tokens over the group. Prints a Markdown table (per group and
-condition, and per voice of the unseen group) and optionally writes JSON.
+condition, per dialect of the training-voice group and per voice of the
+unseen group) and optionally writes JSON.
 
 Needs only the standard library; runs two CLI processes at a time.
 """
@@ -75,6 +76,9 @@ def main():
     print("| voices | utterances | phonemes | PER clean | PER 20 dB SNR |")
     print("|---|---:|---:|---:|---:|")
     rows = [(g, label, lambda gg, v, g=g: gg == g) for g, label in GROUPS]
+    dialects = sorted({r["voice"].split("+")[0] for r in refs if r["group"] == "seen"})
+    rows += [("seen:" + d, "  " + d, lambda gg, vv, d=d: gg == "seen" and vv.split("+")[0] == d)
+             for d in dialects]
     unseen_voices = sorted({r["voice"] for r in refs if r["group"] == "unseen"})
     rows += [("unseen:" + v, "  " + v, lambda gg, vv, v=v: vv == v) for v in unseen_voices]
     for key, label, sel in rows:
