@@ -502,8 +502,11 @@ void aural__attention_scores_ref(const float *q, size_t ldq, size_t n_rows,
         if (c + (size_t)h >= hs) break;                                        \
         const float *row = kt + (c + (size_t)h) * w_pad;                       \
         __m512 k[NG];                                                          \
-        _Pragma("GCC unroll 4") for (int g = 0; g < NG; g++) k[g] =            \
-            _mm512_loadu_ps(row + 16 * g);                                     \
+        _Pragma("GCC unroll 4") for (int g = 0; g < NG; g++) {                 \
+          k[g] = _mm512_loadu_ps(row + 16 * g);                                \
+          /* In a register: loaded once, not once per row. */                 \
+          __asm__("" : "+v"(k[g]));                                            \
+        }                                                                      \
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                  \
           __m512 bq = _mm512_set1_ps(q[(size_t)r * ldq + c + (size_t)h]);      \
           _Pragma("GCC unroll 4") for (int g = 0; g < NG; g++) acc[r][h][g] =  \
