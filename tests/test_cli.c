@@ -730,6 +730,26 @@ static void test_info(void **state) {
   assert_contains(fx->err, "empty");
 }
 
+/* aural bench -m measures a model file: its shape in the report, a clear
+ * error for a missing one, and no mixing with the random model's flags. */
+static void test_bench_model_file(void **state) {
+  fixture *fx = *state;
+  const char *model = test_data_path("encoder/f16_head.safetensors");
+  assert_int_equal(run_aural(fx, "bench", "-m", model, "encoder", "--json",
+                             "--seconds", "1", "--repeat", "1", NULL),
+                   0);
+  assert_contains(fx->out, "\"d_model\": 32");
+  assert_contains(fx->out, "f16_head.safetensors\"");
+  assert_contains(fx->out, "\"chunk_frames_per_s\"");
+  char missing[PATH_BYTES];
+  snprintf(missing, sizeof missing, "%s/missing.safetensors", fx->in_dir);
+  assert_int_equal(run_aural(fx, "bench", "-m", missing, "encoder", NULL), 1);
+  assert_contains(fx->err, "missing.safetensors");
+  assert_int_equal(
+      run_aural(fx, "bench", "-m", model, "--layers", "2", "encoder", NULL), 2);
+  assert_contains(fx->err, "model flags");
+}
+
 int main(void) {
   if (getenv("AURAL_BIN") == NULL || getenv("AURAL_TEST_DATA") == NULL) {
     fprintf(stderr, "test_cli: set AURAL_BIN and AURAL_TEST_DATA\n");
@@ -758,6 +778,7 @@ int main(void) {
       T(test_sigint_leaves_nothing),
       T(test_goldens),
       T(test_summary_and_show),
+      T(test_bench_model_file),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),
       T(test_encode_bad_model),

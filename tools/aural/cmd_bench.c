@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <aural.h>
+#include <cjson/cJSON.h>
 
 #include "cli.h"
 #include "synth_model.h"
@@ -26,8 +27,9 @@ static void usage(FILE *to) {
           "Usage: aural bench [OPTIONS] [SUITE...]\n"
           "\n"
           "Measures single-thread speed. Suites (default: all):\n"
-          "  encoder    frames per second of a random-weight model built\n"
-          "             from the flags below (default: the 'base' model),\n"
+          "  encoder    frames per second of a model (-m), or of a\n"
+          "             random-weight model built from the flags below\n"
+          "             (default: the 'base' model),\n"
           "             streaming with the KV cache: chunk mode (50 frames\n"
           "             per call) and frame mode (1 frame per call), with\n"
           "             f32 and with f16 weights in memory; then several\n"
@@ -49,6 +51,9 @@ static void usage(FILE *to) {
           "                    batched measurement (default 8; 1: none)\n"
           "\n"
           "Options:\n"
+          "  -m, --model PATH  measure this model file instead (its\n"
+          "                    weights as f32 and as f16 in memory); the\n"
+          "                    model flags do not apply\n"
           "      --seconds S   audio per measurement (default 20)\n"
           "      --repeat N    measurements per case; the best is kept\n"
           "                    (default 3)\n"
@@ -260,7 +265,8 @@ static int bench_batched(const aural_model *m, size_t step, size_t n_streams,
 }
 
 typedef struct enc_bench {
-  synth_spec spec;
+  const char *model_path; /* a model file, or NULL: the random one */
+  synth_spec spec;        /* the random model; for a file, its shape */
   size_t chunk;
   double seconds;
   int repeat;
@@ -271,10 +277,17 @@ typedef struct enc_bench {
   enc_result batched_f32; /* all of them together, chunk mode */
 } enc_bench;
 
+static const char *pos_name(aural_pos_encoding p) {
+  return p == AURAL_POS_ROPE         ? "rope"
+         : p == AURAL_POS_SINUSOIDAL ? "sinusoidal"
+                                     : "none";
+}
+
 static int bench_encoder(enc_bench *b) {
-  size_t size;
-  unsigned char *file = synth_model(&b->spec, &size);
-  if (file == NULL) return -1;
+  size_t size = 0;
+  unsigned char *file = NULL;
+  if (b->model_path == NULL && (file = synth_model(&b->spec, &size)) == NULL)
+    return -1;
   size_t frames = (size_t)(b->seconds * 100);
   for (int half = 0; half < 2; half++) {
     aural_model_load_config lc;
@@ -282,10 +295,23 @@ static int bench_encoder(enc_bench *b) {
     lc.weights = half ? AURAL_WEIGHTS_F16 : AURAL_WEIGHTS_F32;
     aural_model *m;
     aural_err err;
-    if (aural_model_load_buffer(file, size, "bench model", &lc, &m, &err) < 0) {
+    int lrc = b->model_path != NULL
+                  ? aural_model_load(b->model_path, &lc, &m, &err)
+                  : aural_model_load_buffer(file, size, "bench model", &lc,
+                                            &m, &err);
+    if (lrc < 0) {
       fprintf(stderr, "aural bench: %s\n", err.msg);
       free(file);
       return -1;
+    }
+    if (b->model_path != NULL) {
+      const aural_model_config *mc = aural_model_get_config(m);
+      b->spec.d_model = mc->d_model;
+      b->spec.n_heads = mc->n_heads;
+      b->spec.d_ff = mc->d_ff;
+      b->spec.n_layers = mc->n_layers;
+      b->spec.window = mc->window;
+      b->spec.pos_encoding = pos_name(mc->pos_encoding);
     }
     b->flops_per_frame = aural_model_flops_per_frame(m);
     b->n_params = aural_model_n_params(m);
@@ -339,6 +365,7 @@ int cmd_bench(int argc, char **argv) {
          O_WINDOW, O_POS, O_CHUNK, O_STREAMS, O_SAVE };
   static const struct option opts[] = {
       {"seconds", required_argument, NULL, O_SECONDS},
+      {"model", required_argument, NULL, 'm'},
       {"repeat", required_argument, NULL, O_REPEAT},
       {"json", no_argument, NULL, O_JSON},
       {"d-model", required_argument, NULL, O_D},
@@ -355,13 +382,15 @@ int cmd_bench(int argc, char **argv) {
   };
   enc_bench eb = {.chunk = 50, .seconds = 20, .repeat = 3, .streams = 8};
   synth_spec_base(&eb.spec);
-  int json = 0, c;
+  int json = 0, c, model_flags = 0;
   size_t v = 0;
   const char *save = NULL;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
     int bad = 0;
+    if (c >= O_D && c <= O_POS) model_flags = 1;
     switch (c) {
+    case 'm': eb.model_path = optarg; break;
     case O_SECONDS:
       bad = cli_parse_size(optarg, 1, 3600, &v);
       eb.seconds = (double)v;
@@ -397,10 +426,17 @@ int cmd_bench(int argc, char **argv) {
       return EXIT_USAGE;
     }
     if (bad) {
-      fprintf(stderr, "aural bench: bad value '%s' for --%s\n", optarg,
-              opts[c - O_SECONDS].name);
+      const char *name = "?";
+      for (size_t i = 0; opts[i].name != NULL; i++)
+        if (opts[i].val == c) name = opts[i].name;
+      fprintf(stderr, "aural bench: bad value '%s' for --%s\n", optarg, name);
       return EXIT_USAGE;
     }
+  }
+  if (eb.model_path != NULL && (model_flags || save != NULL)) {
+    fprintf(stderr, "aural bench: -m measures a model file; the model flags "
+                    "and --save-model describe a random one\n");
+    return EXIT_USAGE;
   }
   if (eb.spec.d_model % eb.spec.n_heads != 0) {
     fprintf(stderr, "aural bench: --heads %d does not divide --d-model %d\n",
@@ -432,11 +468,16 @@ int cmd_bench(int argc, char **argv) {
   if (run_enc && bench_encoder(&eb) < 0) return EXIT_FAIL;
 
   if (json) {
+    /* The model file's path as a JSON string (escaped), or null. */
+    cJSON *path = eb.model_path ? cJSON_CreateString(eb.model_path) : NULL;
+    char *file_json = path ? cJSON_PrintUnformatted(path) : NULL;
+    cJSON_Delete(path);
     printf("{");
     if (run_enc)
       printf("\"gemm\": \"%s\", \"peak_gflops\": %.1f, \"model\": {\"d_model\": "
              "%d, \"n_heads\": %d, \"d_ff\": %d, \"n_layers\": %d, \"window\": "
-             "%d, \"pos_encoding\": \"%s\", \"n_params\": %llu}, "
+             "%d, \"pos_encoding\": \"%s\", \"n_params\": %llu, "
+             "\"file\": %s}, "
              "\"flops_per_frame\": %llu, \"chunk_frames\": %zu, "
              "\"chunk_frames_per_s\": %.1f, \"chunk_gflops\": %.2f, "
              "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f, "
@@ -447,6 +488,7 @@ int cmd_bench(int argc, char **argv) {
              aural_gemm_name(), eb.peak, eb.spec.d_model, eb.spec.n_heads,
              eb.spec.d_ff, eb.spec.n_layers, eb.spec.window,
              eb.spec.pos_encoding, (unsigned long long)eb.n_params,
+             file_json != NULL ? file_json : "null",
              (unsigned long long)eb.flops_per_frame, eb.chunk,
              eb.chunk_f32.frames_per_s, eb.chunk_f32.gflops,
              eb.frame_f32.frames_per_s, eb.frame_f32.gflops,
@@ -466,11 +508,13 @@ int cmd_bench(int argc, char **argv) {
       printf("]");
     }
     printf("}\n");
+    cJSON_free(file_json);
     return EXIT_OK;
   }
   if (run_enc) {
-    printf("encoder: d_model %d, %d heads, d_ff %d, %d layers, W %d, %s; "
+    printf("encoder%s%s: d_model %d, %d heads, d_ff %d, %d layers, W %d, %s; "
            "%.2f M parameters, %.2f MFLOP per frame\n",
+           eb.model_path ? " " : "", eb.model_path ? eb.model_path : "",
            eb.spec.d_model, eb.spec.n_heads, eb.spec.d_ff, eb.spec.n_layers,
            eb.spec.window, eb.spec.pos_encoding, (double)eb.n_params / 1e6,
            (double)eb.flops_per_frame / 1e6);
