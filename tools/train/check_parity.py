@@ -16,6 +16,11 @@ either path:
 3. the script prints max |C - reference| of the logits per utterance, and of
    the features against aural_ref.fbank, and exits 1 if the logits differ
    by more than --tol anywhere.
+
+For scale it also prints how far the same reference run in float32 (the
+same weights, PyTorch's own kernels) lands from the float64 one: that is
+the rounding floor of single precision for the model, which grows as a
+trained model's activations and head weights grow.
 """
 
 import argparse
@@ -59,12 +64,13 @@ def main():
     args = ap.parse_args()
 
     model = export.load(args.model).double()
+    model32 = export.load(args.model).float()
     cfg = model.config
     refs = evaluate.read_refs(args.test)
     picked = []
     for group in ("seen", "unseen"):
         picked += [r for r in refs if r["group"] == group][:args.count]
-    worst_logits = worst_feats = 0.0
+    worst_logits = worst_feats = worst32 = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for r in picked:
             src = os.path.join(args.test, r["group"], "clean", r["file"])
@@ -75,16 +81,20 @@ def main():
             logits = run_c(args.aural, args.model, wav, "logits", os.path.join(tmp, "l.npy"))
             with torch.no_grad():
                 _, want = model(torch.from_numpy(feats).double())
+                _, want32 = model32(torch.from_numpy(feats).float())
             d_logits = float(np.abs(logits.astype(np.float64) - want.numpy()).max())
+            d32 = float(np.abs(want32.double().numpy() - want.numpy()).max())
+            worst32 = max(worst32, d32)
             torch_feats = aural_ref.fbank(read_wav16(wav).astype(np.float64) / 32768.0, cfg)
             d_feats = float(np.abs(feats - torch_feats.numpy()).max())
             worst_logits = max(worst_logits, d_logits)
             worst_feats = max(worst_feats, d_feats)
-            print("%s/%s %-16s %5d frames: logits max |C - ref| %.2e, features %.2e" % (
-                r["group"], r["file"], r["voice"], len(feats), d_logits, d_feats))
+            print("%s/%s %-16s %5d frames: logits max |C - ref| %.2e (PyTorch float32 %.2e), "
+                  "features %.2e" % (r["group"], r["file"], r["voice"], len(feats), d_logits,
+                                     d32, d_feats))
     ok = worst_logits <= args.tol
-    print("max abs diff: logits %.2e (limit %.0e, %s), features %.2e" % (
-        worst_logits, args.tol, "ok" if ok else "FAILED", worst_feats))
+    print("max abs diff: logits %.2e (limit %.0e, %s; PyTorch float32 %.2e), features %.2e" % (
+        worst_logits, args.tol, "ok" if ok else "FAILED", worst32, worst_feats))
     return 0 if ok else 1
 
 
