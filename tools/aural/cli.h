@@ -27,6 +27,10 @@ const char *cli_default_model(void);
 /* The bundled sample recording (installed, else in the source tree). */
 const char *cli_default_sample(void);
 
+/* The config's name of a model's position encoding (AURAL_POS_*):
+ * "none", "sinusoidal" or "rope". */
+const char *cli_pos_name(int pos_encoding);
+
 /* Parses a decimal integer in lo..hi; -1 if it is not one. */
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out);
 

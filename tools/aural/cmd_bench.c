@@ -277,12 +277,6 @@ typedef struct enc_bench {
   enc_result batched_f32; /* all of them together, chunk mode */
 } enc_bench;
 
-static const char *pos_name(aural_pos_encoding p) {
-  return p == AURAL_POS_ROPE         ? "rope"
-         : p == AURAL_POS_SINUSOIDAL ? "sinusoidal"
-                                     : "none";
-}
-
 static int bench_encoder(enc_bench *b) {
   size_t size = 0;
   unsigned char *file = NULL;
@@ -311,7 +305,7 @@ static int bench_encoder(enc_bench *b) {
       b->spec.d_ff = mc->d_ff;
       b->spec.n_layers = mc->n_layers;
       b->spec.window = mc->window;
-      b->spec.pos_encoding = pos_name(mc->pos_encoding);
+      b->spec.pos_encoding = cli_pos_name(mc->pos_encoding);
     }
     b->flops_per_frame = aural_model_flops_per_frame(m);
     b->n_params = aural_model_n_params(m);
@@ -361,6 +355,7 @@ static int save_model(const synth_spec *spec, const char *path) {
 }
 
 int cmd_bench(int argc, char **argv) {
+  /* O_D .. O_POS, together, are the random model's flags. */
   enum { O_SECONDS = 256, O_REPEAT, O_JSON, O_D, O_HEADS, O_FF, O_LAYERS,
          O_WINDOW, O_POS, O_CHUNK, O_STREAMS, O_SAVE };
   static const struct option opts[] = {

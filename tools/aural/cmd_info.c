@@ -25,7 +25,6 @@ static void usage(FILE *to) {
           cli_default_model());
 }
 
-static const char *const pos_names[] = {"none", "sinusoidal", "rope"};
 static const char *const act_names[] = {"relu", "gelu"};
 
 int cmd_info(int argc, char **argv) {
@@ -79,7 +78,7 @@ int cmd_info(int argc, char **argv) {
          mc->norm_first ? "Pre-LN" : "Post-LN");
   printf("attention    causal window of %d frames (%.2f s), positions: %s",
          mc->window, mc->window * mc->fbank.frame_shift_ms / 1000,
-         pos_names[mc->pos_encoding]);
+         cli_pos_name(mc->pos_encoding));
   if (mc->pos_encoding == AURAL_POS_ROPE) printf(" (theta %g)", mc->rope_theta);
   printf("\nfinal norm   %s\n", mc->final_norm ? "yes" : "no");
   if (mc->vocab_size > 0) {

@@ -70,6 +70,12 @@ const char *cli_default_model(void) {
   return AURAL_SOURCE_MODEL;
 }
 
+const char *cli_pos_name(int pos_encoding) {
+  return pos_encoding == AURAL_POS_ROPE         ? "rope"
+         : pos_encoding == AURAL_POS_SINUSOIDAL ? "sinusoidal"
+                                                : "none";
+}
+
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
   char *end;
   errno = 0;

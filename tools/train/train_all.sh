@@ -9,9 +9,10 @@
 #
 # Deterministic given SEED (default 1) and the thread count (2). Wall time on
 # the 2-core development machines: about 25 min of synthesis, 2.5 h of
-# training and a few minutes of evaluation (see models/README.md). Installs what it
-# needs (espeak-ng, sox, fortunes, fortune-mod, wamerican, python3-torch,
-# python3-torchaudio, python3-numpy) through tools/setup.sh --reference.
+# training and a few minutes of evaluation (see models/README.md). Installs
+# what it needs (espeak-ng, sox, fortunes, fortune-mod, wamerican,
+# python3-torch, python3-torchaudio, python3-numpy) through
+# tools/setup.sh --reference.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tools/setup.sh --reference
