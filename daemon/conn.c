@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -121,9 +122,15 @@ void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
   }
 }
 
+/* Queued bytes whose release is worth handing memory back for: the heap
+ * keeps up to M_TRIM_THRESHOLD (main.c) of free memory for the steady
+ * churn of chunks, and a slow subscriber's queue can leave more. */
+#define CONN_TRIM_BYTES (1u << 20)
+
 static void on_close(uv_handle_t *h) {
   conn *c = h->data;
   server *srv = c->srv;
+  bool trim = c->q_bytes >= CONN_TRIM_BYTES;
   for (size_t i = 0; i < c->q_len; i++)
     msgbuf_unref(c->q[(c->q_head + i) % CONN_QUEUE_CAP]);
   free(c->q);
@@ -133,6 +140,7 @@ static void on_close(uv_handle_t *h) {
   if (c->next) c->next->prev = c->prev;
   srv->n_conns--;
   free(c);
+  if (trim) malloc_trim(0);
 }
 
 void conn_kill(conn *c) {

@@ -126,6 +126,7 @@ typedef struct chunk_out {
 /* Microphone ring, a power of two: 5.9 s at 44.1 kHz, so that the loop
  * can fall seconds behind a device before samples are lost. */
 #define MIC_RING_FRAMES (1u << 18)
+#define STREAM_ID_BUCKETS 1024  /* power of two */
 
 typedef struct stream {
   struct server *srv;
@@ -140,6 +141,7 @@ typedef struct stream {
   bool closed_by_client;  /* AUDIO_CLOSE (or bad data) seen */
   uint64_t frames_received; /* input frames accepted from the client */
   struct stream *next;    /* registry list */
+  struct stream *id_next; /* the registry's id bucket */
   struct delivery *deliveries; /* subscribers receiving it */
   bool held;              /* waiting for a subscriber (--hold) */
 
@@ -285,6 +287,10 @@ typedef struct server {
   int n_conns;
   uint32_t next_conn_id;
   stream *streams;
+  /* The same streams by id (bucket id % STREAM_ID_BUCKETS): every
+   * AUDIO_DATA names its stream, and at hundreds of streams a walk of
+   * the list per message took a sixth of the loop thread. */
+  stream *by_id[STREAM_ID_BUCKETS];
   int n_streams;
   int n_file_streams_left;
   uint32_t next_stream_id;

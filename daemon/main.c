@@ -480,6 +480,12 @@ int main(int argc, char **argv) {
    * fragment it: a fixed threshold keeps them in their own mappings, so
    * the memory goes back to the system when a stream ends. */
   mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  /* Fixing that threshold also fixes the trim threshold at its 128 kB
+   * default, and then every few chunks freed on the loop shrank the
+   * workers' heaps, whose pages the next chunks faulted in again (about
+   * 1,500 page faults a second at 180 streams). Free memory up to this
+   * much stays in the heap instead. */
+  mallopt(M_TRIM_THRESHOLD, 8 * 1024 * 1024);
 
   server srv = {.argc = argc, .argv = argv, .config_path = conf};
   char why[640];

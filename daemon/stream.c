@@ -95,6 +95,9 @@ stream *stream_create(server *srv, const char *name, stream_source src,
   }
   s->next = srv->streams;
   srv->streams = s;
+  stream **bucket = &srv->by_id[s->id % STREAM_ID_BUCKETS];
+  s->id_next = *bucket;
+  *bucket = s;
   srv->n_streams++;
   return s;
 oom:
@@ -224,7 +227,8 @@ stream *stream_find(server *srv, const char *name) {
 }
 
 stream *stream_find_id(server *srv, uint32_t id) {
-  for (stream *s = srv->streams; s != NULL; s = s->next)
+  for (stream *s = srv->by_id[id % STREAM_ID_BUCKETS]; s != NULL;
+       s = s->id_next)
     if (s->id == id) return s;
   return NULL;
 }
@@ -263,6 +267,12 @@ void delivery_remove_sub(server *srv, subscription *sub) {
 }
 
 static void unlink_stream(server *srv, stream *s) {
+  for (stream **pp = &srv->by_id[s->id % STREAM_ID_BUCKETS]; *pp != NULL;
+       pp = &(*pp)->id_next)
+    if (*pp == s) {
+      *pp = s->id_next;
+      break;
+    }
   for (stream **pp = &srv->streams; *pp != NULL; pp = &(*pp)->next)
     if (*pp == s) {
       *pp = s->next;

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Real-time capacity: starts aurald with the random-weight 'base' model of
+# 'aural bench' (or -m MODEL) and runs 'aural load' at each stream count in
+# turn, then prints one table: latency p50/p99/max over all chunks, the
+# worst stream's p99, chunks lost, the daemon's CPU per stream, and whether
+# the run kept every stream's p99 within the limit with nothing lost.
+#
+#   tools/bench_load.sh [-m MODEL] [--seconds S] [--threads T]
+#                       [--limit-ms L] [N...]
+#
+# Defaults: 60 s per run, aurald's own thread count (one worker per CPU),
+# limit 250 ms, N = 1 10 50 100 200. Input: the bundled recording
+# (22.05 kHz FLAC, so every stream runs the resampler too). Each run's full
+# JSON goes to /tmp/aural-load-N.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+model=""
+seconds=60
+threads=""
+limit_ms=250
+counts=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -m) model=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --limit-ms) limit_ms=$2; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "bench_load.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    *) counts+=("$1"); shift ;;
+  esac
+done
+[[ ${#counts[@]} -gt 0 ]] || counts=(1 10 50 100 200)
+
+tools/setup.sh
+TARGETS="tools/aural daemon/aurald" tools/build.sh build
+
+work=$(mktemp -d)
+daemon_pid=""
+cleanup() {
+  if [[ -n "$daemon_pid" ]]; then
+    kill "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+if [[ -z "$model" ]]; then
+  model=$work/base.safetensors
+  build/tools/aural bench --save-model "$model" >/dev/null
+fi
+sock=$work/aural.sock
+daemon_args=(-m "$model" -s "$sock" --no-config)
+[[ -n "$threads" ]] && daemon_args+=(--threads "$threads")
+build/daemon/aurald "${daemon_args[@]}" 2>"$work/aurald.log" &
+daemon_pid=$!
+for _ in $(seq 100); do
+  [[ -S "$sock" ]] && break
+  sleep 0.1
+done
+[[ -S "$sock" ]] || { cat "$work/aurald.log" >&2; exit 1; }
+
+for n in "${counts[@]}"; do
+  echo "bench_load.sh: $n streams for $seconds s" >&2
+  # A run that fails (say, streams that never end because the daemon is
+  # far behind) is a row of the table, not the end of the measurement.
+  if ! build/tools/aural load -s "$sock" -n "$n" --seconds "$seconds" \
+       --json >"/tmp/aural-load-$n.json"; then
+    echo '{"streams": '"$n"', "failed": true}' >"/tmp/aural-load-$n.json"
+  fi
+done
+
+/usr/bin/python3 - "$limit_ms" "${counts[@]}" <<'PY'
+import json, sys
+limit = float(sys.argv[1])
+print("%6s %22s %15s %6s %10s %8s" % ("N", "p50 / p99 / max (ms)", "worst p99 (ms)",
+                                      "lost", "CPU/stream", "p99 ok"))
+for n in sys.argv[2:]:
+    r = json.load(open("/tmp/aural-load-%s.json" % n))
+    if r.get("failed"):
+        print("%6d %22s %15s %6s %10s %8s" % (r["streams"], "run failed", "-", "-", "-", "NO"))
+        continue
+    lat = r["latency_ms"]
+    ok = r["chunks_lost"] == 0 and lat["worst_stream_p99"] <= limit
+    print("%6d %22s %15.0f %6d %9.2f%% %8s" % (
+        r["streams"], "%.0f / %.0f / %.0f" % (lat["p50"], lat["p99"], lat["max"]),
+        lat["worst_stream_p99"], r["chunks_lost"], r["cpu_percent_per_stream"],
+        "yes" if ok else "NO"))
+PY
