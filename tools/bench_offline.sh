@@ -6,11 +6,11 @@
 #
 # Defaults: JOBS = number of CPUs, MODEL = the random-weight 'base' model
 # of 'aural bench' (d_model 256, 4 heads, d_ff 1024, 6 layers, W 50, rope),
-# 600 files. The corpus is made once and reused: espeak-ng speech of the
-# fortune sentences, 30 voices, half of the files at espeak's native
-# 22.05 kHz (through the resampler) and half converted to 16 kHz WAV, each
-# file 5-12 s long, about 1.3 h in all. Installs what it needs
-# (tools/setup.sh --reference).
+# 600 files. The corpus is made once and reused: espeak-ng speech of two
+# fortune sentences per file, 10 voices, 140-199 words per minute; half of
+# the files FLAC at espeak's native 22.05 kHz (through the resampler), half
+# WAV at 16 kHz; 14 s per file on average, 2.3 h in all. Installs what it
+# needs (tools/setup.sh --reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +27,7 @@ while [[ $# -gt 0 ]]; do
     -m) model=$2; shift 2 ;;
     --files) n_files=$2; shift 2 ;;
     --corpus) corpus=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_offline.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
