@@ -8,7 +8,7 @@
 #   tools/train/train_all.sh [DATA_DIR]     (default /tmp/aural-train)
 #
 # Deterministic given SEED (default 1) and the thread count (2). Wall time on
-# the 2-core development machines: about 25 min of synthesis, 2.5 h of
+# the 2-core development machines: about 25 min of synthesis, 3.5 h of
 # training and a few minutes of evaluation (see models/README.md). Installs
 # what it needs (espeak-ng, sox, fortunes, fortune-mod, wamerican,
 # python3-torch, python3-torchaudio, python3-numpy) through
@@ -43,8 +43,12 @@ $py tools/train/train.py --data "$data/train" --init "$data/stage2.safetensors" 
   --warmup 50 --curriculum 0 --seed "$((seed + 2))" --log "$data/train.jsonl"
 # Stage 4: from stage 3, a warm restart: 2500 steps from 4e-4 down to 2%.
 $py tools/train/train.py --data "$data/train" --init "$data/stage3.safetensors" \
-  --out models/default.safetensors --steps 2500 --batch-frames 4000 --lr 4e-4 \
+  --out "$data/stage4.safetensors" --steps 2500 --batch-frames 4000 --lr 4e-4 \
   --warmup 50 --curriculum 0 --seed "$((seed + 3))" --log "$data/train.jsonl"
+# Stage 5: from stage 4, another warm restart: 6000 steps from 3e-4.
+$py tools/train/train.py --data "$data/train" --init "$data/stage4.safetensors" \
+  --out models/default.safetensors --steps 6000 --batch-frames 4000 --lr 3e-4 \
+  --warmup 50 --curriculum 0 --seed "$((seed + 4))" --log "$data/train.jsonl"
 $py tools/train/sample_phonemes.py
 
 TARGETS="tools/aural" tools/build.sh
