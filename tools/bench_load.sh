@@ -11,7 +11,8 @@
 # Defaults: 60 s per run, aurald's own thread count (one worker per CPU),
 # limit 250 ms, N = 1 10 50 100 200. Input: the bundled recording
 # (22.05 kHz FLAC, so every stream runs the resampler too). Each run's full
-# JSON goes to /tmp/aural-load-N.json.
+# JSON goes to /tmp/aural-load-K-N.json (K: the run's place in the list, so
+# a count may be given more than once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +27,7 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --limit-ms) limit_ms=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "bench_load.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) counts+=("$1"); shift ;;
   esac
@@ -62,13 +63,16 @@ for _ in $(seq 100); do
 done
 [[ -S "$sock" ]] || { cat "$work/aurald.log" >&2; exit 1; }
 
+k=0
 for n in "${counts[@]}"; do
+  k=$((k + 1))
+  json=/tmp/aural-load-$k-$n.json
   echo "bench_load.sh: $n streams for $seconds s" >&2
   # A run that fails (say, streams that never end because the daemon is
   # far behind) is a row of the table, not the end of the measurement.
   if ! build/tools/aural load -s "$sock" -n "$n" --seconds "$seconds" \
-       --json >"/tmp/aural-load-$n.json"; then
-    echo '{"streams": '"$n"', "failed": true}' >"/tmp/aural-load-$n.json"
+       --json >"$json"; then
+    echo '{"streams": '"$n"', "failed": true}' >"$json"
   fi
 done
 
@@ -77,8 +81,8 @@ import json, sys
 limit = float(sys.argv[1])
 print("%6s %22s %15s %6s %10s %8s" % ("N", "p50 / p99 / max (ms)", "worst p99 (ms)",
                                       "lost", "CPU/stream", "p99 ok"))
-for n in sys.argv[2:]:
-    r = json.load(open("/tmp/aural-load-%s.json" % n))
+for k, n in enumerate(sys.argv[2:], 1):
+    r = json.load(open("/tmp/aural-load-%d-%s.json" % (k, n)))
     if r.get("failed"):
         print("%6d %22s %15s %6s %10s %8s" % (r["streams"], "run failed", "-", "-", "-", "NO"))
         continue
