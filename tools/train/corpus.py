@@ -49,6 +49,11 @@ _ALLOWED = re.compile(r"^[A-Za-z][A-Za-z ,.;:!?'\-]*$")
 
 
 def voice_name(dialect, variant):
+    """espeak-ng's name of `dialect` spoken by `variant`. espeak-ng 1.51
+    ignores a variant after "en-gb" (every "en-gb+VARIANT" is the plain
+    en-gb voice); "en", the same British voice, takes one."""
+    if variant and dialect == "en-gb":
+        dialect = "en"
     return dialect + ("+" + variant if variant else "")
 
 

@@ -7,8 +7,8 @@
 `train` writes DIR/shard-KKK.npz, each with up to SHARD utterances:
 `feats` float16 [sum T, 80] (Kaldi fbank of the augmented 16 kHz audio,
 before CMVN, exactly the model frontend), `lengths` int32 [n] frames per
-utterance and `labels` (one string of space-separated phoneme tokens per
-utterance). `test` writes 22.05 kHz WAV files (espeak-ng's native rate, so
+utterance, `labels` (one string of space-separated phoneme tokens per
+utterance) and `voices` (the espeak-ng voice of each). `test` writes 22.05 kHz WAV files (espeak-ng's native rate, so
 the evaluation also exercises the C resampler) under DIR/{seen,unseen}/
 {clean,snr20}/ and DIR/refs.tsv.
 
@@ -138,7 +138,7 @@ def make_train_utterance(index):
         x = add_noise(x, spec["snr_db"], colored_noise(rng, len(x), spec["noise"]))
     x = np.clip(x, -1.0, 1.0)
     feats = w["fbank"](x, w["cfg"], dtype=w["torch"].float32).numpy()
-    return feats.astype(np.float16), " ".join(toks)
+    return feats.astype(np.float16), " ".join(toks), spec["voice"]
 
 
 def cmd_train(args):
@@ -156,7 +156,9 @@ def cmd_train(args):
             feats = np.concatenate([r[0] for r in results])
             lengths = np.array([len(r[0]) for r in results], dtype=np.int32)
             labels = np.array([r[1] for r in results])
-            np.savez(path + ".tmp.npz", feats=feats, lengths=lengths, labels=labels)
+            voices = np.array([r[2] for r in results])
+            np.savez(path + ".tmp.npz", feats=feats, lengths=lengths, labels=labels,
+                     voices=voices)
             os.replace(path + ".tmp.npz", path)
             print("%s: %d utterances, %.2f h" % (path, len(lengths), lengths.sum() / 360000.0),
                   flush=True)
