@@ -8,7 +8,9 @@ DIR is the output of `synth.py test`: WAV files under {seen,unseen}/
 {clean,snr20}/ and refs.tsv with the reference phonemes. Every file is
 transcribed by `aural encode --output text` (greedy CTC, tokens separated by
 spaces) and compared with its reference; PER = total edit distance / total
-reference tokens over the group. Prints a Markdown table (per group and
+reference tokens over the group. Reference and transcript both go through
+phonemes.canonical for the utterance's voice first: mnemonics that its
+dialect speaks identically count as one (--raw: as espeak-ng wrote them). Prints a Markdown table (per group and
 condition, per dialect of the training-voice group and per voice of the
 unseen group) and optionally writes JSON.
 
@@ -25,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-from phonemes import edit_distance  # noqa: E402
+from phonemes import canonical, dialect_of, edit_distance  # noqa: E402
 
 GROUPS = (("seen", "training voices"), ("unseen", "unseen voices"))
 CONDITIONS = (("clean", "clean"), ("snr20", "white noise, 20 dB SNR"))
@@ -51,6 +53,9 @@ def main():
     ap.add_argument("--aural", default=os.path.join(ROOT, "build", "tools", "aural"))
     ap.add_argument("--json", default=None, help="write the results here too")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--raw", action="store_true",
+                    help="compare espeak-ng's mnemonics as they are, without merging those "
+                    "the voice's dialect speaks identically (phonemes.canonical)")
     args = ap.parse_args()
 
     refs = read_refs(args.test)
@@ -61,6 +66,8 @@ def main():
         wav = os.path.join(args.test, r["group"], cond, r["file"])
         ref = r["phonemes"].split()
         hyp = transcribe(args.aural, args.model, wav)
+        if not args.raw:
+            ref, hyp = canonical(ref, r["voice"]), canonical(hyp, r["voice"])
         return r["group"], r["voice"], cond, edit_distance(ref, hyp), len(ref)
 
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -76,8 +83,8 @@ def main():
     print("| voices | utterances | phonemes | PER clean | PER 20 dB SNR |")
     print("|---|---:|---:|---:|---:|")
     rows = [(g, label, lambda gg, v, g=g: gg == g) for g, label in GROUPS]
-    dialects = sorted({r["voice"].split("+")[0] for r in refs if r["group"] == "seen"})
-    rows += [("seen:" + d, "  " + d, lambda gg, vv, d=d: gg == "seen" and vv.split("+")[0] == d)
+    dialects = sorted({dialect_of(r["voice"]) for r in refs if r["group"] == "seen"})
+    rows += [("seen:" + d, "  " + d, lambda gg, vv, d=d: gg == "seen" and dialect_of(vv) == d)
              for d in dialects]
     unseen_voices = sorted({r["voice"] for r in refs if r["group"] == "unseen"})
     rows += [("unseen:" + v, "  " + v, lambda gg, vv, v=v: vv == v) for v in unseen_voices]

@@ -11,9 +11,22 @@ token and drops what is not a sound of its own:
 
 There is no word-boundary token: the model recognizes phonemes only. The
 vocabulary is index 0 = BLANK, then the phoneme inventory sorted by name.
+
+espeak-ng's mnemonics name dictionary phonemes, and a dialect may speak two
+of them the same way (en-gb says `@2` exactly as `@`; several dialects say
+`I2` as `I`). No listener can tell such a pair apart, so the labels merge
+it: `canonical()` replaces each mnemonic by the name of its class in the
+utterance's dialect, from MERGES_FILE, which `phoneme_identity.py` writes
+by synthesizing every mnemonic in place of every other and comparing the
+samples.
 """
 
+import json
+import os
 import subprocess
+
+MERGES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "phoneme_merges.json")
+_MERGES = None
 
 BLANK = "<blank>"
 DROP_CHARS = "',%=;"
@@ -35,6 +48,25 @@ def espeak_phonemes(voice, text):
     out = subprocess.run(["espeak-ng", "-q", "-x", "--sep=|", "-v", voice, text],
                          check=True, capture_output=True, text=True).stdout
     return tokenize(out)
+
+
+def dialect_of(voice):
+    """The espeak-ng dialect of a voice name ("en+m3" -> "en-gb")."""
+    d = voice.split("+")[0]
+    return "en-gb" if d == "en" else d
+
+
+def canonical(tokens, voice):
+    """`tokens` of an utterance in `voice` with every mnemonic replaced by
+    the name of its class of identically spoken mnemonics in that dialect."""
+    global _MERGES
+    if _MERGES is None:
+        with open(MERGES_FILE, encoding="utf-8") as f:
+            _MERGES = json.load(f)["classes"]
+    table = _MERGES.get(dialect_of(voice))
+    if table is None:
+        raise KeyError("no phoneme classes for dialect %r in %s" % (dialect_of(voice), MERGES_FILE))
+    return [table.get(t, t) for t in tokens]
 
 
 def make_vocab(token_lists):

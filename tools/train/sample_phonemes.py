@@ -8,7 +8,9 @@ The recording is made by tools/make_sample_recording.sh (espeak-ng en-us,
 held out of training. The script first re-synthesizes the speech and checks
 that it equals the samples in the FLAC file, so the text and the recording
 cannot drift apart, then writes espeak-ng's phonemes in the model's
-tokenization and checks every token is in the model's vocab.
+tokenization (mnemonics that en-us speaks identically merged, as in the
+training labels: phonemes.canonical) and checks every token is in the
+model's vocab.
 """
 
 import argparse
@@ -24,6 +26,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import corpus  # noqa: E402
 import export  # noqa: E402
+import phonemes  # noqa: E402
 import synth  # noqa: E402
 
 
@@ -45,6 +48,7 @@ def main():
     if len(flac) != len(pcm) or not np.array_equal(flac, pcm):
         raise SystemExit("%s is not espeak-ng's %s reading of corpus.SAMPLE_TEXT" % (
             args.sample, corpus.SAMPLE_VOICE))
+    toks = phonemes.canonical(toks, corpus.SAMPLE_VOICE)
     _, config, _ = export.read(args.model)
     missing = sorted(set(toks) - set(config["vocab"]))
     if missing:

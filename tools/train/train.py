@@ -60,16 +60,19 @@ class Corpus:
     token id sequences."""
 
     def __init__(self, data_dir):
-        feats, lengths, labels = [], [], []
+        feats, lengths, labels, voices = [], [], [], []
         for path in sorted(glob.glob(os.path.join(data_dir, "shard-*.npz"))):
             d = np.load(path)
+            if "voices" not in d:
+                raise SystemExit("%s has no voices: made by an older synth.py" % path)
             feats.append(d["feats"])
             lengths.append(d["lengths"])
             labels += [str(s) for s in d["labels"]]
+            voices += [str(v) for v in d["voices"]]
         self.feats = np.concatenate(feats)
         self.lengths = np.concatenate(lengths).astype(np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.lengths)[:-1]])
-        self.tokens = [s.split() for s in labels]
+        self.tokens = [phonemes.canonical(s.split(), v) for s, v in zip(labels, voices)]
 
     def __len__(self):
         return len(self.lengths)
@@ -256,6 +259,25 @@ def greedy_per(model, corpus, indices, mean, std, vocab):
     return errors / max(total, 1)
 
 
+def remap_head(model, vocab, path):
+    """Gives `model` the CTC head of `vocab`, each token's row (and bias)
+    taken from the row of the same name in the model's own vocab: training
+    goes on from a model whose inventory had more (merged) tokens."""
+    old = {t: k for k, t in enumerate(model.config["vocab"])}
+    missing = [t for t in vocab if t not in old]
+    if missing:
+        raise SystemExit("%s has no head row for %s" % (path, " ".join(missing)))
+    rows = torch.tensor([old[t] for t in vocab])
+    head = torch.nn.Linear(model.head.in_features, len(vocab))
+    with torch.no_grad():
+        head.weight.copy_(model.head.weight[rows])
+        head.bias.copy_(model.head.bias[rows])
+    model.head = head
+    model.vocab = list(vocab)
+    model.config["vocab"] = list(vocab)
+    print("head remapped from %s's %d tokens to %d" % (path, len(old), len(vocab)), flush=True)
+
+
 def lr_at(step, steps, peak, warmup):
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -276,7 +298,8 @@ def main():
     ap.add_argument("--stop-after", type=int, default=None,
                     help="end (and export) after this many steps; the schedule still spans --steps")
     ap.add_argument("--init", default=None,
-                    help="start from this model file (same vocab) instead of random weights")
+                    help="start from this model file instead of random weights (its head "
+                    "rows are taken by token name when the vocab differs)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log", default=None, help="also write progress JSON lines here")
@@ -303,7 +326,7 @@ def main():
     if args.init:
         model = export.load(args.init)
         if model.config.get("vocab") != vocab:
-            raise SystemExit("%s has a different vocab" % args.init)
+            remap_head(model, vocab, args.init)
         mean = model.frontend.cmvn.mean.double().numpy()
         std = model.frontend.cmvn.std.double().numpy()
     else:

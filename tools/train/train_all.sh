@@ -25,6 +25,9 @@ export OPENBLAS_CORETYPE=SkylakeX
 export GOMP_SPINCOUNT=0
 mkdir -p "$data"
 
+# Which espeak-ng mnemonics each dialect speaks identically (merged in the
+# labels and the references); committed as tools/train/phoneme_merges.json.
+$py tools/train/phoneme_identity.py
 $py tools/train/synth.py train --out "$data/train" --count 22000 --seed "$seed"
 $py tools/train/synth.py test --out "$data/test" --count 300 --seed "$seed"
 # Stage 1: out of CTC's all-blank phase (8000-frame batches, the first 150
@@ -47,8 +50,12 @@ $py tools/train/train.py --data "$data/train" --init "$data/stage3.safetensors" 
   --warmup 50 --curriculum 0 --seed "$((seed + 3))" --log "$data/train.jsonl"
 # Stage 5: from stage 4, another warm restart: 6000 steps from 3e-4.
 $py tools/train/train.py --data "$data/train" --init "$data/stage4.safetensors" \
-  --out models/default.safetensors --steps 6000 --batch-frames 4000 --lr 3e-4 \
+  --out "$data/stage5.safetensors" --steps 6000 --batch-frames 4000 --lr 3e-4 \
   --warmup 50 --curriculum 0 --seed "$((seed + 4))" --log "$data/train.jsonl"
+# Stage 6: from stage 5, a warm restart of STAGE6_STEPS steps from 3e-4.
+$py tools/train/train.py --data "$data/train" --init "$data/stage5.safetensors" \
+  --out models/default.safetensors --steps "${STAGE6_STEPS:-8000}" --batch-frames 4000 \
+  --lr 3e-4 --warmup 100 --curriculum 0 --seed "$((seed + 5))" --log "$data/train.jsonl"
 $py tools/train/sample_phonemes.py
 
 TARGETS="tools/aural" tools/build.sh
