@@ -17,6 +17,21 @@ const char *test_data_path(const char *rel) {
   return buf;
 }
 
+void assert_contains(const char *text, const char *parts) {
+  char *alts = strdup(parts);
+  assert_non_null(alts);
+  char *save = NULL;
+  for (char *p = strtok_r(alts, "|", &save); p != NULL;
+       p = strtok_r(NULL, "|", &save)) {
+    if (strcasestr(text, p) != NULL) {
+      free(alts);
+      return;
+    }
+  }
+  free(alts);
+  fail_msg("\"%s\" does not mention \"%s\"", text, parts);
+}
+
 char *test_tmpdir(void) {
   char *dir = strdup("/tmp/aural-test-XXXXXX");
   assert_non_null(dir);

@@ -15,6 +15,10 @@ void test_rmtree(const char *dir);
 /* dir/name in a static buffer. */
 const char *test_join(const char *dir, const char *name);
 
+/* Fails the test unless text contains one of the '|'-separated
+ * alternatives in parts, compared without regard to case. */
+void assert_contains(const char *text, const char *parts);
+
 /* Writes len bytes to path; fails the test on error. */
 void test_write_file(const char *path, const void *data, size_t len);
 

@@ -30,18 +30,6 @@
 
 #define PATH_BYTES 4096
 
-/* Fails the test unless text contains one of the '|'-separated
- * alternatives in parts, compared without regard to case. */
-static void assert_contains(const char *text, const char *parts) {
-  char alts[256];
-  snprintf(alts, sizeof alts, "%s", parts);
-  char *save = NULL;
-  for (char *p = strtok_r(alts, "|", &save); p != NULL;
-       p = strtok_r(NULL, "|", &save))
-    if (strcasestr(text, p) != NULL) return;
-  fail_msg("message \"%s\" does not mention \"%s\"", text, parts);
-}
-
 /* Opens path and reads it to the end, chunk_frames at a time. Returns 0 or
  * the first error (with err filled). On success *info describes the file
  * and *samples (malloc'ed, interleaved) holds the *n_frames frames read. */

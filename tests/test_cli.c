@@ -54,18 +54,6 @@ static const char *aural_bin(void) {
   return bin;
 }
 
-/* Fails the test unless text contains one of the '|'-separated
- * alternatives in parts, compared without regard to case. */
-static void assert_contains(const char *text, const char *parts) {
-  char alts[256];
-  snprintf(alts, sizeof alts, "%s", parts);
-  char *save = NULL;
-  for (char *p = strtok_r(alts, "|", &save); p != NULL;
-       p = strtok_r(NULL, "|", &save))
-    if (strcasestr(text, p) != NULL) return;
-  fail_msg("\"%s\" does not mention \"%s\"", text, parts);
-}
-
 /* The whole file as a malloc'ed string. */
 static char *read_text(const char *path) {
   FILE *f = fopen(path, "rb");

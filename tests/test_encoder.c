@@ -33,7 +33,8 @@ static float *load_npy(const char *rel, size_t *rows, size_t *cols) {
 
 static aural_model *load_model(const char *name, aural_weight_type wt) {
   char rel[128];
-  snprintf(rel, sizeof rel, "encoder/%s.safetensors", name);
+  if (snprintf(rel, sizeof rel, "encoder/%s.safetensors", name) >= (int)sizeof rel)
+    fail_msg("model name too long: %s", name);
   aural_model_load_config lc;
   aural_model_load_config_default(&lc);
   lc.weights = wt;
