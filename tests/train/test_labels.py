@@ -49,6 +49,9 @@ class Labels(unittest.TestCase):
         for dialect, table in self.classes.items():
             for src, dst in table.items():
                 self.assertNotEqual(src, dst, dialect)
+                # Keys are tokens as the tokenizer writes them.
+                self.assertEqual(phonemes.tokenize(src), [src], dialect)
+                self.assertEqual(phonemes.tokenize(dst), [dst], dialect)
                 self.assertNotIn(dst, table, "%s: %s maps to a merged name" % (dialect, src))
                 self.assertIn(dst, self.vocab, "%s: class %s not in the model vocab" % (dialect, dst))
             voice = "en" if dialect == "en-gb" else dialect

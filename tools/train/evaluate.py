@@ -79,7 +79,7 @@ def main():
         utts = sum(1 for g, v, c, e, n in results if select(g, v, c))
         return err / max(tot, 1), utts, tot
 
-    out = {"model": os.path.relpath(args.model, ROOT), "groups": {}}
+    out = {"model": os.path.relpath(args.model, ROOT), "merged": not args.raw, "groups": {}}
     print("| voices | utterances | phonemes | PER clean | PER 20 dB SNR |")
     print("|---|---:|---:|---:|---:|")
     rows = [(g, label, lambda gg, v, g=g: gg == g) for g, label in GROUPS]

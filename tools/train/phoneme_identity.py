@@ -5,7 +5,7 @@
 
 espeak-ng transcribes every English dialect with one set of mnemonics, and
 a dialect's phoneme table may give two of them the same sound: en-gb says
-`@2` exactly as `@`. A recognizer cannot hear such a difference, so the
+`3` exactly as `@`. A recognizer cannot hear such a difference, so the
 training labels and the test references merge the pair (phonemes.canonical).
 
 For each dialect (those of training and of the unseen test voices), the
@@ -82,19 +82,30 @@ class Espeak:
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os.close(r)
-            self.chunks.clear()
-            text = ("[[" + phoneme_text + "]]").encode() + b"\0"
-            rc = self.lib.espeak_Synth(text, len(text), 0, POS_CHARACTER, 0,
-                                       PHONEMES_INPUT | END_PAUSE, None, None)
-            out = hashlib.md5(b"".join(self.chunks)).hexdigest() if rc == 0 else "error"
-            os.write(w, out.encode())
-            os._exit(0)
+            status = 1
+            try:
+                os.close(r)
+                self.chunks.clear()
+                text = ("[[" + phoneme_text + "]]").encode() + b"\0"
+                if self.lib.espeak_Synth(text, len(text), 0, POS_CHARACTER, 0,
+                                         PHONEMES_INPUT | END_PAUSE, None, None) == 0:
+                    os.write(w, hashlib.md5(b"".join(self.chunks)).hexdigest().encode())
+                    status = 0
+            finally:
+                os._exit(status)
         os.close(w)
-        out = os.read(r, 64).decode()
+        out = b""
+        while True:
+            part = os.read(r, 64)
+            if not part:
+                break
+            out += part
         os.close(r)
-        os.waitpid(pid, 0)
-        return out
+        _, status = os.waitpid(pid, 0)
+        # A failed synthesis must never compare equal to another one.
+        if status != 0 or len(out) != 32:
+            raise SystemExit("espeak-ng could not synthesize [[%s]]" % phoneme_text)
+        return out.decode()
 
 
 def parse(sep_output):

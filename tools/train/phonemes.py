@@ -13,12 +13,12 @@ There is no word-boundary token: the model recognizes phonemes only. The
 vocabulary is index 0 = BLANK, then the phoneme inventory sorted by name.
 
 espeak-ng's mnemonics name dictionary phonemes, and a dialect may speak two
-of them the same way (en-gb says `@2` exactly as `@`; several dialects say
+of them the same way (en-gb says `3` exactly as `@`; several dialects say
 `I2` as `I`). No listener can tell such a pair apart, so the labels merge
 it: `canonical()` replaces each mnemonic by the name of its class in the
 utterance's dialect, from MERGES_FILE, which `phoneme_identity.py` writes
-by synthesizing every mnemonic in place of every other and comparing the
-samples.
+by synthesizing each mnemonic in place of the others of its kind (vowel
+or consonant) and comparing the samples.
 """
 
 import json
