@@ -8,7 +8,7 @@
 #   tools/train/train_all.sh [DATA_DIR]     (default /tmp/aural-train)
 #
 # Deterministic given SEED (default 1) and the thread count (2). Wall time on
-# the 2-core development machines: about 25 min of synthesis, 3.5 h of
+# the 2-core development machines: about 25 min of synthesis, 5 h of
 # training and a few minutes of evaluation (see models/README.md). Installs
 # what it needs (espeak-ng, sox, fortunes, fortune-mod, wamerican,
 # python3-torch, python3-torchaudio, python3-numpy) through
