@@ -46,6 +46,11 @@ CONTEXTS = 6
 STRESS = "',%="
 VOWEL_START = set("03@AEIOUVaeiou")
 
+def espeak_voice(dialect):
+    """espeak-ng's library knows the British voice as "en", not "en-gb"."""
+    return "en" if dialect == "en-gb" else dialect
+
+
 # speak_lib.h of espeak-ng 1.51
 AUDIO_OUTPUT_SYNCHRONOUS = 2
 POS_CHARACTER = 1
@@ -73,7 +78,7 @@ class Espeak:
         return 0
 
     def voice(self, dialect):
-        name = "en" if dialect == "en-gb" else dialect
+        name = espeak_voice(dialect)
         if self.lib.espeak_SetVoiceByName(name.encode()) != 0:
             raise SystemExit("espeak-ng: no voice %r" % name)
 
@@ -131,7 +136,7 @@ def contexts(es, dialect, sentences):
     occurrences in the sentences' transcriptions}). A sentence
     whose re-spelled transcription does not synthesize exactly as espeak-ng's
     own is skipped (a spelling that re-parses differently)."""
-    name = "en" if dialect == "en-gb" else dialect
+    name = espeak_voice(dialect)
     out = collections.defaultdict(list)
     counts = collections.Counter()
     for s in sentences:
