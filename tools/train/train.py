@@ -262,20 +262,26 @@ def greedy_per(model, corpus, indices, mean, std, vocab):
 def remap_head(model, vocab, path):
     """Gives `model` the CTC head of `vocab`, each token's row (and bias)
     taken from the row of the same name in the model's own vocab: training
-    goes on from a model whose inventory had more (merged) tokens."""
+    goes on from a model whose inventory had more (merged) tokens, or fewer
+    (a larger corpus brings a rare phoneme). A token the model lacks starts
+    with a zero row and the lowest bias of the old head, so that the model
+    predicts it no more often than its rarest token until trained."""
     old = {t: k for k, t in enumerate(model.config["vocab"])}
     missing = [t for t in vocab if t not in old]
-    if missing:
-        raise SystemExit("%s has no head row for %s" % (path, " ".join(missing)))
-    rows = torch.tensor([old[t] for t in vocab])
     head = torch.nn.Linear(model.head.in_features, len(vocab))
     with torch.no_grad():
-        head.weight.copy_(model.head.weight[rows])
-        head.bias.copy_(model.head.bias[rows])
+        head.weight.zero_()
+        head.bias.fill_(model.head.bias.min())
+        for k, t in enumerate(vocab):
+            if t in old:
+                head.weight[k] = model.head.weight[old[t]]
+                head.bias[k] = model.head.bias[old[t]]
     model.head = head
     model.vocab = list(vocab)
     model.config["vocab"] = list(vocab)
-    print("head remapped from %s's %d tokens to %d" % (path, len(old), len(vocab)), flush=True)
+    print("head remapped from %s's %d tokens to %d%s" % (
+        path, len(old), len(vocab), ", new: " + " ".join(missing) if missing else ""),
+        flush=True)
 
 
 def lr_at(step, steps, peak, warmup):

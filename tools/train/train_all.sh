@@ -8,7 +8,7 @@
 #   tools/train/train_all.sh [DATA_DIR]     (default /tmp/aural-train)
 #
 # Deterministic given SEED (default 1) and the thread count (2). Wall time on
-# the 2-core development machines: about 25 min of synthesis, 5 h of
+# the 2-core development machines: about 15 to 50 min of synthesis, 7 h of
 # training and a few minutes of evaluation (see models/README.md). Installs
 # what it needs (espeak-ng, sox, fortunes, fortune-mod, wamerican,
 # python3-torch, python3-torchaudio, python3-numpy) through
@@ -52,10 +52,16 @@ $py tools/train/train.py --data "$data/train" --init "$data/stage3.safetensors" 
 $py tools/train/train.py --data "$data/train" --init "$data/stage4.safetensors" \
   --out "$data/stage5.safetensors" --steps 6000 --batch-frames 4000 --lr 3e-4 \
   --warmup 50 --curriculum 0 --seed "$((seed + 4))" --log "$data/train.jsonl"
-# Stage 6: from stage 5, a warm restart of STAGE6_STEPS steps from 3e-4.
+# Stage 6: from stage 5, a warm restart: 11500 steps from 3e-4.
 $py tools/train/train.py --data "$data/train" --init "$data/stage5.safetensors" \
-  --out models/default.safetensors --steps "${STAGE6_STEPS:-8000}" --batch-frames 4000 \
+  --out "$data/stage6.safetensors" --steps 11500 --batch-frames 4000 \
   --lr 3e-4 --warmup 100 --curriculum 0 --seed "$((seed + 5))" --log "$data/train.jsonl"
+# Stage 7: twice the data (utterances 22000-43999 of the same seed; the
+# first 22000 are kept), from stage 6, a warm restart: 14000 steps from 3e-4.
+$py tools/train/synth.py train --out "$data/train" --count 44000 --seed "$seed"
+$py tools/train/train.py --data "$data/train" --init "$data/stage6.safetensors" \
+  --out models/default.safetensors --steps 14000 --batch-frames 4000 \
+  --lr 3e-4 --warmup 100 --curriculum 0 --seed "$((seed + 6))" --log "$data/train.jsonl"
 $py tools/train/sample_phonemes.py
 
 TARGETS="tools/aural" tools/build.sh
