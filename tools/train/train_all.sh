@@ -56,10 +56,16 @@ $py tools/train/train.py --data "$data/train" --init "$data/stage4.safetensors" 
 $py tools/train/train.py --data "$data/train" --init "$data/stage5.safetensors" \
   --out "$data/stage6.safetensors" --steps 11500 --batch-frames 4000 \
   --lr 3e-4 --warmup 100 --curriculum 0 --seed "$((seed + 5))" --log "$data/train.jsonl"
-# Stage 7: twice the data (utterances 22000-43999 of the same seed; the
-# first 22000 are kept), from stage 6, a warm restart: 14000 steps from 3e-4.
-$py tools/train/synth.py train --out "$data/train" --count 44000 --seed "$seed"
-$py tools/train/train.py --data "$data/train" --init "$data/stage6.safetensors" \
+# Stage 7: twice the data, from stage 6, a warm restart: 14000 steps from
+# 3e-4. Its own directory links the first 22000 utterances (synth.py skips a
+# shard that exists) and adds 22000-43999 of the same seed, so that a rerun
+# of this script on the same DATA_DIR trains stages 1 to 6 on 22000 again.
+mkdir -p "$data/train44k"
+for shard in "$data"/train/shard-*.npz; do
+  ln -sfn "../train/${shard##*/}" "$data/train44k/${shard##*/}"
+done
+$py tools/train/synth.py train --out "$data/train44k" --count 44000 --seed "$seed"
+$py tools/train/train.py --data "$data/train44k" --init "$data/stage6.safetensors" \
   --out models/default.safetensors --steps 14000 --batch-frames 4000 \
   --lr 3e-4 --warmup 100 --curriculum 0 --seed "$((seed + 6))" --log "$data/train.jsonl"
 $py tools/train/sample_phonemes.py
