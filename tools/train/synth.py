@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Synthesizes the training and test data of the default model with espeak-ng.
 
-    synth.py train --out DIR [--count N] [--seed S] [--jobs J]
+    synth.py train --out DIR [--count N] [--first I] [--seed S] [--jobs J]
     synth.py test  --out DIR [--count N] [--seed S]
 
-`train` writes DIR/shard-KKK.npz, each with up to SHARD utterances:
+`train` writes DIR/shard-KKK.npz, each with up to SHARD utterances (shard K
+holds utterances K*SHARD onwards; --first, a multiple of SHARD, starts at a
+later shard, for a corpus of utterances no earlier model has heard):
 `feats` float16 [sum T, 80] (Kaldi fbank of the augmented 16 kHz audio,
 before CMVN, exactly the model frontend), `lengths` int32 [n] frames per
 utterance, `labels` (one string of space-separated phoneme tokens per
@@ -147,7 +149,7 @@ def cmd_train(args):
     words = corpus.dictionary_words()
     n_shards = (args.count + SHARD - 1) // SHARD
     with Pool(args.jobs, _init_worker, (args.seed, train_sentences, words)) as pool:
-        for k in range(n_shards):
+        for k in range(args.first // SHARD, n_shards):
             path = os.path.join(args.out, "shard-%03d.npz" % k)
             if os.path.exists(path):
                 continue
@@ -214,10 +216,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=("train", "test"))
     ap.add_argument("--out", required=True)
-    ap.add_argument("--count", type=int, default=20000)
+    ap.add_argument("--count", type=int, default=20000,
+                    help="utterances 0..COUNT-1 (train: --first..COUNT-1)")
+    ap.add_argument("--first", type=int, default=0,
+                    help="train: first utterance, a multiple of %d" % SHARD)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
+    if args.first % SHARD or not 0 <= args.first < args.count:
+        ap.error("--first must be a multiple of %d below --count" % SHARD)
     return cmd_train(args) if args.what == "train" else cmd_test(args)
 
 

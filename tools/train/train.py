@@ -21,7 +21,11 @@ forward before training starts and after it ends:
   everything else stay float32).
 
 Regularization is SpecAugment (time and frequency masks) on top of the audio
-augmentation of synth.py; there is no dropout. The first steps see only
+augmentation of synth.py; there is no dropout. --logit-bound B adds a
+penalty on CTC logits beyond +-B (mean of relu(|z| - B)^2 over real frames
+and tokens, times --logit-penalty): greedy decoding needs only the argmax,
+while logits that reach +-30 multiply the float32 rounding of everything
+before the head into the C encoder's outputs. The first steps see only
 short utterances (a curriculum that shortens CTC's initial all-blank phase).
 Everything random is drawn from generators seeded with --seed.
 """
@@ -284,6 +288,15 @@ def remap_head(model, vocab, path):
         flush=True)
 
 
+def logit_excess(logits, lengths, bound):
+    """Mean of relu(|z| - bound)^2 over the real (unpadded) frames of
+    logits [B, T, V] and all tokens."""
+    t = logits.shape[1]
+    real = (torch.arange(t)[None, :] < lengths[:, None]).to(logits.dtype)
+    excess = F.relu(logits.abs() - bound).pow(2).mean(-1)
+    return (excess * real).sum() / real.sum()
+
+
 def lr_at(step, steps, peak, warmup):
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -306,6 +319,10 @@ def main():
     ap.add_argument("--init", default=None,
                     help="start from this model file instead of random weights (its head "
                     "rows are taken by token name when the vocab differs)")
+    ap.add_argument("--logit-bound", type=float, default=None,
+                    help="penalize CTC logits beyond +-this (default: no penalty)")
+    ap.add_argument("--logit-penalty", type=float, default=0.02,
+                    help="weight of the --logit-bound penalty")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log", default=None, help="also write progress JSON lines here")
@@ -357,7 +374,7 @@ def main():
     logf = open(args.log, "a") if args.log else None
     model.train()
     step, epoch = 0, 0
-    t_loss, t_count, t_frames = 0.0, 0, 0
+    t_loss, t_excess, t_count, t_frames = 0.0, 0.0, 0, 0
     last = min(args.steps, args.stop_after or args.steps)
     while step < last:
         if not queue:
@@ -374,8 +391,13 @@ def main():
         logp = F.log_softmax(logits.float(), dim=-1).transpose(0, 1)
         loss = F.ctc_loss(logp, targets, lengths, target_lengths, blank=0,
                           reduction="mean", zero_infinity=True)
+        total = loss
+        if args.logit_bound is not None:
+            excess = logit_excess(logits.float(), lengths, args.logit_bound)
+            total = loss + args.logit_penalty * excess
+            t_excess += excess.item()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total.backward()
         torch.nn.utils.clip_grad_norm_(params, 5.0)
         opt.step()
         step += 1
@@ -386,6 +408,8 @@ def main():
             elapsed = time.time() - t_start
             rec = dict(step=step, epoch=epoch, lr=lr, loss=t_loss / t_count,
                        frames_per_s=t_frames / elapsed, minutes=elapsed / 60)
+            if args.logit_bound is not None:
+                rec["logit_excess"] = t_excess / t_count
             if step % 500 == 0 or step == last:
                 model.eval()
                 rec["dev_per"] = greedy_per(model, corpus, dev[:100], mean32, std32, vocab)
@@ -394,7 +418,7 @@ def main():
             if logf:
                 logf.write(json.dumps(rec) + "\n")
                 logf.flush()
-            t_loss, t_count = 0.0, 0
+            t_loss, t_excess, t_count = 0.0, 0.0, 0
         if args.checkpoint_every and step % args.checkpoint_every == 0 and step < last:
             export.export(model, model.config, args.out, dtype="F16")
 
