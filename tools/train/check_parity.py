@@ -48,6 +48,12 @@ def run_c(aural, model, wav, kind, out):
     return np.load(out)
 
 
+def to_16k_wav(src, wav):
+    """Any file sox reads -> mono 16-bit 16 kHz WAV, without dither."""
+    subprocess.run(["sox", "-q", "-D", src, "-c", "1", "-r", "16000", "-b", "16", wav,
+                    "rate", "-v"], check=True)
+
+
 def read_wav16(path):
     with wave.open(path, "rb") as w:
         assert w.getframerate() == 16000 and w.getnchannels() == 1
@@ -75,8 +81,7 @@ def main():
         for r in picked:
             src = os.path.join(args.test, r["group"], "clean", r["file"])
             wav = os.path.join(tmp, "in.wav")
-            subprocess.run(["sox", "-q", "-D", src, "-r", "16000", "-b", "16", wav, "rate", "-v"],
-                           check=True)
+            to_16k_wav(src, wav)
             feats = run_c(args.aural, args.model, wav, "features", os.path.join(tmp, "f.npy"))
             logits = run_c(args.aural, args.model, wav, "logits", os.path.join(tmp, "l.npy"))
             with torch.no_grad():

@@ -18,29 +18,26 @@ script explains a difference that the float32 reference shares.
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
-import wave
 
 import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import aural_ref  # noqa: E402
+import check_parity  # noqa: E402
 import export  # noqa: E402
 
 
 def read_16k(path):
     with tempfile.TemporaryDirectory() as tmp:
         wav = os.path.join(tmp, "in.wav")
-        subprocess.run(["sox", "-q", "-D", path, "-c", "1", "-r", "16000", "-b", "16", wav,
-                        "rate", "-v"], check=True)
-        with wave.open(wav, "rb") as w:
-            pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
-    return pcm.astype(np.float64) / 32768.0
+        check_parity.to_16k_wav(path, wav)
+        return check_parity.read_wav16(wav).astype(np.float64) / 32768.0
 
 
 def trace(model, feats):

@@ -223,6 +223,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
+    if args.first and args.what != "train":
+        ap.error("--first is for train only")
     if args.first % SHARD or not 0 <= args.first < args.count:
         ap.error("--first must be a multiple of %d below --count" % SHARD)
     return cmd_train(args) if args.what == "train" else cmd_test(args)

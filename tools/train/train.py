@@ -387,13 +387,13 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = train_forward(model, x)
-        logp = F.log_softmax(logits.float(), dim=-1).transpose(0, 1)
+            logits = train_forward(model, x).float()
+        logp = F.log_softmax(logits, dim=-1).transpose(0, 1)
         loss = F.ctc_loss(logp, targets, lengths, target_lengths, blank=0,
                           reduction="mean", zero_infinity=True)
         total = loss
         if args.logit_bound is not None:
-            excess = logit_excess(logits.float(), lengths, args.logit_bound)
+            excess = logit_excess(logits, lengths, args.logit_bound)
             total = loss + args.logit_penalty * excess
             t_excess += excess.item()
         opt.zero_grad(set_to_none=True)

@@ -72,8 +72,8 @@ $py tools/train/train.py --data "$data/train44k" --init "$data/stage6.safetensor
 # 109999 of the same seed), a warm restart of 14500 steps from 3e-4, with
 # the logits held within about +-5 (train.py --logit-bound), so that the head
 # amplifies float32 rounding upstream of it less (models/README.md, parity).
-$py tools/train/synth.py train --out "$data/train-new" --first 44000 --count 110000 --seed "$seed"
-$py tools/train/train.py --data "$data/train-new" --init "$data/stage7.safetensors" \
+$py tools/train/synth.py train --out "$data/train44k-110k" --first 44000 --count 110000 --seed "$seed"
+$py tools/train/train.py --data "$data/train44k-110k" --init "$data/stage7.safetensors" \
   --out models/default.safetensors --steps 14500 --batch-frames 4000 \
   --lr 3e-4 --warmup 100 --curriculum 0 --logit-bound 5 --logit-penalty 0.02 \
   --seed "$((seed + 7))" --log "$data/train.jsonl"
