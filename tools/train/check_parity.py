@@ -9,13 +9,14 @@ For the first --count held-out utterances of each group of DIR (written by
 either path:
 
 1. `aural encode --output features` gives the C log-mel features, and
-   `aural encode --output logits --chunk-frames 50` the C encoder's CTC
-   logits, computed as a stream in 50-frame chunks;
+   `aural encode --output embeddings|logits --chunk-frames 50` the C
+   encoder's outputs (after the final norm, and the CTC head's logits),
+   computed as a stream in 50-frame chunks;
 2. the reference (tools/reference/aural_ref.py, weights as stored in the file
    upcast to float64) runs the whole-signal forward on the C features;
-3. the script prints max |C - reference| of the logits per utterance, and of
-   the features against aural_ref.fbank, and exits 1 if the logits differ
-   by more than --tol anywhere.
+3. the script prints max |C - reference| of the embeddings and the logits
+   per utterance, and of the features against aural_ref.fbank, and exits 1
+   if either output differs by more than --tol anywhere.
 
 For scale it also prints how far the same reference run in float32 (the
 same weights, PyTorch's own kernels) lands from the float64 one: that is
@@ -76,30 +77,35 @@ def main():
     picked = []
     for group in ("seen", "unseen"):
         picked += [r for r in refs if r["group"] == group][:args.count]
-    worst_logits = worst_feats = worst32 = 0.0
+    worst_emb = worst_logits = worst_feats = worst32 = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for r in picked:
             src = os.path.join(args.test, r["group"], "clean", r["file"])
             wav = os.path.join(tmp, "in.wav")
             to_16k_wav(src, wav)
             feats = run_c(args.aural, args.model, wav, "features", os.path.join(tmp, "f.npy"))
+            emb = run_c(args.aural, args.model, wav, "embeddings", os.path.join(tmp, "e.npy"))
             logits = run_c(args.aural, args.model, wav, "logits", os.path.join(tmp, "l.npy"))
             with torch.no_grad():
-                _, want = model(torch.from_numpy(feats).double())
+                want_emb, want = model(torch.from_numpy(feats).double())
                 _, want32 = model32(torch.from_numpy(feats).float())
+            d_emb = float(np.abs(emb.astype(np.float64) - want_emb.numpy()).max())
             d_logits = float(np.abs(logits.astype(np.float64) - want.numpy()).max())
             d32 = float(np.abs(want32.double().numpy() - want.numpy()).max())
             worst32 = max(worst32, d32)
             torch_feats = aural_ref.fbank(read_wav16(wav).astype(np.float64) / 32768.0, cfg)
             d_feats = float(np.abs(feats - torch_feats.numpy()).max())
+            worst_emb = max(worst_emb, d_emb)
             worst_logits = max(worst_logits, d_logits)
             worst_feats = max(worst_feats, d_feats)
-            print("%s/%s %-16s %5d frames: logits max |C - ref| %.2e (PyTorch float32 %.2e), "
-                  "features %.2e" % (r["group"], r["file"], r["voice"], len(feats), d_logits,
-                                     d32, d_feats))
-    ok = worst_logits <= args.tol
-    print("max abs diff: logits %.2e (limit %.0e, %s; PyTorch float32 %.2e), features %.2e" % (
-        worst_logits, args.tol, "ok" if ok else "FAILED", worst32, worst_feats))
+            print("%s/%s %-16s %5d frames: max |C - ref| embeddings %.2e, logits %.2e "
+                  "(PyTorch float32 %.2e), features %.2e" % (
+                      r["group"], r["file"], r["voice"], len(feats), d_emb, d_logits, d32,
+                      d_feats))
+    ok = max(worst_emb, worst_logits) <= args.tol
+    print("max abs diff: embeddings %.2e, logits %.2e (limit %.0e, %s; PyTorch float32 "
+          "logits %.2e), features %.2e" % (worst_emb, worst_logits, args.tol,
+                                          "ok" if ok else "FAILED", worst32, worst_feats))
     return 0 if ok else 1
 
 
