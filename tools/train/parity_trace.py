@@ -41,7 +41,8 @@ def read_16k(path):
 
 
 def trace(model, feats):
-    """Inputs of every layer, then the final norm's output and the logits."""
+    """Inputs of every layer, then the final norm's output and the logits
+    (the last two entries for the parts the model has)."""
     dtype = model.input_proj.weight.dtype
     with torch.no_grad():
         x = model._embed(feats.to(dtype), 0)
@@ -50,9 +51,11 @@ def trace(model, feats):
         for layer in model.encoder.layers:
             x, _, _ = model._layer(layer, x, ctx)
             out.append(x)
-        y = model.encoder.norm(x) if model.encoder.norm is not None else x
-        out.append(y)
-        out.append(model.head(y) if model.head is not None else y)
+        if model.encoder.norm is not None:
+            x = model.encoder.norm(x)
+            out.append(x)
+        if model.head is not None:
+            out.append(model.head(x))
     return out
 
 
@@ -78,7 +81,8 @@ def main():
     a, b = trace(m64, feats), trace(m32, feats)
     n_layers = len(m64.encoder.layers)
     names = (["input projection"] + ["layer %d" % i for i in range(n_layers)]
-             + ["final norm", "logits"])
+             + ["final norm"] * (m64.encoder.norm is not None)
+             + ["logits"] * (m64.head is not None))
     print("%d frames, %s" % (feats.shape[0], args.model))
     print("%-16s %8s %7s %10s %8s" % ("after", "max|x|", "rms", "f32 error", "frame"))
     for name, u, v in zip(names, a, b):

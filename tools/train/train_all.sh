@@ -25,6 +25,17 @@ export OPENBLAS_CORETYPE=SkylakeX
 export GOMP_SPINCOUNT=0
 mkdir -p "$data"
 
+# link_shards FROM TO: TO (a directory under $data) gets a relative link to
+# every shard of FROM, so that a later stage's set holds an earlier one's
+# utterances without a copy (synth.py skips a shard that exists).
+link_shards() {
+  mkdir -p "$data/$2"
+  local shard
+  for shard in "$data/$1"/shard-*.npz; do
+    ln -sfn "../$1/${shard##*/}" "$data/$2/${shard##*/}"
+  done
+}
+
 # Which espeak-ng mnemonics each dialect speaks identically (merged in the
 # labels and the references); committed as tools/train/phoneme_merges.json.
 $py tools/train/phoneme_identity.py
@@ -60,10 +71,7 @@ $py tools/train/train.py --data "$data/train" --init "$data/stage5.safetensors" 
 # 3e-4. Its own directory links the first 22000 utterances (synth.py skips a
 # shard that exists) and adds 22000-43999 of the same seed, so that a rerun
 # of this script on the same DATA_DIR trains stages 1 to 6 on 22000 again.
-mkdir -p "$data/train44k"
-for shard in "$data"/train/shard-*.npz; do
-  ln -sfn "../train/${shard##*/}" "$data/train44k/${shard##*/}"
-done
+link_shards train train44k
 $py tools/train/synth.py train --out "$data/train44k" --count 44000 --seed "$seed"
 $py tools/train/train.py --data "$data/train44k" --init "$data/stage6.safetensors" \
   --out "$data/stage7.safetensors" --steps 14000 --batch-frames 4000 \
@@ -80,12 +88,9 @@ $py tools/train/train.py --data "$data/train44k-110k" --init "$data/stage7.safet
 # Stage 9: from stage 8, on stage 8's utterances and 66000 more that no stage
 # has heard (110000 to 175999), a warm restart of a 13500-step schedule from
 # 3e-4, stopped at step 12000 (the learning rate is then 5% of the peak;
-# about 0.9 of a pass over the 148 h). Its directory links stage 8's shards,
+# about 0.85 of a pass over the 148 h). Its directory links stage 8's shards,
 # as stage 7's does stage 1's.
-mkdir -p "$data/train44k-176k"
-for shard in "$data"/train44k-110k/shard-*.npz; do
-  ln -sfn "../train44k-110k/${shard##*/}" "$data/train44k-176k/${shard##*/}"
-done
+link_shards train44k-110k train44k-176k
 $py tools/train/synth.py train --out "$data/train44k-176k" --first 44000 --count 176000 --seed "$seed"
 $py tools/train/train.py --data "$data/train44k-176k" --init "$data/stage8.safetensors" \
   --out models/default.safetensors --steps 13500 --stop-after 12000 --batch-frames 4000 \
