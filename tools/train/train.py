@@ -25,9 +25,19 @@ augmentation of synth.py; there is no dropout. --logit-bound B adds a
 penalty on CTC logits beyond +-B (mean of relu(|z| - B)^2 over real frames
 and tokens, times --logit-penalty): greedy decoding needs only the argmax,
 while logits that reach +-30 multiply the float32 rounding of everything
-before the head into the C encoder's outputs. The first steps see only
-short utterances (a curriculum that shortens CTC's initial all-blank phase).
-Everything random is drawn from generators seeded with --seed.
+before the head into the C encoder's outputs.
+
+--probe E adds a penalty on how much the last --probe-layers layers, the
+final norm and the head amplify a small error of their input, which is what
+float32 rounding in the C encoder is (a trained model's last layers amplify
+it the most). The residual stream entering those layers gets Gaussian noise
+of E times each frame's RMS, the layers run a second time on it, and the
+penalty is the mean squared logit shift divided by E^2, times
+--probe-penalty. With --probe-every N only every Nth step pays the second
+run, with N times the weight.
+
+The first steps see only short utterances (a curriculum that shortens CTC's
+initial all-blank phase). Everything random is drawn from generators seeded with --seed.
 """
 
 import argparse
@@ -190,42 +200,68 @@ def window_bias(nb, window):
     return torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
 
 
-def train_forward(model, x):
+def train_forward(model, x, probe=0.0, probe_layers=2):
     """x [B, T, n_mels] normalized features (CMVN already applied) ->
     logits [B, T, V]. Same function as model.forward for every sequence.
 
     Per layer one matrix product gives q, k, v and the pair-swapped q and k,
     so that RoPE is q * cos + q_swapped * sin with no reshuffling; the
-    attention scale is folded into q."""
+    attention scale is folded into q.
+
+    With probe > 0 it returns (logits, shift) instead: shift [B, T, V] is how
+    far the logits move, divided by probe, when the residual stream entering
+    the last probe_layers layers gets Gaussian noise of probe times each
+    frame's RMS, the same layers run again on it. That is a sample of how much
+    those layers, the final norm and the head amplify a small relative error
+    of their input, which float32 rounding in the C encoder is."""
     cfg = model.config
     window, h, hs = cfg["window"], model.n_heads, model.head_size
     bsz, t, _ = x.shape
     t_pad = -(-t // window) * window
     x = F.pad(x, (0, 0, 0, t_pad - t))
     cos, sin = aural_ref.rope_tables(0, t_pad, hs, cfg["rope_theta"])
-    scale = 1.0 / math.sqrt(hs)
     # [T, d]: each pair's angle on both of its lanes, every head alike.
     cos = cos.repeat_interleave(2, dim=1).repeat(1, h)
     sin = sin.repeat_interleave(2, dim=1).repeat(1, h)
-    bias = window_bias(t_pad // window, window)
+    ctx = (cos, sin, window_bias(t_pad // window, window), 1.0 / math.sqrt(hs))
     y = model.input_proj(x).float()  # residual stream stays float32
-    d = y.shape[-1]
-    for layer in model.encoder.layers:
-        a = layer.norm1(y)
-        w, b = layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias
-        w5 = torch.cat((w, swap_pairs(w[:2 * d])))
-        b5 = torch.cat((b, swap_pairs(b[:2 * d])))
-        qkv = F.linear(a, w5, b5)
-        q, k, v, qs, ks = qkv.split(d, -1)
-        c, s_ = cos.to(q.dtype), sin.to(q.dtype)
-        q = torch.addcmul(q * c, qs, s_) * scale
-        k = torch.addcmul(k * c, ks, s_)
-        q, k, v = (z.reshape(bsz, t_pad, h, hs).transpose(1, 2) for z in (q, k, v))
-        o = block_attention(q, k, v, window, bias).transpose(1, 2).reshape(bsz, t_pad, d)
-        y = y + layer.self_attn.out_proj(o).float()
-        y = y + layer.linear2(F.gelu(layer.linear1(layer.norm2(y)))).float()
-    y = model.encoder.norm(y)
-    return model.head(y)[:, :t]
+    layers = model.encoder.layers
+    split = len(layers) - probe_layers if probe else len(layers)
+    for layer in layers[:split]:
+        y = train_layer(layer, y, ctx, h)
+    logits = train_top(model, layers[split:], y, ctx, h)[:, :t]
+    if not probe:
+        return logits
+    rms = y.detach().pow(2).mean(-1, keepdim=True).sqrt()
+    noisy = y + probe * rms * torch.randn_like(y)
+    shifted = train_top(model, layers[split:], noisy, ctx, h)[:, :t]
+    return logits, (shifted - logits) / probe
+
+
+def train_layer(layer, y, ctx, h):
+    """One pre-norm layer of train_forward on the residual stream y [B, T, d]."""
+    cos, sin, bias, scale = ctx
+    bsz, t_pad, d = y.shape
+    a = layer.norm1(y)
+    w, b = layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias
+    w5 = torch.cat((w, swap_pairs(w[:2 * d])))
+    b5 = torch.cat((b, swap_pairs(b[:2 * d])))
+    qkv = F.linear(a, w5, b5)
+    q, k, v, qs, ks = qkv.split(d, -1)
+    c, s_ = cos.to(q.dtype), sin.to(q.dtype)
+    q = torch.addcmul(q * c, qs, s_) * scale
+    k = torch.addcmul(k * c, ks, s_)
+    q, k, v = (z.reshape(bsz, t_pad, h, d // h).transpose(1, 2) for z in (q, k, v))
+    o = block_attention(q, k, v, bias.shape[1], bias).transpose(1, 2).reshape(bsz, t_pad, d)
+    y = y + layer.self_attn.out_proj(o).float()
+    return y + layer.linear2(F.gelu(layer.linear1(layer.norm2(y)))).float()
+
+
+def train_top(model, layers, y, ctx, h):
+    """The given (last) layers, the final norm and the head."""
+    for layer in layers:
+        y = train_layer(layer, y, ctx, h)
+    return model.head(model.encoder.norm(y))
 
 
 def check_against_reference(model, feats, tol):
@@ -288,13 +324,17 @@ def remap_head(model, vocab, path):
         flush=True)
 
 
+def frame_mean(per_frame, lengths):
+    """Mean of per_frame [B, T] over the real (unpadded) frames."""
+    t = per_frame.shape[1]
+    real = (torch.arange(t)[None, :] < lengths[:, None]).to(per_frame.dtype)
+    return (per_frame * real).sum() / real.sum()
+
+
 def logit_excess(logits, lengths, bound):
-    """Mean of relu(|z| - bound)^2 over the real (unpadded) frames of
-    logits [B, T, V] and all tokens."""
-    t = logits.shape[1]
-    real = (torch.arange(t)[None, :] < lengths[:, None]).to(logits.dtype)
-    excess = F.relu(logits.abs() - bound).pow(2).mean(-1)
-    return (excess * real).sum() / real.sum()
+    """Mean of relu(|z| - bound)^2 over the real frames of logits [B, T, V]
+    and all tokens."""
+    return frame_mean(F.relu(logits.abs() - bound).pow(2).mean(-1), lengths)
 
 
 def lr_at(step, steps, peak, warmup):
@@ -323,6 +363,14 @@ def main():
                     help="penalize CTC logits beyond +-this (default: no penalty)")
     ap.add_argument("--logit-penalty", type=float, default=0.02,
                     help="weight of the --logit-bound penalty")
+    ap.add_argument("--probe", type=float, default=0.0,
+                    help="relative noise for the amplification penalty (default: none)")
+    ap.add_argument("--probe-layers", type=int, default=2,
+                    help="layers the --probe noise passes through (the last ones)")
+    ap.add_argument("--probe-penalty", type=float, default=0.0,
+                    help="weight of the mean squared logit shift per unit of --probe noise")
+    ap.add_argument("--probe-every", type=int, default=1,
+                    help="apply the --probe penalty on every Nth step only, times N")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log", default=None, help="also write progress JSON lines here")
@@ -374,7 +422,7 @@ def main():
     logf = open(args.log, "a") if args.log else None
     model.train()
     step, epoch = 0, 0
-    t_loss, t_excess, t_count, t_frames = 0.0, 0.0, 0, 0
+    t_loss, t_excess, t_gain, t_count, t_probed, t_frames = 0.0, 0.0, 0.0, 0, 0, 0
     last = min(args.steps, args.stop_after or args.steps)
     while step < last:
         if not queue:
@@ -387,15 +435,26 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = train_forward(model, x).float()
+            probing = args.probe and step % args.probe_every == 0
+            if probing:
+                logits, shift = train_forward(model, x, args.probe, args.probe_layers)
+                shift = shift.float()
+            else:
+                logits = train_forward(model, x)
+            logits = logits.float()
         logp = F.log_softmax(logits, dim=-1).transpose(0, 1)
         loss = F.ctc_loss(logp, targets, lengths, target_lengths, blank=0,
                           reduction="mean", zero_infinity=True)
         total = loss
         if args.logit_bound is not None:
             excess = logit_excess(logits, lengths, args.logit_bound)
-            total = loss + args.logit_penalty * excess
+            total = total + args.logit_penalty * excess
             t_excess += excess.item()
+        if probing:
+            gain = frame_mean(shift.pow(2).mean(-1), lengths)
+            total = total + args.probe_every * args.probe_penalty * gain
+            t_gain += gain.item()
+            t_probed += 1
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(params, 5.0)
@@ -410,6 +469,8 @@ def main():
                        frames_per_s=t_frames / elapsed, minutes=elapsed / 60)
             if args.logit_bound is not None:
                 rec["logit_excess"] = t_excess / t_count
+            if args.probe:
+                rec["probe_gain"] = t_gain / max(t_probed, 1)
             if step % 500 == 0 or step == last:
                 model.eval()
                 rec["dev_per"] = greedy_per(model, corpus, dev[:100], mean32, std32, vocab)
@@ -418,7 +479,7 @@ def main():
             if logf:
                 logf.write(json.dumps(rec) + "\n")
                 logf.flush()
-            t_loss, t_excess, t_count = 0.0, 0.0, 0
+            t_loss, t_excess, t_gain, t_count, t_probed = 0.0, 0.0, 0.0, 0, 0
         if args.checkpoint_every and step % args.checkpoint_every == 0 and step < last:
             export.export(model, model.config, args.out, dtype="F16")
 

@@ -25,14 +25,18 @@ export OPENBLAS_CORETYPE=SkylakeX
 export GOMP_SPINCOUNT=0
 mkdir -p "$data"
 
-# link_shards FROM TO: TO (a directory under $data) gets a relative link to
-# every shard of FROM, so that a later stage's set holds an earlier one's
-# utterances without a copy (synth.py skips a shard that exists).
+# link_shards FROM TO [FIRST]: TO (a directory under $data) gets a relative
+# link to every shard of FROM (from shard number FIRST on), so that a later
+# stage's set holds an earlier one's utterances without a copy (synth.py
+# skips a shard that exists).
 link_shards() {
   mkdir -p "$data/$2"
-  local shard
+  local shard name
   for shard in "$data/$1"/shard-*.npz; do
-    ln -sfn "../$1/${shard##*/}" "$data/$2/${shard##*/}"
+    name=${shard##*/}
+    if ((10#${name//[^0-9]/} >= ${3:-0})); then
+      ln -sfn "../$1/$name" "$data/$2/$name"
+    fi
   done
 }
 
