@@ -8,7 +8,7 @@
 #   tools/train/train_all.sh [DATA_DIR]     (default /tmp/aural-train)
 #
 # Deterministic given SEED (default 1) and the thread count (2). Wall time on
-# the 2-core development machines: about 1 to 1.5 h of synthesis, 11 h of
+# the 2-core development machines: about 1.5 to 2 h of synthesis, 12.5 h of
 # training and a few minutes of evaluation (see models/README.md). Installs
 # what it needs (espeak-ng, sox, fortunes, fortune-mod, wamerican,
 # python3-torch, python3-torchaudio, python3-numpy) through
@@ -97,9 +97,25 @@ $py tools/train/train.py --data "$data/train44k-110k" --init "$data/stage7.safet
 link_shards train44k-110k train44k-176k
 $py tools/train/synth.py train --out "$data/train44k-176k" --first 44000 --count 176000 --seed "$seed"
 $py tools/train/train.py --data "$data/train44k-176k" --init "$data/stage8.safetensors" \
-  --out models/default.safetensors --steps 13500 --stop-after 12000 --batch-frames 4000 \
+  --out "$data/stage9.safetensors" --steps 13500 --stop-after 12000 --batch-frames 4000 \
   --lr 3e-4 --warmup 100 --curriculum 0 --logit-bound 5 --logit-penalty 0.02 \
   --seed "$((seed + 8))" --log "$data/train.jsonl"
+# Stage 10: from stage 9, on stage 9's newer half (110000 to 175999, heard
+# once) and 66000 utterances no stage has heard (176000 to 241999). First
+# 3250 steps of a 9000-step schedule from 3e-4 with the amplification
+# penalty on every other step (--probe), then a fresh 6000-step schedule
+# from 2.2e-4 without it and with the logits held within +-4 (weight 0.05).
+link_shards train44k-176k train110k-242k 110
+$py tools/train/synth.py train --out "$data/train110k-242k" --first 110000 --count 242000 --seed "$seed"
+$py tools/train/train.py --data "$data/train110k-242k" --init "$data/stage9.safetensors" \
+  --out "$data/stage10a.safetensors" --steps 9000 --stop-after 3250 --batch-frames 4000 \
+  --lr 3e-4 --warmup 100 --curriculum 0 --logit-bound 5 --logit-penalty 0.02 \
+  --probe 0.01 --probe-layers 3 --probe-penalty 0.01 --probe-every 2 \
+  --seed "$((seed + 9))" --log "$data/train.jsonl"
+$py tools/train/train.py --data "$data/train110k-242k" --init "$data/stage10a.safetensors" \
+  --out models/default.safetensors --steps 6000 --batch-frames 4000 \
+  --lr 2.2e-4 --warmup 100 --curriculum 0 --logit-bound 4 --logit-penalty 0.05 \
+  --seed "$((seed + 10))" --log "$data/train.jsonl"
 $py tools/train/sample_phonemes.py
 
 TARGETS="tools/aural" tools/build.sh
