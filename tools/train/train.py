@@ -34,10 +34,13 @@ it the most). The residual stream entering those layers gets Gaussian noise
 of E times each frame's RMS, the layers run a second time on it, and the
 penalty is the mean squared logit shift divided by E^2, times
 --probe-penalty. With --probe-every N only every Nth step pays the second
-run, with N times the weight.
+run, with N times the weight. Being a mean over frames, it lowers the
+typical frame's amplification much more than the worst frame's, which is
+what sets the largest C difference (models/README.md, stage 10).
 
 The first steps see only short utterances (a curriculum that shortens CTC's
-initial all-blank phase). Everything random is drawn from generators seeded with --seed.
+initial all-blank phase). Everything random is drawn from generators seeded
+with --seed.
 """
 
 import argparse
