@@ -34,9 +34,11 @@ it the most). The residual stream entering those layers gets Gaussian noise
 of E times each frame's RMS, the layers run a second time on it, and the
 penalty is the mean squared logit shift divided by E^2, times
 --probe-penalty. With --probe-every N only every Nth step pays the second
-run, with N times the weight. Being a mean over frames, it lowers the
+run, with N times the weight. As a plain mean over frames it lowers the
 typical frame's amplification much more than the worst frame's, which is
-what sets the largest C difference (models/README.md, stage 10).
+what sets the largest C difference (models/README.md, stage 10);
+--probe-power P averages the frames' mean squared shifts as a power mean
+of order P instead, so that the worst frames dominate.
 
 The first steps see only short utterances (a curriculum that shortens CTC's
 initial all-blank phase). Everything random is drawn from generators seeded
@@ -372,6 +374,9 @@ def main():
                     help="layers the --probe noise passes through (the last ones)")
     ap.add_argument("--probe-penalty", type=float, default=0.0,
                     help="weight of the mean squared logit shift per unit of --probe noise")
+    ap.add_argument("--probe-power", type=float, default=1.0,
+                    help="average the per-frame shifts as a power mean of this order "
+                    "(above 1 weighs the worst frames more)")
     ap.add_argument("--probe-every", type=int, default=1,
                     help="apply the --probe penalty on every Nth step only, times N")
     ap.add_argument("--seed", type=int, default=1)
@@ -454,7 +459,8 @@ def main():
             total = total + args.logit_penalty * excess
             t_excess += excess.item()
         if probing:
-            gain = frame_mean(shift.pow(2).mean(-1), lengths)
+            per_frame = shift.pow(2).mean(-1)
+            gain = frame_mean(per_frame.pow(args.probe_power), lengths) ** (1.0 / args.probe_power)
             total = total + args.probe_every * args.probe_penalty * gain
             t_gain += gain.item()
             t_probed += 1
