@@ -385,6 +385,8 @@ def main():
     ap.add_argument("--checkpoint-every", type=int, default=250,
                     help="export the model to --out every N steps too")
     args = ap.parse_args()
+    if args.probe < 0 or args.probe_every < 1 or args.probe_power <= 0:
+        ap.error("--probe must be >= 0, --probe-every >= 1 and --probe-power > 0")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -413,6 +415,9 @@ def main():
         with torch.no_grad():
             model.frontend.cmvn.mean.copy_(torch.from_numpy(mean))
             model.frontend.cmvn.std.copy_(torch.from_numpy(std))
+    n_layers = len(model.encoder.layers)
+    if args.probe and not 1 <= args.probe_layers <= n_layers:
+        ap.error("--probe-layers must be 1 to %d (the model's layers)" % n_layers)
     n_params = sum(p.numel() for p in model.parameters())
     print("parameters: %d" % n_params, flush=True)
     check_against_reference(model, corpus.utterance(longest_dev), 1e-4)
