@@ -40,6 +40,10 @@ what sets the largest C difference (models/README.md, stage 10);
 --probe-power P averages the frames' mean squared shifts as a power mean
 of order P instead, so that the worst frames dominate.
 
+--average-from S keeps the running mean of the weights over every step from
+S on. At the end the model exported is that mean, unless the last step's
+weights decode the dev set better (both rates are logged).
+
 The first steps see only short utterances (a curriculum that shortens CTC's
 initial all-blank phase). Everything random is drawn from generators seeded
 with --seed.
@@ -379,6 +383,9 @@ def main():
                     "(above 1 weighs the worst frames more)")
     ap.add_argument("--probe-every", type=int, default=1,
                     help="apply the --probe penalty on every Nth step only, times N")
+    ap.add_argument("--average-from", type=int, default=None,
+                    help="export the mean of the weights of every step from this one on "
+                    "(if it decodes the dev set better than the last step's)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log", default=None, help="also write progress JSON lines here")
@@ -387,6 +394,8 @@ def main():
     args = ap.parse_args()
     if args.probe < 0 or args.probe_every < 1 or args.probe_power <= 0:
         ap.error("--probe must be >= 0, --probe-every >= 1 and --probe-power > 0")
+    if args.average_from is not None and not 0 <= args.average_from < args.steps:
+        ap.error("--average-from must be 0 to --steps - 1")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -435,6 +444,8 @@ def main():
     logf = open(args.log, "a") if args.log else None
     model.train()
     step, epoch = 0, 0
+    average = [p.detach().clone() for p in params] if args.average_from is not None else []
+    n_averaged = 0
     t_loss, t_excess, t_gain, t_count, t_probed, t_frames = 0.0, 0.0, 0.0, 0, 0, 0
     last = min(args.steps, args.stop_after or args.steps)
     while step < last:
@@ -473,6 +484,11 @@ def main():
         total.backward()
         torch.nn.utils.clip_grad_norm_(params, 5.0)
         opt.step()
+        if args.average_from is not None and step >= args.average_from:
+            n_averaged += 1
+            with torch.no_grad():
+                for a, p in zip(average, params):
+                    a.add_(p - a, alpha=1.0 / n_averaged)
         step += 1
         t_loss += loss.item()
         t_count += 1
@@ -498,8 +514,21 @@ def main():
             export.export(model, model.config, args.out, dtype="F16")
 
     model.eval()
-    rec = dict(final_dev_per=greedy_per(model, corpus, dev, mean32, std32, vocab),
-               minutes=(time.time() - t_start) / 60, params=n_params,
+    rec = dict(final_dev_per=greedy_per(model, corpus, dev, mean32, std32, vocab))
+    if n_averaged:
+        rec["last_step_dev_per"] = rec["final_dev_per"]
+        last_weights = [p.detach().clone() for p in params]
+        with torch.no_grad():
+            for a, p in zip(average, params):
+                p.copy_(a)
+        rec["average_dev_per"] = greedy_per(model, corpus, dev, mean32, std32, vocab)
+        rec["averaged_steps"] = n_averaged
+        if rec["average_dev_per"] > rec["last_step_dev_per"]:
+            with torch.no_grad():
+                for w, p in zip(last_weights, params):
+                    p.copy_(w)
+        rec["final_dev_per"] = min(rec["average_dev_per"], rec["last_step_dev_per"])
+    rec.update(minutes=(time.time() - t_start) / 60, params=n_params,
                train_hours=float(corpus.lengths[train].sum() / 360000.0),
                train_utterances=int(len(train)), steps=args.steps, epochs=epoch)
     print(json.dumps(rec), flush=True)
