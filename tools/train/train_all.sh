@@ -8,7 +8,7 @@
 #   tools/train/train_all.sh [DATA_DIR]     (default /tmp/aural-train)
 #
 # Deterministic given SEED (default 1) and the thread count (2). Wall time on
-# the 2-core development machines: about 1.5 to 2 h of synthesis, 12.5 h of
+# the 2-core development machines: about 2 to 2.5 h of synthesis, 14 h of
 # training and a few minutes of evaluation (see models/README.md). Installs
 # what it needs (espeak-ng, sox, fortunes, fortune-mod, wamerican,
 # python3-torch, python3-torchaudio, python3-numpy) through
@@ -113,9 +113,22 @@ $py tools/train/train.py --data "$data/train110k-242k" --init "$data/stage9.safe
   --probe 0.01 --probe-layers 3 --probe-penalty 0.01 --probe-every 2 \
   --seed "$((seed + 9))" --log "$data/train.jsonl"
 $py tools/train/train.py --data "$data/train110k-242k" --init "$data/stage10a.safetensors" \
-  --out models/default.safetensors --steps 6000 --batch-frames 4000 \
+  --out "$data/stage10.safetensors" --steps 6000 --batch-frames 4000 \
   --lr 2.2e-4 --warmup 100 --curriculum 0 --logit-bound 4 --logit-penalty 0.05 \
   --seed "$((seed + 10))" --log "$data/train.jsonl"
+# Stage 11: from stage 10, on stage 10's newer half (176000 to 241999, heard
+# once) and 66000 new utterances (242000 to 307999). An 8500-step schedule
+# from 2.2e-4, the logits within +-4, and on every other step the
+# amplification penalty aimed at the worst frames (a power mean of order 4
+# over frames); the model exported is the mean of the weights of the last
+# 2500 steps.
+link_shards train110k-242k train176k-308k 176
+$py tools/train/synth.py train --out "$data/train176k-308k" --first 176000 --count 308000 --seed "$seed"
+$py tools/train/train.py --data "$data/train176k-308k" --init "$data/stage10.safetensors" \
+  --out models/default.safetensors --steps 8500 --batch-frames 4000 \
+  --lr 2.2e-4 --warmup 100 --curriculum 0 --logit-bound 4 --logit-penalty 0.05 \
+  --probe 0.01 --probe-layers 3 --probe-penalty 0.001 --probe-power 4 --probe-every 2 \
+  --average-from 6000 --seed "$((seed + 11))" --log "$data/train.jsonl"
 $py tools/train/sample_phonemes.py
 
 TARGETS="tools/aural" tools/build.sh
