@@ -273,6 +273,13 @@ def train_top(model, layers, y, ctx, h):
     return model.head(model.encoder.norm(y))
 
 
+def set_weights(params, values):
+    """Copies values (tensors of the same shapes) into the parameters."""
+    with torch.no_grad():
+        for p, v in zip(params, values):
+            p.copy_(v)
+
+
 def check_against_reference(model, feats, tol):
     """The training forward equals aural_ref's forward (float32, no autocast)
     within tol times the largest logit (rounding grows with the logits of a
@@ -394,8 +401,9 @@ def main():
     args = ap.parse_args()
     if args.probe < 0 or args.probe_every < 1 or args.probe_power <= 0:
         ap.error("--probe must be >= 0, --probe-every >= 1 and --probe-power > 0")
-    if args.average_from is not None and not 0 <= args.average_from < args.steps:
-        ap.error("--average-from must be 0 to --steps - 1")
+    if args.average_from is not None and not 0 <= args.average_from < min(
+            args.steps, args.stop_after or args.steps):
+        ap.error("--average-from must be 0 to the last step (--steps, --stop-after) - 1")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -516,18 +524,14 @@ def main():
     model.eval()
     rec = dict(final_dev_per=greedy_per(model, corpus, dev, mean32, std32, vocab))
     if n_averaged:
-        rec["last_step_dev_per"] = rec["final_dev_per"]
+        last_per = rec["final_dev_per"]
         last_weights = [p.detach().clone() for p in params]
-        with torch.no_grad():
-            for a, p in zip(average, params):
-                p.copy_(a)
-        rec["average_dev_per"] = greedy_per(model, corpus, dev, mean32, std32, vocab)
-        rec["averaged_steps"] = n_averaged
-        if rec["average_dev_per"] > rec["last_step_dev_per"]:
-            with torch.no_grad():
-                for w, p in zip(last_weights, params):
-                    p.copy_(w)
-        rec["final_dev_per"] = min(rec["average_dev_per"], rec["last_step_dev_per"])
+        set_weights(params, average)
+        average_per = greedy_per(model, corpus, dev, mean32, std32, vocab)
+        if average_per > last_per:
+            set_weights(params, last_weights)
+        rec.update(last_step_dev_per=last_per, average_dev_per=average_per,
+                   averaged_steps=n_averaged, final_dev_per=min(last_per, average_per))
     rec.update(minutes=(time.time() - t_start) / 60, params=n_params,
                train_hours=float(corpus.lengths[train].sum() / 360000.0),
                train_utterances=int(len(train)), steps=args.steps, epochs=epoch)
