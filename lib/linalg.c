@@ -2,6 +2,7 @@
  * The numeric kernels of the encoder: matrix products, layer norm and
  * activations.
  */
+#include <assert.h>
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
@@ -17,13 +18,17 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
   size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
   for (size_t i = 0; i < n; i++) {
     for (size_t r = 0; r < rows; r++) {
-      float acc = 0.0f;
-      for (size_t c = 0; c < cols; c++) {
-        size_t at = aural__packed_at(r, c, cols);
-        float wv = w->f32 != NULL ? w->f32[at] : aural__f16_to_f32(w->f16[at]);
-        acc = fmaf(x[i * cols + c], wv, acc);
+      double total = 0.0;
+      for (size_t c0 = 0; c0 < cols; c0 += AURAL__CHAIN) {
+        float chain = 0.0f;
+        for (size_t c = c0; c < cols && c < c0 + AURAL__CHAIN; c++) {
+          size_t at = aural__packed_at(r, c, cols);
+          float wv = w->f32 != NULL ? w->f32[at] : aural__f16_to_f32(w->f16[at]);
+          chain = fmaf(x[i * cols + c], wv, chain);
+        }
+        total += (double)chain;
       }
-      y[i * rows + r] = b != NULL ? acc + b[r] : acc;
+      y[i * rows + r] = (float)(total + (b != NULL ? (double)b[r] : 0.0));
     }
   }
 }
@@ -34,40 +39,73 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
  * multiplied into its two accumulators, so one k step is 2 loads of W and
  * 2 MR fused multiply-adds. Six rows keep 12 accumulators in registers and
  * both FMA units busy. A panel past the last one repeats the last, with
- * its lanes masked off, so that the loops over k have no branches.
+ * its lanes masked off, so that the loops over k have no branches. Every
+ * AURAL__CHAIN values of k the float accumulators are widened into double
+ * totals and start again from zero (aural__linear's contract).
  */
 #define F32_W(p, at) _mm512_loadu_ps((const float *)(p) + (at))
 #define F16_W(p, at) \
   _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (at))))
+
+_Static_assert(AURAL__KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
+
+/* t (lanes 0-7, lanes 8-15) += a, in double. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+widen_add(__m512d *t, __m512 a) {
+  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+  t[0] = _mm512_add_pd(t[0], _mm512_cvtps_pd(_mm512_castps512_ps256(a)));
+  t[1] = _mm512_add_pd(t[1], _mm512_cvtps_pd(hi));
+}
+
+/* t + b in double, rounded to float once. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+narrow_bias(const __m512d *t, __m512 b) {
+  __m512d tb[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+  widen_add(tb, b);
+  __m256 lo = _mm512_cvtpd_ps(_mm512_add_pd(t[0], tb[0])),
+         hi = _mm512_cvtpd_ps(_mm512_add_pd(t[1], tb[1]));
+  return _mm512_castpd_ps(_mm512_insertf64x4(
+      _mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
 
 /* Few rows (frame mode): MR rows of x (K apart) against NP panels over all
  * of k, so that the weights stream past the rows once. More panels when
  * there are fewer rows, for enough independent chains to cover the FMA
  * latency. ws[q] points at panel q's first k; y at the first output, rows
  * N apart; lanes outside ms[q] are neither read nor written. The bias bs is
- * added after the chain. */
+ * added to the double totals. */
 #define DEFINE_FEW(NAME, MR, NP, LOAD)                                         \
   __attribute__((target("avx512f,fma,f16c"), always_inline)) static inline void \
   NAME(const void *const *ws, const float *x, size_t K, float *y, size_t N,    \
        const __m512 *bs, const __mmask16 *ms) {                                \
-    __m512 acc[MR][NP];                                                        \
+    __m512d tot[MR][NP][2];                                                    \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
-      _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) acc[r][q] =         \
-          _mm512_setzero_ps();                                                 \
-    _Pragma("GCC unroll 4") for (size_t k = 0; k < K; k++) {                   \
-      __m512 w[NP];                                                            \
-      _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) w[q] =              \
-          LOAD(ws[q], k * 16);                                                 \
-      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                   \
-        __m512 xv = _mm512_set1_ps(x[(size_t)r * K + k]);                      \
+      _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) tot[r][q][0] =      \
+          tot[r][q][1] = _mm512_setzero_pd();                                  \
+    for (size_t k0 = 0; k0 < K; k0 += AURAL__CHAIN) {                          \
+      size_t k1 = K - k0 < AURAL__CHAIN ? K : k0 + AURAL__CHAIN;               \
+      __m512 acc[MR][NP];                                                      \
+      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                     \
         _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) acc[r][q] =       \
-            _mm512_fmadd_ps(xv, w[q], acc[r][q]);                              \
+            _mm512_setzero_ps();                                               \
+      _Pragma("GCC unroll 4") for (size_t k = k0; k < k1; k++) {               \
+        __m512 w[NP];                                                          \
+        _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) w[q] =            \
+            LOAD(ws[q], k * 16);                                               \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                 \
+          __m512 xv = _mm512_set1_ps(x[(size_t)r * K + k]);                    \
+          _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) acc[r][q] =     \
+              _mm512_fmadd_ps(xv, w[q], acc[r][q]);                            \
+        }                                                                      \
       }                                                                        \
+      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                     \
+        _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++)                   \
+          widen_add(tot[r][q], acc[r][q]);                                     \
     }                                                                          \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
       _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++)                     \
         _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],               \
-                              _mm512_add_ps(acc[r][q], bs[q]));                \
+                              narrow_bias(tot[r][q], bs[q]));                  \
   }
 #define DEFINE_FEW_ALL(T, LOAD)    \
   DEFINE_FEW(few1_##T, 1, 8, LOAD) \
@@ -78,52 +116,66 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
 DEFINE_FEW_ALL(f32, F32_W)
 DEFINE_FEW_ALL(f16, F16_W)
 
+/* One k step of a tile: both panels' weights at k against MR rows. */
+#define TILE_STEP(MR, k)                                                       \
+  do {                                                                         \
+    __m512 a_ = _mm512_loadu_ps(w0 + 16 * (k)),                                \
+           c_ = _mm512_loadu_ps(w1 + 16 * (k));                                \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                     \
+      __m512 xv = _mm512_set1_ps(x[(size_t)r * ldx + (k)]);                    \
+      acc[r][0] = _mm512_fmadd_ps(xv, a_, acc[r][0]);                          \
+      acc[r][1] = _mm512_fmadd_ps(xv, c_, acc[r][1]);                          \
+    }                                                                          \
+  } while (0)
+
 /* Many rows: MR rows of x (ldx apart) against two float panels w0, w1
- * over kc values of k. y points at the tile's first output, rows N apart.
- * The first k block starts from zero, later ones from the partial sums
- * left in y, so each output stays one fused multiply-add chain over k in
- * order; the last k block adds the bias. Every four k, the next pf_n of
- * the pf_lines lines from pf on are prefetched into L2: the caller points
- * pf at the weights it needs next. */
+ * over kc values of k. y points at the tile's first output, rows N apart,
+ * and yd at its double totals (same layout) between k blocks: the first
+ * k block starts from zero, later ones from the totals left in yd, and the
+ * last adds the bias and writes y. Every four k, the next pf_n of the
+ * pf_lines lines from pf on are prefetched into L2: the caller points pf
+ * at the weights it needs next. */
 #define DEFINE_TILE(NAME, MR)                                                  \
   __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
   NAME(const float *w0, const float *w1, const float *x, size_t ldx,           \
-       size_t kc, float *y, size_t N, const __m512 *bs, const __mmask16 *ms,   \
-       int first, int last, const char *pf, size_t pf_lines, size_t pf_n) {    \
-    __m512 acc[MR][2];                                                         \
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
-      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) acc[r][q] =          \
-          first ? _mm512_setzero_ps()                                          \
-                : _mm512_maskz_loadu_ps(ms[q], y + (size_t)r * N + 16 * q);    \
-    size_t k = 0;                                                              \
-    for (; k + 4 <= kc; k += 4) {                                              \
-      size_t n_pf = pf_lines < pf_n ? pf_lines : pf_n;                         \
-      for (size_t i = 0; i < n_pf; i++, pf += 64) _mm_prefetch(pf, _MM_HINT_T1); \
-      pf_lines -= n_pf;                                                        \
-      _Pragma("GCC unroll 4") for (size_t u = k; u < k + 4; u++) {             \
-        __m512 a = _mm512_loadu_ps(w0 + 16 * u),                               \
-               c = _mm512_loadu_ps(w1 + 16 * u);                               \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                 \
-          __m512 xv = _mm512_set1_ps(x[(size_t)r * ldx + u]);                  \
-          acc[r][0] = _mm512_fmadd_ps(xv, a, acc[r][0]);                       \
-          acc[r][1] = _mm512_fmadd_ps(xv, c, acc[r][1]);                       \
-        }                                                                      \
-      }                                                                        \
-    }                                                                          \
-    for (; k < kc; k++) {                                                      \
-      __m512 a = _mm512_loadu_ps(w0 + 16 * k),                                 \
-             c = _mm512_loadu_ps(w1 + 16 * k);                                 \
-      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                   \
-        __m512 xv = _mm512_set1_ps(x[(size_t)r * ldx + k]);                    \
-        acc[r][0] = _mm512_fmadd_ps(xv, a, acc[r][0]);                         \
-        acc[r][1] = _mm512_fmadd_ps(xv, c, acc[r][1]);                         \
-      }                                                                        \
-    }                                                                          \
+       size_t kc, float *y, double *yd, size_t N, const __m512 *bs,            \
+       const __mmask16 *ms, int first, int last, const char *pf,               \
+       size_t pf_lines, size_t pf_n) {                                         \
+    __m512d tot[MR][2][2];                                                     \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
       _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++)                      \
-        _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],               \
-                              last ? _mm512_add_ps(acc[r][q], bs[q])           \
-                                   : acc[r][q]);                               \
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) tot[r][q][h] =     \
+            first ? _mm512_setzero_pd()                                        \
+                  : _mm512_maskz_loadu_pd((__mmask8)(ms[q] >> 8 * h),          \
+                                          yd + (size_t)r * N + 16 * q + 8 * h); \
+    for (size_t k0 = 0; k0 < kc; k0 += AURAL__CHAIN) {                         \
+      size_t k1 = kc - k0 < AURAL__CHAIN ? kc : k0 + AURAL__CHAIN, k = k0;     \
+      __m512 acc[MR][2];                                                       \
+      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) acc[r][0] =         \
+          acc[r][1] = _mm512_setzero_ps();                                     \
+      for (; k + 4 <= k1; k += 4) {                                            \
+        size_t n_pf = pf_lines < pf_n ? pf_lines : pf_n;                       \
+        for (size_t i = 0; i < n_pf; i++, pf += 64) _mm_prefetch(pf, _MM_HINT_T1); \
+        pf_lines -= n_pf;                                                      \
+        _Pragma("GCC unroll 4") for (size_t u = k; u < k + 4; u++)             \
+          TILE_STEP(MR, u);                                                    \
+      }                                                                        \
+      for (; k < k1; k++) TILE_STEP(MR, k);                                    \
+      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                     \
+        _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++)                    \
+          widen_add(tot[r][q], acc[r][q]);                                     \
+    }                                                                          \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
+      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) {                    \
+        if (last) {                                                            \
+          _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],             \
+                                narrow_bias(tot[r][q], bs[q]));                \
+          continue;                                                            \
+        }                                                                      \
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)                    \
+          _mm512_mask_storeu_pd(yd + (size_t)r * N + 16 * q + 8 * h,           \
+                                (__mmask8)(ms[q] >> 8 * h), tot[r][q][h]);     \
+      }                                                                        \
   }
 DEFINE_TILE(tile3, 3)
 DEFINE_TILE(tile4, 4)
@@ -154,7 +206,7 @@ DEFINE_TILE(tile6, 6)
  * them. Rows go in chunks of at most MC_BLOCKS row blocks (72 rows), whose
  * inputs for one k block (72 KB) stay in L2 while the chunk goes through
  * every panel pair. */
-#define KC 256
+#define KC AURAL__KC
 #define MC_BLOCKS 12
 #define MR_MAX 6
 
@@ -171,7 +223,7 @@ DEFINE_TILE(tile6, 6)
 #define DEFINE_LINEAR(T, ELEM)                                                 \
   __attribute__((target("avx512f,fma,f16c"))) static void linear_##T(         \
       const ELEM *w, size_t N, size_t K, const float *b, const float *x,       \
-      size_t M, float *y) {                                                    \
+      size_t M, float *y, double *yd) {                                        \
     size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL;                   \
     size_t ps = aural__panel_stride(K);                                        \
     if (M < MR_MAX) {                                                          \
@@ -227,6 +279,7 @@ DEFINE_TILE(tile6, 6)
                  pf_n = kc >= 4 ? (per + kc / 4 - 1) / (kc / 4) : 0;           \
           const ELEM *wn = w + pn * ps + k1 * AURAL__PANEL;                    \
           float *yp = y + i0 * N + p * AURAL__PANEL;                           \
+          double *ydp = yd + i0 * N + p * AURAL__PANEL;                        \
           const float *xj = x + i0 * K + k0;                                   \
           for (size_t j = j0; j < j1; j++) {                                   \
             size_t mr = mr_lo + (j < n_hi), q = (j - j0) % 2,                  \
@@ -237,13 +290,14 @@ DEFINE_TILE(tile6, 6)
               n = lp - at < per ? lp - at : per;                               \
             }                                                                  \
             switch (mr) {                                                      \
-            case 3: tile3(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
-            case 4: tile4(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
-            case 5: tile5(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
-            default: tile6(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            case 3: tile3(w0, w1, xj, K, kc, yp, ydp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            case 4: tile4(w0, w1, xj, K, kc, yp, ydp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            case 5: tile5(w0, w1, xj, K, kc, yp, ydp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            default: tile6(w0, w1, xj, K, kc, yp, ydp, N, bs, ms, first, last, pfj, n, pf_n); break; \
             }                                                                  \
             xj += mr * K;                                                      \
             yp += mr * N;                                                      \
+            ydp += mr * N;                                                     \
           }                                                                    \
         }                                                                      \
       }                                                                        \
@@ -253,16 +307,22 @@ DEFINE_LINEAR(f32, float)
 DEFINE_LINEAR(f16, uint16_t)
 
 static void linear_avx512(const aural__mat *w, const float *b, const float *x,
-                          size_t M, float *y) {
+                          size_t M, float *y, double *acc) {
   size_t N = (size_t)w->rows, K = (size_t)w->cols;
   if (w->f32 != NULL)
-    linear_f32(w->f32, N, K, b, x, M, y);
+    linear_f32(w->f32, N, K, b, x, M, y, acc);
   else
-    linear_f16(w->f16, N, K, b, x, M, y);
+    linear_f16(w->f16, N, K, b, x, M, y, acc);
+}
+
+static void linear_ref(const aural__mat *w, const float *b, const float *x,
+                       size_t M, float *y, double *acc) {
+  (void)acc;
+  aural__linear_ref(w, b, x, M, y);
 }
 
 typedef void (*linear_fn)(const aural__mat *, const float *, const float *,
-                          size_t, float *);
+                          size_t, float *, double *);
 static linear_fn linear_impl;
 static const char *kernel_name;
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
@@ -275,7 +335,7 @@ static void pick_kernel(void) {
     kernel_name = "aural AVX-512 FMA (register tiles of 3-6 rows x 32 "
                   "columns over L1-sized weight blocks; f16 weights via F16C)";
   } else {
-    linear_impl = aural__linear_ref;
+    linear_impl = linear_ref;
     kernel_name = "aural scalar reference (no AVX-512 on this CPU: slow)";
   }
 }
@@ -286,9 +346,10 @@ const char *aural__gemm_kernel(void) {
 }
 
 void aural__linear(const aural__mat *w, const float *b, const float *x,
-                   size_t n, float *y) {
+                   size_t n, float *y, double *acc) {
   pthread_once(&kernel_once, pick_kernel);
-  linear_impl(w, b, x, n, y);
+  assert(acc != NULL || (size_t)w->cols <= AURAL__KC);
+  linear_impl(w, b, x, n, y, acc);
 }
 
 /* Exact-erf gelu, 16 at a time. erf(z) for |z| < 4 is a degree-6
@@ -337,7 +398,7 @@ __attribute__((target("avx512f"))) static void gelu_avx512(float *x,
 
 void aural__gelu(float *x, size_t n) {
   pthread_once(&kernel_once, pick_kernel);
-  if (linear_impl != aural__linear_ref) {
+  if (linear_impl != linear_ref) {
     gelu_avx512(x, n);
     return;
   }
@@ -553,7 +614,7 @@ void aural__attention_scores(const float *q, size_t ldq, size_t n_rows,
                              const float *kt, size_t w_pad, size_t hs,
                              float scale, float *scores) {
   pthread_once(&kernel_once, pick_kernel);
-  if (linear_impl != aural__linear_ref)
+  if (linear_impl != linear_ref)
     scores_avx512(q, ldq, n_rows, kt, w_pad, hs, scale, scores);
   else
     aural__attention_scores_ref(q, ldq, n_rows, kt, w_pad, hs, scale, scores);
@@ -618,7 +679,7 @@ void aural__attention_mix(float *scores, const float *v, size_t ldv,
                           size_t hs, size_t n_slots, size_t slot_first,
                           size_t n_ctx, float *o) {
   pthread_once(&kernel_once, pick_kernel);
-  if (linear_impl != aural__linear_ref && hs % 16 == 0)
+  if (linear_impl != linear_ref && hs % 16 == 0)
     mix_avx512(scores, v, ldv, hs, n_slots, slot_first, n_ctx, o);
   else
     mix_ref(scores, v, ldv, hs, n_slots, slot_first, n_ctx, o);
@@ -633,43 +694,59 @@ void aural__attention(const float *q, const float *kt, size_t w_pad,
 }
 
 /* One row of layer norm, the plain way: the oracle, and the path for
- * widths that are not a multiple of 16. */
+ * widths that are not a multiple of 16. Mean, variance and the scaling in
+ * double precision (a residual stream with entries in the hundreds loses
+ * too much to float sums), rounded to float once per output. */
 static void layer_norm_row_ref(float *r, int d, const float *g,
                                const float *b, float eps) {
-  float mean = 0.0f, var = 0.0f;
+  double mean = 0.0, var = 0.0;
   for (int k = 0; k < d; k++) mean += r[k];
-  mean /= (float)d;
+  mean /= (double)d;
   for (int k = 0; k < d; k++) var += (r[k] - mean) * (r[k] - mean);
-  var /= (float)d;
-  float inv = 1.0f / sqrtf(var + eps);
-  for (int k = 0; k < d; k++) r[k] = (r[k] - mean) * inv * g[k] + b[k];
+  var /= (double)d;
+  double inv = 1.0 / sqrt(var + (double)eps);
+  for (int k = 0; k < d; k++)
+    r[k] = (float)((r[k] - mean) * inv * g[k] + b[k]);
 }
 
-/* The same 16 lanes at a time (mean, then the variance about it). */
+/* The same in 8 double lanes (a row of 16 floats at a time, as two
+ * halves): the sums go in lanes rather than in order, so the bits may
+ * differ from the oracle's by a rounding. */
 __attribute__((target("avx512f,fma"))) static void layer_norm_row_avx512(
     float *r, int d, const float *g, const float *b, float eps) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int k = 0; k < d; k += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(r + k));
-  float mean = _mm512_reduce_add_ps(acc) / (float)d;
-  __m512 vm = _mm512_set1_ps(mean);
-  acc = _mm512_setzero_ps();
+  __m512d acc[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+  for (int k = 0; k < d; k += 16) widen_add(acc, _mm512_loadu_ps(r + k));
+  __m512d vm = _mm512_set1_pd(_mm512_reduce_add_pd(_mm512_add_pd(acc[0], acc[1])) / d);
+  acc[0] = acc[1] = _mm512_setzero_pd();
   for (int k = 0; k < d; k += 16) {
-    __m512 c = _mm512_sub_ps(_mm512_loadu_ps(r + k), vm);
-    acc = _mm512_fmadd_ps(c, c, acc);
+    __m512d c[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    widen_add(c, _mm512_loadu_ps(r + k));
+    for (int h = 0; h < 2; h++) {
+      c[h] = _mm512_sub_pd(c[h], vm);
+      acc[h] = _mm512_fmadd_pd(c[h], c[h], acc[h]);
+    }
   }
-  float var = _mm512_reduce_add_ps(acc) / (float)d;
-  __m512 inv = _mm512_set1_ps(1.0f / sqrtf(var + eps));
+  double var = _mm512_reduce_add_pd(_mm512_add_pd(acc[0], acc[1])) / d;
+  __m512d inv = _mm512_set1_pd(1.0 / sqrt(var + (double)eps));
   for (int k = 0; k < d; k += 16) {
-    __m512 c = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(r + k), vm), inv);
-    _mm512_storeu_ps(r + k, _mm512_fmadd_ps(c, _mm512_loadu_ps(g + k),
-                                            _mm512_loadu_ps(b + k)));
+    __m512d c[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()},
+            gw[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()},
+            bw[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    widen_add(c, _mm512_loadu_ps(r + k));
+    widen_add(gw, _mm512_loadu_ps(g + k));
+    widen_add(bw, _mm512_loadu_ps(b + k));
+    for (int h = 0; h < 2; h++)
+      c[h] = _mm512_fmadd_pd(_mm512_mul_pd(_mm512_sub_pd(c[h], vm), inv), gw[h], bw[h]);
+    __m256 lo = _mm512_cvtpd_ps(c[0]), hi = _mm512_cvtpd_ps(c[1]);
+    _mm512_storeu_ps(r + k, _mm512_castpd_ps(_mm512_insertf64x4(
+        _mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1)));
   }
 }
 
 void aural__layer_norm(float *x, size_t n, int d, const float *g,
                        const float *b, float eps) {
   pthread_once(&kernel_once, pick_kernel);
-  int vec = linear_impl != aural__linear_ref && d % 16 == 0;
+  int vec = linear_impl != linear_ref && d % 16 == 0;
   for (size_t i = 0; i < n; i++) {
     if (vec)
       layer_norm_row_avx512(x + i * (size_t)d, d, g, b, eps);

@@ -78,11 +78,12 @@ static void test_kernel_matches_oracle_bit_for_bit(void **state) {
         for (size_t i = 0; i < n_max * C; i++) x[i] = frand() * 4;
         float *fast = malloc(n_max * R * sizeof *fast);
         float *ref = malloc(n_max * R * sizeof *ref);
+        double *acc = malloc(n_max * R * sizeof *acc);
         for (size_t ni = 0; ni < n_ns; ni++) {
           size_t n = ns[ni];
           for (int with_bias = 0; with_bias < 2; with_bias++) {
             const float *bb = with_bias ? b : NULL;
-            aural__linear(&w, bb, x, n, fast);
+            aural__linear(&w, bb, x, n, fast, acc);
             aural__linear_ref(&w, bb, x, n, ref);
             assert_memory_equal(fast, ref, n * R * sizeof *fast);
             n_checked++;
@@ -98,8 +99,8 @@ static void test_kernel_matches_oracle_bit_for_bit(void **state) {
           }
           /* Row i of a batch equals the same row computed alone. */
           if (n > 1) {
-            aural__linear(&w, b, x + (n - 1) * C, 1, ref);
-            aural__linear(&w, b, x, n, fast);
+            aural__linear(&w, b, x + (n - 1) * C, 1, ref, acc);
+            aural__linear(&w, b, x, n, fast, acc);
             assert_memory_equal(fast + (n - 1) * R, ref, R * sizeof *ref);
           }
         }
@@ -108,6 +109,7 @@ static void test_kernel_matches_oracle_bit_for_bit(void **state) {
         free(b);
         free(x);
         free(fast);
+        free(acc);
         free(ref);
       }
   printf("  %d shapes: kernel '%s' equals the oracle\n", n_checked,
