@@ -38,9 +38,9 @@ typedef struct work {
   float *rot_cos; /* (cap, hs / 2 + 1) rope rotation of each row */
   float *rot_sin; /* (cap, hs / 2 + 1) */
   float *logits;  /* (cap, vocab_size) */
-  float *scores;  /* (ATT_ROWS, w_pad) attention weights of rows of one head */
+  double *scores; /* (ATT_ROWS, w_pad) attention weights of rows of one head */
   float *kt_new;  /* (hs, 16) keys of a group of rows, transposed */
-  float *scores_new; /* (ATT_ROWS, 16) their scores */
+  double *scores_new; /* (ATT_ROWS, 16) their scores */
   double *acc;       /* (cap, acc_cols) running sums of the matrix products
                         longer than AURAL__KC in k (aural__linear), or NULL */
 } work;
@@ -62,6 +62,7 @@ struct aural_encoder {
 
 struct aural_batch {
   const aural_model *model;
+  float *mem; /* the one block that w is carved from */
   work w;
   struct seg *segs; /* (w.cap) one per stream in a pass */
 };
@@ -90,9 +91,10 @@ static size_t acc_cols(const aural_model_config *c) {
   return n;
 }
 
-/* Floats of scratch for cap rows (0 on overflow), the double running sums
- * counted as two floats each, plus one to align them. Small factors, and
- * cap and the dimensions are bounded, so only the sum needs watching. */
+/* Floats of scratch for cap rows (0 on overflow), the doubles (scores and
+ * running sums) counted as two floats each, plus one to align them. Small
+ * factors, and cap and the dimensions are bounded, so only the sum needs
+ * watching. */
 static size_t work_floats(const aural_model_config *c, size_t cap) {
   size_t d = (size_t)c->d_model, hs = d / (size_t)c->n_heads;
   size_t per_row = 3 * d + 3 * d + (size_t)c->d_ff +
@@ -100,13 +102,22 @@ static size_t work_floats(const aural_model_config *c, size_t cap) {
                    (size_t)c->vocab_size + 2 * acc_cols(c);
   size_t n;
   if (!aural__mul_ok(per_row, cap, &n)) return 0;
-  return n + ATT_ROWS * window_pad(c) + hs * 16 + ATT_ROWS * 16 + 1;
+  return n + 2 * ATT_ROWS * window_pad(c) + hs * 16 + 2 * ATT_ROWS * 16 + 1;
 }
 
 static float *work_carve(work *w, const aural_model_config *c, size_t cap,
                          float *p) {
   size_t d = (size_t)c->d_model, hs = d / (size_t)c->n_heads;
   w->cap = cap;
+  /* The doubles first, aligned. */
+  p += ((uintptr_t)p % sizeof(double)) / sizeof *p;
+  w->scores = (double *)p, p += 2 * ATT_ROWS * window_pad(c);
+  w->scores_new = (double *)p, p += 2 * ATT_ROWS * 16;
+  w->acc = NULL;
+  if (acc_cols(c) > 0) {
+    w->acc = (double *)p;
+    p += 2 * cap * acc_cols(c);
+  }
   w->x = p, p += cap * d;
   w->a = p, p += cap * d;
   w->att = p, p += cap * d;
@@ -116,16 +127,8 @@ static float *work_carve(work *w, const aural_model_config *c, size_t cap,
   w->rot_cos = p, p += cap * (hs / 2 + 1);
   w->rot_sin = p, p += cap * (hs / 2 + 1);
   w->logits = p, p += cap * (size_t)c->vocab_size;
-  w->scores = p, p += ATT_ROWS * window_pad(c);
   w->kt_new = p, p += hs * 16;
   memset(w->kt_new, 0, hs * 16 * sizeof *p); /* lanes past a group: numbers */
-  w->scores_new = p, p += ATT_ROWS * 16;
-  w->acc = NULL;
-  if (acc_cols(c) > 0) {
-    p += ((uintptr_t)p % sizeof(double)) / sizeof *p; /* align */
-    w->acc = (double *)p;
-    p += 2 * cap * acc_cols(c);
-  }
   return p;
 }
 
@@ -270,7 +273,7 @@ static void attend(work *w, const seg *sg, int li) {
          w_pad = e->w_pad;
   float *k_ring = e->k_ring + (size_t)li * w_pad * d;
   float *v_ring = e->v_ring + (size_t)li * win * d;
-  float scale = 1.0f / sqrtf((float)hs);
+  double scale = 1.0 / sqrt((double)hs);
   for (size_t h = 0; h < (size_t)e->n_heads; h++) {
     float *kt = k_ring + h * hs * w_pad, *vh = v_ring + h * win * hs;
     for (size_t i0 = 0; i0 < sg->n; i0 += ATT_ROWS) {
@@ -455,6 +458,7 @@ int aural_batch_create(const aural_model *model, size_t max_rows,
                           "batch: out of memory for %zu rows", max_rows);
   }
   b->model = model;
+  b->mem = mem;
   b->segs = segs;
   work_carve(&b->w, c, max_rows, mem);
   *out = b;
@@ -463,7 +467,7 @@ int aural_batch_create(const aural_model *model, size_t max_rows,
 
 void aural_batch_destroy(aural_batch *b) {
   if (b == NULL) return;
-  free(b->w.x); /* the start of the one block */
+  free(b->mem);
   free(b->segs);
   free(b);
 }

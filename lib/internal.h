@@ -156,15 +156,17 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
  * frames. Frame j (oldest first) is in ring slot (slot_first + j) mod
  * n_slots: its key lane c at kt[c * w_pad + slot] (keys transposed, so that
  * 16 slots load as one vector), its value at v[slot * ldv]. Writes o (hs);
- * scores (w_pad) is scratch. */
+ * scores (w_pad) is scratch. Scores, softmax and the sums of the weighted
+ * values' chains are in double precision; each output is rounded to float
+ * once. */
 void aural__attention(const float *q, const float *kt, size_t w_pad,
                       const float *v, size_t ldv, size_t hs, size_t n_slots,
-                      size_t slot_first, size_t n_ctx, float scale,
-                      float *scores, float *o);
+                      size_t slot_first, size_t n_ctx, double scale,
+                      double *scores, float *o);
 void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
                           const float *v, size_t ldv, size_t hs,
                           size_t n_slots, size_t slot_first, size_t n_ctx,
-                          float scale, float *scores, float *o);
+                          double scale, double *scores, float *o);
 
 /* aural__attention in its two steps, for several rows of one head at once.
  * Scores of n_rows query rows (ldq apart) against every one of the w_pad
@@ -172,13 +174,13 @@ void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
  * (n_rows, w_pad), row r's score for slot s at scores[r * w_pad + s]. */
 void aural__attention_scores(const float *q, size_t ldq, size_t n_rows,
                              const float *kt, size_t w_pad, size_t hs,
-                             float scale, float *scores);
+                             double scale, double *scores);
 void aural__attention_scores_ref(const float *q, size_t ldq, size_t n_rows,
                                  const float *kt, size_t w_pad, size_t hs,
-                                 float scale, float *scores);
+                                 double scale, double *scores);
 /* Softmax over the n_ctx context slots of one row of scores (overwritten)
  * and the weighted sum of their values into o (hs). */
-void aural__attention_mix(float *scores, const float *v, size_t ldv,
+void aural__attention_mix(double *scores, const float *v, size_t ldv,
                           size_t hs, size_t n_slots, size_t slot_first,
                           size_t n_ctx, float *o);
 

@@ -426,44 +426,41 @@ static slot_runs runs_of(size_t n_slots, size_t slot_first, size_t n_ctx) {
   return r;
 }
 
-/* Softmax of scores (n) in place; returns 1 / sum of the exponentials. */
-static float softmax_ref(float *scores, size_t n) {
-  float best = -INFINITY, sum = 0.0f;
-  for (size_t j = 0; j < n; j++)
-    if (scores[j] > best) best = scores[j];
-  for (size_t j = 0; j < n; j++) {
-    scores[j] = expf(scores[j] - best);
-    sum += scores[j];
-  }
-  return 1.0f / sum;
+/* Softmax of the context's scores, in place, in double: exp(s - max),
+ * and 1 / their sum returned. */
+static double softmax_ref(double *scores, const slot_runs *runs) {
+  double best = -INFINITY, sum = 0.0;
+  for (int ri = 0; ri < runs->n; ri++)
+    for (size_t s = runs->start[ri]; s < runs->start[ri] + runs->len[ri]; s++)
+      best = scores[s] > best ? scores[s] : best;
+  for (int ri = 0; ri < runs->n; ri++)
+    for (size_t s = runs->start[ri]; s < runs->start[ri] + runs->len[ri]; s++) {
+      scores[s] = exp(scores[s] - best);
+      sum += scores[s];
+    }
+  return 1.0 / sum;
 }
 
 /* Scalar attention: the oracle, and the path for head sizes that are not
- * a multiple of 16 or CPUs without AVX-512. */
+ * a multiple of 16 or CPUs without AVX-512. Scores and the weighted sum of
+ * values in double throughout. */
 void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
                           const float *v, size_t ldv, size_t hs,
                           size_t n_slots, size_t slot_first, size_t n_ctx,
-                          float scale, float *scores, float *o) {
+                          double scale, double *scores, float *o) {
+  aural__attention_scores_ref(q, hs, 1, kt, w_pad, hs, scale, scores);
   slot_runs runs = runs_of(n_slots, slot_first, n_ctx);
-  size_t j = 0;
-  for (int ri = 0; ri < runs.n; ri++)
-    for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
-      float sc = 0.0f;
-      for (size_t c = 0; c < hs; c++) sc += q[c] * kt[c * w_pad + s];
-      scores[j++] = sc * scale;
-    }
-  float inv = softmax_ref(scores, n_ctx);
-  memset(o, 0, hs * sizeof *o);
-  j = 0;
-  for (int ri = 0; ri < runs.n; ri++)
-    for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
-      const float *vs = v + s * ldv;
-      float pj = scores[j++] * inv;
-      for (size_t c = 0; c < hs; c++) o[c] += pj * vs[c];
-    }
+  double inv = softmax_ref(scores, &runs);
+  for (size_t c = 0; c < hs; c++) {
+    double acc = 0.0;
+    for (int ri = 0; ri < runs.n; ri++)
+      for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++)
+        acc += scores[s] * inv * v[s * ldv + c];
+    o[c] = (float)acc;
+  }
 }
 
-__attribute__((target("avx512f"))) __m512 _ZGVeN16v_expf(__m512 x);
+__attribute__((target("avx512f"))) __m512d _ZGVeN8v_exp(__m512d x);
 
 /* The slots of group g (slots 16 g to 16 g + 15) that lie in [lo, hi). */
 static inline __mmask16 group_mask(size_t g, size_t lo, size_t hi) {
@@ -481,12 +478,13 @@ static inline __mmask16 ctx_mask(const slot_runs *runs, size_t g) {
   return m;
 }
 
-/* o (NV vectors) = sum over the cached slots s of scores[s] * inv times
- * the NV vectors at v + s * ldv: even and odd slots of each run in separate
- * chains, added at the end. */
+/* o (NV vectors) = sum over the cached slots s of p_s times the NV
+ * vectors at v + s * ldv, p_s = e[s] * inv rounded to float: even and odd
+ * slots of each run in separate float chains (at most W / 2 long), added
+ * in double at the end and rounded once. */
 #define DEFINE_PV(NAME, NV)                                                    \
   __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
-  NAME(const slot_runs *runs, const float *scores, float inv, const float *v,  \
+  NAME(const slot_runs *runs, const double *e, double inv, const float *v,     \
        size_t ldv, float *o) {                                                 \
     __m512 acc[2][NV];                                                         \
     _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =           \
@@ -494,8 +492,8 @@ static inline __mmask16 ctx_mask(const slot_runs *runs, size_t g) {
     for (int ri = 0; ri < runs->n; ri++) {                                     \
       size_t s = runs->start[ri], end = s + runs->len[ri];                     \
       for (; s + 2 <= end; s += 2) {                                           \
-        __m512 p0 = _mm512_set1_ps(scores[s] * inv),                           \
-               p1 = _mm512_set1_ps(scores[s + 1] * inv);                       \
+        __m512 p0 = _mm512_set1_ps((float)(e[s] * inv)),                       \
+               p1 = _mm512_set1_ps((float)(e[s + 1] * inv));                   \
         const float *v0 = v + s * ldv, *v1 = v0 + ldv;                         \
         _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) {                 \
           acc[0][i] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + 16 * i), acc[0][i]); \
@@ -503,13 +501,17 @@ static inline __mmask16 ctx_mask(const slot_runs *runs, size_t g) {
         }                                                                      \
       }                                                                        \
       if (s < end) {                                                           \
-        __m512 p0 = _mm512_set1_ps(scores[s] * inv);                           \
+        __m512 p0 = _mm512_set1_ps((float)(e[s] * inv));                       \
         _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =       \
             _mm512_fmadd_ps(p0, _mm512_loadu_ps(v + s * ldv + 16 * i), acc[0][i]); \
       }                                                                        \
     }                                                                          \
-    _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++)                       \
-      _mm512_storeu_ps(o + 16 * i, _mm512_add_ps(acc[0][i], acc[1][i]));       \
+    _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) {                     \
+      __m512d t[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};               \
+      widen_add(t, acc[0][i]);                                                 \
+      widen_add(t, acc[1][i]);                                                 \
+      _mm512_storeu_ps(o + 16 * i, narrow_bias(t, _mm512_setzero_ps()));       \
+    }                                                                          \
   }
 DEFINE_PV(pv_block4, 4)
 DEFINE_PV(pv_block1, 1)
@@ -519,28 +521,29 @@ DEFINE_PV(pv_block1, 1)
  * the loads of the key ring: scores of rows against every slot, then, row
  * by row, softmax over the row's context and the weighted sum of values.
  *
- * A slot's score is (even chain + odd chain) * scale, where the even chain
- * is the fused multiply-add chain of q[c] k[c] over c = 0, 2, 4, ... from
- * zero and the odd chain the same over c = 1, 3, 5, ... Both paths below
- * compute exactly that for each lane, so a frame's attention has the same
- * bits however many rows were scored together.
+ * A slot's score is ((double) even chain + (double) odd chain) * scale,
+ * where the even chain is the float fused multiply-add chain of q[c] k[c]
+ * over c = 0, 2, 4, ... from zero and the odd chain the same over c = 1,
+ * 3, 5, ... Both paths below compute exactly that for each lane, so a
+ * frame's attention has the same bits however many rows were scored
+ * together.
  */
 
 /* The chains of one slot, the plain way. */
-static float score_chain(const float *q, const float *k, size_t stride,
-                         size_t hs, float scale) {
+static double score_chain(const float *q, const float *k, size_t stride,
+                          size_t hs, double scale) {
   float even = 0.0f, odd = 0.0f;
   for (size_t c = 0; c + 1 < hs; c += 2) {
     even = fmaf(q[c], k[c * stride], even);
     odd = fmaf(q[c + 1], k[(c + 1) * stride], odd);
   }
   if (hs % 2) even = fmaf(q[hs - 1], k[(hs - 1) * stride], even);
-  return (even + odd) * scale;
+  return ((double)even + (double)odd) * scale;
 }
 
 void aural__attention_scores_ref(const float *q, size_t ldq, size_t n_rows,
                                  const float *kt, size_t w_pad, size_t hs,
-                                 float scale, float *scores) {
+                                 double scale, double *scores) {
   for (size_t r = 0; r < n_rows; r++)
     for (size_t s = 0; s < w_pad; s++)
       scores[r * w_pad + s] = score_chain(q + r * ldq, kt + s, w_pad, hs, scale);
@@ -551,7 +554,7 @@ void aural__attention_scores_ref(const float *q, size_t ldq, size_t n_rows,
 #define DEFINE_SCORES(NAME, R, NG)                                             \
   __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
   NAME(const float *q, size_t ldq, const float *kt, size_t w_pad, size_t hs,   \
-       __m512 vscale, float *scores) {                                         \
+       __m512d vscale, double *scores) {                                       \
     __m512 acc[R][2][NG];                                                      \
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                        \
       _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)                      \
@@ -576,11 +579,14 @@ void aural__attention_scores_ref(const float *q, size_t ldq, size_t n_rows,
       }                                                                        \
     }                                                                          \
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                        \
-      _Pragma("GCC unroll 4") for (int g = 0; g < NG; g++)                     \
-        _mm512_storeu_ps(scores + (size_t)r * w_pad + 16 * g,                  \
-                         _mm512_mul_ps(_mm512_add_ps(acc[r][0][g],             \
-                                                     acc[r][1][g]),            \
-                                       vscale));                               \
+      _Pragma("GCC unroll 4") for (int g = 0; g < NG; g++) {                   \
+        __m512d t[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};             \
+        widen_add(t, acc[r][0][g]);                                            \
+        widen_add(t, acc[r][1][g]);                                            \
+        double *out = scores + (size_t)r * w_pad + 16 * g;                     \
+        _mm512_storeu_pd(out, _mm512_mul_pd(t[0], vscale));                    \
+        _mm512_storeu_pd(out + 8, _mm512_mul_pd(t[1], vscale));                \
+      }                                                                        \
   }
 DEFINE_SCORES(scores3x4, 3, 4)
 DEFINE_SCORES(scores1x4, 1, 4)
@@ -589,12 +595,12 @@ DEFINE_SCORES(scores1x1, 1, 1)
 
 __attribute__((target("avx512f,fma"))) static void scores_avx512(
     const float *q, size_t ldq, size_t n_rows, const float *kt, size_t w_pad,
-    size_t hs, float scale, float *scores) {
-  const __m512 vscale = _mm512_set1_ps(scale);
+    size_t hs, double scale, double *scores) {
+  const __m512d vscale = _mm512_set1_pd(scale);
   for (size_t r = 0; r < n_rows;) {
     int three = n_rows - r >= 3; /* three rows at a time, then one */
     const float *qr = q + r * ldq;
-    float *sr = scores + r * w_pad;
+    double *sr = scores + r * w_pad;
     size_t g = 0;
     for (; g + 4 <= w_pad / 16; g += 4)
       if (three)
@@ -612,7 +618,7 @@ __attribute__((target("avx512f,fma"))) static void scores_avx512(
 
 void aural__attention_scores(const float *q, size_t ldq, size_t n_rows,
                              const float *kt, size_t w_pad, size_t hs,
-                             float scale, float *scores) {
+                             double scale, double *scores) {
   pthread_once(&kernel_once, pick_kernel);
   if (linear_impl != linear_ref)
     scores_avx512(q, ldq, n_rows, kt, w_pad, hs, scale, scores);
@@ -620,54 +626,54 @@ void aural__attention_scores(const float *q, size_t ldq, size_t n_rows,
     aural__attention_scores_ref(q, ldq, n_rows, kt, w_pad, hs, scale, scores);
 }
 
-/* Softmax and values the plain way: oldest first. */
-static void mix_ref(float *scores, const float *v, size_t ldv, size_t hs,
+/* Softmax and values the plain way: oldest first, in double. */
+static void mix_ref(double *scores, const float *v, size_t ldv, size_t hs,
                     size_t n_slots, size_t slot_first, size_t n_ctx,
                     float *o) {
   slot_runs runs = runs_of(n_slots, slot_first, n_ctx);
-  float best = -INFINITY, sum = 0.0f;
-  for (int ri = 0; ri < runs.n; ri++)
-    for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++)
-      best = scores[s] > best ? scores[s] : best;
-  for (int ri = 0; ri < runs.n; ri++)
-    for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
-      scores[s] = expf(scores[s] - best);
-      sum += scores[s];
-    }
-  float inv = 1.0f / sum;
-  memset(o, 0, hs * sizeof *o);
-  for (int ri = 0; ri < runs.n; ri++)
-    for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++) {
-      float p = scores[s] * inv;
-      for (size_t c = 0; c < hs; c++) o[c] += p * v[s * ldv + c];
-    }
+  double inv = softmax_ref(scores, &runs);
+  for (size_t c = 0; c < hs; c++) {
+    double acc = 0.0;
+    for (int ri = 0; ri < runs.n; ri++)
+      for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++)
+        acc += (double)(float)(scores[s] * inv) * v[s * ldv + c];
+    o[c] = (float)acc;
+  }
 }
 
-/* The same 16 slots at a time: max and exp (libmvec) over the context's
- * lanes, then the values, 16 lanes of the head at a time. */
+/* The same 8 slots at a time: max and exp (libmvec, double) over the
+ * context's lanes, then the values, 16 lanes of the head at a time, each
+ * slot's weight rounded to float. */
 __attribute__((target("avx512f,fma"))) static void mix_avx512(
-    float *scores, const float *v, size_t ldv, size_t hs, size_t n_slots,
+    double *scores, const float *v, size_t ldv, size_t hs, size_t n_slots,
     size_t slot_first, size_t n_ctx, float *o) {
   size_t nv = hs / 16, n_grp = (n_slots + 15) / 16;
   slot_runs runs = runs_of(n_slots, slot_first, n_ctx);
-  __m512 vbest = _mm512_set1_ps(-INFINITY);
+  __m512d vbest = _mm512_set1_pd(-INFINITY);
   for (size_t g = 0; g < n_grp; g++) {
     __mmask16 m = ctx_mask(&runs, g);
-    vbest = _mm512_mask_max_ps(vbest, m, vbest,
-                               _mm512_maskz_loadu_ps(m, scores + 16 * g));
+    for (int h = 0; h < 2; h++) {
+      __mmask8 mh = (__mmask8)(m >> 8 * h);
+      vbest = _mm512_mask_max_pd(vbest, mh, vbest,
+                                 _mm512_maskz_loadu_pd(mh, scores + 16 * g + 8 * h));
+    }
   }
-  vbest = _mm512_set1_ps(_mm512_reduce_max_ps(vbest));
-  __m512 vsum = _mm512_setzero_ps();
+  vbest = _mm512_set1_pd(_mm512_reduce_max_pd(vbest));
+  __m512d vsum = _mm512_setzero_pd();
   for (size_t g = 0; g < n_grp; g++) {
     __mmask16 m = ctx_mask(&runs, g);
-    if (!m) continue;
-    __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(
-        _mm512_mask_loadu_ps(vbest, m, scores + 16 * g), vbest));
-    e = _mm512_maskz_mov_ps(m, e);
-    _mm512_mask_storeu_ps(scores + 16 * g, m, e);
-    vsum = _mm512_add_ps(vsum, e);
+    for (int h = 0; h < 2; h++) {
+      __mmask8 mh = (__mmask8)(m >> 8 * h);
+      if (!mh) continue;
+      double *sp = scores + 16 * g + 8 * h;
+      __m512d e = _ZGVeN8v_exp(
+          _mm512_sub_pd(_mm512_mask_loadu_pd(vbest, mh, sp), vbest));
+      e = _mm512_maskz_mov_pd(mh, e);
+      _mm512_mask_storeu_pd(sp, mh, e);
+      vsum = _mm512_add_pd(vsum, e);
+    }
   }
-  float inv = 1.0f / _mm512_reduce_add_ps(vsum);
+  double inv = 1.0 / _mm512_reduce_add_pd(vsum);
   /* Values: four vectors of the head at once (then one), even and odd
    * slots of each run in separate chains. */
   size_t v0 = 0;
@@ -675,7 +681,7 @@ __attribute__((target("avx512f,fma"))) static void mix_avx512(
   for (; v0 < nv; v0++) pv_block1(&runs, scores, inv, v + 16 * v0, ldv, o + 16 * v0);
 }
 
-void aural__attention_mix(float *scores, const float *v, size_t ldv,
+void aural__attention_mix(double *scores, const float *v, size_t ldv,
                           size_t hs, size_t n_slots, size_t slot_first,
                           size_t n_ctx, float *o) {
   pthread_once(&kernel_once, pick_kernel);
@@ -687,8 +693,8 @@ void aural__attention_mix(float *scores, const float *v, size_t ldv,
 
 void aural__attention(const float *q, const float *kt, size_t w_pad,
                       const float *v, size_t ldv, size_t hs, size_t n_slots,
-                      size_t slot_first, size_t n_ctx, float scale,
-                      float *scores, float *o) {
+                      size_t slot_first, size_t n_ctx, double scale,
+                      double *scores, float *o) {
   aural__attention_scores(q, hs, 1, kt, w_pad, hs, scale, scores);
   aural__attention_mix(scores, v, ldv, hs, n_slots, slot_first, n_ctx, o);
 }

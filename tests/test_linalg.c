@@ -194,17 +194,17 @@ static void test_attention_scores_bits(void **state) {
     for (size_t w_pad = 16; w_pad <= 112; w_pad += 16) {
       size_t hs = head_sizes[hi], ldq = hs + 5, n_rows = 7;
       float *kt = malloc(hs * w_pad * sizeof *kt),
-            *q = malloc(n_rows * ldq * sizeof *q),
-            *all = malloc(n_rows * w_pad * sizeof *all),
-            *one = malloc(w_pad * sizeof *one),
-            *ref = malloc(n_rows * w_pad * sizeof *ref);
+            *q = malloc(n_rows * ldq * sizeof *q);
+      double *all = malloc(n_rows * w_pad * sizeof *all),
+             *one = malloc(w_pad * sizeof *one),
+             *ref = malloc(n_rows * w_pad * sizeof *ref);
       for (size_t i = 0; i < hs * w_pad; i++) kt[i] = frand() * 2 - 1;
       for (size_t i = 0; i < n_rows * ldq; i++) q[i] = frand() * 3 - 1.5f;
-      aural__attention_scores(q, ldq, n_rows, kt, w_pad, hs, 0.3f, all);
-      aural__attention_scores_ref(q, ldq, n_rows, kt, w_pad, hs, 0.3f, ref);
+      aural__attention_scores(q, ldq, n_rows, kt, w_pad, hs, 0.3, all);
+      aural__attention_scores_ref(q, ldq, n_rows, kt, w_pad, hs, 0.3, ref);
       assert_memory_equal(all, ref, n_rows * w_pad * sizeof *all);
       for (size_t r = 0; r < n_rows; r++) {
-        aural__attention_scores(q + r * ldq, ldq, 1, kt, w_pad, hs, 0.3f, one);
+        aural__attention_scores(q + r * ldq, ldq, 1, kt, w_pad, hs, 0.3, one);
         assert_memory_equal(one, all + r * w_pad, w_pad * sizeof *one);
       }
       free(kt);
@@ -228,7 +228,8 @@ static void test_attention_matches_oracle(void **state) {
       size_t w = windows[wi], w_pad = (w + 15) / 16 * 16;
       float *kt = malloc(d * w_pad * sizeof *kt), *v = malloc(w * d * sizeof *v);
       float *q = malloc(d * sizeof *q), *o1 = malloc(d * sizeof *o1),
-            *o2 = malloc(d * sizeof *o2), *sc = malloc(w_pad * sizeof *sc);
+            *o2 = malloc(d * sizeof *o2);
+      double *sc = malloc(w_pad * sizeof *sc);
       for (size_t i = 0; i < d * w_pad; i++) kt[i] = frand();
       for (size_t i = 0; i < w * d; i++) v[i] = frand();
       for (size_t i = 0; i < d; i++) q[i] = frand() * 3;
@@ -237,9 +238,9 @@ static void test_attention_matches_oracle(void **state) {
           for (size_t h = 0; h < heads; h++) {
             size_t hs = d / heads;
             aural__attention(q + h * hs, kt + h * hs * w_pad, w_pad, v + h * hs,
-                             d, hs, w, first, n, 0.125f, sc, o1 + h * hs);
+                             d, hs, w, first, n, 0.125, sc, o1 + h * hs);
             aural__attention_ref(q + h * hs, kt + h * hs * w_pad, w_pad,
-                                 v + h * hs, d, hs, w, first, n, 0.125f, sc,
+                                 v + h * hs, d, hs, w, first, n, 0.125, sc,
                                  o2 + h * hs);
           }
           for (size_t i = 0; i < d; i++)
