@@ -41,8 +41,6 @@ typedef struct work {
   double *scores; /* (ATT_ROWS, w_pad) attention weights of rows of one head */
   float *kt_new;  /* (hs, 16) keys of a group of rows, transposed */
   double *scores_new; /* (ATT_ROWS, 16) their scores */
-  double *acc;       /* (cap, acc_cols) running sums of the matrix products
-                        longer than AURAL__KC in k (aural__linear), or NULL */
 } work;
 
 struct aural_encoder {
@@ -76,30 +74,15 @@ static size_t window_pad(const aural_model_config *c) {
   return ((size_t)c->window + 15) / 16 * 16;
 }
 
-/* Outputs per row of the widest matrix product whose k runs past one
- * block of AURAL__KC, which needs double running sums between blocks (0:
- * none does). */
-static size_t acc_cols(const aural_model_config *c) {
-  size_t d = (size_t)c->d_model, ff = (size_t)c->d_ff,
-         mels = (size_t)c->fbank.num_mel_bins, v = (size_t)c->vocab_size;
-  size_t n = mels > AURAL__KC ? d : 0; /* input projection */
-  if (d > AURAL__KC) { /* q k v, output projection, ff1, head */
-    size_t wide = 3 * d > ff ? 3 * d : ff;
-    n = wide > v ? wide : v;
-  }
-  if (ff > AURAL__KC && d > n) n = d; /* ff2 */
-  return n;
-}
-
-/* Floats of scratch for cap rows (0 on overflow), the doubles (scores and
- * running sums) counted as two floats each, plus one to align them. Small
+/* Floats of scratch for cap rows (0 on overflow), the attention scores
+ * (doubles) counted as two floats each, plus one to align them. Small
  * factors, and cap and the dimensions are bounded, so only the sum needs
  * watching. */
 static size_t work_floats(const aural_model_config *c, size_t cap) {
   size_t d = (size_t)c->d_model, hs = d / (size_t)c->n_heads;
   size_t per_row = 3 * d + 3 * d + (size_t)c->d_ff +
                    (size_t)c->fbank.num_mel_bins + 2 * (hs / 2 + 1) +
-                   (size_t)c->vocab_size + 2 * acc_cols(c);
+                   (size_t)c->vocab_size;
   size_t n;
   if (!aural__mul_ok(per_row, cap, &n)) return 0;
   return n + 2 * ATT_ROWS * window_pad(c) + hs * 16 + 2 * ATT_ROWS * 16 + 1;
@@ -113,11 +96,6 @@ static float *work_carve(work *w, const aural_model_config *c, size_t cap,
   p += ((uintptr_t)p % sizeof(double)) / sizeof *p;
   w->scores = (double *)p, p += 2 * ATT_ROWS * window_pad(c);
   w->scores_new = (double *)p, p += 2 * ATT_ROWS * 16;
-  w->acc = NULL;
-  if (acc_cols(c) > 0) {
-    w->acc = (double *)p;
-    p += 2 * cap * acc_cols(c);
-  }
   w->x = p, p += cap * d;
   w->a = p, p += cap * d;
   w->att = p, p += cap * d;
@@ -339,7 +317,7 @@ static void run_pass(const aural_model *m, work *w, seg *segs, size_t n_segs,
         memcpy(row, f, mels * sizeof *f);
     }
   }
-  aural__linear(&m->in_proj, m->b_in, w->in, n, w->x, w->acc);
+  aural__linear(&m->in_proj, m->b_in, w->in, n, w->x);
   for (size_t s = 0; s < n_segs; s++) {
     const seg *sg = &segs[s];
     const double *inv_freq = sg->e->inv_freq;
@@ -373,14 +351,14 @@ static void run_pass(const aural_model *m, work *w, seg *segs, size_t n_segs,
       aural__layer_norm(w->a, n, c->d_model, L->ln1_w, L->ln1_b, eps);
       src = w->a;
     }
-    aural__linear(&L->qkv, L->b_qkv, src, n, w->qkv, w->acc);
+    aural__linear(&L->qkv, L->b_qkv, src, n, w->qkv);
     if (c->pos_encoding == AURAL_POS_ROPE)
       for (size_t r = 0; r < n; r++) {
         rope_rotate(w, c->n_heads, hs, w->qkv + r * 3 * d, r);     /* q */
         rope_rotate(w, c->n_heads, hs, w->qkv + r * 3 * d + d, r); /* k */
       }
     for (size_t s = 0; s < n_segs; s++) attend(w, &segs[s], li);
-    aural__linear(&L->out, L->b_out, w->att, n, w->a, w->acc);
+    aural__linear(&L->out, L->b_out, w->att, n, w->a);
     add_rows(w->x, w->a, n * d);
     if (!c->norm_first)
       aural__layer_norm(w->x, n, c->d_model, L->ln1_w, L->ln1_b, eps);
@@ -392,12 +370,12 @@ static void run_pass(const aural_model *m, work *w, seg *segs, size_t n_segs,
       aural__layer_norm(w->a, n, c->d_model, L->ln2_w, L->ln2_b, eps);
       src = w->a;
     }
-    aural__linear(&L->ff1, L->b_ff1, src, n, w->ff, w->acc);
+    aural__linear(&L->ff1, L->b_ff1, src, n, w->ff);
     if (c->activation == AURAL_ACT_GELU)
       aural__gelu(w->ff, n * (size_t)c->d_ff);
     else
       aural__relu(w->ff, n * (size_t)c->d_ff);
-    aural__linear(&L->ff2, L->b_ff2, w->ff, n, w->a, w->acc);
+    aural__linear(&L->ff2, L->b_ff2, w->ff, n, w->a);
     add_rows(w->x, w->a, n * d);
     if (!c->norm_first)
       aural__layer_norm(w->x, n, c->d_model, L->ln2_w, L->ln2_b, eps);
@@ -407,7 +385,7 @@ static void run_pass(const aural_model *m, work *w, seg *segs, size_t n_segs,
 
   int any_logits = 0;
   for (size_t s = 0; s < n_segs; s++) any_logits |= segs[s].logits != NULL;
-  if (any_logits) aural__linear(&m->head, m->b_head, w->x, n, w->logits, w->acc);
+  if (any_logits) aural__linear(&m->head, m->b_head, w->x, n, w->logits);
   size_t v = (size_t)c->vocab_size;
   for (size_t s = 0; s < n_segs; s++) {
     seg *sg = &segs[s];

@@ -137,18 +137,15 @@ uint16_t aural__f32_to_f16(float f);
 /* y (n, W.rows) = x (n, W.cols) W^T + b (b may be NULL). The fast path
  * picks a SIMD kernel for this CPU; aural__linear_ref is the plain scalar
  * oracle. Every kernel computes each output the same way: k in runs of
- * AURAL__CHAIN, each run a float fused multiply-add chain from zero, the
- * runs' sums added in order in double precision, then the bias, rounded
- * to float once. So all of them give the same bits, whatever n is: results
- * never depend on how rows are batched. Short float chains summed in
- * double keep a trained model's outputs within a few 1e-5 of float64 where
- * one float chain over all of k drifted past 1e-4 (tools/train/
- * check_parity.py). acc (n, W.rows) holds the running sums between blocks
- * of k when W.cols > AURAL__KC; it may be NULL otherwise. */
+ * AURAL__CHAIN, each run a fused multiply-add chain from zero, the runs'
+ * sums added in order, then the bias. So all of them give the same bits,
+ * whatever n is: results never depend on how rows are batched. Short
+ * chains keep the partial sums small, and with them the rounding: one
+ * chain over all of k put a trained model's streaming logits past 1e-4
+ * from a float64 forward (tools/train/check_parity.py). */
 #define AURAL__CHAIN 32
-#define AURAL__KC 256
 void aural__linear(const aural__mat *w, const float *b, const float *x,
-                   size_t n, float *y, double *acc);
+                   size_t n, float *y);
 void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
                        size_t n, float *y);
 

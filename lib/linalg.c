@@ -2,7 +2,6 @@
  * The numeric kernels of the encoder: matrix products, layer norm and
  * activations.
  */
-#include <assert.h>
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
@@ -18,7 +17,7 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
   size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
   for (size_t i = 0; i < n; i++) {
     for (size_t r = 0; r < rows; r++) {
-      double total = 0.0;
+      float total = 0.0f;
       for (size_t c0 = 0; c0 < cols; c0 += AURAL__CHAIN) {
         float chain = 0.0f;
         for (size_t c = c0; c < cols && c < c0 + AURAL__CHAIN; c++) {
@@ -26,9 +25,9 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
           float wv = w->f32 != NULL ? w->f32[at] : aural__f16_to_f32(w->f16[at]);
           chain = fmaf(x[i * cols + c], wv, chain);
         }
-        total += (double)chain;
+        total += chain;
       }
-      y[i * rows + r] = (float)(total + (b != NULL ? (double)b[r] : 0.0));
+      y[i * rows + r] = b != NULL ? total + b[r] : total;
     }
   }
 }
@@ -40,14 +39,14 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
  * 2 MR fused multiply-adds. Six rows keep 12 accumulators in registers and
  * both FMA units busy. A panel past the last one repeats the last, with
  * its lanes masked off, so that the loops over k have no branches. Every
- * AURAL__CHAIN values of k the float accumulators are widened into double
- * totals and start again from zero (aural__linear's contract).
+ * AURAL__CHAIN values of k the chains are added into running totals and
+ * start again from zero (aural__linear's contract); the totals take as
+ * many more registers, which six rows still leave.
  */
 #define F32_W(p, at) _mm512_loadu_ps((const float *)(p) + (at))
 #define F16_W(p, at) \
   _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (at))))
 
-_Static_assert(AURAL__KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
 
 /* t (lanes 0-7, lanes 8-15) += a, in double. */
 __attribute__((target("avx512f"), always_inline)) static inline void
@@ -73,15 +72,15 @@ narrow_bias(const __m512d *t, __m512 b) {
  * there are fewer rows, for enough independent chains to cover the FMA
  * latency. ws[q] points at panel q's first k; y at the first output, rows
  * N apart; lanes outside ms[q] are neither read nor written. The bias bs is
- * added to the double totals. */
+ * added after the last chain. */
 #define DEFINE_FEW(NAME, MR, NP, LOAD)                                         \
   __attribute__((target("avx512f,fma,f16c"), always_inline)) static inline void \
   NAME(const void *const *ws, const float *x, size_t K, float *y, size_t N,    \
        const __m512 *bs, const __mmask16 *ms) {                                \
-    __m512d tot[MR][NP][2];                                                    \
+    __m512 tot[MR][NP];                                                        \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
-      _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) tot[r][q][0] =      \
-          tot[r][q][1] = _mm512_setzero_pd();                                  \
+      _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) tot[r][q] =         \
+          _mm512_setzero_ps();                                                 \
     for (size_t k0 = 0; k0 < K; k0 += AURAL__CHAIN) {                          \
       size_t k1 = K - k0 < AURAL__CHAIN ? K : k0 + AURAL__CHAIN;               \
       __m512 acc[MR][NP];                                                      \
@@ -99,13 +98,13 @@ narrow_bias(const __m512d *t, __m512 b) {
         }                                                                      \
       }                                                                        \
       _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                     \
-        _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++)                   \
-          widen_add(tot[r][q], acc[r][q]);                                     \
+        _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++) tot[r][q] =       \
+            _mm512_add_ps(tot[r][q], acc[r][q]);                               \
     }                                                                          \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
       _Pragma("GCC unroll 8") for (int q = 0; q < NP; q++)                     \
         _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],               \
-                              narrow_bias(tot[r][q], bs[q]));                  \
+                              _mm512_add_ps(tot[r][q], bs[q]));                \
   }
 #define DEFINE_FEW_ALL(T, LOAD)    \
   DEFINE_FEW(few1_##T, 1, 8, LOAD) \
@@ -129,25 +128,22 @@ DEFINE_FEW_ALL(f16, F16_W)
   } while (0)
 
 /* Many rows: MR rows of x (ldx apart) against two float panels w0, w1
- * over kc values of k. y points at the tile's first output, rows N apart,
- * and yd at its double totals (same layout) between k blocks: the first
- * k block starts from zero, later ones from the totals left in yd, and the
- * last adds the bias and writes y. Every four k, the next pf_n of the
- * pf_lines lines from pf on are prefetched into L2: the caller points pf
- * at the weights it needs next. */
+ * over kc values of k. y points at the tile's first output, rows N apart.
+ * The first k block starts from zero, later ones from the totals left in
+ * y, so each output is the same sum of chains in order; the last k block
+ * adds the bias. Every four k, the next pf_n of the pf_lines lines from
+ * pf on are prefetched into L2: the caller points pf at the weights it
+ * needs next. */
 #define DEFINE_TILE(NAME, MR)                                                  \
   __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
   NAME(const float *w0, const float *w1, const float *x, size_t ldx,           \
-       size_t kc, float *y, double *yd, size_t N, const __m512 *bs,            \
-       const __mmask16 *ms, int first, int last, const char *pf,               \
-       size_t pf_lines, size_t pf_n) {                                         \
-    __m512d tot[MR][2][2];                                                     \
+       size_t kc, float *y, size_t N, const __m512 *bs, const __mmask16 *ms,   \
+       int first, int last, const char *pf, size_t pf_lines, size_t pf_n) {    \
+    __m512 tot[MR][2];                                                         \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
-      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++)                      \
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) tot[r][q][h] =     \
-            first ? _mm512_setzero_pd()                                        \
-                  : _mm512_maskz_loadu_pd((__mmask8)(ms[q] >> 8 * h),          \
-                                          yd + (size_t)r * N + 16 * q + 8 * h); \
+      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) tot[r][q] =          \
+          first ? _mm512_setzero_ps()                                          \
+                : _mm512_maskz_loadu_ps(ms[q], y + (size_t)r * N + 16 * q);    \
     for (size_t k0 = 0; k0 < kc; k0 += AURAL__CHAIN) {                         \
       size_t k1 = kc - k0 < AURAL__CHAIN ? kc : k0 + AURAL__CHAIN, k = k0;     \
       __m512 acc[MR][2];                                                       \
@@ -162,20 +158,14 @@ DEFINE_FEW_ALL(f16, F16_W)
       }                                                                        \
       for (; k < k1; k++) TILE_STEP(MR, k);                                    \
       _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                     \
-        _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++)                    \
-          widen_add(tot[r][q], acc[r][q]);                                     \
+        _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) tot[r][q] =        \
+            _mm512_add_ps(tot[r][q], acc[r][q]);                               \
     }                                                                          \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
-      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) {                    \
-        if (last) {                                                            \
-          _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],             \
-                                narrow_bias(tot[r][q], bs[q]));                \
-          continue;                                                            \
-        }                                                                      \
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)                    \
-          _mm512_mask_storeu_pd(yd + (size_t)r * N + 16 * q + 8 * h,           \
-                                (__mmask8)(ms[q] >> 8 * h), tot[r][q][h]);     \
-      }                                                                        \
+      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++)                      \
+        _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],               \
+                              last ? _mm512_add_ps(tot[r][q], bs[q])           \
+                                   : tot[r][q]);                               \
   }
 DEFINE_TILE(tile3, 3)
 DEFINE_TILE(tile4, 4)
@@ -206,9 +196,10 @@ DEFINE_TILE(tile6, 6)
  * them. Rows go in chunks of at most MC_BLOCKS row blocks (72 rows), whose
  * inputs for one k block (72 KB) stay in L2 while the chunk goes through
  * every panel pair. */
-#define KC AURAL__KC
+#define KC 256
 #define MC_BLOCKS 12
 #define MR_MAX 6
+_Static_assert(KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
 
 /*
  * Few rows (frame mode): the rows stay in registers and the weights stream
@@ -223,7 +214,7 @@ DEFINE_TILE(tile6, 6)
 #define DEFINE_LINEAR(T, ELEM)                                                 \
   __attribute__((target("avx512f,fma,f16c"))) static void linear_##T(         \
       const ELEM *w, size_t N, size_t K, const float *b, const float *x,       \
-      size_t M, float *y, double *yd) {                                        \
+      size_t M, float *y) {                                                    \
     size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL;                   \
     size_t ps = aural__panel_stride(K);                                        \
     if (M < MR_MAX) {                                                          \
@@ -279,7 +270,6 @@ DEFINE_TILE(tile6, 6)
                  pf_n = kc >= 4 ? (per + kc / 4 - 1) / (kc / 4) : 0;           \
           const ELEM *wn = w + pn * ps + k1 * AURAL__PANEL;                    \
           float *yp = y + i0 * N + p * AURAL__PANEL;                           \
-          double *ydp = yd + i0 * N + p * AURAL__PANEL;                        \
           const float *xj = x + i0 * K + k0;                                   \
           for (size_t j = j0; j < j1; j++) {                                   \
             size_t mr = mr_lo + (j < n_hi), q = (j - j0) % 2,                  \
@@ -290,14 +280,13 @@ DEFINE_TILE(tile6, 6)
               n = lp - at < per ? lp - at : per;                               \
             }                                                                  \
             switch (mr) {                                                      \
-            case 3: tile3(w0, w1, xj, K, kc, yp, ydp, N, bs, ms, first, last, pfj, n, pf_n); break; \
-            case 4: tile4(w0, w1, xj, K, kc, yp, ydp, N, bs, ms, first, last, pfj, n, pf_n); break; \
-            case 5: tile5(w0, w1, xj, K, kc, yp, ydp, N, bs, ms, first, last, pfj, n, pf_n); break; \
-            default: tile6(w0, w1, xj, K, kc, yp, ydp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            case 3: tile3(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            case 4: tile4(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            case 5: tile5(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
+            default: tile6(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
             }                                                                  \
             xj += mr * K;                                                      \
             yp += mr * N;                                                      \
-            ydp += mr * N;                                                     \
           }                                                                    \
         }                                                                      \
       }                                                                        \
@@ -307,22 +296,16 @@ DEFINE_LINEAR(f32, float)
 DEFINE_LINEAR(f16, uint16_t)
 
 static void linear_avx512(const aural__mat *w, const float *b, const float *x,
-                          size_t M, float *y, double *acc) {
+                          size_t M, float *y) {
   size_t N = (size_t)w->rows, K = (size_t)w->cols;
   if (w->f32 != NULL)
-    linear_f32(w->f32, N, K, b, x, M, y, acc);
+    linear_f32(w->f32, N, K, b, x, M, y);
   else
-    linear_f16(w->f16, N, K, b, x, M, y, acc);
-}
-
-static void linear_ref(const aural__mat *w, const float *b, const float *x,
-                       size_t M, float *y, double *acc) {
-  (void)acc;
-  aural__linear_ref(w, b, x, M, y);
+    linear_f16(w->f16, N, K, b, x, M, y);
 }
 
 typedef void (*linear_fn)(const aural__mat *, const float *, const float *,
-                          size_t, float *, double *);
+                          size_t, float *);
 static linear_fn linear_impl;
 static const char *kernel_name;
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
@@ -335,7 +318,7 @@ static void pick_kernel(void) {
     kernel_name = "aural AVX-512 FMA (register tiles of 3-6 rows x 32 "
                   "columns over L1-sized weight blocks; f16 weights via F16C)";
   } else {
-    linear_impl = linear_ref;
+    linear_impl = aural__linear_ref;
     kernel_name = "aural scalar reference (no AVX-512 on this CPU: slow)";
   }
 }
@@ -346,10 +329,9 @@ const char *aural__gemm_kernel(void) {
 }
 
 void aural__linear(const aural__mat *w, const float *b, const float *x,
-                   size_t n, float *y, double *acc) {
+                   size_t n, float *y) {
   pthread_once(&kernel_once, pick_kernel);
-  assert(acc != NULL || (size_t)w->cols <= AURAL__KC);
-  linear_impl(w, b, x, n, y, acc);
+  linear_impl(w, b, x, n, y);
 }
 
 /* Exact-erf gelu, 16 at a time. erf(z) for |z| < 4 is a degree-6
@@ -398,7 +380,7 @@ __attribute__((target("avx512f"))) static void gelu_avx512(float *x,
 
 void aural__gelu(float *x, size_t n) {
   pthread_once(&kernel_once, pick_kernel);
-  if (linear_impl != linear_ref) {
+  if (linear_impl != aural__linear_ref) {
     gelu_avx512(x, n);
     return;
   }
@@ -620,7 +602,7 @@ void aural__attention_scores(const float *q, size_t ldq, size_t n_rows,
                              const float *kt, size_t w_pad, size_t hs,
                              double scale, double *scores) {
   pthread_once(&kernel_once, pick_kernel);
-  if (linear_impl != linear_ref)
+  if (linear_impl != aural__linear_ref)
     scores_avx512(q, ldq, n_rows, kt, w_pad, hs, scale, scores);
   else
     aural__attention_scores_ref(q, ldq, n_rows, kt, w_pad, hs, scale, scores);
@@ -685,7 +667,7 @@ void aural__attention_mix(double *scores, const float *v, size_t ldv,
                           size_t hs, size_t n_slots, size_t slot_first,
                           size_t n_ctx, float *o) {
   pthread_once(&kernel_once, pick_kernel);
-  if (linear_impl != linear_ref && hs % 16 == 0)
+  if (linear_impl != aural__linear_ref && hs % 16 == 0)
     mix_avx512(scores, v, ldv, hs, n_slots, slot_first, n_ctx, o);
   else
     mix_ref(scores, v, ldv, hs, n_slots, slot_first, n_ctx, o);
@@ -752,7 +734,7 @@ __attribute__((target("avx512f,fma"))) static void layer_norm_row_avx512(
 void aural__layer_norm(float *x, size_t n, int d, const float *g,
                        const float *b, float eps) {
   pthread_once(&kernel_once, pick_kernel);
-  int vec = linear_impl != linear_ref && d % 16 == 0;
+  int vec = linear_impl != aural__linear_ref && d % 16 == 0;
   for (size_t i = 0; i < n; i++) {
     if (vec)
       layer_norm_row_avx512(x + i * (size_t)d, d, g, b, eps);
