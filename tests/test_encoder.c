@@ -158,6 +158,69 @@ static void test_parity_with_pytorch(void **state) {
   assert_true(saw_offset && saw_f16 && saw_head);
 }
 
+/* The bundled model (a trained one: larger activations, so more float32
+ * rounding to keep in check than the random goldens above) on the streams
+ * of tests/data/default, made by tools/reference/gen_default_goldens.py
+ * from the reference in float64: the bundled recording and the held-out
+ * utterance that was furthest off before the matrix products ran in short
+ * chains. Each stream runs fresh, in 50-frame chunks and frame by frame,
+ * with the file's half-precision weights kept as f32 and as f16. */
+static void test_default_model_parity(void **state) {
+  (void)state;
+  const char *path = getenv("AURAL_DEFAULT_MODEL");
+  assert_non_null(path);
+  size_t t, mels, t_e, d, t_l, v;
+  float *feats = load_npy("default/input.npy", &t, &mels);
+  float *gold_e = load_npy("default/emb.npy", &t_e, &d);
+  float *gold_l = load_npy("default/logits.npy", &t_l, &v);
+  assert_true(t_e == t && t_l == t);
+  float *emb = malloc(t * d * sizeof *emb), *logits = malloc(t * v * sizeof *logits);
+  assert_true(emb != NULL && logits != NULL);
+  FILE *spans = fopen(test_data_path("default/spans.txt"), "r");
+  assert_non_null(spans);
+  const aural_weight_type wts[] = {AURAL_WEIGHTS_F32, AURAL_WEIGHTS_F16};
+  int n_runs = 0;
+  for (int wi = 0; wi < 2; wi++) {
+    aural_model_load_config lc;
+    aural_model_load_config_default(&lc);
+    lc.weights = wts[wi];
+    aural_model *m;
+    aural_err err = {0};
+    if (aural_model_load(path, &lc, &m, &err) != 0) fail_msg("%s", err.msg);
+    const aural_model_config *c = aural_model_get_config(m);
+    assert_int_equal((size_t)c->fbank.num_mel_bins, mels);
+    assert_int_equal((size_t)c->d_model, d);
+    assert_int_equal((size_t)c->vocab_size, v);
+    rewind(spans);
+    char name[128];
+    size_t first, n;
+    while (fscanf(spans, "%127s %zu %zu", name, &first, &n) == 3) {
+      assert_true(n > 0 && first + n <= t);
+      const size_t steps[] = {50, 1};
+      for (int si = 0; si < 2; si++) {
+        run(m, 0, feats + first * mels, n, steps[si], 0, emb, logits);
+        double de = max_diff(emb, gold_e + first * d, n * d);
+        double dl = max_diff(logits, gold_l + first * v, n * v);
+        printf("  default model, %-20s %4zu frames, %s, %2zu frame(s) per "
+               "call: max |C - torch| emb %.2e logits %.2e\n",
+               name, n, wts[wi] == AURAL_WEIGHTS_F16 ? "f16" : "f32",
+               steps[si], de, dl);
+        assert_true(de <= PARITY_TOL);
+        assert_true(dl <= PARITY_TOL);
+        n_runs++;
+      }
+    }
+    aural_model_free(m);
+  }
+  assert_true(n_runs >= 8); /* two streams at least, each four ways */
+  fclose(spans);
+  free(emb);
+  free(logits);
+  free(feats);
+  free(gold_e);
+  free(gold_l);
+}
+
 /* Frame by frame, chunks of 7, chunks of 50 and everything at once agree;
  * so does a batch size that splits calls. */
 static void test_chunk_invariance(void **state) {
@@ -446,6 +509,7 @@ static void test_batch_equals_alone(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parity_with_pytorch),
+      cmocka_unit_test(test_default_model_parity),
       cmocka_unit_test(test_chunk_invariance),
       cmocka_unit_test(test_reset_repeats_exactly),
       cmocka_unit_test(test_ctc_greedy),
