@@ -47,7 +47,6 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
 #define F16_W(p, at) \
   _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (at))))
 
-
 /* t (lanes 0-7, lanes 8-15) += a, in double. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 widen_add(__m512d *t, __m512 a) {
@@ -56,13 +55,10 @@ widen_add(__m512d *t, __m512 a) {
   t[1] = _mm512_add_pd(t[1], _mm512_cvtps_pd(hi));
 }
 
-/* t + b in double, rounded to float once. */
+/* The 16 doubles of t (lanes 0-7, lanes 8-15) rounded to floats. */
 __attribute__((target("avx512f"), always_inline)) static inline __m512
-narrow_bias(const __m512d *t, __m512 b) {
-  __m512d tb[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
-  widen_add(tb, b);
-  __m256 lo = _mm512_cvtpd_ps(_mm512_add_pd(t[0], tb[0])),
-         hi = _mm512_cvtpd_ps(_mm512_add_pd(t[1], tb[1]));
+narrow(const __m512d *t) {
+  __m256 lo = _mm512_cvtpd_ps(t[0]), hi = _mm512_cvtpd_ps(t[1]);
   return _mm512_castpd_ps(_mm512_insertf64x4(
       _mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
 }
@@ -492,7 +488,7 @@ static inline __mmask16 ctx_mask(const slot_runs *runs, size_t g) {
       __m512d t[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};               \
       widen_add(t, acc[0][i]);                                                 \
       widen_add(t, acc[1][i]);                                                 \
-      _mm512_storeu_ps(o + 16 * i, narrow_bias(t, _mm512_setzero_ps()));       \
+      _mm512_storeu_ps(o + 16 * i, narrow(t));                                 \
     }                                                                          \
   }
 DEFINE_PV(pv_block4, 4)
@@ -725,9 +721,7 @@ __attribute__((target("avx512f,fma"))) static void layer_norm_row_avx512(
     widen_add(bw, _mm512_loadu_ps(b + k));
     for (int h = 0; h < 2; h++)
       c[h] = _mm512_fmadd_pd(_mm512_mul_pd(_mm512_sub_pd(c[h], vm), inv), gw[h], bw[h]);
-    __m256 lo = _mm512_cvtpd_ps(c[0]), hi = _mm512_cvtpd_ps(c[1]);
-    _mm512_storeu_ps(r + k, _mm512_castpd_ps(_mm512_insertf64x4(
-        _mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1)));
+    _mm512_storeu_ps(r + k, narrow(c));
   }
 }
 

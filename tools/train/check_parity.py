@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """Streaming parity of the C encoder with the PyTorch reference on a trained model.
 
-    check_parity.py --test DIR [--count 5] [--model models/default.safetensors]
+    check_parity.py --test DIR [--count 50] [--condition clean|snr20]
+                    [--model models/default.safetensors]
                     [--aural build/tools/aural] [--tol 1e-4]
 
 For the first --count held-out utterances of each group of DIR (written by
-`synth.py test`), converted to 16 kHz by sox so that no resampling happens in
-either path:
+`synth.py test`; --count 300 takes them all), clean or with noise at 20 dB
+SNR, converted to 16 kHz by sox so that no resampling happens in either
+path:
 
 1. `aural encode --output features` gives the C log-mel features, and
    `aural encode --output embeddings|logits --chunk-frames 50` the C
@@ -64,7 +66,8 @@ def read_wav16(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--test", required=True)
-    ap.add_argument("--count", type=int, default=5, help="utterances per group")
+    ap.add_argument("--count", type=int, default=50, help="utterances per group")
+    ap.add_argument("--condition", choices=("clean", "snr20"), default="clean")
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "default.safetensors"))
     ap.add_argument("--aural", default=os.path.join(ROOT, "build", "tools", "aural"))
     ap.add_argument("--tol", type=float, default=1e-4)
@@ -80,7 +83,7 @@ def main():
     worst_emb = worst_logits = worst_feats = worst32 = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for r in picked:
-            src = os.path.join(args.test, r["group"], "clean", r["file"])
+            src = os.path.join(args.test, r["group"], args.condition, r["file"])
             wav = os.path.join(tmp, "in.wav")
             to_16k_wav(src, wav)
             feats = run_c(args.aural, args.model, wav, "features", os.path.join(tmp, "f.npy"))
