@@ -419,25 +419,6 @@ static double softmax_ref(double *scores, const slot_runs *runs) {
   return 1.0 / sum;
 }
 
-/* Scalar attention: the oracle, and the path for head sizes that are not
- * a multiple of 16 or CPUs without AVX-512. Scores and the weighted sum of
- * values in double throughout. */
-void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
-                          const float *v, size_t ldv, size_t hs,
-                          size_t n_slots, size_t slot_first, size_t n_ctx,
-                          double scale, double *scores, float *o) {
-  aural__attention_scores_ref(q, hs, 1, kt, w_pad, hs, scale, scores);
-  slot_runs runs = runs_of(n_slots, slot_first, n_ctx);
-  double inv = softmax_ref(scores, &runs);
-  for (size_t c = 0; c < hs; c++) {
-    double acc = 0.0;
-    for (int ri = 0; ri < runs.n; ri++)
-      for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++)
-        acc += scores[s] * inv * v[s * ldv + c];
-    o[c] = (float)acc;
-  }
-}
-
 __attribute__((target("avx512f"))) __m512d _ZGVeN8v_exp(__m512d x);
 
 /* The slots of group g (slots 16 g to 16 g + 15) that lie in [lo, hi). */
@@ -604,7 +585,8 @@ void aural__attention_scores(const float *q, size_t ldq, size_t n_rows,
     aural__attention_scores_ref(q, ldq, n_rows, kt, w_pad, hs, scale, scores);
 }
 
-/* Softmax and values the plain way: oldest first, in double. */
+/* Softmax and values the plain way: oldest first, in double, each
+ * weight rounded to float as the vector path rounds it. */
 static void mix_ref(double *scores, const float *v, size_t ldv, size_t hs,
                     size_t n_slots, size_t slot_first, size_t n_ctx,
                     float *o) {
@@ -617,6 +599,16 @@ static void mix_ref(double *scores, const float *v, size_t ldv, size_t hs,
         acc += (double)(float)(scores[s] * inv) * v[s * ldv + c];
     o[c] = (float)acc;
   }
+}
+
+/* Scalar attention: the oracle, and the path for head sizes that are not
+ * a multiple of 16 or CPUs without AVX-512. */
+void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
+                          const float *v, size_t ldv, size_t hs,
+                          size_t n_slots, size_t slot_first, size_t n_ctx,
+                          double scale, double *scores, float *o) {
+  aural__attention_scores_ref(q, hs, 1, kt, w_pad, hs, scale, scores);
+  mix_ref(scores, v, ldv, hs, n_slots, slot_first, n_ctx, o);
 }
 
 /* The same 8 slots at a time: max and exp (libmvec, double) over the
