@@ -47,12 +47,21 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
 #define F16_W(p, at) \
   _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (at))))
 
-/* t (lanes 0-7, lanes 8-15) += a, in double. */
+/* The 16 floats of a as doubles: lanes 0-7 in t[0], lanes 8-15 in t[1]. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+widen(__m512d *t, __m512 a) {
+  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+  t[0] = _mm512_cvtps_pd(_mm512_castps512_ps256(a));
+  t[1] = _mm512_cvtps_pd(hi);
+}
+
+/* t += a, in double (t as widen() lays it out). */
 __attribute__((target("avx512f"), always_inline)) static inline void
 widen_add(__m512d *t, __m512 a) {
-  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-  t[0] = _mm512_add_pd(t[0], _mm512_cvtps_pd(_mm512_castps512_ps256(a)));
-  t[1] = _mm512_add_pd(t[1], _mm512_cvtps_pd(hi));
+  __m512d w[2];
+  widen(w, a);
+  t[0] = _mm512_add_pd(t[0], w[0]);
+  t[1] = _mm512_add_pd(t[1], w[1]);
 }
 
 /* The 16 doubles of t (lanes 0-7, lanes 8-15) rounded to floats. */
@@ -466,8 +475,8 @@ static inline __mmask16 ctx_mask(const slot_runs *runs, size_t g) {
       }                                                                        \
     }                                                                          \
     _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) {                     \
-      __m512d t[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};               \
-      widen_add(t, acc[0][i]);                                                 \
+      __m512d t[2];                                                            \
+      widen(t, acc[0][i]);                                                     \
       widen_add(t, acc[1][i]);                                                 \
       _mm512_storeu_ps(o + 16 * i, narrow(t));                                 \
     }                                                                          \
@@ -539,8 +548,8 @@ void aural__attention_scores_ref(const float *q, size_t ldq, size_t n_rows,
     }                                                                          \
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                        \
       _Pragma("GCC unroll 4") for (int g = 0; g < NG; g++) {                   \
-        __m512d t[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};             \
-        widen_add(t, acc[r][0][g]);                                            \
+        __m512d t[2];                                                          \
+        widen(t, acc[r][0][g]);                                                \
         widen_add(t, acc[r][1][g]);                                            \
         double *out = scores + (size_t)r * w_pad + 16 * g;                     \
         _mm512_storeu_pd(out, _mm512_mul_pd(t[0], vscale));                    \
@@ -624,8 +633,8 @@ __attribute__((target("avx512f,fma"))) static void mix_avx512(
     __mmask16 m = ctx_mask(&runs, g);
     for (int h = 0; h < 2; h++) {
       __mmask8 mh = (__mmask8)(m >> 8 * h);
-      vbest = _mm512_mask_max_pd(vbest, mh, vbest,
-                                 _mm512_maskz_loadu_pd(mh, scores + 16 * g + 8 * h));
+      __m512d sc = _mm512_maskz_loadu_pd(mh, scores + 16 * g + 8 * h);
+      vbest = _mm512_mask_max_pd(vbest, mh, vbest, sc);
     }
   }
   vbest = _mm512_set1_pd(_mm512_reduce_max_pd(vbest));
@@ -691,12 +700,13 @@ static void layer_norm_row_ref(float *r, int d, const float *g,
 __attribute__((target("avx512f,fma"))) static void layer_norm_row_avx512(
     float *r, int d, const float *g, const float *b, float eps) {
   __m512d acc[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+  __m512d c[2], gw[2], bw[2];
   for (int k = 0; k < d; k += 16) widen_add(acc, _mm512_loadu_ps(r + k));
-  __m512d vm = _mm512_set1_pd(_mm512_reduce_add_pd(_mm512_add_pd(acc[0], acc[1])) / d);
+  __m512d vm =
+      _mm512_set1_pd(_mm512_reduce_add_pd(_mm512_add_pd(acc[0], acc[1])) / d);
   acc[0] = acc[1] = _mm512_setzero_pd();
   for (int k = 0; k < d; k += 16) {
-    __m512d c[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
-    widen_add(c, _mm512_loadu_ps(r + k));
+    widen(c, _mm512_loadu_ps(r + k));
     for (int h = 0; h < 2; h++) {
       c[h] = _mm512_sub_pd(c[h], vm);
       acc[h] = _mm512_fmadd_pd(c[h], c[h], acc[h]);
@@ -705,14 +715,12 @@ __attribute__((target("avx512f,fma"))) static void layer_norm_row_avx512(
   double var = _mm512_reduce_add_pd(_mm512_add_pd(acc[0], acc[1])) / d;
   __m512d inv = _mm512_set1_pd(1.0 / sqrt(var + (double)eps));
   for (int k = 0; k < d; k += 16) {
-    __m512d c[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()},
-            gw[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()},
-            bw[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
-    widen_add(c, _mm512_loadu_ps(r + k));
-    widen_add(gw, _mm512_loadu_ps(g + k));
-    widen_add(bw, _mm512_loadu_ps(b + k));
+    widen(c, _mm512_loadu_ps(r + k));
+    widen(gw, _mm512_loadu_ps(g + k));
+    widen(bw, _mm512_loadu_ps(b + k));
     for (int h = 0; h < 2; h++)
-      c[h] = _mm512_fmadd_pd(_mm512_mul_pd(_mm512_sub_pd(c[h], vm), inv), gw[h], bw[h]);
+      c[h] = _mm512_fmadd_pd(_mm512_mul_pd(_mm512_sub_pd(c[h], vm), inv), gw[h],
+                             bw[h]);
     _mm512_storeu_ps(r + k, narrow(c));
   }
 }

@@ -174,7 +174,8 @@ static void test_default_model_parity(void **state) {
   float *gold_e = load_npy("default/emb.npy", &t_e, &d);
   float *gold_l = load_npy("default/logits.npy", &t_l, &v);
   assert_true(t_e == t && t_l == t);
-  float *emb = malloc(t * d * sizeof *emb), *logits = malloc(t * v * sizeof *logits);
+  float *emb = malloc(t * d * sizeof *emb);
+  float *logits = malloc(t * v * sizeof *logits);
   assert_true(emb != NULL && logits != NULL);
   FILE *spans = fopen(test_data_path("default/spans.txt"), "r");
   assert_non_null(spans);

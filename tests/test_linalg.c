@@ -268,7 +268,8 @@ static void test_long_products_keep_precision(void **state) {
   float *packed = calloc(aural__packed_size(R, C), sizeof *packed);
   for (size_t r = 0; r < R; r++)
     for (size_t c = 0; c < C; c++)
-      packed[aural__packed_at(r, c, C)] = plain[r * C + c] = 1.0f + 0.5f * frand();
+      packed[aural__packed_at(r, c, C)] = plain[r * C + c] =
+          1.0f + 0.5f * frand();
   for (size_t i = 0; i < n * C; i++) x[i] = 1.0f + 0.5f * frand();
   aural__mat w = {.rows = (int)R, .cols = (int)C, .f32 = packed};
   const size_t ns[] = {1, 5, n};
@@ -282,7 +283,8 @@ static void test_long_products_keep_precision(void **state) {
     for (size_t i = 0; i < m; i++)
       for (size_t r = 0; r < R; r++) {
         double want = 0.0;
-        for (size_t c = 0; c < C; c++) want += (double)x[i * C + c] * plain[r * C + c];
+        for (size_t c = 0; c < C; c++)
+          want += (double)x[i * C + c] * plain[r * C + c];
         double rel = (y[i * R + r] - want) / want;
         sq += rel * rel;
       }

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Golden data for the bundled model's streaming parity test (tests/data/default).
+"""Golden data of the bundled model's streaming parity test (tests/data/default).
 
     gen_default_goldens.py [--model models/default.safetensors]
                            [--out tests/data/default] [--utterance TEST_WAV ...]
@@ -25,6 +25,7 @@ measures the encoder alone; the C frontend has its own goldens.
 """
 
 import argparse
+import hashlib
 import os
 import sys
 import tempfile
@@ -46,8 +47,8 @@ README = """# Golden data of the bundled model
 Made by `tools/reference/gen_default_goldens.py` from the PyTorch reference
 `tools/reference/aural_ref.py` (torch {torch}, torchaudio {torchaudio}) and
 `models/default.safetensors`, sha256
-{sha}. Regenerate from the repository root, after a new default model,
-with
+{sha}.
+Regenerate from the repository root, after a new default model, with
 
     /usr/bin/python3 tools/reference/gen_default_goldens.py{utt_args}
 
@@ -104,7 +105,6 @@ def main():
     with open(os.path.join(args.out, "spans.txt"), "w", encoding="utf-8") as f:
         for name, first, n in spans:
             f.write("%s %d %d\n" % (name, first, n))
-    import hashlib
     with open(args.model, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
     utt_args = "".join(" \\\n        --utterance DIR/%s" % name for name, _ in inputs[1:])
