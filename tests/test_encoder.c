@@ -31,18 +31,21 @@ static float *load_npy(const char *rel, size_t *rows, size_t *cols) {
   return data;
 }
 
-static aural_model *load_model(const char *name, aural_weight_type wt) {
-  char rel[128];
-  if (snprintf(rel, sizeof rel, "encoder/%s.safetensors", name) >= (int)sizeof rel)
-    fail_msg("model name too long: %s", name);
+static aural_model *load_model_at(const char *path, aural_weight_type wt) {
   aural_model_load_config lc;
   aural_model_load_config_default(&lc);
   lc.weights = wt;
   aural_model *m;
   aural_err err = {0};
-  if (aural_model_load(test_data_path(rel), &lc, &m, &err) != 0)
-    fail_msg("%s", err.msg);
+  if (aural_model_load(path, &lc, &m, &err) != 0) fail_msg("%s", err.msg);
   return m;
+}
+
+static aural_model *load_model(const char *name, aural_weight_type wt) {
+  char rel[128];
+  if (snprintf(rel, sizeof rel, "encoder/%s.safetensors", name) >= (int)sizeof rel)
+    fail_msg("model name too long: %s", name);
+  return load_model_at(test_data_path(rel), wt);
 }
 
 /* Runs feats (n, mels) through a fresh encoder in calls of `step` frames
@@ -182,12 +185,7 @@ static void test_default_model_parity(void **state) {
   const aural_weight_type wts[] = {AURAL_WEIGHTS_F32, AURAL_WEIGHTS_F16};
   int n_runs = 0;
   for (int wi = 0; wi < 2; wi++) {
-    aural_model_load_config lc;
-    aural_model_load_config_default(&lc);
-    lc.weights = wts[wi];
-    aural_model *m;
-    aural_err err = {0};
-    if (aural_model_load(path, &lc, &m, &err) != 0) fail_msg("%s", err.msg);
+    aural_model *m = load_model_at(path, wts[wi]);
     const aural_model_config *c = aural_model_get_config(m);
     assert_int_equal((size_t)c->fbank.num_mel_bins, mels);
     assert_int_equal((size_t)c->d_model, d);
