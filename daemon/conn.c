@@ -143,9 +143,12 @@ static void on_close(uv_handle_t *h) {
   if (trim) malloc_trim(0);
 }
 
-void conn_kill(conn *c) {
-  if (c->closing) return;
-  c->closing = true;
+/* Takes c's subscriptions and streams from it and closes its handle. Runs
+ * only where nobody up the stack holds c's subscriptions or deliveries:
+ * the `later` pass, or the shutdown's last step. */
+static void conn_reap(conn *c) {
+  if (c->reaped) return;
+  c->reaped = true;
   server *srv = c->srv;
   while (c->subs != NULL) {
     subscription *sub = c->subs;
@@ -154,13 +157,63 @@ void conn_kill(conn *c) {
     free(sub);
   }
   c->n_subs = 0;
-  for (stream *s = srv->streams; s != NULL; s = s->next)
-    if (s->owner == c) {
-      s->owner = NULL;
-      stream_end_input(s, END_DISCONNECTED, "its client disconnected");
-    }
+  if (c->n_streams > 0)
+    for (stream *s = srv->streams; s != NULL; s = s->next)
+      if (s->owner == c) {
+        s->owner = NULL;
+        stream_end_input(s, END_DISCONNECTED, "its client disconnected");
+      }
   log_debug("client %u: closed", c->id);
   uv_close((uv_handle_t *)&c->pipe, on_close);
+}
+
+static void resume_input(conn *c);
+
+/* The `later` pass, at the start of a loop iteration: connections whose
+ * input was left for later read on, and dead ones are reaped. */
+static void on_later(uv_idle_t *h) {
+  server *srv = h->data;
+  conn *list = srv->later_head;
+  srv->later_head = NULL;
+  /* What a connection does here may queue it (or another one already
+   * passed) again, on the new list, for the next iteration. */
+  for (conn *c = list, *next; c != NULL; c = next) {
+    next = c->later_next;
+    c->in_later = false;
+    if (c->closing) {
+      conn_reap(c);
+    } else if (c->yielded) {
+      c->yielded = false;
+      resume_input(c);
+    }
+  }
+  if (srv->later_head == NULL) uv_idle_stop(h);
+}
+
+static void conn_later(conn *c) {
+  server *srv = c->srv;
+  if (c->in_later) return;
+  c->in_later = true;
+  c->later_next = srv->later_head;
+  srv->later_head = c;
+  if (!uv_is_closing((uv_handle_t *)&srv->later))
+    uv_idle_start(&srv->later, on_later);
+}
+
+void conn_kill(conn *c) {
+  if (c->closing) return;
+  c->closing = true;
+  if (c->reading) {
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    c->reading = false;
+  }
+  conn_later(c);
+}
+
+void conn_reap_all(server *srv) {
+  for (conn *c = srv->conns; c != NULL; c = c->next)
+    if (c->closing) conn_reap(c);
+  srv->later_head = NULL;
 }
 
 /* ---- reading ------------------------------------------------------------- */
@@ -193,14 +246,26 @@ static void pause_reading(conn *c) {
   }
 }
 
-static void handle_message(conn *c, const aural_msg_header *h,
-                           const uint8_t *payload);
+static size_t handle_message(conn *c, const aural_msg_header *h,
+                             const uint8_t *payload, size_t n);
 
-/* Handles every complete message in rbuf, stopping when the connection
- * closes or pauses for flow control. */
+/* What one connection may make the loop do in one turn: past this many
+ * requests or bytes its input waits for the next iteration (the `later`
+ * pass), so that a client pipelining thousands of requests delays the
+ * others by one turn's worth, not by all of its requests (redis stops a
+ * client's query buffer the same way). */
+#define TURN_REQUESTS 32
+#define TURN_BYTES (1u << 20)
+
+/* Handles the complete messages in rbuf, stopping when the connection
+ * closes, pauses for flow control or has used its turn. A message can be
+ * taken in parts: an AUDIO_DATA larger than its stream's free input room
+ * is consumed up to it (c->rskip bytes of its payload so far) and the rest
+ * waits, with reading paused, until the workers catch up. */
 static void process_input(conn *c) {
   server *srv = c->srv;
-  size_t at = 0;
+  size_t at = 0, turn_bytes = 0;
+  int turn_requests = 0;
   while (!c->closing && !c->fatal_sent && !c->paused) {
     if (c->q_len >= CONN_QUEUE_CAP / 2) {
       /* Requests come faster than their replies are read: stop reading
@@ -219,7 +284,25 @@ static void process_input(conn *c) {
     }
     size_t total = AURAL_PROTO_HEADER_BYTES + (size_t)h.payload_bytes;
     if (c->rlen - at < total) break;
-    handle_message(c, &h, c->rbuf + at + AURAL_PROTO_HEADER_BYTES);
+    if (turn_requests >= TURN_REQUESTS || turn_bytes >= TURN_BYTES) {
+      c->yielded = true;
+      if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->pipe);
+        c->reading = false;
+      }
+      conn_later(c);
+      break;
+    }
+    const uint8_t *payload = c->rbuf + at + AURAL_PROTO_HEADER_BYTES;
+    size_t n = h.payload_bytes - c->rskip;
+    size_t used = handle_message(c, &h, payload + c->rskip, n);
+    turn_requests++;
+    turn_bytes += used + (c->rskip == 0 ? AURAL_PROTO_HEADER_BYTES : 0);
+    if (used < n) {
+      c->rskip += used;
+      break;
+    }
+    c->rskip = 0;
     at += total;
   }
   if (c->closing) return;
@@ -252,9 +335,17 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
 }
 
 static void start_reading(conn *c) {
-  if (c->reading || c->closing || c->fatal_sent) return;
+  if (c->reading || c->closing || c->fatal_sent || c->paused || c->yielded)
+    return;
   if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) == 0)
     c->reading = true;
+}
+
+/* Handles what input is buffered, then reads on unless that paused or
+ * yielded again. */
+static void resume_input(conn *c) {
+  process_input(c);
+  start_reading(c);
 }
 
 /* Flow control: a client feeding a stream with a backlog, or whose replies
@@ -262,11 +353,11 @@ static void start_reading(conn *c) {
  * up. */
 void conn_resume_if_drained(conn *c) {
   if (!c->paused || c->closing || c->q_len >= CONN_QUEUE_CAP / 4) return;
-  for (stream *s = c->srv->streams; s != NULL; s = s->next)
-    if (s->owner == c && stream_backlogged(s)) return;
+  if (c->n_streams > 0)
+    for (stream *s = c->srv->streams; s != NULL; s = s->next)
+      if (s->owner == c && stream_backlogged(s)) return;
   c->paused = false;
-  process_input(c);
-  if (!c->paused) start_reading(c);
+  resume_input(c);
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -423,8 +514,13 @@ static void do_audio_open(conn *c, const uint8_t *p, size_t n) {
                     srv->opt->max_streams);
     return;
   }
-  if (m.name[0] == '\0')
-    snprintf(m.name, sizeof m.name, "client-%u", srv->next_stream_id + 1);
+  /* An unnamed stream is "client-N" for the first N from its id on that no
+   * live stream is called (a client may have taken the name): at most
+   * max_streams tries. */
+  for (uint32_t k = srv->next_stream_id + 1; m.name[0] == '\0'; k++) {
+    snprintf(m.name, sizeof m.name, "client-%u", k);
+    if (stream_find(srv, m.name) != NULL) m.name[0] = '\0';
+  }
   if (stream_find(srv, m.name) != NULL) {
     conn_send_error(c, 0, -AURAL_PROTO_ENAME_IN_USE, false,
                     "a live stream is already named \"%s\"", m.name);
@@ -465,10 +561,15 @@ static stream *owned_stream(conn *c, uint32_t id) {
   return s;
 }
 
-static void do_audio_data(conn *c, uint32_t id, const uint8_t *p, size_t n) {
+/* Takes what of an AUDIO_DATA payload (the rest of one, when an earlier
+ * call took a part) the stream has room for, and returns the bytes taken:
+ * all of them, unless the stream's input is full, when reading pauses until
+ * the workers have caught up and the rest is offered again. */
+static size_t do_audio_data(conn *c, uint32_t id, const uint8_t *p,
+                            size_t n) {
   server *srv = c->srv;
   stream *s = owned_stream(c, id);
-  if (s == NULL) return;
+  if (s == NULL) return n;
   size_t bytes = s->format == AURAL_SAMPLE_S16 ? 2 : 4;
   size_t frame_bytes = bytes * (size_t)s->channels;
   if (n % frame_bytes != 0) {
@@ -476,9 +577,11 @@ static void do_audio_data(conn *c, uint32_t id, const uint8_t *p, size_t n) {
                     "AUDIO_DATA of %zu bytes is not a whole number of "
                     "%zu-byte frames",
                     n, frame_bytes);
-    return;
+    return n;
   }
-  size_t n_values = n / bytes, n_frames = n / frame_bytes;
+  size_t n_frames = n / frame_bytes, room = stream_room(s);
+  if (n_frames > room) n_frames = room;
+  size_t n_values = n_frames * (size_t)s->channels;
   float *x = srv->scratch;
   if (s->format == AURAL_SAMPLE_S16) {
     for (size_t i = 0; i < n_values; i++)
@@ -495,19 +598,15 @@ static void do_audio_data(conn *c, uint32_t id, const uint8_t *p, size_t n) {
                         frame, i % (size_t)s->channels);
         stream_end_input(s, END_ERROR, "non-finite sample in client audio");
         s->closed_by_client = true;
-        return;
+        return n;
       }
     }
   }
-  s->frames_received += n_frames;
-  /* Reading pauses before the buffer can fill (stream_backlogged), so this
-   * fails only on a bug; the client is told rather than losing audio
-   * silently. */
-  if (stream_push(s, x, n_frames, aurald_now_us()) < 0)
-    conn_send_error(c, id, -AURAL_PROTO_EINTERNAL, false,
-                    "stream %u could not take %zu frames; they are lost", id,
-                    n_frames);
-  if (stream_backlogged(s)) pause_reading(c);
+  /* The loop is the only producer: the room seen above is still there. */
+  size_t took = stream_push(s, x, n_frames, aurald_now_us());
+  s->frames_received += took;
+  if (took < n / frame_bytes || stream_backlogged(s)) pause_reading(c);
+  return took * frame_bytes;
 }
 
 static void do_audio_close(conn *c, uint32_t id) {
@@ -517,15 +616,17 @@ static void do_audio_close(conn *c, uint32_t id) {
   stream_end_input(s, END_CLOSED, "");
 }
 
-static void handle_message(conn *c, const aural_msg_header *h,
-                           const uint8_t *payload) {
+/* Answers one request (payload: its n bytes not yet taken) and returns
+ * how many of them it took: n, or fewer for an AUDIO_DATA that waits for
+ * room (do_audio_data). */
+static size_t handle_message(conn *c, const aural_msg_header *h,
+                             const uint8_t *payload, size_t n) {
   server *srv = c->srv;
-  size_t n = h->payload_bytes;
   if (!c->hello_done && h->type != AURAL_MSG_HELLO) {
     conn_send_error(c, 0, -AURAL_PROTO_ESTATE, true,
                     "the first message must be HELLO, not %s",
                     aural_msg_type_name(h->type));
-    return;
+    return n;
   }
   switch (h->type) {
   case AURAL_MSG_HELLO:
@@ -575,8 +676,7 @@ static void handle_message(conn *c, const aural_msg_header *h,
     do_audio_open(c, payload, n);
     break;
   case AURAL_MSG_AUDIO_DATA:
-    do_audio_data(c, h->stream_id, payload, n);
-    break;
+    return do_audio_data(c, h->stream_id, payload, n);
   case AURAL_MSG_AUDIO_CLOSE:
     do_audio_close(c, h->stream_id);
     break;
@@ -586,6 +686,7 @@ static void handle_message(conn *c, const aural_msg_header *h,
                     aural_msg_type_name(h->type));
     break;
   }
+  return n;
 }
 
 /* ---- accepting ----------------------------------------------------------- */
@@ -604,6 +705,7 @@ static conn *conn_new(server *srv) {
   c->q = q;
   c->srv = srv;
   c->id = ++srv->next_conn_id;
+  c->connected_at = aurald_mono_s();
   c->pipe.data = c;
   c->next = srv->conns;
   if (srv->conns) srv->conns->prev = c;
@@ -679,14 +781,25 @@ int conn_adopt(server *srv, int fd) {
   return 0;
 }
 
-/* Runs from the tick timer: disconnects clients whose queue stayed above
- * the soft limit for longer than allowed. */
+/* Runs from the tick timer: disconnects clients that never said HELLO in
+ * time, and those whose queue stayed above the soft limit (in bytes or in
+ * messages) for longer than allowed. */
 void conn_check_limits(server *srv) {
   double now = aurald_mono_s();
-  for (conn *c = srv->conns, *next; c != NULL; c = next) {
-    next = c->next;
+  for (conn *c = srv->conns; c != NULL; c = c->next) {
     if (c->closing) continue;
-    if (c->q_bytes <= srv->opt->sub_soft_bytes && !c->fatal_sent) {
+    if (!c->hello_done && !c->fatal_sent &&
+        now - c->connected_at >= srv->opt->hello_timeout_s) {
+      log_warn("client %u: no HELLO within %.1f s; disconnecting", c->id,
+               srv->opt->hello_timeout_s);
+      conn_send_error(c, 0, -AURAL_PROTO_ESTATE, true,
+                      "no HELLO within %.1f s of connecting",
+                      srv->opt->hello_timeout_s);
+      continue;
+    }
+    bool over = c->q_bytes > srv->opt->sub_soft_bytes ||
+                c->q_len > CONN_SOFT_MSGS;
+    if (!over && !c->fatal_sent) {
       c->over_soft_since = 0;
       continue;
     }
@@ -701,15 +814,17 @@ void conn_check_limits(server *srv) {
       continue;
     }
     if (now - c->over_soft_since >= srv->opt->sub_soft_s) {
-      log_warn("client %u: %zu bytes queued for %.1f s (soft limit %zu "
-               "bytes for %.1f s); disconnecting a slow consumer",
-               c->id, c->q_bytes, now - c->over_soft_since,
-               srv->opt->sub_soft_bytes, srv->opt->sub_soft_s);
+      log_warn("client %u: %zu messages (%zu bytes) queued for %.1f s "
+               "(soft limit %d messages or %zu bytes for %.1f s); "
+               "disconnecting a slow consumer",
+               c->id, c->q_len, c->q_bytes, now - c->over_soft_since,
+               CONN_SOFT_MSGS, srv->opt->sub_soft_bytes,
+               srv->opt->sub_soft_s);
       conn_send_error(c, 0, -AURAL_PROTO_ESLOW_CONSUMER, true,
-                      "%zu bytes were queued for more than %.1f s (soft "
-                      "limit %zu bytes)",
-                      c->q_bytes, srv->opt->sub_soft_s,
-                      srv->opt->sub_soft_bytes);
+                      "%zu messages (%zu bytes) were queued for more than "
+                      "%.1f s (soft limit %d messages or %zu bytes)",
+                      c->q_len, c->q_bytes, srv->opt->sub_soft_s,
+                      CONN_SOFT_MSGS, srv->opt->sub_soft_bytes);
     }
   }
 }

@@ -75,6 +75,7 @@ typedef struct aurald_options {
   size_t sub_hard_bytes;
   size_t sub_soft_bytes;
   double sub_soft_s;
+  double hello_timeout_s; /* a connection must say HELLO within this */
   const char *group; /* peers in this group are accepted too */
   gid_t group_gid;
   bool exit_when_done; /* stop once every --file stream has ended */
@@ -124,7 +125,8 @@ typedef struct chunk_out {
 #define LATENCY_RING 1024
 #define STREAM_FEAT_CAP 256     /* feature rows a stream holds per round */
 /* Microphone ring, a power of two: 5.9 s at 44.1 kHz, so that the loop
- * can fall seconds behind a device before samples are lost. */
+ * can fall seconds behind a device before samples are lost (its stream's
+ * input buffer holds one drain of it too). */
 #define MIC_RING_FRAMES (1u << 18)
 #define STREAM_ID_BUCKETS 1024  /* power of two */
 
@@ -207,7 +209,7 @@ typedef struct subscription {
   char name[AURAL_PROTO_NAME_MAX + 1];
   uint32_t outputs;
   uint8_t dtype;
-  uint64_t sent, dropped;    /* totals of streams that have ended */
+  uint64_t sent, dropped;    /* chunks, over every stream it received */
   struct subscription *next; /* in conn */
 } subscription;
 
@@ -217,20 +219,37 @@ typedef struct delivery {
   stream *s;
   struct delivery *next_in_stream;
   uint64_t gap_first, gap_n; /* chunks lost, not yet reported */
-  uint64_t sent, dropped;
 } delivery;
 
 #define CONN_QUEUE_CAP 4096 /* messages queued on one connection */
+/* Chunks stop being queued (and are reported by GAP) once this many
+ * messages wait, leaving the rest of the ring to control messages. */
+#define CONN_CHUNK_CAP (CONN_QUEUE_CAP - 256)
+/* More messages than this waiting counts against the soft limit, as
+ * sub_soft_bytes does: a subscriber of small text chunks that never reads
+ * is disconnected after sub_soft_s like any other. */
+#define CONN_SOFT_MSGS (CONN_QUEUE_CAP / 4)
 #define CONN_WRITE_BATCH 64 /* buffers per uv_write */
 #define CONN_MAX_SUBS 64
 #define CONN_MAX_STREAMS 16
 
+/* A connection's life: live, then marked dead by conn_kill() wherever it
+ * fails (closing: nothing more is read, queued or attached to it, but its
+ * subscriptions, deliveries and memory stay valid), then reaped by the
+ * `later` pass at the start of a loop iteration, where no caller can hold
+ * any of them (its subscriptions go and uv_close is asked), then freed in
+ * the close callback. */
 typedef struct conn {
   uv_pipe_t pipe;
   struct server *srv;
   uint32_t id;
   bool hello_done;
-  bool closing;        /* uv_close requested */
+  double connected_at; /* monotonic s, for the HELLO deadline */
+  bool closing;        /* marked dead */
+  bool reaped;         /* subscriptions gone, uv_close requested */
+  bool yielded;        /* input left for the next iteration (work budget) */
+  bool in_later;       /* on server.later_head */
+  struct conn *later_next;
   bool fatal_sent;     /* close once the queue drains */
   double fatal_at;     /* monotonic s when it was queued */
   bool reading;
@@ -238,6 +257,7 @@ typedef struct conn {
   uid_t uid;
   pid_t pid;
   uint8_t *rbuf;       /* partial incoming message */
+  size_t rskip;        /* payload bytes of the first message already taken */
   size_t rlen, rcap;
   msgbuf **q;          /* ring of CONN_QUEUE_CAP queued messages */
   size_t q_head, q_len;
@@ -285,6 +305,10 @@ typedef struct server {
 
   conn *conns;
   int n_conns;
+  /* Connections to reap or to read on at the next iteration, run by an
+   * idle handle that is active only while the list is not empty. */
+  uv_idle_t later;
+  conn *later_head;
   uint32_t next_conn_id;
   stream *streams;
   /* The same streams by id (bucket id % STREAM_ID_BUCKETS): every
@@ -330,10 +354,12 @@ stream *stream_create(server *srv, const char *name, stream_source src,
                       size_t why_len);
 int stream_start(stream *s); /* announce to subscribers */
 void stream_release(stream *s); /* start processing a held stream */
-/* Appends interleaved frames (loop thread). Returns 0, or -1 when the
- * stream's input buffer is full (callers size pushes to avoid it). */
-int stream_push(stream *s, const float *pcm, size_t n_frames,
-                int64_t arrival_us);
+/* Appends up to n_frames interleaved frames (loop thread), as many as
+ * its input buffer has room for; returns how many it took. */
+size_t stream_push(stream *s, const float *pcm, size_t n_frames,
+                   int64_t arrival_us);
+/* Frames stream_push would take now (0 once input is done). */
+size_t stream_room(stream *s);
 /* True when the pending input is above the flow-control mark. */
 bool stream_backlogged(stream *s);
 void stream_end_input(stream *s, end_reason r, const char *message);
@@ -356,7 +382,13 @@ void conn_send_bytes(conn *c, const void *data, size_t len);
 void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
                      const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-void conn_kill(conn *c); /* close now */
+/* Marks c dead: it is reaped at the next loop iteration and freed in its
+ * close callback, so every caller up the stack may go on using c, its
+ * subscriptions and their deliveries. */
+void conn_kill(conn *c);
+/* Reaps every dead connection now; only where nothing up the stack holds
+ * one (the shutdown's last step). */
+void conn_reap_all(server *srv);
 void conn_resume_if_drained(conn *c);
 void on_connection(uv_stream_t *listener, int status);
 /* Serves an already connected Unix stream socket (the fuzz harness uses a

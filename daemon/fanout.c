@@ -121,17 +121,17 @@ void fanout_chunk(server *srv, chunk_out *co) {
     msgbuf **slot = &co->variants[dt][out];
     if (*slot == NULL) *slot = encode_variant(srv, co, out, dt);
     msgbuf *m = *slot;
-    bool fits = m != NULL && c->q_len + 2 < CONN_QUEUE_CAP &&
+    bool fits = m != NULL && c->q_len + 2 <= CONN_CHUNK_CAP &&
                 c->q_bytes + m->len <= srv->opt->sub_hard_bytes;
     if (!fits) {
       if (d->gap_n == 0) d->gap_first = co->h.seq;
       d->gap_n++;
-      d->dropped++;
+      d->sub->dropped++;
       continue;
     }
     flush_gap(d);
     conn_send(c, m);
-    d->sent++;
+    d->sub->sent++;
   }
   s->chunks_emitted++;
 }
@@ -157,8 +157,6 @@ void fanout_ended(server *srv, stream *s) {
   while (s->deliveries != NULL) {
     delivery *d = s->deliveries;
     s->deliveries = d->next_in_stream;
-    d->sub->sent += d->sent;
-    d->sub->dropped += d->dropped;
     if (!d->sub->c->closing) {
       flush_gap(d);
       conn_send(d->sub->c, m);
@@ -261,13 +259,6 @@ void build_stats(server *srv, aural_jw *w) {
   aural_jw_begin_array(w);
   for (conn *c = srv->conns; c != NULL; c = c->next)
     for (subscription *sub = c->subs; sub != NULL; sub = sub->next) {
-      uint64_t sent = sub->sent, dropped = sub->dropped;
-      for (stream *s = srv->streams; s != NULL; s = s->next)
-        for (delivery *d = s->deliveries; d; d = d->next_in_stream)
-          if (d->sub == sub) {
-            sent += d->sent;
-            dropped += d->dropped;
-          }
       aural_jw_begin_object(w);
       aural_jw_key(w, "client");
       aural_jw_uint(w, c->id);
@@ -281,9 +272,9 @@ void build_stats(server *srv, aural_jw *w) {
       aural_jw_key(w, "queue_bytes");
       aural_jw_uint(w, c->q_bytes);
       aural_jw_key(w, "chunks_sent");
-      aural_jw_uint(w, sent);
+      aural_jw_uint(w, sub->sent);
       aural_jw_key(w, "chunks_dropped");
-      aural_jw_uint(w, dropped);
+      aural_jw_uint(w, sub->dropped);
       aural_jw_end_object(w);
     }
   aural_jw_end_array(w);

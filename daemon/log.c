@@ -19,22 +19,45 @@ int aurald_log_level_parse(const char *s) {
   return -1;
 }
 
+/* Copies msg into out (cap bytes, cap >= 8) with every control byte, DEL
+ * and backslash escaped (\n, \t, \\, \u00XX), so that a string a peer
+ * chose (a client's name, a file's) can neither end a log line nor forge
+ * one nor drive a terminal. Cuts at a whole escape. */
+static void escape_line(const char *msg, char *out, size_t cap) {
+  size_t o = 0;
+  for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+    char e[8];
+    size_t k;
+    if (*p == '\\') k = (size_t)snprintf(e, sizeof e, "\\\\");
+    else if (*p == '\n') k = (size_t)snprintf(e, sizeof e, "\\n");
+    else if (*p == '\t') k = (size_t)snprintf(e, sizeof e, "\\t");
+    else if (*p < 0x20 || *p == 0x7f)
+      k = (size_t)snprintf(e, sizeof e, "\\u%04x", *p);
+    else e[0] = (char)*p, k = 1;
+    if (o + k >= cap) break;
+    memcpy(out + o, e, k);
+    o += k;
+  }
+  out[o] = '\0';
+}
+
 /* One line per call, written with a single fprintf so that lines from the
  * loop and from workers never interleave mid-line. */
 void aurald_log(int level, const char *fmt, ...) {
   if (level > aurald_log_level) return;
-  char msg[1024];
+  char msg[1024], line[2048];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  escape_line(msg, line, sizeof line);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
   localtime_r(&ts.tv_sec, &tm);
   fprintf(stderr, "%02d:%02d:%02d.%03ld aurald %s: %s\n", tm.tm_hour,
           tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, level_names[level],
-          msg);
+          line);
 }
 
 int64_t aurald_now_us(void) {

@@ -57,6 +57,8 @@ static void usage(FILE *to) {
 "      --sub-soft-limit B a queue above B bytes for too long is\n"
 "                         disconnected (default 4M)\n"
 "      --sub-soft-seconds S  how long is too long (default 10)\n"
+"      --hello-timeout S  close connections that have not sent HELLO\n"
+"                         S seconds after connecting (default 10)\n"
 "      --group NAME       also accept clients whose group is NAME\n"
 "      --f16              keep weights in half precision in memory\n"
 "      --log-level L      error, warn, info (default) or debug\n"
@@ -81,7 +83,7 @@ static void usage(FILE *to) {
 enum {
   OPT_CHUNK_MS = 256, OPT_MIC, OPT_LIST, OPT_FILE, OPT_REALTIME, OPT_EXIT,
   OPT_HOLD, OPT_THREADS, OPT_MAX_CLIENTS, OPT_MAX_STREAMS, OPT_HARD, OPT_SOFT,
-  OPT_SOFT_S, OPT_GROUP, OPT_F16, OPT_LOG, OPT_CONFIG, OPT_NO_CONFIG,
+  OPT_SOFT_S, OPT_HELLO_TIMEOUT, OPT_GROUP, OPT_F16, OPT_LOG, OPT_CONFIG, OPT_NO_CONFIG,
 };
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
@@ -133,6 +135,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       {"sub-hard-limit", required_argument, NULL, OPT_HARD},
       {"sub-soft-limit", required_argument, NULL, OPT_SOFT},
       {"sub-soft-seconds", required_argument, NULL, OPT_SOFT_S},
+      {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
       {"group", required_argument, NULL, OPT_GROUP},
       {"f16", no_argument, NULL, OPT_F16},
       {"log-level", required_argument, NULL, OPT_LOG},
@@ -207,14 +210,17 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       }
       break;
     case OPT_SOFT_S:
+    case OPT_HELLO_TIMEOUT: {
+      double *secs = ch == OPT_SOFT_S ? &o->sub_soft_s : &o->hello_timeout_s;
       errno = 0;
-      o->sub_soft_s = strtod(optarg, &end);
-      if (errno || end == optarg || *end || !(o->sub_soft_s > 0) ||
-          o->sub_soft_s > 86400) {
-        fprintf(stderr, "aurald: --sub-soft-seconds must be > 0\n");
+      *secs = strtod(optarg, &end);
+      if (errno || end == optarg || *end || !(*secs > 0) || *secs > 86400) {
+        fprintf(stderr, "aurald: --%s must be a number of seconds > 0\n",
+                ch == OPT_SOFT_S ? "sub-soft-seconds" : "hello-timeout");
         return 2;
       }
       break;
+    }
     case OPT_GROUP: {
       struct group *g = getgrnam(optarg);
       if (g == NULL) {
@@ -262,6 +268,7 @@ static const aurald_options option_defaults = {
     .sub_hard_bytes = 16u << 20,
     .sub_soft_bytes = 4u << 20,
     .sub_soft_s = 10.0,
+    .hello_timeout_s = 10.0,
 };
 
 /* The config file named on the command line, or the default one when it
@@ -350,6 +357,7 @@ static void reload(server *srv) {
   o->sub_hard_bytes = n.sub_hard_bytes;
   o->sub_soft_bytes = n.sub_soft_bytes;
   o->sub_soft_s = n.sub_soft_s;
+  o->hello_timeout_s = n.hello_timeout_s;
   o->max_clients = n.max_clients;
   o->max_streams = n.max_streams;
   bool restart = str_differs(n.model_path, o->model_path) ||

@@ -72,8 +72,8 @@ static void on_mic_async(uv_async_t *a) {
   for (size_t i = 0; i < n; i++)
     m->drain[i] = m->ring[(tail + i) & (MIC_RING_FRAMES - 1)];
   atomic_store_explicit(&m->tail, head, memory_order_release);
-  if (stream_push(m->s, m->drain, n, aurald_now_us()) < 0)
-    atomic_fetch_add(&m->s->overruns, 1); /* the workers fell 4 s behind */
+  if (stream_push(m->s, m->drain, n, aurald_now_us()) < n)
+    atomic_fetch_add(&m->s->overruns, 1); /* the workers fell 2 s behind */
 }
 
 /* Finds an input device by index or by a substring of its name. */

@@ -89,6 +89,8 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
   srv->tick.data = srv;
   uv_timer_init(loop, &srv->deadline);
   srv->deadline.data = srv;
+  uv_idle_init(loop, &srv->later);
+  srv->later.data = srv;
   srv->handles_ready = true;
 
   aural_err err = {0};
@@ -156,6 +158,10 @@ void server_close_handles(server *srv) {
   for (conn *c = srv->conns; c != NULL; c = c->next) conn_kill(c);
   workers_stop(srv);
   server_on_done(&srv->wake); /* events the workers left */
+  /* Its callers are loop callbacks and main: nothing below holds a
+   * connection's subscriptions. */
+  conn_reap_all(srv);
+  close_if_open((uv_handle_t *)&srv->later);
   close_if_open((uv_handle_t *)&srv->tick);
   close_if_open((uv_handle_t *)&srv->deadline);
   close_if_open((uv_handle_t *)&srv->sigint);

@@ -22,9 +22,11 @@ const char *source_name(stream_source s) {
 }
 
 /* Input waiting beyond this many seconds of audio (or bytes) stops the
- * connection that feeds it from being read. */
-#define BACKLOG_S 4.0
-#define BACKLOG_BYTES (4u << 20)
+ * connection that feeds it from being read: the flow-control window. A
+ * round takes at most half a second of a stream's audio, so the workers
+ * always find several rounds' worth. */
+#define BACKLOG_S 2.0
+#define BACKLOG_BYTES (1u << 20)
 
 static size_t backlog_frames(const stream *s) {
   size_t by_time = (size_t)(s->rate_hz * BACKLOG_S);
@@ -84,12 +86,13 @@ stream *stream_create(server *srv, const char *name, stream_source src,
     if (s->logit_out == NULL || s->logit_acc == NULL) goto oom;
   }
   if (src != SRC_FILE) {
-    /* Room for the backlog mark plus the largest push that may arrive
-     * once it is passed: one request (s16 doubles in size as float) or
-     * one drain of the microphone ring. */
-    size_t extra = srv->opt->max_request_bytes / 2 / (size_t)channels;
-    if (extra < MIC_RING_FRAMES) extra = MIC_RING_FRAMES;
-    s->in_cap_frames = backlog_frames(s) + extra;
+    /* A client's stream: twice the flow-control window. Its connection
+     * stops being read above the window, and an AUDIO_DATA larger than
+     * the room left is taken in parts (conn.c), so the size follows from
+     * the stream's rate and channels alone, never from the request size.
+     * The microphone's also holds one drain of its capture ring. */
+    s->in_cap_frames = 2 * backlog_frames(s);
+    if (src == SRC_MIC) s->in_cap_frames += MIC_RING_FRAMES;
     s->in = malloc(s->in_cap_frames * (size_t)channels * sizeof(float));
     if (s->in == NULL) goto oom;
   }
@@ -158,27 +161,31 @@ void server_mark_ready(server *srv, stream *s) {
   pthread_cond_signal(&srv->cv);
 }
 
-int stream_push(stream *s, const float *pcm, size_t n_frames,
-                int64_t arrival_us) {
+size_t stream_push(stream *s, const float *pcm, size_t n_frames,
+                   int64_t arrival_us) {
   server *srv = s->srv;
-  int rc = 0;
   pthread_mutex_lock(&srv->mu);
-  if (s->input_done) {
-    rc = -1;
-  } else if (s->in_frames + n_frames > s->in_cap_frames) {
-    rc = -1;
-  } else {
+  size_t room = s->input_done ? 0 : s->in_cap_frames - s->in_frames;
+  size_t n = n_frames < room ? n_frames : room;
+  if (n > 0) {
     memcpy(s->in + s->in_frames * (size_t)s->channels, pcm,
-           n_frames * (size_t)s->channels * sizeof(float));
+           n * (size_t)s->channels * sizeof(float));
     if (s->in_frames == 0) s->in_first_us = arrival_us;
     if (s->pending_since == 0) s->pending_since = aurald_mono_s();
-    s->in_frames += n_frames;
-    s->in_total += n_frames;
+    s->in_frames += n;
+    s->in_total += n;
     s->in_last_us = arrival_us;
     server_mark_ready(srv, s);
   }
   pthread_mutex_unlock(&srv->mu);
-  return rc;
+  return n;
+}
+
+size_t stream_room(stream *s) {
+  pthread_mutex_lock(&s->srv->mu);
+  size_t n = s->input_done ? 0 : s->in_cap_frames - s->in_frames;
+  pthread_mutex_unlock(&s->srv->mu);
+  return n;
 }
 
 size_t stream_pending_frames(stream *s) {
@@ -237,6 +244,7 @@ stream *stream_find_id(server *srv, uint32_t id) {
 
 void deliveries_attach(server *srv, subscription *sub, stream *s) {
   (void)srv;
+  if (sub->c->closing) return; /* reaped soon: its deliveries go then */
   for (delivery *d = s->deliveries; d != NULL; d = d->next_in_stream)
     if (d->sub == sub) return;
   delivery *d = calloc(1, sizeof *d);

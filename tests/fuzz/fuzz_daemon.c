@@ -45,6 +45,7 @@ static void setup(void) {
       .sub_hard_bytes = 16u << 20,
       .sub_soft_bytes = 4u << 20,
       .sub_soft_s = 10.0,
+      .hello_timeout_s = 10.0,
   };
   aurald_log_level = -1; /* quiet: inputs provoke errors on purpose */
   char why[640];

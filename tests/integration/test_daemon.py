@@ -1023,6 +1023,177 @@ class TestMicrophone(DaemonTest):
         self.stop_clean(d)
 
 
+def wait_stopped(pid):
+    """Waits until every thread of a SIGSTOPped process has stopped."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(st in ("T", "t") for st in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError("process %d did not stop" % pid)
+
+
+def vm_size_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1])
+    return 0
+
+
+class TestReviewFindings(DaemonTest):
+    """Regression tests for what an outside review found (docs/
+    RELIABILITY.md): each failed on the daemon before its fix."""
+
+    def test_subscriber_dropped_at_its_message_cap_mid_fanout(self):
+        """A text-only subscriber that never reads fills its queue with
+        small chunks (far under the byte limits) and then with the
+        STREAM_STARTED of 320 new streams: it reaches the message cap
+        inside the loop that announces a stream to every subscription,
+        and is dropped there. Its subscription used to be freed under
+        that loop (a heap use-after-free under ASan); now it is marked
+        and reaped at the next loop iteration."""
+        d = self.start("--chunk-ms", "10", model=CTC)
+        a = raw_client(d.path)
+        a.sendall(msg(ac.SUBSCRIBE, {"all": True, "outputs": ["text"]}))
+        self.assertEqual(read_msg(a)[0], ac.SUBSCRIBED)
+        b = ac.Client(d.path, timeout=60)
+        sid = b.open_audio("fill", 16000, 1, "s16")
+        b.send_audio(sid, np.zeros(16000 * 100, np.int16))
+        b.close_audio(sid)  # every chunk has been fanned out
+        openers = [ac.Client(d.path, timeout=20) for _ in range(20)]
+        for i, o in enumerate(openers):
+            for k in range(16):
+                o.open_audio("more-%d-%d" % (i, k))
+        self.assertGreaterEqual(b.ping(b"alive"), 0)
+        a.settimeout(30)
+        msgs = read_until_closed(a)  # what the kernel held, then the end
+        self.assertGreater(len(msgs), 1000)
+        a.close()
+        for o in openers:
+            o.close()
+        b.close()
+        self.assertIn("4096 messages queued; disconnecting", d.text())
+        self.stop_clean(d)
+
+    def test_text_subscriber_that_never_reads_is_disconnected(self):
+        """The soft limit counts messages as well as bytes."""
+        d = self.start("--chunk-ms", "10", "--sub-soft-seconds", "0.5",
+                       model=CTC)
+        a = raw_client(d.path)
+        a.sendall(msg(ac.SUBSCRIBE, {"all": True, "outputs": ["text"]}))
+        self.assertEqual(read_msg(a)[0], ac.SUBSCRIBED)
+        b = ac.Client(d.path, timeout=60)
+        sid = b.open_audio("talk", 16000, 1, "s16")
+        b.send_audio(sid, np.zeros(16000 * 60, np.int16))
+        b.close_audio(sid)
+        deadline = time.monotonic() + 15
+        while b.stats()["subscribers"]:
+            self.assertLess(time.monotonic(), deadline, d.text())
+            time.sleep(0.1)
+        self.assertIn("disconnecting a slow consumer", d.text())
+        self.assertIn("messages", d.text())
+        a.settimeout(20)
+        self.assertGreater(len(read_until_closed(a)), 1000)
+        a.close()
+        b.close()
+        self.stop_clean(d)
+
+    def test_pipelined_requests_yield_to_other_clients(self):
+        """A client's thousand pipelined STATS are served a turn's worth at
+        a time: another client's request, readable in the same loop
+        iteration, is answered before the last of them."""
+        d = self.start()
+        x = raw_client(d.path)
+        y = raw_client(d.path)
+        time.sleep(0.2)  # the loop waits in epoll_wait
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            wait_stopped(d.proc.pid)
+            x.sendall(msg(ac.STATS) * 1000)
+            y.sendall(msg(ac.STATS))
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        mtype, _, payload = read_msg(y)
+        self.assertEqual(mtype, ac.STATS_REPLY)
+        t_y = json.loads(payload)["uptime_s"]
+        t_x = []
+        for _ in range(1000):
+            mtype, _, payload = read_msg(x)
+            self.assertEqual(mtype, ac.STATS_REPLY)
+            t_x.append(json.loads(payload)["uptime_s"])
+        self.assertEqual(t_x, sorted(t_x))
+        self.assertGreater(t_x[-1], t_y)
+        x.close()
+        y.close()
+        self.stop_clean(d)
+
+    def test_pushed_streams_reserve_memory_by_their_rate(self):
+        """A pushed stream's input buffer is twice its flow-control window
+        (2 s of audio, at most 1 MiB), not a microphone ring: fifteen
+        256-channel streams used to reserve 4 GB of address space."""
+        d = self.start()
+        c = ac.Client(d.path, timeout=20)
+        c.ping()
+        before = vm_size_kb(d.proc.pid)
+        for i in range(15):
+            c.open_audio("wide-%d" % i, 48000, 256, "s16")
+        grown_mb = (vm_size_kb(d.proc.pid) - before) / 1024
+        self.assertLess(grown_mb, 256, "address space grew %.0f MB" % grown_mb)
+        # They still work, and audio larger than the buffer is taken in
+        # parts as the workers drain it.
+        sid = c.open_audio("wide-last", 16000, 1, "s16")
+        x = (np.sin(np.arange(16000 * 12) * 0.05) * 8000).astype(np.int16)
+        c.send_audio(sid, x)
+        got = c.close_audio(sid)
+        self.assertEqual(got["frames"], 1 + (len(x) - 400) // 160)
+        c.close()
+        self.stop_clean(d)
+
+    def test_connection_without_hello_is_closed(self):
+        d = self.start("--hello-timeout", "0.5")
+        s = raw_client(d.path, hello=False)
+        s.settimeout(10)
+        t0 = time.monotonic()
+        msgs = read_until_closed(s)
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertEqual(len(msgs), 1)
+        err = json.loads(msgs[0][2])
+        self.assertEqual(err["name"], "STATE")
+        self.assertIn("no HELLO", err["message"])
+        s.close()
+        self.stop_clean(d)
+
+    def test_unnamed_stream_gets_a_free_name(self):
+        d = self.start()
+        c = ac.Client(d.path, timeout=10)
+        c.open_audio("client-2")  # the name the next unnamed one would get
+        sid = c.open_audio()
+        names = {s["name"] for s in c.list_streams()}
+        self.assertEqual(len(names), 2, names)
+        self.assertIn(c._names[sid], names)
+        c.close()
+        self.stop_clean(d)
+
+    def test_hello_client_string_is_escaped_in_the_log(self):
+        d = self.start("--log-level", "debug")
+        s = raw_client(d.path, hello=False)
+        s.sendall(msg(ac.HELLO, {"versions": [1], "client":
+                                 "x\naurald error: forged\u001b[2J"}))
+        self.assertEqual(read_msg(s)[0], ac.WELCOME)
+        s.close()
+        time.sleep(0.2)
+        self.stop_clean(d)
+        text = d.text()
+        self.assertNotIn("\naurald error: forged", text)
+        self.assertNotIn("\x1b", text)
+        self.assertIn("x\\naurald error: forged\\u001b[2J", text)
+
+
 def main(module_name):
     """Runs the module's tests (or those named on the command line) and
     prints the line tools/test.sh counts."""
