@@ -648,8 +648,19 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
     break;
   case AURAL_MSG_LIST_STREAMS:
   case AURAL_MSG_STATS: {
-    size_t cap = 4096 + (size_t)(srv->n_streams + 1) * 512 +
-                 (size_t)(srv->n_conns + 1) * 64 * 256;
+    aural_msg_stats req = {0};
+    char why[200];
+    if (h->type == AURAL_MSG_STATS &&
+        aural_proto_decode_stats(payload, n, &req, why, sizeof why) < 0) {
+      conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
+      break;
+    }
+    /* A page of STATS (fanout.c), or every stream's one line. */
+    size_t cap = h->type == AURAL_MSG_STATS
+                     ? 4096 + AURAL_STATS_PAGE_STREAMS * 1024 +
+                           (AURAL_STATS_PAGE_SUBSCRIBERS + CONN_MAX_SUBS) *
+                               640
+                     : 4096 + (size_t)(srv->n_streams + 1) * 768;
     char *json = malloc(cap);
     if (json == NULL) {
       conn_send_error(c, 0, -AURAL_PROTO_EINTERNAL, false, "out of memory");
@@ -657,7 +668,7 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
     }
     aural_jw w;
     aural_jw_init(&w, json, cap);
-    if (h->type == AURAL_MSG_STATS) build_stats(srv, &w);
+    if (h->type == AURAL_MSG_STATS) build_stats(srv, &w, &req);
     else build_stream_list(srv, &w);
     send_json(c,
               h->type == AURAL_MSG_STATS ? AURAL_MSG_STATS_REPLY

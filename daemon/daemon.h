@@ -195,6 +195,8 @@ typedef struct stream {
   /* Loop-side statistics. */
   float latency_ms[LATENCY_RING];
   uint64_t n_latency;
+  float lat_p50, lat_p99; /* percentiles for STATS, as of lat_seen chunks */
+  uint64_t lat_seen;
   _Atomic uint64_t overruns;
   uint64_t chunks_emitted;
   chunk_out end_event;    /* handed to the loop when the stream ends */
@@ -400,7 +402,7 @@ void conn_check_limits(server *srv);
 void fanout_chunk(server *srv, chunk_out *co);
 void fanout_ended(server *srv, stream *s);
 void send_stream_started(delivery *d);
-void build_stats(server *srv, aural_jw *w);
+void build_stats(server *srv, aural_jw *w, const aural_msg_stats *req);
 void build_stream_list(server *srv, aural_jw *w);
 
 /* mic.c */

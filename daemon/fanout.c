@@ -173,14 +173,21 @@ static int cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* p-th percentile (0..100) of the stream's recent chunk latencies. */
-static double latency_pct(const stream *s, float *tmp, double p) {
+/* The 50th and 99th percentiles of the stream's recent chunk latencies,
+ * sorted again only when chunks came since the last STATS: a flood of
+ * STATS costs one sort per stream per chunk at most. */
+static void latency_pcts(stream *s, double *p50, double *p99) {
   size_t n = s->n_latency < LATENCY_RING ? (size_t)s->n_latency : LATENCY_RING;
-  if (n == 0) return 0.0;
-  memcpy(tmp, s->latency_ms, n * sizeof(float));
-  qsort(tmp, n, sizeof(float), cmp_float);
-  size_t k = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
-  return tmp[k];
+  if (s->lat_seen != s->n_latency && n > 0) {
+    float tmp[LATENCY_RING];
+    memcpy(tmp, s->latency_ms, n * sizeof(float));
+    qsort(tmp, n, sizeof(float), cmp_float);
+    s->lat_p50 = tmp[(size_t)(0.50 * (double)(n - 1) + 0.5)];
+    s->lat_p99 = tmp[(size_t)(0.99 * (double)(n - 1) + 0.5)];
+    s->lat_seen = s->n_latency;
+  }
+  *p50 = n > 0 ? s->lat_p50 : 0.0;
+  *p99 = n > 0 ? s->lat_p99 : 0.0;
 }
 
 static void stream_fields(aural_jw *w, const stream *s) {
@@ -218,8 +225,13 @@ void build_stream_list(server *srv, aural_jw *w) {
   aural_jw_end_object(w);
 }
 
-void build_stats(server *srv, aural_jw *w) {
-  float tmp[LATENCY_RING];
+/* STATS: linear in the streams and subscriptions it lists, and at most a
+ * page of each (AURAL_STATS_PAGE_*), newest first from the request's
+ * cursors; "next_streams_before" and "next_clients_before" say where the
+ * next page starts when this one is cut. */
+void build_stats(server *srv, aural_jw *w, const aural_msg_stats *req) {
+  int n_subs = 0;
+  for (conn *c = srv->conns; c != NULL; c = c->next) n_subs += c->n_subs;
   aural_jw_begin_object(w);
   aural_jw_key(w, "uptime_s");
   aural_jw_double(w, aurald_mono_s() - srv->t_start);
@@ -229,13 +241,28 @@ void build_stats(server *srv, aural_jw *w) {
   aural_jw_int(w, srv->n_workers);
   aural_jw_key(w, "message_bytes");
   aural_jw_uint(w, msgbuf_live_bytes);
+  aural_jw_key(w, "streams_total");
+  aural_jw_int(w, srv->n_streams);
+  aural_jw_key(w, "subscribers_total");
+  aural_jw_int(w, n_subs);
+
   aural_jw_key(w, "streams");
   aural_jw_begin_array(w);
+  int listed = 0;
+  const stream *cut = NULL;
   for (stream *s = srv->streams; s != NULL; s = s->next) {
+    if (req->streams_before != 0 && s->id >= req->streams_before) continue;
+    if (listed == AURAL_STATS_PAGE_STREAMS) {
+      cut = s;
+      break;
+    }
+    listed++;
     pthread_mutex_lock(&srv->mu);
     uint64_t frames = s->stat_frames;
     double compute = s->stat_compute_s, audio = s->stat_audio_s;
     pthread_mutex_unlock(&srv->mu);
+    double p50, p99;
+    latency_pcts(s, &p50, &p99);
     aural_jw_begin_object(w);
     stream_fields(w, s);
     aural_jw_key(w, "frames");
@@ -247,17 +274,29 @@ void build_stats(server *srv, aural_jw *w) {
     aural_jw_key(w, "compute_s");
     aural_jw_double(w, compute);
     aural_jw_key(w, "latency_ms_p50");
-    aural_jw_double(w, latency_pct(s, tmp, 50));
+    aural_jw_double(w, p50);
     aural_jw_key(w, "latency_ms_p99");
-    aural_jw_double(w, latency_pct(s, tmp, 99));
+    aural_jw_double(w, p99);
     aural_jw_key(w, "overruns");
     aural_jw_uint(w, atomic_load(&s->overruns));
     aural_jw_end_object(w);
   }
   aural_jw_end_array(w);
+  /* The ids of the streams listed so far are all above the cut one's. */
+  uint32_t next_streams = cut != NULL ? cut->id + 1 : 0;
+
   aural_jw_key(w, "subscribers");
   aural_jw_begin_array(w);
-  for (conn *c = srv->conns; c != NULL; c = c->next)
+  listed = 0;
+  uint32_t next_clients = 0;
+  for (conn *c = srv->conns; c != NULL; c = c->next) {
+    if (req->clients_before != 0 && c->id >= req->clients_before) continue;
+    if (c->n_subs == 0) continue;
+    if (listed + c->n_subs > AURAL_STATS_PAGE_SUBSCRIBERS) {
+      next_clients = c->id + 1;
+      break;
+    }
+    listed += c->n_subs;
     for (subscription *sub = c->subs; sub != NULL; sub = sub->next) {
       aural_jw_begin_object(w);
       aural_jw_key(w, "client");
@@ -277,6 +316,15 @@ void build_stats(server *srv, aural_jw *w) {
       aural_jw_uint(w, sub->dropped);
       aural_jw_end_object(w);
     }
+  }
   aural_jw_end_array(w);
+  if (next_streams != 0) {
+    aural_jw_key(w, "next_streams_before");
+    aural_jw_uint(w, next_streams);
+  }
+  if (next_clients != 0) {
+    aural_jw_key(w, "next_clients_before");
+    aural_jw_uint(w, next_clients);
+  }
   aural_jw_end_object(w);
 }

@@ -288,6 +288,30 @@ static int get_uint(const aural_json *js, const char *key, int64_t lo,
   return 0;
 }
 
+/* An optional integer member within [lo, hi]: absent leaves out as it is. */
+static int get_optional_uint(const aural_json *js, const char *key,
+                             int64_t lo, int64_t hi, uint32_t *out,
+                             const char *what, char *why, size_t why_len) {
+  if (aural_json_get(js, 0, key) < 0) return 0;
+  return get_uint(js, key, lo, hi, out, what, why, why_len);
+}
+
+int aural_proto_decode_stats(const uint8_t *payload, size_t n,
+                             aural_msg_stats *m, char *why, size_t why_len) {
+  static const char what[] = "stats";
+  memset(m, 0, sizeof *m);
+  if (n == 0) return 0;
+  aural_json js;
+  int rc = parse_request(&js, payload, n, what, why, why_len);
+  if (rc == 0)
+    rc = get_optional_uint(&js, "streams_before", 0, UINT32_MAX,
+                           &m->streams_before, what, why, why_len);
+  if (rc == 0)
+    rc = get_optional_uint(&js, "clients_before", 0, UINT32_MAX,
+                           &m->clients_before, what, why, why_len);
+  return rc;
+}
+
 int aural_proto_decode_audio_open(const uint8_t *payload, size_t n,
                                   aural_msg_audio_open *m, char *why,
                                   size_t why_len) {
@@ -417,6 +441,21 @@ size_t aural_proto_encode_audio_open(uint8_t *out, size_t out_cap,
   aural_jw_string(&w, m->format == AURAL_SAMPLE_F32 ? "f32" : "s16");
   aural_jw_end_object(&w);
   return finish_json(out, &w, AURAL_MSG_AUDIO_OPEN, 0);
+}
+
+size_t aural_proto_encode_stats(uint8_t *out, size_t out_cap,
+                                const aural_msg_stats *m) {
+  if (m->streams_before == 0 && m->clients_before == 0)
+    return aural_proto_encode_raw(out, out_cap, AURAL_MSG_STATS, 0, NULL, 0);
+  aural_jw w;
+  if (!start_json(&w, out, out_cap)) return 0;
+  aural_jw_begin_object(&w);
+  aural_jw_key(&w, "streams_before");
+  aural_jw_uint(&w, m->streams_before);
+  aural_jw_key(&w, "clients_before");
+  aural_jw_uint(&w, m->clients_before);
+  aural_jw_end_object(&w);
+  return finish_json(out, &w, AURAL_MSG_STATS, 0);
 }
 
 size_t aural_proto_encode_raw(uint8_t *out, size_t out_cap, uint8_t type,

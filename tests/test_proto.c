@@ -234,6 +234,24 @@ static void test_unsubscribe_round_trip(void **state) {
   }
 }
 
+static void test_stats_round_trip(void **state) {
+  (void)state;
+  const aural_msg_stats cases[] = {
+      {0, 0}, {17, 0}, {0, 3}, {1, UINT32_MAX}, {UINT32_MAX, 2}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint8_t b[128];
+    size_t n = aural_proto_encode_stats(b, sizeof b, &cases[i]), pn;
+    const uint8_t *p = payload_of(b, n, AURAL_MSG_STATS, 0, &pn);
+    /* The first page is asked with an empty payload, as version 1 did. */
+    assert_int_equal(pn == 0, cases[i].streams_before == 0 &&
+                                  cases[i].clients_before == 0);
+    aural_msg_stats got = {9, 9};
+    assert_int_equal(aural_proto_decode_stats(p, pn, &got, NULL, 0), 0);
+    assert_int_equal(got.streams_before, cases[i].streams_before);
+    assert_int_equal(got.clients_before, cases[i].clients_before);
+  }
+}
+
 static void test_audio_open_round_trip(void **state) {
   (void)state;
   const char *names[] = {"", "call-17",
@@ -701,7 +719,7 @@ static void test_json_double_conversion(void **state) {
 
 /* --- request field checks ---------------------------------------------------- */
 
-enum { HELLO, SUBSCRIBE, UNSUBSCRIBE, AUDIO_OPEN };
+enum { HELLO, SUBSCRIBE, UNSUBSCRIBE, AUDIO_OPEN, STATS };
 
 static int decode_request(int which, const char *text, char *why,
                           size_t why_len) {
@@ -711,6 +729,7 @@ static int decode_request(int which, const char *text, char *why,
   aural_msg_subscribe s;
   uint32_t id;
   aural_msg_audio_open o;
+  aural_msg_stats st;
   switch (which) {
   case HELLO:
     return aural_proto_decode_hello(p, n, &h, why, why_len);
@@ -718,6 +737,8 @@ static int decode_request(int which, const char *text, char *why,
     return aural_proto_decode_subscribe(p, n, &s, why, why_len);
   case UNSUBSCRIBE:
     return aural_proto_decode_unsubscribe(p, n, &id, why, why_len);
+  case STATS:
+    return aural_proto_decode_stats(p, n, &st, why, why_len);
   default:
     return aural_proto_decode_audio_open(p, n, &o, why, why_len);
   }
@@ -771,6 +792,12 @@ static void test_request_field_errors(void **state) {
        "subscribe: \"dtype\" must be \"f32\" or \"f16\""},
       {SUBSCRIBE, "{\"all\":true,\"dtype\":16}", "subscribe: \"dtype\""},
       {SUBSCRIBE, "{\"all\":true,\"dtype\":\"F32\"}", "subscribe: \"dtype\""},
+      {STATS, "[]", "stats: the payload must be a JSON object"},
+      {STATS, "{\"streams_before\":-1}",
+       "stats: \"streams_before\" must be an integer 0..4294967295"},
+      {STATS, "{\"clients_before\":\"4\"}",
+       "stats: \"clients_before\" must be an integer 0..4294967295"},
+      {STATS, "{\"streams_before\":4294967296}", "\"streams_before\""},
       {UNSUBSCRIBE, "{}", "unsubscribe: \"subscription\" is missing"},
       {UNSUBSCRIBE, "{\"subscription\":0}",
        "unsubscribe: \"subscription\" must be an integer 1..4294967295"},
@@ -1364,6 +1391,7 @@ int main(void) {
       cmocka_unit_test(test_hello_round_trip),
       cmocka_unit_test(test_subscribe_round_trip),
       cmocka_unit_test(test_unsubscribe_round_trip),
+      cmocka_unit_test(test_stats_round_trip),
       cmocka_unit_test(test_audio_open_round_trip),
       cmocka_unit_test(test_error_round_trip),
       cmocka_unit_test(test_raw_round_trip),

@@ -1132,6 +1132,44 @@ class TestReviewFindings(DaemonTest):
         y.close()
         self.stop_clean(d)
 
+    def test_stats_reply_is_a_page(self):
+        """One STATS reply lists at most 256 streams and says where the
+        next page starts; the CLI and the Python client join the pages."""
+        d = self.start()
+        openers = [ac.Client(d.path, timeout=20) for _ in range(20)]
+        for i, o in enumerate(openers):
+            for k in range(15):
+                o.open_audio("s-%03d" % (i * 15 + k))
+        for o in openers[:3]:
+            o.subscribe(all=True)
+        s = raw_client(d.path)
+        s.sendall(msg(ac.STATS))
+        mtype, _, payload = read_msg(s)
+        self.assertEqual(mtype, ac.STATS_REPLY)
+        page = json.loads(payload)
+        self.assertEqual(len(page["streams"]), 256)
+        self.assertEqual(page["streams_total"], 300)
+        ids = [x["id"] for x in page["streams"]]
+        self.assertEqual(ids, sorted(ids, reverse=True))
+        s.sendall(msg(ac.STATS, {"streams_before": page["next_streams_before"]}))
+        rest = json.loads(read_msg(s)[2])
+        self.assertEqual(len(rest["streams"]), 44)
+        self.assertNotIn("next_streams_before", rest)
+        self.assertEqual(len({x["id"] for x in page["streams"] + rest["streams"]}),
+                         300)
+        s.sendall(msg(ac.STATS, {"streams_before": "x"}))
+        err = json.loads(read_msg(s)[2])
+        self.assertEqual(err["name"], "BAD_PAYLOAD")
+        s.close()
+        whole = openers[0].stats()
+        self.assertEqual(len({x["name"] for x in whole["streams"]}), 300)
+        self.assertEqual(len(whole["subscribers"]), 3)
+        out = run(AURAL, "stats", "-s", d.path, "--json").stdout
+        self.assertEqual(len(json.loads(out)["streams"]), 300)
+        for o in openers:
+            o.close()
+        self.stop_clean(d)
+
     def test_pushed_streams_reserve_memory_by_their_rate(self):
         """A pushed stream's input buffer is twice its flow-control window
         (2 s of audio, at most 1 MiB), not a microphone ring: fifteen

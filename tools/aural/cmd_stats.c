@@ -28,8 +28,9 @@ static void usage(FILE *to) {
           "                     else $XDG_RUNTIME_DIR/aural.sock, else\n"
           "                     /run/aural/aural.sock for root, else\n"
           "                     /tmp/aural-UID/aural.sock; here %s)\n"
-          "      --json         print the server's reply as it is (one JSON\n"
-          "                     object, PROTOCOL.md section 4.15)\n"
+          "      --json         print the statistics as one JSON object\n"
+          "                     (PROTOCOL.md section 4.15; the pages of a\n"
+          "                     large server's reply joined into one)\n"
           "  -h, --help         show this help\n"
           "\n"
           "Examples:\n"
@@ -113,6 +114,78 @@ static void print_table(const cJSON *r) {
   }
 }
 
+/* One STATS page (the reply, parsed into *out) from the given cursors. */
+static int stats_page(aural_client *cl, const aural_msg_stats *req,
+                      cJSON **out, char *err, size_t err_len) {
+  uint8_t buf[128];
+  size_t n = aural_proto_encode_stats(buf, sizeof buf, req);
+  if (client_send(cl, buf, n, err, err_len) < 0) return -1;
+  for (;;) {
+    client_msg m;
+    int r = client_read(cl, &m, err, err_len);
+    if (r == 1) snprintf(err, err_len, "aurald closed the connection");
+    if (r == -EINTR) snprintf(err, err_len, "interrupted");
+    if (r != 0) return -1;
+    if (m.h.type == AURAL_MSG_ERROR) {
+      client_error(&m, err, err_len, NULL);
+      return -1;
+    }
+    if (m.h.type != AURAL_MSG_STATS_REPLY || m.json == NULL) continue;
+    *out = cJSON_Duplicate(m.json, 1);
+    if (*out == NULL) snprintf(err, err_len, "out of memory");
+    return *out != NULL ? 0 : -1;
+  }
+}
+
+/* Moves the items of page's array `key` to the end of all's. */
+static void append_items(cJSON *all, const cJSON *page, const char *key) {
+  cJSON *to = cJSON_GetObjectItemCaseSensitive(all, key);
+  cJSON *from = cJSON_GetObjectItemCaseSensitive(page, key);
+  if (!cJSON_IsArray(to) || !cJSON_IsArray(from)) return;
+  while (cJSON_GetArraySize(from) > 0)
+    cJSON_AddItemToArray(to, cJSON_DetachItemFromArray(from, 0));
+}
+
+/* The whole statistics: the first page, with the streams and subscribers
+ * of every further page the server points to appended (a page holds at
+ * most 256 streams and 1,024 subscriptions, PROTOCOL.md section 4.15).
+ * Pages are walked by id, so streams that start meanwhile are not listed
+ * and none is listed twice. */
+static int stats_all_pages(aural_client *cl, cJSON **out, char *err,
+                           size_t err_len) {
+  aural_msg_stats req = {0, 0};
+  cJSON *all = NULL;
+  for (int page = 0; page < 1 << 20; page++) {
+    cJSON *r;
+    if (stats_page(cl, &req, &r, err, err_len) < 0) {
+      cJSON_Delete(all);
+      return -1;
+    }
+    int64_t next_s = 0, next_c = 0;
+    client_json_int(r, "next_streams_before", 1, UINT32_MAX, &next_s);
+    client_json_int(r, "next_clients_before", 1, UINT32_MAX, &next_c);
+    if (all == NULL) {
+      all = r;
+    } else {
+      append_items(all, r, "streams");
+      append_items(all, r, "subscribers");
+      cJSON_Delete(r);
+    }
+    if (next_s == 0 && next_c == 0) {
+      cJSON_DeleteItemFromObjectCaseSensitive(all, "next_streams_before");
+      cJSON_DeleteItemFromObjectCaseSensitive(all, "next_clients_before");
+      *out = all;
+      return 0;
+    }
+    /* A list that is complete is asked past its end on later pages. */
+    req.streams_before = next_s ? (uint32_t)next_s : 1;
+    req.clients_before = next_c ? (uint32_t)next_c : 1;
+  }
+  cJSON_Delete(all);
+  snprintf(err, err_len, "the statistics never ended");
+  return -1;
+}
+
 int cmd_stats(int argc, char **argv) {
   static const struct option opts[] = {
       {"socket", required_argument, NULL, 's'},
@@ -146,29 +219,19 @@ int cmd_stats(int argc, char **argv) {
     return EXIT_FAIL;
   }
   int rc = EXIT_FAIL;
-  if (client_send_raw(cl, AURAL_MSG_STATS, 0, NULL, 0, err, sizeof err) < 0)
-    goto fail;
-  for (;;) {
-    client_msg m;
-    int r = client_read(cl, &m, err, sizeof err);
-    if (r == 1) snprintf(err, sizeof err, "aurald closed the connection");
-    if (r == -EINTR) snprintf(err, sizeof err, "interrupted");
-    if (r != 0) goto fail;
-    if (m.h.type == AURAL_MSG_ERROR) {
-      client_error(&m, err, sizeof err, NULL);
-      goto fail;
-    }
-    if (m.h.type != AURAL_MSG_STATS_REPLY) continue; /* not ours */
-    if (json) {
-      fwrite(m.payload, 1, m.h.payload_bytes, stdout);
-      putchar('\n');
-    } else {
-      print_table(m.json);
-    }
-    rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_FAIL;
-    client_close(cl);
-    return rc;
+  cJSON *all = NULL;
+  if (stats_all_pages(cl, &all, err, sizeof err) < 0) goto fail;
+  if (json) {
+    char *text = cJSON_PrintUnformatted(all);
+    if (text != NULL) puts(text);
+    free(text);
+  } else {
+    print_table(all);
   }
+  cJSON_Delete(all);
+  rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_FAIL;
+  client_close(cl);
+  return rc;
 fail:
   fprintf(stderr, "aural stats: %s\n", err);
   client_close(cl);

@@ -502,9 +502,26 @@ class Client:
         return list(self._json(STREAMS, pay).get("streams", []))
 
     def stats(self) -> Dict[str, Any]:
-        """The server's statistics (PROTOCOL.md section 4.15)."""
-        _, pay = self._request(STATS, b"", STATS_REPLY)
-        return self._json(STATS_REPLY, pay)
+        """The server's statistics (PROTOCOL.md section 4.15), every page
+        of them: the streams and subscribers of the pages after the first
+        are appended to its lists."""
+        req: Dict[str, int] = {}
+        whole: Optional[Dict[str, Any]] = None
+        while True:
+            _, pay = self._request(STATS, json.dumps(req).encode()
+                                   if req else b"", STATS_REPLY)
+            page = self._json(STATS_REPLY, pay)
+            nxt_s = int(page.pop("next_streams_before", 0))
+            nxt_c = int(page.pop("next_clients_before", 0))
+            if whole is None:
+                whole = page
+            else:
+                whole["streams"] += page.get("streams", [])
+                whole["subscribers"] += page.get("subscribers", [])
+            if not nxt_s and not nxt_c:
+                return whole
+            # A list already complete is asked past its end (id < 1).
+            req = {"streams_before": nxt_s or 1, "clients_before": nxt_c or 1}
 
     def ping(self, data: bytes = b"") -> float:
         """Sends PING with data (at most 256 bytes), checks the echo and

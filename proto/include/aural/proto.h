@@ -246,6 +246,18 @@ typedef struct aural_msg_audio_open {
   uint8_t format;                      /* aural_sample_format */
 } aural_msg_audio_open;
 
+/* STATS (client -> server): which page of the reply. Streams and clients
+ * are listed newest first (descending id); a reply holds at most
+ * AURAL_STATS_PAGE_STREAMS streams and the subscriptions of whole clients
+ * up to AURAL_STATS_PAGE_SUBSCRIBERS, and names where the next page starts
+ * when it is cut. An empty payload asks for the first page. */
+#define AURAL_STATS_PAGE_STREAMS 256
+#define AURAL_STATS_PAGE_SUBSCRIBERS 1024
+typedef struct aural_msg_stats {
+  uint32_t streams_before; /* only streams with a smaller id; 0: all */
+  uint32_t clients_before; /* only clients with a smaller id; 0: all */
+} aural_msg_stats;
+
 /* Request decoders: payload is the message's payload. Each returns 0 or
  * AURAL_PROTO_EBAD_PAYLOAD with why naming the field. */
 int aural_proto_decode_hello(const uint8_t *payload, size_t n,
@@ -259,6 +271,8 @@ int aural_proto_decode_unsubscribe(const uint8_t *payload, size_t n,
 int aural_proto_decode_audio_open(const uint8_t *payload, size_t n,
                                   aural_msg_audio_open *m, char *why,
                                   size_t why_len);
+int aural_proto_decode_stats(const uint8_t *payload, size_t n,
+                             aural_msg_stats *m, char *why, size_t why_len);
 
 /* A stream name is 1..AURAL_PROTO_NAME_MAX bytes of printable ASCII other
  * than '/' and '\\'. Returns true when s is one. */
@@ -274,6 +288,9 @@ size_t aural_proto_encode_unsubscribe(uint8_t *out, size_t out_cap,
                                       uint32_t subscription);
 size_t aural_proto_encode_audio_open(uint8_t *out, size_t out_cap,
                                      const aural_msg_audio_open *m);
+/* STATS: an empty payload when both cursors are 0. */
+size_t aural_proto_encode_stats(uint8_t *out, size_t out_cap,
+                                const aural_msg_stats *m);
 /* A message whose payload is given bytes (JSON built with aural_jw,
  * AUDIO_DATA samples, PING data, or empty). */
 size_t aural_proto_encode_raw(uint8_t *out, size_t out_cap, uint8_t type,
