@@ -379,8 +379,28 @@ static void send_json(conn *c, uint8_t type, uint32_t stream_id,
   msgbuf_unref(m);
 }
 
+/* The WELCOME built at start-up with the connection's own id added as
+ * "client": the id STATS lists its subscriptions under. */
+static void send_welcome(conn *c) {
+  const msgbuf *w = c->srv->welcome;
+  char tail[32];
+  int k = snprintf(tail, sizeof tail, ",\"client\":%u}", c->id);
+  size_t head = w->len - 1; /* without the closing brace */
+  msgbuf *m = msgbuf_new(head + (size_t)k);
+  if (m == NULL) {
+    conn_kill(c);
+    return;
+  }
+  memcpy(m->data, w->data, head);
+  memcpy(m->data + head, tail, (size_t)k);
+  aural_proto_encode_raw(m->data, m->len, AURAL_MSG_WELCOME, 0,
+                         m->data + AURAL_PROTO_HEADER_BYTES,
+                         m->len - AURAL_PROTO_HEADER_BYTES);
+  conn_send(c, m);
+  msgbuf_unref(m);
+}
+
 static void do_hello(conn *c, const uint8_t *p, size_t n) {
-  server *srv = c->srv;
   aural_msg_hello m;
   char why[200];
   if (c->hello_done) {
@@ -400,7 +420,7 @@ static void do_hello(conn *c, const uint8_t *p, size_t n) {
   c->hello_done = true;
   log_debug("client %u: hello from \"%s\" (uid %u, pid %ld)", c->id,
             m.client, (unsigned)c->uid, (long)c->pid);
-  conn_send(c, srv->welcome);
+  send_welcome(c);
 }
 
 static void do_subscribe(conn *c, const uint8_t *p, size_t n) {

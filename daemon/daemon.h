@@ -286,7 +286,7 @@ typedef struct server {
   const aural_model_config *mc;
   size_t chunk_frames;
   size_t max_token_bytes;  /* longest vocabulary string */
-  msgbuf *welcome;         /* the WELCOME every client gets */
+  msgbuf *welcome;         /* the WELCOME every client gets, less its id */
   float *scratch;          /* loop thread: one request's samples */
   uv_pipe_t listener;
   bool listening;

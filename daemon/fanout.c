@@ -201,8 +201,11 @@ static void stream_fields(aural_jw *w, const stream *s) {
   aural_jw_double(w, s->rate_hz);
   aural_jw_key(w, "channels");
   aural_jw_int(w, s->channels);
+  /* A held stream has not started: no start time yet. */
+  aural_jw_key(w, "held");
+  aural_jw_bool(w, s->held);
   aural_jw_key(w, "start_us");
-  aural_jw_int(w, s->start_us);
+  aural_jw_int(w, s->held ? 0 : s->start_us);
 }
 
 void build_stream_list(server *srv, aural_jw *w) {

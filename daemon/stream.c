@@ -119,13 +119,16 @@ int stream_start(stream *s) {
   pthread_mutex_lock(&srv->mu);
   s->held = hold;
   pthread_mutex_unlock(&srv->mu);
+  /* Released before it is announced, so that STREAM_STARTED carries the
+   * start_us every later message gives (a held one is released by its
+   * first match, before that match's announcement). */
+  if (!hold) stream_release(s);
   for (conn *c = srv->conns; c != NULL; c = c->next) {
     if (c->closing) continue;
     for (subscription *sub = c->subs; sub != NULL; sub = sub->next)
       if (sub->all || strcmp(sub->name, s->name) == 0)
         deliveries_attach(srv, sub, s);
   }
-  if (!hold) stream_release(s); /* (a held one was released by a match) */
   return 0;
 }
 

@@ -1170,6 +1170,62 @@ class TestReviewFindings(DaemonTest):
             o.close()
         self.stop_clean(d)
 
+    def test_start_us_is_one_value_per_stream(self):
+        """STREAM_STARTED to a subscriber waiting before AUDIO_OPEN used to
+        carry a start_us 0.6-1.6 ms before every CHUNK's and STREAMS'."""
+        d = self.start()
+        sub = ac.Client(d.path, timeout=20)
+        sub.subscribe(all=True)
+        pusher = ac.Client(d.path, timeout=20)
+        sid = pusher.open_audio("talk")
+        listed = [x["start_us"] for x in pusher.list_streams()]
+        pusher.send_audio(sid, np.zeros(16000, np.int16))
+        pusher.close_audio(sid)
+        started, chunk_starts = None, set()
+        for ev in sub.events(timeout=10):
+            if isinstance(ev, ac.StreamStarted):
+                started = ev.start_us
+            elif isinstance(ev, ac.Chunk):
+                chunk_starts.add(ev.start_us)
+            elif isinstance(ev, ac.StreamEnded):
+                break
+        self.assertEqual(chunk_starts, {started})
+        self.assertEqual(listed, [started])
+        sub.close()
+        pusher.close()
+        self.stop_clean(d)
+
+    def test_welcome_names_the_connection_as_stats_does(self):
+        d = self.start()
+        c = ac.Client(d.path, timeout=10)
+        me = c.welcome["client"]
+        c.subscribe("anything")
+        other = ac.Client(d.path, timeout=10)
+        self.assertEqual(other.welcome["client"], me + 1)
+        subs = other.stats()["subscribers"]
+        self.assertEqual([x["client"] for x in subs], [me])
+        c.close()
+        other.close()
+        self.stop_clean(d)
+
+    def test_held_stream_is_listed_as_held_until_it_starts(self):
+        inp = self.wav(2.0, name="held.wav")
+        d = self.start("--file", inp, "--hold")
+        c = ac.Client(d.path, timeout=10)
+        (entry,) = c.list_streams()
+        self.assertEqual((entry["held"], entry["start_us"]), (True, 0))
+        (entry,) = c.stats()["streams"]
+        self.assertEqual((entry["held"], entry["start_us"]), (True, 0))
+        c.subscribe(all=True)  # an all subscription starts it
+        started = next(ev for ev in c.events(timeout=10)
+                       if isinstance(ev, ac.StreamStarted))
+        self.assertGreater(started.start_us, 0)
+        (entry,) = c.list_streams()
+        self.assertEqual((entry["held"], entry["start_us"]),
+                         (False, started.start_us))
+        c.close()
+        self.stop_clean(d)
+
     def test_pushed_streams_reserve_memory_by_their_rate(self):
         """A pushed stream's input buffer is twice its flow-control window
         (2 s of audio, at most 1 MiB), not a microphone ring: fifteen
