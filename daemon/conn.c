@@ -789,7 +789,17 @@ static void conn_admit(conn *c) {
 void on_connection(uv_stream_t *listener, int status) {
   server *srv = listener->data;
   if (status < 0) {
-    log_warn("accept: %s", uv_strerror(status));
+    /* Out of descriptors: libuv accepts and closes the waiting
+     * connections (its reserve descriptor), and --max-clients was fitted
+     * to the limit at start, so this is rare; said once a minute. */
+    static double last_said = -1e9;
+    double now = aurald_mono_s();
+    if (now - last_said >= 60.0) {
+      last_said = now;
+      log_warn("cannot accept a connection: %s (%d clients); connections "
+               "are refused until some close",
+               uv_strerror(status), srv->n_conns);
+    }
     return;
   }
   conn *c = conn_new(srv);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -334,6 +335,32 @@ static bool str_differs(const char *a, const char *b) {
   return (a == NULL) != (b == NULL) || (a != NULL && strcmp(a, b) != 0);
 }
 
+/* Descriptors kept for everything but clients: the loop's own, the
+ * listener, the lock, model and audio files, PortAudio's, logs. */
+#define FD_RESERVE 64
+
+/* Raises the open-file limit to its hard maximum (systemd's default soft
+ * limit is 1,024, as many as the default --max-clients), and lowers
+ * --max-clients to what the limit leaves, so that a client past the limit
+ * is refused with a LIMIT error rather than reset by a failed accept. */
+static void fit_clients_to_fd_limit(aurald_options *o) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) < 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0) rl.rlim_cur = was;
+  }
+  if (rl.rlim_cur == RLIM_INFINITY) return;
+  long room = (long)rl.rlim_cur - FD_RESERVE;
+  if (room < 1) room = 1;
+  if (o->max_clients > room) {
+    log_warn("--max-clients %d lowered to %ld: the open file limit is %llu",
+             o->max_clients, room, (unsigned long long)rl.rlim_cur);
+    o->max_clients = (int)room;
+  }
+}
+
 /* SIGHUP: re-reads the config file and applies what can change while
  * streams run (limits, log level); the rest is reported as needing a
  * restart. A file that does not parse changes nothing. */
@@ -359,6 +386,7 @@ static void reload(server *srv) {
   o->sub_soft_s = n.sub_soft_s;
   o->hello_timeout_s = n.hello_timeout_s;
   o->max_clients = n.max_clients;
+  fit_clients_to_fd_limit(o);
   o->max_streams = n.max_streams;
   bool restart = str_differs(n.model_path, o->model_path) ||
                  (!srv->activated && str_differs(n.socket_path,
@@ -482,6 +510,7 @@ int main(int argc, char **argv) {
   if (o.n_threads < 1) o.n_threads = 1;
 
   signal(SIGPIPE, SIG_IGN);
+  fit_clients_to_fd_limit(&o);
   /* Streams' state (about 1.4 MB for the base model) is allocated and
    * freed as clients come and go. glibc raises its mmap threshold to the
    * largest block freed, after which such blocks come from the heap and

@@ -123,14 +123,16 @@ def run(*args, check=True, timeout=60, **kw):
 class Daemon:
     """One aurald on a private socket."""
 
-    def __init__(self, tmp, *args, model=TINY, socket_path=None, env=None):
+    def __init__(self, tmp, *args, model=TINY, socket_path=None, env=None,
+                 preexec_fn=None):
         self.path = socket_path or os.path.join(tmp, "aural.sock")
         self.log_path = os.path.join(tmp, "aurald-%d.log" % time.monotonic_ns())
         self.log = open(self.log_path, "w")
         cmd = [AURALD, "-m", model, "-s", self.path, "--threads", "2"]
         cmd += list(args)
         self.proc = subprocess.Popen(cmd, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=env)
+                                     stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=preexec_fn)
         deadline = time.monotonic() + 15
         # Ready once it says so (the path may hold a stale socket before).
         while "aurald info: serving" not in self.text():
@@ -1260,6 +1262,43 @@ class TestReviewFindings(DaemonTest):
         self.assertEqual(err["name"], "STATE")
         self.assertIn("no HELLO", err["message"])
         s.close()
+        self.stop_clean(d)
+
+    def test_clients_past_the_fd_limit_are_refused_with_limit(self):
+        """With 80 descriptors, --max-clients is lowered to what they leave,
+        and a client past it receives ERROR LIMIT; it used to be reset by a
+        failed accept, with nothing logged."""
+        import resource
+
+        def few_fds():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (80, 80))
+
+        d = self.start(preexec_fn=few_fds)
+        self.assertIn("--max-clients 1024 lowered to 16", d.text())
+        clients, answers = [], []
+        for _ in range(100):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(d.path)
+            try:
+                s.sendall(msg(ac.HELLO, {"versions": [1]}))
+            except BrokenPipeError:
+                pass  # refused before it spoke: the ERROR is waiting
+            m = read_msg(s)
+            if m is None:
+                answers.append("reset")
+            elif m[0] == ac.WELCOME:
+                answers.append("welcome")
+            else:
+                answers.append(json.loads(m[2])["name"])
+            clients.append(s)
+        self.assertEqual(answers.count("welcome"), 16)
+        self.assertEqual(answers.count("LIMIT"), 84, answers)
+        for s in clients:
+            s.close()
+        time.sleep(0.3)
+        with ac.Client(d.path, timeout=5) as c:
+            c.ping()
         self.stop_clean(d)
 
     def test_unnamed_stream_gets_a_free_name(self):
