@@ -4,13 +4,24 @@
  * The capture callback runs on PortAudio's thread and does only this:
  * copy the samples into a power-of-two single-producer single-consumer
  * ring, count an overrun when the ring is full, and call uv_async_send().
- * No locks, no allocation, no I/O. The loop drains the ring on the async
+ * No locks, no allocation, no I/O. It touches the mic_source alone, never
+ * the stream (which the loop ends and frees on its own schedule): overruns
+ * are counted in the source and moved to the stream by the loop.
+ *
+ * Handoff at the end. The callback may still run while the device closes
+ * (on a closer thread, since a hung device can block that for ever), so:
+ * the loop sets `quiet` and waits out any callback in flight before it
+ * closes the async handle, after which a callback touches nothing but the
+ * source's atomics; and the source is freed by whichever of the loop (its
+ * async handle closed) and the closer thread (the device closed, so no
+ * callback can come) lets go of it last. The loop drains the ring on the async
  * (uv_async_send coalesces, so it drains everything each time) into the
  * stream. A device that stops delivering (unplugged, its server gone) is
  * noticed by mic_poll() from the loop's tick and ends the stream with
  * reason device_lost.
  */
 #define _GNU_SOURCE
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +36,16 @@
 struct mic_source {
   server *srv;
   PaStream *pa;
+  PaStream *pa_closing;     /* the stream a closer thread closes */
   stream *s;
   float *ring;              /* (MIC_RING_FRAMES) mono samples */
   _Atomic size_t head;      /* written by the callback */
   _Atomic size_t tail;      /* written by the loop */
   _Atomic uint64_t n_callbacks;
-  _Atomic int failed;       /* the callback saw an input error */
+  _Atomic uint64_t overruns; /* counted by the callback, moved by the loop */
+  _Atomic int in_callback;  /* callbacks running now (0 or 1) */
+  _Atomic bool quiet;       /* the async handle is closing: do not signal */
+  _Atomic int refs;         /* the loop's, and a closer thread's */
   uint64_t seen_callbacks;
   double last_progress;
   uv_async_t async;
@@ -45,13 +60,18 @@ static int on_audio(const void *input, void *output, unsigned long n,
   struct mic_source *m = user;
   (void)output;
   (void)time;
-  if (flags & paInputOverflow) atomic_fetch_add(&m->s->overruns, 1);
+  atomic_fetch_add(&m->in_callback, 1);
+  if (atomic_load(&m->quiet)) {
+    atomic_fetch_sub(&m->in_callback, 1);
+    return paContinue;
+  }
+  if (flags & paInputOverflow) atomic_fetch_add(&m->overruns, 1);
   if (input != NULL) {
     const float *in = input;
     size_t head = atomic_load_explicit(&m->head, memory_order_relaxed);
     size_t tail = atomic_load_explicit(&m->tail, memory_order_acquire);
     if (MIC_RING_FRAMES - (head - tail) < n) {
-      atomic_fetch_add(&m->s->overruns, 1);
+      atomic_fetch_add(&m->overruns, 1);
     } else {
       for (unsigned long i = 0; i < n; i++)
         m->ring[(head + i) & (MIC_RING_FRAMES - 1)] = in[i];
@@ -60,20 +80,31 @@ static int on_audio(const void *input, void *output, unsigned long n,
   }
   atomic_fetch_add_explicit(&m->n_callbacks, 1, memory_order_relaxed);
   uv_async_send(&m->async);
+  atomic_fetch_sub(&m->in_callback, 1);
   return paContinue;
 }
 
 static void on_mic_async(uv_async_t *a) {
   struct mic_source *m = a->data;
+  uint64_t overruns = atomic_exchange(&m->overruns, 0);
+  if (m->s == NULL) return;
+  if (overruns > 0) atomic_fetch_add(&m->s->overruns, overruns);
   size_t tail = atomic_load_explicit(&m->tail, memory_order_relaxed);
   size_t head = atomic_load_explicit(&m->head, memory_order_acquire);
   size_t n = head - tail;
-  if (n == 0 || m->s == NULL) return;
+  if (n == 0) return;
   for (size_t i = 0; i < n; i++)
     m->drain[i] = m->ring[(tail + i) & (MIC_RING_FRAMES - 1)];
   atomic_store_explicit(&m->tail, head, memory_order_release);
   if (stream_push(m->s, m->drain, n, aurald_now_us()) < n)
     atomic_fetch_add(&m->s->overruns, 1); /* the workers fell 2 s behind */
+}
+
+static void source_unref(struct mic_source *m) {
+  if (atomic_fetch_sub(&m->refs, 1) != 1) return;
+  free(m->ring);
+  free(m->drain);
+  free(m);
 }
 
 /* Finds an input device by index or by a substring of its name. */
@@ -141,6 +172,7 @@ int mic_start(server *srv, const char *device, char *why, size_t why_len) {
   if (m == NULL) goto oom;
   srv->mic = m;
   m->srv = srv;
+  atomic_store(&m->refs, 1);
   m->ring = malloc(MIC_RING_FRAMES * sizeof(float));
   m->drain = malloc(MIC_RING_FRAMES * sizeof(float));
   if (m->ring == NULL || m->drain == NULL) goto oom;
@@ -201,25 +233,28 @@ int mic_begin(server *srv) {
 static _Atomic int closers_running;
 
 static void *closer_main(void *arg) {
-  PaStream *pa = arg;
-  Pa_AbortStream(pa);
-  Pa_CloseStream(pa);
+  struct mic_source *m = arg;
+  Pa_AbortStream(m->pa_closing);
+  Pa_CloseStream(m->pa_closing);
   atomic_fetch_sub(&closers_running, 1);
+  source_unref(m); /* no callback can come now */
   return NULL;
 }
 
 static void close_device(struct mic_source *m) {
-  PaStream *pa = m->pa;
+  m->pa_closing = m->pa;
   m->pa = NULL;
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   atomic_fetch_add(&closers_running, 1);
-  if (pthread_create(&t, &attr, closer_main, pa) != 0) {
+  atomic_fetch_add(&m->refs, 1);
+  if (pthread_create(&t, &attr, closer_main, m) != 0) {
     atomic_fetch_sub(&closers_running, 1);
-    Pa_AbortStream(pa);
-    Pa_CloseStream(pa);
+    atomic_fetch_sub(&m->refs, 1);
+    Pa_AbortStream(m->pa_closing);
+    Pa_CloseStream(m->pa_closing);
   }
   pthread_attr_destroy(&attr);
 }
@@ -252,10 +287,7 @@ void mic_poll(server *srv) {
 }
 
 static void on_async_closed(uv_handle_t *h) {
-  struct mic_source *m = h->data;
-  free(m->ring);
-  free(m->drain);
-  free(m);
+  source_unref(h->data);
 }
 
 void mic_stop(server *srv) {
@@ -267,16 +299,18 @@ void mic_stop(server *srv) {
     on_mic_async(&m->async);
   }
   if (m->s != NULL) stream_end_input(m->s, END_SHUTDOWN, "");
+  m->s = NULL;
   /* Give a hung device a moment; past it, leave PortAudio to the exit. */
   for (int i = 0; i < 50 && atomic_load(&closers_running) > 0; i++)
     usleep(10000);
   if (atomic_load(&closers_running) == 0) Pa_Terminate();
   else log_warn("the capture device did not close; not waiting for it");
   if (m->async_open) {
+    /* No callback signals the handle once it starts closing. */
+    atomic_store(&m->quiet, true);
+    while (atomic_load(&m->in_callback) > 0) sched_yield();
     uv_close((uv_handle_t *)&m->async, on_async_closed);
   } else {
-    free(m->ring);
-    free(m->drain);
-    free(m);
+    source_unref(m);
   }
 }

@@ -40,8 +40,8 @@ run_suite build "release build"
 run_suite build-asan "ASan+UBSan build" -Db_sanitize=address,undefined -Db_lundef=false
 # The daemon's threads (loop, workers, capture) under ThreadSanitizer: the
 # integration suite, which fails on any report (a daemon's exit status is
-# then non-zero).
-SUITES=daemon TARGETS="daemon/aurald tools/aural" run_suite build-tsan "TSan build" -Db_sanitize=thread -Db_lundef=false
+# then non-zero), and the capture source's handoff with a fake device.
+SUITES="daemon mic" TARGETS="daemon/aurald tools/aural tests/test_mic" run_suite build-tsan "TSan build" -Db_sanitize=thread -Db_lundef=false
 
 echo "tests: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -1,0 +1,12 @@
+/* Controls of the fake PortAudio (fake_portaudio.c). */
+#ifndef AURAL_TESTS_FAKE_PORTAUDIO_H
+#define AURAL_TESTS_FAKE_PORTAUDIO_H
+
+#include <stdatomic.h>
+
+extern _Atomic int fake_pa_abort_ms;    /* callbacks go on this long */
+extern _Atomic int fake_pa_active;      /* what Pa_IsStreamActive says */
+extern _Atomic long fake_pa_callbacks;  /* callbacks so far */
+extern _Atomic int fake_pa_open_streams;
+
+#endif

@@ -1,0 +1,126 @@
+/*
+ * The capture source's handoff between PortAudio's thread and the loop
+ * (daemon/mic.c) against a fake PortAudio whose callbacks go on while the
+ * device closes: the device lost with callbacks still coming (they used to
+ * read the stream pointer the loop had just cleared), and a shutdown whose
+ * device takes longer to close than the daemon waits (the source used to be
+ * freed under the running callback). Run under ASan and TSan as well.
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "daemon.h"
+#include "fake_portaudio.h"
+
+typedef struct fixture {
+  uv_loop_t loop;
+  aurald_options opt;
+  server srv;
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  const char *data = getenv("AURAL_TEST_DATA");
+  static char model[512];
+  snprintf(model, sizeof model, "%s/encoder/tiny.safetensors",
+           data ? data : "tests/data");
+  f->opt = (aurald_options){
+      .model_path = model, .socket_path = "(test)", .chunk_frames = 50,
+      .n_threads = 1, .max_request_bytes = 1u << 20,
+      .max_message_bytes = 64u << 20, .max_clients = 4, .max_streams = 4,
+      .sub_hard_bytes = 16u << 20, .sub_soft_bytes = 4u << 20,
+      .sub_soft_s = 10.0, .hello_timeout_s = 10.0};
+  char why[640] = "";
+  assert_int_equal(uv_loop_init(&f->loop), 0);
+  if (server_setup(&f->srv, &f->opt, &f->loop, why, sizeof why) < 0 ||
+      workers_start(&f->srv, 1, why, sizeof why) < 0)
+    fail_msg("cannot start the server: %s", why);
+  atomic_store(&fake_pa_active, 1);
+  atomic_store(&fake_pa_abort_ms, 0);
+  *state = f;
+  return 0;
+}
+
+/* Runs the loop for about ms milliseconds. */
+static void spin(fixture *f, int ms) {
+  for (int i = 0; i < ms; i++) {
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+}
+
+static void wait_callbacks(long n) {
+  long until = atomic_load(&fake_pa_callbacks) + n;
+  for (int i = 0; i < 5000 && atomic_load(&fake_pa_callbacks) < until; i++)
+    usleep(1000);
+  assert_true(atomic_load(&fake_pa_callbacks) >= until);
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  server_close_handles(&f->srv);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  assert_int_equal(server_teardown(&f->srv), 0);
+  assert_int_equal(uv_loop_close(&f->loop), 0);
+  /* The closer thread lets go of the source once the device has closed. */
+  for (int i = 0; i < 5000 && atomic_load(&fake_pa_open_streams) > 0; i++)
+    usleep(1000);
+  assert_int_equal(atomic_load(&fake_pa_open_streams), 0);
+  usleep(20000); /* its last instructions after Pa_CloseStream */
+  free(f);
+  return 0;
+}
+
+/* The device stops while its callbacks go on for 200 ms more: the stream
+ * ends (device_lost) and is freed meanwhile, and the callbacks, each with
+ * an overrun to count, touch only the source. */
+static void test_device_lost_while_callbacks_go_on(void **state) {
+  fixture *f = *state;
+  char why[640] = "";
+  if (mic_start(&f->srv, NULL, why, sizeof why) < 0) fail_msg("%s", why);
+  wait_callbacks(20);
+  spin(f, 20);
+  assert_int_equal(f->srv.n_streams, 1);
+  atomic_store(&fake_pa_abort_ms, 200);
+  atomic_store(&fake_pa_active, 0);
+  mic_poll(&f->srv); /* ends the stream; the device closes on a thread */
+  for (int i = 0; i < 2000 && f->srv.n_streams > 0; i++) spin(f, 1);
+  assert_int_equal(f->srv.n_streams, 0);
+  wait_callbacks(50); /* still coming, with nobody's stream to count in */
+  mic_stop(&f->srv);
+}
+
+/* Shutdown with a device that takes 800 ms to close, longer than the
+ * daemon waits (0.5 s): the loop closes its handle and goes, and the
+ * callbacks that keep coming neither signal the closed handle nor touch
+ * freed memory. */
+static void test_shutdown_outlasts_a_slow_device(void **state) {
+  fixture *f = *state;
+  char why[640] = "";
+  if (mic_start(&f->srv, NULL, why, sizeof why) < 0) fail_msg("%s", why);
+  wait_callbacks(20);
+  spin(f, 20);
+  atomic_store(&fake_pa_abort_ms, 800);
+  mic_stop(&f->srv);
+  spin(f, 50);
+  wait_callbacks(50);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_device_lost_while_callbacks_go_on,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_shutdown_outlasts_a_slow_device,
+                                      setup, teardown),
+  };
+  aurald_log_level = LOG_ERROR;
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
