@@ -1,9 +1,10 @@
 /*
  * aural encode: an audio file in, a .npy of per-frame outputs out.
  *
- * The output appears only when everything succeeded: rows are streamed to
- * a temporary file beside OUT, which is renamed over OUT at the end and
- * removed on any failure or interruption.
+ * The output appears only when everything succeeded, through outfile.h:
+ * rows are streamed to a file without a name, which replaces OUT at the
+ * end (or is copied into OUT when that is a device or a FIFO) and is
+ * dropped on any failure or interruption.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -12,19 +13,18 @@
 #include <pthread.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <libgen.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <aural.h>
 
 #include "cli.h"
 #include "npy.h"
+#include "outfile.h"
 
 #define READ_FRAMES 4096
 
@@ -90,8 +90,7 @@ typedef struct encode_job {
   size_t chunk_frames;
   aural_model *model;
   aural_encoder *enc;
-  FILE *out;             /* the temporary output */
-  char *tmp_path;        /* its name, removed unless renamed */
+  outfile of;            /* the output, until it is committed */
   size_t n_rows, dim;    /* rows written, row width */
   int write_failed;
   float *chunk;          /* (chunk_frames, n_mels) features not yet encoded */
@@ -131,8 +130,8 @@ static int text_append(encode_job *job, const char *s) {
 
 /* Writes n rows of the current output kind. */
 static int emit_rows(encode_job *job, const float *rows, size_t n) {
-  if (job->out != NULL &&
-      fwrite(rows, sizeof *rows * job->dim, n, job->out) != n) {
+  if (job->of.f != NULL &&
+      fwrite(rows, sizeof *rows * job->dim, n, job->of.f) != n) {
     job->write_failed = errno ? errno : EIO;
     return AURAL_EIO;
   }
@@ -260,37 +259,6 @@ static void show(const encode_job *job) {
   }
 }
 
-/* Opens a temporary file in OUT's directory so the final rename is atomic. */
-static int open_tmp(encode_job *job) {
-  char *copy = strdup(job->out_path);
-  if (copy == NULL) return -ENOMEM;
-  const char *dir = dirname(copy);
-  int n = asprintf(&job->tmp_path, "%s/.aural-encode-XXXXXX", dir);
-  free(copy);
-  if (n < 0) {
-    job->tmp_path = NULL;
-    return -ENOMEM;
-  }
-  int fd = mkstemp(job->tmp_path);
-  if (fd < 0) {
-    int e = errno;
-    free(job->tmp_path);
-    job->tmp_path = NULL;
-    return -e;
-  }
-  /* mkstemp makes 0600; the output gets the usual 0666 less the umask. */
-  mode_t mask = umask(0);
-  umask(mask);
-  fchmod(fd, 0666 & ~mask);
-  job->out = fdopen(fd, "wb");
-  if (job->out == NULL) {
-    int e = errno;
-    close(fd);
-    return -e;
-  }
-  return 0;
-}
-
 /* Loads the model and creates the stream objects the output kind needs. */
 static int prepare(encode_job *job, aural_err *err) {
   int rc = 0;
@@ -359,13 +327,12 @@ static int run(encode_job *job) {
     goto fail;
   }
   if (job->out_path != NULL) {
-    rc = open_tmp(job);
-    if (rc < 0) {
-      snprintf(err.msg, sizeof err.msg, "%s: cannot create output: %s",
-               job->out_path, strerror(-rc));
+    if (outfile_open(&job->of, "aural encode", job->out_path, job->in_path,
+                     err.msg, sizeof err.msg) < 0) {
+      rc = AURAL_EIO;
       goto fail;
     }
-    if (job->kind != OUT_TEXT && npy_write_begin(job->out, job->dim) < 0)
+    if (job->kind != OUT_TEXT && npy_write_begin(job->of.f, job->dim) < 0)
       goto write_fail;
   }
 
@@ -390,29 +357,22 @@ static int run(encode_job *job) {
   draw_progress(job, 1);
   if (job->kind == OUT_TEXT && !job->quiet)
     printf("text: %s\n", job->text ? job->text : "");
-  if (job->out != NULL) {
+  if (job->of.f != NULL) {
     if (job->kind == OUT_TEXT) {
-      if (fprintf(job->out, "%s\n", job->text ? job->text : "") < 0)
+      if (fprintf(job->of.f, "%s\n", job->text ? job->text : "") < 0)
         goto write_fail;
-    } else if (npy_write_end(job->out, job->n_rows, job->dim) < 0) {
+    } else if (npy_write_end(job->of.f, job->n_rows, job->dim) < 0) {
       goto write_fail;
     }
-    FILE *out = job->out;
-    job->out = NULL;
-    if (fclose(out) != 0) goto write_fail;
     if (interrupted) {
       rc = -EINTR;
       snprintf(err.msg, sizeof err.msg, "interrupted; nothing written");
       goto fail;
     }
-    if (rename(job->tmp_path, job->out_path) != 0) {
-      rc = -errno;
-      snprintf(err.msg, sizeof err.msg, "%s: cannot create output: %s",
-               job->out_path, strerror(errno));
+    if (outfile_commit(&job->of, err.msg, sizeof err.msg) < 0) {
+      rc = AURAL_EIO;
       goto fail;
     }
-    free(job->tmp_path);
-    job->tmp_path = NULL;
   } else if (job->kind == OUT_TEXT && job->quiet) {
     printf("%s\n", job->text ? job->text : "");
   }
@@ -451,11 +411,7 @@ fail:
     fprintf(stderr, "aural encode: %s\n", err.msg);
 done:
   if (rate_hz > 0) af_seconds = (double)job->done_in / rate_hz;
-  if (job->out != NULL) fclose(job->out);
-  if (job->tmp_path != NULL) {
-    unlink(job->tmp_path);
-    free(job->tmp_path);
-  }
+  outfile_discard(&job->of);
   free(pcm);
   free(job->kept);
   free(job->chunk);
@@ -658,6 +614,7 @@ static int run_batch(encode_job *proto, char **args, int n_args,
     goto out;
   }
   proto->shared_model = 1;
+  int quiet = proto->quiet;
   proto->quiet = 1;
   proto->progress = 0;
   if (n_jobs > b.n) n_jobs = b.n;
@@ -671,7 +628,7 @@ static int run_batch(encode_job *proto, char **args, int n_args,
   if (started == 0) {
     fprintf(stderr, "aural encode: cannot start threads\n");
   } else {
-    int tty = isatty(STDERR_FILENO);
+    int tty = !quiet && isatty(STDERR_FILENO); /* the progress bar */
     for (;;) {
       pthread_mutex_lock(&b.mu);
       int finished = b.done == b.n || (interrupted && b.next == b.done);
@@ -685,11 +642,12 @@ static int run_batch(encode_job *proto, char **args, int n_args,
     double wall = cli_now_s() - t0;
     for (size_t i = 0; i < b.n; i++)
       if (b.errors[i]) fprintf(stderr, "aural encode: %s\n", b.errors[i]);
-    printf("%zu files (%zu failed%s), %.3f h of audio in %.1f s with %zu "
-           "threads: %.0fx real time, outputs in %s\n",
-           b.done - b.failed + b.failed, b.failed,
-           interrupted ? ", interrupted" : "", b.audio_done_s / 3600.0, wall,
-           started, wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
+    if (!quiet)
+      printf("%zu files (%zu failed%s), %.3f h of audio in %.1f s with "
+             "%zu threads: %.0fx real time, outputs in %s\n",
+             b.done, b.failed, interrupted ? ", interrupted" : "",
+             b.audio_done_s / 3600.0, wall, started,
+             wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
     rc = b.failed == 0 && !interrupted ? EXIT_OK : EXIT_FAIL;
   }
   free(threads);
