@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <aural.h>
@@ -27,6 +28,9 @@
 #include "outfile.h"
 
 #define READ_FRAMES 4096
+/* How long the open of a FIFO input may wait before the command says that
+ * it is waiting for a writer. */
+#define FIFO_NOTICE_MS 250
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
@@ -259,6 +263,57 @@ static void show(const encode_job *job) {
   }
 }
 
+/* The open of a FIFO input waits in open(2) until something opens the
+ * FIFO for writing, and aural_audiofile_open takes a path, so the wait
+ * cannot be avoided here. So that a command whose FIFO nobody writes to
+ * does not hang silently, this thread says what the command waits for
+ * once the open has taken FIFO_NOTICE_MS; the open's end cancels it. */
+typedef struct open_notice {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;         /* the open returned */
+  const char *path; /* the FIFO */
+} open_notice;
+
+static void *notice_after_delay(void *arg) {
+  open_notice *n = arg;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += FIFO_NOTICE_MS * 1000000L;
+  until.tv_sec += until.tv_nsec / 1000000000L;
+  until.tv_nsec %= 1000000000L;
+  pthread_mutex_lock(&n->mu);
+  int rc = 0;
+  while (!n->done && rc != ETIMEDOUT)
+    rc = pthread_cond_timedwait(&n->cv, &n->mu, &until);
+  if (!n->done)
+    fprintf(stderr, "aural encode: waiting for a writer on FIFO %s\n",
+            n->path);
+  pthread_mutex_unlock(&n->mu);
+  return NULL;
+}
+
+/* aural_audiofile_open, which says on stderr when it waits on a FIFO
+ * (even with -q: a silent hang is worse than a line on stderr). */
+static int open_input(const encode_job *job, aural_audiofile **af,
+                      aural_err *err) {
+  struct stat st;
+  if (stat(job->in_path, &st) != 0 || !S_ISFIFO(st.st_mode))
+    return aural_audiofile_open(job->in_path, af, err);
+  open_notice n = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                   .cv = PTHREAD_COND_INITIALIZER,
+                   .path = job->in_path};
+  pthread_t thread;
+  int started = pthread_create(&thread, NULL, notice_after_delay, &n) == 0;
+  int rc = aural_audiofile_open(job->in_path, af, err);
+  pthread_mutex_lock(&n.mu);
+  n.done = 1;
+  pthread_cond_signal(&n.cv);
+  pthread_mutex_unlock(&n.mu);
+  if (started) pthread_join(thread, NULL);
+  return rc;
+}
+
 /* Loads the model and creates the stream objects the output kind needs. */
 static int prepare(encode_job *job, aural_err *err) {
   int rc = 0;
@@ -304,7 +359,7 @@ static int run(encode_job *job) {
   float *pcm = NULL;
   int rc = prepare(job, &err);
   if (rc < 0) goto fail;
-  rc = aural_audiofile_open(job->in_path, &af, &err);
+  rc = open_input(job, &af, &err);
   if (rc < 0) goto fail;
   aural_audiofile_info info;
   aural_audiofile_get_info(af, &info);
