@@ -50,7 +50,10 @@ static void usage(FILE *to) {
           "  -m, --model PATH     model file (default: the bundled model,\n"
           "                       %s)\n"
           "  -o, --out PATH       output file; written only when the whole\n"
-          "                       input was processed (optional for text)\n"
+          "                       input was processed (optional for text):\n"
+          "                       a regular file is replaced atomically (a\n"
+          "                       symlink's target), a device or FIFO is\n"
+          "                       written into; never the input itself\n"
           "      --output KIND    what each row holds:\n"
           "                         embeddings  encoder output [n, d_model]\n"
           "                                     (default)\n"
@@ -95,6 +98,8 @@ typedef struct encode_job {
   aural_model *model;
   aural_encoder *enc;
   outfile of;            /* the output, until it is committed */
+  FILE *said;            /* reports: stdout, or stderr when the output
+                            goes to stdout (-o /dev/stdout) */
   size_t n_rows, dim;    /* rows written, row width */
   int write_failed;
   float *chunk;          /* (chunk_frames, n_mels) features not yet encoded */
@@ -176,18 +181,18 @@ static int flush_chunk(encode_job *job) {
   if (!job->quiet) {
     snprintf(line, sizeof line, "[%7.2f s] ",
              (double)(job->n_rows - n) * 0.01);
-    fputs(line, stdout);
+    fputs(line, job->said);
   }
   /* Tokens are separated by single spaces: phoneme tokens may be several
    * characters long, so plain concatenation would be ambiguous. */
   for (size_t i = 0; i < n_ids; i++) {
     const char *tok = aural_model_token(job->model, job->ids[i]);
     const char *sep = job->text_len > 0 ? " " : "";
-    if (!job->quiet) printf("%s%s", i > 0 ? " " : "", tok);
+    if (!job->quiet) fprintf(job->said, "%s%s", i > 0 ? " " : "", tok);
     if (text_append(job, sep) < 0 || text_append(job, tok) < 0)
       return AURAL_ENOMEM;
   }
-  if (!job->quiet) putchar('\n');
+  if (!job->quiet) fputc('\n', job->said);
   return 0;
 }
 
@@ -243,13 +248,14 @@ static void show(const encode_job *job) {
   free(sorted);
   size_t n_r = job->n_rows < rows ? job->n_rows : rows;
   size_t n_c = job->dim < cols ? job->dim : cols;
-  printf("%s (time down, %s across; ' ' <= %.2f, '@' >= %.2f):\n",
-         job->kind == OUT_FEATURES ? "log-mel energy" : kind_names[job->kind],
-         job->kind == OUT_FEATURES ? "low to high bands" : "dimensions",
-         (double)lo, (double)hi);
+  fprintf(job->said,
+          "%s (time down, %s across; ' ' <= %.2f, '@' >= %.2f):\n",
+          job->kind == OUT_FEATURES ? "log-mel energy" : kind_names[job->kind],
+          job->kind == OUT_FEATURES ? "low to high bands" : "dimensions",
+          (double)lo, (double)hi);
   for (size_t r = 0; r < n_r; r++) {
     size_t t0 = r * job->n_rows / n_r, t1 = (r + 1) * job->n_rows / n_r;
-    printf("%7.2f s |", (double)t0 * 0.01);
+    fprintf(job->said, "%7.2f s |", (double)t0 * 0.01);
     for (size_t c = 0; c < n_c; c++) {
       size_t m0 = c * job->dim / n_c, m1 = (c + 1) * job->dim / n_c;
       double sum = 0;
@@ -257,9 +263,9 @@ static void show(const encode_job *job) {
         for (size_t m = m0; m < m1; m++) sum += job->kept[t * job->dim + m];
       double v = sum / (double)((t1 - t0) * (m1 - m0));
       int k = hi > lo ? (int)((v - lo) / (hi - lo) * 10) : 0;
-      putchar(shades[k < 0 ? 0 : k > 9 ? 9 : k]);
+      fputc(shades[k < 0 ? 0 : k > 9 ? 9 : k], job->said);
     }
-    puts("|");
+    fputs("|\n", job->said);
   }
 }
 
@@ -357,6 +363,7 @@ static int run(encode_job *job) {
   aural_audiofile *af = NULL;
   aural_frontend *fe = NULL;
   float *pcm = NULL;
+  job->said = stdout;
   int rc = prepare(job, &err);
   if (rc < 0) goto fail;
   rc = open_input(job, &af, &err);
@@ -387,6 +394,7 @@ static int run(encode_job *job) {
       rc = AURAL_EIO;
       goto fail;
     }
+    if (job->of.is_stdout) job->said = stderr;
     if (job->kind != OUT_TEXT && npy_write_begin(job->of.f, job->dim) < 0)
       goto write_fail;
   }
@@ -411,7 +419,7 @@ static int run(encode_job *job) {
   if (rc < 0) goto push_fail;
   draw_progress(job, 1);
   if (job->kind == OUT_TEXT && !job->quiet)
-    printf("text: %s\n", job->text ? job->text : "");
+    fprintf(job->said, "text: %s\n", job->text ? job->text : "");
   if (job->of.f != NULL) {
     if (job->kind == OUT_TEXT) {
       if (fprintf(job->of.f, "%s\n", job->text ? job->text : "") < 0)
@@ -435,14 +443,15 @@ static int run(encode_job *job) {
   if (!job->quiet) {
     double secs = (double)job->done_in / info.rate_hz;
     double wall = cli_now_s() - job->t_start;
-    printf("%s: %.2f s of %.0f Hz, %d channel%s (%s)\n"
-           "  -> %zu frames x %zu %s in %.1f ms (%.0fx real time)%s%s\n",
-           job->in_path, secs, info.rate_hz, info.n_channels,
-           info.n_channels == 1 ? "" : "s", info.format, job->n_rows,
-           job->kind == OUT_TEXT ? (size_t)1 : job->dim,
-           kind_names[job->kind], wall * 1e3, wall > 0 ? secs / wall : 0.0,
-           job->out_path ? ", written to " : "",
-           job->out_path ? job->out_path : "");
+    fprintf(job->said,
+            "%s: %.2f s of %.0f Hz, %d channel%s (%s)\n"
+            "  -> %zu frames x %zu %s in %.1f ms (%.0fx real time)%s%s\n",
+            job->in_path, secs, info.rate_hz, info.n_channels,
+            info.n_channels == 1 ? "" : "s", info.format, job->n_rows,
+            job->kind == OUT_TEXT ? (size_t)1 : job->dim,
+            kind_names[job->kind], wall * 1e3, wall > 0 ? secs / wall : 0.0,
+            job->out_path ? ", written to " : "",
+            job->out_path ? job->out_path : "");
   }
   if (job->show && job->kind != OUT_TEXT) show(job);
   fflush(stdout);

@@ -75,7 +75,8 @@ static int no_tmpfile(int e) {
  * directory, or named where that cannot be. */
 static int open_replacement(outfile *o, char *err, size_t err_len) {
   char *dir = dir_of(o->target);
-  if (dir == NULL) return fail(o, err, err_len, "%s: out of memory", o->path);
+  if (dir == NULL)
+    return fail(o, err, err_len, "%s: out of memory", o->path);
   /* The output gets the usual 0666 less the umask. */
   int fd = open_unnamed(dir, 0666);
   if (fd >= 0) {
@@ -158,7 +159,8 @@ int outfile_open(outfile *o, const char *prog, const char *path,
                  const char *input, char *err, size_t err_len) {
   memset(o, 0, sizeof *o);
   o->path = strdup(path);
-  if (o->path == NULL) return fail(o, err, err_len, "%s: out of memory", path);
+  if (o->path == NULL)
+    return fail(o, err, err_len, "%s: out of memory", path);
   struct stat lst, st;
   if (lstat(path, &lst) != 0) {
     if (errno != ENOENT)
@@ -166,7 +168,8 @@ int outfile_open(outfile *o, const char *prog, const char *path,
                   strerror(errno));
     /* Nothing there yet: a new regular file. */
     o->target = strdup(path);
-    if (o->target == NULL) return fail(o, err, err_len, "%s: out of memory", path);
+    if (o->target == NULL)
+      return fail(o, err, err_len, "%s: out of memory", path);
     return open_replacement(o, err, err_len);
   }
   if (stat(path, &st) != 0) {
@@ -176,6 +179,9 @@ int outfile_open(outfile *o, const char *prog, const char *path,
     return fail(o, err, err_len, "%s: cannot create output: %s", path,
                 strerror(errno));
   }
+  struct stat out_st;
+  o->is_stdout = fstat(STDOUT_FILENO, &out_st) == 0 &&
+                 out_st.st_dev == st.st_dev && out_st.st_ino == st.st_ino;
   struct stat in_st;
   if (input != NULL && stat(input, &in_st) == 0 &&
       in_st.st_dev == st.st_dev && in_st.st_ino == st.st_ino) {

@@ -35,6 +35,8 @@ typedef struct outfile {
   char *tmp_path; /* a named temporary file (no O_TMPFILE here), or NULL */
   int dest_fd;    /* the device or FIFO written at the commit ... */
   int has_dest;   /* ... when this is 1 (a zeroed outfile holds no fd) */
+  int is_stdout;  /* PATH is what standard output writes to (-o
+                     /dev/stdout): reports had better go to stderr */
 } outfile;
 
 /* Checks PATH and opens o->f for the whole output. input (or NULL) is the
