@@ -28,7 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,8 +95,14 @@ static int open_replacement(outfile *o, char *err, size_t err_len) {
       o->tmp_path = NULL;
       errno = ENOMEM;
     } else if ((fd = mkstemp(o->tmp_path)) >= 0) {
+      /* mkstemp makes 0600. Reading the umask means setting it for a
+       * moment; the lock keeps another job's thread from doing the same
+       * meanwhile (and keeping 0). */
+      static pthread_mutex_t umask_lock = PTHREAD_MUTEX_INITIALIZER;
+      pthread_mutex_lock(&umask_lock);
       mode_t mask = umask(0);
       umask(mask);
+      pthread_mutex_unlock(&umask_lock);
       fchmod(fd, 0666 & ~mask);
     }
   }
@@ -158,6 +164,8 @@ static int open_device(outfile *o, const char *prog, const struct stat *st,
 int outfile_open(outfile *o, const char *prog, const char *path,
                  const char *input, char *err, size_t err_len) {
   memset(o, 0, sizeof *o);
+  if (path[0] == '\0')
+    return fail(o, err, err_len, "-o: the output path is empty");
   o->path = strdup(path);
   if (o->path == NULL)
     return fail(o, err, err_len, "%s: out of memory", path);
