@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -455,18 +456,40 @@ static void test_output_is_directory(void **state) {
   closedir(d);
 }
 
-/* Ctrl-C while the tool is reading: it must exit 130 and leave nothing.
- * The input is a FIFO, so the test decides when the input ends. */
-static void test_sigint_leaves_nothing(void **state) {
-  fixture *fx = *state;
-  char in[PATH_BYTES], out[PATH_BYTES];
-  input_path(in, fx, "live.wav");
-  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
-  assert_int_equal(mkfifo(in, 0600), 0);
-  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+/* Waits (up to 10 s) until process pid has a file in dir open: how a test
+ * knows the tool is writing its output, whether or not that file has a
+ * name. Returns 1 if it saw one. */
+static int wait_open_in(pid_t pid, const char *dir) {
+  char fd_dir[64], prefix[PATH_BYTES];
+  snprintf(fd_dir, sizeof fd_dir, "/proc/%d/fd", (int)pid);
+  snprintf(prefix, sizeof prefix, "%s/", dir);
+  for (int i = 0; i < 1000; i++) {
+    DIR *d = opendir(fd_dir);
+    if (d == NULL) return 0; /* the process is gone */
+    int seen = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL && !seen;) {
+      char link[PATH_BYTES + 64], target[PATH_BYTES];
+      snprintf(link, sizeof link, "%s/%s", fd_dir, e->d_name);
+      ssize_t n = readlink(link, target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = '\0';
+      seen = strncmp(target, prefix, strlen(prefix)) == 0;
+    }
+    closedir(d);
+    if (seen) return 1;
+    sleep_ms(10);
+  }
+  return 0;
+}
 
-  const char *args[] = {"encode", "-q", "-o", out, in, NULL};
-  pid_t pid = spawn_aural(fx, args);
+/* Starts `aural ARGS` reading the FIFO in, writes a WAV header of unknown
+ * length and 0.5 s of audio into it and waits until the tool has a file
+ * in the output directory open. Returns the writing end of the FIFO (the
+ * tool waits for more audio); *busy tells whether the output was seen. */
+static int start_live_encode(fixture *fx, const char *in,
+                             const char *const *args, pid_t *pid, int *busy) {
+  assert_int_equal(mkfifo(in, 0600), 0);
+  *pid = spawn_aural(fx, args);
   /* A non-blocking open for writing succeeds once the tool has the FIFO
    * open for reading, which it does after installing its handlers. */
   int fd = -1;
@@ -478,8 +501,8 @@ static void test_sigint_leaves_nothing(void **state) {
     }
   }
   if (fd < 0) {
-    kill(pid, SIGKILL);
-    wait_aural(fx, pid);
+    kill(*pid, SIGKILL);
+    wait_aural(fx, *pid);
     fail_msg("aural never opened %s", in);
   }
   assert_int_equal(fcntl(fd, F_SETFL, 0), 0);
@@ -491,21 +514,27 @@ static void test_sigint_leaves_nothing(void **state) {
   wav_header(b, WAV_PCM, 1, 16000, 16, 0xFFFFFFFFu);
   fill_pcm16(b + 44, N_FRAMES);
   assert_int_equal(write(fd, b, 44 + 2 * N_FRAMES), 44 + 2 * N_FRAMES);
+  free(b);
+  *busy = wait_open_in(*pid, fx->out_dir);
+  return fd;
+}
 
-  /* Wait until the temporary output exists: the tool is encoding. */
-  int busy = 0;
-  for (int i = 0; i < 1000 && !busy; i++) {
-    DIR *d = opendir(fx->out_dir);
-    assert_non_null(d);
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-      busy |= strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0;
-    closedir(d);
-    if (!busy) sleep_ms(10);
-  }
+/* Ctrl-C while the tool is reading: it must exit 130 and leave nothing.
+ * The input is a FIFO, so the test decides when the input ends. */
+static void test_sigint_leaves_nothing(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES];
+  input_path(in, fx, "live.wav");
+  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+  const char *args[] = {"encode", "-q", "-o", out, in, NULL};
+  pid_t pid;
+  int busy;
+  int fd = start_live_encode(fx, in, args, &pid, &busy);
   assert_int_equal(kill(pid, SIGINT), 0);
   /* More audio, then the end, so a tool blocked in read() wakes up. */
-  assert_int_equal(write(fd, b + 44, 200), 200);
-  free(b);
+  uint8_t more[200] = {0};
+  assert_int_equal(write(fd, more, sizeof more), (ssize_t)sizeof more);
   close(fd);
 
   int status = wait_aural(fx, pid);
@@ -703,6 +732,249 @@ static void test_encode_bad_model(void **state) {
                    2);
 }
 
+/* ---- Where -o writes: never over what it should not replace. ---- */
+
+/* Copies the test recording to dir/name (the tests below must never risk
+ * the shared test data) and returns its bytes. */
+static char *copy_speech(const char *path, size_t *len) {
+  char *bytes = slurp(test_data_path("fbank/speech.wav"), len);
+  test_write_file(path, bytes, *len);
+  return bytes;
+}
+
+static void assert_same_bytes(const char *path, const char *want,
+                              size_t want_len) {
+  size_t len;
+  char *got = slurp(path, &len);
+  assert_int_equal(len, want_len);
+  assert_memory_equal(got, want, len);
+  free(got);
+}
+
+/* -o naming the input (directly, through a symbolic link, or as a hard
+ * link) is refused before anything is written: the input stays as it
+ * was, byte for byte. */
+static void test_output_is_input_refused(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], sym[PATH_BYTES], hard[PATH_BYTES];
+  input_path(in, fx, "speech.wav");
+  size_t len;
+  char *want = copy_speech(in, &len);
+
+  int status = run_aural(fx, "encode", "-q", "-o", in, in, NULL);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 1);
+  assert_contains(fx->err, in);
+  assert_contains(fx->err, "is the input");
+  assert_same_bytes(in, want, len);
+
+  snprintf(sym, sizeof sym, "%s/speech.npy", fx->out_dir);
+  assert_int_equal(symlink(in, sym), 0);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", sym, in, NULL), 1);
+  assert_contains(fx->err, "is the input");
+  assert_same_bytes(in, want, len);
+
+  snprintf(hard, sizeof hard, "%s/hard.wav", fx->in_dir);
+  assert_int_equal(link(in, hard), 0);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", hard, in, NULL), 1);
+  assert_contains(fx->err, "is the input");
+  assert_same_bytes(in, want, len);
+  free(want);
+}
+
+/* -o through a symbolic link to a regular file writes the file it points
+ * to and leaves the link a link; a link to nothing or to a directory is
+ * refused. */
+static void test_output_symlink_kept(void **state) {
+  fixture *fx = *state;
+  char real[PATH_BYTES], link[PATH_BYTES], dangling[PATH_BYTES],
+      to_dir[PATH_BYTES];
+  const char *in = test_data_path("fbank/speech.wav");
+  snprintf(real, sizeof real, "%s/run1.npy", fx->out_dir);
+  snprintf(link, sizeof link, "%s/latest.npy", fx->out_dir);
+  test_write_file(real, "old", 3);
+  assert_int_equal(symlink("run1.npy", link), 0);
+
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", link, in, NULL), 0);
+  struct stat st;
+  assert_int_equal(lstat(link, &st), 0);
+  assert_true(S_ISLNK(st.st_mode));
+  char target[PATH_BYTES];
+  ssize_t n = readlink(link, target, sizeof target - 1);
+  assert_int_equal(n, 8);
+  target[n] = '\0';
+  assert_string_equal(target, "run1.npy");
+  float *rows;
+  size_t n_rows, n_cols;
+  char msg[PATH_BYTES + 64];
+  assert_int_equal(npy_read_f32(real, &rows, &n_rows, &n_cols, msg,
+                                sizeof msg), 0);
+  assert_int_equal(n_rows, 108);
+  free(rows);
+
+  snprintf(dangling, sizeof dangling, "%s/dangling.npy", fx->out_dir);
+  assert_int_equal(symlink("nowhere.npy", dangling), 0);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", dangling, in, NULL),
+                   1);
+  assert_contains(fx->err, dangling);
+  assert_contains(fx->err, "link to nothing");
+  assert_int_equal(lstat(dangling, &st), 0);
+  assert_true(S_ISLNK(st.st_mode));
+
+  snprintf(to_dir, sizeof to_dir, "%s/dir.npy", fx->out_dir);
+  assert_int_equal(symlink(fx->in_dir, to_dir), 0);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", to_dir, in, NULL), 1);
+  assert_contains(fx->err, "directory");
+  assert_int_equal(lstat(to_dir, &st), 0);
+  assert_true(S_ISLNK(st.st_mode));
+  assert_int_equal(lstat(dangling, &st), 0);
+  assert_true(S_ISLNK(st.st_mode));
+}
+
+/* -o a FIFO: the .npy goes through it to its reader, and the FIFO stays.
+ * The reader opens first (non-blocking) and reads after the tool is done:
+ * the output (14 KiB) fits in the pipe's buffer. */
+static void test_output_fifo_written_through(void **state) {
+  fixture *fx = *state;
+  char fifo[PATH_BYTES], file[PATH_BYTES];
+  const char *in = test_data_path("fbank/speech.wav");
+  snprintf(fifo, sizeof fifo, "%s/pipe.npy", fx->out_dir);
+  snprintf(file, sizeof file, "%s/file.npy", fx->out_dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  int rd = open(fifo, O_RDONLY | O_NONBLOCK);
+  assert_true(rd >= 0);
+
+  int status = run_aural(fx, "encode", "-q", "-o", fifo, in, NULL);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 0);
+  struct stat st;
+  assert_int_equal(lstat(fifo, &st), 0);
+  assert_true(S_ISFIFO(st.st_mode));
+
+  char *got = malloc(65536);
+  assert_non_null(got);
+  size_t len = 0;
+  ssize_t n;
+  while ((n = read(rd, got + len, 65536 - len)) > 0) len += (size_t)n;
+  close(rd);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", file, in, NULL), 0);
+  assert_same_bytes(file, got, len);
+  assert_int_equal(len, NPY_HEADER_BYTES + 108 * 32 * 4);
+  free(got);
+}
+
+/* -o a character device (a /dev/null made here: the real one must not be
+ * at stake) writes to the device, which stays a device. */
+static void test_output_char_device_written_through(void **state) {
+  fixture *fx = *state;
+  char null[PATH_BYTES];
+  snprintf(null, sizeof null, "%s/null", fx->out_dir);
+  if (mknod(null, S_IFCHR | 0666, makedev(1, 3)) < 0) {
+    print_message("    mknod: %s (not root?)\n", strerror(errno));
+    skip();
+  }
+  int status = run_aural(fx, "encode", "-q", "-o", null,
+                         test_data_path("fbank/speech.wav"), NULL);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 0);
+  struct stat st;
+  assert_int_equal(lstat(null, &st), 0);
+  assert_true(S_ISCHR(st.st_mode));
+  assert_true(st.st_rdev == (dev_t)makedev(1, 3));
+  assert_dir_holds(fx->out_dir, "null");
+}
+
+/* kill -9 while -o is being written leaves nothing in the directory: the
+ * output is written to a file without a name until it is complete. */
+static void test_kill9_leaves_no_temp_file(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES];
+  input_path(in, fx, "live.wav");
+  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
+  const char *args[] = {"encode", "-q", "-o", out, in, NULL};
+  pid_t pid;
+  int busy;
+  int fd = start_live_encode(fx, in, args, &pid, &busy);
+  assert_int_equal(kill(pid, SIGKILL), 0);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  close(fd);
+  assert_true(busy);
+  assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
+/* A FIFO input without a writer: the tool says what it waits for (even
+ * with -q: a silent hang is what it must not do), then reads the audio
+ * once a writer comes. */
+static void test_encode_fifo_says_it_waits(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES], err_path[PATH_BYTES];
+  input_path(in, fx, "later.wav");
+  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
+  snprintf(err_path, sizeof err_path, "%s/stderr.txt", fx->root);
+  assert_int_equal(mkfifo(in, 0600), 0);
+  const char *args[] = {"encode", "-q", "-o", out, in, NULL};
+  pid_t pid = spawn_aural(fx, args);
+  int said = 0;
+  for (int i = 0; i < 200 && !said; i++) {
+    sleep_ms(10);
+    char *err = read_text(err_path);
+    said = strstr(err, "waiting for a writer") != NULL;
+    free(err);
+  }
+  size_t len;
+  char *wav = slurp(test_data_path("fbank/speech.wav"), &len);
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+  int fd = open(in, O_WRONLY); /* the tool is waiting in its open */
+  assert_true(fd >= 0);
+  ssize_t wrote = write(fd, wav, len);
+  close(fd);
+  signal(SIGPIPE, old_pipe);
+  free(wav);
+  int status = wait_aural(fx, pid);
+  print_message("    exit %d: %s", status, fx->err);
+  if (!said) fail_msg("nothing on stderr within 2 s: '%s'", fx->err);
+  assert_int_equal(wrote, (ssize_t)len);
+  assert_contains(fx->err, "waiting for a writer on FIFO");
+  assert_contains(fx->err, in);
+  assert_int_equal(status, 0);
+  assert_dir_holds(fx->out_dir, "out.npy");
+}
+
+/* -q with several inputs (-j) prints nothing at all, like -q with one. */
+static void test_encode_batch_quiet(void **state) {
+  fixture *fx = *state;
+  char a[PATH_BYTES], b[PATH_BYTES], out[PATH_BYTES];
+  size_t len;
+  input_path(a, fx, "a.wav");
+  input_path(b, fx, "b.wav");
+  free(copy_speech(a, &len));
+  free(copy_speech(b, &len));
+  snprintf(out, sizeof out, "%s/batch", fx->out_dir);
+  assert_int_equal(run_aural(fx, "encode", "-j", "2", "-q", "-o", out, a, b,
+                             NULL),
+                   0);
+  assert_string_equal(fx->out, "");
+  assert_string_equal(fx->err, "");
+  struct stat st;
+  assert_int_equal(stat(test_join(out, "a.npy"), &st), 0);
+  assert_int_equal(stat(test_join(out, "b.npy"), &st), 0);
+}
+
+/* aural sub checks -o before it connects: a directory is refused at once
+ * (and not after a whole stream was received). */
+static void test_sub_output_checked_first(void **state) {
+  fixture *fx = *state;
+  char sock[PATH_BYTES];
+  snprintf(sock, sizeof sock, "%s/no.sock", fx->root);
+  assert_int_equal(run_aural(fx, "sub", "-s", sock, "--stream", "x", "-o",
+                             fx->out_dir, NULL),
+                   1);
+  assert_contains(fx->err, fx->out_dir);
+  assert_contains(fx->err, "is a directory");
+}
+
 static void test_info(void **state) {
   fixture *fx = *state;
   assert_int_equal(run_aural(fx, "info", NULL), 0);
@@ -771,6 +1043,14 @@ int main(void) {
       T(test_encode_text_prints_chunks),
       T(test_encode_bad_model),
       T(test_info),
+      T(test_output_is_input_refused),
+      T(test_output_symlink_kept),
+      T(test_output_fifo_written_through),
+      T(test_output_char_device_written_through),
+      T(test_kill9_leaves_no_temp_file),
+      T(test_encode_fifo_says_it_waits),
+      T(test_encode_batch_quiet),
+      T(test_sub_output_checked_first),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,9 +1,10 @@
 /*
  * aural encode: an audio file in, a .npy of per-frame outputs out.
  *
- * The output appears only when everything succeeded: rows are streamed to
- * a temporary file beside OUT, which is renamed over OUT at the end and
- * removed on any failure or interruption.
+ * The output appears only when everything succeeded, through outfile.h:
+ * rows are streamed to a file without a name, which replaces OUT at the
+ * end (or is copied into OUT when that is a device or a FIFO) and is
+ * dropped on any failure or interruption.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -12,21 +13,24 @@
 #include <pthread.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <libgen.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <aural.h>
 
 #include "cli.h"
 #include "npy.h"
+#include "outfile.h"
 
 #define READ_FRAMES 4096
+/* How long the open of a FIFO input may wait before the command says that
+ * it is waiting for a writer. */
+#define FIFO_NOTICE_MS 250
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
@@ -46,7 +50,10 @@ static void usage(FILE *to) {
           "  -m, --model PATH     model file (default: the bundled model,\n"
           "                       %s)\n"
           "  -o, --out PATH       output file; written only when the whole\n"
-          "                       input was processed (optional for text)\n"
+          "                       input was processed (optional for text):\n"
+          "                       a regular file is replaced atomically (a\n"
+          "                       symlink's target), a device or FIFO is\n"
+          "                       written into; never the input itself\n"
           "      --output KIND    what each row holds:\n"
           "                         embeddings  encoder output [n, d_model]\n"
           "                                     (default)\n"
@@ -90,8 +97,9 @@ typedef struct encode_job {
   size_t chunk_frames;
   aural_model *model;
   aural_encoder *enc;
-  FILE *out;             /* the temporary output */
-  char *tmp_path;        /* its name, removed unless renamed */
+  outfile of;            /* the output, until it is committed */
+  FILE *said;            /* reports: stdout, or stderr when the output
+                            goes to stdout (-o /dev/stdout) */
   size_t n_rows, dim;    /* rows written, row width */
   int write_failed;
   float *chunk;          /* (chunk_frames, n_mels) features not yet encoded */
@@ -131,8 +139,8 @@ static int text_append(encode_job *job, const char *s) {
 
 /* Writes n rows of the current output kind. */
 static int emit_rows(encode_job *job, const float *rows, size_t n) {
-  if (job->out != NULL &&
-      fwrite(rows, sizeof *rows * job->dim, n, job->out) != n) {
+  if (job->of.f != NULL &&
+      fwrite(rows, sizeof *rows * job->dim, n, job->of.f) != n) {
     job->write_failed = errno ? errno : EIO;
     return AURAL_EIO;
   }
@@ -173,18 +181,18 @@ static int flush_chunk(encode_job *job) {
   if (!job->quiet) {
     snprintf(line, sizeof line, "[%7.2f s] ",
              (double)(job->n_rows - n) * 0.01);
-    fputs(line, stdout);
+    fputs(line, job->said);
   }
   /* Tokens are separated by single spaces: phoneme tokens may be several
    * characters long, so plain concatenation would be ambiguous. */
   for (size_t i = 0; i < n_ids; i++) {
     const char *tok = aural_model_token(job->model, job->ids[i]);
     const char *sep = job->text_len > 0 ? " " : "";
-    if (!job->quiet) printf("%s%s", i > 0 ? " " : "", tok);
+    if (!job->quiet) fprintf(job->said, "%s%s", i > 0 ? " " : "", tok);
     if (text_append(job, sep) < 0 || text_append(job, tok) < 0)
       return AURAL_ENOMEM;
   }
-  if (!job->quiet) putchar('\n');
+  if (!job->quiet) fputc('\n', job->said);
   return 0;
 }
 
@@ -240,13 +248,14 @@ static void show(const encode_job *job) {
   free(sorted);
   size_t n_r = job->n_rows < rows ? job->n_rows : rows;
   size_t n_c = job->dim < cols ? job->dim : cols;
-  printf("%s (time down, %s across; ' ' <= %.2f, '@' >= %.2f):\n",
-         job->kind == OUT_FEATURES ? "log-mel energy" : kind_names[job->kind],
-         job->kind == OUT_FEATURES ? "low to high bands" : "dimensions",
-         (double)lo, (double)hi);
+  fprintf(job->said,
+          "%s (time down, %s across; ' ' <= %.2f, '@' >= %.2f):\n",
+          job->kind == OUT_FEATURES ? "log-mel energy" : kind_names[job->kind],
+          job->kind == OUT_FEATURES ? "low to high bands" : "dimensions",
+          (double)lo, (double)hi);
   for (size_t r = 0; r < n_r; r++) {
     size_t t0 = r * job->n_rows / n_r, t1 = (r + 1) * job->n_rows / n_r;
-    printf("%7.2f s |", (double)t0 * 0.01);
+    fprintf(job->said, "%7.2f s |", (double)t0 * 0.01);
     for (size_t c = 0; c < n_c; c++) {
       size_t m0 = c * job->dim / n_c, m1 = (c + 1) * job->dim / n_c;
       double sum = 0;
@@ -254,41 +263,61 @@ static void show(const encode_job *job) {
         for (size_t m = m0; m < m1; m++) sum += job->kept[t * job->dim + m];
       double v = sum / (double)((t1 - t0) * (m1 - m0));
       int k = hi > lo ? (int)((v - lo) / (hi - lo) * 10) : 0;
-      putchar(shades[k < 0 ? 0 : k > 9 ? 9 : k]);
+      fputc(shades[k < 0 ? 0 : k > 9 ? 9 : k], job->said);
     }
-    puts("|");
+    fputs("|\n", job->said);
   }
 }
 
-/* Opens a temporary file in OUT's directory so the final rename is atomic. */
-static int open_tmp(encode_job *job) {
-  char *copy = strdup(job->out_path);
-  if (copy == NULL) return -ENOMEM;
-  const char *dir = dirname(copy);
-  int n = asprintf(&job->tmp_path, "%s/.aural-encode-XXXXXX", dir);
-  free(copy);
-  if (n < 0) {
-    job->tmp_path = NULL;
-    return -ENOMEM;
-  }
-  int fd = mkstemp(job->tmp_path);
-  if (fd < 0) {
-    int e = errno;
-    free(job->tmp_path);
-    job->tmp_path = NULL;
-    return -e;
-  }
-  /* mkstemp makes 0600; the output gets the usual 0666 less the umask. */
-  mode_t mask = umask(0);
-  umask(mask);
-  fchmod(fd, 0666 & ~mask);
-  job->out = fdopen(fd, "wb");
-  if (job->out == NULL) {
-    int e = errno;
-    close(fd);
-    return -e;
-  }
-  return 0;
+/* The open of a FIFO input waits in open(2) until something opens the
+ * FIFO for writing, and aural_audiofile_open takes a path, so the wait
+ * cannot be avoided here. So that a command whose FIFO nobody writes to
+ * does not hang silently, this thread says what the command waits for
+ * once the open has taken FIFO_NOTICE_MS; the open's end cancels it. */
+typedef struct open_notice {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;         /* the open returned */
+  const char *path; /* the FIFO */
+} open_notice;
+
+static void *notice_after_delay(void *arg) {
+  open_notice *n = arg;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += FIFO_NOTICE_MS * 1000000L;
+  until.tv_sec += until.tv_nsec / 1000000000L;
+  until.tv_nsec %= 1000000000L;
+  pthread_mutex_lock(&n->mu);
+  int rc = 0;
+  while (!n->done && rc != ETIMEDOUT)
+    rc = pthread_cond_timedwait(&n->cv, &n->mu, &until);
+  if (!n->done)
+    fprintf(stderr, "aural encode: waiting for a writer on FIFO %s\n",
+            n->path);
+  pthread_mutex_unlock(&n->mu);
+  return NULL;
+}
+
+/* aural_audiofile_open, which says on stderr when it waits on a FIFO
+ * (even with -q: a silent hang is worse than a line on stderr). */
+static int open_input(const encode_job *job, aural_audiofile **af,
+                      aural_err *err) {
+  struct stat st;
+  if (stat(job->in_path, &st) != 0 || !S_ISFIFO(st.st_mode))
+    return aural_audiofile_open(job->in_path, af, err);
+  open_notice n = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                   .cv = PTHREAD_COND_INITIALIZER,
+                   .path = job->in_path};
+  pthread_t thread;
+  int started = pthread_create(&thread, NULL, notice_after_delay, &n) == 0;
+  int rc = aural_audiofile_open(job->in_path, af, err);
+  pthread_mutex_lock(&n.mu);
+  n.done = 1;
+  pthread_cond_signal(&n.cv);
+  pthread_mutex_unlock(&n.mu);
+  if (started) pthread_join(thread, NULL);
+  return rc;
 }
 
 /* Loads the model and creates the stream objects the output kind needs. */
@@ -334,9 +363,10 @@ static int run(encode_job *job) {
   aural_audiofile *af = NULL;
   aural_frontend *fe = NULL;
   float *pcm = NULL;
+  job->said = stdout;
   int rc = prepare(job, &err);
   if (rc < 0) goto fail;
-  rc = aural_audiofile_open(job->in_path, &af, &err);
+  rc = open_input(job, &af, &err);
   if (rc < 0) goto fail;
   aural_audiofile_info info;
   aural_audiofile_get_info(af, &info);
@@ -359,13 +389,13 @@ static int run(encode_job *job) {
     goto fail;
   }
   if (job->out_path != NULL) {
-    rc = open_tmp(job);
-    if (rc < 0) {
-      snprintf(err.msg, sizeof err.msg, "%s: cannot create output: %s",
-               job->out_path, strerror(-rc));
+    if (outfile_open(&job->of, "aural encode", job->out_path, job->in_path,
+                     err.msg, sizeof err.msg) < 0) {
+      rc = AURAL_EIO;
       goto fail;
     }
-    if (job->kind != OUT_TEXT && npy_write_begin(job->out, job->dim) < 0)
+    if (job->of.is_stdout) job->said = stderr;
+    if (job->kind != OUT_TEXT && npy_write_begin(job->of.f, job->dim) < 0)
       goto write_fail;
   }
 
@@ -389,30 +419,23 @@ static int run(encode_job *job) {
   if (rc < 0) goto push_fail;
   draw_progress(job, 1);
   if (job->kind == OUT_TEXT && !job->quiet)
-    printf("text: %s\n", job->text ? job->text : "");
-  if (job->out != NULL) {
+    fprintf(job->said, "text: %s\n", job->text ? job->text : "");
+  if (job->of.f != NULL) {
     if (job->kind == OUT_TEXT) {
-      if (fprintf(job->out, "%s\n", job->text ? job->text : "") < 0)
+      if (fprintf(job->of.f, "%s\n", job->text ? job->text : "") < 0)
         goto write_fail;
-    } else if (npy_write_end(job->out, job->n_rows, job->dim) < 0) {
+    } else if (npy_write_end(job->of.f, job->n_rows, job->dim) < 0) {
       goto write_fail;
     }
-    FILE *out = job->out;
-    job->out = NULL;
-    if (fclose(out) != 0) goto write_fail;
     if (interrupted) {
       rc = -EINTR;
       snprintf(err.msg, sizeof err.msg, "interrupted; nothing written");
       goto fail;
     }
-    if (rename(job->tmp_path, job->out_path) != 0) {
-      rc = -errno;
-      snprintf(err.msg, sizeof err.msg, "%s: cannot create output: %s",
-               job->out_path, strerror(errno));
+    if (outfile_commit(&job->of, err.msg, sizeof err.msg) < 0) {
+      rc = AURAL_EIO;
       goto fail;
     }
-    free(job->tmp_path);
-    job->tmp_path = NULL;
   } else if (job->kind == OUT_TEXT && job->quiet) {
     printf("%s\n", job->text ? job->text : "");
   }
@@ -420,14 +443,15 @@ static int run(encode_job *job) {
   if (!job->quiet) {
     double secs = (double)job->done_in / info.rate_hz;
     double wall = cli_now_s() - job->t_start;
-    printf("%s: %.2f s of %.0f Hz, %d channel%s (%s)\n"
-           "  -> %zu frames x %zu %s in %.1f ms (%.0fx real time)%s%s\n",
-           job->in_path, secs, info.rate_hz, info.n_channels,
-           info.n_channels == 1 ? "" : "s", info.format, job->n_rows,
-           job->kind == OUT_TEXT ? (size_t)1 : job->dim,
-           kind_names[job->kind], wall * 1e3, wall > 0 ? secs / wall : 0.0,
-           job->out_path ? ", written to " : "",
-           job->out_path ? job->out_path : "");
+    fprintf(job->said,
+            "%s: %.2f s of %.0f Hz, %d channel%s (%s)\n"
+            "  -> %zu frames x %zu %s in %.1f ms (%.0fx real time)%s%s\n",
+            job->in_path, secs, info.rate_hz, info.n_channels,
+            info.n_channels == 1 ? "" : "s", info.format, job->n_rows,
+            job->kind == OUT_TEXT ? (size_t)1 : job->dim,
+            kind_names[job->kind], wall * 1e3, wall > 0 ? secs / wall : 0.0,
+            job->out_path ? ", written to " : "",
+            job->out_path ? job->out_path : "");
   }
   if (job->show && job->kind != OUT_TEXT) show(job);
   fflush(stdout);
@@ -451,11 +475,7 @@ fail:
     fprintf(stderr, "aural encode: %s\n", err.msg);
 done:
   if (rate_hz > 0) af_seconds = (double)job->done_in / rate_hz;
-  if (job->out != NULL) fclose(job->out);
-  if (job->tmp_path != NULL) {
-    unlink(job->tmp_path);
-    free(job->tmp_path);
-  }
+  outfile_discard(&job->of);
   free(pcm);
   free(job->kept);
   free(job->chunk);
@@ -658,6 +678,7 @@ static int run_batch(encode_job *proto, char **args, int n_args,
     goto out;
   }
   proto->shared_model = 1;
+  int quiet = proto->quiet;
   proto->quiet = 1;
   proto->progress = 0;
   if (n_jobs > b.n) n_jobs = b.n;
@@ -671,7 +692,7 @@ static int run_batch(encode_job *proto, char **args, int n_args,
   if (started == 0) {
     fprintf(stderr, "aural encode: cannot start threads\n");
   } else {
-    int tty = isatty(STDERR_FILENO);
+    int tty = !quiet && isatty(STDERR_FILENO); /* the progress bar */
     for (;;) {
       pthread_mutex_lock(&b.mu);
       int finished = b.done == b.n || (interrupted && b.next == b.done);
@@ -685,11 +706,12 @@ static int run_batch(encode_job *proto, char **args, int n_args,
     double wall = cli_now_s() - t0;
     for (size_t i = 0; i < b.n; i++)
       if (b.errors[i]) fprintf(stderr, "aural encode: %s\n", b.errors[i]);
-    printf("%zu files (%zu failed%s), %.3f h of audio in %.1f s with %zu "
-           "threads: %.0fx real time, outputs in %s\n",
-           b.done - b.failed + b.failed, b.failed,
-           interrupted ? ", interrupted" : "", b.audio_done_s / 3600.0, wall,
-           started, wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
+    if (!quiet)
+      printf("%zu files (%zu failed%s), %.3f h of audio in %.1f s with "
+             "%zu threads: %.0fx real time, outputs in %s\n",
+             b.done, b.failed, interrupted ? ", interrupted" : "",
+             b.audio_done_s / 3600.0, wall, started,
+             wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
     rc = b.failed == 0 && !interrupted ? EXIT_OK : EXIT_FAIL;
   }
   free(threads);

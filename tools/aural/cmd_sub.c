@@ -3,14 +3,15 @@
  * and prints what arrives: one line per chunk, or one JSON object per event,
  * or collects one stream's frames into a .npy file.
  *
- * The .npy appears only complete: rows are streamed to a temporary file
- * beside OUT, renamed over OUT after the stream's STREAM_ENDED, and removed
- * on any failure, lost chunk or interruption.
+ * The .npy appears only complete, through outfile.h: OUT is checked before
+ * connecting, rows are streamed to a file without a name, which replaces
+ * OUT (or is copied into OUT when that is a device or a FIFO) after the
+ * stream's STREAM_ENDED, and is dropped on any failure, lost chunk or
+ * interruption.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include "cli.h"
 #include "client.h"
 #include "npy.h"
+#include "outfile.h"
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
@@ -64,7 +66,9 @@ static void usage(FILE *to) {
           "                     needs a single stream (--stream, or --all\n"
           "                     with exactly one stream appearing) and\n"
           "                     implies --until-end; nothing is written if a\n"
-          "                     chunk was lost or the command is interrupted\n"
+          "                     chunk was lost or the command is interrupted;\n"
+          "                     a regular file is replaced atomically, a\n"
+          "                     device or FIFO written into, never replaced\n"
           "      --until-end    exit after the stream's end (with --all: once\n"
           "                     every stream seen so far has ended)\n"
           "      --json         one JSON object per line per event instead:\n"
@@ -115,9 +119,8 @@ typedef struct sub_job {
   /* -o */
   uint32_t out_kind;  /* AURAL_OUT_EMBEDDINGS or AURAL_OUT_LOGITS */
   uint32_t out_stream; /* the stream being written, 0 before its start */
-  FILE *out;
-  char *tmp_path;
-  size_t out_rows, out_dim;
+  outfile of;          /* opened before connecting */
+  size_t out_rows, out_dim; /* out_dim is 0 until the header is written */
   float *row_buf;
   size_t row_cap;
   int written;
@@ -205,47 +208,11 @@ static void jw_print(aural_jw *w) {
 
 /* --- the output file ------------------------------------------------------ */
 
-static void discard_output(sub_job *job) {
-  if (job->out != NULL) fclose(job->out);
-  job->out = NULL;
-  if (job->tmp_path != NULL) {
-    unlink(job->tmp_path);
-    free(job->tmp_path);
-    job->tmp_path = NULL;
-  }
-}
-
-/* Opens a temporary file in OUT's directory so the final rename is atomic. */
-static int open_output(sub_job *job, size_t dim) {
-  char *copy = strdup(job->out_path);
-  if (copy == NULL) return -1;
-  int n = asprintf(&job->tmp_path, "%s/.aural-sub-XXXXXX", dirname(copy));
-  free(copy);
-  if (n < 0) {
-    job->tmp_path = NULL;
-    snprintf(job->err, sizeof job->err, "out of memory");
-    return -1;
-  }
-  int fd = mkstemp(job->tmp_path);
-  if (fd < 0) {
-    snprintf(job->err, sizeof job->err, "%s: cannot create output: %s",
-             job->out_path, strerror(errno));
-    free(job->tmp_path);
-    job->tmp_path = NULL;
-    return -1;
-  }
-  mode_t mask = umask(0);
-  umask(mask);
-  fchmod(fd, 0666 & ~mask);
-  job->out = fdopen(fd, "wb");
-  if (job->out == NULL) {
-    close(fd);
-    snprintf(job->err, sizeof job->err, "%s: cannot create output: %s",
-             job->out_path, strerror(errno));
-    return -1;
-  }
+/* Writes the .npy header for rows of dim values (the row count follows
+ * at the end). */
+static int begin_output(sub_job *job, size_t dim) {
   job->out_dim = dim;
-  if (npy_write_begin(job->out, dim) < 0) {
+  if (npy_write_begin(job->of.f, dim) < 0) {
     snprintf(job->err, sizeof job->err, "%s: write failed: %s",
              job->out_path, strerror(errno));
     return -1;
@@ -254,24 +221,19 @@ static int open_output(sub_job *job, size_t dim) {
 }
 
 static int finish_output(sub_job *job) {
-  if (job->out == NULL) {
+  if (job->out_dim == 0) {
     /* The stream ended without a single chunk: an empty array. */
     size_t dim = job->out_kind == AURAL_OUT_EMBEDDINGS
                      ? job->cl->model.d_model
                      : job->cl->model.vocab_size;
-    if (open_output(job, dim) < 0) return -1;
+    if (begin_output(job, dim) < 0) return -1;
   }
-  FILE *f = job->out;
-  job->out = NULL;
-  int bad = npy_write_end(f, job->out_rows, job->out_dim) < 0;
-  bad |= fclose(f) != 0;
-  if (bad || rename(job->tmp_path, job->out_path) != 0) {
+  if (npy_write_end(job->of.f, job->out_rows, job->out_dim) < 0) {
     snprintf(job->err, sizeof job->err, "%s: write failed: %s",
              job->out_path, strerror(errno));
     return -1;
   }
-  free(job->tmp_path);
-  job->tmp_path = NULL;
+  if (outfile_commit(&job->of, job->err, sizeof job->err) < 0) return -1;
   job->written = 1;
   return 0;
 }
@@ -440,9 +402,9 @@ static int on_chunk(sub_job *job, const client_msg *m) {
     if (x == NULL) goto oom;
     emb_norm = mean_norm(x, ch.n_frames, ch.d_model);
     if (job->out_stream == s->id && job->out_kind == AURAL_OUT_EMBEDDINGS) {
-      if (job->out == NULL && open_output(job, ch.d_model) < 0) return -1;
+      if (job->out_dim == 0 && begin_output(job, ch.d_model) < 0) return -1;
       if (ch.d_model != job->out_dim) goto width;
-      if (fwrite(x, sizeof *x * ch.d_model, ch.n_frames, job->out) !=
+      if (fwrite(x, sizeof *x * ch.d_model, ch.n_frames, job->of.f) !=
           ch.n_frames)
         goto write_fail;
       job->out_rows += ch.n_frames;
@@ -454,9 +416,9 @@ static int on_chunk(sub_job *job, const client_msg *m) {
     if (x == NULL) goto oom;
     logit_norm = mean_norm(x, ch.n_frames, ch.vocab_size);
     if (job->out_stream == s->id && job->out_kind == AURAL_OUT_LOGITS) {
-      if (job->out == NULL && open_output(job, ch.vocab_size) < 0) return -1;
+      if (job->out_dim == 0 && begin_output(job, ch.vocab_size) < 0) return -1;
       if (ch.vocab_size != job->out_dim) goto width;
-      if (fwrite(x, sizeof *x * ch.vocab_size, ch.n_frames, job->out) !=
+      if (fwrite(x, sizeof *x * ch.vocab_size, ch.n_frames, job->of.f) !=
           ch.n_frames)
         goto write_fail;
       job->out_rows += ch.n_frames;
@@ -775,7 +737,13 @@ int cmd_sub(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
 
-  int rc = run(&job);
+  /* A bad -o is told now, not after a whole stream was received. */
+  int rc = EXIT_OK;
+  if (job.out_path != NULL &&
+      outfile_open(&job.of, "aural sub", job.out_path, NULL, job.err,
+                   sizeof job.err) < 0)
+    rc = EXIT_FAIL;
+  if (rc == EXIT_OK) rc = run(&job);
   if (interrupted) rc = EXIT_SIGNAL;
   if (rc != EXIT_OK) {
     if (rc == EXIT_SIGNAL)
@@ -791,7 +759,7 @@ int cmd_sub(int argc, char **argv) {
     fprintf(stderr, "aural sub: %llu gap%s, %llu chunk%s lost in all\n",
             (unsigned long long)job.n_gaps, job.n_gaps == 1 ? "" : "s",
             (unsigned long long)job.n_lost, job.n_lost == 1 ? "" : "s");
-  discard_output(&job);
+  outfile_discard(&job.of);
   for (size_t i = 0; i < job.n_streams; i++) free(job.streams[i].text);
   free(job.streams);
   free(job.row_buf);
