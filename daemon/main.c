@@ -431,12 +431,15 @@ static int open_files(server *srv, char *why, size_t why_len) {
     aural_audiofile_get_info(af, &info);
     const char *base = strrchr(f->path, '/');
     base = base ? base + 1 : f->path;
-    char name[AURAL_PROTO_NAME_MAX + 1];
-    snprintf(name, sizeof name, "%s", base);
-    for (int k = 2; stream_find(srv, name) != NULL; k++)
-      snprintf(name, sizeof name, "%.56s#%d", base, k % 100000);
-    for (char *p = name; *p; p++) /* names are printable ASCII */
+    /* Names are printable ASCII: the base name made so first, so that two
+     * files whose names differ only in what is replaced get #2. */
+    char clean[AURAL_PROTO_NAME_MAX + 1], name[AURAL_PROTO_NAME_MAX + 1];
+    snprintf(clean, sizeof clean, "%s", base);
+    for (char *p = clean; *p; p++)
       if (*p < 0x21 || *p > 0x7e || *p == '\\') *p = '_';
+    snprintf(name, sizeof name, "%s", clean);
+    for (int k = 2; stream_find(srv, name) != NULL; k++)
+      snprintf(name, sizeof name, "%.56s#%d", clean, k % 100000);
     stream *s = stream_create(srv, name, SRC_FILE, info.rate_hz,
                               info.n_channels, why, why_len);
     if (s == NULL) {

@@ -1301,6 +1301,20 @@ class TestReviewFindings(DaemonTest):
             c.ping()
         self.stop_clean(d)
 
+    def test_file_stream_names_are_cleaned_then_made_unique(self):
+        """Two files called "a b.wav": their names are cleaned ("a_b.wav")
+        before they are compared, so the second is "a_b.wav#2" (both used
+        to be "a_b.wav")."""
+        paths = []
+        for sub in ("one", "two"):
+            os.mkdir(os.path.join(self.tmp, sub))
+            paths.append(self.wav(1.0, name=os.path.join(sub, "a b.wav")))
+        d = self.start("--file", paths[0], "--file", paths[1], "--hold")
+        with ac.Client(d.path, timeout=10) as c:
+            names = sorted(x["name"] for x in c.list_streams())
+        self.assertEqual(names, ["a_b.wav", "a_b.wav#2"])
+        self.stop_clean(d)
+
     def test_unnamed_stream_gets_a_free_name(self):
         d = self.start()
         c = ac.Client(d.path, timeout=10)
