@@ -305,7 +305,7 @@ static void process_input(conn *c) {
     c->rskip = 0;
     at += total;
   }
-  if (c->closing) return;
+  if (c->closing || at == 0) return;
   memmove(c->rbuf, c->rbuf + at, c->rlen - at);
   c->rlen -= at;
   /* Keep a large buffer only while a large message is arriving. */
