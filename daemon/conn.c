@@ -600,6 +600,14 @@ static size_t do_audio_data(conn *c, uint32_t id, const uint8_t *p,
     return n;
   }
   size_t n_frames = n / frame_bytes, room = stream_room(s);
+  if (room == 0 && stream_input_ended(s)) {
+    /* Ended under the client (an encoder error): the data has nowhere to
+     * go, and waiting for room would stall the connection. */
+    conn_send_error(c, id, -AURAL_PROTO_ENO_STREAM, false,
+                    "stream %u has ended; %zu frames are not taken", id,
+                    n_frames);
+    return n;
+  }
   if (n_frames > room) n_frames = room;
   size_t n_values = n_frames * (size_t)s->channels;
   float *x = srv->scratch;

@@ -362,6 +362,8 @@ size_t stream_push(stream *s, const float *pcm, size_t n_frames,
                    int64_t arrival_us);
 /* Frames stream_push would take now (0 once input is done). */
 size_t stream_room(stream *s);
+/* True once no more input will be taken (ended, closed or failed). */
+bool stream_input_ended(stream *s);
 /* True when the pending input is above the flow-control mark. */
 bool stream_backlogged(stream *s);
 void stream_end_input(stream *s, end_reason r, const char *message);

@@ -191,6 +191,13 @@ size_t stream_room(stream *s) {
   return n;
 }
 
+bool stream_input_ended(stream *s) {
+  pthread_mutex_lock(&s->srv->mu);
+  bool done = s->input_done;
+  pthread_mutex_unlock(&s->srv->mu);
+  return done;
+}
+
 size_t stream_pending_frames(stream *s) {
   pthread_mutex_lock(&s->srv->mu);
   size_t n = s->in_frames;
