@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -905,6 +904,54 @@ done:
   return 0;
 }
 
+/* The whole of fd, whose size at open was st_size, into a buffer of
+ * that size. The file is read, not mapped: a mapped file that another
+ * process truncates raises SIGBUS at the first access past its new end,
+ * while read() just returns less. A file that shrank or grew while it was
+ * read is refused (its bytes may be half old, half new). */
+static int read_whole(int fd, const char *path, size_t size,
+                      unsigned char **out, aural_err *err) {
+  *out = NULL;
+  unsigned char *buf = malloc(size > 0 ? size : 1);
+  if (buf == NULL)
+    return aural__err_set(err, AURAL_ENOMEM,
+                          "%s: out of memory for the file's %zu bytes", path,
+                          size);
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = read(fd, buf + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      free(buf);
+      return aural__err_set(err, -e, "%s: read failed at byte %zu: %s", path,
+                            got, strerror(e));
+    }
+    if (n == 0) break;
+    got += (size_t)n;
+  }
+  if (got < size) {
+    free(buf);
+    return aural__err_set(err, AURAL_ETRUNCATED,
+                          "%s: the file shrank from %zu to %zu bytes while it "
+                          "was read",
+                          path, size, got);
+  }
+  unsigned char extra;
+  ssize_t n;
+  do n = read(fd, &extra, 1);
+  while (n < 0 && errno == EINTR);
+  if (n > 0) {
+    free(buf);
+    return aural__err_set(err, AURAL_EIO,
+                          "%s: the file grew past its %zu bytes while it was "
+                          "read",
+                          path, size);
+  }
+  *out = buf;
+  return 0;
+}
+
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err) {
   *out = NULL;
@@ -913,15 +960,13 @@ int aural_model_load(const char *path, const aural_model_load_config *cfg,
   struct stat st;
   int fd = aural__open_input(path, O_NONBLOCK, 1, "a model file", &st, err);
   if (fd < 0) return fd;
-  int rc;
   size_t size = (size_t)st.st_size;
-  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  unsigned char *bytes;
+  int rc = read_whole(fd, path, size, &bytes, err);
   close(fd);
-  if (map == MAP_FAILED)
-    return aural__err_set(err, -errno, "%s: cannot map: %s", path,
-                          strerror(errno));
-  rc = aural_model_load_buffer(map, size, path, cfg, out, err);
-  munmap(map, size);
+  if (rc < 0) return rc;
+  rc = aural_model_load_buffer(bytes, size, path, cfg, out, err);
+  free(bytes);
   return rc;
 }
 

@@ -13,11 +13,13 @@
  * judge it.
  */
 #define _GNU_SOURCE
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1193,6 +1196,94 @@ static void test_fifo(void **state) {
   assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* ---- a model file that shrinks while it loads -------------------------- */
+
+typedef struct shrinker {
+  const char *path;
+  const unsigned char *bytes;
+  size_t size, keep; /* the whole file, and what a truncation leaves */
+  volatile int stop;
+} shrinker;
+
+/* Over and over: the whole file written back, then cut to its header. */
+static void *shrink_loop(void *arg) {
+  shrinker *s = arg;
+  int fd = open(s->path, O_WRONLY);
+  if (fd < 0) return NULL;
+  while (!s->stop) {
+    if (pwrite(fd, s->bytes, s->size, 0) != (ssize_t)s->size) break;
+    if (ftruncate(fd, (off_t)s->keep) != 0) break;
+  }
+  close(fd);
+  return NULL;
+}
+
+/* A model file truncated by another process while aural_model_load()
+ * reads it must give a model or an error, never a crash (a mapped file
+ * that shrinks under its mapping raises SIGBUS). The loads run in a child,
+ * so that a signal is reported as a failure, not the end of the test
+ * binary. Each load either sees the whole file, or one cut short: most of
+ * them overlap a truncation. */
+static void test_file_truncated_while_loading(void **state) {
+  (void)state;
+  synth_spec sp = {.d_model = 64, .n_heads = 4, .n_layers = 4, .d_ff = 256,
+                   .window = 16, .pos_encoding = "rope",
+                   .activation = "gelu", .norm_first = 1, .seed = 11};
+  size_t size;
+  unsigned char *bytes = synth_model(&sp, &size);
+  assert_non_null(bytes);
+  char *path;
+  assert_true(asprintf(&path, "%s/shrinking.safetensors", tmp_dir) > 0);
+  test_write_file(path, bytes, size);
+  fflush(stdout);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    /* cmocka's handlers would carry on with the next test in the child. */
+    signal(SIGBUS, SIG_DFL);
+    signal(SIGSEGV, SIG_DFL);
+    alarm(20);
+    shrinker sh = {.path = path, .bytes = bytes, .size = size,
+                   .keep = 8 + (size_t)get_le64(bytes)};
+    pthread_t th;
+    if (pthread_create(&th, NULL, shrink_loop, &sh) != 0) _exit(3);
+    int n_ok = 0, n_err = 0, bad = 0;
+    for (int i = 0; i < 300; i++) {
+      aural_model *m = (aural_model *)&m;
+      aural_err err = {0};
+      int rc = aural_model_load(path, NULL, &m, &err);
+      if (rc == 0 && m != NULL) {
+        n_ok++;
+      } else if (rc < 0 && m == NULL && err.code == rc &&
+                 strstr(err.msg, path) != NULL) {
+        if (n_err++ == 0) printf("  e.g. %s: %s\n", aural_err_name(rc),
+                                 err.msg);
+      } else {
+        printf("  load %d: rc %d, model %p, message \"%s\"\n", i, rc,
+               (void *)m, err.msg);
+        bad = 1;
+      }
+      if (rc == 0) aural_model_free(m);
+    }
+    sh.stop = 1;
+    pthread_join(th, NULL);
+    printf("  300 loads of a file cut short and restored meanwhile: %d "
+           "loaded, %d refused\n", n_ok, n_err);
+    fflush(stdout);
+    _exit(bad ? 1 : 0);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_int_equal(unlink(path), 0);
+  free(path);
+  free(bytes);
+  if (WIFSIGNALED(status))
+    fail_msg("the loads died of signal %d (%s)", WTERMSIG(status),
+             strsignal(WTERMSIG(status)));
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* Header padding: spaces as writers put them, and any JSON whitespace,
  * is accepted after the header object. */
 static void test_header_whitespace_padding(void **state) {
@@ -1535,7 +1626,7 @@ static void test_encoder_state_bytes(void **state) {
 }
 
 int main(void) {
-  struct CMUnitTest tests[N_BAD_CASES + 10];
+  struct CMUnitTest tests[N_BAD_CASES + 32];
   size_t n = 0;
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_base_round_trips);
   for (size_t i = 0; i < N_BAD_CASES; i++)
@@ -1545,6 +1636,8 @@ int main(void) {
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_bad_paths);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_fifo);
   tests[n++] =
+      (struct CMUnitTest)cmocka_unit_test(test_file_truncated_while_loading);
+  tests[n++] =
       (struct CMUnitTest)cmocka_unit_test(test_header_whitespace_padding);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_kv_ring_limit);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_header_limit_real);
@@ -1552,6 +1645,7 @@ int main(void) {
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_committed_models_load);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_base_counts);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_encoder_state_bytes);
+  assert(n <= sizeof tests / sizeof tests[0]);
   return _cmocka_run_group_tests("model", tests, n, group_setup,
                                  group_teardown);
 }

@@ -72,9 +72,9 @@ typedef struct aural_model aural_model;
 
 void aural_model_load_config_default(aural_model_load_config *cfg);
 
-/* Loads and validates path (read-only mmap, unmapped before returning; the
- * file must not be truncated while it loads). cfg may be NULL for
- * defaults. Returns 0, -errno, AURAL_EEMPTY, AURAL_EFORMAT,
+/* Loads and validates path (read into memory, freed before returning; a
+ * file that changes size while it is read is refused with
+ * AURAL_ETRUNCATED or AURAL_EIO). cfg may be NULL for defaults. Returns 0, -errno, AURAL_EEMPTY, AURAL_EFORMAT,
  * AURAL_ETRUNCATED, AURAL_ECONFIG or AURAL_ENOMEM; err names the file and
  * the tensor or field at fault. Weights are converted as stored: NaN or
  * infinite weights are not checked (CMVN statistics are). Thread-safe. */
