@@ -127,6 +127,17 @@ struct aural_model {
   uint64_t weight_bytes;
 };
 
+/* Names of a file's tensors matched to the names a config calls for:
+ * found[i] (n_want) is the index in have (n_have names, no two equal) of
+ * want[i], or SIZE_MAX when have lacks it. Sorts an index of have once and
+ * binary-searches it for each wanted name: O((n_want + n_have) log n_have)
+ * comparisons however large a header is. *n_cmp (when not NULL) gets the
+ * number of name comparisons the searches made, so that a test can check
+ * the bound. Returns 0 or AURAL_ENOMEM. */
+int aural__match_names(const char *const *have, size_t n_have,
+                       const char *const *want, size_t n_want, size_t *found,
+                       uint64_t *n_cmp);
+
 /* IEEE half <-> float, exact / round-to-nearest-even. */
 float aural__f16_to_f32(uint16_t h);
 uint16_t aural__f32_to_f16(float f);

@@ -37,6 +37,7 @@
 #include <aural.h>
 
 #include "helpers.h"
+#include "internal.h"
 #include "synth_model.h"
 
 /* ---- a model file taken apart ------------------------------------------ */
@@ -1331,6 +1332,105 @@ static void test_kv_ring_limit(void **state) {
   }
 }
 
+/* ---- headers with very many entries ------------------------------------ */
+
+/* Matching the tensors a config calls for against a header's entries
+ * costs O(log n) comparisons per name, not one per entry: a 100 MB header
+ * holds millions of entries and a config 12,000 tensors (1024 layers), so
+ * a scan per wanted name would be 10^10 comparisons at load. */
+static void test_match_names_comparisons(void **state) {
+  (void)state;
+  const size_t n_have = 200000, n_want = 12290;
+  char **have = malloc(n_have * sizeof *have);
+  char **want = malloc(n_want * sizeof *want);
+  size_t *found = malloc(n_want * sizeof *found);
+  assert_non_null(have);
+  assert_non_null(want);
+  assert_non_null(found);
+  /* Entries in a scrambled order; every other wanted name is present. */
+  for (size_t j = 0; j < n_have; j++)
+    assert_true(asprintf(&have[j], "t.%zu", (j * 7919) % n_have) > 0);
+  for (size_t i = 0; i < n_want; i++)
+    assert_true(asprintf(&want[i], i % 2 ? "t.%zu" : "missing.%zu",
+                         i * 13) > 0);
+  uint64_t n_cmp = 0;
+  assert_int_equal(aural__match_names((const char *const *)have, n_have,
+                                      (const char *const *)want, n_want,
+                                      found, &n_cmp),
+                   0);
+  for (size_t i = 0; i < n_want; i++) {
+    if (i % 2 == 0) {
+      assert_true(found[i] == SIZE_MAX);
+    } else {
+      assert_true(found[i] < n_have);
+      assert_string_equal(have[found[i]], want[i]);
+    }
+  }
+  /* A binary search over 200,000 names: at most 18 comparisons each. */
+  uint64_t bound = (uint64_t)n_want * 18;
+  printf("  %zu names against %zu entries: %" PRIu64 " comparisons (bound "
+         "%" PRIu64 ")\n", n_want, n_have, n_cmp, bound);
+  if (n_cmp > bound)
+    fail_msg("%" PRIu64 " comparisons to match %zu names against %zu "
+             "entries; a binary search needs at most %" PRIu64,
+             n_cmp, n_want, n_have, bound);
+  for (size_t j = 0; j < n_have; j++) free(have[j]);
+  for (size_t i = 0; i < n_want; i++) free(want[i]);
+  free(have);
+  free(want);
+  free(found);
+}
+
+/* A model of 1024 layers whose header also holds 100,000 zero-length
+ * tensors the config does not call for: loads fail at once, naming the
+ * first of them; without them the same file loads. */
+static void test_many_header_entries(void **state) {
+  (void)state;
+  size_t size;
+  unsigned char *b = synth_narrow(&size, 1024, 8);
+  uint64_t hlen = get_le64(b);
+  size_t data_len = size - 8 - (size_t)hlen;
+  const char *h = (const char *)b + 8;
+  size_t close_at = (size_t)hlen;
+  while (close_at > 0 && h[close_at - 1] != '}') close_at--;
+  assert_true(close_at > 0);
+  close_at--; /* the header's closing brace */
+
+  const size_t n_extra = 100000;
+  size_t cap = (size_t)hlen + n_extra * 96 + 64;
+  char *nh = malloc(cap);
+  assert_non_null(nh);
+  memcpy(nh, h, close_at);
+  size_t at = close_at;
+  for (size_t j = 0; j < n_extra; j++)
+    at += (size_t)snprintf(nh + at, cap - at,
+                           ",\"extra.%zu\":{\"dtype\":\"F32\",\"shape\":[0],"
+                           "\"data_offsets\":[%zu,%zu]}",
+                           j, data_len, data_len);
+  nh[at++] = '}';
+  size_t nsize = 8 + at + data_len;
+  unsigned char *nb = malloc(nsize);
+  assert_non_null(nb);
+  put_le64(nb, at);
+  memcpy(nb + 8, nh, at);
+  memcpy(nb + 8 + at, b + 8 + hlen, data_len);
+
+  aural_model *m = (aural_model *)&m;
+  aural_err err = {0};
+  int rc = aural_model_load_buffer(nb, nsize, "many_entries", NULL, &m, &err);
+  printf("  %zu-byte header, %zu extra entries: %s\n", at, n_extra, err.msg);
+  const char *const expect[3] = {"unexpected tensor \"extra.", NULL, NULL};
+  check_rejected(rc, m, &err, AURAL_EFORMAT, "many_entries", expect);
+
+  rc = aural_model_load_buffer(b, size, "narrow", NULL, &m, &err);
+  if (rc != 0) fail_msg("the same model without the extras: %s", err.msg);
+  assert_int_equal(aural_model_get_config(m)->n_layers, 1024);
+  aural_model_free(m);
+  free(nh);
+  free(nb);
+  free(b);
+}
+
 /* ---- the 100 MB header limit, with files that really are that large ---- */
 
 static void test_header_limit_real(void **state) {
@@ -1641,6 +1741,8 @@ int main(void) {
       (struct CMUnitTest)cmocka_unit_test(test_header_whitespace_padding);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_kv_ring_limit);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_header_limit_real);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_match_names_comparisons);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_many_header_entries);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_nonfinite_weights);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_committed_models_load);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_base_counts);
