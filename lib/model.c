@@ -15,6 +15,7 @@
  *     shape the config implies.
  * Only then is memory for the weights allocated and the data converted.
  */
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +39,17 @@
 void aural_model_load_config_default(aural_model_load_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->weights = AURAL_WEIGHTS_F32;
+  cfg->max_memory_bytes = AURAL_MODEL_DEFAULT_MAX_MEMORY;
+  cfg->batch_rows = AURAL_MODEL_DEFAULT_BATCH_ROWS;
+}
+
+static uint64_t max_memory_of(const aural_model_load_config *lc) {
+  return lc->max_memory_bytes ? lc->max_memory_bytes
+                              : AURAL_MODEL_DEFAULT_MAX_MEMORY;
+}
+
+static size_t batch_rows_of(const aural_model_load_config *lc) {
+  return lc->batch_rows ? lc->batch_rows : AURAL_MODEL_DEFAULT_BATCH_ROWS;
 }
 
 /* ---- half precision ---------------------------------------------------- */
@@ -666,6 +678,174 @@ static void pack(const unsigned char *src, dtype t, size_t rows, size_t cols,
     }
 }
 
+/* ---- memory ------------------------------------------------------------ */
+
+/* Elements of the two weight arenas, counted as the loader fills them:
+ * each tensor rounded up to 16 elements, matrices packed in panels. */
+typedef struct arena_count {
+  uint64_t f32, f16;
+  int f16_mats; /* matrices go to the f16 arena */
+  int ok;       /* no overflow so far */
+} arena_count;
+
+static void count_add(arena_count *a, uint64_t *acc, uint64_t n,
+                      uint64_t times) {
+  uint64_t total;
+  if (__builtin_add_overflow(n, 15, &n) ||
+      __builtin_mul_overflow(n / 16 * 16, times, &total) ||
+      __builtin_add_overflow(*acc, total, acc))
+    a->ok = 0;
+}
+
+static void count_mat(arena_count *a, uint64_t rows, uint64_t cols,
+                      uint64_t times) {
+  uint64_t panels = rows / AURAL__PANEL + (rows % AURAL__PANEL != 0), n;
+  if (__builtin_mul_overflow(panels, (cols + 1) * AURAL__PANEL, &n)) {
+    a->ok = 0;
+    return;
+  }
+  count_add(a, a->f16_mats ? &a->f16 : &a->f32, n, times);
+}
+
+static void count_vec(arena_count *a, uint64_t n, uint64_t times) {
+  count_add(a, &a->f32, n, times);
+}
+
+int aural_model_memory_need(const aural_model_config *c,
+                            aural_weight_type weights, size_t batch_rows,
+                            aural_model_memory *out) {
+  memset(out, 0, sizeof *out);
+  if (batch_rows == 0 || batch_rows > 65536 || c->d_model < 1 ||
+      c->n_heads < 1 || c->d_model % c->n_heads != 0 || c->n_layers < 1 ||
+      c->d_ff < 1 || c->window < 1 || c->fbank.num_mel_bins < 1 ||
+      c->vocab_size < 0)
+    return AURAL_EINVAL;
+  uint64_t d = (uint64_t)c->d_model, ff = (uint64_t)c->d_ff,
+           mels = (uint64_t)c->fbank.num_mel_bins,
+           v = (uint64_t)c->vocab_size, n_layers = (uint64_t)c->n_layers;
+  /* The tensors list_wanted() calls for, in the same shapes. */
+  arena_count a = {.f16_mats = weights == AURAL_WEIGHTS_F16, .ok = 1};
+  count_mat(&a, d, mels, 1);
+  count_vec(&a, d, 1);
+  count_mat(&a, 3 * d, d, n_layers);
+  count_vec(&a, 3 * d, n_layers);
+  count_mat(&a, d, d, n_layers);
+  count_mat(&a, ff, d, n_layers);
+  count_vec(&a, ff, n_layers);
+  count_mat(&a, d, ff, n_layers);
+  count_vec(&a, d, 6 * n_layers); /* two biases, two norms of two */
+  if (c->final_norm) count_vec(&a, d, 2);
+  if (v > 0) {
+    count_mat(&a, v, d, 1);
+    count_vec(&a, v, 1);
+  }
+  if (c->has_cmvn) count_vec(&a, mels, 2);
+  size_t stream = aural__encoder_bytes(c, AURAL__DEFAULT_BATCH),
+         ring = aural__ring_bytes(c), batch = aural__batch_bytes(c, batch_rows);
+  uint64_t w32, w16, w, total;
+  if (!a.ok || stream == SIZE_MAX || ring == SIZE_MAX || batch == SIZE_MAX ||
+      __builtin_mul_overflow(a.f32, 4, &w32) ||
+      __builtin_mul_overflow(a.f16, 2, &w16) ||
+      __builtin_add_overflow(w32, w16, &w) ||
+      __builtin_add_overflow(w, (uint64_t)stream, &total) ||
+      __builtin_add_overflow(total, (uint64_t)batch, &total))
+    return AURAL_EINVAL;
+  *out = (aural_model_memory){.weight_bytes = w, .stream_bytes = stream,
+                              .ring_bytes = ring, .batch_bytes = batch,
+                              .total_bytes = total};
+  return 0;
+}
+
+/* "1.5 GiB", "12.0 MiB", "4096 bytes". */
+static const char *fmt_bytes(char *buf, size_t n, uint64_t bytes) {
+  double b = (double)bytes;
+  if (bytes >= (uint64_t)1 << 30)
+    snprintf(buf, n, "%.1f GiB", b / 1073741824.0);
+  else if (bytes >= (uint64_t)1 << 20)
+    snprintf(buf, n, "%.1f MiB", b / 1048576.0);
+  else
+    snprintf(buf, n, "%llu bytes", (unsigned long long)bytes);
+  return buf;
+}
+
+/* The dimension behind most of a row of scratch: d_ff, the vocabulary,
+ * d_model (six rows of it and a head's rotations) or the mel bins. */
+static const char *row_dimension(const aural_model_config *c, char *buf,
+                                 size_t n) {
+  double ff = c->d_ff, v = c->vocab_size, d = 7.0 * c->d_model,
+         mels = c->fbank.num_mel_bins;
+  if (ff >= v && ff >= d && ff >= mels)
+    snprintf(buf, n, "d_ff %d", c->d_ff);
+  else if (v >= d && v >= mels)
+    snprintf(buf, n, "vocab size %d", c->vocab_size);
+  else if (d >= mels)
+    snprintf(buf, n, "d_model %d", c->d_model);
+  else
+    snprintf(buf, n, "num_mel_bins %d", c->fbank.num_mel_bins);
+  return buf;
+}
+
+/* Refuses a model over the memory limit, naming the dimension behind the
+ * largest of its weights, one stream and one worker's batch. Each stream
+ * and each compute thread multiplies its part, so a few kilobytes of
+ * header must not be able to ask for gigabytes of either. */
+static int check_memory(const aural_model_config *c,
+                        const aural_model_load_config *lc, const char *where,
+                        aural_err *err) {
+  uint64_t limit = max_memory_of(lc);
+  size_t rows = batch_rows_of(lc);
+  if (rows > 65536)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "%s: batch_rows %zu is above 65536", where, rows);
+  aural_model_memory mm;
+  char lim[32], a[32], b[32], e[32], s[32], dim[48], what[160];
+  if (aural_model_memory_need(c, lc->weights, rows, &mm) < 0)
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "%s: aural.config: the memory the model needs "
+                          "overflows (d_model %d, d_ff %d, n_layers %d)",
+                          where, c->d_model, c->d_ff, c->n_layers);
+  if (mm.total_bytes <= limit) return 0;
+  if (mm.batch_bytes >= mm.stream_bytes && mm.batch_bytes >= mm.weight_bytes) {
+    snprintf(what, sizeof what, "%s needs %s of scratch per worker at %zu "
+             "rows",
+             row_dimension(c, dim, sizeof dim),
+             fmt_bytes(a, sizeof a, mm.batch_bytes), rows);
+  } else if (mm.stream_bytes >= mm.weight_bytes &&
+             mm.ring_bytes >= mm.stream_bytes / 2) {
+    snprintf(what, sizeof what, "n_layers %d x window %d x d_model %d need "
+             "%s of key/value ring per stream",
+             c->n_layers, c->window, c->d_model,
+             fmt_bytes(a, sizeof a, mm.ring_bytes));
+  } else if (mm.stream_bytes >= mm.weight_bytes) {
+    snprintf(what, sizeof what, "%s needs %s of state per stream at %d rows",
+             row_dimension(c, dim, sizeof dim),
+             fmt_bytes(a, sizeof a, mm.stream_bytes), AURAL__DEFAULT_BATCH);
+  } else {
+    double ffw = 2.0 * c->d_ff * c->d_model * c->n_layers,
+           dw = 4.0 * c->d_model * c->d_model * c->n_layers,
+           vw = (double)c->vocab_size * c->d_model;
+    if (ffw >= dw && ffw >= vw)
+      snprintf(dim, sizeof dim, "n_layers %d x d_ff %d x d_model %d",
+               c->n_layers, c->d_ff, c->d_model);
+    else if (dw >= vw)
+      snprintf(dim, sizeof dim, "n_layers %d x d_model %d", c->n_layers,
+               c->d_model);
+    else
+      snprintf(dim, sizeof dim, "vocab size %d x d_model %d", c->vocab_size,
+               c->d_model);
+    snprintf(what, sizeof what, "%s need %s of weights", dim,
+             fmt_bytes(a, sizeof a, mm.weight_bytes));
+  }
+  return aural__err_set(err, AURAL_ECONFIG,
+                        "%s: aural.config: %s; the limit is %s for the "
+                        "weights (%s), one stream (%s) and one worker's "
+                        "batch (%s) together (max_memory_bytes)",
+                        where, what, fmt_bytes(lim, sizeof lim, limit),
+                        fmt_bytes(e, sizeof e, mm.weight_bytes),
+                        fmt_bytes(s, sizeof s, mm.stream_bytes),
+                        fmt_bytes(b, sizeof b, mm.batch_bytes));
+}
+
 /* ---- loading ----------------------------------------------------------- */
 
 /* Every tensor starts on a 64-byte boundary in the arenas. */
@@ -824,6 +1004,8 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   for (size_t i = 0; i < n_entries; i++)
     if (strcmp(entries[i].name, "frontend.cmvn.mean") == 0) cmvn = &entries[i];
   m->cfg.has_cmvn = cmvn != NULL;
+  rc = check_memory(&m->cfg, lcfg, where, err);
+  if (rc < 0) goto done;
   m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
   if (m->layers == NULL || list_wanted(m, m->cfg.has_cmvn, &wl) < 0) {
     rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
@@ -929,6 +1111,10 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   }
   if (m->cfg.has_cmvn) m->n_params -= 2u * (uint64_t)m->cfg.fbank.num_mel_bins;
   m->weight_bytes = n_f32 * 4 + n_f16 * 2;
+  aural_model_memory mm;
+  assert(aural_model_memory_need(&m->cfg, lcfg->weights, batch_rows_of(lcfg),
+                                 &mm) == 0 &&
+         mm.weight_bytes == m->weight_bytes);
 
   /* Values the encoder divides by must be usable. */
   for (int i = 0; m->cmvn_std != NULL && i < m->cfg.fbank.num_mel_bins; i++) {
@@ -1017,6 +1203,28 @@ int aural_model_load(const char *path, const aural_model_load_config *cfg,
   int fd = aural__open_input(path, O_NONBLOCK, 1, "a model file", &st, err);
   if (fd < 0) return fd;
   size_t size = (size_t)st.st_size;
+  /* Every tensor byte in the file is a weight the model holds, in at
+   * least 2 bytes for 4 in the file: a file past twice the memory limit
+   * and a full header cannot be a model within it. */
+  aural_model_load_config dflt;
+  if (cfg == NULL) {
+    aural_model_load_config_default(&dflt);
+    cfg = &dflt;
+  }
+  uint64_t limit = max_memory_of(cfg), most;
+  if (__builtin_mul_overflow(limit, 2, &most) ||
+      __builtin_add_overflow(most, 8 + MAX_HEADER_BYTES, &most))
+    most = UINT64_MAX;
+  if ((uint64_t)size > most) {
+    char a[32], b[32], c[32];
+    close(fd);
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "%s: the file is %s; a model within the memory "
+                          "limit of %s (max_memory_bytes) is at most %s",
+                          path, fmt_bytes(a, sizeof a, size),
+                          fmt_bytes(b, sizeof b, limit),
+                          fmt_bytes(c, sizeof c, most));
+  }
   unsigned char *bytes;
   int rc = read_whole(fd, path, size, &bytes, err);
   close(fd);

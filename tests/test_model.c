@@ -1332,6 +1332,146 @@ static void test_kv_ring_limit(void **state) {
   }
 }
 
+/* ---- memory a model's dimensions demand -------------------------------- */
+
+/* A 4 MB file (d_model 1, one layer, d_ff 2^20, F16) whose every compute
+ * thread of aurald would need 4 GiB of scratch for its batch of 1024 rows
+ * (d_ff floats a row), and every stream 256 MiB for its own 64 rows. The
+ * default limit refuses it before anything is allocated for it, and the
+ * message names d_ff. */
+static unsigned char *synth_wide_ff(size_t *size) {
+  synth_spec s = {.d_model = 1, .n_heads = 1, .n_layers = 1,
+                  .d_ff = 1 << 20, .window = 4, .pos_encoding = "none",
+                  .activation = "relu", .norm_first = 1, .f16 = 1, .seed = 5};
+  unsigned char *b = synth_model(&s, size);
+  assert_non_null(b);
+  return b;
+}
+
+static void test_memory_limit_d_ff(void **state) {
+  (void)state;
+  size_t size;
+  unsigned char *b = synth_wide_ff(&size);
+  char *path;
+  assert_true(asprintf(&path, "%s/wide_ff.safetensors", tmp_dir) > 0);
+  test_write_file(path, b, size);
+  for (int from_file = 0; from_file < 2; from_file++) {
+    aural_model *m = (aural_model *)&m;
+    aural_err err = {0};
+    const char *where = from_file ? path : "wide_ff";
+    int rc = from_file ? aural_model_load(path, NULL, &m, &err)
+                       : aural_model_load_buffer(b, size, where, NULL, &m,
+                                                 &err);
+    printf("  %zu-byte file: %s\n", size, err.msg);
+    const char *const expect[3] = {"d_ff 1048576",
+                                   "4.0 GiB of scratch per worker at 1024 "
+                                   "rows",
+                                   "the limit is 2.0 GiB"};
+    check_rejected(rc, m, &err, AURAL_ECONFIG, where, expect);
+  }
+  assert_int_equal(unlink(path), 0);
+  free(path);
+  free(b);
+}
+
+/* The limit and the rows it assumes come from the load config; the
+ * memory a config needs is what the loader and the encoder really take. */
+static void test_memory_limit_config(void **state) {
+  (void)state;
+  size_t size;
+  unsigned char *b = synth_wide_ff(&size);
+  aural_model_load_config lc;
+  aural_model *m;
+  aural_err err = {0};
+
+  /* Fewer rows per batch, or a higher limit: the same file loads. */
+  aural_model_load_config_default(&lc);
+  lc.batch_rows = 64;
+  if (aural_model_load_buffer(b, size, "wide_ff", &lc, &m, &err) != 0)
+    fail_msg("batches of 64 rows: %s", err.msg);
+  aural_model_memory mm;
+  assert_int_equal(aural_model_memory_need(aural_model_get_config(m),
+                                           AURAL_WEIGHTS_F32, 1024, &mm),
+                   0);
+  assert_true(mm.batch_bytes > ((uint64_t)4 << 30));
+  assert_int_equal(mm.weight_bytes, aural_model_weight_bytes(m));
+  assert_int_equal(mm.stream_bytes, aural_encoder_state_bytes(m, NULL));
+  assert_int_equal(mm.total_bytes,
+                   mm.weight_bytes + mm.stream_bytes + mm.batch_bytes);
+  aural_model_free(m);
+  aural_model_load_config_default(&lc);
+  lc.max_memory_bytes = (uint64_t)5 << 30;
+  if (aural_model_load_buffer(b, size, "wide_ff", &lc, &m, &err) != 0)
+    fail_msg("a limit of 5 GiB: %s", err.msg);
+  aural_model_free(m);
+  free(b);
+
+  /* The base model against its own numbers, for both weight types; one
+   * byte less than it needs is refused, naming what dominates. */
+  synth_spec sp;
+  base_spec(&sp);
+  b = synth_model(&sp, &size);
+  assert_non_null(b);
+  for (int wt = 0; wt < 2; wt++) {
+    aural_model_load_config_default(&lc);
+    lc.weights = wt ? AURAL_WEIGHTS_F16 : AURAL_WEIGHTS_F32;
+    assert_int_equal(aural_model_load_buffer(b, size, "base", &lc, &m, &err),
+                     0);
+    assert_int_equal(aural_model_memory_need(aural_model_get_config(m),
+                                             lc.weights, 1024, &mm),
+                     0);
+    assert_int_equal(mm.weight_bytes, aural_model_weight_bytes(m));
+    assert_int_equal(mm.stream_bytes, aural_encoder_state_bytes(m, NULL));
+    aural_batch *bt;
+    assert_int_equal(aural_batch_create(m, 1024, &bt, &err), 0);
+    aural_batch_destroy(bt);
+    aural_model_free(m);
+
+    lc.max_memory_bytes = mm.total_bytes;
+    assert_int_equal(aural_model_load_buffer(b, size, "base", &lc, &m, &err),
+                     0);
+    aural_model_free(m);
+    lc.max_memory_bytes = mm.total_bytes - 1;
+    m = (aural_model *)&m;
+    int rc = aural_model_load_buffer(b, size, "base", &lc, &m, &err);
+    if (wt == 0) printf("  limit one byte short: %s\n", err.msg);
+    const char *const expect[3] = {"per worker at 1024 rows",
+                                   "max_memory_bytes", NULL};
+    check_rejected(rc, m, &err, AURAL_ECONFIG, "base", expect);
+  }
+
+  /* A file larger than any model within the limit (a full header and
+   * twice the limit) is refused before it is read: here a sparse file of
+   * 200 MB. */
+  char *path;
+  assert_true(asprintf(&path, "%s/sparse_200mb.safetensors", tmp_dir) > 0);
+  test_write_file(path, b, size);
+  assert_int_equal(truncate(path, 200000000), 0);
+  aural_model_load_config_default(&lc);
+  lc.max_memory_bytes = 1000;
+  m = (aural_model *)&m;
+  int rc = aural_model_load(path, &lc, &m, &err);
+  printf("  limit 1000 bytes: %s\n", err.msg);
+  const char *const expect[3] = {"the file is 190.7 MiB",
+                                 "memory limit of 1000 bytes", NULL};
+  check_rejected(rc, m, &err, AURAL_ECONFIG, path, expect);
+  assert_int_equal(unlink(path), 0);
+  free(path);
+
+  /* Not a config the library could make. */
+  aural_model_config bad = {.d_model = 16, .n_heads = 3, .n_layers = 1,
+                            .d_ff = 8, .window = 4};
+  bad.fbank.num_mel_bins = 80;
+  assert_int_equal(aural_model_memory_need(&bad, AURAL_WEIGHTS_F32, 64, &mm),
+                   AURAL_EINVAL);
+  bad.n_heads = 2;
+  assert_int_equal(aural_model_memory_need(&bad, AURAL_WEIGHTS_F32, 0, &mm),
+                   AURAL_EINVAL);
+  assert_int_equal(aural_model_memory_need(&bad, AURAL_WEIGHTS_F32, 64, &mm),
+                   0);
+  free(b);
+}
+
 /* ---- headers with very many entries ------------------------------------ */
 
 /* Matching the tensors a config calls for against a header's entries
@@ -1740,6 +1880,8 @@ int main(void) {
   tests[n++] =
       (struct CMUnitTest)cmocka_unit_test(test_header_whitespace_padding);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_kv_ring_limit);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_memory_limit_d_ff);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_memory_limit_config);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_header_limit_real);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_match_names_comparisons);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_many_header_entries);
