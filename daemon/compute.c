@@ -515,7 +515,7 @@ int workers_start(server *srv, int n, char *why, size_t why_len) {
     aural_err err = {0};
     w->pcm = malloc(ROUND_MAX_VALUES * sizeof(float));
     if (w->pcm == NULL ||
-        aural_batch_create(srv->model, 1024, &w->batch, &err) < 0 ||
+        aural_batch_create(srv->model, AURALD_BATCH_ROWS, &w->batch, &err) < 0 ||
         pthread_create(&w->thread, NULL, worker_main, w) != 0) {
       snprintf(why, why_len, "cannot start worker %d: %s", i,
                err.msg[0] ? err.msg : "out of memory or threads");

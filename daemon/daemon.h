@@ -81,7 +81,13 @@ typedef struct aurald_options {
   bool exit_when_done; /* stop once every --file stream has ended */
   bool hold;           /* sources wait for their first subscriber */
   bool f16_weights;
+  size_t max_model_bytes; /* --max-model-memory: weights, one stream and
+                             one compute thread's batch together */
 } aurald_options;
+
+/* Rows of the batch each compute thread makes (aural_batch_create); the
+ * model's memory limit is checked for a batch of this size. */
+#define AURALD_BATCH_ROWS 1024
 
 /* ---- streams ------------------------------------------------------------- */
 

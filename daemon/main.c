@@ -62,6 +62,9 @@ static void usage(FILE *to) {
 "                         S seconds after connecting (default 10)\n"
 "      --group NAME       also accept clients whose group is NAME\n"
 "      --f16              keep weights in half precision in memory\n"
+"      --max-model-memory B  refuse a model whose weights, one stream and\n"
+"                         one compute thread's scratch need more than B\n"
+"                         bytes; suffixes K, M, G (default 2G)\n"
 "      --log-level L      error, warn, info (default) or debug\n"
 "      --config PATH      read options from PATH (default: " AURAL_CONFIG "\n"
 "                         when it exists); the command line wins; SIGHUP\n"
@@ -84,7 +87,7 @@ static void usage(FILE *to) {
 enum {
   OPT_CHUNK_MS = 256, OPT_MIC, OPT_LIST, OPT_FILE, OPT_REALTIME, OPT_EXIT,
   OPT_HOLD, OPT_THREADS, OPT_MAX_CLIENTS, OPT_MAX_STREAMS, OPT_HARD, OPT_SOFT,
-  OPT_SOFT_S, OPT_HELLO_TIMEOUT, OPT_GROUP, OPT_F16, OPT_LOG, OPT_CONFIG, OPT_NO_CONFIG,
+  OPT_SOFT_S, OPT_HELLO_TIMEOUT, OPT_GROUP, OPT_F16, OPT_MAX_MODEL_MEM, OPT_LOG, OPT_CONFIG, OPT_NO_CONFIG,
 };
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
@@ -139,6 +142,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
       {"group", required_argument, NULL, OPT_GROUP},
       {"f16", no_argument, NULL, OPT_F16},
+      {"max-model-memory", required_argument, NULL, OPT_MAX_MODEL_MEM},
       {"log-level", required_argument, NULL, OPT_LOG},
       {"config", required_argument, NULL, OPT_CONFIG},
       {"no-config", no_argument, NULL, OPT_NO_CONFIG},
@@ -233,6 +237,13 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       break;
     }
     case OPT_F16: o->f16_weights = true; break;
+    case OPT_MAX_MODEL_MEM:
+      if (parse_bytes(optarg, &o->max_model_bytes) < 0) {
+        fprintf(stderr, "aurald: --max-model-memory: bad byte count \"%s\" "
+                        "(e.g. 512M, 2G)\n", optarg);
+        return 2;
+      }
+      break;
     case OPT_LOG:
       aurald_log_level = aurald_log_level_parse(optarg);
       if (aurald_log_level < 0) {
@@ -270,6 +281,11 @@ static const aurald_options option_defaults = {
     .sub_soft_bytes = 4u << 20,
     .sub_soft_s = 10.0,
     .hello_timeout_s = 10.0,
+    /* The library's default: the bundled model needs about 25 MB with its
+     * batches, so 2 GiB leaves room for far larger real models, while a
+     * small file whose dimensions ask for gigabytes per stream or per
+     * compute thread is refused at start. */
+    .max_model_bytes = (size_t)AURAL_MODEL_DEFAULT_MAX_MEMORY,
 };
 
 /* The config file named on the command line, or the default one when it
@@ -394,6 +410,7 @@ static void reload(server *srv) {
                  n.chunk_frames != o->chunk_frames || n.mic != o->mic ||
                  n.n_files != o->n_files || n.hold != o->hold ||
                  n.f16_weights != o->f16_weights ||
+                 n.max_model_bytes != o->max_model_bytes ||
                  (n.n_threads && n.n_threads != srv->n_workers) ||
                  str_differs(n.group, o->group);
   if (n.group == NULL || !str_differs(n.group, o->group))

@@ -97,6 +97,8 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
   aural_model_load_config lc;
   aural_model_load_config_default(&lc);
   if (o->f16_weights) lc.weights = AURAL_WEIGHTS_F16;
+  lc.max_memory_bytes = o->max_model_bytes;
+  lc.batch_rows = AURALD_BATCH_ROWS;
   if (aural_model_load(o->model_path, &lc, &srv->model, &err) < 0) {
     snprintf(why, why_len, "%s", err.msg);
     return -1;

@@ -21,7 +21,7 @@
 #include "aural/encoder.h"
 #include "internal.h"
 
-#define DEFAULT_BATCH 64
+#define DEFAULT_BATCH AURAL__DEFAULT_BATCH
 /* Query rows of one head whose scores are computed together (attend()). */
 #define ATT_ROWS 3
 
@@ -122,6 +122,25 @@ static size_t encoder_floats(const aural_model_config *c, size_t batch) {
   size_t total = freq + k_ring + v_ring + scratch;
   if (scratch == 0 || total < k_ring) return 0;
   return total;
+}
+
+size_t aural__encoder_bytes(const aural_model_config *c, size_t batch) {
+  size_t n = encoder_floats(c, batch), bytes;
+  if (n == 0 || !aural__mul_ok(n, sizeof(float), &bytes) ||
+      bytes > SIZE_MAX - sizeof(aural_encoder))
+    return SIZE_MAX;
+  return sizeof(aural_encoder) + bytes;
+}
+
+size_t aural__ring_bytes(const aural_model_config *c) {
+  size_t k, v, bytes;
+  if (!aural__mul_ok((size_t)c->n_layers * window_pad(c), (size_t)c->d_model,
+                     &k) ||
+      !aural__mul_ok((size_t)c->n_layers * (size_t)c->window,
+                     (size_t)c->d_model, &v) ||
+      !aural__mul_ok(k + v, sizeof(float), &bytes))
+    return SIZE_MAX;
+  return bytes;
 }
 
 size_t aural_encoder_state_bytes(const aural_model *model,
@@ -415,6 +434,15 @@ int aural_encoder_forward(aural_encoder *e, const float *feats, size_t n,
     done += k;
   }
   return 0;
+}
+
+size_t aural__batch_bytes(const aural_model_config *c, size_t rows) {
+  size_t n = work_floats(c, rows), bytes, segs;
+  if (n == 0 || !aural__mul_ok(n, sizeof(float), &bytes) ||
+      !aural__mul_ok(rows, sizeof(seg), &segs) ||
+      bytes > SIZE_MAX - segs - sizeof(aural_batch))
+    return SIZE_MAX;
+  return sizeof(aural_batch) + bytes + segs;
 }
 
 int aural_batch_create(const aural_model *model, size_t max_rows,

@@ -161,12 +161,19 @@ static int json_bool(const cJSON *root, const char *key, bool *out,
 
 int aural_fbank_opts_from_json(aural_fbank_opts *opts, const char *json,
                                size_t json_len, aural_err *err) {
-  cJSON *root = cJSON_ParseWithLength(json, json_len);
-  if (root == NULL)
+  /* Where parsing stopped comes back in a local pointer: cJSON's own
+   * error pointer is one global for every thread (another thread's parse
+   * can move it, even into another buffer), and it is left untouched by a
+   * parse that fails before reading anything. */
+  const char *stop = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(json, json_len, &stop, 0);
+  if (root == NULL) {
+    size_t at = stop != NULL && stop >= json && stop <= json + json_len
+                    ? (size_t)(stop - json)
+                    : 0;
     return aural__err_set(err, AURAL_ECONFIG,
-                          "aural.config: not valid JSON near byte %td",
-                          cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - json
-                                              : (ptrdiff_t)0);
+                          "aural.config: not valid JSON near byte %zu", at);
+  }
   aural_fbank_opts o = *opts;
   int rc = 0;
   double mel = o.num_mel_bins;

@@ -127,6 +127,27 @@ struct aural_model {
   uint64_t weight_bytes;
 };
 
+/* Names of a file's tensors matched to the names a config calls for:
+ * found[i] (n_want) is the index in have (n_have names, no two equal) of
+ * want[i], or SIZE_MAX when have lacks it. Sorts an index of have once and
+ * binary-searches it for each wanted name: O((n_want + n_have) log n_have)
+ * comparisons however large a header is. *n_cmp (when not NULL) gets the
+ * number of name comparisons the searches made, so that a test can check
+ * the bound. Returns 0 or AURAL_ENOMEM. */
+int aural__match_names(const char *const *have, size_t n_have,
+                       const char *const *want, size_t n_want, size_t *found,
+                       uint64_t *n_cmp);
+
+/* Bytes of one encoder's state with max_batch_frames = batch, and of one
+ * aural_batch of `rows` rows, for a model of config c (encoder.c); SIZE_MAX
+ * on overflow. */
+size_t aural__encoder_bytes(const aural_model_config *c, size_t batch);
+size_t aural__ring_bytes(const aural_model_config *c);
+size_t aural__batch_bytes(const aural_model_config *c, size_t rows);
+
+/* Rows of an encoder's own scratch by default (aural_encoder_config). */
+#define AURAL__DEFAULT_BATCH 64
+
 /* IEEE half <-> float, exact / round-to-nearest-even. */
 float aural__f16_to_f32(uint16_t h);
 uint16_t aural__f32_to_f16(float f);

@@ -223,8 +223,9 @@ _Static_assert(KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
     size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL;                   \
     size_t ps = aural__panel_stride(K);                                        \
     if (M < MR_MAX) {                                                          \
+      /* One kernel per row count 1..5; no rows, no panels to go over. */     \
       size_t np = M == 1 ? 8 : M <= 3 ? 4 : 2, k0 = 0;                         \
-      for (size_t p = 0; p < n_panels; p += np) {                              \
+      for (size_t p = 0; M > 0 && p < n_panels; p += np) {                     \
         PANEL_SETUP(ELEM)                                                      \
         float *yp = y + p * AURAL__PANEL;                                      \
         switch (M) {                                                           \
@@ -232,7 +233,7 @@ _Static_assert(KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
         case 2: few2_##T(ws, x, K, yp, N, bs, ms); break;                      \
         case 3: few3_##T(ws, x, K, yp, N, bs, ms); break;                      \
         case 4: few4_##T(ws, x, K, yp, N, bs, ms); break;                      \
-        default: few5_##T(ws, x, K, yp, N, bs, ms); break;                     \
+        case 5: few5_##T(ws, x, K, yp, N, bs, ms); break;                      \
         }                                                                      \
       }                                                                        \
       return;                                                                  \

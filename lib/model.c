@@ -15,6 +15,7 @@
  *     shape the config implies.
  * Only then is memory for the weights allocated and the data converted.
  */
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,6 +39,17 @@
 void aural_model_load_config_default(aural_model_load_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->weights = AURAL_WEIGHTS_F32;
+  cfg->max_memory_bytes = AURAL_MODEL_DEFAULT_MAX_MEMORY;
+  cfg->batch_rows = AURAL_MODEL_DEFAULT_BATCH_ROWS;
+}
+
+static uint64_t max_memory_of(const aural_model_load_config *lc) {
+  return lc->max_memory_bytes ? lc->max_memory_bytes
+                              : AURAL_MODEL_DEFAULT_MAX_MEMORY;
+}
+
+static size_t batch_rows_of(const aural_model_load_config *lc) {
+  return lc->batch_rows ? lc->batch_rows : AURAL_MODEL_DEFAULT_BATCH_ROWS;
 }
 
 /* ---- half precision ---------------------------------------------------- */
@@ -502,6 +513,50 @@ static int parse_entry(const cJSON *it, uint64_t data_len, entry *e,
   return 0;
 }
 
+/* ---- matching names ---------------------------------------------------- */
+
+typedef struct named {
+  const char *name;
+  size_t index;
+} named;
+
+static int cmp_named(const void *a, const void *b) {
+  return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
+
+/* One sort of the header's names, then a binary search per wanted name:
+ * a scan per name was O(wanted x entries), 10^10 comparisons for a 100 MB
+ * header and 1024 layers. */
+int aural__match_names(const char *const *have, size_t n_have,
+                       const char *const *want, size_t n_want, size_t *found,
+                       uint64_t *n_cmp) {
+  named *by_name = malloc((n_have + 1) * sizeof *by_name);
+  if (by_name == NULL) return AURAL_ENOMEM;
+  for (size_t j = 0; j < n_have; j++) by_name[j] = (named){have[j], j};
+  qsort(by_name, n_have, sizeof *by_name, cmp_named);
+  uint64_t cmps = 0;
+  for (size_t i = 0; i < n_want; i++) {
+    found[i] = SIZE_MAX;
+    size_t lo = 0, hi = n_have; /* the name, if present, is in [lo, hi) */
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      int c = strcmp(want[i], by_name[mid].name);
+      cmps++;
+      if (c == 0) {
+        found[i] = by_name[mid].index;
+        break;
+      }
+      if (c < 0)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+  }
+  free(by_name);
+  if (n_cmp != NULL) *n_cmp = cmps;
+  return 0;
+}
+
 /* ---- expected tensors -------------------------------------------------- */
 
 /* One tensor the config calls for, and where it goes. */
@@ -623,6 +678,174 @@ static void pack(const unsigned char *src, dtype t, size_t rows, size_t cols,
     }
 }
 
+/* ---- memory ------------------------------------------------------------ */
+
+/* Elements of the two weight arenas, counted as the loader fills them:
+ * each tensor rounded up to 16 elements, matrices packed in panels. */
+typedef struct arena_count {
+  uint64_t f32, f16;
+  int f16_mats; /* matrices go to the f16 arena */
+  int ok;       /* no overflow so far */
+} arena_count;
+
+static void count_add(arena_count *a, uint64_t *acc, uint64_t n,
+                      uint64_t times) {
+  uint64_t total;
+  if (__builtin_add_overflow(n, 15, &n) ||
+      __builtin_mul_overflow(n / 16 * 16, times, &total) ||
+      __builtin_add_overflow(*acc, total, acc))
+    a->ok = 0;
+}
+
+static void count_mat(arena_count *a, uint64_t rows, uint64_t cols,
+                      uint64_t times) {
+  uint64_t panels = rows / AURAL__PANEL + (rows % AURAL__PANEL != 0), n;
+  if (__builtin_mul_overflow(panels, (cols + 1) * AURAL__PANEL, &n)) {
+    a->ok = 0;
+    return;
+  }
+  count_add(a, a->f16_mats ? &a->f16 : &a->f32, n, times);
+}
+
+static void count_vec(arena_count *a, uint64_t n, uint64_t times) {
+  count_add(a, &a->f32, n, times);
+}
+
+int aural_model_memory_need(const aural_model_config *c,
+                            aural_weight_type weights, size_t batch_rows,
+                            aural_model_memory *out) {
+  memset(out, 0, sizeof *out);
+  if (batch_rows == 0 || batch_rows > 65536 || c->d_model < 1 ||
+      c->n_heads < 1 || c->d_model % c->n_heads != 0 || c->n_layers < 1 ||
+      c->d_ff < 1 || c->window < 1 || c->fbank.num_mel_bins < 1 ||
+      c->vocab_size < 0)
+    return AURAL_EINVAL;
+  uint64_t d = (uint64_t)c->d_model, ff = (uint64_t)c->d_ff,
+           mels = (uint64_t)c->fbank.num_mel_bins,
+           v = (uint64_t)c->vocab_size, n_layers = (uint64_t)c->n_layers;
+  /* The tensors list_wanted() calls for, in the same shapes. */
+  arena_count a = {.f16_mats = weights == AURAL_WEIGHTS_F16, .ok = 1};
+  count_mat(&a, d, mels, 1);
+  count_vec(&a, d, 1);
+  count_mat(&a, 3 * d, d, n_layers);
+  count_vec(&a, 3 * d, n_layers);
+  count_mat(&a, d, d, n_layers);
+  count_mat(&a, ff, d, n_layers);
+  count_vec(&a, ff, n_layers);
+  count_mat(&a, d, ff, n_layers);
+  count_vec(&a, d, 6 * n_layers); /* two biases, two norms of two */
+  if (c->final_norm) count_vec(&a, d, 2);
+  if (v > 0) {
+    count_mat(&a, v, d, 1);
+    count_vec(&a, v, 1);
+  }
+  if (c->has_cmvn) count_vec(&a, mels, 2);
+  size_t stream = aural__encoder_bytes(c, AURAL__DEFAULT_BATCH),
+         ring = aural__ring_bytes(c), batch = aural__batch_bytes(c, batch_rows);
+  uint64_t w32, w16, w, total;
+  if (!a.ok || stream == SIZE_MAX || ring == SIZE_MAX || batch == SIZE_MAX ||
+      __builtin_mul_overflow(a.f32, 4, &w32) ||
+      __builtin_mul_overflow(a.f16, 2, &w16) ||
+      __builtin_add_overflow(w32, w16, &w) ||
+      __builtin_add_overflow(w, (uint64_t)stream, &total) ||
+      __builtin_add_overflow(total, (uint64_t)batch, &total))
+    return AURAL_EINVAL;
+  *out = (aural_model_memory){.weight_bytes = w, .stream_bytes = stream,
+                              .ring_bytes = ring, .batch_bytes = batch,
+                              .total_bytes = total};
+  return 0;
+}
+
+/* "1.5 GiB", "12.0 MiB", "4096 bytes". */
+static const char *fmt_bytes(char *buf, size_t n, uint64_t bytes) {
+  double b = (double)bytes;
+  if (bytes >= (uint64_t)1 << 30)
+    snprintf(buf, n, "%.1f GiB", b / 1073741824.0);
+  else if (bytes >= (uint64_t)1 << 20)
+    snprintf(buf, n, "%.1f MiB", b / 1048576.0);
+  else
+    snprintf(buf, n, "%llu bytes", (unsigned long long)bytes);
+  return buf;
+}
+
+/* The dimension behind most of a row of scratch: d_ff, the vocabulary,
+ * d_model (six rows of it and a head's rotations) or the mel bins. */
+static const char *row_dimension(const aural_model_config *c, char *buf,
+                                 size_t n) {
+  double ff = c->d_ff, v = c->vocab_size, d = 7.0 * c->d_model,
+         mels = c->fbank.num_mel_bins;
+  if (ff >= v && ff >= d && ff >= mels)
+    snprintf(buf, n, "d_ff %d", c->d_ff);
+  else if (v >= d && v >= mels)
+    snprintf(buf, n, "vocab size %d", c->vocab_size);
+  else if (d >= mels)
+    snprintf(buf, n, "d_model %d", c->d_model);
+  else
+    snprintf(buf, n, "num_mel_bins %d", c->fbank.num_mel_bins);
+  return buf;
+}
+
+/* Refuses a model over the memory limit, naming the dimension behind the
+ * largest of its weights, one stream and one worker's batch. Each stream
+ * and each compute thread multiplies its part, so a few kilobytes of
+ * header must not be able to ask for gigabytes of either. */
+static int check_memory(const aural_model_config *c,
+                        const aural_model_load_config *lc, const char *where,
+                        aural_err *err) {
+  uint64_t limit = max_memory_of(lc);
+  size_t rows = batch_rows_of(lc);
+  if (rows > 65536)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "%s: batch_rows %zu is above 65536", where, rows);
+  aural_model_memory mm;
+  char lim[32], a[32], b[32], e[32], s[32], dim[48], what[160];
+  if (aural_model_memory_need(c, lc->weights, rows, &mm) < 0)
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "%s: aural.config: the memory the model needs "
+                          "overflows (d_model %d, d_ff %d, n_layers %d)",
+                          where, c->d_model, c->d_ff, c->n_layers);
+  if (mm.total_bytes <= limit) return 0;
+  if (mm.batch_bytes >= mm.stream_bytes && mm.batch_bytes >= mm.weight_bytes) {
+    snprintf(what, sizeof what, "%s needs %s of scratch per worker at %zu "
+             "rows",
+             row_dimension(c, dim, sizeof dim),
+             fmt_bytes(a, sizeof a, mm.batch_bytes), rows);
+  } else if (mm.stream_bytes >= mm.weight_bytes &&
+             mm.ring_bytes >= mm.stream_bytes / 2) {
+    snprintf(what, sizeof what, "n_layers %d x window %d x d_model %d need "
+             "%s of key/value ring per stream",
+             c->n_layers, c->window, c->d_model,
+             fmt_bytes(a, sizeof a, mm.ring_bytes));
+  } else if (mm.stream_bytes >= mm.weight_bytes) {
+    snprintf(what, sizeof what, "%s needs %s of state per stream at %d rows",
+             row_dimension(c, dim, sizeof dim),
+             fmt_bytes(a, sizeof a, mm.stream_bytes), AURAL__DEFAULT_BATCH);
+  } else {
+    double ffw = 2.0 * c->d_ff * c->d_model * c->n_layers,
+           dw = 4.0 * c->d_model * c->d_model * c->n_layers,
+           vw = (double)c->vocab_size * c->d_model;
+    if (ffw >= dw && ffw >= vw)
+      snprintf(dim, sizeof dim, "n_layers %d x d_ff %d x d_model %d",
+               c->n_layers, c->d_ff, c->d_model);
+    else if (dw >= vw)
+      snprintf(dim, sizeof dim, "n_layers %d x d_model %d", c->n_layers,
+               c->d_model);
+    else
+      snprintf(dim, sizeof dim, "vocab size %d x d_model %d", c->vocab_size,
+               c->d_model);
+    snprintf(what, sizeof what, "%s need %s of weights", dim,
+             fmt_bytes(a, sizeof a, mm.weight_bytes));
+  }
+  return aural__err_set(err, AURAL_ECONFIG,
+                        "%s: aural.config: %s; the limit is %s for the "
+                        "weights (%s), one stream (%s) and one worker's "
+                        "batch (%s) together (max_memory_bytes)",
+                        where, what, fmt_bytes(lim, sizeof lim, limit),
+                        fmt_bytes(e, sizeof e, mm.weight_bytes),
+                        fmt_bytes(s, sizeof s, mm.stream_bytes),
+                        fmt_bytes(b, sizeof b, mm.batch_bytes));
+}
+
 /* ---- loading ----------------------------------------------------------- */
 
 /* Every tensor starts on a 64-byte boundary in the arenas. */
@@ -721,6 +944,8 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
 
   aural_model *m = calloc(1, sizeof *m);
   entry *entries = NULL, **sorted = NULL;
+  const char **have_names = NULL, **want_names = NULL;
+  size_t *found = NULL;
   want_list wl = {0};
   int rc = 0;
   if (m == NULL) {
@@ -779,24 +1004,33 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   for (size_t i = 0; i < n_entries; i++)
     if (strcmp(entries[i].name, "frontend.cmvn.mean") == 0) cmvn = &entries[i];
   m->cfg.has_cmvn = cmvn != NULL;
+  rc = check_memory(&m->cfg, lcfg, where, err);
+  if (rc < 0) goto done;
   m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
   if (m->layers == NULL || list_wanted(m, m->cfg.has_cmvn, &wl) < 0) {
     rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
     goto done;
   }
   uint64_t n_f32 = 0, n_f16 = 0;
+  have_names = malloc((n_entries + 1) * sizeof *have_names);
+  want_names = malloc((wl.n + 1) * sizeof *want_names);
+  found = malloc((wl.n + 1) * sizeof *found);
+  if (have_names == NULL || want_names == NULL || found == NULL) {
+    rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
+    goto done;
+  }
+  for (size_t j = 0; j < n_entries; j++) have_names[j] = entries[j].name;
+  for (size_t i = 0; i < wl.n; i++) want_names[i] = wl.w[i].name;
+  if (aural__match_names(have_names, n_entries, want_names, wl.n, found,
+                         NULL) < 0) {
+    rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
+    goto done;
+  }
   for (size_t i = 0; i < wl.n; i++) {
     want *w = &wl.w[i];
-    for (size_t j = 0; j < n_entries; j++) {
-      if (strcmp(entries[j].name, w->name) != 0) continue;
-      if (w->found != NULL) {
-        rc = aural__err_set(err, AURAL_EFORMAT,
-                            "%s: tensor \"%s\" appears twice in the header",
-                            where, w->name);
-        goto done;
-      }
-      w->found = &entries[j];
-      entries[j].used = 1;
+    if (found[i] != SIZE_MAX) {
+      w->found = &entries[found[i]];
+      entries[found[i]].used = 1;
     }
     const entry *e = w->found;
     if (e == NULL) {
@@ -877,6 +1111,10 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   }
   if (m->cfg.has_cmvn) m->n_params -= 2u * (uint64_t)m->cfg.fbank.num_mel_bins;
   m->weight_bytes = n_f32 * 4 + n_f16 * 2;
+  aural_model_memory mm;
+  assert(aural_model_memory_need(&m->cfg, lcfg->weights, batch_rows_of(lcfg),
+                                 &mm) == 0 &&
+         mm.weight_bytes == m->weight_bytes);
 
   /* Values the encoder divides by must be usable. */
   for (int i = 0; m->cmvn_std != NULL && i < m->cfg.fbank.num_mel_bins; i++) {
@@ -893,6 +1131,9 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   }
 
 done:
+  free(have_names);
+  free(want_names);
+  free(found);
   free(wl.w);
   free(sorted);
   free(entries);
@@ -905,6 +1146,54 @@ done:
   return 0;
 }
 
+/* The whole of fd, whose size at open was st_size, into a buffer of
+ * that size. The file is read, not mapped: a mapped file that another
+ * process truncates raises SIGBUS at the first access past its new end,
+ * while read() just returns less. A file that shrank or grew while it was
+ * read is refused (its bytes may be half old, half new). */
+static int read_whole(int fd, const char *path, size_t size,
+                      unsigned char **out, aural_err *err) {
+  *out = NULL;
+  unsigned char *buf = malloc(size > 0 ? size : 1);
+  if (buf == NULL)
+    return aural__err_set(err, AURAL_ENOMEM,
+                          "%s: out of memory for the file's %zu bytes", path,
+                          size);
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = read(fd, buf + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      free(buf);
+      return aural__err_set(err, -e, "%s: read failed at byte %zu: %s", path,
+                            got, strerror(e));
+    }
+    if (n == 0) break;
+    got += (size_t)n;
+  }
+  if (got < size) {
+    free(buf);
+    return aural__err_set(err, AURAL_ETRUNCATED,
+                          "%s: the file shrank from %zu to %zu bytes while it "
+                          "was read",
+                          path, size, got);
+  }
+  unsigned char extra;
+  ssize_t n;
+  do n = read(fd, &extra, 1);
+  while (n < 0 && errno == EINTR);
+  if (n > 0) {
+    free(buf);
+    return aural__err_set(err, AURAL_EIO,
+                          "%s: the file grew past its %zu bytes while it was "
+                          "read",
+                          path, size);
+  }
+  *out = buf;
+  return 0;
+}
+
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err) {
   *out = NULL;
@@ -913,15 +1202,35 @@ int aural_model_load(const char *path, const aural_model_load_config *cfg,
   struct stat st;
   int fd = aural__open_input(path, O_NONBLOCK, 1, "a model file", &st, err);
   if (fd < 0) return fd;
-  int rc;
   size_t size = (size_t)st.st_size;
-  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  /* Every tensor byte in the file is a weight the model holds, in at
+   * least 2 bytes for 4 in the file: a file past twice the memory limit
+   * and a full header cannot be a model within it. */
+  aural_model_load_config dflt;
+  if (cfg == NULL) {
+    aural_model_load_config_default(&dflt);
+    cfg = &dflt;
+  }
+  uint64_t limit = max_memory_of(cfg), most;
+  if (__builtin_mul_overflow(limit, 2, &most) ||
+      __builtin_add_overflow(most, 8 + MAX_HEADER_BYTES, &most))
+    most = UINT64_MAX;
+  if ((uint64_t)size > most) {
+    char a[32], b[32], c[32];
+    close(fd);
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "%s: the file is %s; a model within the memory "
+                          "limit of %s (max_memory_bytes) is at most %s",
+                          path, fmt_bytes(a, sizeof a, size),
+                          fmt_bytes(b, sizeof b, limit),
+                          fmt_bytes(c, sizeof c, most));
+  }
+  unsigned char *bytes;
+  int rc = read_whole(fd, path, size, &bytes, err);
   close(fd);
-  if (map == MAP_FAILED)
-    return aural__err_set(err, -errno, "%s: cannot map: %s", path,
-                          strerror(errno));
-  rc = aural_model_load_buffer(map, size, path, cfg, out, err);
-  munmap(map, size);
+  if (rc < 0) return rc;
+  rc = aural_model_load_buffer(bytes, size, path, cfg, out, err);
+  free(bytes);
   return rc;
 }
 

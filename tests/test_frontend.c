@@ -4,6 +4,7 @@
  * quality, non-finite input, CMVN and configuration parsing.
  */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -468,6 +469,73 @@ static void test_config_json(void **state) {
   }
 }
 
+/* A config that is not JSON is reported at the byte where parsing
+ * stopped. Two threads parse two broken configs at once, each broken at
+ * a different byte: each must be told its own offset (a parser's global
+ * error position, shared between threads, would give one the other's). */
+typedef struct bad_json_job {
+  const char *json;
+  size_t expect_at; /* the offset of the first byte that is not JSON */
+  int n_wrong;
+  char wrong_msg[600];
+} bad_json_job;
+
+static void *parse_bad_json(void *arg) {
+  bad_json_job *job = arg;
+  char expect[64];
+  snprintf(expect, sizeof expect, "near byte %zu", job->expect_at);
+  for (int i = 0; i < 50000; i++) {
+    aural_fbank_opts o;
+    aural_fbank_opts_default(&o);
+    aural_err err = {0};
+    int rc = aural_fbank_opts_from_json(&o, job->json, strlen(job->json),
+                                        &err);
+    if (rc != AURAL_ECONFIG || strstr(err.msg, expect) == NULL) {
+      if (job->n_wrong++ == 0)
+        snprintf(job->wrong_msg, sizeof job->wrong_msg, "rc %d: %s", rc,
+                 err.msg);
+    }
+  }
+  return NULL;
+}
+
+static void test_config_json_error_offset(void **state) {
+  (void)state;
+  bad_json_job jobs[2] = {
+      {.json = "{\"sample_rate\": 16000, \"dither\": x}"},
+      {.json = "{\"num_mel_bins\": 80,\n \"frame_shift\": 10,\n"
+               " \"low_freq\": 20, \"high_freq\": [1, 2,, 3]}"},
+  };
+  jobs[0].expect_at = (size_t)(strchr(jobs[0].json, 'x') - jobs[0].json);
+  jobs[1].expect_at = (size_t)(strstr(jobs[1].json, ",,") - jobs[1].json) + 1;
+
+  /* One at a time first, then both at once. */
+  for (int j = 0; j < 2; j++) {
+    aural_fbank_opts o;
+    aural_fbank_opts_default(&o);
+    aural_err err = {0};
+    assert_int_equal(aural_fbank_opts_from_json(&o, jobs[j].json,
+                                                strlen(jobs[j].json), &err),
+                     AURAL_ECONFIG);
+    printf("  %s\n", err.msg);
+    char expect[64];
+    snprintf(expect, sizeof expect, "near byte %zu", jobs[j].expect_at);
+    if (strstr(err.msg, expect) == NULL)
+      fail_msg("config %s: message '%s' lacks '%s'", jobs[j].json, err.msg,
+               expect);
+  }
+  pthread_t th[2];
+  for (int j = 0; j < 2; j++)
+    assert_int_equal(pthread_create(&th[j], NULL, parse_bad_json, &jobs[j]),
+                     0);
+  for (int j = 0; j < 2; j++) assert_int_equal(pthread_join(th[j], NULL), 0);
+  for (int j = 0; j < 2; j++)
+    if (jobs[j].n_wrong > 0)
+      fail_msg("config %d, parsed beside another: %d of 50000 messages lack "
+               "\"near byte %zu\", e.g. %s",
+               j, jobs[j].n_wrong, jobs[j].expect_at, jobs[j].wrong_msg);
+}
+
 /* Each window type and a magnitude spectrum give finite features, and the
  * non-default options change them (they are really applied). */
 static void test_option_variants(void **state) {
@@ -513,6 +581,7 @@ int main(void) {
       cmocka_unit_test(test_callback_stops_push),
       cmocka_unit_test(test_bad_create),
       cmocka_unit_test(test_config_json),
+      cmocka_unit_test(test_config_json_error_offset),
       cmocka_unit_test(test_option_variants),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -114,6 +114,34 @@ static void test_kernel_matches_oracle_bit_for_bit(void **state) {
          aural__gemm_kernel());
 }
 
+/* No rows: nothing is written. The output buffer is all canaries (rows
+ * of y and beyond), for every kernel the row-count switch might pick. */
+static void test_zero_rows_write_nothing(void **state) {
+  (void)state;
+  const size_t R = 33, C = 40, n_canary = 8 * R;
+  const float canary = -1234.5f;
+  for (int f16 = 0; f16 < 2; f16++) {
+    float *plain = malloc(R * C * sizeof *plain);
+    void *mem;
+    aural__mat w = make_mat(R, C, f16, plain, &mem);
+    float b[33], x[8 * 40];
+    for (size_t r = 0; r < R; r++) b[r] = frand();
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++) x[i] = frand();
+    float *y = malloc(n_canary * sizeof *y);
+    for (size_t i = 0; i < n_canary; i++) y[i] = canary;
+    aural__linear(&w, b, x, 0, y);
+    aural__linear_ref(&w, b, x, 0, y);
+    for (size_t i = 0; i < n_canary; i++)
+      if (y[i] != canary)
+        fail_msg("%s kernel (%s weights), n = 0: y[%zu] (row %zu) was "
+                 "written",
+                 aural__gemm_kernel(), f16 ? "f16" : "f32", i, i / R);
+    free(y);
+    free(plain);
+    free(mem);
+  }
+}
+
 static void test_f16_conversion(void **state) {
   (void)state;
   /* Every half value survives half -> float -> half. */
@@ -300,6 +328,7 @@ static void test_long_products_keep_precision(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernel_matches_oracle_bit_for_bit),
+      cmocka_unit_test(test_zero_rows_write_nothing),
       cmocka_unit_test(test_long_products_keep_precision),
       cmocka_unit_test(test_attention_scores_bits),
       cmocka_unit_test(test_attention_matches_oracle),

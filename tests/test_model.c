@@ -13,11 +13,13 @@
  * judge it.
  */
 #define _GNU_SOURCE
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,6 +37,7 @@
 #include <aural.h>
 
 #include "helpers.h"
+#include "internal.h"
 #include "synth_model.h"
 
 /* ---- a model file taken apart ------------------------------------------ */
@@ -1193,6 +1197,94 @@ static void test_fifo(void **state) {
   assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* ---- a model file that shrinks while it loads -------------------------- */
+
+typedef struct shrinker {
+  const char *path;
+  const unsigned char *bytes;
+  size_t size, keep; /* the whole file, and what a truncation leaves */
+  volatile int stop;
+} shrinker;
+
+/* Over and over: the whole file written back, then cut to its header. */
+static void *shrink_loop(void *arg) {
+  shrinker *s = arg;
+  int fd = open(s->path, O_WRONLY);
+  if (fd < 0) return NULL;
+  while (!s->stop) {
+    if (pwrite(fd, s->bytes, s->size, 0) != (ssize_t)s->size) break;
+    if (ftruncate(fd, (off_t)s->keep) != 0) break;
+  }
+  close(fd);
+  return NULL;
+}
+
+/* A model file truncated by another process while aural_model_load()
+ * reads it must give a model or an error, never a crash (a mapped file
+ * that shrinks under its mapping raises SIGBUS). The loads run in a child,
+ * so that a signal is reported as a failure, not the end of the test
+ * binary. Each load either sees the whole file, or one cut short: most of
+ * them overlap a truncation. */
+static void test_file_truncated_while_loading(void **state) {
+  (void)state;
+  synth_spec sp = {.d_model = 64, .n_heads = 4, .n_layers = 4, .d_ff = 256,
+                   .window = 16, .pos_encoding = "rope",
+                   .activation = "gelu", .norm_first = 1, .seed = 11};
+  size_t size;
+  unsigned char *bytes = synth_model(&sp, &size);
+  assert_non_null(bytes);
+  char *path;
+  assert_true(asprintf(&path, "%s/shrinking.safetensors", tmp_dir) > 0);
+  test_write_file(path, bytes, size);
+  fflush(stdout);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    /* cmocka's handlers would carry on with the next test in the child. */
+    signal(SIGBUS, SIG_DFL);
+    signal(SIGSEGV, SIG_DFL);
+    alarm(20);
+    shrinker sh = {.path = path, .bytes = bytes, .size = size,
+                   .keep = 8 + (size_t)get_le64(bytes)};
+    pthread_t th;
+    if (pthread_create(&th, NULL, shrink_loop, &sh) != 0) _exit(3);
+    int n_ok = 0, n_err = 0, bad = 0;
+    for (int i = 0; i < 300; i++) {
+      aural_model *m = (aural_model *)&m;
+      aural_err err = {0};
+      int rc = aural_model_load(path, NULL, &m, &err);
+      if (rc == 0 && m != NULL) {
+        n_ok++;
+      } else if (rc < 0 && m == NULL && err.code == rc &&
+                 strstr(err.msg, path) != NULL) {
+        if (n_err++ == 0) printf("  e.g. %s: %s\n", aural_err_name(rc),
+                                 err.msg);
+      } else {
+        printf("  load %d: rc %d, model %p, message \"%s\"\n", i, rc,
+               (void *)m, err.msg);
+        bad = 1;
+      }
+      if (rc == 0) aural_model_free(m);
+    }
+    sh.stop = 1;
+    pthread_join(th, NULL);
+    printf("  300 loads of a file cut short and restored meanwhile: %d "
+           "loaded, %d refused\n", n_ok, n_err);
+    fflush(stdout);
+    _exit(bad ? 1 : 0);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_int_equal(unlink(path), 0);
+  free(path);
+  free(bytes);
+  if (WIFSIGNALED(status))
+    fail_msg("the loads died of signal %d (%s)", WTERMSIG(status),
+             strsignal(WTERMSIG(status)));
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* Header padding: spaces as writers put them, and any JSON whitespace,
  * is accepted after the header object. */
 static void test_header_whitespace_padding(void **state) {
@@ -1238,6 +1330,245 @@ static void test_kv_ring_limit(void **state) {
     }
     free(b);
   }
+}
+
+/* ---- memory a model's dimensions demand -------------------------------- */
+
+/* A 4 MB file (d_model 1, one layer, d_ff 2^20, F16) whose every compute
+ * thread of aurald would need 4 GiB of scratch for its batch of 1024 rows
+ * (d_ff floats a row), and every stream 256 MiB for its own 64 rows. The
+ * default limit refuses it before anything is allocated for it, and the
+ * message names d_ff. */
+static unsigned char *synth_wide_ff(size_t *size) {
+  synth_spec s = {.d_model = 1, .n_heads = 1, .n_layers = 1,
+                  .d_ff = 1 << 20, .window = 4, .pos_encoding = "none",
+                  .activation = "relu", .norm_first = 1, .f16 = 1, .seed = 5};
+  unsigned char *b = synth_model(&s, size);
+  assert_non_null(b);
+  return b;
+}
+
+static void test_memory_limit_d_ff(void **state) {
+  (void)state;
+  size_t size;
+  unsigned char *b = synth_wide_ff(&size);
+  char *path;
+  assert_true(asprintf(&path, "%s/wide_ff.safetensors", tmp_dir) > 0);
+  test_write_file(path, b, size);
+  for (int from_file = 0; from_file < 2; from_file++) {
+    aural_model *m = (aural_model *)&m;
+    aural_err err = {0};
+    const char *where = from_file ? path : "wide_ff";
+    int rc = from_file ? aural_model_load(path, NULL, &m, &err)
+                       : aural_model_load_buffer(b, size, where, NULL, &m,
+                                                 &err);
+    printf("  %zu-byte file: %s\n", size, err.msg);
+    const char *const expect[3] = {"d_ff 1048576",
+                                   "4.0 GiB of scratch per worker at 1024 "
+                                   "rows",
+                                   "the limit is 2.0 GiB"};
+    check_rejected(rc, m, &err, AURAL_ECONFIG, where, expect);
+  }
+  assert_int_equal(unlink(path), 0);
+  free(path);
+  free(b);
+}
+
+/* The limit and the rows it assumes come from the load config; the
+ * memory a config needs is what the loader and the encoder really take. */
+static void test_memory_limit_config(void **state) {
+  (void)state;
+  size_t size;
+  unsigned char *b = synth_wide_ff(&size);
+  aural_model_load_config lc;
+  aural_model *m;
+  aural_err err = {0};
+
+  /* Fewer rows per batch, or a higher limit: the same file loads. */
+  aural_model_load_config_default(&lc);
+  lc.batch_rows = 64;
+  if (aural_model_load_buffer(b, size, "wide_ff", &lc, &m, &err) != 0)
+    fail_msg("batches of 64 rows: %s", err.msg);
+  aural_model_memory mm;
+  assert_int_equal(aural_model_memory_need(aural_model_get_config(m),
+                                           AURAL_WEIGHTS_F32, 1024, &mm),
+                   0);
+  assert_true(mm.batch_bytes > ((uint64_t)4 << 30));
+  assert_int_equal(mm.weight_bytes, aural_model_weight_bytes(m));
+  assert_int_equal(mm.stream_bytes, aural_encoder_state_bytes(m, NULL));
+  assert_int_equal(mm.total_bytes,
+                   mm.weight_bytes + mm.stream_bytes + mm.batch_bytes);
+  aural_model_free(m);
+  aural_model_load_config_default(&lc);
+  lc.max_memory_bytes = (uint64_t)5 << 30;
+  if (aural_model_load_buffer(b, size, "wide_ff", &lc, &m, &err) != 0)
+    fail_msg("a limit of 5 GiB: %s", err.msg);
+  aural_model_free(m);
+  free(b);
+
+  /* The base model against its own numbers, for both weight types; one
+   * byte less than it needs is refused, naming what dominates. */
+  synth_spec sp;
+  base_spec(&sp);
+  b = synth_model(&sp, &size);
+  assert_non_null(b);
+  for (int wt = 0; wt < 2; wt++) {
+    aural_model_load_config_default(&lc);
+    lc.weights = wt ? AURAL_WEIGHTS_F16 : AURAL_WEIGHTS_F32;
+    assert_int_equal(aural_model_load_buffer(b, size, "base", &lc, &m, &err),
+                     0);
+    assert_int_equal(aural_model_memory_need(aural_model_get_config(m),
+                                             lc.weights, 1024, &mm),
+                     0);
+    assert_int_equal(mm.weight_bytes, aural_model_weight_bytes(m));
+    assert_int_equal(mm.stream_bytes, aural_encoder_state_bytes(m, NULL));
+    aural_batch *bt;
+    assert_int_equal(aural_batch_create(m, 1024, &bt, &err), 0);
+    aural_batch_destroy(bt);
+    aural_model_free(m);
+
+    lc.max_memory_bytes = mm.total_bytes;
+    assert_int_equal(aural_model_load_buffer(b, size, "base", &lc, &m, &err),
+                     0);
+    aural_model_free(m);
+    lc.max_memory_bytes = mm.total_bytes - 1;
+    m = (aural_model *)&m;
+    int rc = aural_model_load_buffer(b, size, "base", &lc, &m, &err);
+    if (wt == 0) printf("  limit one byte short: %s\n", err.msg);
+    const char *const expect[3] = {"per worker at 1024 rows",
+                                   "max_memory_bytes", NULL};
+    check_rejected(rc, m, &err, AURAL_ECONFIG, "base", expect);
+  }
+
+  /* A file larger than any model within the limit (a full header and
+   * twice the limit) is refused before it is read: here a sparse file of
+   * 200 MB. */
+  char *path;
+  assert_true(asprintf(&path, "%s/sparse_200mb.safetensors", tmp_dir) > 0);
+  test_write_file(path, b, size);
+  assert_int_equal(truncate(path, 200000000), 0);
+  aural_model_load_config_default(&lc);
+  lc.max_memory_bytes = 1000;
+  m = (aural_model *)&m;
+  int rc = aural_model_load(path, &lc, &m, &err);
+  printf("  limit 1000 bytes: %s\n", err.msg);
+  const char *const expect[3] = {"the file is 190.7 MiB",
+                                 "memory limit of 1000 bytes", NULL};
+  check_rejected(rc, m, &err, AURAL_ECONFIG, path, expect);
+  assert_int_equal(unlink(path), 0);
+  free(path);
+
+  /* Not a config the library could make. */
+  aural_model_config bad = {.d_model = 16, .n_heads = 3, .n_layers = 1,
+                            .d_ff = 8, .window = 4};
+  bad.fbank.num_mel_bins = 80;
+  assert_int_equal(aural_model_memory_need(&bad, AURAL_WEIGHTS_F32, 64, &mm),
+                   AURAL_EINVAL);
+  bad.n_heads = 2;
+  assert_int_equal(aural_model_memory_need(&bad, AURAL_WEIGHTS_F32, 0, &mm),
+                   AURAL_EINVAL);
+  assert_int_equal(aural_model_memory_need(&bad, AURAL_WEIGHTS_F32, 64, &mm),
+                   0);
+  free(b);
+}
+
+/* ---- headers with very many entries ------------------------------------ */
+
+/* Matching the tensors a config calls for against a header's entries
+ * costs O(log n) comparisons per name, not one per entry: a 100 MB header
+ * holds millions of entries and a config 12,000 tensors (1024 layers), so
+ * a scan per wanted name would be 10^10 comparisons at load. */
+static void test_match_names_comparisons(void **state) {
+  (void)state;
+  const size_t n_have = 200000, n_want = 12290;
+  char **have = malloc(n_have * sizeof *have);
+  char **want = malloc(n_want * sizeof *want);
+  size_t *found = malloc(n_want * sizeof *found);
+  assert_non_null(have);
+  assert_non_null(want);
+  assert_non_null(found);
+  /* Entries in a scrambled order; every other wanted name is present. */
+  for (size_t j = 0; j < n_have; j++)
+    assert_true(asprintf(&have[j], "t.%zu", (j * 7919) % n_have) > 0);
+  for (size_t i = 0; i < n_want; i++)
+    assert_true(asprintf(&want[i], i % 2 ? "t.%zu" : "missing.%zu",
+                         i * 13) > 0);
+  uint64_t n_cmp = 0;
+  assert_int_equal(aural__match_names((const char *const *)have, n_have,
+                                      (const char *const *)want, n_want,
+                                      found, &n_cmp),
+                   0);
+  for (size_t i = 0; i < n_want; i++) {
+    if (i % 2 == 0) {
+      assert_true(found[i] == SIZE_MAX);
+    } else {
+      assert_true(found[i] < n_have);
+      assert_string_equal(have[found[i]], want[i]);
+    }
+  }
+  /* A binary search over 200,000 names: at most 18 comparisons each. */
+  uint64_t bound = (uint64_t)n_want * 18;
+  printf("  %zu names against %zu entries: %" PRIu64 " comparisons (bound "
+         "%" PRIu64 ")\n", n_want, n_have, n_cmp, bound);
+  if (n_cmp > bound)
+    fail_msg("%" PRIu64 " comparisons to match %zu names against %zu "
+             "entries; a binary search needs at most %" PRIu64,
+             n_cmp, n_want, n_have, bound);
+  for (size_t j = 0; j < n_have; j++) free(have[j]);
+  for (size_t i = 0; i < n_want; i++) free(want[i]);
+  free(have);
+  free(want);
+  free(found);
+}
+
+/* A model of 1024 layers whose header also holds 100,000 zero-length
+ * tensors the config does not call for: loads fail at once, naming the
+ * first of them; without them the same file loads. */
+static void test_many_header_entries(void **state) {
+  (void)state;
+  size_t size;
+  unsigned char *b = synth_narrow(&size, 1024, 8);
+  uint64_t hlen = get_le64(b);
+  size_t data_len = size - 8 - (size_t)hlen;
+  const char *h = (const char *)b + 8;
+  size_t close_at = (size_t)hlen;
+  while (close_at > 0 && h[close_at - 1] != '}') close_at--;
+  assert_true(close_at > 0);
+  close_at--; /* the header's closing brace */
+
+  const size_t n_extra = 100000;
+  size_t cap = (size_t)hlen + n_extra * 96 + 64;
+  char *nh = malloc(cap);
+  assert_non_null(nh);
+  memcpy(nh, h, close_at);
+  size_t at = close_at;
+  for (size_t j = 0; j < n_extra; j++)
+    at += (size_t)snprintf(nh + at, cap - at,
+                           ",\"extra.%zu\":{\"dtype\":\"F32\",\"shape\":[0],"
+                           "\"data_offsets\":[%zu,%zu]}",
+                           j, data_len, data_len);
+  nh[at++] = '}';
+  size_t nsize = 8 + at + data_len;
+  unsigned char *nb = malloc(nsize);
+  assert_non_null(nb);
+  put_le64(nb, at);
+  memcpy(nb + 8, nh, at);
+  memcpy(nb + 8 + at, b + 8 + hlen, data_len);
+
+  aural_model *m = (aural_model *)&m;
+  aural_err err = {0};
+  int rc = aural_model_load_buffer(nb, nsize, "many_entries", NULL, &m, &err);
+  printf("  %zu-byte header, %zu extra entries: %s\n", at, n_extra, err.msg);
+  const char *const expect[3] = {"unexpected tensor \"extra.", NULL, NULL};
+  check_rejected(rc, m, &err, AURAL_EFORMAT, "many_entries", expect);
+
+  rc = aural_model_load_buffer(b, size, "narrow", NULL, &m, &err);
+  if (rc != 0) fail_msg("the same model without the extras: %s", err.msg);
+  assert_int_equal(aural_model_get_config(m)->n_layers, 1024);
+  aural_model_free(m);
+  free(nh);
+  free(nb);
+  free(b);
 }
 
 /* ---- the 100 MB header limit, with files that really are that large ---- */
@@ -1535,7 +1866,7 @@ static void test_encoder_state_bytes(void **state) {
 }
 
 int main(void) {
-  struct CMUnitTest tests[N_BAD_CASES + 10];
+  struct CMUnitTest tests[N_BAD_CASES + 32];
   size_t n = 0;
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_base_round_trips);
   for (size_t i = 0; i < N_BAD_CASES; i++)
@@ -1545,13 +1876,20 @@ int main(void) {
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_bad_paths);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_fifo);
   tests[n++] =
+      (struct CMUnitTest)cmocka_unit_test(test_file_truncated_while_loading);
+  tests[n++] =
       (struct CMUnitTest)cmocka_unit_test(test_header_whitespace_padding);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_kv_ring_limit);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_memory_limit_d_ff);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_memory_limit_config);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_header_limit_real);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_match_names_comparisons);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_many_header_entries);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_nonfinite_weights);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_committed_models_load);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_base_counts);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_encoder_state_bytes);
+  assert(n <= sizeof tests / sizeof tests[0]);
   return _cmocka_run_group_tests("model", tests, n, group_setup,
                                  group_teardown);
 }

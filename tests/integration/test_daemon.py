@@ -924,6 +924,51 @@ class TestBadModel(DaemonTest):
             self.assertIn(word.lower(), text.lower(), text)
             self.assertFalse(os.path.exists(sock), name)
 
+    def test_model_over_memory_limit_is_refused_at_start(self):
+        """A 4 MB file (d_model 1, d_ff 2^20, F16) whose every compute
+        thread would need 4 GiB of scratch: refused at start, naming d_ff,
+        unless --max-model-memory allows it."""
+        d, ff = 1, 1 << 20
+        cfg = {"d_model": d, "n_heads": 1, "n_layers": 1, "d_ff": ff,
+               "window": 4, "pos_encoding": "none", "activation": "relu"}
+        shapes = [("input_proj.weight", [d, 80]), ("input_proj.bias", [d])]
+        pre = "encoder.layers.0."
+        shapes += [(pre + "self_attn.in_proj_weight", [3 * d, d]),
+                   (pre + "self_attn.in_proj_bias", [3 * d]),
+                   (pre + "self_attn.out_proj.weight", [d, d]),
+                   (pre + "self_attn.out_proj.bias", [d]),
+                   (pre + "linear1.weight", [ff, d]),
+                   (pre + "linear1.bias", [ff]),
+                   (pre + "linear2.weight", [d, ff]),
+                   (pre + "linear2.bias", [d])]
+        shapes += [(pre + n, [d]) for n in
+                   ("norm1.weight", "norm1.bias", "norm2.weight",
+                    "norm2.bias")]
+        header = {"__metadata__": {"format": "aural", "aural.version": "1",
+                                   "aural.config": json.dumps(cfg)}}
+        off = 0
+        for name, shape in shapes:
+            n = 2 * shape[0] * (shape[1] if len(shape) > 1 else 1)
+            header[name] = {"dtype": "F16", "shape": shape,
+                            "data_offsets": [off, off + n]}
+            off += n
+        h = json.dumps(header).encode()
+        h += b" " * (-len(h) % 8)
+        path = os.path.join(self.tmp, "wide_ff.safetensors")
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + b"\0" * off)
+        sock = os.path.join(self.tmp, "m.sock")
+        p = run(AURALD, "-m", path, "-s", sock, "--no-config", check=False,
+                timeout=20)
+        text = p.stdout + p.stderr
+        self.assertNotEqual(p.returncode, 0, text)
+        self.assertIn("d_ff 1048576", text)
+        self.assertIn("per worker at 1024 rows", text)
+        self.assertFalse(os.path.exists(sock))
+        p = run(AURALD, "-m", path, "-s", sock, "--no-config",
+                "--max-model-memory", "1G", check=False, timeout=20)
+        self.assertIn("the limit is 1.0 GiB", p.stdout + p.stderr)
+
 
 class TestSoak(DaemonTest):
     def test_short_soak(self):

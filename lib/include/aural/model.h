@@ -64,22 +64,58 @@ typedef struct aural_model_config {
   int vocab_size;         /* CTC head outputs; 0 when there is no head */
 } aural_model_config;
 
+/* The memory a model may demand by default: 2 GiB for its weights, one
+ * stream and one batch. The bundled model needs about 25 MB and the test
+ * models less; a model whose dimensions ask for more is far more likely a
+ * hostile or broken file than a speech encoder. */
+#define AURAL_MODEL_DEFAULT_MAX_MEMORY ((uint64_t)2 << 30)
+/* The batch size the limit assumes by default: aurald's compute threads
+ * each make an aural_batch of 1024 rows. */
+#define AURAL_MODEL_DEFAULT_BATCH_ROWS 1024
+
 typedef struct aural_model_load_config {
   aural_weight_type weights; /* in-memory type of the matrices */
+  uint64_t max_memory_bytes; /* refuse a model whose weights, one stream
+                                and one batch of batch_rows rows need more
+                                (aural_model_memory_need); 0: the default */
+  size_t batch_rows;         /* rows of the largest aural_batch the caller
+                                will make; 0: the default */
 } aural_model_load_config;
+
+/* What a model needs in memory, from its config alone. */
+typedef struct aural_model_memory {
+  uint64_t weight_bytes; /* the weights as held (aural_model_weight_bytes) */
+  uint64_t stream_bytes; /* one encoder of default config: KV rings and
+                            scratch (aural_encoder_state_bytes) */
+  uint64_t ring_bytes;   /* of which the KV rings */
+  uint64_t batch_bytes;  /* one aural_batch of batch_rows rows */
+  uint64_t total_bytes;  /* weights + stream + batch */
+} aural_model_memory;
 
 typedef struct aural_model aural_model;
 
 void aural_model_load_config_default(aural_model_load_config *cfg);
 
-/* Loads and validates path (read-only mmap, unmapped before returning; the
- * file must not be truncated while it loads). cfg may be NULL for
- * defaults. Returns 0, -errno, AURAL_EEMPTY, AURAL_EFORMAT,
+/* Loads and validates path (read into memory, freed before returning; a
+ * file that changes size while it is read is refused with
+ * AURAL_ETRUNCATED or AURAL_EIO). cfg may be NULL for defaults. A model
+ * that needs more memory than cfg->max_memory_bytes, or a file too large
+ * to hold such a model, is refused with AURAL_ECONFIG naming the
+ * dimension that asks for it, before anything is allocated for it. Returns 0, -errno, AURAL_EEMPTY, AURAL_EFORMAT,
  * AURAL_ETRUNCATED, AURAL_ECONFIG or AURAL_ENOMEM; err names the file and
  * the tensor or field at fault. Weights are converted as stored: NaN or
  * infinite weights are not checked (CMVN statistics are). Thread-safe. */
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err);
+
+/* Bytes a model with config cfg (as aural_model_get_config gives it) needs
+ * in memory with matrices held as `weights`, for one stream and one batch
+ * of batch_rows rows, into *out. Sizes are overflow-checked. Returns 0, or
+ * AURAL_EINVAL when batch_rows is not 1..65536 or a size overflows.
+ * Thread-safe. */
+int aural_model_memory_need(const aural_model_config *cfg,
+                            aural_weight_type weights, size_t batch_rows,
+                            aural_model_memory *out);
 
 /* Same, from a buffer holding a whole safetensors file (not retained);
  * `name` is used in messages. */
