@@ -190,9 +190,8 @@ static int ensure_dir(server *srv, const char *path, char *why,
   else
     rc = judge_dir(dir, &fst, strict || made, why, why_len);
   if (rc == 0 && made && srv->opt->group != NULL) {
-    if (fchown(fd, (uid_t)-1, srv->opt->group_gid) == 0)
-      fchmod(fd, 0710);
-    else
+    if (fchown(fd, (uid_t)-1, srv->opt->group_gid) < 0 ||
+        fchmod(fd, 0710) < 0)
       log_warn("cannot give %s to group %s: %s; its members cannot reach "
                "the socket", dir, srv->opt->group, strerror(errno));
   } else if (rc == 0 && !made) {
@@ -273,7 +272,12 @@ int socket_prepare(server *srv, char *why, size_t why_len) {
     }
     int live = socket_in_use(path);
     if (live != 0) {
-      /* Not ours to remove: somebody serves it, or we cannot tell. */
+      /* Not ours to remove: somebody serves it, or we cannot tell. The
+       * lock file is ours (we hold its lock), so it does not stay behind
+       * next to, say, aurald.socket's socket. */
+      int e = errno;
+      unlink(srv->lock_path);
+      errno = e;
       if (live > 0)
         snprintf(why, why_len,
                  "socket %s is in use (something accepts connections on "

@@ -232,9 +232,16 @@ class SocketSafetyTest(DaemonTest):
                               capture_output=True, text=True, timeout=30,
                               env=env or user_env(), cwd="/")
 
+    def assert_clean(self, text):
+        """No sanitizer report (a refusal exits 1, so its status cannot
+        carry LeakSanitizer's verdict)."""
+        for mark in ("Sanitizer", "runtime error", "ThreadSanitizer"):
+            self.assertNotIn(mark, text)
+
     def assert_refused_dir(self, rc, out, what):
         self.assertIsNotNone(rc, "aurald started in %s:\n%s" % (what, out))
         self.assertNotEqual(rc, 0, out)
+        self.assert_clean(out)
         self.assertIn(self.a_dir, out)
         self.assertIn(what, out)
 
@@ -339,6 +346,7 @@ class SocketSafetyTest(DaemonTest):
         got = self.listener_report(lis)
         for what, r in runs + [("aural stats as root", root)]:
             self.assertNotEqual(r.returncode, 0, what)
+            self.assert_clean(r.stderr)
             self.assertIn("uid %d" % self.b.pw_uid, r.stderr, what)
             self.assertIn(USER_B, r.stderr, what)
         self.assertTrue(py.stdout.startswith("refused: ConnectionError"),
@@ -378,6 +386,7 @@ class SocketSafetyTest(DaemonTest):
         got = self.listener_report(lis)
         for what, r in (("aural stats", stats), ("aural send", send)):
             self.assertNotEqual(r.returncode, 0, what)
+            self.assert_clean(r.stderr)
             self.assertIn(self.a_dir, r.stderr, what)
         self.assertTrue(py.stdout.startswith("refused: ConnectionError"),
                         py.stdout + py.stderr)
@@ -412,9 +421,11 @@ class SocketSafetyTest(DaemonTest):
         self.assertIsNotNone(rc, "aurald took over a live socket:\n" + out)
         self.assertNotEqual(rc, 0, out)
         self.assertIn("socket %s is in use" % path, out)
+        self.assert_clean(out)
         st = os.lstat(path)
         self.assertTrue(stat.S_ISSOCK(st.st_mode))
         self.assertEqual(st.st_ino, ino, "the socket was replaced")
+        self.assertFalse(os.path.exists(path + ".lock"), "lock file left")
         # Our listener still gets the connections made to the path.
         c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         c.settimeout(5)
