@@ -6,6 +6,7 @@
 #include "client.h"
 
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,8 @@
 #define WELCOME_MAX_BYTES (64u << 20)
 
 #define AURAL_SYSTEM_SOCKET "/run/aural/aural.sock" /* aurald.socket */
+/* The user aurald.service runs as (User= in systemd/aurald.service.in). */
+#define AURAL_SERVICE_USER "aural"
 
 const char *client_default_socket(char *buf, size_t len) {
   const char *env = getenv("AURAL_SOCKET");
@@ -331,6 +334,100 @@ static int parse_welcome(aural_client *c, const cJSON *w, char *err,
   return 0;
 }
 
+/* --- whom we talk to ------------------------------------------------- */
+
+/* The uid of a user name or number; -1 when there is no such user. */
+static long lookup_uid(const char *name) {
+  struct passwd pw, *res = NULL;
+  char buf[1024];
+  if (getpwnam_r(name, &pw, buf, sizeof buf, &res) == 0 && res != NULL)
+    return (long)pw.pw_uid;
+  char *end;
+  errno = 0;
+  unsigned long v = strtoul(name, &end, 10);
+  if (name[0] >= '0' && name[0] <= '9' && *end == '\0' && errno == 0 &&
+      v < (unsigned long)(uid_t)-1)
+    return (long)v;
+  return -1;
+}
+
+static const char *user_name(uid_t uid, char *buf, size_t len) {
+  struct passwd pw, *res = NULL;
+  char tmp[1024];
+  if (getpwuid_r(uid, &pw, tmp, sizeof tmp, &res) == 0 && res != NULL)
+    snprintf(buf, len, "%s", pw.pw_name);
+  else
+    snprintf(buf, len, "no such user");
+  return buf;
+}
+
+/* The directories of the default paths, /tmp/aural-UID and /run/aural,
+ * are checked before connecting as aurald checks them before binding:
+ * another local user can make /tmp/aural-UID first and serve a socket of
+ * their own there. The directory must be a real directory, owned by us or
+ * root, writable by nobody else. A missing one is left to connect() to
+ * report. Returns 0, or -1 with err set. */
+static int check_default_dir(const char *path, char *err, size_t err_len) {
+  char dir[sizeof ((aural_client *)0)->path];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == NULL || slash == dir) return 0;
+  *slash = '\0';
+  char tmp[64];
+  snprintf(tmp, sizeof tmp, "/tmp/aural-%u", (unsigned)getuid());
+  if (strcmp(dir, tmp) != 0 && strcmp(dir, "/run/aural") != 0) return 0;
+  struct stat st;
+  if (lstat(dir, &st) < 0) return 0;
+  char owner[64];
+  user_name(st.st_uid, owner, sizeof owner);
+  const char *bad = NULL;
+  if (S_ISLNK(st.st_mode))
+    bad = "is a symbolic link";
+  else if (!S_ISDIR(st.st_mode))
+    bad = "is not a directory";
+  else if (st.st_uid != getuid() && st.st_uid != 0)
+    bad = "belongs to another user";
+  else if (st.st_mode & (S_IWGRP | S_IWOTH))
+    bad = "is writable by group or others";
+  if (bad == NULL) return 0;
+  snprintf(err, err_len,
+           "%s %s (owned by uid %u, %s, mode %04o): another user could have "
+           "put a socket there; not connecting (remove it, or give the "
+           "socket with -s)",
+           dir, bad, (unsigned)st.st_uid, owner,
+           (unsigned)(st.st_mode & 07777));
+  return -1;
+}
+
+/* Before anything is sent, the server must be run by us, root (also
+ * systemd holding aurald.socket's socket), the service's user, or the
+ * user named in $AURAL_SERVER_USER. Anyone else could have put the socket
+ * there to receive our audio. Returns 0, or -1 with err set. */
+static int check_server(aural_client *c, const char *path, char *err,
+                        size_t err_len) {
+  struct ucred cr;
+  socklen_t len = sizeof cr;
+  if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
+    snprintf(err, err_len, "%s: cannot learn who serves it: %s", path,
+             strerror(errno));
+    return -1;
+  }
+  if (cr.uid == getuid() || cr.uid == geteuid() || cr.uid == 0) return 0;
+  if (lookup_uid(AURAL_SERVICE_USER) == (long)cr.uid) return 0;
+  const char *extra = getenv("AURAL_SERVER_USER");
+  if (extra != NULL && extra[0] != '\0' && lookup_uid(extra) == (long)cr.uid)
+    return 0;
+  char owner[64];
+  user_name(cr.uid, owner, sizeof owner);
+  snprintf(err, err_len,
+           "%s: served by uid %u (%s, pid %ld), not by you (uid %u), root or "
+           "user %s; not talking to it (AURAL_SERVER_USER=%s trusts that "
+           "user)",
+           path, (unsigned)cr.uid, owner, (long)cr.pid, (unsigned)getuid(),
+           AURAL_SERVICE_USER, owner);
+  return -1;
+}
+
 static int open_socket(aural_client *c, const char *path, char *err,
                        size_t err_len) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -356,7 +453,7 @@ static int open_socket(aural_client *c, const char *path, char *err,
   do
     rc = connect(c->fd, (struct sockaddr *)&sa, sizeof sa);
   while (rc < 0 && errno == EINTR);
-  if (rc == 0) return 0;
+  if (rc == 0) return check_server(c, path, err, err_len);
   int e = errno;
   struct stat st;
   if ((e == ECONNREFUSED || e == ENOTSOCK) && stat(path, &st) == 0 &&
@@ -395,7 +492,13 @@ int client_connect(const char *path, const char *name, aural_client **out,
                    char *err, size_t err_len) {
   char def[sizeof ((aural_client *)0)->path];
   *out = NULL;
-  if (path == NULL) path = client_default_socket(def, sizeof def);
+  if (path == NULL) {
+    path = client_default_socket(def, sizeof def);
+    const char *env = getenv("AURAL_SOCKET");
+    if ((env == NULL || env[0] == '\0') &&
+        check_default_dir(path, err, err_len) < 0)
+      return -1;
+  }
   aural_client *c = calloc(1, sizeof *c);
   if (c == NULL) {
     snprintf(err, err_len, "out of memory");

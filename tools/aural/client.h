@@ -72,9 +72,13 @@ typedef struct client_msg {
 const char *client_default_socket(char *buf, size_t len);
 
 /* Connects to path (NULL: the default) and does the HELLO/WELCOME
- * handshake, introducing itself as name. On failure returns -1 with a
- * readable message in err (no socket, permission, path too long, an ERROR
- * from the server, ...). */
+ * handshake, introducing itself as name. The default path's directory
+ * (/tmp/aural-UID, /run/aural) must be owned by us or root and writable by
+ * nobody else, and the server must run as us, root, user aural (the
+ * service) or the user in $AURAL_SERVER_USER; this is checked before
+ * anything is sent. On failure returns -1 with a readable message in err
+ * (no socket, permission, path too long, an untrusted directory or
+ * server, an ERROR from the server, ...). */
 int client_connect(const char *path, const char *name, aural_client **out,
                    char *err, size_t err_len);
 

@@ -28,8 +28,10 @@ Pushing audio::
 import collections
 import json
 import os
+import pwd
 import select
 import socket
+import stat
 import struct
 import time
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ import numpy as np
 __all__ = [
     "Client", "Chunk", "StreamStarted", "StreamEnded", "Gap", "Error",
     "ServerError", "ProtocolError", "default_socket_path",
+    "check_default_dir", "check_server",
 ]
 
 PROTOCOL_VERSION = 1
@@ -108,6 +111,76 @@ def default_socket_path() -> str:
     if not os.path.exists(path) and os.path.exists("/run/aural/aural.sock"):
         return "/run/aural/aural.sock"
     return path
+
+
+# The user aurald.service runs as (User= in systemd/aurald.service.in).
+SERVICE_USER = "aural"
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "no such user"
+
+
+def _uid_of(name: str) -> Optional[int]:
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return int(name) if name.isdigit() else None
+
+
+def check_default_dir(path: str) -> None:
+    """Raises ConnectionError when path is in /tmp/aural-UID or /run/aural
+    and that directory is a symbolic link, not a directory, owned by
+    someone other than us or root, or writable by group or others: another
+    local user could have made it to serve a socket of their own there
+    (aurald refuses such a directory too). A missing one is left to
+    connect() to report."""
+    d = os.path.dirname(path)
+    if d not in ("/tmp/aural-%d" % os.getuid(), "/run/aural"):
+        return
+    try:
+        st = os.lstat(d)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        bad = "is a symbolic link"
+    elif not stat.S_ISDIR(st.st_mode):
+        bad = "is not a directory"
+    elif st.st_uid not in (os.getuid(), 0):
+        bad = "belongs to another user"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        bad = "is writable by group or others"
+    else:
+        return
+    raise ConnectionError(
+        "%s %s (owned by uid %d, %s, mode %04o): another user could have "
+        "put a socket there; not connecting (remove it, or give the socket "
+        "path)" % (d, bad, st.st_uid, _user_name(st.st_uid),
+                   stat.S_IMODE(st.st_mode)))
+
+
+def check_server(sock: socket.socket, path: str) -> None:
+    """Raises ConnectionError unless the process serving the connected
+    socket runs as us, root, the service's user (aural) or the user named
+    in $AURAL_SERVER_USER; anyone else could have put the socket there to
+    receive our audio. Called before anything is sent."""
+    cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                           struct.calcsize("3i"))
+    pid, uid, _gid = struct.unpack("3i", cred)
+    trusted = {os.getuid(), os.geteuid(), 0, _uid_of(SERVICE_USER)}
+    extra = os.environ.get("AURAL_SERVER_USER")
+    if extra:
+        trusted.add(_uid_of(extra))
+    if uid in trusted:
+        return
+    name = _user_name(uid)
+    raise ConnectionError(
+        "%s: served by uid %d (%s, pid %d), not by you (uid %d), root or "
+        "user %s; not talking to it (AURAL_SERVER_USER=%s trusts that user)"
+        % (path, uid, name, pid, os.getuid(), SERVICE_USER, name))
 
 
 class ProtocolError(Exception):
@@ -217,8 +290,11 @@ def _now_us() -> int:
 class Client:
     """A connection to aurald. Connecting sends HELLO and reads WELCOME.
 
-    path: the socket (default: default_socket_path()). timeout: seconds a
-    single blocking read or write may take, or None to wait forever.
+    path: the socket (default: default_socket_path(), whose directory is
+    checked by check_default_dir()). timeout: seconds a single blocking read
+    or write may take, or None to wait forever. The server's credentials
+    are checked (check_server()) before HELLO is sent; ConnectionError
+    says why a directory or a server is not trusted.
 
     After connecting: welcome (the WELCOME object), model (its "model"
     object: sample_rate, d_model, vocab_size, vocab, chunk_frames, ...),
@@ -227,7 +303,12 @@ class Client:
 
     def __init__(self, path: Optional[str] = None, client_name: str =
                  "aural_client.py 1", timeout: Optional[float] = None):
-        self.path = path or default_socket_path()
+        if path:
+            self.path = path
+        else:
+            self.path = default_socket_path()
+            if not os.environ.get("AURAL_SOCKET"):
+                check_default_dir(self.path)
         self._events: Deque[Any] = collections.deque()
         self._names: Dict[int, str] = {}       # stream id -> name
         self._audio: Dict[int, str] = {}       # our open streams -> format
@@ -252,6 +333,7 @@ class Client:
                 "aurald not running? %s exists but nothing listens on it"
                 % self.path) from None
         try:
+            check_server(self._sock, self.path)
             self.hello(client_name)
         except BaseException:
             self._sock.close()
