@@ -1256,8 +1256,8 @@ class TestReviewFindings(DaemonTest):
         self.stop_clean(d)
 
     def test_held_stream_is_listed_as_held_until_it_starts(self):
-        inp = self.wav(2.0, name="held.wav")
-        d = self.start("--file", inp, "--hold")
+        inp = self.wav(4.0, name="held.wav")
+        d = self.start("--file", inp, "--realtime", "--hold")
         c = ac.Client(d.path, timeout=10)
         (entry,) = c.list_streams()
         self.assertEqual((entry["held"], entry["start_us"]), (True, 0))
