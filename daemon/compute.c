@@ -159,10 +159,9 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
       if (*capture_us == 0) *capture_us = t;
     }
   } else {
+    /* Counted out under the lock, copied out of the ring without it. */
     pthread_mutex_lock(&srv->mu);
     n = s->in_frames < max_frames ? s->in_frames : max_frames;
-    memcpy(w->pcm, s->in, n * ch * sizeof(float));
-    memmove(s->in, s->in + n * ch, (s->in_frames - n) * ch * sizeof(float));
     s->in_frames -= n;
     if (n > 0) {
       *ready_us = s->in_last_us;
@@ -171,6 +170,7 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
     done = s->input_done && s->in_frames == 0;
     if (s->in_frames == 0) s->pending_since = 0;
     pthread_mutex_unlock(&srv->mu);
+    stream_take(s, w->pcm, n);
   }
   if (n > 0) {
     int rc = aural_frontend_push(s->fe, w->pcm, n, on_features, s);
@@ -384,11 +384,15 @@ static void run_round(worker *w, int n_taken) {
  * within milliseconds) still gets a core as soon as it wakes. */
 #define WORKER_NICE 5
 
-/* Frames a stream of in_total input frames at rate_hz yields (at 16 kHz
- * exactly; resampled input lags by the resampler's delay). */
-static uint64_t frames_for_input(uint64_t in_total, double rate_hz) {
-  double n16 = (double)in_total * 16000.0 / rate_hz;
-  return n16 >= 400.0 ? (uint64_t)((n16 - 400.0) / 160.0) + 1 : 0;
+/* Frames a stream of in_total input frames at rate_hz yields, by the
+ * model's frontend (exactly at its own rate; resampled input lags by the
+ * resampler's delay). */
+static uint64_t frames_for_input(const server *srv, uint64_t in_total,
+                                 double rate_hz) {
+  const aural_fbank_opts *fb = &srv->mc->fbank;
+  double n = (double)in_total * fb->sample_rate_hz / rate_hz;
+  return aural_fbank_n_frames(fb, n >= (double)SIZE_MAX ? SIZE_MAX
+                                                       : (size_t)n);
 }
 
 /* With server.mu held. */
@@ -399,7 +403,7 @@ static bool urgent(const server *srv, const stream *s) {
       s->in_total >= (uint64_t)s->file_frames)
     return true;
   uint64_t C = srv->chunk_frames;
-  return frames_for_input(s->in_total, s->rate_hz) >=
+  return frames_for_input(srv, s->in_total, s->rate_hz) >=
          (s->stat_frames / C + 1) * C;
 }
 
@@ -417,7 +421,7 @@ static bool round_due(server *srv, double *wait_s) {
       if (s->urgent_since + URGENT_WAIT_BUSY_S < due)
         due = s->urgent_since + URGENT_WAIT_BUSY_S;
     }
-    uint64_t f = frames_for_input(s->in_total, s->rate_hz);
+    uint64_t f = frames_for_input(srv, s->in_total, s->rate_hz);
     rows += f > s->stat_frames ? f - s->stat_frames : 0;
     if (s->pending_since > 0 && s->pending_since < oldest)
       oldest = s->pending_since;
@@ -458,7 +462,7 @@ static int take_streams(server *srv, worker *w) {
       s->queued = false;
       s->busy = true;
       s->urgent_since = 0;
-      uint64_t f = frames_for_input(s->in_total, s->rate_hz);
+      uint64_t f = frames_for_input(srv, s->in_total, s->rate_hz);
       rows += f > s->stat_frames ? f - s->stat_frames : 0;
       w->taken[n++] = s;
     }

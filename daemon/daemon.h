@@ -154,8 +154,15 @@ typedef struct stream {
   bool held;              /* waiting for a subscriber (--hold) */
 
   /* Guarded by server.mu. */
-  float *in;              /* (in_cap_frames, channels) pending input */
-  size_t in_frames, in_cap_frames;
+  /* Pending input: a single-producer (the loop) single-consumer (the
+   * worker owning the stream) ring of in_cap_frames interleaved frames, a
+   * power of two. Samples move without a lock; in_head (frames written)
+   * and in_tail (frames taken) publish them, and in_frames (guarded by
+   * mu) is what the scheduler sees: written and not yet counted out. */
+  float *in;              /* (in_cap_frames, channels) */
+  size_t in_cap_frames;
+  _Atomic uint64_t in_head, in_tail;
+  size_t in_frames;
   int64_t in_first_us;    /* arrival of the oldest pending input */
   int64_t in_last_us;     /* arrival of the newest pending input */
   uint64_t in_total;      /* input frames received (or, for a real-time
@@ -368,6 +375,8 @@ size_t stream_push(stream *s, const float *pcm, size_t n_frames,
                    int64_t arrival_us);
 /* Frames stream_push would take now (0 once input is done). */
 size_t stream_room(stream *s);
+/* Worker: copies out the n frames just counted out of in_frames. */
+void stream_take(stream *s, float *pcm, size_t n);
 /* True once no more input will be taken (ended, closed or failed). */
 bool stream_input_ended(stream *s);
 /* True when the pending input is above the flow-control mark. */

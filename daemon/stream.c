@@ -91,8 +91,10 @@ stream *stream_create(server *srv, const char *name, stream_source src,
      * the room left is taken in parts (conn.c), so the size follows from
      * the stream's rate and channels alone, never from the request size.
      * The microphone's also holds one drain of its capture ring. */
-    s->in_cap_frames = 2 * backlog_frames(s);
-    if (src == SRC_MIC) s->in_cap_frames += MIC_RING_FRAMES;
+    size_t want = 2 * backlog_frames(s);
+    if (src == SRC_MIC) want += MIC_RING_FRAMES;
+    s->in_cap_frames = 1;
+    while (s->in_cap_frames < want) s->in_cap_frames *= 2;
     s->in = malloc(s->in_cap_frames * (size_t)channels * sizeof(float));
     if (s->in == NULL) goto oom;
   }
@@ -164,31 +166,59 @@ void server_mark_ready(server *srv, stream *s) {
   pthread_cond_signal(&srv->cv);
 }
 
+/* Copies n frames between interleaved pcm and the ring at frame position
+ * pos, wrapping at its end. */
+static void ring_copy(stream *s, uint64_t pos, float *pcm, size_t n,
+                      bool into_ring) {
+  size_t ch = (size_t)s->channels, cap = s->in_cap_frames;
+  size_t at = (size_t)(pos & (cap - 1));
+  size_t first = n < cap - at ? n : cap - at;
+  float *ring = s->in + at * ch;
+  if (into_ring) {
+    memcpy(ring, pcm, first * ch * sizeof(float));
+    memcpy(s->in, pcm + first * ch, (n - first) * ch * sizeof(float));
+  } else {
+    memcpy(pcm, ring, first * ch * sizeof(float));
+    memcpy(pcm + first * ch, s->in, (n - first) * ch * sizeof(float));
+  }
+}
+
+/* Producer side (the loop). The samples go into the ring without the
+ * server's lock; only the count that publishes them takes it. */
 size_t stream_push(stream *s, const float *pcm, size_t n_frames,
                    int64_t arrival_us) {
   server *srv = s->srv;
-  pthread_mutex_lock(&srv->mu);
-  size_t room = s->input_done ? 0 : s->in_cap_frames - s->in_frames;
+  size_t room = stream_room(s);
   size_t n = n_frames < room ? n_frames : room;
-  if (n > 0) {
-    memcpy(s->in + s->in_frames * (size_t)s->channels, pcm,
-           n * (size_t)s->channels * sizeof(float));
-    if (s->in_frames == 0) s->in_first_us = arrival_us;
-    if (s->pending_since == 0) s->pending_since = aurald_mono_s();
-    s->in_frames += n;
-    s->in_total += n;
-    s->in_last_us = arrival_us;
-    server_mark_ready(srv, s);
-  }
+  if (n == 0) return 0;
+  uint64_t head = atomic_load_explicit(&s->in_head, memory_order_relaxed);
+  ring_copy(s, head, (float *)pcm, n, true);
+  pthread_mutex_lock(&srv->mu);
+  atomic_store_explicit(&s->in_head, head + n, memory_order_release);
+  if (s->in_frames == 0) s->in_first_us = arrival_us;
+  if (s->pending_since == 0) s->pending_since = aurald_mono_s();
+  s->in_frames += n;
+  s->in_total += n;
+  s->in_last_us = arrival_us;
+  server_mark_ready(srv, s);
   pthread_mutex_unlock(&srv->mu);
   return n;
 }
 
+/* Consumer side (the worker that owns the stream): the n frames that
+ * stream_take_begin counted out, copied out of the ring without the lock,
+ * then handed back as room. */
+void stream_take(stream *s, float *pcm, size_t n) {
+  uint64_t tail = atomic_load_explicit(&s->in_tail, memory_order_relaxed);
+  ring_copy(s, tail, pcm, n, false);
+  atomic_store_explicit(&s->in_tail, tail + n, memory_order_release);
+}
+
 size_t stream_room(stream *s) {
-  pthread_mutex_lock(&s->srv->mu);
-  size_t n = s->input_done ? 0 : s->in_cap_frames - s->in_frames;
-  pthread_mutex_unlock(&s->srv->mu);
-  return n;
+  if (stream_input_ended(s)) return 0;
+  uint64_t head = atomic_load_explicit(&s->in_head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&s->in_tail, memory_order_acquire);
+  return s->in_cap_frames - (size_t)(head - tail);
 }
 
 bool stream_input_ended(stream *s) {
