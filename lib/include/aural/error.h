@@ -1,8 +1,9 @@
 /*
  * aural/error.h — error codes and detailed error messages.
  *
+ *   aural_audiofile *af;
  *   aural_err err;
- *   int rc = aural_audiofile_open("in.wav", NULL, &af, &err);
+ *   int rc = aural_audiofile_open("in.wav", &af, &err);
  *   if (rc < 0) fprintf(stderr, "%s\n", err.msg);   // names the file and problem
  *
  * Every fallible function returns 0 or a negative code: either one of the
