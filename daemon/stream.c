@@ -54,8 +54,6 @@ stream *stream_create(server *srv, const char *name, stream_source src,
   fc.fbank = mc->fbank;
   fc.input_rate_hz = rate_hz;
   fc.n_channels = channels;
-  /* CMVN is the encoder's first step (aural_encoder_forward takes raw
-   * fbank features), so the frontend must not apply it too. */
   /* A microphone glitch must not end the stream; files and clients are
    * checked before their samples get here. */
   fc.nonfinite = src == SRC_MIC ? AURAL_NONFINITE_ZERO : AURAL_NONFINITE_REJECT;

@@ -34,8 +34,6 @@ struct aural_frontend {
   size_t n_samples;        /* valid samples in `samples` */
   float *feats;            /* (BATCH, n_mels) frames not yet delivered */
   size_t n_feats;
-  float *cmvn_mean;        /* (n_mels) or NULL */
-  float *cmvn_inv_std;     /* (n_mels) or NULL */
   aural_frontend_stats stats;
   int finished;
   /* The caller's callback during one push or finish. */
@@ -68,14 +66,10 @@ int aural_frontend_create(const aural_frontend_config *cfg,
   if ((unsigned)cfg->nonfinite > AURAL_NONFINITE_ZERO)
     return aural__err_set(err, AURAL_EINVAL, "unknown non-finite policy %d",
                           (int)cfg->nonfinite);
-  if ((cfg->cmvn_mean == NULL) != (cfg->cmvn_std == NULL))
-    return aural__err_set(err, AURAL_EINVAL,
-                          "CMVN needs both mean and std, or neither");
 
   aural_frontend *fe = calloc(1, sizeof *fe);
   if (fe == NULL) return aural__err_set(err, AURAL_ENOMEM, "out of memory");
   fe->cfg = *cfg;
-  fe->cfg.cmvn_mean = fe->cfg.cmvn_std = NULL; /* not the caller's memory */
   int rc = aural__fbank_init(&fe->fb, &cfg->fbank, err);
   if (rc < 0) {
     free(fe);
@@ -96,23 +90,6 @@ int aural_frontend_create(const aural_frontend_config *cfg,
   fe->feats = malloc(BATCH * n_mels * sizeof *fe->feats);
   if (fe->mono == NULL || fe->samples == NULL || fe->feats == NULL) goto oom;
 
-  if (cfg->cmvn_mean != NULL) {
-    fe->cmvn_mean = malloc(n_mels * sizeof *fe->cmvn_mean);
-    fe->cmvn_inv_std = malloc(n_mels * sizeof *fe->cmvn_inv_std);
-    if (fe->cmvn_mean == NULL || fe->cmvn_inv_std == NULL) goto oom;
-    for (size_t m = 0; m < n_mels; m++) {
-      float sd = cfg->cmvn_std[m];
-      if (!isfinite(cfg->cmvn_mean[m]) || !(sd > 0) || !isfinite(sd)) {
-        rc = aural__err_set(err, AURAL_ECONFIG,
-                            "CMVN bin %zu: mean %g / std %g (std must be "
-                            "positive and both finite)",
-                            m, (double)cfg->cmvn_mean[m], (double)sd);
-        goto fail;
-      }
-      fe->cmvn_mean[m] = cfg->cmvn_mean[m];
-      fe->cmvn_inv_std[m] = 1.0f / sd;
-    }
-  }
   *out = fe;
   return 0;
 oom:
@@ -139,9 +116,6 @@ static int make_frames(aural_frontend *fe) {
   while (at + fe->fb.win <= fe->n_samples) {
     float *row = fe->feats + fe->n_feats * n_mels;
     aural__fbank_compute(&fe->fb, fe->samples + at, row);
-    if (fe->cmvn_mean != NULL)
-      for (size_t m = 0; m < n_mels; m++)
-        row[m] = (row[m] - fe->cmvn_mean[m]) * fe->cmvn_inv_std[m];
     fe->n_feats++;
     fe->stats.n_feature_frames++;
     at += fe->fb.hop;
@@ -271,7 +245,5 @@ void aural_frontend_destroy(aural_frontend *fe) {
   free(fe->mono);
   free(fe->samples);
   free(fe->feats);
-  free(fe->cmvn_mean);
-  free(fe->cmvn_inv_std);
   free(fe);
 }

@@ -318,36 +318,6 @@ static void test_nonfinite_zeroed_and_huge_clamped(void **state) {
   free(s.rows);
 }
 
-static void test_cmvn(void **state) {
-  (void)state;
-  audio a = load_audio(test_data_path("fbank/speech.wav"));
-  sink plain = features(&a, 0);
-  float mean[80], std[80];
-  for (int m = 0; m < 80; m++) {
-    mean[m] = 5.0f + 0.1f * (float)m;
-    std[m] = 2.0f + 0.05f * (float)m;
-  }
-  aural_frontend_config cfg;
-  aural_frontend_config_default(&cfg);
-  cfg.cmvn_mean = mean;
-  cfg.cmvn_std = std;
-  sink s = features_with(cfg, &a, 0);
-  assert_int_equal(s.n_rows, plain.n_rows);
-  for (size_t t = 0; t < s.n_rows; t++)
-    for (size_t m = 0; m < 80; m++)
-      assert_float_equal(s.rows[t * 80 + m],
-                         (plain.rows[t * 80 + m] - mean[m]) / std[m], 1e-5);
-
-  std[3] = 0.0f;
-  aural_frontend *fe;
-  aural_err err = {0};
-  assert_int_equal(aural_frontend_create(&cfg, &fe, &err), AURAL_ECONFIG);
-  assert_non_null(strstr(err.msg, "bin 3"));
-  free(s.rows);
-  free(plain.rows);
-  free(a.pcm);
-}
-
 static void test_reset_and_state(void **state) {
   (void)state;
   audio a = load_audio(test_data_path("fbank/stereo44k.wav"));
@@ -576,7 +546,6 @@ int main(void) {
       cmocka_unit_test(test_resampler_snr),
       cmocka_unit_test(test_nonfinite_rejected),
       cmocka_unit_test(test_nonfinite_zeroed_and_huge_clamped),
-      cmocka_unit_test(test_cmvn),
       cmocka_unit_test(test_reset_and_state),
       cmocka_unit_test(test_callback_stops_push),
       cmocka_unit_test(test_bad_create),

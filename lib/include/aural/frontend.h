@@ -13,9 +13,11 @@
  * Input: interleaved float PCM at any supported rate and channel count,
  * nominal full scale ±1. It is downmixed by averaging, resampled to the
  * model rate with libsoxr when needed, and turned into Kaldi-compatible
- * fbank frames (aural/fbank.h), optionally normalised by global CMVN. Frame
- * t covers model-rate samples [t*hop, t*hop + window). The features do not
- * depend on how the input is split into pushes: they are bit-identical.
+ * fbank frames (aural/fbank.h). Frame t covers model-rate samples
+ * [t*hop, t*hop + window). The features do not depend on how the input is
+ * split into pushes: they are bit-identical. They are raw log-mel energies:
+ * a model's global CMVN is applied by its encoder (aural/encoder.h), in one
+ * place only, so the frontend has no CMVN of its own to apply it twice.
  */
 #ifndef AURAL_FRONTEND_H
 #define AURAL_FRONTEND_H
@@ -47,8 +49,6 @@ typedef struct aural_frontend_config {
   aural_fbank_opts fbank;  /* feature options (model config) */
   double input_rate_hz;    /* rate of the pushed PCM */
   int n_channels;          /* channels of the pushed PCM, 1..AURAL_MAX_CHANNELS */
-  const float *cmvn_mean;  /* (num_mel_bins) or NULL; copied at create */
-  const float *cmvn_std;   /* (num_mel_bins) or NULL; copied at create */
   aural_nonfinite_policy nonfinite;
 } aural_frontend_config;
 
@@ -68,7 +68,7 @@ typedef struct aural_frontend aural_frontend;
 typedef int (*aural_frames_fn)(void *user, const float *frames,
                                size_t n_frames, uint64_t first_frame);
 
-/* Defaults: DESIGN.md §2 fbank options, 16 kHz mono input, no CMVN, reject
+/* Defaults: DESIGN.md §2 fbank options, 16 kHz mono input, reject
  * non-finite samples. */
 void aural_frontend_config_default(aural_frontend_config *cfg);
 
