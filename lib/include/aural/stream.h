@@ -37,7 +37,8 @@
  * or how computes are grouped: they are bit-identical.
  *
  * Everything is allocated at create; push, end, compute and pull allocate
- * nothing and are real-time-safe. A stream has no threads of its own and is
+ * nothing and are real-time-safe (when the input is resampled, libsoxr
+ * grows its own buffers in its first calls and its flush). A stream has no threads of its own and is
  * not thread-safe; distinct streams over one model are independent.
  * Capture and arrival times are the caller's business: a chunk names its
  * frames, and frame t starts t * frame_seconds into the stream.
