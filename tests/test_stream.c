@@ -291,6 +291,13 @@ static void test_split_invariance(void **state) {
       assert_same(r, whole, d, v, mels, sc.outputs);
       result_free(r);
     }
+    /* Features alone run no encoder and give the same features. */
+    aural_stream_config fc = sc;
+    fc.outputs = AURAL_STREAM_FEATURES;
+    result *f = run_stream(m, &fc, pcm, n, 500);
+    assert_int_equal(f->n_chunks, whole->n_chunks);
+    assert_memory_equal(f->feats, whole->feats, 235 * mels * sizeof(float));
+    result_free(f);
     check_against_plain(m, 16000, 1, n, 160);
     if (v) printf("  %s: text \"%.60s...\"\n", models[mi], whole->text);
     result_free(whole);
@@ -415,10 +422,11 @@ static void test_batch_equals_alone(void **state) {
   result *got[N];
   aural_stream_config sc;
   aural_stream_config_default(&sc);
-  sc.outputs = AURAL_STREAM_EMBEDDINGS | AURAL_STREAM_LOGITS |
-               AURAL_STREAM_TEXT | AURAL_STREAM_FEATURES;
+  const unsigned all = AURAL_STREAM_EMBEDDINGS | AURAL_STREAM_LOGITS |
+                       AURAL_STREAM_TEXT | AURAL_STREAM_FEATURES;
   for (int i = 0; i < N; i++) {
     pcm[i] = make_audio(lens[i], chans[i], rates[i]);
+    sc.outputs = i == 3 ? AURAL_STREAM_FEATURES : all; /* no encoder */
     sc.input_rate_hz = rates[i];
     sc.n_channels = chans[i];
     sc.chunk_frames = i == 1 ? 7 : 50;
@@ -460,6 +468,7 @@ static void test_batch_equals_alone(void **state) {
     }
   }
   for (int i = 0; i < N; i++) {
+    sc.outputs = i == 3 ? AURAL_STREAM_FEATURES : all;
     sc.input_rate_hz = rates[i];
     sc.n_channels = chans[i];
     sc.chunk_frames = i == 1 ? 7 : 50;
@@ -543,7 +552,16 @@ static void test_errors(void **state) {
   pcm[5000] = 0;
   assert_int_equal(aural_stream_push(s, pcm, 16000, &taken), 0);
   assert_int_equal(taken, 16000);
+  aural_stream_stats st;
+  aural_stream_get_stats(s, &st);
+  assert_int_equal(st.n_input_frames, 16000);
+  assert_int_equal(st.n_feature_frames, 98);
+  assert_int_equal(st.n_pending_frames, 98);
   assert_int_equal(aural_stream_compute(s), 0);
+  aural_stream_get_stats(s, &st);
+  assert_int_equal(st.n_encoded_frames, 98);
+  assert_int_equal(st.n_ready_frames, 98);
+  assert_false(st.ended);
   /* Buffers too small, or for outputs the stream lacks: nothing pulled. */
   size_t C = in.chunk_frames;
   float *emb = malloc(C * (size_t)in.d_model * sizeof *emb);
