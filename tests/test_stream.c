@@ -45,7 +45,8 @@ static float *make_audio(size_t n_frames, int channels, double rate_hz) {
     for (int c = 0; c < channels; c++) {
       seed = seed * 1664525u + 1013904223u;
       double noise = ((double)(seed >> 8) / 16777216.0 - 0.5) * 0.02;
-      x[i * (size_t)channels + (size_t)c] = (float)(v * (1.0 + 0.3 * c) + noise);
+      x[i * (size_t)channels + (size_t)c] =
+          (float)(v * (1.0 + 0.3 * c) + noise);
     }
   }
   return x;
@@ -448,8 +449,8 @@ static void test_batch_equals_alone(void **state) {
       if (at[i] < lens[i]) {
         size_t want = lens[i] - at[i] < steps[i] ? lens[i] - at[i] : steps[i];
         size_t taken;
-        assert_int_equal(aural_stream_push(s[i], pcm[i] + at[i] * (size_t)chans[i],
-                                           want, &taken), 0);
+        const float *x = pcm[i] + at[i] * (size_t)chans[i];
+        assert_int_equal(aural_stream_push(s[i], x, want, &taken), 0);
         at[i] += taken;
       } else if (!st.ended) {
         assert_int_equal(aural_stream_end(s[i]), 0);

@@ -10,8 +10,8 @@
  *   aural_stream_get_info(s, &info);         // dims, frame_seconds, ...
  *   aural_chunk ch = {.emb = malloc(info.chunk_frames * info.d_model * 4),
  *                     .max_frames = info.chunk_frames,
- *                     .text = malloc(info.text_max_bytes),
- *                     .text_cap = info.text_max_bytes};
+ *                     .text = malloc(info.text_max_bytes), // NULL if no
+ *                     .text_cap = info.text_max_bytes};    // CTC head
  *   while ((n = read_audio(pcm)) > 0)
  *     for (size_t at = 0, k; at < n; at += k) {
  *       aural_stream_push(s, pcm + at * 2, n - at, &k);  // may take part
@@ -22,6 +22,14 @@
  *   aural_stream_compute(s);
  *   while (aural_stream_pull(s, &ch) == 1) use(&ch);  // the last is final
  *   aural_stream_destroy(s);
+ *
+ * Many streams, one batched encoder pass per round:
+ *
+ *   aural_batch *b;
+ *   aural_batch_create(model, 1024, &b, &err);
+ *   // each stream: push at most aural_stream_input_room(s) frames, then
+ *   aural_stream_compute_batch(b, streams, n_streams);
+ *   // each stream: pull its chunks
  *
  * A stream is a frontend (downmix, resampling, Kaldi fbank), an encoder
  * state (KV rings) and a chunker over a shared, read-only aural_model: the
@@ -38,8 +46,9 @@
  *
  * Everything is allocated at create; push, end, compute and pull allocate
  * nothing and are real-time-safe (when the input is resampled, libsoxr
- * grows its own buffers in its first calls and its flush). A stream has no threads of its own and is
- * not thread-safe; distinct streams over one model are independent.
+ * grows its own buffers in its first calls and its flush). A stream has no
+ * threads of its own and is not thread-safe; distinct streams over one
+ * model are independent.
  * Capture and arrival times are the caller's business: a chunk names its
  * frames, and frame t starts t * frame_seconds into the stream.
  */
