@@ -283,6 +283,13 @@ int aural_stream_end(aural_stream *s) {
   return rc;
 }
 
+int aural_stream_abort(aural_stream *s) {
+  if (s->ended) return AURAL_ESTATE;
+  s->ended = 1;
+  s->n_pending = 0;
+  return 0;
+}
+
 /* Moves the computed rows not yet pulled to the front of the out buffers
  * and returns how many pending frames fit after them. */
 static size_t begin_compute(aural_stream *s) {
@@ -422,7 +429,9 @@ int aural_stream_pull(aural_stream *s, aural_chunk *ch) {
   size_t n = s->C;
   bool final = false;
   if (s->n_ready < s->C) {
-    if (!s->ended || s->n_pending > 0 || s->failed) return 0;
+    /* The end, once everything pending is computed; after a failure what
+     * was computed is all there is. */
+    if (!s->failed && (!s->ended || s->n_pending > 0)) return 0;
     if (s->n_ready == 0 && s->n_chunks == 0) { /* no frames, no chunk */
       s->done = 1;
       return 0;

@@ -590,6 +590,48 @@ static void test_errors(void **state) {
   aural_model_free(m);
 }
 
+/* Abort drops what is not computed yet; what is comes out, then a final
+ * chunk. */
+static void test_abort(void **state) {
+  (void)state;
+  aural_model *m = load_model("prenorm_gelu_rope");
+  aural_stream_config sc;
+  aural_stream_config_default(&sc);
+  sc.chunk_frames = 30;
+  float *pcm = make_audio(32000, 1, 16000);
+  result *whole = run_stream(m, &sc, pcm, 32000, 0);
+  aural_stream *s;
+  assert_int_equal(aural_stream_create(m, &sc, &s, NULL), 0);
+  result *r = calloc(1, sizeof *r);
+  size_t taken;
+  /* 400 + 69 * 160 samples: 70 frames computed, 2 chunks and 10 rows. */
+  assert_int_equal(aural_stream_push(s, pcm, 400 + 69 * 160, &taken), 0);
+  assert_int_equal(aural_stream_compute(s), 0);
+  assert_int_equal(aural_stream_push(s, pcm + taken, 8000, &taken), 0);
+  drain(s, r);
+  assert_int_equal(r->n_chunks, 2);
+  assert_int_equal(aural_stream_abort(s), 0);
+  assert_int_equal(aural_stream_abort(s), AURAL_ESTATE);
+  assert_int_equal(aural_stream_end(s), AURAL_ESTATE);
+  assert_int_equal(aural_stream_push(s, pcm, 10, &taken), AURAL_ESTATE);
+  assert_int_equal(aural_stream_compute(s), 0);
+  drain(s, r);
+  assert_int_equal(r->n_chunks, 3);
+  assert_int_equal(r->chunk_n[2], 10);
+  assert_true(r->final_seen);
+  size_t d = (size_t)aural_model_get_config(m)->d_model;
+  assert_memory_equal(r->emb, whole->emb, 70 * d * sizeof(float));
+  aural_stream_stats st;
+  aural_stream_get_stats(s, &st);
+  assert_true(st.done);
+  assert_int_equal(st.n_pending_frames, 0);
+  result_free(r);
+  result_free(whole);
+  aural_stream_destroy(s);
+  free(pcm);
+  aural_model_free(m);
+}
+
 /* Bytes in use on the heap (glibc). */
 static size_t heap_in_use(void) {
   struct mallinfo2 mi = mallinfo2();
@@ -655,6 +697,7 @@ int main(void) {
       cmocka_unit_test(test_rates_and_channels),
       cmocka_unit_test(test_batch_equals_alone),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_abort),
       cmocka_unit_test(test_no_allocation_after_create),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -183,6 +183,12 @@ size_t aural_stream_input_room(const aural_stream *s);
  * ended. Real-time-safe. */
 int aural_stream_end(aural_stream *s);
 
+/* Ends the stream at once, as on an error or a deadline: pending
+ * features and what the frontend holds are dropped, and the frames already
+ * computed come out as the last chunks, the last one final. Returns 0, or
+ * AURAL_ESTATE when already ended. Real-time-safe. */
+int aural_stream_abort(aural_stream *s);
+
 /* Encodes the pending features (those that fit beside computed frames not
  * yet pulled: pull whole chunks to make room) with the stream's own
  * encoder scratch. Returns 0, or AURAL_ESTATE after a failure.
@@ -203,7 +209,9 @@ int aural_stream_compute_batch(aural_batch *b, aural_stream *const *streams,
  * Returns 1 when a chunk was pulled, 0 when none is complete yet (or the
  * stream is done), AURAL_EINVAL (a buffer for an output the stream does not
  * have, max_frames or text_cap too small; nothing is consumed). The CTC
- * collapse state advances even when text is NULL. Real-time-safe. */
+ * collapse state advances even when text is NULL. After a failed push,
+ * end or compute, the frames computed before it still come out, as after
+ * aural_stream_abort(). Real-time-safe. */
 int aural_stream_pull(aural_stream *s, aural_chunk *chunk);
 
 /* Dimensions and timing of the stream, fixed at create. Thread-safe. */
