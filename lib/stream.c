@@ -37,6 +37,7 @@ struct aural_stream {
   double ratio;           /* model rate / input rate */
   uint64_t slack;         /* SLACK when resampling, else 0 */
   size_t text_max;        /* bytes of a chunk's text with its NUL, or 0 */
+  size_t token_max;       /* bytes of the longest token */
   size_t pend_cap, n_pending;
   float *pend;            /* (pend_cap, mels) features awaiting compute */
   size_t out_cap, out_head, n_ready; /* rows [out_head, +n_ready) ready */
@@ -87,17 +88,15 @@ static int check_frames(const char *field, size_t v, aural_err *err) {
                         AURAL_STREAM_MAX_FRAMES);
 }
 
-/* Bytes of a chunk's text at most: C tokens of the longest token, a space
- * after each but the last, and the NUL. */
-static size_t text_bytes(const aural_model *m, size_t C) {
+/* Bytes of the longest token (the blank, id 0, is never written). */
+static size_t longest_token(const aural_model *m) {
   size_t longest = 0;
   int v = aural_model_get_config(m)->vocab_size;
   for (int id = 1; id < v; id++) {
     size_t n = strlen(aural_model_token(m, id));
     if (n > longest) longest = n;
   }
-  size_t b;
-  return aural__mul_ok(C, longest + 1, &b) && b < SIZE_MAX ? b + 1 : 0;
+  return longest;
 }
 
 /* Carves the stream's buffers from one block after the struct; returns
@@ -158,7 +157,13 @@ static int setup(aural_stream *s, const aural_model *model,
   s->pend_cap = cfg->max_pending_frames + extra;
   s->out_cap = s->C + s->pend_cap;
   if (s->outputs & AURAL_STREAM_TEXT) {
-    s->text_max = text_bytes(model, s->C);
+    /* C tokens, a space after each but the last, and the NUL. */
+    s->token_max = longest_token(model);
+    if (aural__mul_ok(s->C, s->token_max + 1, &s->text_max) &&
+        s->text_max < SIZE_MAX)
+      s->text_max++;
+    else
+      s->text_max = 0;
     if (s->text_max == 0)
       return aural__err_set(err, AURAL_ECONFIG,
                             "stream: chunk_frames %zu makes the text buffer "
@@ -389,17 +394,39 @@ int aural_stream_compute_batch(aural_batch *b, aural_stream *const *streams,
   return 0;
 }
 
-/* Checks the caller's buffers against the stream's outputs. */
-static int check_chunk(const aural_stream *s, const aural_chunk *ch) {
+/* Checks the caller's buffers against the stream's outputs and a chunk
+ * of n frames. */
+static int check_chunk(const aural_stream *s, const aural_chunk *ch,
+                       size_t n) {
   if ((ch->emb && !(s->outputs & AURAL_STREAM_EMBEDDINGS)) ||
       (ch->logits && !(s->outputs & AURAL_STREAM_LOGITS)) ||
       (ch->features && !(s->outputs & AURAL_STREAM_FEATURES)) ||
       (ch->text && !(s->outputs & AURAL_STREAM_TEXT)))
     return AURAL_EINVAL;
-  if ((ch->emb || ch->logits || ch->features) && ch->max_frames < s->C)
+  if ((ch->emb || ch->logits || ch->features) && ch->max_frames < n)
     return AURAL_EINVAL;
-  if (ch->text && ch->text_cap < s->text_max) return AURAL_EINVAL;
+  /* n <= C, so this does not overflow (text_max did not). */
+  if (ch->text && ch->text_cap < n * (s->token_max + 1) + 1)
+    return AURAL_EINVAL;
   return 0;
+}
+
+int aural_stream_ready(const aural_stream *s, size_t *n_frames,
+                       bool *final) {
+  *n_frames = 0;
+  *final = false;
+  if (s->done) return 0;
+  if (s->n_ready >= s->C) {
+    *n_frames = s->C;
+    return 1;
+  }
+  /* The end, once everything pending is computed; after a failure what
+   * was computed is all there is. A stream without frames has no chunk. */
+  if (!s->failed && (!s->ended || s->n_pending > 0)) return 0;
+  if (s->n_ready == 0 && s->n_chunks == 0) return 0;
+  *n_frames = s->n_ready;
+  *final = true;
+  return 1;
 }
 
 /* Greedy CTC text of the n rows at the head, the collapse state carried
@@ -423,21 +450,17 @@ static size_t chunk_text(aural_stream *s, size_t n, char *text) {
 
 int aural_stream_pull(aural_stream *s, aural_chunk *ch) {
   if (ch == NULL) return AURAL_EINVAL;
-  int rc = check_chunk(s, ch);
+  size_t n;
+  bool final;
+  int ready = aural_stream_ready(s, &n, &final);
+  int rc = check_chunk(s, ch, n);
   if (rc < 0) return rc;
-  if (s->done) return 0;
-  size_t n = s->C;
-  bool final = false;
-  if (s->n_ready < s->C) {
-    /* The end, once everything pending is computed; after a failure what
-     * was computed is all there is. */
-    if (!s->failed && (!s->ended || s->n_pending > 0)) return 0;
-    if (s->n_ready == 0 && s->n_chunks == 0) { /* no frames, no chunk */
+  if (!ready) {
+    /* Done when nothing more can come: ended without frames. */
+    if (s->n_ready == 0 && s->n_chunks == 0 &&
+        (s->failed || (s->ended && s->n_pending == 0)))
       s->done = 1;
-      return 0;
-    }
-    n = s->n_ready;
-    final = true;
+    return 0;
   }
   size_t h = s->out_head;
   if (ch->emb)
@@ -473,6 +496,7 @@ void aural_stream_get_info(const aural_stream *s, aural_stream_info *info) {
   info->d_model = (int)s->d;
   info->vocab_size = (int)s->v;
   info->text_max_bytes = s->text_max;
+  info->token_max_bytes = s->token_max;
 }
 
 void aural_stream_get_stats(const aural_stream *s, aural_stream_stats *st) {

@@ -352,11 +352,28 @@ static void test_chunk_boundaries(void **state) {
   float emb[20 * 64];
   assert_true((size_t)in.d_model * 20 <= sizeof emb / sizeof emb[0]);
   aural_chunk ch = {.emb = emb, .max_frames = 20};
+  size_t n_next;
+  bool final;
+  assert_int_equal(aural_stream_ready(s, &n_next, &final), 1);
+  assert_int_equal(n_next, 20);
+  assert_false(final);
+  char text[4096];
+  ch.text = text;
+  ch.text_cap = 20 * (in.token_max_bytes + 1); /* one byte short */
+  assert_int_equal(aural_stream_pull(s, &ch), AURAL_EINVAL);
+  ch.text_cap++;
   assert_int_equal(aural_stream_pull(s, &ch), 1);
   assert_false(ch.final);
+  assert_int_equal(aural_stream_ready(s, &n_next, &final), 0);
   assert_int_equal(aural_stream_pull(s, &ch), 0);
   assert_int_equal(aural_stream_end(s), 0);
+  /* The empty final chunk needs no room at all. */
+  assert_int_equal(aural_stream_ready(s, &n_next, &final), 1);
+  assert_int_equal(n_next, 0);
+  assert_true(final);
+  ch = (aural_chunk){.emb = emb, .max_frames = 0, .text = text, .text_cap = 1};
   assert_int_equal(aural_stream_pull(s, &ch), 1);
+  assert_int_equal(ch.text_len, 0);
   assert_true(ch.final);
   assert_int_equal(ch.n_frames, 0);
   assert_int_equal(ch.seq, 1);
@@ -367,7 +384,7 @@ static void test_chunk_boundaries(void **state) {
   assert_int_equal(aural_stream_push(s, pcm, 400 + 19 * 160, &taken), 0);
   assert_int_equal(aural_stream_compute(s), 0);
   float emb2[20 * 64];
-  ch.emb = emb2;
+  ch = (aural_chunk){.emb = emb2, .max_frames = 20};
   assert_int_equal(aural_stream_pull(s, &ch), 1);
   assert_int_equal(ch.seq, 0);
   assert_memory_equal(emb, emb2, 20 * (size_t)in.d_model * sizeof(float));

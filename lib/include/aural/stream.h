@@ -110,6 +110,8 @@ typedef struct aural_stream_info {
   unsigned outputs;      /* the AURAL_STREAM_* bits in effect */
   int n_mels, d_model, vocab_size; /* row widths of the outputs */
   size_t text_max_bytes; /* a chunk's text at most, with its NUL */
+  size_t token_max_bytes; /* the longest token: a chunk of n frames has at
+                             most n * (token_max_bytes + 1) + 1 bytes */
 } aural_stream_info;
 
 /* Counters and state since create or the last reset. */
@@ -130,14 +132,18 @@ typedef struct aural_stream_stats {
 /* One chunk, into caller-owned buffers. The caller sets the input fields;
  * aural_stream_pull() sets the rest. */
 typedef struct aural_chunk {
-  /* In: NULL, or room for max_frames rows of an output the stream has. */
+  /* In: NULL, or room for max_frames rows of an output the stream has;
+   * chunk_frames rows and text_max_bytes always suffice, and
+   * aural_stream_ready() says the next chunk's size, for exact buffers. */
   float *emb;         /* (max_frames, d_model) */
   float *logits;      /* (max_frames, vocab_size) */
   float *features;    /* (max_frames, n_mels) */
-  size_t max_frames;  /* at least chunk_frames when a row buffer is given */
+  size_t max_frames;  /* at least the chunk's frames when a row buffer is
+                         given */
   char *text;         /* (text_cap) NUL-terminated, tokens separated by
                          single spaces; or NULL */
-  size_t text_cap;    /* at least text_max_bytes when text is given */
+  size_t text_cap;    /* at least n_frames * (token_max_bytes + 1) + 1 when
+                         text is given */
   /* Out. */
   uint64_t seq;         /* chunk number, from 0 */
   uint64_t first_frame; /* seq * chunk_frames */
@@ -205,10 +211,15 @@ int aural_stream_compute(aural_stream *s);
 int aural_stream_compute_batch(aural_batch *b, aural_stream *const *streams,
                                size_t n_streams);
 
+/* Whether a chunk can be pulled now: 1 with its frame count and final
+ * flag, or 0. Real-time-safe. */
+int aural_stream_ready(const aural_stream *s, size_t *n_frames, bool *final);
+
 /* Copies the next chunk into chunk's buffers and fills its out fields.
  * Returns 1 when a chunk was pulled, 0 when none is complete yet (or the
  * stream is done), AURAL_EINVAL (a buffer for an output the stream does not
- * have, max_frames or text_cap too small; nothing is consumed). The CTC
+ * have, max_frames or text_cap too small for this chunk; nothing is
+ * consumed). The CTC
  * collapse state advances even when text is NULL. After a failed push,
  * end or compute, the frames computed before it still come out, as after
  * aural_stream_abort(). Real-time-safe. */
