@@ -99,30 +99,35 @@ static size_t longest_token(const aural_model *m) {
   return longest;
 }
 
-/* Carves the stream's buffers from one block after the struct; returns
- * the bytes needed (0 on overflow), and carves only when mem is set. */
-static size_t carve(aural_stream *s, unsigned char *mem) {
-  size_t sizes[5] = {0}, total = (sizeof *s + 63) / 64 * 64;
-  int ok = aural__mul_ok(s->pend_cap, s->mels * sizeof(float), &sizes[0]);
+/* The stream's buffers, in its one block after the struct. */
+enum { BUF_PEND, BUF_EMB, BUF_LOGITS, BUF_FEATS, BUF_IDS, N_BUFS };
+
+/* Byte offsets of the buffers a stream of this geometry has (0: none) and
+ * the size of its block; 0 on overflow. Each starts on a 64-byte line. */
+static size_t layout(const aural_stream *s, size_t off[N_BUFS]) {
+  size_t sizes[N_BUFS] = {0}, total = (sizeof *s + 63) / 64 * 64;
+  int ok = aural__mul_ok(s->pend_cap, s->mels * sizeof(float),
+                         &sizes[BUF_PEND]);
   if (s->outputs & AURAL_STREAM_EMBEDDINGS)
-    ok &= aural__mul_ok(s->out_cap, s->d * sizeof(float), &sizes[1]);
+    ok &= aural__mul_ok(s->out_cap, s->d * sizeof(float), &sizes[BUF_EMB]);
   if (s->outputs & (AURAL_STREAM_LOGITS | AURAL_STREAM_TEXT))
-    ok &= aural__mul_ok(s->out_cap, s->v * sizeof(float), &sizes[2]);
+    ok &= aural__mul_ok(s->out_cap, s->v * sizeof(float), &sizes[BUF_LOGITS]);
   if (s->outputs & AURAL_STREAM_FEATURES)
-    ok &= aural__mul_ok(s->out_cap, s->mels * sizeof(float), &sizes[3]);
+    ok &= aural__mul_ok(s->out_cap, s->mels * sizeof(float),
+                        &sizes[BUF_FEATS]);
   if (s->outputs & AURAL_STREAM_TEXT)
-    ok &= aural__mul_ok(s->C, sizeof(int), &sizes[4]);
-  void **at[5] = {(void **)&s->pend, (void **)&s->out_emb,
-                  (void **)&s->out_logits, (void **)&s->out_feats,
-                  (void **)&s->ids};
-  for (int i = 0; i < 5 && ok; i++) {
-    if (sizes[i] == 0) continue;
-    if (mem != NULL) *at[i] = mem + total;
+    ok &= aural__mul_ok(s->C, sizeof(int), &sizes[BUF_IDS]);
+  for (int i = 0; i < N_BUFS && ok; i++) {
+    off[i] = sizes[i] ? total : 0;
     size_t padded = (sizes[i] + 63) / 64 * 64;
     ok = padded >= sizes[i] && total <= SIZE_MAX - padded;
     total += padded;
   }
   return ok ? total : 0;
+}
+
+static float *floats_at(aural_stream *s, size_t off) {
+  return off ? (float *)((unsigned char *)s + off) : NULL;
 }
 
 /* Fills the geometry of a stream from its model and config. */
@@ -146,8 +151,9 @@ static int setup(aural_stream *s, const aural_model *model,
   s->hop = aural_fbank_hop_samples(&c->fbank);
   s->win = aural_fbank_window_samples(&c->fbank);
   s->model_rate_hz = c->fbank.sample_rate_hz;
+  /* Any other bad rate is refused by the frontend, named. */
   s->in_rate_hz =
-      cfg->input_rate_hz > 0 ? cfg->input_rate_hz : s->model_rate_hz;
+      cfg->input_rate_hz != 0 ? cfg->input_rate_hz : s->model_rate_hz;
   s->ratio = s->model_rate_hz / s->in_rate_hz;
   size_t extra = 0;
   if (s->in_rate_hz != s->model_rate_hz) {
@@ -185,14 +191,19 @@ int aural_stream_create(const aural_model *model,
   aural_stream geo = {0};
   int rc = setup(&geo, model, cfg, err);
   if (rc < 0) return rc;
-  size_t bytes = carve(&geo, NULL);
+  size_t off[N_BUFS];
+  size_t bytes = layout(&geo, off);
   aural_stream *s = bytes ? calloc(1, bytes) : NULL;
   if (s == NULL)
     return aural__err_set(err, AURAL_ENOMEM,
                           "stream: out of memory for chunks of %zu frames",
                           geo.C);
   *s = geo;
-  carve(s, (unsigned char *)s);
+  s->pend = floats_at(s, off[BUF_PEND]);
+  s->out_emb = floats_at(s, off[BUF_EMB]);
+  s->out_logits = floats_at(s, off[BUF_LOGITS]);
+  s->out_feats = floats_at(s, off[BUF_FEATS]);
+  s->ids = off[BUF_IDS] ? (int *)((unsigned char *)s + off[BUF_IDS]) : NULL;
 
   aural_frontend_config fc;
   aural_frontend_config_default(&fc);
