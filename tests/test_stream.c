@@ -543,6 +543,9 @@ static void test_errors(void **state) {
   aural_stream_config_default(&sc);
   sc.input_rate_hz = 100;
   assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ERATE);
+  sc.input_rate_hz = NAN;
+  assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ERATE);
+  assert_null(s);
   aural_stream_config_default(&sc);
   sc.n_channels = 0;
   assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ECHANNELS);
