@@ -63,6 +63,7 @@ struct aural_batch {
   float *mem; /* the one block that w is carved from */
   work w;
   struct seg *segs; /* (w.cap) one per stream in a pass */
+  aural_batch_item *items; /* (w.cap) for aural_stream_compute_batch */
 };
 
 void aural_encoder_config_default(aural_encoder_config *cfg) {
@@ -439,7 +440,7 @@ int aural_encoder_forward(aural_encoder *e, const float *feats, size_t n,
 size_t aural__batch_bytes(const aural_model_config *c, size_t rows) {
   size_t n = work_floats(c, rows), bytes, segs;
   if (n == 0 || !aural__mul_ok(n, sizeof(float), &bytes) ||
-      !aural__mul_ok(rows, sizeof(seg), &segs) ||
+      !aural__mul_ok(rows, sizeof(seg) + sizeof(aural_batch_item), &segs) ||
       bytes > SIZE_MAX - segs - sizeof(aural_batch))
     return SIZE_MAX;
   return sizeof(aural_batch) + bytes + segs;
@@ -456,16 +457,19 @@ int aural_batch_create(const aural_model *model, size_t max_rows,
   aural_batch *b = calloc(1, sizeof *b);
   float *mem = n ? malloc(n * sizeof *mem) : NULL;
   seg *segs = calloc(max_rows, sizeof *segs);
-  if (b == NULL || mem == NULL || segs == NULL) {
+  aural_batch_item *items = calloc(max_rows, sizeof *items);
+  if (b == NULL || mem == NULL || segs == NULL || items == NULL) {
     free(b);
     free(mem);
     free(segs);
+    free(items);
     return aural__err_set(err, AURAL_ENOMEM,
                           "batch: out of memory for %zu rows", max_rows);
   }
   b->model = model;
   b->mem = mem;
   b->segs = segs;
+  b->items = items;
   work_carve(&b->w, c, max_rows, mem);
   *out = b;
   return 0;
@@ -475,7 +479,17 @@ void aural_batch_destroy(aural_batch *b) {
   if (b == NULL) return;
   free(b->mem);
   free(b->segs);
+  free(b->items);
   free(b);
+}
+
+const aural_model *aural__batch_model(const aural_batch *b) {
+  return b->model;
+}
+
+aural_batch_item *aural__batch_items(aural_batch *b, size_t *cap) {
+  *cap = b->w.cap;
+  return b->items;
 }
 
 int aural_encoder_forward_batch(aural_batch *b, const aural_batch_item *items,

@@ -145,6 +145,12 @@ size_t aural__encoder_bytes(const aural_model_config *c, size_t batch);
 size_t aural__ring_bytes(const aural_model_config *c);
 size_t aural__batch_bytes(const aural_model_config *c, size_t rows);
 
+/* The model of a batch, and its scratch of (*cap) items that
+ * aural_stream_compute_batch fills (stream.c); one user at a time. */
+#include "aural/encoder.h"
+const aural_model *aural__batch_model(const aural_batch *b);
+aural_batch_item *aural__batch_items(aural_batch *b, size_t *cap);
+
 /* Rows of an encoder's own scratch by default (aural_encoder_config). */
 #define AURAL__DEFAULT_BATCH 64
 

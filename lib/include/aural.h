@@ -23,6 +23,9 @@
  *     aural_frontend_push(fe, pcm, n, on_frames, user);
  *   aural_frontend_finish(fe, on_frames, user);
  *
+ * aural/stream.h puts frontend, encoder, chunking and CTC text together:
+ * one aural_stream per audio source is the usual way in.
+ *
  * The library computes on caller buffers: no threads, sockets or global
  * mutable state of its own. Objects are not thread-safe; use one per
  * thread or stream.
@@ -37,6 +40,7 @@
 #include "aural/frontend.h"
 #include "aural/model.h"
 #include "aural/resampler.h"
+#include "aural/stream.h"
 
 #define AURAL_VERSION "0.1.0"
 

@@ -112,6 +112,9 @@ expect=(
   "$sysconfdir/aural/aurald.conf"
   "$datadir/doc/aural/examples/consumer/consumer.c"
   "$datadir/doc/aural/examples/consumer/Makefile"
+  "$datadir/doc/aural/examples/stream_file/stream_file.c"
+  "$datadir/doc/aural/examples/stream_file/Makefile"
+  "$includedir/aural/stream.h"
 )
 for f in "${expect[@]}"; do
   [[ -e "$dest$f" ]] || fail "not installed: $f"

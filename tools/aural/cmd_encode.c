@@ -96,18 +96,16 @@ typedef struct encode_job {
   int quiet, show;
   size_t chunk_frames;
   aural_model *model;
-  aural_encoder *enc;
+  aural_stream *stream;  /* frontend, encoder, chunks and text */
+  aural_chunk ch;        /* the output buffers of one chunk */
+  double frame_s;        /* seconds from one frame to the next */
   outfile of;            /* the output, until it is committed */
   FILE *said;            /* reports: stdout, or stderr when the output
                             goes to stdout (-o /dev/stdout) */
   size_t n_rows, dim;    /* rows written, row width */
   int write_failed;
-  float *chunk;          /* (chunk_frames, n_mels) features not yet encoded */
-  size_t n_chunk;
-  uint64_t n_chunks;
-  float *rows;           /* (chunk_frames, dim) encoder output */
-  int *ids;              /* (chunk_frames) decoded tokens of one chunk */
-  int prev_token;        /* CTC state across chunks */
+  float *rows;           /* (chunk_frames, dim) one chunk's rows */
+  char *chunk_text;      /* one chunk's text (text_max_bytes) */
   char *text;            /* the whole transcript */
   size_t text_len, text_cap;
   float *kept;           /* (n_rows, dim) rows kept for --show */
@@ -160,58 +158,43 @@ static int emit_rows(encode_job *job, const float *rows, size_t n) {
   return 0;
 }
 
-/* Runs the encoder over the buffered chunk and passes its output on. */
-static int flush_chunk(encode_job *job) {
-  size_t n = job->n_chunk;
-  if (n == 0) return 0;
-  job->n_chunk = 0;
-  int want_logits = job->kind == OUT_LOGITS || job->kind == OUT_TEXT;
-  int rc = aural_encoder_forward(job->enc, job->chunk, n,
-                                 want_logits ? NULL : job->rows,
-                                 want_logits ? job->rows : NULL);
-  if (rc < 0) return rc;
-  job->n_chunks++;
+/* Passes one chunk's output on: its rows, or for text a line with its
+ * tokens (an empty final chunk prints nothing). */
+static int on_chunk(encode_job *job, const aural_chunk *ch) {
+  size_t n = ch->n_frames;
   if (job->kind != OUT_TEXT) return emit_rows(job, job->rows, n);
-
-  const aural_model_config *mc = aural_model_get_config(job->model);
-  size_t n_ids = aural_ctc_greedy(job->rows, n, mc->vocab_size,
-                                  &job->prev_token, job->ids, n);
+  if (n == 0) return 0;
   job->n_rows += n;
-  char line[64];
-  if (!job->quiet) {
-    snprintf(line, sizeof line, "[%7.2f s] ",
-             (double)(job->n_rows - n) * 0.01);
-    fputs(line, job->said);
-  }
+  if (!job->quiet)
+    fprintf(job->said, "[%7.2f s] %s\n",
+            (double)ch->first_frame * job->frame_s, ch->text);
   /* Tokens are separated by single spaces: phoneme tokens may be several
    * characters long, so plain concatenation would be ambiguous. */
-  for (size_t i = 0; i < n_ids; i++) {
-    const char *tok = aural_model_token(job->model, job->ids[i]);
-    const char *sep = job->text_len > 0 ? " " : "";
-    if (!job->quiet) fprintf(job->said, "%s%s", i > 0 ? " " : "", tok);
-    if (text_append(job, sep) < 0 || text_append(job, tok) < 0)
-      return AURAL_ENOMEM;
-  }
-  if (!job->quiet) fputc('\n', job->said);
+  if (ch->text_len > 0 &&
+      ((job->text_len > 0 && text_append(job, " ") < 0) ||
+       text_append(job, ch->text) < 0))
+    return AURAL_ENOMEM;
   return 0;
 }
 
-static int on_frames(void *user, const float *rows, size_t n, uint64_t first) {
-  encode_job *job = user;
-  (void)first;
-  if (job->kind == OUT_FEATURES) return emit_rows(job, rows, n);
-  size_t mels = (size_t)aural_model_get_config(job->model)->fbank.num_mel_bins;
-  while (n > 0) {
-    size_t k = job->chunk_frames - job->n_chunk;
-    if (k > n) k = n;
-    memcpy(job->chunk + job->n_chunk * mels, rows, k * mels * sizeof *rows);
-    job->n_chunk += k;
-    rows += k * mels;
-    n -= k;
-    if (job->n_chunk == job->chunk_frames) {
-      int rc = flush_chunk(job);
-      if (rc != 0) return rc;
-    }
+/* Computes what the stream has pending and passes on every chunk that is
+ * complete. */
+static int compute_and_drain(encode_job *job) {
+  int rc = aural_stream_compute(job->stream);
+  while (rc == 0 && (rc = aural_stream_pull(job->stream, &job->ch)) == 1)
+    rc = on_chunk(job, &job->ch);
+  return rc;
+}
+
+/* Pushes n input frames, computing whenever the stream's pending
+ * features are full. */
+static int feed(encode_job *job, const float *pcm, size_t n, size_t ch) {
+  for (size_t at = 0; at < n;) {
+    size_t taken;
+    int rc = aural_stream_push(job->stream, pcm + at * ch, n - at, &taken);
+    if (rc < 0) return rc;
+    at += taken;
+    if (at < n && (rc = compute_and_drain(job)) < 0) return rc;
   }
   return 0;
 }
@@ -255,7 +238,7 @@ static void show(const encode_job *job) {
           (double)lo, (double)hi);
   for (size_t r = 0; r < n_r; r++) {
     size_t t0 = r * job->n_rows / n_r, t1 = (r + 1) * job->n_rows / n_r;
-    fprintf(job->said, "%7.2f s |", (double)t0 * 0.01);
+    fprintf(job->said, "%7.2f s |", (double)t0 * job->frame_s);
     for (size_t c = 0; c < n_c; c++) {
       size_t m0 = c * job->dim / n_c, m1 = (c + 1) * job->dim / n_c;
       double sum = 0;
@@ -320,7 +303,7 @@ static int open_input(const encode_job *job, aural_audiofile **af,
   return rc;
 }
 
-/* Loads the model and creates the stream objects the output kind needs. */
+/* Loads the model and checks that it has what the output kind needs. */
 static int prepare(encode_job *job, aural_err *err) {
   int rc = 0;
   if (!job->shared_model) {
@@ -339,20 +322,46 @@ static int prepare(encode_job *job, aural_err *err) {
   job->dim = job->kind == OUT_FEATURES   ? (size_t)mc->fbank.num_mel_bins
              : job->kind == OUT_EMBEDDINGS ? (size_t)mc->d_model
                                            : (size_t)mc->vocab_size;
-  if (job->kind == OUT_FEATURES) return 0;
-  aural_encoder_config ec;
-  aural_encoder_config_default(&ec);
-  ec.max_batch_frames = job->chunk_frames;
-  rc = aural_encoder_create(job->model, &ec, &job->enc, err);
+  return 0;
+}
+
+static const unsigned kind_outputs[] = {
+    AURAL_STREAM_EMBEDDINGS, AURAL_STREAM_LOGITS, AURAL_STREAM_FEATURES,
+    AURAL_STREAM_TEXT};
+
+/* The stream over the input, and the buffers of one chunk of it. Work is
+ * grouped by chunks: the encoder takes at most chunk_frames (up to 1024)
+ * frames at once. */
+static int open_stream(encode_job *job, const aural_audiofile_info *info,
+                       aural_err *err) {
+  aural_stream_config sc;
+  aural_stream_config_default(&sc);
+  sc.input_rate_hz = info->rate_hz;
+  sc.n_channels = info->n_channels;
+  sc.outputs = kind_outputs[job->kind];
+  sc.chunk_frames = job->chunk_frames;
+  sc.max_pending_frames = job->chunk_frames < 1024 ? job->chunk_frames : 1024;
+  sc.encoder_batch_frames = sc.max_pending_frames;
+  int rc = aural_stream_create(job->model, &sc, &job->stream, err);
   if (rc < 0) return rc;
-  job->chunk = malloc(job->chunk_frames * (size_t)mc->fbank.num_mel_bins *
-                      sizeof *job->chunk);
-  job->rows = malloc(job->chunk_frames * job->dim * sizeof *job->rows);
-  job->ids = malloc(job->chunk_frames * sizeof *job->ids);
-  job->prev_token = -1;
-  if (job->chunk == NULL || job->rows == NULL || job->ids == NULL) {
+  aural_stream_info si;
+  aural_stream_get_info(job->stream, &si);
+  job->frame_s = si.frame_seconds;
+  if (job->kind == OUT_TEXT)
+    job->chunk_text = malloc(si.text_max_bytes);
+  else
+    job->rows = malloc(job->chunk_frames * job->dim * sizeof *job->rows);
+  if (job->rows == NULL && job->chunk_text == NULL) {
     snprintf(err->msg, sizeof err->msg, "out of memory");
     return AURAL_ENOMEM;
+  }
+  job->ch = (aural_chunk){.max_frames = job->chunk_frames};
+  if (job->kind == OUT_EMBEDDINGS) job->ch.emb = job->rows;
+  if (job->kind == OUT_LOGITS) job->ch.logits = job->rows;
+  if (job->kind == OUT_FEATURES) job->ch.features = job->rows;
+  if (job->kind == OUT_TEXT) {
+    job->ch.text = job->chunk_text;
+    job->ch.text_cap = si.text_max_bytes;
   }
   return 0;
 }
@@ -361,7 +370,6 @@ static int run(encode_job *job) {
   aural_err err = {0};
   double rate_hz = 0, af_seconds = 0;
   aural_audiofile *af = NULL;
-  aural_frontend *fe = NULL;
   float *pcm = NULL;
   job->said = stdout;
   int rc = prepare(job, &err);
@@ -373,13 +381,7 @@ static int run(encode_job *job) {
   job->total_in = info.n_frames;
   rate_hz = info.rate_hz;
 
-  const aural_model_config *mc = aural_model_get_config(job->model);
-  aural_frontend_config cfg;
-  aural_frontend_config_default(&cfg);
-  cfg.fbank = mc->fbank;
-  cfg.input_rate_hz = info.rate_hz;
-  cfg.n_channels = info.n_channels;
-  rc = aural_frontend_create(&cfg, &fe, &err);
+  rc = open_stream(job, &info, &err);
   if (rc < 0) goto fail;
 
   pcm = malloc((size_t)READ_FRAMES * (size_t)info.n_channels * sizeof *pcm);
@@ -409,13 +411,13 @@ static int run(encode_job *job) {
     rc = aural_audiofile_read(af, pcm, READ_FRAMES, &n, &err);
     if (rc < 0) goto fail;
     if (n == 0) break;
-    rc = aural_frontend_push(fe, pcm, n, on_frames, job);
+    rc = feed(job, pcm, n, (size_t)info.n_channels);
     if (rc < 0) goto push_fail;
     job->done_in += (int64_t)n;
     draw_progress(job, 0);
   }
-  rc = aural_frontend_finish(fe, on_frames, job);
-  if (rc == 0) rc = flush_chunk(job);
+  rc = aural_stream_end(job->stream);
+  if (rc == 0) rc = compute_and_drain(job);
   if (rc < 0) goto push_fail;
   draw_progress(job, 1);
   if (job->kind == OUT_TEXT && !job->quiet)
@@ -478,13 +480,11 @@ done:
   outfile_discard(&job->of);
   free(pcm);
   free(job->kept);
-  free(job->chunk);
   free(job->rows);
-  free(job->ids);
+  free(job->chunk_text);
   free(job->text);
-  aural_frontend_destroy(fe);
+  aural_stream_destroy(job->stream);
   aural_audiofile_close(af);
-  aural_encoder_destroy(job->enc);
   if (!job->shared_model) aural_model_free(job->model);
   job->audio_s = af_seconds;
   return rc;
