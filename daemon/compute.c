@@ -66,27 +66,24 @@ struct worker {
   aural_batch *batch;
   float *pcm;                       /* (ROUND_MAX_VALUES) input scratch */
   stream *taken[MAX_PER_ROUND];
-  aural_batch_item items[MAX_PER_ROUND];
+  aural_stream *batch_streams[MAX_PER_ROUND]; /* this round's to compute */
 };
-
-/* Frontend callback: appends features to the stream's pending rows. The
- * round limits guarantee they fit; if not, the stream fails cleanly. */
-static int on_features(void *user, const float *rows, size_t n,
-                       uint64_t first) {
-  stream *s = user;
-  (void)first;
-  size_t mels = (size_t)s->srv->mc->fbank.num_mel_bins;
-  if (s->n_feats + n > s->feat_cap) return AURAL_ESTATE;
-  memcpy(s->feats + s->n_feats * mels, rows, n * mels * sizeof(float));
-  s->n_feats += n;
-  return 0;
-}
 
 static void push_event(server *srv, chunk_out *co) {
   co->next = NULL;
   if (srv->done_tail) srv->done_tail->next = co;
   else srv->done_head = co;
   srv->done_tail = co;
+}
+
+/* Ends a stream's pipeline at once (an error): what it computed before
+ * still comes out, and it is computed no more. */
+static void abort_stream(stream *s) {
+  if (s->aborted) return;
+  s->aborted = true;
+  aural_stream_stats st;
+  aural_stream_get_stats(s->as, &st);
+  if (!st.ended) aural_stream_abort(s->as);
 }
 
 static void fail_stream(stream *s, const char *what, int rc) {
@@ -108,6 +105,9 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
   size_t max_frames = (size_t)(s->rate_hz * ROUND_S);
   if (max_frames > ROUND_MAX_VALUES / ch) max_frames = ROUND_MAX_VALUES / ch;
   if (max_frames == 0) max_frames = 1;
+  /* No more than the stream's features have room for this round. */
+  size_t room = aural_stream_input_room(s->as);
+  if (max_frames > room) max_frames = room;
   size_t n = 0;
   bool done = false;
   aural_err err = {0};
@@ -131,6 +131,7 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
         snprintf(s->message, sizeof s->message, "%s", err.msg);
         pthread_mutex_unlock(&srv->mu);
         log_warn("stream %u \"%s\": %s", s->id, s->name, err.msg);
+        abort_stream(s);
         return true;
       }
       if (n == 0) {
@@ -173,98 +174,86 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
     stream_take(s, w->pcm, n);
   }
   if (n > 0) {
-    int rc = aural_frontend_push(s->fe, w->pcm, n, on_features, s);
+    size_t taken = 0;
+    int rc = aural_stream_push(s->as, w->pcm, n, &taken);
+    if (rc == 0 && taken < n) rc = AURAL_ESTATE; /* room was checked */
     if (rc < 0) {
       fail_stream(s, "frontend", rc);
+      abort_stream(s);
       return true;
     }
-    s->frames_in += n;
   }
   if (done) {
-    int rc = aural_frontend_finish(s->fe, on_features, s);
-    if (rc < 0) fail_stream(s, "frontend", rc);
+    aural_stream_stats st;
+    aural_stream_get_stats(s->as, &st);
+    if (!st.ended) aural_stream_end(s->as); /* the frontend flushes */
   }
   return done;
 }
 
 static chunk_out *new_chunk(server *srv, stream *s, size_t n) {
   size_t d = (size_t)srv->mc->d_model, v = (size_t)srv->mc->vocab_size;
-  size_t text_cap = v > 0 ? n * (srv->max_token_bytes + 1) + 1 : 1;
+  size_t text_cap = v > 0 ? n * (srv->max_token_bytes + 1) + 1 : 0;
   size_t bytes = sizeof(chunk_out) + n * (d + v) * sizeof(float) + text_cap;
   chunk_out *co = calloc(1, bytes);
   if (co == NULL) return NULL;
   co->s = s;
   co->emb = (float *)(co + 1);
   co->logits = v > 0 ? co->emb + n * d : NULL;
-  co->text = (char *)(co->emb + n * (d + v));
+  co->text = v > 0 ? (char *)(co->emb + n * (d + v)) : NULL;
+  co->text_cap = text_cap;
   return co;
 }
 
-/* Emits the stream's current chunk (acc_n frames) as an event. */
-static void emit_chunk(worker *w, stream *s, bool final, int64_t ready_us,
-                       chunk_out **events) {
+/* Pulls every chunk the stream has completed into events (newest first).
+ * A chunk whose first frame was computed this round (frames from
+ * computed_before on) has this round's capture time; one begun in an
+ * earlier round keeps that round's. */
+static void pull_chunks(worker *w, stream *s, uint64_t computed_before,
+                        int64_t ready_us, int64_t capture_us,
+                        chunk_out **events) {
   server *srv = w->srv;
-  size_t n = s->acc_n, d = (size_t)srv->mc->d_model,
-         v = (size_t)srv->mc->vocab_size;
-  chunk_out *co = new_chunk(srv, s, n);
-  if (co == NULL) {
-    log_error("stream %u: out of memory for a chunk; it is lost", s->id);
-    s->acc_n = 0;
-    s->n_chunks++;
-    return;
-  }
-  memcpy(co->emb, s->emb_acc, n * d * sizeof(float));
-  if (v > 0) {
-    memcpy(co->logits, s->logit_acc, n * v * sizeof(float));
-    size_t len = 0;
-    for (size_t i = 0; i < n; i++) {
-      int id;
-      if (aural_ctc_greedy(co->logits + i * v, 1, (int)v, &s->prev_token, &id,
-                           1) == 1) {
-        const char *tok = aural_model_token(srv->model, id);
-        size_t tl = strlen(tok);
-        if (len > 0) co->text[len++] = ' ';
-        memcpy(co->text + len, tok, tl);
-        len += tl;
-      }
+  size_t n;
+  bool final;
+  while (aural_stream_ready(s->as, &n, &final) == 1) {
+    chunk_out *co = new_chunk(srv, s, n);
+    aural_chunk ch = {.max_frames = n};
+    if (co != NULL) {
+      ch.emb = co->emb;
+      ch.logits = co->logits;
+      ch.text = co->text;
+      ch.text_cap = co->text_cap;
     }
-    co->text[len] = '\0';
-    co->text_len = len;
+    if (aural_stream_pull(s->as, &ch) != 1) {
+      free(co);
+      break; /* cannot happen: the buffers fit the chunk ready */
+    }
+    if (co == NULL) {
+      log_error("stream %u: out of memory for a chunk; it is lost", s->id);
+      continue;
+    }
+    int64_t capture = ch.first_frame >= computed_before ? capture_us
+                                                        : s->open_capture_us;
+    co->text_len = ch.text_len;
+    co->h.seq = ch.seq;
+    co->h.first_frame = ch.first_frame;
+    co->h.n_frames = (uint32_t)ch.n_frames;
+    co->h.flags = ch.final ? AURAL_CHUNK_FINAL : 0;
+    co->h.start_us = s->start_us;
+    co->h.capture_us = capture;
+    co->h.ready_us = ready_us;
+    co->h.d_model = (uint32_t)srv->mc->d_model;
+    co->h.vocab_size = (uint32_t)srv->mc->vocab_size;
+    co->next = *events;
+    *events = co;
   }
-  co->h.seq = s->n_chunks++;
-  co->h.first_frame = s->next_frame - n;
-  co->h.n_frames = (uint32_t)n;
-  co->h.flags = final ? AURAL_CHUNK_FINAL : 0;
-  co->h.start_us = s->start_us;
-  co->h.capture_us = s->acc_capture_us;
-  co->h.ready_us = ready_us;
-  co->h.d_model = (uint32_t)d;
-  co->h.vocab_size = (uint32_t)v;
-  co->next = *events;
-  *events = co;
-  s->acc_n = 0;
-  s->acc_capture_us = 0;
-}
-
-/* Moves the encoded rows of one stream into chunks. */
-static void chunk_rows(worker *w, stream *s, size_t n, int64_t ready_us,
-                       int64_t capture_us, chunk_out **events) {
-  server *srv = w->srv;
-  size_t d = (size_t)srv->mc->d_model, v = (size_t)srv->mc->vocab_size,
-         C = srv->chunk_frames;
-  for (size_t i = 0; i < n;) {
-    if (s->acc_n == 0) s->acc_capture_us = capture_us;
-    size_t k = C - s->acc_n < n - i ? C - s->acc_n : n - i;
-    memcpy(s->emb_acc + s->acc_n * d, s->emb_out + i * d,
-           k * d * sizeof(float));
-    if (v > 0)
-      memcpy(s->logit_acc + s->acc_n * v, s->logit_out + i * v,
-             k * v * sizeof(float));
-    s->acc_n += k;
-    s->next_frame += k;
-    i += k;
-    if (s->acc_n == C) emit_chunk(w, s, false, ready_us, events);
-  }
+  /* The chunk being filled now: begun this round, or earlier. */
+  aural_stream_stats st;
+  aural_stream_get_stats(s->as, &st);
+  uint64_t C = srv->chunk_frames, open_first = st.n_encoded_frames / C * C;
+  if (st.n_encoded_frames % C != 0 && open_first >= computed_before)
+    s->open_capture_us = capture_us;
+  s->next_frame = st.n_encoded_frames;
 }
 
 /* Fault injection for the tests: AURALD_FAIL_ENCODER_CALL=N makes the
@@ -293,53 +282,58 @@ static void update_load(server *srv, double busy_s) {
 static void run_round(worker *w, int n_taken) {
   server *srv = w->srv;
   int64_t ready[MAX_PER_ROUND], capture[MAX_PER_ROUND];
-  bool finished[MAX_PER_ROUND];
+  uint64_t before[MAX_PER_ROUND];
+  size_t pending[MAX_PER_ROUND];
+  bool ending[MAX_PER_ROUND], finished[MAX_PER_ROUND];
   double t0 = aurald_mono_s();
-  size_t n_items = 0;
+  size_t n_batch = 0, total_rows = 0;
   for (int i = 0; i < n_taken; i++) {
     stream *s = w->taken[i];
     ready[i] = 0;
     capture[i] = 0;
-    finished[i] = take_input(w, s, &ready[i], &capture[i]);
-    if (s->n_feats > 0)
-      w->items[n_items++] = (aural_batch_item){
-          .enc = s->enc, .feats = s->feats, .n = s->n_feats,
-          .emb = s->emb_out, .logits = s->logit_out};
+    ending[i] = take_input(w, s, &ready[i], &capture[i]);
+    aural_stream_stats st;
+    aural_stream_get_stats(s->as, &st);
+    before[i] = st.n_encoded_frames;
+    pending[i] = st.n_pending_frames;
+    total_rows += pending[i];
+    /* An aborted stream is not computed: what it has comes out as it is. */
+    if (!s->aborted && (pending[i] > 0 || st.ended))
+      w->batch_streams[n_batch++] = s->as;
   }
-  if (n_items > 0) {
-    int rc = aural_encoder_forward_batch(w->batch, w->items, n_items);
-    if (rc == 0 && inject_failure(srv)) rc = AURAL_ENOMEM;
+  if (n_batch > 0) {
+    int rc = inject_failure(srv)
+                 ? AURAL_ENOMEM
+                 : aural_stream_compute_batch(w->batch, w->batch_streams,
+                                              n_batch);
     if (rc < 0) {
-      /* The batch is all or nothing: fail every stream in it. */
-      for (int i = 0; i < n_taken; i++)
-        if (w->taken[i]->n_feats > 0) {
-          fail_stream(w->taken[i], "encoder", rc);
-          w->taken[i]->n_feats = 0;
-          finished[i] = true;
-        }
+      /* The batch is all or nothing: every stream in it ends, with what
+       * was computed before this round. */
+      for (int i = 0; i < n_taken; i++) {
+        stream *s = w->taken[i];
+        aural_stream_stats st;
+        aural_stream_get_stats(s->as, &st);
+        if (s->aborted || (pending[i] == 0 && !st.ended)) continue;
+        fail_stream(s, "encoder", rc);
+        abort_stream(s);
+        ending[i] = true;
+      }
     }
   }
   double dt = aurald_mono_s() - t0;
-  size_t total_rows = 0;
-  for (size_t i = 0; i < n_items; i++) total_rows += w->items[i].n;
 
   chunk_out *events[MAX_PER_ROUND];
   for (int i = 0; i < n_taken; i++) {
     stream *s = w->taken[i];
     events[i] = NULL;
-    size_t n = s->n_feats;
-    if (n > 0) {
-      if (ready[i] == 0) ready[i] = aurald_now_us();
-      chunk_rows(w, s, n, ready[i], capture[i], &events[i]);
-    }
-    s->n_feats = 0;
+    if (ready[i] == 0) ready[i] = aurald_now_us();
+    pull_chunks(w, s, before[i], ready[i], capture[i], &events[i]);
     /* Compute time is shared out by rows. */
-    if (total_rows > 0) s->compute_s += dt * (double)n / (double)total_rows;
-    /* The last chunk carries FINAL; when the frames filled whole chunks
-     * it is an empty end marker. A stream with no frames has no chunk. */
-    if (finished[i] && (s->acc_n > 0 || s->n_chunks > 0))
-      emit_chunk(w, s, true, ready[i] ? ready[i] : aurald_now_us(),
-                 &events[i]);
+    if (total_rows > 0)
+      s->compute_s += dt * (double)pending[i] / (double)total_rows;
+    aural_stream_stats st;
+    aural_stream_get_stats(s->as, &st);
+    finished[i] = ending[i] && st.done;
   }
 
   pthread_mutex_lock(&srv->mu);
@@ -359,10 +353,12 @@ static void run_round(worker *w, int n_taken) {
       rev = co->next;
       push_event(srv, co);
     }
+    aural_stream_stats st;
+    aural_stream_get_stats(s->as, &st);
     s->stat_frames = s->next_frame;
     if (s->source == SRC_FILE) s->pending_since = 0; /* read what it may */
     s->stat_compute_s = s->compute_s;
-    s->stat_audio_s = (double)s->frames_in / s->rate_hz;
+    s->stat_audio_s = (double)st.n_input_frames / s->rate_hz;
     s->busy = false;
     if (finished[i]) {
       s->ended = true;
@@ -370,7 +366,7 @@ static void run_round(worker *w, int n_taken) {
       s->end_event.s = s;
       s->end_event.is_end = true;
       push_event(srv, &s->end_event);
-    } else if (s->input_done || s->in_frames > 0 ||
+    } else if (s->input_done || s->in_frames > 0 || ending[i] ||
                (s->source == SRC_FILE && !s->realtime)) {
       server_mark_ready(srv, s);
     }

@@ -754,6 +754,32 @@ static conn *conn_new(server *srv) {
 }
 
 /* Admits a connected client (peer credentials, limits) and reads it. */
+/* Refuses a connection just accepted: the fatal ERROR goes straight to
+ * the socket (a new socket's buffer has room for it) and the descriptor is
+ * closed at once, so that a burst of refused clients never holds
+ * descriptors (and pushes the daemon to its file limit, where clients are
+ * reset). Nothing holds the connection yet: it was never read, and has no
+ * subscriptions or streams. */
+static void conn_refuse(conn *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void conn_refuse(conn *c, int code, const char *fmt, ...) {
+  char text[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  uint8_t buf[1024];
+  size_t n = aural_proto_encode_error(buf, sizeof buf, 0, code, text, true);
+  uv_os_fd_t fd;
+  if (n > 0 && uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
+      send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+    log_debug("client %u: refusal not sent: %s", c->id, strerror(errno));
+  c->closing = true;
+  c->reaped = true;
+  uv_close((uv_handle_t *)&c->pipe, on_close);
+}
+
+/* Admits a connected client (peer credentials, limits) and reads it. */
 static void conn_admit(conn *c) {
   server *srv = c->srv;
   uv_os_fd_t fd;
@@ -770,23 +796,22 @@ static void conn_admit(conn *c) {
   if (!peer_allowed(srv, fd, cred.uid, cred.gid)) {
     log_warn("client %u: uid %u gid %u (pid %ld) is not allowed; refused",
              c->id, (unsigned)cred.uid, (unsigned)cred.gid, (long)cred.pid);
-    conn_send_error(c, 0, -AURAL_PROTO_EPERMISSION, true,
-                    "uid %u may not use this server (same user, root or "
-                    "group members only)",
-                    (unsigned)cred.uid);
+    conn_refuse(c, -AURAL_PROTO_EPERMISSION,
+                "uid %u may not use this server (same user, root or group "
+                "members only)",
+                (unsigned)cred.uid);
     return;
   }
   if (srv->n_conns > srv->opt->max_clients) {
     log_warn("client %u: connection limit %d reached; refused", c->id,
              srv->opt->max_clients);
-    conn_send_error(c, 0, -AURAL_PROTO_ELIMIT, true,
-                    "the server's limit of %d connections is reached",
-                    srv->opt->max_clients);
+    conn_refuse(c, -AURAL_PROTO_ELIMIT,
+                "the server's limit of %d connections is reached",
+                srv->opt->max_clients);
     return;
   }
   if (srv->stopping) {
-    conn_send_error(c, 0, -AURAL_PROTO_ESHUTDOWN, true,
-                    "the server is shutting down");
+    conn_refuse(c, -AURAL_PROTO_ESHUTDOWN, "the server is shutting down");
     return;
   }
   log_debug("client %u: connected (uid %u, pid %ld)", c->id,

@@ -123,8 +123,9 @@ typedef struct chunk_out {
   aural_chunk_header h;   /* outputs/dtype/text_bytes unset */
   float *emb;             /* (n_frames, d_model) */
   float *logits;          /* (n_frames, vocab) or NULL */
-  char *text;             /* NUL-terminated, tokens separated by spaces */
-  size_t text_len;
+  char *text;             /* (text_cap) NUL-terminated, tokens separated by
+                             spaces; NULL without a CTC head */
+  size_t text_cap, text_len;
   msgbuf *variants[2][8]; /* [dtype][outputs] encoded messages */
 } chunk_out;
 
@@ -185,22 +186,11 @@ typedef struct stream {
   double t0_mono;         /* pacing origin for realtime */
 
   /* Owned by the worker while busy (and by the loop before start). */
-  aural_frontend *fe;
-  aural_encoder *enc;
-  float *feats;           /* (feat_cap, n_mels) features awaiting encode */
-  size_t n_feats, feat_cap;
-  int64_t feat_capture_us; /* capture time of the first pending feature */
-  float *emb_out;         /* (feat_cap, d_model) this round's outputs */
-  float *logit_out;       /* (feat_cap, vocab) or NULL */
-  float *emb_acc;         /* (chunk_frames, d_model) current chunk */
-  float *logit_acc;       /* (chunk_frames, vocab) or NULL */
-  size_t acc_n;           /* frames in the current chunk */
-  int64_t acc_capture_us;
-  uint64_t next_frame;    /* absolute index of the next frame */
-  uint64_t n_chunks;
-  int prev_token;
+  aural_stream *as;       /* the pipeline: frontend, encoder, chunks, text */
+  bool aborted;           /* ended on an error: pulled, never computed */
+  int64_t open_capture_us; /* capture time of the chunk being filled */
+  uint64_t next_frame;    /* frames computed so far */
   double compute_s;
-  uint64_t frames_in;     /* input frames consumed */
   /* Copies for STATS, written by the worker under server.mu. */
   uint64_t stat_frames;
   double stat_compute_s, stat_audio_s;

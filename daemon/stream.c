@@ -37,7 +37,6 @@ static size_t backlog_frames(const stream *s) {
 stream *stream_create(server *srv, const char *name, stream_source src,
                       double rate_hz, int channels, char *why,
                       size_t why_len) {
-  const aural_model_config *mc = srv->mc;
   stream *s = calloc(1, sizeof *s);
   if (s == NULL) goto oom;
   s->srv = srv;
@@ -47,41 +46,22 @@ stream *stream_create(server *srv, const char *name, stream_source src,
   s->rate_hz = rate_hz;
   s->channels = channels;
   s->start_us = aurald_now_us();
-  s->prev_token = -1;
 
-  aural_frontend_config fc;
-  aural_frontend_config_default(&fc);
-  fc.fbank = mc->fbank;
-  fc.input_rate_hz = rate_hz;
-  fc.n_channels = channels;
+  aural_stream_config sc;
+  aural_stream_config_default(&sc);
+  sc.input_rate_hz = rate_hz;
+  sc.n_channels = channels;
   /* A microphone glitch must not end the stream; files and clients are
    * checked before their samples get here. */
-  fc.nonfinite = src == SRC_MIC ? AURAL_NONFINITE_ZERO : AURAL_NONFINITE_REJECT;
+  sc.nonfinite = src == SRC_MIC ? AURAL_NONFINITE_ZERO : AURAL_NONFINITE_REJECT;
+  sc.chunk_frames = srv->chunk_frames;
+  sc.max_pending_frames = STREAM_FEAT_CAP;
+  sc.encoder_batch_frames = 1; /* workers compute streams in batches */
   aural_err err = {0};
-  if (aural_frontend_create(&fc, &s->fe, &err) < 0) {
+  if (aural_stream_create(srv->model, &sc, &s->as, &err) < 0) {
     snprintf(why, why_len, "%s", err.msg);
     stream_destroy(s);
     return NULL;
-  }
-  aural_encoder_config ec;
-  aural_encoder_config_default(&ec);
-  if (aural_encoder_create(srv->model, &ec, &s->enc, &err) < 0) {
-    snprintf(why, why_len, "%s", err.msg);
-    stream_destroy(s);
-    return NULL;
-  }
-
-  size_t d = (size_t)mc->d_model, v = (size_t)mc->vocab_size,
-         mels = (size_t)mc->fbank.num_mel_bins, C = srv->chunk_frames;
-  s->feat_cap = STREAM_FEAT_CAP;
-  s->feats = malloc(s->feat_cap * mels * sizeof(float));
-  s->emb_out = malloc(s->feat_cap * d * sizeof(float));
-  s->emb_acc = malloc(C * d * sizeof(float));
-  if (s->feats == NULL || s->emb_out == NULL || s->emb_acc == NULL) goto oom;
-  if (v > 0) {
-    s->logit_out = malloc(s->feat_cap * v * sizeof(float));
-    s->logit_acc = malloc(C * v * sizeof(float));
-    if (s->logit_out == NULL || s->logit_acc == NULL) goto oom;
   }
   if (src != SRC_FILE) {
     /* A client's stream: twice the flow-control window. Its connection
@@ -251,15 +231,9 @@ void stream_end_input(stream *s, end_reason r, const char *message) {
 
 void stream_destroy(stream *s) {
   if (s == NULL) return;
-  aural_frontend_destroy(s->fe);
-  aural_encoder_destroy(s->enc);
+  aural_stream_destroy(s->as);
   if (s->af) aural_audiofile_close(s->af);
   free(s->in);
-  free(s->feats);
-  free(s->emb_out);
-  free(s->logit_out);
-  free(s->emb_acc);
-  free(s->logit_acc);
   free(s);
 }
 

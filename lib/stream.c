@@ -523,7 +523,11 @@ void aural_stream_get_stats(const aural_stream *s, aural_stream_stats *st) {
   st->n_nonfinite = fs.n_nonfinite;
   st->n_clamped = fs.n_clamped;
   st->ended = s->ended;
-  st->done = s->done;
+  /* Done as well when it ended with no frames at all: no chunk will come
+   * (pull would say so too, but a caller that asks ready() first never
+   * pulls). */
+  st->done = s->done || (s->n_ready == 0 && s->n_chunks == 0 &&
+                         (s->failed || (s->ended && s->n_pending == 0)));
 }
 
 int aural_stream_reset(aural_stream *s) {
