@@ -320,15 +320,12 @@ static void finish_stream(server *srv, stream *s) {
     conn *c = s->owner;
     c->n_streams--;
     if (s->reason == END_CLOSED) {
-      char json[96];
-      int len = snprintf(json, sizeof json, "{\"frames\":%llu,\"chunks\":%llu}",
-                         (unsigned long long)s->next_frame,
-                         (unsigned long long)s->chunks_emitted);
+      aural_msg_audio_closed m = {.frames = s->next_frame,
+                                  .chunks = s->chunks_emitted};
       uint8_t buf[AURAL_PROTO_HEADER_BYTES + 96];
-      size_t k = aural_proto_encode_raw(buf, sizeof buf,
-                                        AURAL_MSG_AUDIO_CLOSED, s->id, json,
-                                        (size_t)len);
-      conn_send_bytes(c, buf, k);
+      conn_send_bytes(c, buf,
+                      aural_proto_encode_audio_closed(buf, sizeof buf, s->id,
+                                                      &m));
     }
   }
   bool was_file = s->source == SRC_FILE;
