@@ -127,9 +127,13 @@ static void put_fields(aural_jw *w, const field *f, size_t n, const void *p) {
     case F_NAME:
       aural__put_field(w, v, AURAL_PROTO_NAME_MAX + 1);
       break;
-    case F_ENUM:
-      aural_jw_string(w, name_of(f[i].names, *(const uint8_t *)v));
+    case F_ENUM: {
+      /* A value with no name has no wire form: the message is not made. */
+      const char *name = name_of(f[i].names, *(const uint8_t *)v);
+      if (name == NULL) w->overflow = true;
+      aural_jw_string(w, name);
       break;
+    }
     case F_OUTPUTS:
       aural__put_outputs(w, *(const uint32_t *)v);
       break;
@@ -256,6 +260,19 @@ static int decode_table(const uint8_t *payload, size_t n, const field *f,
   return rc;
 }
 
+/* The encoder of a message that concerns a stream, and the decoder of a
+ * message, each made of one table. */
+#define TABLE_ENCODER(fn, T, type, table)                                     \
+  size_t fn(uint8_t *out, size_t out_cap, uint32_t stream_id, const T *m) {  \
+    return encode_table(out, out_cap, type, stream_id, table,                 \
+                        N_FIELDS(table), m);                                  \
+  }
+#define TABLE_DECODER(fn, T, table, what)                                     \
+  int fn(const uint8_t *payload, size_t n, T *m, char *why, size_t why_len) { \
+    return decode_table(payload, n, table, N_FIELDS(table), m, sizeof *m,     \
+                        what, why, why_len);                                  \
+  }
+
 /* --- the messages of one flat table --------------------------------------- */
 
 static const field subscribed_fields[] = {
@@ -323,21 +340,11 @@ static const field stream_started_fields[] = {
     U64(aural_msg_stream_started, next_chunk),
 };
 
-size_t aural_proto_encode_stream_started(uint8_t *out, size_t out_cap,
-                                         uint32_t stream_id,
-                                         const aural_msg_stream_started *m) {
-  return encode_table(out, out_cap, AURAL_MSG_STREAM_STARTED, stream_id,
-                      stream_started_fields, N_FIELDS(stream_started_fields),
-                      m);
-}
+TABLE_ENCODER(aural_proto_encode_stream_started, aural_msg_stream_started,
+              AURAL_MSG_STREAM_STARTED, stream_started_fields)
 
-int aural_proto_decode_stream_started(const uint8_t *payload, size_t n,
-                                      aural_msg_stream_started *m, char *why,
-                                      size_t why_len) {
-  return decode_table(payload, n, stream_started_fields,
-                      N_FIELDS(stream_started_fields), m, sizeof *m,
-                      "stream_started", why, why_len);
-}
+TABLE_DECODER(aural_proto_decode_stream_started, aural_msg_stream_started,
+              stream_started_fields, "stream_started")
 
 static const field stream_ended_fields[] = {
     NAME(aural_msg_stream_ended, name),
@@ -347,21 +354,11 @@ static const field stream_ended_fields[] = {
     U64(aural_msg_stream_ended, chunks),
 };
 
-size_t aural_proto_encode_stream_ended(uint8_t *out, size_t out_cap,
-                                       uint32_t stream_id,
-                                       const aural_msg_stream_ended *m) {
-  if (aural_end_reason_name(m->reason) == NULL) return 0;
-  return encode_table(out, out_cap, AURAL_MSG_STREAM_ENDED, stream_id,
-                      stream_ended_fields, N_FIELDS(stream_ended_fields), m);
-}
+TABLE_ENCODER(aural_proto_encode_stream_ended, aural_msg_stream_ended,
+              AURAL_MSG_STREAM_ENDED, stream_ended_fields)
 
-int aural_proto_decode_stream_ended(const uint8_t *payload, size_t n,
-                                    aural_msg_stream_ended *m, char *why,
-                                    size_t why_len) {
-  return decode_table(payload, n, stream_ended_fields,
-                      N_FIELDS(stream_ended_fields), m, sizeof *m,
-                      "stream_ended", why, why_len);
-}
+TABLE_DECODER(aural_proto_decode_stream_ended, aural_msg_stream_ended,
+              stream_ended_fields, "stream_ended")
 
 static const field gap_fields[] = {
     U64(aural_msg_gap, first_chunk),
@@ -369,18 +366,9 @@ static const field gap_fields[] = {
     ENUM(aural_msg_gap, reason, gap_names),
 };
 
-size_t aural_proto_encode_gap(uint8_t *out, size_t out_cap,
-                              uint32_t stream_id, const aural_msg_gap *m) {
-  if (aural_gap_reason_name(m->reason) == NULL) return 0;
-  return encode_table(out, out_cap, AURAL_MSG_GAP, stream_id, gap_fields,
-                      N_FIELDS(gap_fields), m);
-}
+TABLE_ENCODER(aural_proto_encode_gap, aural_msg_gap, AURAL_MSG_GAP, gap_fields)
 
-int aural_proto_decode_gap(const uint8_t *payload, size_t n, aural_msg_gap *m,
-                           char *why, size_t why_len) {
-  return decode_table(payload, n, gap_fields, N_FIELDS(gap_fields), m,
-                      sizeof *m, "gap", why, why_len);
-}
+TABLE_DECODER(aural_proto_decode_gap, aural_msg_gap, gap_fields, "gap")
 
 static const field audio_opened_fields[] = {
     U32(aural_msg_audio_opened, stream, 1, UINT32_MAX),
@@ -393,33 +381,19 @@ size_t aural_proto_encode_audio_opened(uint8_t *out, size_t out_cap,
                       audio_opened_fields, N_FIELDS(audio_opened_fields), m);
 }
 
-int aural_proto_decode_audio_opened(const uint8_t *payload, size_t n,
-                                    aural_msg_audio_opened *m, char *why,
-                                    size_t why_len) {
-  return decode_table(payload, n, audio_opened_fields,
-                      N_FIELDS(audio_opened_fields), m, sizeof *m,
-                      "audio_opened", why, why_len);
-}
+TABLE_DECODER(aural_proto_decode_audio_opened, aural_msg_audio_opened,
+              audio_opened_fields, "audio_opened")
 
 static const field audio_closed_fields[] = {
     U64(aural_msg_audio_closed, frames),
     U64(aural_msg_audio_closed, chunks),
 };
 
-size_t aural_proto_encode_audio_closed(uint8_t *out, size_t out_cap,
-                                       uint32_t stream_id,
-                                       const aural_msg_audio_closed *m) {
-  return encode_table(out, out_cap, AURAL_MSG_AUDIO_CLOSED, stream_id,
-                      audio_closed_fields, N_FIELDS(audio_closed_fields), m);
-}
+TABLE_ENCODER(aural_proto_encode_audio_closed, aural_msg_audio_closed,
+              AURAL_MSG_AUDIO_CLOSED, audio_closed_fields)
 
-int aural_proto_decode_audio_closed(const uint8_t *payload, size_t n,
-                                    aural_msg_audio_closed *m, char *why,
-                                    size_t why_len) {
-  return decode_table(payload, n, audio_closed_fields,
-                      N_FIELDS(audio_closed_fields), m, sizeof *m,
-                      "audio_closed", why, why_len);
-}
+TABLE_DECODER(aural_proto_decode_audio_closed, aural_msg_audio_closed,
+              audio_closed_fields, "audio_closed")
 
 static const field error_fields[] = {
     U32(aural_msg_error, code, 0, UINT32_MAX),
@@ -428,11 +402,7 @@ static const field error_fields[] = {
     BOOL(aural_msg_error, fatal),
 };
 
-int aural_proto_decode_error(const uint8_t *payload, size_t n,
-                             aural_msg_error *m, char *why, size_t why_len) {
-  return decode_table(payload, n, error_fields, N_FIELDS(error_fields), m,
-                      sizeof *m, "error", why, why_len);
-}
+TABLE_DECODER(aural_proto_decode_error, aural_msg_error, error_fields, "error")
 
 /* --- WELCOME -------------------------------------------------------------- */
 

@@ -367,7 +367,8 @@ int aural_proto_decode_audio_data(const uint8_t *payload, size_t n,
 /* --- server messages ------------------------------------------------------ *
  *
  * Each has a struct, an encoder writing the whole message into out
- * (returning its bytes, or 0 when out_cap is too small), and a decoder of
+ * (returning its bytes, or 0 when out_cap is too small or a field holds a
+ * value with no wire name, such as an unknown reason), and a decoder of
  * its payload (returning 0, or AURAL_PROTO_EBAD_PAYLOAD with why naming
  * the field, e.g. "stream_ended: \"frames\" must be an integer ...").
  * Decoders allocate nothing; members they do not know are ignored
