@@ -253,7 +253,8 @@ static int decode_table(const uint8_t *payload, size_t n, const field *f,
                         const char *what, char *why, size_t why_len) {
   aural_json js;
   memset(m, 0, m_size);
-  int rc = aural__parse_object(&js, payload, n, false, what, why, why_len);
+  /* Lists mode: an array a later version adds costs one token. */
+  int rc = aural__parse_object(&js, payload, n, true, what, why, why_len);
   if (rc == 0)
     rc = get_fields(&js, 0, f, n_fields, m, what, "", why, why_len);
   if (rc != 0) memset(m, 0, m_size);

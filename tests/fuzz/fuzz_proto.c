@@ -535,6 +535,7 @@ static void check_lists(const uint8_t *p, size_t n) {
       aural_proto_streams_add(&mw, &e);
     }
     size_t k = aural_proto_streams_end(&mw);
+    CHECK(k > AURAL_PROTO_HEADER_BYTES);
     CHECK(aural_proto_decode_streams(msg + AURAL_PROTO_HEADER_BYTES,
                                      k - AURAL_PROTO_HEADER_BYTES, &s2, why,
                                      sizeof why) == 0);
@@ -559,6 +560,7 @@ static void check_lists(const uint8_t *p, size_t n) {
     aural_proto_stats_reply_add_subscriber(&mw, &sub);
   }
   size_t k = aural_proto_stats_reply_end(&mw, &r);
+  CHECK(k > AURAL_PROTO_HEADER_BYTES);
   CHECK(aural_proto_decode_stats_reply(msg + AURAL_PROTO_HEADER_BYTES,
                                        k - AURAL_PROTO_HEADER_BYTES, &r2, why,
                                        sizeof why) == 0);

@@ -13,6 +13,16 @@
  *   if (rc == AURAL_PROTO_MORE) { read more }
  *   else if (rc < 0) { send ERROR with aural_proto_error_name(rc), close }
  *   else { payload = in + AURAL_PROTO_HEADER_BYTES, h.payload_bytes long }
+ *
+ *   aural_msg_stats_reply r;         (each server message has its decoder)
+ *   char why[256];
+ *   if (aural_proto_decode_stats_reply(payload, h.payload_bytes, &r, why,
+ *                                      sizeof why) == 0) {
+ *     aural_stats_stream s;          (lists are read one entry at a time)
+ *     while (aural_proto_stats_stream_next(&r.streams, &s, NULL, 0) == 1)
+ *       printf("%s %llu frames\n", s.info.name,
+ *              (unsigned long long)s.info.frames);
+ *   }
  */
 #ifndef AURAL_PROTO_H
 #define AURAL_PROTO_H
