@@ -9,16 +9,28 @@
 
 #include "daemon.h"
 
+/* The daemon's source and end reason values are the protocol's, so that
+ * they go into its messages as they are. */
+#define SAME(a, b) ((int)(a) == (int)(b))
+_Static_assert(SAME(SRC_FILE, AURAL_SOURCE_FILE) &&
+                   SAME(SRC_MIC, AURAL_SOURCE_MIC) &&
+                   SAME(SRC_CLIENT, AURAL_SOURCE_CLIENT),
+               "stream_source matches aural_stream_source");
+_Static_assert(SAME(END_EOF, AURAL_END_EOF) &&
+                   SAME(END_CLOSED, AURAL_END_CLOSED) &&
+                   SAME(END_DISCONNECTED, AURAL_END_DISCONNECTED) &&
+                   SAME(END_DEVICE_LOST, AURAL_END_DEVICE_LOST) &&
+                   SAME(END_ERROR, AURAL_END_ERROR) &&
+                   SAME(END_SHUTDOWN, AURAL_END_SHUTDOWN),
+               "end_reason matches aural_end_reason");
+#undef SAME
+
 const char *end_reason_name(end_reason r) {
-  static const char *const names[] = {
-      "none", "eof", "closed", "disconnected", "device_lost", "error",
-      "shutdown"};
-  return names[r];
+  return r == END_NONE ? "none" : aural_end_reason_name((int)r);
 }
 
 const char *source_name(stream_source s) {
-  static const char *const names[] = {"file", "mic", "client"};
-  return names[s];
+  return aural_source_name((int)s);
 }
 
 /* Input waiting beyond this many seconds of audio (or bytes) stops the
