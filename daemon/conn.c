@@ -88,12 +88,15 @@ void conn_send(conn *c, msgbuf *m) {
 }
 
 void conn_send_bytes(conn *c, const void *data, size_t len) {
-  msgbuf *m = msgbuf_new(len);
+  if (len == 0) {
+    conn_send_error(c, 0, -AURAL_PROTO_EINTERNAL, false, "reply too large");
+    return;
+  }
+  msgbuf *m = msgbuf_from(data, len);
   if (m == NULL) {
     conn_kill(c);
     return;
   }
-  memcpy(m->data, data, len);
   conn_send(c, m);
   msgbuf_unref(m);
 }
@@ -362,41 +365,22 @@ void conn_resume_if_drained(conn *c) {
 
 /* ---- requests ------------------------------------------------------------ */
 
-static void send_json(conn *c, uint8_t type, uint32_t stream_id,
-                      const char *json, long len) {
-  if (len < 0) {
-    conn_send_error(c, stream_id, -AURAL_PROTO_EINTERNAL, false,
-                    "reply too large");
-    return;
-  }
-  msgbuf *m = msgbuf_new(AURAL_PROTO_HEADER_BYTES + (size_t)len);
-  if (m == NULL) {
-    conn_kill(c);
-    return;
-  }
-  aural_proto_encode_raw(m->data, m->len, type, stream_id, json, (size_t)len);
-  conn_send(c, m);
-  msgbuf_unref(m);
-}
-
-/* The WELCOME built at start-up with the connection's own id added as
- * "client": the id STATS lists its subscriptions under. */
+/* The WELCOME with the connection's own id as "client": the id STATS
+ * lists its subscriptions under. srv->welcome is the same message without
+ * it, so this one is at most a few bytes longer. */
 static void send_welcome(conn *c) {
-  const msgbuf *w = c->srv->welcome;
-  char tail[32];
-  int k = snprintf(tail, sizeof tail, ",\"client\":%u}", c->id);
-  size_t head = w->len - 1; /* without the closing brace */
-  msgbuf *m = msgbuf_new(head + (size_t)k);
+  server *srv = c->srv;
+  msgbuf *m = msgbuf_new(srv->welcome->len + 32);
   if (m == NULL) {
     conn_kill(c);
     return;
   }
-  memcpy(m->data, w->data, head);
-  memcpy(m->data + head, tail, (size_t)k);
-  aural_proto_encode_raw(m->data, m->len, AURAL_MSG_WELCOME, 0,
-                         m->data + AURAL_PROTO_HEADER_BYTES,
-                         m->len - AURAL_PROTO_HEADER_BYTES);
-  conn_send(c, m);
+  aural_msg_welcome w = srv->welcome_msg;
+  w.client = c->id;
+  size_t n = aural_proto_encode_welcome(m->data, m->len, &w, srv->vocab);
+  msgbuf_live_bytes -= m->len - n;
+  m->len = n;
+  if (n > 0) conn_send(c, m);
   msgbuf_unref(m);
 }
 
@@ -465,26 +449,14 @@ static void do_subscribe(conn *c, const uint8_t *p, size_t n) {
   c->subs = sub;
   c->n_subs++;
 
-  char json[512];
-  aural_jw w;
-  aural_jw_init(&w, json, sizeof json);
-  aural_jw_begin_object(&w);
-  aural_jw_key(&w, "subscription");
-  aural_jw_uint(&w, sub->id);
-  aural_jw_key(&w, "stream");
-  if (sub->all) aural_jw_null(&w);
-  else aural_jw_string(&w, sub->name);
-  aural_jw_key(&w, "all");
-  aural_jw_bool(&w, sub->all);
-  aural_jw_key(&w, "outputs");
-  aural_jw_begin_array(&w);
-  for (uint32_t bit = 1; bit <= AURAL_OUT_TEXT; bit <<= 1)
-    if (sub->outputs & bit) aural_jw_string(&w, aural_output_name(bit));
-  aural_jw_end_array(&w);
-  aural_jw_key(&w, "dtype");
-  aural_jw_string(&w, aural_dtype_name(sub->dtype));
-  aural_jw_end_object(&w);
-  send_json(c, AURAL_MSG_SUBSCRIBED, 0, json, aural_jw_finish(&w));
+  aural_msg_subscribed reply = {.subscription = sub->id,
+                                .all = sub->all,
+                                .outputs = sub->outputs,
+                                .dtype = sub->dtype};
+  memcpy(reply.stream, sub->name, sizeof reply.stream);
+  uint8_t buf[AURAL_PROTO_HEADER_BYTES + 512];
+  conn_send_bytes(c, buf,
+                  aural_proto_encode_subscribed(buf, sizeof buf, &reply));
 
   for (stream *s = srv->streams; s != NULL; s = s->next)
     if (sub->all || strcmp(sub->name, s->name) == 0)
@@ -505,9 +477,9 @@ static void do_unsubscribe(conn *c, const uint8_t *p, size_t n) {
     c->n_subs--;
     delivery_remove_sub(c->srv, sub);
     free(sub);
-    char json[64];
-    int len = snprintf(json, sizeof json, "{\"subscription\":%u}", id);
-    send_json(c, AURAL_MSG_UNSUBSCRIBED, 0, json, len);
+    uint8_t buf[AURAL_PROTO_HEADER_BYTES + 64];
+    conn_send_bytes(c, buf,
+                    aural_proto_encode_unsubscribed(buf, sizeof buf, id));
     return;
   }
   conn_send_error(c, 0, -AURAL_PROTO_ENO_SUBSCRIPTION, false,
@@ -555,16 +527,11 @@ static void do_audio_open(conn *c, const uint8_t *p, size_t n) {
   s->owner = c;
   s->format = m.format;
   c->n_streams++;
-  char json[160];
-  aural_jw w;
-  aural_jw_init(&w, json, sizeof json);
-  aural_jw_begin_object(&w);
-  aural_jw_key(&w, "stream");
-  aural_jw_uint(&w, s->id);
-  aural_jw_key(&w, "name");
-  aural_jw_string(&w, s->name);
-  aural_jw_end_object(&w);
-  send_json(c, AURAL_MSG_AUDIO_OPENED, s->id, json, aural_jw_finish(&w));
+  aural_msg_audio_opened reply = {.stream = s->id};
+  memcpy(reply.name, s->name, sizeof reply.name);
+  uint8_t buf[AURAL_PROTO_HEADER_BYTES + 160];
+  conn_send_bytes(c, buf,
+                  aural_proto_encode_audio_opened(buf, sizeof buf, &reply));
   log_info("stream %u \"%s\": opened by client %u (%u Hz, %u ch, %s)", s->id,
            s->name, c->id, m.sample_rate, m.channels,
            aural_sample_format_name(m.format));
@@ -669,9 +636,9 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
     }
     {
       uint8_t buf[AURAL_PROTO_HEADER_BYTES + AURAL_PROTO_PING_MAX];
-      size_t k = aural_proto_encode_raw(buf, sizeof buf, AURAL_MSG_PONG,
-                                        h->stream_id, payload, n);
-      conn_send_bytes(c, buf, k);
+      conn_send_bytes(c, buf,
+                      aural_proto_encode_pong(buf, sizeof buf, h->stream_id,
+                                              payload, n));
     }
     break;
   case AURAL_MSG_LIST_STREAMS:
@@ -689,20 +656,16 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
                            (AURAL_STATS_PAGE_SUBSCRIBERS + CONN_MAX_SUBS) *
                                640
                      : 4096 + (size_t)(srv->n_streams + 1) * 768;
-    char *json = malloc(cap);
-    if (json == NULL) {
+    uint8_t *buf = malloc(cap);
+    if (buf == NULL) {
       conn_send_error(c, 0, -AURAL_PROTO_EINTERNAL, false, "out of memory");
       break;
     }
-    aural_jw w;
-    aural_jw_init(&w, json, cap);
-    if (h->type == AURAL_MSG_STATS) build_stats(srv, &w, &req);
-    else build_stream_list(srv, &w);
-    send_json(c,
-              h->type == AURAL_MSG_STATS ? AURAL_MSG_STATS_REPLY
-                                         : AURAL_MSG_STREAMS,
-              0, json, aural_jw_finish(&w));
-    free(json);
+    conn_send_bytes(c, buf,
+                    h->type == AURAL_MSG_STATS
+                        ? build_stats(srv, buf, cap, &req)
+                        : build_stream_list(srv, buf, cap));
+    free(buf);
     break;
   }
   case AURAL_MSG_SUBSCRIBE:

@@ -49,6 +49,9 @@ typedef struct msgbuf {
 } msgbuf;
 
 msgbuf *msgbuf_new(size_t len); /* refs = 1 */
+/* A copy of an encoded message; NULL when len is 0 (the encoder found its
+ * buffer too small) or out of memory. */
+msgbuf *msgbuf_from(const void *data, size_t len);
 extern size_t msgbuf_live_bytes;
 void msgbuf_unref(msgbuf *m);
 
@@ -290,6 +293,8 @@ typedef struct server {
   size_t chunk_frames;
   size_t max_token_bytes;  /* longest vocabulary string */
   msgbuf *welcome;         /* the WELCOME every client gets, less its id */
+  aural_msg_welcome welcome_msg; /* its fields, client 0 */
+  const char **vocab;      /* (vocab_size) the model's token strings */
   float *scratch;          /* loop thread: one request's samples */
   uv_pipe_t listener;
   bool listening;
@@ -387,6 +392,8 @@ void workers_stop(server *srv);
 
 /* conn.c */
 void conn_send(conn *c, msgbuf *m);    /* takes a reference */
+/* Queues a copy of an encoded message. len 0 (an encoder ran out of room)
+ * sends a non-fatal INTERNAL error instead. */
 void conn_send_bytes(conn *c, const void *data, size_t len);
 void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
                      const char *fmt, ...)
@@ -409,8 +416,11 @@ void conn_check_limits(server *srv);
 void fanout_chunk(server *srv, chunk_out *co);
 void fanout_ended(server *srv, stream *s);
 void send_stream_started(delivery *d);
-void build_stats(server *srv, aural_jw *w, const aural_msg_stats *req);
-void build_stream_list(server *srv, aural_jw *w);
+/* A STATS_REPLY page and a STREAMS message encoded into out: their bytes,
+ * or 0 when cap is too small. */
+size_t build_stats(server *srv, uint8_t *out, size_t cap,
+                   const aural_msg_stats *req);
+size_t build_stream_list(server *srv, uint8_t *out, size_t cap);
 
 /* mic.c */
 int mic_list_devices(void);

@@ -48,58 +48,30 @@ static msgbuf *encode_variant(server *srv, chunk_out *co, uint32_t outputs,
   return m;
 }
 
-static msgbuf *json_msg(uint8_t type, uint32_t stream_id, aural_jw *w) {
-  long len = aural_jw_finish(w);
-  if (len < 0) return NULL;
-  msgbuf *m = msgbuf_new(AURAL_PROTO_HEADER_BYTES + (size_t)len);
-  if (m != NULL)
-    aural_proto_encode_raw(m->data, m->len, type, stream_id, w->buf,
-                           (size_t)len);
-  return m;
-}
-
 /* Sends the GAP a delivery owes, if any. */
 static void flush_gap(delivery *d) {
   if (d->gap_n == 0) return;
-  char json[160];
-  aural_jw w;
-  aural_jw_init(&w, json, sizeof json);
-  aural_jw_begin_object(&w);
-  aural_jw_key(&w, "first_chunk");
-  aural_jw_uint(&w, d->gap_first);
-  aural_jw_key(&w, "n_chunks");
-  aural_jw_uint(&w, d->gap_n);
-  aural_jw_key(&w, "reason");
-  aural_jw_string(&w, "queue_full");
-  aural_jw_end_object(&w);
-  msgbuf *m = json_msg(AURAL_MSG_GAP, d->s->id, &w);
-  conn_send(d->sub->c, m);
-  msgbuf_unref(m);
+  uint8_t buf[AURAL_PROTO_HEADER_BYTES + 160];
+  aural_msg_gap g = {.first_chunk = d->gap_first,
+                     .n_chunks = d->gap_n,
+                     .reason = AURAL_GAP_QUEUE_FULL};
+  conn_send_bytes(d->sub->c, buf,
+                  aural_proto_encode_gap(buf, sizeof buf, d->s->id, &g));
   d->gap_n = 0;
 }
 
 void send_stream_started(delivery *d) {
   stream *s = d->s;
-  char json[512];
-  aural_jw w;
-  aural_jw_init(&w, json, sizeof json);
-  aural_jw_begin_object(&w);
-  aural_jw_key(&w, "name");
-  aural_jw_string(&w, s->name);
-  aural_jw_key(&w, "source");
-  aural_jw_string(&w, source_name(s->source));
-  aural_jw_key(&w, "sample_rate");
-  aural_jw_double(&w, s->rate_hz);
-  aural_jw_key(&w, "channels");
-  aural_jw_int(&w, s->channels);
-  aural_jw_key(&w, "start_us");
-  aural_jw_int(&w, s->start_us);
-  aural_jw_key(&w, "next_chunk");
-  aural_jw_uint(&w, s->chunks_emitted);
-  aural_jw_end_object(&w);
-  msgbuf *m = json_msg(AURAL_MSG_STREAM_STARTED, s->id, &w);
-  conn_send(d->sub->c, m);
-  msgbuf_unref(m);
+  aural_msg_stream_started m = {.source = (uint8_t)s->source,
+                                .sample_rate = s->rate_hz,
+                                .channels = (uint32_t)s->channels,
+                                .start_us = s->start_us,
+                                .next_chunk = s->chunks_emitted};
+  memcpy(m.name, s->name, sizeof m.name);
+  uint8_t buf[AURAL_PROTO_HEADER_BYTES + 512];
+  conn_send_bytes(d->sub->c, buf,
+                  aural_proto_encode_stream_started(buf, sizeof buf, s->id,
+                                                    &m));
 }
 
 static void record_latency(stream *s, int64_t ready_us, int64_t emitted_us) {
@@ -138,22 +110,15 @@ void fanout_chunk(server *srv, chunk_out *co) {
 
 void fanout_ended(server *srv, stream *s) {
   (void)srv;
-  char json[4096]; /* the message may need escaping: 6 bytes a byte */
-  aural_jw w;
-  aural_jw_init(&w, json, sizeof json);
-  aural_jw_begin_object(&w);
-  aural_jw_key(&w, "name");
-  aural_jw_string(&w, s->name);
-  aural_jw_key(&w, "reason");
-  aural_jw_string(&w, end_reason_name(s->reason));
-  aural_jw_key(&w, "message");
-  aural_jw_string(&w, s->message);
-  aural_jw_key(&w, "frames");
-  aural_jw_uint(&w, s->next_frame);
-  aural_jw_key(&w, "chunks");
-  aural_jw_uint(&w, s->chunks_emitted);
-  aural_jw_end_object(&w);
-  msgbuf *m = json_msg(AURAL_MSG_STREAM_ENDED, s->id, &w);
+  aural_msg_stream_ended e = {.reason = (uint8_t)s->reason,
+                              .frames = s->next_frame,
+                              .chunks = s->chunks_emitted};
+  memcpy(e.name, s->name, sizeof e.name);
+  snprintf(e.message, sizeof e.message, "%s", s->message);
+  /* The message may need escaping: 6 bytes a byte. */
+  uint8_t buf[AURAL_PROTO_HEADER_BYTES + 4096];
+  msgbuf *m = msgbuf_from(
+      buf, aural_proto_encode_stream_ended(buf, sizeof buf, s->id, &e));
   while (s->deliveries != NULL) {
     delivery *d = s->deliveries;
     s->deliveries = d->next_in_stream;
@@ -190,144 +155,91 @@ static void latency_pcts(stream *s, double *p50, double *p99) {
   *p99 = n > 0 ? s->lat_p99 : 0.0;
 }
 
-static void stream_fields(aural_jw *w, const stream *s) {
-  aural_jw_key(w, "id");
-  aural_jw_uint(w, s->id);
-  aural_jw_key(w, "name");
-  aural_jw_string(w, s->name);
-  aural_jw_key(w, "source");
-  aural_jw_string(w, source_name(s->source));
-  aural_jw_key(w, "sample_rate");
-  aural_jw_double(w, s->rate_hz);
-  aural_jw_key(w, "channels");
-  aural_jw_int(w, s->channels);
-  /* A held stream has not started: no start time yet. */
-  aural_jw_key(w, "held");
-  aural_jw_bool(w, s->held);
-  aural_jw_key(w, "start_us");
-  aural_jw_int(w, s->held ? 0 : s->start_us);
+/* What STREAMS and STATS list of every stream. A held stream has not
+ * started: no start time yet. */
+static aural_stream_info stream_info(server *srv, const stream *s) {
+  aural_stream_info e = {.id = s->id,
+                         .source = (uint8_t)s->source,
+                         .sample_rate = s->rate_hz,
+                         .channels = (uint32_t)s->channels,
+                         .held = s->held,
+                         .start_us = s->held ? 0 : s->start_us,
+                         .chunks = s->chunks_emitted};
+  memcpy(e.name, s->name, sizeof e.name);
+  pthread_mutex_lock(&srv->mu);
+  e.frames = s->stat_frames;
+  pthread_mutex_unlock(&srv->mu);
+  return e;
 }
 
-void build_stream_list(server *srv, aural_jw *w) {
-  aural_jw_begin_object(w);
-  aural_jw_key(w, "streams");
-  aural_jw_begin_array(w);
+size_t build_stream_list(server *srv, uint8_t *out, size_t cap) {
+  aural_msg_writer mw;
+  aural_proto_streams_begin(&mw, out, cap);
   for (stream *s = srv->streams; s != NULL; s = s->next) {
-    pthread_mutex_lock(&srv->mu);
-    uint64_t frames = s->stat_frames;
-    pthread_mutex_unlock(&srv->mu);
-    aural_jw_begin_object(w);
-    stream_fields(w, s);
-    aural_jw_key(w, "frames");
-    aural_jw_uint(w, frames);
-    aural_jw_key(w, "chunks");
-    aural_jw_uint(w, s->chunks_emitted);
-    aural_jw_end_object(w);
+    aural_stream_info e = stream_info(srv, s);
+    aural_proto_streams_add(&mw, &e);
   }
-  aural_jw_end_array(w);
-  aural_jw_end_object(w);
+  return aural_proto_streams_end(&mw);
+}
+
+/* The subscriptions of whole clients, newest first from the cursor, up to
+ * a page: returns the next page's cursor, or 0 when none is left. */
+static uint32_t list_subscribers(server *srv, aural_msg_writer *mw,
+                                 uint32_t clients_before) {
+  int listed = 0;
+  for (conn *c = srv->conns; c != NULL; c = c->next) {
+    if (clients_before != 0 && c->id >= clients_before) continue;
+    if (c->n_subs == 0) continue;
+    if (listed + c->n_subs > AURAL_STATS_PAGE_SUBSCRIBERS) return c->id + 1;
+    listed += c->n_subs;
+    for (subscription *sub = c->subs; sub != NULL; sub = sub->next) {
+      aural_stats_subscriber e = {.client = c->id,
+                                  .subscription = sub->id,
+                                  .all = sub->all,
+                                  .queue_bytes = c->q_bytes,
+                                  .chunks_sent = sub->sent,
+                                  .chunks_dropped = sub->dropped};
+      if (!sub->all) memcpy(e.stream, sub->name, sizeof e.stream);
+      aural_proto_stats_reply_add_subscriber(mw, &e);
+    }
+  }
+  return 0;
 }
 
 /* STATS: linear in the streams and subscriptions it lists, and at most a
  * page of each (AURAL_STATS_PAGE_*), newest first from the request's
  * cursors; "next_streams_before" and "next_clients_before" say where the
  * next page starts when this one is cut. */
-void build_stats(server *srv, aural_jw *w, const aural_msg_stats *req) {
+size_t build_stats(server *srv, uint8_t *out, size_t cap,
+                   const aural_msg_stats *req) {
   int n_subs = 0;
   for (conn *c = srv->conns; c != NULL; c = c->next) n_subs += c->n_subs;
-  aural_jw_begin_object(w);
-  aural_jw_key(w, "uptime_s");
-  aural_jw_double(w, aurald_mono_s() - srv->t_start);
-  aural_jw_key(w, "clients");
-  aural_jw_int(w, srv->n_conns);
-  aural_jw_key(w, "workers");
-  aural_jw_int(w, srv->n_workers);
-  aural_jw_key(w, "message_bytes");
-  aural_jw_uint(w, msgbuf_live_bytes);
-  aural_jw_key(w, "streams_total");
-  aural_jw_int(w, srv->n_streams);
-  aural_jw_key(w, "subscribers_total");
-  aural_jw_int(w, n_subs);
-
-  aural_jw_key(w, "streams");
-  aural_jw_begin_array(w);
+  aural_msg_stats_reply r = {.uptime_s = aurald_mono_s() - srv->t_start,
+                             .clients = (uint32_t)srv->n_conns,
+                             .workers = (uint32_t)srv->n_workers,
+                             .message_bytes = msgbuf_live_bytes,
+                             .streams_total = (uint32_t)srv->n_streams,
+                             .subscribers_total = (uint32_t)n_subs};
+  aural_msg_writer mw;
+  aural_proto_stats_reply_begin(&mw, out, cap, &r);
   int listed = 0;
-  const stream *cut = NULL;
   for (stream *s = srv->streams; s != NULL; s = s->next) {
     if (req->streams_before != 0 && s->id >= req->streams_before) continue;
     if (listed == AURAL_STATS_PAGE_STREAMS) {
-      cut = s;
+      /* The ids of the streams listed so far are all above this one's. */
+      r.next_streams_before = s->id + 1;
       break;
     }
     listed++;
+    aural_stats_stream e = {.info = stream_info(srv, s),
+                            .overruns = atomic_load(&s->overruns)};
     pthread_mutex_lock(&srv->mu);
-    uint64_t frames = s->stat_frames;
-    double compute = s->stat_compute_s, audio = s->stat_audio_s;
+    e.compute_s = s->stat_compute_s;
+    e.audio_s = s->stat_audio_s;
     pthread_mutex_unlock(&srv->mu);
-    double p50, p99;
-    latency_pcts(s, &p50, &p99);
-    aural_jw_begin_object(w);
-    stream_fields(w, s);
-    aural_jw_key(w, "frames");
-    aural_jw_uint(w, frames);
-    aural_jw_key(w, "chunks");
-    aural_jw_uint(w, s->chunks_emitted);
-    aural_jw_key(w, "audio_s");
-    aural_jw_double(w, audio);
-    aural_jw_key(w, "compute_s");
-    aural_jw_double(w, compute);
-    aural_jw_key(w, "latency_ms_p50");
-    aural_jw_double(w, p50);
-    aural_jw_key(w, "latency_ms_p99");
-    aural_jw_double(w, p99);
-    aural_jw_key(w, "overruns");
-    aural_jw_uint(w, atomic_load(&s->overruns));
-    aural_jw_end_object(w);
+    latency_pcts(s, &e.latency_ms_p50, &e.latency_ms_p99);
+    aural_proto_stats_reply_add_stream(&mw, &e);
   }
-  aural_jw_end_array(w);
-  /* The ids of the streams listed so far are all above the cut one's. */
-  uint32_t next_streams = cut != NULL ? cut->id + 1 : 0;
-
-  aural_jw_key(w, "subscribers");
-  aural_jw_begin_array(w);
-  listed = 0;
-  uint32_t next_clients = 0;
-  for (conn *c = srv->conns; c != NULL; c = c->next) {
-    if (req->clients_before != 0 && c->id >= req->clients_before) continue;
-    if (c->n_subs == 0) continue;
-    if (listed + c->n_subs > AURAL_STATS_PAGE_SUBSCRIBERS) {
-      next_clients = c->id + 1;
-      break;
-    }
-    listed += c->n_subs;
-    for (subscription *sub = c->subs; sub != NULL; sub = sub->next) {
-      aural_jw_begin_object(w);
-      aural_jw_key(w, "client");
-      aural_jw_uint(w, c->id);
-      aural_jw_key(w, "subscription");
-      aural_jw_uint(w, sub->id);
-      aural_jw_key(w, "stream");
-      if (sub->all) aural_jw_null(w);
-      else aural_jw_string(w, sub->name);
-      aural_jw_key(w, "all");
-      aural_jw_bool(w, sub->all);
-      aural_jw_key(w, "queue_bytes");
-      aural_jw_uint(w, c->q_bytes);
-      aural_jw_key(w, "chunks_sent");
-      aural_jw_uint(w, sub->sent);
-      aural_jw_key(w, "chunks_dropped");
-      aural_jw_uint(w, sub->dropped);
-      aural_jw_end_object(w);
-    }
-  }
-  aural_jw_end_array(w);
-  if (next_streams != 0) {
-    aural_jw_key(w, "next_streams_before");
-    aural_jw_uint(w, next_streams);
-  }
-  if (next_clients != 0) {
-    aural_jw_key(w, "next_clients_before");
-    aural_jw_uint(w, next_clients);
-  }
-  aural_jw_end_object(w);
+  r.next_clients_before = list_subscribers(srv, &mw, req->clients_before);
+  return aural_proto_stats_reply_end(&mw, &r);
 }

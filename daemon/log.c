@@ -84,6 +84,12 @@ msgbuf *msgbuf_new(size_t len) {
   return m;
 }
 
+msgbuf *msgbuf_from(const void *data, size_t len) {
+  msgbuf *m = len > 0 ? msgbuf_new(len) : NULL;
+  if (m != NULL) memcpy(m->data, data, len);
+  return m;
+}
+
 void msgbuf_unref(msgbuf *m) {
   if (m != NULL && --m->refs == 0) {
     msgbuf_live_bytes -= m->len;

@@ -14,61 +14,42 @@
 
 #define SHUTDOWN_S 1.8 /* the whole shutdown stays under 2 s */
 
-/* WELCOME is the same for every client: built once. */
+/* WELCOME is the same for every client but its id: its fields and the
+ * vocabulary's strings are kept, and it is encoded once without the id
+ * (the size every client's copy starts from, and what STATS counts as the
+ * server's own message bytes). */
 static int build_welcome(server *srv) {
   const aural_model_config *mc = srv->mc;
   size_t cap = 4096;
-  for (int i = 0; i < mc->vocab_size; i++)
-    cap += 6 * strlen(aural_model_token(srv->model, i)) + 4;
-  char *json = malloc(cap);
-  if (json == NULL) return -1;
-  aural_jw w;
-  aural_jw_init(&w, json, cap);
-  aural_jw_begin_object(&w);
-  aural_jw_key(&w, "version");
-  aural_jw_int(&w, AURAL_PROTO_VERSION);
-  aural_jw_key(&w, "server");
-  aural_jw_string(&w, "aurald " AURAL_VERSION);
-  aural_jw_key(&w, "max_request_bytes");
-  aural_jw_uint(&w, srv->opt->max_request_bytes);
-  aural_jw_key(&w, "max_message_bytes");
-  aural_jw_uint(&w, srv->opt->max_message_bytes);
-  aural_jw_key(&w, "model");
-  aural_jw_begin_object(&w);
-  aural_jw_key(&w, "sample_rate");
-  aural_jw_double(&w, mc->fbank.sample_rate_hz);
-  aural_jw_key(&w, "n_mels");
-  aural_jw_int(&w, mc->fbank.num_mel_bins);
-  aural_jw_key(&w, "frame_ms");
-  aural_jw_double(&w, mc->fbank.frame_shift_ms);
-  aural_jw_key(&w, "d_model");
-  aural_jw_int(&w, mc->d_model);
-  aural_jw_key(&w, "n_layers");
-  aural_jw_int(&w, mc->n_layers);
-  aural_jw_key(&w, "window");
-  aural_jw_int(&w, mc->window);
-  aural_jw_key(&w, "vocab_size");
-  aural_jw_int(&w, mc->vocab_size);
-  aural_jw_key(&w, "vocab");
-  aural_jw_begin_array(&w);
-  for (int i = 0; i < mc->vocab_size; i++)
-    aural_jw_string(&w, aural_model_token(srv->model, i));
-  aural_jw_end_array(&w);
-  aural_jw_key(&w, "chunk_frames");
-  aural_jw_uint(&w, srv->chunk_frames);
-  aural_jw_end_object(&w);
-  aural_jw_end_object(&w);
-  long len = aural_jw_finish(&w);
-  if (len >= 0) {
-    srv->welcome = msgbuf_new(AURAL_PROTO_HEADER_BYTES + (size_t)len);
-    if (srv->welcome != NULL)
-      aural_proto_encode_raw(srv->welcome->data, srv->welcome->len,
-                             AURAL_MSG_WELCOME, 0, json, (size_t)len);
+  if (mc->vocab_size > 0) {
+    srv->vocab = calloc((size_t)mc->vocab_size, sizeof *srv->vocab);
+    if (srv->vocab == NULL) return -1;
   }
-  free(json);
+  for (int i = 0; i < mc->vocab_size; i++) {
+    srv->vocab[i] = aural_model_token(srv->model, i);
+    cap += 6 * strlen(srv->vocab[i]) + 4;
+  }
+  aural_msg_welcome *w = &srv->welcome_msg;
+  *w = (aural_msg_welcome){
+      .version = AURAL_PROTO_VERSION,
+      .server = "aurald " AURAL_VERSION,
+      .max_request_bytes = srv->opt->max_request_bytes,
+      .max_message_bytes = srv->opt->max_message_bytes,
+      .model = {.sample_rate = mc->fbank.sample_rate_hz,
+                .n_mels = (uint32_t)mc->fbank.num_mel_bins,
+                .frame_ms = mc->fbank.frame_shift_ms,
+                .d_model = (uint32_t)mc->d_model,
+                .n_layers = (uint32_t)mc->n_layers,
+                .window = (uint32_t)mc->window,
+                .vocab_size = (uint32_t)mc->vocab_size,
+                .chunk_frames = (uint32_t)srv->chunk_frames}};
+  uint8_t *buf = malloc(cap);
+  if (buf == NULL) return -1;
+  srv->welcome =
+      msgbuf_from(buf, aural_proto_encode_welcome(buf, cap, w, srv->vocab));
+  free(buf);
   return srv->welcome != NULL ? 0 : -1;
 }
-
 
 int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
                  size_t why_len) {
@@ -134,6 +115,8 @@ int server_teardown(server *srv) {
   srv->lock_fd = -1;
   msgbuf_unref(srv->welcome);
   srv->welcome = NULL;
+  free(srv->vocab);
+  srv->vocab = NULL;
   free(srv->scratch);
   srv->scratch = NULL;
   aural_model_free(srv->model);

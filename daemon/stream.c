@@ -9,16 +9,28 @@
 
 #include "daemon.h"
 
+/* The daemon's source and end reason values are the protocol's, so that
+ * they go into its messages as they are. */
+#define SAME(a, b) ((int)(a) == (int)(b))
+_Static_assert(SAME(SRC_FILE, AURAL_SOURCE_FILE) &&
+                   SAME(SRC_MIC, AURAL_SOURCE_MIC) &&
+                   SAME(SRC_CLIENT, AURAL_SOURCE_CLIENT),
+               "stream_source matches aural_stream_source");
+_Static_assert(SAME(END_EOF, AURAL_END_EOF) &&
+                   SAME(END_CLOSED, AURAL_END_CLOSED) &&
+                   SAME(END_DISCONNECTED, AURAL_END_DISCONNECTED) &&
+                   SAME(END_DEVICE_LOST, AURAL_END_DEVICE_LOST) &&
+                   SAME(END_ERROR, AURAL_END_ERROR) &&
+                   SAME(END_SHUTDOWN, AURAL_END_SHUTDOWN),
+               "end_reason matches aural_end_reason");
+#undef SAME
+
 const char *end_reason_name(end_reason r) {
-  static const char *const names[] = {
-      "none", "eof", "closed", "disconnected", "device_lost", "error",
-      "shutdown"};
-  return names[r];
+  return r == END_NONE ? "none" : aural_end_reason_name((int)r);
 }
 
 const char *source_name(stream_source s) {
-  static const char *const names[] = {"file", "mic", "client"};
-  return names[s];
+  return aural_source_name((int)s);
 }
 
 /* Input waiting beyond this many seconds of audio (or bytes) stops the
@@ -322,15 +334,12 @@ static void finish_stream(server *srv, stream *s) {
     conn *c = s->owner;
     c->n_streams--;
     if (s->reason == END_CLOSED) {
-      char json[96];
-      int len = snprintf(json, sizeof json, "{\"frames\":%llu,\"chunks\":%llu}",
-                         (unsigned long long)s->next_frame,
-                         (unsigned long long)s->chunks_emitted);
+      aural_msg_audio_closed m = {.frames = s->next_frame,
+                                  .chunks = s->chunks_emitted};
       uint8_t buf[AURAL_PROTO_HEADER_BYTES + 96];
-      size_t k = aural_proto_encode_raw(buf, sizeof buf,
-                                        AURAL_MSG_AUDIO_CLOSED, s->id, json,
-                                        (size_t)len);
-      conn_send_bytes(c, buf, k);
+      conn_send_bytes(c, buf,
+                      aural_proto_encode_audio_closed(buf, sizeof buf, s->id,
+                                                      &m));
     }
   }
   bool was_file = s->source == SRC_FILE;

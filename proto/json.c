@@ -179,6 +179,7 @@ typedef struct parser {
   size_t pos;
   char *why;
   size_t why_len;
+  bool lists; /* arrays keep only their own token (aural_json_parse_lists) */
   uint32_t key_hash[AURAL_PROTO_JSON_TOKENS]; /* of member-name tokens */
 } parser;
 
@@ -366,6 +367,9 @@ static int parse_container(parser *p, int depth, bool object) {
       }
       if (parse_value(p, depth + 1) < 0) return -1;
       js->tokens[t].n_items++;
+      /* A list's elements are checked, then their tokens are given back:
+       * aural_json_list_next() reads them again one at a time. */
+      if (p->lists && !object) js->n_tokens = (uint32_t)t + 1;
       skip_ws(p);
       if (p->pos >= p->len)
         return fail(p, object ? "unterminated object" : "unterminated array");
@@ -409,8 +413,11 @@ static int parse_value(parser *p, int depth) {
   }
 }
 
-int aural_json_parse(aural_json *js, const char *text, size_t len, char *why,
-                     size_t why_len) {
+/* Parses one value at the start of text. With prefix, bytes after it are
+ * left for the caller and *used says how many were read; without, only
+ * white space may follow. */
+static int parse_text(aural_json *js, const char *text, size_t len,
+                      bool lists, size_t *used, char *why, size_t why_len) {
   js->text = text;
   js->text_len = len;
   js->n_tokens = 0;
@@ -419,16 +426,20 @@ int aural_json_parse(aural_json *js, const char *text, size_t len, char *why,
               .len = text == NULL ? 0 : len,
               .pos = 0,
               .why = why,
-              .why_len = why_len};
+              .why_len = why_len,
+              .lists = lists};
   if (len > UINT32_MAX) {
     aural__set_why(why, why_len, "JSON text of %zu bytes is too long", len);
-    js->n_tokens = 0;
     return AURAL_PROTO_EBAD_PAYLOAD;
   }
   skip_ws(&p);
   if (parse_value(&p, 0) < 0) {
     js->n_tokens = 0;
     return AURAL_PROTO_EBAD_PAYLOAD;
+  }
+  if (used != NULL) {
+    *used = p.pos;
+    return 0;
   }
   skip_ws(&p);
   if (p.pos != p.len) {
@@ -437,6 +448,58 @@ int aural_json_parse(aural_json *js, const char *text, size_t len, char *why,
     return AURAL_PROTO_EBAD_PAYLOAD;
   }
   return 0;
+}
+
+int aural_json_parse(aural_json *js, const char *text, size_t len, char *why,
+                     size_t why_len) {
+  return parse_text(js, text, len, false, NULL, why, why_len);
+}
+
+int aural_json_parse_lists(aural_json *js, const char *text, size_t len,
+                           char *why, size_t why_len) {
+  return parse_text(js, text, len, true, NULL, why, why_len);
+}
+
+int aural_json_list_init(const aural_json *js, int tok, aural_json_list *l) {
+  memset(l, 0, sizeof *l);
+  if (js == NULL || tok < 0 || (uint32_t)tok >= js->n_tokens ||
+      js->tokens[tok].kind != AURAL_JSON_ARRAY)
+    return -1;
+  l->text = js->text + js->tokens[tok].start;
+  l->len = js->tokens[tok].len;
+  l->n_items = js->tokens[tok].n_items;
+  l->pos = 1; /* after the '[' */
+  return 0;
+}
+
+static size_t skip_ws_at(const char *s, size_t len, size_t i) {
+  while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' ||
+                     s[i] == '\r'))
+    i++;
+  return i;
+}
+
+int aural_json_list_next(aural_json_list *l, aural_json *item, char *why,
+                         size_t why_len) {
+  if (l == NULL || l->text == NULL || l->index >= l->n_items) return 0;
+  size_t i = skip_ws_at(l->text, l->len, l->pos);
+  if (l->index > 0) {
+    if (i >= l->len || l->text[i] != ',') {
+      aural__set_why(why, why_len, "list item %u: ',' expected", l->index);
+      return AURAL_PROTO_EBAD_PAYLOAD;
+    }
+    i = skip_ws_at(l->text, l->len, i + 1);
+  }
+  size_t used = 0;
+  char detail[96] = "";
+  if (i > l->len || parse_text(item, l->text + i, l->len - i, true, &used,
+                               detail, sizeof detail) != 0) {
+    aural__set_why(why, why_len, "list item %u: %s", l->index, detail);
+    return AURAL_PROTO_EBAD_PAYLOAD;
+  }
+  l->pos = (uint32_t)(i + used);
+  l->index++;
+  return 1;
 }
 
 /* --- accessors ------------------------------------------------------------ */

@@ -128,11 +128,15 @@ int aural_proto_decode_header(const uint8_t *buf, size_t len,
 
 /* The payload parsed, its root checked to be an object; on failure why
  * says so after "what: ". */
-static int parse_request(aural_json *js, const uint8_t *payload, size_t n,
-                         const char *what, char *why, size_t why_len) {
+int aural__parse_object(aural_json *js, const uint8_t *payload, size_t n,
+                        bool lists, const char *what, char *why,
+                        size_t why_len) {
   char detail[96];
-  if (aural_json_parse(js, (const char *)payload, n, detail, sizeof detail) !=
-      0) {
+  int rc = lists ? aural_json_parse_lists(js, (const char *)payload, n,
+                                          detail, sizeof detail)
+                 : aural_json_parse(js, (const char *)payload, n, detail,
+                                    sizeof detail);
+  if (rc != 0) {
     aural__set_why(why, why_len, "%s: malformed JSON: %s", what, detail);
     return AURAL_PROTO_EBAD_PAYLOAD;
   }
@@ -144,7 +148,7 @@ static int parse_request(aural_json *js, const uint8_t *payload, size_t n,
   return 0;
 }
 
-static int field_error(char *why, size_t why_len, const char *what,
+int aural__field_error(char *why, size_t why_len, const char *what,
                        const char *field, const char *must) {
   aural__set_why(why, why_len, "%s: \"%s\" %s", what, field, must);
   return AURAL_PROTO_EBAD_PAYLOAD;
@@ -158,7 +162,7 @@ static int get_name(const aural_json *js, const char *key, char *out,
   char name[AURAL_PROTO_NAME_MAX + 1];
   if (aural_json_string(js, t, name, sizeof name) < 0 ||
       !aural_proto_valid_name(name))
-    return field_error(why, why_len, what, key,
+    return aural__field_error(why, why_len, what, key,
                        "must be 1 to 64 bytes of printable ASCII other "
                        "than '/' and '\\'");
   memcpy(out, name, sizeof name);
@@ -170,24 +174,25 @@ int aural_proto_decode_hello(const uint8_t *payload, size_t n,
   static const char what[] = "hello";
   aural_json js;
   memset(m, 0, sizeof *m);
-  int rc = parse_request(&js, payload, n, what, why, why_len);
+  int rc = aural__parse_object(&js, payload, n, false, what, why, why_len);
   if (rc != 0) return rc;
   int arr = aural_json_get(&js, 0, "versions");
-  if (arr < 0) return field_error(why, why_len, what, "versions", "is missing");
+  if (arr < 0)
+    return aural__field_error(why, why_len, what, "versions", "is missing");
   if (js.tokens[arr].kind != AURAL_JSON_ARRAY || js.tokens[arr].n_items == 0)
-    return field_error(why, why_len, what, "versions",
+    return aural__field_error(why, why_len, what, "versions",
                        "must be a non-empty array of integers 1..31");
   for (uint32_t i = 0; i < js.tokens[arr].n_items; i++) {
     int64_t v;
     if (aural_json_int(&js, aural_json_item(&js, arr, i), 1, 31, &v) != 0)
-      return field_error(why, why_len, what, "versions",
+      return aural__field_error(why, why_len, what, "versions",
                          "must be a non-empty array of integers 1..31");
     m->versions |= 1u << v;
   }
   int t = aural_json_get(&js, 0, "client");
   if (t >= 0 && aural_json_string(&js, t, m->client, sizeof m->client) < 0) {
     memset(m->client, 0, sizeof m->client);
-    return field_error(why, why_len, what, "client",
+    return aural__field_error(why, why_len, what, "client",
                        "must be a string of at most 64 bytes");
   }
   return 0;
@@ -199,14 +204,15 @@ int aural_proto_decode_subscribe(const uint8_t *payload, size_t n,
   static const char what[] = "subscribe";
   aural_json js;
   memset(m, 0, sizeof *m);
-  int rc = parse_request(&js, payload, n, what, why, why_len);
+  int rc = aural__parse_object(&js, payload, n, false, what, why, why_len);
   if (rc != 0) return rc;
   int has_stream = aural_json_get(&js, 0, "stream") >= 0;
   if ((rc = get_name(&js, "stream", m->stream, what, why, why_len)) != 0)
     return rc;
   int t = aural_json_get(&js, 0, "all");
   if (t >= 0 && aural_json_bool(&js, t, &m->all) != 0)
-    return field_error(why, why_len, what, "all", "must be true or false");
+    return aural__field_error(why, why_len, what, "all",
+                              "must be true or false");
   if (has_stream && m->all) {
     aural__set_why(why, why_len,
                    "%s: give \"stream\" or \"all\": true, not both", what);
@@ -218,26 +224,12 @@ int aural_proto_decode_subscribe(const uint8_t *payload, size_t n,
     return AURAL_PROTO_EBAD_PAYLOAD;
   }
 
-  static const char outputs_must[] =
-      "must be a non-empty array of distinct \"embeddings\", \"logits\", "
-      "\"text\"";
   int arr = aural_json_get(&js, 0, "outputs");
-  if (arr < 0) {
-    m->outputs = AURAL_OUT_EMBEDDINGS;
-  } else {
-    if (js.tokens[arr].kind != AURAL_JSON_ARRAY || js.tokens[arr].n_items == 0)
-      return field_error(why, why_len, what, "outputs", outputs_must);
-    for (uint32_t i = 0; i < js.tokens[arr].n_items; i++) {
-      char s[16];
-      uint32_t bit = 0;
-      if (aural_json_string(&js, aural_json_item(&js, arr, i), s, sizeof s) >= 0)
-        for (uint32_t b = 1; b <= AURAL_OUT_TEXT; b <<= 1)
-          if (strcmp(s, aural_output_name(b)) == 0) bit = b;
-      if (bit == 0 || (m->outputs & bit))
-        return field_error(why, why_len, what, "outputs", outputs_must);
-      m->outputs |= bit;
-    }
-  }
+  m->outputs = arr < 0 ? AURAL_OUT_EMBEDDINGS : aural__get_outputs(&js, arr);
+  if (m->outputs == 0)
+    return aural__field_error(why, why_len, what, "outputs",
+                              "must be a non-empty array of distinct "
+                              "\"embeddings\", \"logits\", \"text\"");
 
   t = aural_json_get(&js, 0, "dtype");
   m->dtype = AURAL_DTYPE_F32;
@@ -247,7 +239,7 @@ int aural_proto_decode_subscribe(const uint8_t *payload, size_t n,
     if (strcmp(s, "f16") == 0)
       m->dtype = AURAL_DTYPE_F16;
     else if (strcmp(s, "f32") != 0)
-      return field_error(why, why_len, what, "dtype",
+      return aural__field_error(why, why_len, what, "dtype",
                          "must be \"f32\" or \"f16\"");
   }
   return 0;
@@ -259,14 +251,14 @@ int aural_proto_decode_unsubscribe(const uint8_t *payload, size_t n,
   static const char what[] = "unsubscribe";
   aural_json js;
   *subscription = 0;
-  int rc = parse_request(&js, payload, n, what, why, why_len);
+  int rc = aural__parse_object(&js, payload, n, false, what, why, why_len);
   if (rc != 0) return rc;
   int t = aural_json_get(&js, 0, "subscription");
   if (t < 0)
-    return field_error(why, why_len, what, "subscription", "is missing");
+    return aural__field_error(why, why_len, what, "subscription", "is missing");
   int64_t v;
   if (aural_json_int(&js, t, 1, UINT32_MAX, &v) != 0)
-    return field_error(why, why_len, what, "subscription",
+    return aural__field_error(why, why_len, what, "subscription",
                        "must be an integer 1..4294967295");
   *subscription = (uint32_t)v;
   return 0;
@@ -277,7 +269,7 @@ static int get_uint(const aural_json *js, const char *key, int64_t lo,
                     int64_t hi, uint32_t *out, const char *what, char *why,
                     size_t why_len) {
   int t = aural_json_get(js, 0, key);
-  if (t < 0) return field_error(why, why_len, what, key, "is missing");
+  if (t < 0) return aural__field_error(why, why_len, what, key, "is missing");
   int64_t v;
   if (aural_json_int(js, t, lo, hi, &v) != 0) {
     aural__set_why(why, why_len, "%s: \"%s\" must be an integer %lld..%lld",
@@ -302,7 +294,7 @@ int aural_proto_decode_stats(const uint8_t *payload, size_t n,
   memset(m, 0, sizeof *m);
   if (n == 0) return 0;
   aural_json js;
-  int rc = parse_request(&js, payload, n, what, why, why_len);
+  int rc = aural__parse_object(&js, payload, n, false, what, why, why_len);
   if (rc == 0)
     rc = get_optional_uint(&js, "streams_before", 0, UINT32_MAX,
                            &m->streams_before, what, why, why_len);
@@ -318,7 +310,7 @@ int aural_proto_decode_audio_open(const uint8_t *payload, size_t n,
   static const char what[] = "audio_open";
   aural_json js;
   memset(m, 0, sizeof *m);
-  int rc = parse_request(&js, payload, n, what, why, why_len);
+  int rc = aural__parse_object(&js, payload, n, false, what, why, why_len);
   if (rc != 0) return rc;
   if ((rc = get_name(&js, "name", m->name, what, why, why_len)) != 0 ||
       (rc = get_uint(&js, "sample_rate", 4000, 768000, &m->sample_rate, what,
@@ -327,7 +319,8 @@ int aural_proto_decode_audio_open(const uint8_t *payload, size_t n,
                      why_len)) != 0)
     return rc;
   int t = aural_json_get(&js, 0, "format");
-  if (t < 0) return field_error(why, why_len, what, "format", "is missing");
+  if (t < 0)
+    return aural__field_error(why, why_len, what, "format", "is missing");
   char s[8];
   if (aural_json_string(&js, t, s, sizeof s) < 0) s[0] = '\0';
   if (strcmp(s, "s16") == 0) {
@@ -335,7 +328,7 @@ int aural_proto_decode_audio_open(const uint8_t *payload, size_t n,
   } else if (strcmp(s, "f32") == 0) {
     m->format = AURAL_SAMPLE_F32;
   } else {
-    return field_error(why, why_len, what, "format",
+    return aural__field_error(why, why_len, what, "format",
                        "must be \"s16\" or \"f32\"");
   }
   return 0;
@@ -344,7 +337,7 @@ int aural_proto_decode_audio_open(const uint8_t *payload, size_t n,
 /* --- encoders ------------------------------------------------------------- */
 
 /* Completes a message whose JSON payload w wrote after the header room. */
-static size_t finish_json(uint8_t *out, const aural_jw *w, uint8_t type,
+size_t aural__finish_json(uint8_t *out, const aural_jw *w, uint8_t type,
                           uint32_t stream_id) {
   long n = aural_jw_finish(w);
   if (n < 0 || (unsigned long)n > UINT32_MAX) return 0;
@@ -358,7 +351,7 @@ static size_t finish_json(uint8_t *out, const aural_jw *w, uint8_t type,
 
 /* Starts a JSON payload after the header room; false when even the header
  * does not fit. */
-static bool start_json(aural_jw *w, uint8_t *out, size_t out_cap) {
+bool aural__start_json(aural_jw *w, uint8_t *out, size_t out_cap) {
   if (out == NULL || out_cap < AURAL_PROTO_HEADER_BYTES) return false;
   aural_jw_init(w, (char *)out + AURAL_PROTO_HEADER_BYTES,
                 out_cap - AURAL_PROTO_HEADER_BYTES);
@@ -366,7 +359,7 @@ static bool start_json(aural_jw *w, uint8_t *out, size_t out_cap) {
 }
 
 /* A fixed-size char field, which need not be NUL-terminated. */
-static void put_field(aural_jw *w, const char *s, size_t size) {
+void aural__put_field(aural_jw *w, const char *s, size_t size) {
   size_t n = 0;
   while (n < size && s[n] != '\0') n++;
   aural_jw_string_n(w, s, n);
@@ -375,7 +368,7 @@ static void put_field(aural_jw *w, const char *s, size_t size) {
 size_t aural_proto_encode_hello(uint8_t *out, size_t out_cap,
                                 const aural_msg_hello *m) {
   aural_jw w;
-  if (!start_json(&w, out, out_cap)) return 0;
+  if (!aural__start_json(&w, out, out_cap)) return 0;
   aural_jw_begin_object(&w);
   aural_jw_key(&w, "versions");
   aural_jw_begin_array(&w);
@@ -384,54 +377,51 @@ size_t aural_proto_encode_hello(uint8_t *out, size_t out_cap,
   aural_jw_end_array(&w);
   if (m->client[0] != '\0') {
     aural_jw_key(&w, "client");
-    put_field(&w, m->client, sizeof m->client);
+    aural__put_field(&w, m->client, sizeof m->client);
   }
   aural_jw_end_object(&w);
-  return finish_json(out, &w, AURAL_MSG_HELLO, 0);
+  return aural__finish_json(out, &w, AURAL_MSG_HELLO, 0);
 }
 
 size_t aural_proto_encode_subscribe(uint8_t *out, size_t out_cap,
                                     const aural_msg_subscribe *m) {
   aural_jw w;
-  if (!start_json(&w, out, out_cap)) return 0;
+  if (!aural__start_json(&w, out, out_cap)) return 0;
   aural_jw_begin_object(&w);
   if (m->all) {
     aural_jw_key(&w, "all");
     aural_jw_bool(&w, true);
   } else {
     aural_jw_key(&w, "stream");
-    put_field(&w, m->stream, sizeof m->stream);
+    aural__put_field(&w, m->stream, sizeof m->stream);
   }
   aural_jw_key(&w, "outputs");
-  aural_jw_begin_array(&w);
-  for (uint32_t b = 1; b <= AURAL_OUT_TEXT; b <<= 1)
-    if (m->outputs & b) aural_jw_string(&w, aural_output_name(b));
-  aural_jw_end_array(&w);
+  aural__put_outputs(&w, m->outputs);
   aural_jw_key(&w, "dtype");
   aural_jw_string(&w, m->dtype == AURAL_DTYPE_F16 ? "f16" : "f32");
   aural_jw_end_object(&w);
-  return finish_json(out, &w, AURAL_MSG_SUBSCRIBE, 0);
+  return aural__finish_json(out, &w, AURAL_MSG_SUBSCRIBE, 0);
 }
 
 size_t aural_proto_encode_unsubscribe(uint8_t *out, size_t out_cap,
                                       uint32_t subscription) {
   aural_jw w;
-  if (!start_json(&w, out, out_cap)) return 0;
+  if (!aural__start_json(&w, out, out_cap)) return 0;
   aural_jw_begin_object(&w);
   aural_jw_key(&w, "subscription");
   aural_jw_uint(&w, subscription);
   aural_jw_end_object(&w);
-  return finish_json(out, &w, AURAL_MSG_UNSUBSCRIBE, 0);
+  return aural__finish_json(out, &w, AURAL_MSG_UNSUBSCRIBE, 0);
 }
 
 size_t aural_proto_encode_audio_open(uint8_t *out, size_t out_cap,
                                      const aural_msg_audio_open *m) {
   aural_jw w;
-  if (!start_json(&w, out, out_cap)) return 0;
+  if (!aural__start_json(&w, out, out_cap)) return 0;
   aural_jw_begin_object(&w);
   if (m->name[0] != '\0') {
     aural_jw_key(&w, "name");
-    put_field(&w, m->name, sizeof m->name);
+    aural__put_field(&w, m->name, sizeof m->name);
   }
   aural_jw_key(&w, "sample_rate");
   aural_jw_uint(&w, m->sample_rate);
@@ -440,7 +430,7 @@ size_t aural_proto_encode_audio_open(uint8_t *out, size_t out_cap,
   aural_jw_key(&w, "format");
   aural_jw_string(&w, m->format == AURAL_SAMPLE_F32 ? "f32" : "s16");
   aural_jw_end_object(&w);
-  return finish_json(out, &w, AURAL_MSG_AUDIO_OPEN, 0);
+  return aural__finish_json(out, &w, AURAL_MSG_AUDIO_OPEN, 0);
 }
 
 size_t aural_proto_encode_stats(uint8_t *out, size_t out_cap,
@@ -448,14 +438,14 @@ size_t aural_proto_encode_stats(uint8_t *out, size_t out_cap,
   if (m->streams_before == 0 && m->clients_before == 0)
     return aural_proto_encode_raw(out, out_cap, AURAL_MSG_STATS, 0, NULL, 0);
   aural_jw w;
-  if (!start_json(&w, out, out_cap)) return 0;
+  if (!aural__start_json(&w, out, out_cap)) return 0;
   aural_jw_begin_object(&w);
   aural_jw_key(&w, "streams_before");
   aural_jw_uint(&w, m->streams_before);
   aural_jw_key(&w, "clients_before");
   aural_jw_uint(&w, m->clients_before);
   aural_jw_end_object(&w);
-  return finish_json(out, &w, AURAL_MSG_STATS, 0);
+  return aural__finish_json(out, &w, AURAL_MSG_STATS, 0);
 }
 
 size_t aural_proto_encode_raw(uint8_t *out, size_t out_cap, uint8_t type,
@@ -481,7 +471,7 @@ size_t aural_proto_encode_error(uint8_t *out, size_t out_cap,
                                 uint32_t stream_id, int code,
                                 const char *message, bool fatal) {
   aural_jw w;
-  if (!start_json(&w, out, out_cap)) return 0;
+  if (!aural__start_json(&w, out, out_cap)) return 0;
   int wire = wire_code(code);
   const char *name = aural_proto_error_name(wire);
   aural_jw_begin_object(&w);
@@ -494,5 +484,5 @@ size_t aural_proto_encode_error(uint8_t *out, size_t out_cap,
   aural_jw_key(&w, "fatal");
   aural_jw_bool(&w, fatal);
   aural_jw_end_object(&w);
-  return finish_json(out, &w, AURAL_MSG_ERROR, stream_id);
+  return aural__finish_json(out, &w, AURAL_MSG_ERROR, stream_id);
 }

@@ -1381,6 +1381,794 @@ static void test_jw_overflow(void **state) {
   assert_int_equal(aural_jw_finish(&w), 0);
 }
 
+/* --- server messages ---------------------------------------------------------- */
+
+/* The JSON payload of an encoded message as a NUL-terminated string. */
+static const char *payload_text(const uint8_t *b, size_t n, int type,
+                                uint32_t stream_id) {
+  static char text[BUF_BYTES];
+  size_t pn;
+  const uint8_t *p = payload_of(b, n, type, stream_id, &pn);
+  assert_true(pn < sizeof text);
+  memcpy(text, p, pn);
+  text[pn] = '\0';
+  return text;
+}
+
+/* The bytes aurald wrote for each message before the codec built them:
+ * the encoders keep them, member order included. */
+static void test_server_message_bytes(void **state) {
+  (void)state;
+  uint8_t b[BUF_BYTES];
+  aural_msg_subscribed sd = {.subscription = 5,
+                             .stream = "mic",
+                             .outputs = AURAL_OUT_EMBEDDINGS | AURAL_OUT_TEXT};
+  size_t n = aural_proto_encode_subscribed(b, sizeof b, &sd);
+  assert_string_equal(payload_text(b, n, AURAL_MSG_SUBSCRIBED, 0),
+                      "{\"subscription\":5,\"stream\":\"mic\",\"all\":false,"
+                      "\"outputs\":[\"embeddings\",\"text\"],\"dtype\":\"f32\"}");
+  sd = (aural_msg_subscribed){.subscription = 1, .all = true,
+                              .stream = "ignored", .outputs = AURAL_OUT_LOGITS,
+                              .dtype = AURAL_DTYPE_F16};
+  n = aural_proto_encode_subscribed(b, sizeof b, &sd);
+  assert_string_equal(payload_text(b, n, AURAL_MSG_SUBSCRIBED, 0),
+                      "{\"subscription\":1,\"stream\":null,\"all\":true,"
+                      "\"outputs\":[\"logits\"],\"dtype\":\"f16\"}");
+  n = aural_proto_encode_unsubscribed(b, sizeof b, 5);
+  assert_string_equal(payload_text(b, n, AURAL_MSG_UNSUBSCRIBED, 0),
+                      "{\"subscription\":5}");
+  aural_msg_stream_started ss = {.name = "mic", .source = AURAL_SOURCE_MIC,
+                                 .sample_rate = 48000, .channels = 1,
+                                 .start_us = 1795000000000000,
+                                 .next_chunk = 0};
+  n = aural_proto_encode_stream_started(b, sizeof b, 3, &ss);
+  assert_string_equal(payload_text(b, n, AURAL_MSG_STREAM_STARTED, 3),
+                      "{\"name\":\"mic\",\"source\":\"mic\",\"sample_rate\":"
+                      "48000,\"channels\":1,\"start_us\":1795000000000000,"
+                      "\"next_chunk\":0}");
+  aural_msg_stream_ended se = {.name = "mic", .reason = AURAL_END_EOF,
+                               .frames = 740, .chunks = 15};
+  n = aural_proto_encode_stream_ended(b, sizeof b, 3, &se);
+  assert_string_equal(payload_text(b, n, AURAL_MSG_STREAM_ENDED, 3),
+                      "{\"name\":\"mic\",\"reason\":\"eof\",\"message\":\"\","
+                      "\"frames\":740,\"chunks\":15}");
+  aural_msg_gap g = {.first_chunk = 40, .n_chunks = 12};
+  n = aural_proto_encode_gap(b, sizeof b, 9, &g);
+  assert_string_equal(payload_text(b, n, AURAL_MSG_GAP, 9),
+                      "{\"first_chunk\":40,\"n_chunks\":12,\"reason\":"
+                      "\"queue_full\"}");
+  aural_msg_audio_opened ao = {.stream = 9, .name = "call-17"};
+  n = aural_proto_encode_audio_opened(b, sizeof b, &ao);
+  assert_string_equal(payload_text(b, n, AURAL_MSG_AUDIO_OPENED, 9),
+                      "{\"stream\":9,\"name\":\"call-17\"}");
+  aural_msg_audio_closed ac = {.frames = 740, .chunks = 15};
+  n = aural_proto_encode_audio_closed(b, sizeof b, 9, &ac);
+  assert_string_equal(payload_text(b, n, AURAL_MSG_AUDIO_CLOSED, 9),
+                      "{\"frames\":740,\"chunks\":15}");
+  aural_msg_welcome w = {.version = 1, .server = "aurald 0.1.0",
+                         .max_request_bytes = 1048576,
+                         .max_message_bytes = 67108864,
+                         .model = {.sample_rate = 16000, .n_mels = 80,
+                                   .frame_ms = 10, .d_model = 256,
+                                   .n_layers = 6, .window = 50,
+                                   .vocab_size = 2, .chunk_frames = 50},
+                         .client = 7};
+  const char *const vocab[] = {"<b>", "a\"b"};
+  n = aural_proto_encode_welcome(b, sizeof b, &w, vocab);
+  assert_string_equal(
+      payload_text(b, n, AURAL_MSG_WELCOME, 0),
+      "{\"version\":1,\"server\":\"aurald 0.1.0\",\"max_request_bytes\":"
+      "1048576,\"max_message_bytes\":67108864,\"model\":{\"sample_rate\":"
+      "16000,\"n_mels\":80,\"frame_ms\":10,\"d_model\":256,\"n_layers\":6,"
+      "\"window\":50,\"vocab_size\":2,\"vocab\":[\"<b>\",\"a\\\"b\"],"
+      "\"chunk_frames\":50},\"client\":7}");
+  /* Without a client id the member is left out. */
+  w.client = 0;
+  n = aural_proto_encode_welcome(b, sizeof b, &w, vocab);
+  const char *t = payload_text(b, n, AURAL_MSG_WELCOME, 0);
+  assert_null(strstr(t, "client"));
+  assert_int_equal(t[strlen(t) - 2], '}');
+}
+
+static void test_welcome_round_trip(void **state) {
+  (void)state;
+  /* More tokens than one JSON payload may hold: the vocabulary is a list. */
+  enum { V = 3000 };
+  static char tokens[V][16];
+  static const char *vocab[V];
+  for (int i = 0; i < V; i++) {
+    snprintf(tokens[i], sizeof tokens[i], i % 3 ? "t%d" : "\xc3\xa9\"%d\\",
+             i);
+    vocab[i] = tokens[i];
+  }
+  size_t cap = 64 * V + 1024;
+  uint8_t *b = malloc(cap);
+  assert_non_null(b);
+  aural_msg_welcome w = {.version = 31, .server = "s\n\xe2\x82\xac",
+                         .max_request_bytes = UINT32_MAX,
+                         .max_message_bytes = 0,
+                         .model = {.sample_rate = 22050.5, .n_mels = 1,
+                                   .frame_ms = 12.5, .d_model = UINT32_MAX,
+                                   .n_layers = 0, .window = 1,
+                                   .vocab_size = V, .chunk_frames = 7},
+                         .client = UINT32_MAX};
+  size_t n = aural_proto_encode_welcome(b, cap, &w, vocab), pn;
+  const uint8_t *p = payload_of(b, n, AURAL_MSG_WELCOME, 0, &pn);
+  aural_msg_welcome d;
+  char why[200];
+  assert_int_equal(aural_proto_decode_welcome(p, pn, &d, why, sizeof why), 0);
+  assert_int_equal(d.version, 31);
+  assert_string_equal(d.server, w.server);
+  assert_int_equal(d.max_request_bytes, UINT32_MAX);
+  assert_int_equal(d.max_message_bytes, 0);
+  assert_true(d.model.sample_rate == 22050.5);
+  assert_int_equal(d.model.n_mels, 1);
+  assert_true(d.model.frame_ms == 12.5);
+  assert_int_equal(d.model.d_model, UINT32_MAX);
+  assert_int_equal(d.model.n_layers, 0);
+  assert_int_equal(d.model.window, 1);
+  assert_int_equal(d.model.vocab_size, V);
+  assert_int_equal(d.model.chunk_frames, 7);
+  assert_int_equal(d.client, UINT32_MAX);
+  assert_int_equal(d.model.vocab.n_items, V);
+  char tok[AURAL_PROTO_TEXT_MAX + 1];
+  for (int i = 0; i < V; i++) {
+    assert_int_equal(aural_proto_vocab_next(&d.model.vocab, tok, sizeof tok),
+                     1);
+    assert_string_equal(tok, tokens[i]);
+  }
+  assert_int_equal(aural_proto_vocab_next(&d.model.vocab, tok, sizeof tok), 0);
+
+  /* No head, no client: an empty list and client 0. */
+  w.model.vocab_size = 0;
+  w.client = 0;
+  n = aural_proto_encode_welcome(b, cap, &w, NULL);
+  p = payload_of(b, n, AURAL_MSG_WELCOME, 0, &pn);
+  assert_int_equal(aural_proto_decode_welcome(p, pn, &d, why, sizeof why), 0);
+  assert_int_equal(d.client, 0);
+  assert_int_equal(d.model.vocab.n_items, 0);
+  assert_int_equal(aural_proto_vocab_next(&d.model.vocab, tok, sizeof tok), 0);
+  /* A token longer than the caller's buffer is an error, not a cut. */
+  w.model.vocab_size = 1;
+  n = aural_proto_encode_welcome(b, cap, &w, vocab);
+  p = payload_of(b, n, AURAL_MSG_WELCOME, 0, &pn);
+  assert_int_equal(aural_proto_decode_welcome(p, pn, &d, why, sizeof why), 0);
+  assert_true(aural_proto_vocab_next(&d.model.vocab, tok, 3) < 0);
+  free(b);
+}
+
+static void test_error_decode(void **state) {
+  (void)state;
+  uint8_t b[BUF_BYTES];
+  char msg[AURAL_PROTO_TEXT_MAX + 1];
+  memset(msg, 'x', AURAL_PROTO_TEXT_MAX);
+  msg[AURAL_PROTO_TEXT_MAX] = '\0';
+  msg[0] = '"';
+  for (int code = 1; code <= 16; code++) {
+    size_t n = aural_proto_encode_error(b, sizeof b, (uint32_t)code, -code,
+                                        msg, code & 1), pn;
+    const uint8_t *p = payload_of(b, n, AURAL_MSG_ERROR, (uint32_t)code, &pn);
+    aural_msg_error e;
+    char why[128];
+    assert_int_equal(aural_proto_decode_error(p, pn, &e, why, sizeof why), 0);
+    assert_int_equal(e.code, code);
+    assert_string_equal(e.name, aural_proto_error_name(code));
+    assert_string_equal(e.message, msg);
+    assert_int_equal(e.fatal, code & 1);
+  }
+}
+
+static void test_ping_pong_and_empty_requests(void **state) {
+  (void)state;
+  uint8_t data[AURAL_PROTO_PING_MAX + 1], b[AURAL_PROTO_HEADER_BYTES + 512];
+  for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)(i * 13);
+  size_t n = aural_proto_encode_ping(b, sizeof b, data, 256), pn;
+  const uint8_t *p = payload_of(b, n, AURAL_MSG_PING, 0, &pn);
+  assert_memory_equal(p, data, 256);
+  assert_int_equal(aural_proto_decode_ping(p, pn, NULL, 0), 0);
+  assert_int_equal(aural_proto_encode_ping(b, sizeof b, data, 257), 0);
+  n = aural_proto_encode_pong(b, sizeof b, 12, data, 0);
+  payload_of(b, n, AURAL_MSG_PONG, 12, &pn);
+  assert_int_equal(pn, 0);
+  assert_int_equal(aural_proto_encode_pong(b, sizeof b, 0, data, 257), 0);
+  char why[128];
+  assert_int_equal(aural_proto_decode_pong(data, 257, why, sizeof why),
+                   AURAL_PROTO_EBAD_PAYLOAD);
+  assert_non_null(strstr(why, "pong: payload of 257 bytes"));
+  assert_int_equal(aural_proto_decode_ping(data, 257, why, sizeof why),
+                   AURAL_PROTO_EBAD_PAYLOAD);
+
+  n = aural_proto_encode_list_streams(b, sizeof b);
+  payload_of(b, n, AURAL_MSG_LIST_STREAMS, 0, &pn);
+  assert_int_equal(pn, 0);
+  n = aural_proto_encode_audio_close(b, sizeof b, 4);
+  payload_of(b, n, AURAL_MSG_AUDIO_CLOSE, 4, &pn);
+  assert_int_equal(pn, 0);
+  n = aural_proto_encode_audio_data(b, sizeof b, 4, data, 12);
+  p = payload_of(b, n, AURAL_MSG_AUDIO_DATA, 4, &pn);
+  assert_memory_equal(p, data, 12);
+  size_t frames;
+  assert_int_equal(aural_proto_decode_audio_data(p, pn, AURAL_SAMPLE_S16, 2,
+                                                 &frames, why, sizeof why), 0);
+  assert_int_equal(frames, 3);
+  assert_int_equal(aural_proto_decode_audio_data(p, pn, AURAL_SAMPLE_F32, 3,
+                                                 &frames, why, sizeof why), 0);
+  assert_int_equal(frames, 1);
+  assert_int_equal(aural_proto_decode_audio_data(p, pn, AURAL_SAMPLE_F32, 2,
+                                                 &frames, why, sizeof why),
+                   AURAL_PROTO_EBAD_PAYLOAD);
+  assert_non_null(strstr(why, "not a whole number of 8-byte frames"));
+  assert_int_equal(aural_proto_decode_audio_data(p, 0, AURAL_SAMPLE_S16, 256,
+                                                 &frames, why, sizeof why), 0);
+  assert_int_equal(frames, 0);
+  assert_int_equal(aural_proto_decode_audio_data(p, pn, 2, 1, &frames, why,
+                                                 sizeof why),
+                   AURAL_PROTO_EBAD_PAYLOAD);
+  assert_int_equal(aural_proto_decode_audio_data(p, pn, AURAL_SAMPLE_S16, 0,
+                                                 &frames, why, sizeof why),
+                   AURAL_PROTO_EBAD_PAYLOAD);
+}
+
+static void test_subscribed_round_trip(void **state) {
+  (void)state;
+  uint8_t b[BUF_BYTES];
+  char why[128];
+  for (uint32_t outputs = 1; outputs <= AURAL_OUT_ALL; outputs++)
+    for (int all = 0; all < 2; all++) {
+      aural_msg_subscribed m;
+      memset(&m, 0, sizeof m); /* padding too: compared as bytes */
+      m.subscription = all ? UINT32_MAX : 1;
+      m.all = all;
+      m.outputs = outputs;
+      m.dtype = (uint8_t)(outputs & 1);
+      strcpy(m.stream, all ? "" : NAME64);
+      size_t n = aural_proto_encode_subscribed(b, sizeof b, &m), pn;
+      const uint8_t *p = payload_of(b, n, AURAL_MSG_SUBSCRIBED, 0, &pn);
+      aural_msg_subscribed d;
+      assert_int_equal(
+          aural_proto_decode_subscribed(p, pn, &d, why, sizeof why), 0);
+      assert_memory_equal(&d, &m, sizeof m);
+    }
+  uint32_t id;
+  size_t n = aural_proto_encode_unsubscribed(b, sizeof b, UINT32_MAX), pn;
+  const uint8_t *p = payload_of(b, n, AURAL_MSG_UNSUBSCRIBED, 0, &pn);
+  assert_int_equal(aural_proto_decode_unsubscribed(p, pn, &id, why, sizeof why),
+                   0);
+  assert_int_equal(id, UINT32_MAX);
+}
+
+static void test_stream_events_round_trip(void **state) {
+  (void)state;
+  uint8_t b[BUF_BYTES];
+  char why[128];
+  size_t n, pn;
+  const uint8_t *p;
+  for (int src = 0; src <= AURAL_SOURCE_CLIENT; src++) {
+    aural_msg_stream_started m, d;
+    memset(&m, 0, sizeof m); /* padding too: compared as bytes */
+    m.source = (uint8_t)src;
+    m.sample_rate = src ? 8000 : 44100.25;
+    m.channels = src ? 256 : 1;
+    m.start_us = src == 1 ? INT64_MIN : INT64_MAX;
+    m.next_chunk = src ? INT64_MAX : 0;
+    strcpy(m.name, src ? "a" : NAME64);
+    n = aural_proto_encode_stream_started(b, sizeof b, UINT32_MAX, &m);
+    p = payload_of(b, n, AURAL_MSG_STREAM_STARTED, UINT32_MAX, &pn);
+    assert_int_equal(
+        aural_proto_decode_stream_started(p, pn, &d, why, sizeof why), 0);
+    assert_memory_equal(&d, &m, sizeof m);
+  }
+  for (int r = AURAL_END_EOF; r <= AURAL_END_SHUTDOWN; r++) {
+    aural_msg_stream_ended m, d;
+    memset(&m, 0, sizeof m);
+    strcpy(m.name, "talk.wav#2");
+    m.reason = (uint8_t)r;
+    m.frames = r == 1 ? INT64_MAX : 0;
+    m.chunks = (uint64_t)r;
+    snprintf(m.message, sizeof m.message, "why \"%s\"\t\xc3\xa9",
+             aural_end_reason_name(r));
+    n = aural_proto_encode_stream_ended(b, sizeof b, 2, &m);
+    p = payload_of(b, n, AURAL_MSG_STREAM_ENDED, 2, &pn);
+    assert_int_equal(
+        aural_proto_decode_stream_ended(p, pn, &d, why, sizeof why), 0);
+    assert_memory_equal(&d, &m, sizeof m);
+  }
+  aural_msg_stream_ended bad = {.name = "x", .reason = 0};
+  assert_int_equal(aural_proto_encode_stream_ended(b, sizeof b, 2, &bad), 0);
+  assert_null(aural_end_reason_name(0));
+  assert_null(aural_end_reason_name(7));
+  assert_null(aural_source_name(3));
+  assert_string_equal(aural_source_name(AURAL_SOURCE_CLIENT), "client");
+
+  aural_msg_gap g, gd;
+  memset(&g, 0, sizeof g);
+  g.first_chunk = INT64_MAX;
+  g.n_chunks = 1;
+  n = aural_proto_encode_gap(b, sizeof b, 1, &g);
+  p = payload_of(b, n, AURAL_MSG_GAP, 1, &pn);
+  assert_int_equal(aural_proto_decode_gap(p, pn, &gd, why, sizeof why), 0);
+  assert_memory_equal(&gd, &g, sizeof g);
+  g.reason = 1;
+  assert_int_equal(aural_proto_encode_gap(b, sizeof b, 1, &g), 0);
+
+  aural_msg_audio_opened o, od;
+  memset(&o, 0, sizeof o);
+  o.stream = UINT32_MAX;
+  strcpy(o.name, NAME64);
+  n = aural_proto_encode_audio_opened(b, sizeof b, &o);
+  p = payload_of(b, n, AURAL_MSG_AUDIO_OPENED, UINT32_MAX, &pn);
+  assert_int_equal(aural_proto_decode_audio_opened(p, pn, &od, why, sizeof why),
+                   0);
+  assert_memory_equal(&od, &o, sizeof o);
+
+  aural_msg_audio_closed c = {.frames = INT64_MAX, .chunks = 0}, cd;
+  n = aural_proto_encode_audio_closed(b, sizeof b, 8, &c);
+  p = payload_of(b, n, AURAL_MSG_AUDIO_CLOSED, 8, &pn);
+  assert_int_equal(aural_proto_decode_audio_closed(p, pn, &cd, why, sizeof why),
+                   0);
+  assert_memory_equal(&cd, &c, sizeof c);
+}
+
+/* Entries with every field set from i, padding zero: compared as bytes. */
+static aural_stream_info stream_info_of(uint32_t i) {
+  aural_stream_info e;
+  memset(&e, 0, sizeof e);
+  e.id = UINT32_MAX - i;
+  e.source = (uint8_t)(i % 3);
+  e.sample_rate = 8000.0 + i * 0.5;
+  e.channels = i % 257;
+  e.held = i % 2;
+  e.start_us = i % 2 ? 0 : -(int64_t)i * 1000;
+  e.frames = i == 0 ? INT64_MAX : i * 3;
+  e.chunks = i;
+  snprintf(e.name, sizeof e.name, "stream-%u", i);
+  return e;
+}
+
+static void test_streams_round_trip(void **state) {
+  (void)state;
+  enum { N = 700 }; /* past the token limit of one payload */
+  size_t cap = N * 256 + 64;
+  uint8_t *b = malloc(cap);
+  assert_non_null(b);
+  aural_msg_writer mw;
+  for (int count = 0; count <= N; count += N) {
+    aural_proto_streams_begin(&mw, b, cap);
+    for (uint32_t i = 0; i < (uint32_t)count; i++) {
+      aural_stream_info e = stream_info_of(i);
+      aural_proto_streams_add(&mw, &e);
+    }
+    size_t n = aural_proto_streams_end(&mw), pn;
+    const uint8_t *p = payload_of(b, n, AURAL_MSG_STREAMS, 0, &pn);
+    aural_msg_streams m;
+    char why[128];
+    assert_int_equal(aural_proto_decode_streams(p, pn, &m, why, sizeof why),
+                     0);
+    assert_int_equal(m.streams.n_items, count);
+    aural_stream_info d;
+    for (uint32_t i = 0; i < (uint32_t)count; i++) {
+      aural_stream_info e = stream_info_of(i);
+      assert_int_equal(
+          aural_proto_streams_next(&m.streams, &d, why, sizeof why), 1);
+      assert_memory_equal(&d, &e, sizeof e);
+    }
+    assert_int_equal(aural_proto_streams_next(&m.streams, &d, why, sizeof why),
+                     0);
+  }
+  aural_proto_streams_begin(&mw, b, cap);
+  assert_string_equal(payload_text(b, aural_proto_streams_end(&mw),
+                                   AURAL_MSG_STREAMS, 0),
+                      "{\"streams\":[]}");
+  /* Too small a buffer, at every size up to the right one. */
+  aural_stream_info e = stream_info_of(1);
+  size_t full = 0;
+  for (size_t c = 0; full == 0; c++) {
+    aural_proto_streams_begin(&mw, b, c);
+    aural_proto_streams_add(&mw, &e);
+    full = aural_proto_streams_end(&mw);
+    if (full != 0) assert_int_equal(full, c);
+  }
+  free(b);
+}
+
+static aural_stats_subscriber subscriber_of(uint32_t i) {
+  aural_stats_subscriber s;
+  memset(&s, 0, sizeof s);
+  s.client = i + 1;
+  s.subscription = UINT32_MAX - i;
+  s.all = i % 2;
+  s.queue_bytes = i == 0 ? INT64_MAX : i;
+  s.chunks_sent = i * 7;
+  s.chunks_dropped = i;
+  if (!s.all) snprintf(s.stream, sizeof s.stream, "s%u", i);
+  return s;
+}
+
+static void test_stats_reply_round_trip(void **state) {
+  (void)state;
+  enum { NS = 256, NC = 1024 }; /* a full page */
+  size_t cap = NS * 512 + NC * 256 + 1024;
+  uint8_t *b = malloc(cap);
+  assert_non_null(b);
+  char why[160];
+  for (int full = 0; full < 2; full++) {
+    aural_msg_stats_reply m = {.uptime_s = 12.5, .clients = 3,
+                               .workers = UINT32_MAX,
+                               .message_bytes = INT64_MAX,
+                               .streams_total = full ? 1000 : 0,
+                               .subscribers_total = full ? 5000 : 0};
+    aural_msg_writer mw;
+    aural_proto_stats_reply_begin(&mw, b, cap, &m);
+    uint32_t ns = full ? NS : 0, nc = full ? NC : 0;
+    for (uint32_t i = 0; i < ns; i++) {
+      aural_stats_stream e = {.info = stream_info_of(i), .audio_s = i * 0.1,
+                              .compute_s = 1e-9, .latency_ms_p50 = 4.1,
+                              .latency_ms_p99 = 9.8, .overruns = i};
+      aural_proto_stats_reply_add_stream(&mw, &e);
+    }
+    for (uint32_t i = 0; i < nc; i++) {
+      aural_stats_subscriber s = subscriber_of(i);
+      aural_proto_stats_reply_add_subscriber(&mw, &s);
+    }
+    /* The cursors are known only once the page is listed. */
+    m.next_streams_before = full ? 745 : 0;
+    m.next_clients_before = full ? UINT32_MAX : 0;
+    size_t n = aural_proto_stats_reply_end(&mw, &m), pn;
+    const uint8_t *p = payload_of(b, n, AURAL_MSG_STATS_REPLY, 0, &pn);
+    if (!full)
+      assert_non_null(strstr((const char *)p, "\"streams\":[],"
+                                              "\"subscribers\":[]}"));
+    aural_msg_stats_reply d;
+    assert_int_equal(
+        aural_proto_decode_stats_reply(p, pn, &d, why, sizeof why), 0);
+    assert_true(d.uptime_s == 12.5);
+    assert_int_equal(d.clients, 3);
+    assert_int_equal(d.workers, UINT32_MAX);
+    assert_int_equal(d.message_bytes, INT64_MAX);
+    assert_int_equal(d.streams_total, m.streams_total);
+    assert_int_equal(d.subscribers_total, m.subscribers_total);
+    assert_int_equal(d.next_streams_before, m.next_streams_before);
+    assert_int_equal(d.next_clients_before, m.next_clients_before);
+    assert_int_equal(d.streams.n_items, ns);
+    assert_int_equal(d.subscribers.n_items, nc);
+    aural_stats_stream se;
+    for (uint32_t i = 0; i < ns; i++) {
+      assert_int_equal(
+          aural_proto_stats_stream_next(&d.streams, &se, why, sizeof why), 1);
+      aural_stream_info want = stream_info_of(i);
+      assert_memory_equal(&se.info, &want, sizeof want);
+      assert_true(se.audio_s == i * 0.1 && se.compute_s == 1e-9);
+      assert_true(se.latency_ms_p50 == 4.1 && se.latency_ms_p99 == 9.8);
+      assert_int_equal(se.overruns, i);
+    }
+    assert_int_equal(
+        aural_proto_stats_stream_next(&d.streams, &se, why, sizeof why), 0);
+    aural_stats_subscriber sd;
+    for (uint32_t i = 0; i < nc; i++) {
+      aural_stats_subscriber want = subscriber_of(i);
+      assert_int_equal(aural_proto_stats_subscriber_next(&d.subscribers, &sd,
+                                                         why, sizeof why),
+                       1);
+      assert_memory_equal(&sd, &want, sizeof want);
+    }
+    assert_int_equal(aural_proto_stats_subscriber_next(&d.subscribers, &sd,
+                                                       why, sizeof why),
+                     0);
+  }
+  free(b);
+}
+
+enum {
+  S_WELCOME, S_ERROR, S_STREAMS, S_SUBSCRIBED, S_UNSUBSCRIBED, S_STARTED,
+  S_ENDED, S_GAP, S_OPENED, S_CLOSED, S_STATS
+};
+
+static int decode_server(int which, const char *text, char *why,
+                         size_t why_len) {
+  const uint8_t *p = (const uint8_t *)text;
+  size_t n = strlen(text);
+  union {
+    aural_msg_welcome w;
+    aural_msg_error e;
+    aural_msg_streams s;
+    aural_msg_subscribed sd;
+    uint32_t id;
+    aural_msg_stream_started ss;
+    aural_msg_stream_ended se;
+    aural_msg_gap g;
+    aural_msg_audio_opened ao;
+    aural_msg_audio_closed ac;
+    aural_msg_stats_reply r;
+  } m;
+  switch (which) {
+  case S_WELCOME: return aural_proto_decode_welcome(p, n, &m.w, why, why_len);
+  case S_ERROR: return aural_proto_decode_error(p, n, &m.e, why, why_len);
+  case S_STREAMS: return aural_proto_decode_streams(p, n, &m.s, why, why_len);
+  case S_SUBSCRIBED:
+    return aural_proto_decode_subscribed(p, n, &m.sd, why, why_len);
+  case S_UNSUBSCRIBED:
+    return aural_proto_decode_unsubscribed(p, n, &m.id, why, why_len);
+  case S_STARTED:
+    return aural_proto_decode_stream_started(p, n, &m.ss, why, why_len);
+  case S_ENDED:
+    return aural_proto_decode_stream_ended(p, n, &m.se, why, why_len);
+  case S_GAP: return aural_proto_decode_gap(p, n, &m.g, why, why_len);
+  case S_OPENED:
+    return aural_proto_decode_audio_opened(p, n, &m.ao, why, why_len);
+  case S_CLOSED:
+    return aural_proto_decode_audio_closed(p, n, &m.ac, why, why_len);
+  default: return aural_proto_decode_stats_reply(p, n, &m.r, why, why_len);
+  }
+}
+
+#define MODEL_OK                                                              \
+  "\"sample_rate\":16000,\"n_mels\":80,\"frame_ms\":10,\"d_model\":8,"       \
+  "\"n_layers\":1,\"window\":4,\"chunk_frames\":50"
+#define WELCOME_HEAD                                                          \
+  "{\"version\":1,\"server\":\"s\",\"max_request_bytes\":1,"                  \
+  "\"max_message_bytes\":1,"
+#define STREAM_OK                                                             \
+  "\"id\":1,\"name\":\"a\",\"source\":\"file\",\"sample_rate\":1,"           \
+  "\"channels\":1,\"held\":false,\"start_us\":0,\"frames\":0,\"chunks\":0"
+#define STATS_HEAD                                                            \
+  "{\"uptime_s\":1,\"clients\":0,\"workers\":0,\"message_bytes\":0,"         \
+  "\"streams_total\":0,\"subscribers_total\":0,"
+#define SUB_OK                                                                \
+  "\"client\":1,\"subscription\":1,\"stream\":null,\"all\":true,"           \
+  "\"queue_bytes\":0,\"chunks_sent\":0,\"chunks_dropped\":0"
+#define STATS_STREAM_OK                                                       \
+  STREAM_OK ",\"audio_s\":0,\"compute_s\":0,\"latency_ms_p50\":0,"           \
+            "\"latency_ms_p99\":0,\"overruns\":0"
+
+/* Each server message's decoder refuses what PROTOCOL.md does not allow,
+ * and says which field; the good forms next to them decode. */
+static void test_server_field_errors(void **state) {
+  (void)state;
+  static const struct {
+    int which;
+    const char *text;
+    const char *why; /* NULL: decodes */
+  } cases[] = {
+      {S_WELCOME, WELCOME_HEAD "\"model\":{" MODEL_OK
+                  ",\"vocab_size\":1,\"vocab\":[\"a\"]},\"x\":[[]]}", NULL},
+      {S_WELCOME, "[]", "welcome: the payload must be a JSON object"},
+      {S_WELCOME, "{\"version\":0}", "welcome: \"version\" must be"},
+      {S_WELCOME, "{\"version\":1}", "welcome: \"server\" is missing"},
+      {S_WELCOME, WELCOME_HEAD "\"model\":[]}",
+       "welcome: \"model\" must be an object"},
+      {S_WELCOME, WELCOME_HEAD "\"client\":-1,\"model\":{}}",
+       "welcome: \"client\" must be an integer"},
+      {S_WELCOME, WELCOME_HEAD "\"model\":{\"sample_rate\":\"x\"}}",
+       "welcome: \"model.sample_rate\" must be a number"},
+      {S_WELCOME, WELCOME_HEAD "\"model\":{" MODEL_OK ",\"vocab_size\":1.5}}",
+       "welcome: \"model.vocab_size\" must be an integer"},
+      {S_WELCOME, WELCOME_HEAD "\"model\":{" MODEL_OK ",\"vocab_size\":2,"
+                  "\"vocab\":[\"a\"]}}",
+       "welcome: \"model.vocab\" must be an array of vocab_size strings"},
+      {S_WELCOME, WELCOME_HEAD "\"model\":{" MODEL_OK ",\"vocab_size\":2,"
+                  "\"vocab\":[\"a\",3]}}",
+       "welcome: \"model.vocab\" item 1 must be a string"},
+      {S_WELCOME, WELCOME_HEAD "\"model\":{" MODEL_OK ",\"vocab_size\":1,"
+                  "\"vocab\":[\"a\\u0000\"]}}",
+       "\"model.vocab\" item 0"},
+      {S_WELCOME, WELCOME_HEAD "\"model\":{" MODEL_OK ",\"vocab_size\":0,"
+                  "\"vocab\":[1,]}}",
+       "welcome: malformed JSON: byte"},
+      {S_ERROR, "{\"code\":7,\"name\":\"NO_STREAM\",\"message\":\"\","
+                "\"fatal\":false}", NULL},
+      {S_ERROR, "{\"code\":7,\"name\":\"01234567890123456789012345678901\","
+                "\"message\":\"\",\"fatal\":false}",
+       "error: \"name\" must be a string that fits"},
+      {S_ERROR, "{\"code\":7,\"name\":\"x\",\"message\":\"\",\"fatal\":0}",
+       "error: \"fatal\" must be true or false"},
+      {S_ERROR, "{\"code\":-7}", "error: \"code\" must be an integer"},
+      {S_STREAMS, "{\"streams\":[{" STREAM_OK "}]}", NULL},
+      {S_STREAMS, "{}", "streams: \"streams\" must be an array"},
+      {S_STREAMS, "{\"streams\":{}}", "streams: \"streams\" must be an array"},
+      {S_STREAMS, "{\"streams\":[{" STREAM_OK "},1]}",
+       "streams: \"streams[1]\" must be an object"},
+      {S_STREAMS, "{\"streams\":[{" STREAM_OK ",\"id\":2}]}",
+       "duplicate member name"},
+      {S_STREAMS, "{\"streams\":[{" STREAM_OK "},{\"id\":0}]}",
+       "streams: \"streams[1].id\" must be an integer"},
+      {S_STREAMS, "{\"streams\":[{\"id\":1,\"name\":\"a/b\"}]}",
+       "streams: \"streams[0].name\" must be a stream name"},
+      {S_STREAMS, "{\"streams\":[{\"id\":1,\"name\":\"a\",\"source\":\"usb\"}]}",
+       "streams: \"streams[0].source\" has a value"},
+      {S_SUBSCRIBED, "{\"subscription\":1,\"stream\":null,\"all\":true,"
+                     "\"outputs\":[\"text\"],\"dtype\":\"f16\"}", NULL},
+      {S_SUBSCRIBED, "{\"subscription\":0}",
+       "subscribed: \"subscription\" must be an integer"},
+      {S_SUBSCRIBED, "{\"subscription\":1,\"stream\":null,\"all\":false,"
+                     "\"outputs\":[\"text\"],\"dtype\":\"f16\"}",
+       "subscribed: \"stream\" must be null exactly when"},
+      {S_SUBSCRIBED, "{\"subscription\":1,\"stream\":\"a\",\"all\":true,"
+                     "\"outputs\":[\"text\"],\"dtype\":\"f16\"}",
+       "subscribed: \"stream\" must be null exactly when"},
+      {S_SUBSCRIBED, "{\"subscription\":1,\"stream\":\"a\",\"all\":false,"
+                     "\"outputs\":[\"text\",\"text\"]}",
+       "subscribed: \"outputs\" must be a non-empty array"},
+      {S_SUBSCRIBED, "{\"subscription\":1,\"stream\":\"a\",\"all\":false,"
+                     "\"outputs\":[],\"dtype\":\"f16\"}",
+       "subscribed: \"outputs\""},
+      {S_SUBSCRIBED, "{\"subscription\":1,\"stream\":\"a\",\"all\":false,"
+                     "\"outputs\":[\"text\"],\"dtype\":\"f64\"}",
+       "subscribed: \"dtype\" has a value"},
+      {S_UNSUBSCRIBED, "{\"subscription\":4294967296}",
+       "unsubscribed: \"subscription\" must be an integer"},
+      {S_UNSUBSCRIBED, "{}", "unsubscribed: \"subscription\" is missing"},
+      {S_STARTED, "{\"name\":\"a\",\"source\":\"mic\",\"sample_rate\":1e3,"
+                  "\"channels\":2,\"start_us\":-1,\"next_chunk\":0}", NULL},
+      {S_STARTED, "{\"name\":\"a\",\"source\":\"mic\",\"sample_rate\":1e3,"
+                  "\"channels\":2,\"start_us\":1.5,\"next_chunk\":0}",
+       "stream_started: \"start_us\" must be an integer"},
+      {S_STARTED, "{\"name\":\"a\",\"source\":\"mic\",\"sample_rate\":1e3,"
+                  "\"channels\":2,\"start_us\":1,\"next_chunk\":-1}",
+       "stream_started: \"next_chunk\" must be an integer"},
+      {S_ENDED, "{\"name\":\"a\",\"reason\":\"device_lost\",\"message\":\"\","
+                "\"frames\":0,\"chunks\":0}", NULL},
+      {S_ENDED, "{\"name\":\"a\",\"reason\":\"none\"}",
+       "stream_ended: \"reason\" has a value"},
+      {S_ENDED, "{\"name\":\"a\",\"reason\":\"\"}",
+       "stream_ended: \"reason\" has a value"},
+      {S_ENDED, "{\"name\":\"a\",\"reason\":\"eof\",\"message\":null}",
+       "stream_ended: \"message\" must be a string"},
+      {S_GAP, "{\"first_chunk\":0,\"n_chunks\":9223372036854775807,"
+              "\"reason\":\"queue_full\"}", NULL},
+      {S_GAP, "{\"first_chunk\":0,\"n_chunks\":9223372036854775808,"
+              "\"reason\":\"queue_full\"}",
+       "gap: \"n_chunks\" must be an integer"},
+      {S_GAP, "{\"first_chunk\":0,\"n_chunks\":1,\"reason\":\"slow\"}",
+       "gap: \"reason\" has a value"},
+      {S_OPENED, "{\"stream\":1,\"name\":\"" NAME65 "\"}",
+       "audio_opened: \"name\" must be a stream name"},
+      {S_OPENED, "{\"name\":\"a\"}", "audio_opened: \"stream\" is missing"},
+      {S_CLOSED, "{\"frames\":1,\"chunks\":true}",
+       "audio_closed: \"chunks\" must be an integer"},
+      {S_STATS, STATS_HEAD "\"streams\":[{" STATS_STREAM_OK "}],"
+                "\"subscribers\":[{" SUB_OK "}],\"next_clients_before\":3}",
+       NULL},
+      {S_STATS, STATS_HEAD "\"streams\":[],\"subscribers\":[],"
+                "\"next_streams_before\":-3}",
+       "stats_reply: \"next_streams_before\" must be an integer"},
+      {S_STATS, STATS_HEAD "\"streams\":[]}",
+       "stats_reply: \"subscribers\" must be an array"},
+      {S_STATS, STATS_HEAD "\"streams\":[{" STREAM_OK "}],"
+                "\"subscribers\":[]}",
+       "stats_reply: \"streams[0].audio_s\" is missing"},
+      {S_STATS, STATS_HEAD "\"streams\":[],\"subscribers\":[{" SUB_OK
+                "},{\"client\":0}]}",
+       "stats_reply: \"subscribers[1].client\" must be an integer"},
+      {S_STATS, STATS_HEAD "\"streams\":[],\"subscribers\":[{"
+                "\"client\":1,\"subscription\":1,\"stream\":\"a\","
+                "\"all\":true,\"queue_bytes\":0,\"chunks_sent\":0,"
+                "\"chunks_dropped\":0}]}",
+       "stats_reply: \"subscribers[0].stream\" must be null exactly"},
+      {S_STATS, "{\"uptime_s\":null}",
+       "stats_reply: \"uptime_s\" must be a number"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char why[256] = "";
+    int rc = decode_server(cases[i].which, cases[i].text, why, sizeof why);
+    if (cases[i].why == NULL) {
+      if (rc != 0) fail_msg("case %zu: %s: %s", i, cases[i].text, why);
+      continue;
+    }
+    if (rc != AURAL_PROTO_EBAD_PAYLOAD || strstr(why, cases[i].why) == NULL)
+      fail_msg("case %zu: %s: rc %d, why \"%s\", wanted \"%s\"", i,
+               cases[i].text, rc, why, cases[i].why);
+  }
+}
+
+/* Every server encoder refuses each buffer too small, touching no byte past
+ * the capacity, and fits exactly. */
+static void test_server_encoders_short_buffer(void **state) {
+  (void)state;
+  aural_msg_welcome w = {.version = 1, .server = "s",
+                         .model = {.vocab_size = 2}, .client = 3};
+  const char *const vocab[] = {"a", "\"b"};
+  aural_msg_subscribed sd = {.subscription = 1, .stream = "x",
+                             .outputs = AURAL_OUT_ALL};
+  aural_msg_stream_started ss = {.name = "x"};
+  aural_msg_stream_ended se = {.name = "x", .reason = AURAL_END_ERROR,
+                               .message = "\"m\""};
+  aural_msg_gap g = {.n_chunks = 1};
+  aural_msg_audio_opened ao = {.stream = 1, .name = "x"};
+  aural_msg_audio_closed ac = {.frames = 1};
+  aural_msg_stats_reply r = {.next_streams_before = 1};
+  aural_stats_stream st = {.info = {.id = 1, .name = "x"}};
+  aural_stats_subscriber sub = {.client = 1, .subscription = 1, .all = true};
+  for (int which = 0; which < 9; which++) {
+    uint8_t b[512];
+    size_t full = 0;
+    for (size_t cap = 0; cap < sizeof b && full == 0; cap++) {
+      memset(b, 0xAA, sizeof b);
+      aural_msg_writer mw;
+      switch (which) {
+      case 0: full = aural_proto_encode_welcome(b, cap, &w, vocab); break;
+      case 1: full = aural_proto_encode_subscribed(b, cap, &sd); break;
+      case 2: full = aural_proto_encode_unsubscribed(b, cap, 9); break;
+      case 3: full = aural_proto_encode_stream_started(b, cap, 1, &ss); break;
+      case 4: full = aural_proto_encode_stream_ended(b, cap, 1, &se); break;
+      case 5: full = aural_proto_encode_gap(b, cap, 1, &g); break;
+      case 6: full = aural_proto_encode_audio_opened(b, cap, &ao); break;
+      case 7: full = aural_proto_encode_audio_closed(b, cap, 1, &ac); break;
+      default:
+        aural_proto_stats_reply_begin(&mw, b, cap, &r);
+        aural_proto_stats_reply_add_stream(&mw, &st);
+        aural_proto_stats_reply_add_subscriber(&mw, &sub);
+        full = aural_proto_stats_reply_end(&mw, &r);
+      }
+      for (size_t i = cap; i < sizeof b; i++) assert_int_equal(b[i], 0xAA);
+      if (full != 0) assert_int_equal(full, cap);
+    }
+    assert_true(full > AURAL_PROTO_HEADER_BYTES);
+  }
+}
+
+/* The list reader: arrays keep one token, elements are read one by one,
+ * and nested lists inside an element are lists again. */
+static void test_json_lists(void **state) {
+  (void)state;
+  const char *text = "{\"a\":[1, {\"b\":[[2],[3,4]]} ,\"x\"],\"c\":true}";
+  aural_json js, item, inner;
+  assert_int_equal(aural_json_parse_lists(&js, text, strlen(text), NULL, 0),
+                   0);
+  assert_int_equal(js.n_tokens, 5); /* object, "a", [..], "c", true */
+  int a = aural_json_get(&js, 0, "a");
+  assert_int_equal(js.tokens[a].n_items, 3);
+  assert_int_equal(aural_json_get(&js, 0, "c"), 4);
+  aural_json_list l, l2;
+  assert_int_equal(aural_json_list_init(&js, a, &l), 0);
+  assert_int_equal(aural_json_list_next(&l, &item, NULL, 0), 1);
+  int64_t v;
+  assert_int_equal(aural_json_int(&item, 0, 0, 9, &v), 0);
+  assert_int_equal(v, 1);
+  assert_int_equal(aural_json_list_next(&l, &item, NULL, 0), 1);
+  assert_int_equal(aural_json_list_init(&item, aural_json_get(&item, 0, "b"),
+                                        &l2), 0);
+  assert_int_equal(l2.n_items, 2);
+  assert_int_equal(aural_json_list_next(&l2, &inner, NULL, 0), 1);
+  assert_int_equal(aural_json_list_next(&l2, &inner, NULL, 0), 1);
+  assert_int_equal(inner.tokens[0].n_items, 2);
+  assert_int_equal(aural_json_list_next(&l2, &inner, NULL, 0), 0);
+  assert_int_equal(aural_json_list_next(&l, &item, NULL, 0), 1);
+  assert_int_equal(item.tokens[0].kind, AURAL_JSON_STRING);
+  assert_int_equal(aural_json_list_next(&l, &item, NULL, 0), 0);
+  assert_int_equal(aural_json_list_init(&js, 0, &l), -1);
+  assert_int_equal(aural_json_list_next(&l, &item, NULL, 0), 0);
+
+  /* The plain reader's arrays are lists too. */
+  assert_int_equal(aural_json_parse(&js, "[5,6]", 5, NULL, 0), 0);
+  assert_int_equal(aural_json_list_init(&js, 0, &l), 0);
+  assert_int_equal(aural_json_list_next(&l, &item, NULL, 0), 1);
+  assert_int_equal(aural_json_list_next(&l, &item, NULL, 0), 1);
+  assert_int_equal(aural_json_int(&item, 0, 0, 9, &v), 0);
+  assert_int_equal(v, 6);
+
+  /* The token limit counts each element on its own. */
+  size_t big = 2 + 600 * 2;
+  char *arr = malloc(big + 1);
+  assert_non_null(arr);
+  size_t k = 0;
+  arr[k++] = '[';
+  for (int i = 0; i < 600; i++) {
+    arr[k++] = '0';
+    arr[k++] = i < 599 ? ',' : ']';
+  }
+  arr[k] = '\0';
+  char why[96];
+  assert_int_equal(aural_json_parse(&js, arr, k, why, sizeof why),
+                   AURAL_PROTO_EBAD_PAYLOAD);
+  assert_int_equal(aural_json_parse_lists(&js, arr, k, why, sizeof why), 0);
+  assert_int_equal(js.tokens[0].n_items, 600);
+  free(arr);
+  /* Still strict: a malformed element anywhere refuses the whole text. */
+  assert_int_equal(aural_json_parse_lists(&js, "[[1,],2]", 8, why, sizeof why),
+                   AURAL_PROTO_EBAD_PAYLOAD);
+  assert_non_null(strstr(why, "trailing comma"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_header_round_trip_every_type),
@@ -1414,6 +2202,17 @@ int main(void) {
       cmocka_unit_test(test_jw_structure_and_escaping),
       cmocka_unit_test(test_jw_double_round_trip),
       cmocka_unit_test(test_jw_overflow),
+      cmocka_unit_test(test_server_message_bytes),
+      cmocka_unit_test(test_welcome_round_trip),
+      cmocka_unit_test(test_error_decode),
+      cmocka_unit_test(test_ping_pong_and_empty_requests),
+      cmocka_unit_test(test_subscribed_round_trip),
+      cmocka_unit_test(test_stream_events_round_trip),
+      cmocka_unit_test(test_streams_round_trip),
+      cmocka_unit_test(test_stats_reply_round_trip),
+      cmocka_unit_test(test_server_field_errors),
+      cmocka_unit_test(test_server_encoders_short_buffer),
+      cmocka_unit_test(test_json_lists),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -101,25 +101,6 @@ static int read_message(int fd, uint32_t max_payload, aural_msg_header *h,
   return read_all(fd, *buf, h->payload_bytes);
 }
 
-/* Control payloads are JSON objects; one parser, reused. */
-static aural_json js;
-
-static int parse_json(const uint8_t *payload, size_t n) {
-  return aural_json_parse(&js, (const char *)payload, n, NULL, 0);
-}
-
-static int64_t json_int(int obj, const char *key) {
-  int64_t v = 0;
-  aural_json_int(&js, aural_json_get(&js, obj, key), INT64_MIN, INT64_MAX,
-                 &v);
-  return v;
-}
-
-static void json_str(int obj, const char *key, char *out, size_t size) {
-  if (aural_json_string(&js, aural_json_get(&js, obj, key), out, size) < 0)
-    out[0] = '\0';
-}
-
 static int64_t now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -194,18 +175,18 @@ int main(int argc, char **argv) {
   size_t cap = 0;
   uint32_t max_payload = 1u << 20; /* until WELCOME says otherwise */
   aural_msg_header h;
+  aural_msg_welcome w;
+  char why[256];
   if (read_message(fd, max_payload, &h, &buf, &cap) < 0 ||
-      h.type != AURAL_MSG_WELCOME || parse_json(buf, h.payload_bytes) < 0) {
+      h.type != AURAL_MSG_WELCOME ||
+      aural_proto_decode_welcome(buf, h.payload_bytes, &w, why,
+                                 sizeof why) < 0) {
     fprintf(stderr, "consumer: no WELCOME from %s\n", path);
     return 1;
   }
-  int64_t max_message = json_int(0, "max_message_bytes");
-  if (max_message > 0 && max_message <= UINT32_MAX)
-    max_payload = (uint32_t)max_message;
-  int model = aural_json_get(&js, 0, "model");
-  printf("connected to %s: d_model %lld, %lld frames per chunk\n", path,
-         (long long)json_int(model, "d_model"),
-         (long long)json_int(model, "chunk_frames"));
+  if (w.max_message_bytes > 0) max_payload = w.max_message_bytes;
+  printf("connected to %s: d_model %u, %u frames per chunk\n", path,
+         w.model.d_model, w.model.chunk_frames);
 
   /* 3. SUBSCRIBE to embeddings as float32. */
   aural_msg_subscribe sub = {.all = stream == NULL,
@@ -217,37 +198,41 @@ int main(int argc, char **argv) {
 
   /* 4. Events until the server closes (or the first stream ends). */
   int status = 0;
-  char name[AURAL_PROTO_NAME_MAX + 1], text[256];
   while (read_message(fd, max_payload, &h, &buf, &cap) == 0) {
+    const uint8_t *p = buf;
+    size_t pn = h.payload_bytes;
+    aural_msg_stream_started started;
+    aural_msg_gap gap;
+    aural_msg_stream_ended ended;
+    aural_msg_error error;
     if (h.type == AURAL_MSG_CHUNK) {
-      print_chunk(h.stream_id, buf, h.payload_bytes);
-      continue;
-    }
-    if (parse_json(buf, h.payload_bytes) < 0) continue; /* all JSON now */
-    if (h.type == AURAL_MSG_STREAM_STARTED) {
+      print_chunk(h.stream_id, p, pn);
+    } else if (h.type == AURAL_MSG_STREAM_STARTED &&
+               aural_proto_decode_stream_started(p, pn, &started, why,
+                                                 sizeof why) == 0) {
       int slot = (int)(h.stream_id % MAX_NAMES);
       names[slot].id = h.stream_id;
-      json_str(0, "name", names[slot].name, sizeof names[slot].name);
+      snprintf(names[slot].name, sizeof names[slot].name, "%s", started.name);
       printf("%s  started\n", names[slot].name);
-    } else if (h.type == AURAL_MSG_GAP) {
-      printf("%s  lost chunks %lld..%lld\n", stream_name(h.stream_id),
-             (long long)json_int(0, "first_chunk"),
-             (long long)(json_int(0, "first_chunk") +
-                         json_int(0, "n_chunks") - 1));
-    } else if (h.type == AURAL_MSG_STREAM_ENDED) {
-      json_str(0, "reason", text, sizeof text);
-      printf("%s  ended (%s): %lld frames, %lld chunks\n",
-             stream_name(h.stream_id), text,
-             (long long)json_int(0, "frames"),
-             (long long)json_int(0, "chunks"));
+    } else if (h.type == AURAL_MSG_GAP &&
+               aural_proto_decode_gap(p, pn, &gap, why, sizeof why) == 0) {
+      printf("%s  lost chunks %llu..%llu\n", stream_name(h.stream_id),
+             (unsigned long long)gap.first_chunk,
+             (unsigned long long)(gap.first_chunk + gap.n_chunks - 1));
+    } else if (h.type == AURAL_MSG_STREAM_ENDED &&
+               aural_proto_decode_stream_ended(p, pn, &ended, why,
+                                               sizeof why) == 0) {
+      printf("%s  ended (%s): %llu frames, %llu chunks\n",
+             stream_name(h.stream_id), aural_end_reason_name(ended.reason),
+             (unsigned long long)ended.frames,
+             (unsigned long long)ended.chunks);
       if (until_end) break;
-    } else if (h.type == AURAL_MSG_ERROR) {
-      bool fatal = false;
-      json_str(0, "name", name, sizeof name);
-      json_str(0, "message", text, sizeof text);
-      aural_json_bool(&js, aural_json_get(&js, 0, "fatal"), &fatal);
-      fprintf(stderr, "consumer: server error %s: %s\n", name, text);
-      if (fatal) {
+    } else if (h.type == AURAL_MSG_ERROR &&
+               aural_proto_decode_error(p, pn, &error, why, sizeof why) ==
+                   0) {
+      fprintf(stderr, "consumer: server error %s: %s\n", error.name,
+              error.message);
+      if (error.fatal) {
         status = 1;
         break;
       }

@@ -3,7 +3,8 @@
  * bytes are what a peer sent. The first 16 go to the header decoder; the
  * rest (the whole input when it is shorter) is the payload handed to every
  * payload decoder: the JSON reader with every accessor over every token,
- * the four request decoders, the CHUNK decoder. Build and run with
+ * the request decoders, every server message's decoder (lists read entry
+ * by entry), the CHUNK decoder. Build and run with
  * tools/fuzz.sh.
  *
  * Beyond "no crash, no leak, no undefined behaviour", the target aborts (a
@@ -16,6 +17,9 @@
  *   - a request that decodes obeys PROTOCOL.md §4's ranges, and encoding
  *     and decoding it again gives the same struct; a refusal names the
  *     request in why;
+ *   - a server message that decodes encodes again to bytes that decode and
+ *     encode to the same bytes; lists read back every entry they counted;
+ *     a refusal names the message in why;
  *   - a CHUNK that decodes has exactly the length its header implies, its
  *     sections inside the payload, and its fixed part writes back the same;
  *   - any bytes written as a JSON string with aural_jw, or as the message
@@ -433,6 +437,139 @@ static void check_requests(const uint8_t *p, size_t n) {
   }
 }
 
+/* --- server messages ------------------------------------------------------- */
+
+/* Encodes a decoded struct again, decodes that, and encodes the result: the
+ * two encodings must be the same bytes. */
+#define ROUND_TRIP(T, what, decode, encode_args)                              \
+  do {                                                                        \
+    T m_, m2_;                                                                \
+    why[0] = '\0';                                                            \
+    if (decode(p, n, &m_, why, sizeof why) != 0) {                            \
+      check_why(why, what);                                                   \
+      break;                                                                  \
+    }                                                                         \
+    T *m = &m_;                                                               \
+    size_t k = encode_args;                                                   \
+    CHECK(k > AURAL_PROTO_HEADER_BYTES && k <= sizeof msg);                   \
+    memcpy(msg2, msg, k);                                                     \
+    CHECK(decode(msg2 + AURAL_PROTO_HEADER_BYTES,                             \
+                 k - AURAL_PROTO_HEADER_BYTES, &m2_, why, sizeof why) == 0);  \
+    m = &m2_;                                                                 \
+    CHECK((encode_args) == k && memcmp(msg, msg2, k) == 0);                   \
+  } while (0)
+
+static uint8_t msg[1 << 20], msg2[1 << 20];
+
+static void check_simple_server_messages(const uint8_t *p, size_t n) {
+  char why[256];
+  ROUND_TRIP(aural_msg_subscribed, "subscribed: ", aural_proto_decode_subscribed,
+             aural_proto_encode_subscribed(msg, sizeof msg, m));
+  ROUND_TRIP(aural_msg_stream_started, "stream_started: ",
+             aural_proto_decode_stream_started,
+             aural_proto_encode_stream_started(msg, sizeof msg, 1, m));
+  ROUND_TRIP(aural_msg_stream_ended, "stream_ended: ",
+             aural_proto_decode_stream_ended,
+             aural_proto_encode_stream_ended(msg, sizeof msg, 1, m));
+  ROUND_TRIP(aural_msg_gap, "gap: ", aural_proto_decode_gap,
+             aural_proto_encode_gap(msg, sizeof msg, 1, m));
+  ROUND_TRIP(aural_msg_audio_opened, "audio_opened: ",
+             aural_proto_decode_audio_opened,
+             aural_proto_encode_audio_opened(msg, sizeof msg, m));
+  ROUND_TRIP(aural_msg_audio_closed, "audio_closed: ",
+             aural_proto_decode_audio_closed,
+             aural_proto_encode_audio_closed(msg, sizeof msg, 1, m));
+  ROUND_TRIP(aural_msg_error, "error: ", aural_proto_decode_error,
+             aural_proto_encode_error(msg, sizeof msg, 0, (int)m->code,
+                                      m->message, m->fatal));
+  uint32_t id;
+  why[0] = '\0';
+  if (aural_proto_decode_unsubscribed(p, n, &id, why, sizeof why) == 0)
+    CHECK(id >= 1);
+  else
+    check_why(why, "unsubscribed: ");
+}
+
+/* A WELCOME: its vocabulary reads back token by token, and written again
+ * with those tokens it decodes to the same. */
+static void check_welcome(const uint8_t *p, size_t n) {
+  static const char *vocab[65536];
+  char why[256];
+  aural_msg_welcome w, w2;
+  why[0] = '\0';
+  if (aural_proto_decode_welcome(p, n, &w, why, sizeof why) != 0) {
+    check_why(why, "welcome: ");
+    return;
+  }
+  CHECK(w.model.vocab.n_items == w.model.vocab_size);
+  size_t at = 0;
+  aural_json_list l = w.model.vocab;
+  for (uint32_t i = 0; i < w.model.vocab_size; i++) {
+    CHECK(aural_proto_vocab_next(&l, scratch_a + at, sizeof scratch_a - at) ==
+          1);
+    vocab[i] = scratch_a + at;
+    at += strlen(scratch_a + at) + 1;
+  }
+  CHECK(aural_proto_vocab_next(&l, scratch_a, sizeof scratch_a) == 0);
+  size_t k = aural_proto_encode_welcome(msg, sizeof msg, &w, vocab);
+  CHECK(k > AURAL_PROTO_HEADER_BYTES);
+  CHECK(aural_proto_decode_welcome(msg + AURAL_PROTO_HEADER_BYTES,
+                                   k - AURAL_PROTO_HEADER_BYTES, &w2, why,
+                                   sizeof why) == 0);
+  CHECK(w2.model.vocab_size == w.model.vocab_size && w2.client == w.client &&
+        strcmp(w2.server, w.server) == 0);
+}
+
+/* STREAMS and STATS_REPLY: every entry reads back, and the lists written
+ * again from the entries decode to the same number of them. */
+static void check_lists(const uint8_t *p, size_t n) {
+  char why[256];
+  aural_msg_writer mw;
+  aural_msg_streams s, s2;
+  why[0] = '\0';
+  if (aural_proto_decode_streams(p, n, &s, why, sizeof why) == 0) {
+    aural_stream_info e;
+    aural_proto_streams_begin(&mw, msg, sizeof msg);
+    while (aural_proto_streams_next(&s.streams, &e, why, sizeof why) == 1) {
+      CHECK(aural_proto_valid_name(e.name));
+      aural_proto_streams_add(&mw, &e);
+    }
+    size_t k = aural_proto_streams_end(&mw);
+    CHECK(k > AURAL_PROTO_HEADER_BYTES);
+    CHECK(aural_proto_decode_streams(msg + AURAL_PROTO_HEADER_BYTES,
+                                     k - AURAL_PROTO_HEADER_BYTES, &s2, why,
+                                     sizeof why) == 0);
+    CHECK(s2.streams.n_items == s.streams.index);
+  } else {
+    check_why(why, "streams: ");
+  }
+  aural_msg_stats_reply r, r2;
+  why[0] = '\0';
+  if (aural_proto_decode_stats_reply(p, n, &r, why, sizeof why) != 0) {
+    check_why(why, "stats_reply: ");
+    return;
+  }
+  aural_proto_stats_reply_begin(&mw, msg, sizeof msg, &r);
+  aural_stats_stream st;
+  aural_stats_subscriber sub;
+  while (aural_proto_stats_stream_next(&r.streams, &st, why, sizeof why) == 1)
+    aural_proto_stats_reply_add_stream(&mw, &st);
+  while (aural_proto_stats_subscriber_next(&r.subscribers, &sub, why,
+                                           sizeof why) == 1) {
+    CHECK(sub.all == (sub.stream[0] == '\0'));
+    aural_proto_stats_reply_add_subscriber(&mw, &sub);
+  }
+  size_t k = aural_proto_stats_reply_end(&mw, &r);
+  CHECK(k > AURAL_PROTO_HEADER_BYTES);
+  CHECK(aural_proto_decode_stats_reply(msg + AURAL_PROTO_HEADER_BYTES,
+                                       k - AURAL_PROTO_HEADER_BYTES, &r2, why,
+                                       sizeof why) == 0);
+  CHECK(r2.streams.n_items == r.streams.n_items &&
+        r2.subscribers.n_items == r.subscribers.n_items &&
+        r2.next_streams_before == r.next_streams_before &&
+        r2.next_clients_before == r.next_clients_before);
+}
+
 /* --- CHUNK and f16 ------------------------------------------------------------ */
 
 static void check_chunk(const uint8_t *p, size_t n) {
@@ -508,6 +645,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (n > 65536) return 0; /* beyond the scratch space */
   check_json(p, n);
   check_requests(p, n);
+  check_simple_server_messages(p, n);
+  check_welcome(p, n);
+  check_lists(p, n);
   check_chunk(p, n);
   check_writer(p, n);
   check_raw_and_error(p, n);

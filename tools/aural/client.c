@@ -49,40 +49,6 @@ int64_t client_realtime_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* --- JSON helpers ---------------------------------------------------- */
-
-int client_json_int(const cJSON *obj, const char *key, int64_t lo, int64_t hi,
-                    int64_t *out) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-  if (!cJSON_IsNumber(v)) return -1;
-  double d = v->valuedouble;
-  /* Integers are exact in a double up to 2^53, which covers every count
-   * and id and microsecond time the protocol carries. */
-  if (!(d >= (double)lo && d <= (double)hi) || d != (double)(int64_t)d)
-    return -1;
-  *out = (int64_t)d;
-  return 0;
-}
-
-const char *client_json_str(const cJSON *obj, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-  return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-int client_json_num(const cJSON *obj, const char *key, double *out) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-  if (!cJSON_IsNumber(v)) return -1;
-  *out = v->valuedouble;
-  return 0;
-}
-
-int client_json_bool(const cJSON *obj, const char *key, bool *out) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-  if (!cJSON_IsBool(v)) return -1;
-  *out = cJSON_IsTrue(v);
-  return 0;
-}
-
 /* --- I/O ------------------------------------------------------------- */
 
 int client_send(aural_client *c, const uint8_t *msg, size_t n, char *err,
@@ -151,33 +117,62 @@ static int read_full(aural_client *c, uint8_t *p, size_t n, const char *what,
   return 0;
 }
 
-static bool is_json_type(int type) {
-  switch (type) {
+/* Decodes the payload of a server message into m->u. PONG and CHUNK are
+ * left to the caller. */
+static int decode_payload(client_msg *m, char *why, size_t why_len) {
+  const uint8_t *p = m->payload;
+  size_t n = m->h.payload_bytes;
+  switch (m->h.type) {
   case AURAL_MSG_WELCOME:
+    return aural_proto_decode_welcome(p, n, &m->u.welcome, why, why_len);
   case AURAL_MSG_ERROR:
+    return aural_proto_decode_error(p, n, &m->u.error, why, why_len);
+  case AURAL_MSG_PONG:
+    return aural_proto_decode_pong(p, n, why, why_len);
   case AURAL_MSG_STREAMS:
+    return aural_proto_decode_streams(p, n, &m->u.streams, why, why_len);
   case AURAL_MSG_SUBSCRIBED:
+    return aural_proto_decode_subscribed(p, n, &m->u.subscribed, why,
+                                         why_len);
   case AURAL_MSG_UNSUBSCRIBED:
+    return aural_proto_decode_unsubscribed(p, n, &m->u.unsubscribed, why,
+                                           why_len);
   case AURAL_MSG_STREAM_STARTED:
+    return aural_proto_decode_stream_started(p, n, &m->u.started, why,
+                                             why_len);
   case AURAL_MSG_STREAM_ENDED:
+    return aural_proto_decode_stream_ended(p, n, &m->u.ended, why, why_len);
   case AURAL_MSG_GAP:
+    return aural_proto_decode_gap(p, n, &m->u.gap, why, why_len);
   case AURAL_MSG_AUDIO_OPENED:
+    return aural_proto_decode_audio_opened(p, n, &m->u.opened, why, why_len);
   case AURAL_MSG_AUDIO_CLOSED:
+    return aural_proto_decode_audio_closed(p, n, &m->u.closed, why, why_len);
   case AURAL_MSG_STATS_REPLY:
-    return true;
+    return aural_proto_decode_stats_reply(p, n, &m->u.stats, why, why_len);
   default:
-    return false;
+    return 0;
   }
 }
 
 static bool is_server_type(int type) {
-  return is_json_type(type) || type == AURAL_MSG_PONG ||
-         type == AURAL_MSG_CHUNK;
+  switch (type) {
+  case AURAL_MSG_HELLO:
+  case AURAL_MSG_PING:
+  case AURAL_MSG_LIST_STREAMS:
+  case AURAL_MSG_SUBSCRIBE:
+  case AURAL_MSG_UNSUBSCRIBE:
+  case AURAL_MSG_AUDIO_OPEN:
+  case AURAL_MSG_AUDIO_DATA:
+  case AURAL_MSG_AUDIO_CLOSE:
+  case AURAL_MSG_STATS:
+    return false;
+  default:
+    return true;
+  }
 }
 
 int client_read(aural_client *c, client_msg *m, char *err, size_t err_len) {
-  cJSON_Delete(c->json);
-  c->json = NULL;
   memset(m, 0, sizeof *m);
 
   uint8_t hb[AURAL_PROTO_HEADER_BYTES];
@@ -211,7 +206,7 @@ int client_read(aural_client *c, client_msg *m, char *err, size_t err_len) {
   }
 
   size_t n = m->h.payload_bytes;
-  if (n + 1 > c->cap) { /* +1: room for a NUL after JSON text */
+  if (n + 1 > c->cap) { /* +1: room for a NUL after the payload */
     size_t cap = c->cap ? c->cap : 4096;
     while (cap < n + 1) cap *= 2;
     uint8_t *p = realloc(c->buf, cap);
@@ -229,108 +224,82 @@ int client_read(aural_client *c, client_msg *m, char *err, size_t err_len) {
   c->buf[n] = 0;
   m->payload = c->buf;
 
-  if (is_json_type(m->h.type)) {
-    c->json = cJSON_ParseWithLength((const char *)c->buf, n);
-    if (c->json == NULL || !cJSON_IsObject(c->json)) {
-      snprintf(err, err_len, "%s: aurald sent a %s whose payload is not a "
-               "JSON object", c->path, aural_msg_type_name(m->h.type));
-      return -1;
-    }
-    m->json = c->json;
+  char why[256];
+  if (decode_payload(m, why, sizeof why) != 0) {
+    snprintf(err, err_len, "%s: aurald sent a malformed %s: %s", c->path,
+             aural_msg_type_name(m->h.type), why);
+    return -1;
   }
   return 0;
 }
 
 int client_error(const client_msg *m, char *out, size_t len, bool *fatal) {
-  int64_t code = 0;
-  bool f = true;
-  const char *name = NULL, *msg = NULL;
-  if (m->json != NULL) {
-    client_json_int(m->json, "code", 0, 1 << 30, &code);
-    client_json_bool(m->json, "fatal", &f);
-    name = client_json_str(m->json, "name");
-    msg = client_json_str(m->json, "message");
-  }
-  if (name == NULL) name = aural_proto_error_name((int)code);
-  if (msg == NULL || msg[0] == '\0') msg = aural_proto_strerror((int)code);
+  const aural_msg_error *e = &m->u.error;
+  const char *name = e->name[0] ? e->name : aural_proto_error_name((int)e->code);
+  const char *msg =
+      e->message[0] ? e->message : aural_proto_strerror((int)e->code);
   snprintf(out, len, "%s: %s", name ? name : "ERROR", msg);
-  if (fatal != NULL) *fatal = f;
-  return (int)code;
+  if (fatal != NULL) *fatal = e->fatal;
+  return (int)e->code;
 }
 
 /* --- connect and handshake -------------------------------------------- */
 
-static int parse_welcome(aural_client *c, const cJSON *w, char *err,
+/* A model dimension from WELCOME within lo..hi (and a whole number). */
+static bool model_dim(double v, double lo, double hi, uint32_t *out) {
+  if (!(v >= lo && v <= hi) || v != (double)(uint32_t)v) return false;
+  *out = (uint32_t)v;
+  return true;
+}
+
+static int parse_welcome(aural_client *c, aural_msg_welcome *w, char *err,
                          size_t err_len) {
-  int64_t v = 0;
+  const aural_msg_model *mm = &w->model;
+  client_model *cm = &c->model;
   const char *bad = NULL;
-  if (client_json_int(w, "version", 1, 31, &v) < 0 ||
-      v != AURAL_PROTO_VERSION)
-    bad = "version";
-  c->version = (uint32_t)v;
-  const char *server = client_json_str(w, "server");
-  snprintf(c->server, sizeof c->server, "%s", server ? server : "aurald");
-  if (!bad && client_json_int(w, "max_request_bytes", 16, UINT32_MAX, &v) < 0)
-    bad = "max_request_bytes";
-  c->max_request_bytes = (uint32_t)v;
-  if (!bad &&
-      client_json_int(w, "max_message_bytes", 1024, UINT32_MAX, &v) < 0)
-    bad = "max_message_bytes";
-  c->max_message_bytes = (uint32_t)v;
-  const cJSON *model = cJSON_GetObjectItemCaseSensitive(w, "model");
-  if (!bad && !cJSON_IsObject(model)) bad = "model";
-  static const struct {
-    const char *key;
-    size_t off;
-    int64_t lo, hi;
-  } fields[] = {
-      {"sample_rate", offsetof(client_model, sample_rate), 1, 10000000},
-      {"n_mels", offsetof(client_model, n_mels), 1, 100000},
-      {"frame_ms", offsetof(client_model, frame_ms), 1, 100000},
-      {"d_model", offsetof(client_model, d_model), 1, 1 << 20},
-      {"n_layers", offsetof(client_model, n_layers), 0, 100000},
-      {"window", offsetof(client_model, window), 1, 1 << 24},
-      {"chunk_frames", offsetof(client_model, chunk_frames), 1, 1 << 24},
-      {"vocab_size", offsetof(client_model, vocab_size), 0, 1 << 24},
-  };
-  char field[64];
-  for (size_t i = 0; !bad && i < sizeof fields / sizeof fields[0]; i++) {
-    if (client_json_int(model, fields[i].key, fields[i].lo, fields[i].hi,
-                        &v) < 0) {
-      snprintf(field, sizeof field, "model.%s", fields[i].key);
-      bad = field;
-      break;
-    }
-    *(uint32_t *)((char *)&c->model + fields[i].off) = (uint32_t)v;
-  }
-  const cJSON *vocab =
-      bad ? NULL : cJSON_GetObjectItemCaseSensitive(model, "vocab");
-  if (!bad && (!cJSON_IsArray(vocab) ||
-               (uint32_t)cJSON_GetArraySize(vocab) != c->model.vocab_size))
-    bad = "model.vocab (not an array of vocab_size strings)";
-  if (!bad && c->model.vocab_size > 0) {
-    c->model.vocab = calloc(c->model.vocab_size, sizeof *c->model.vocab);
-    if (c->model.vocab == NULL) {
-      snprintf(err, err_len, "out of memory for the vocabulary");
-      return -1;
-    }
-    uint32_t i = 0;
-    const cJSON *tok;
-    cJSON_ArrayForEach(tok, vocab) {
-      if (!cJSON_IsString(tok) ||
-          (c->model.vocab[i] = strdup(tok->valuestring)) == NULL) {
-        snprintf(field, sizeof field, "model.vocab[%u]", i);
-        bad = field;
-        break;
-      }
-      i++;
-    }
-  }
+  c->version = w->version;
+  snprintf(c->server, sizeof c->server, "%.*s", (int)sizeof c->server - 1,
+           w->server);
+  c->max_request_bytes = w->max_request_bytes;
+  c->max_message_bytes = w->max_message_bytes;
+  if (w->version != AURAL_PROTO_VERSION) bad = "version";
+  else if (w->max_request_bytes < 16) bad = "max_request_bytes";
+  else if (w->max_message_bytes < 1024) bad = "max_message_bytes";
+  else if (!model_dim(mm->sample_rate, 1, 10000000, &cm->sample_rate))
+    bad = "model.sample_rate";
+  else if (!model_dim(mm->n_mels, 1, 100000, &cm->n_mels)) bad = "model.n_mels";
+  else if (!model_dim(mm->frame_ms, 1, 100000, &cm->frame_ms))
+    bad = "model.frame_ms";
+  else if (!model_dim(mm->d_model, 1, 1 << 20, &cm->d_model))
+    bad = "model.d_model";
+  else if (!model_dim(mm->n_layers, 0, 100000, &cm->n_layers))
+    bad = "model.n_layers";
+  else if (!model_dim(mm->window, 1, 1 << 24, &cm->window)) bad = "model.window";
+  else if (!model_dim(mm->chunk_frames, 1, 1 << 24, &cm->chunk_frames))
+    bad = "model.chunk_frames";
+  else if (!model_dim(mm->vocab_size, 0, 1 << 24, &cm->vocab_size))
+    bad = "model.vocab_size";
   if (bad) {
     snprintf(err, err_len, "%s: WELCOME from aurald has no valid %s", c->path,
              bad);
     return -1;
   }
+  if (cm->vocab_size > 0) {
+    cm->vocab = calloc(cm->vocab_size, sizeof *cm->vocab);
+    if (cm->vocab == NULL) {
+      snprintf(err, err_len, "out of memory for the vocabulary");
+      return -1;
+    }
+  }
+  /* The decoder checked every token; they are copied one by one. */
+  char tok[AURAL_PROTO_TEXT_MAX + 1];
+  aural_json_list l = w->model.vocab;
+  for (uint32_t i = 0; i < cm->vocab_size; i++)
+    if (aural_proto_vocab_next(&l, tok, sizeof tok) != 1 ||
+        (cm->vocab[i] = strdup(tok)) == NULL) {
+      snprintf(err, err_len, "out of memory for the vocabulary");
+      return -1;
+    }
   return 0;
 }
 
@@ -538,7 +507,7 @@ int client_connect(const char *path, const char *name, aural_client **out,
              path, aural_msg_type_name(m.h.type));
     goto fail;
   }
-  if (parse_welcome(c, m.json, err, err_len) < 0) goto fail;
+  if (parse_welcome(c, &m.u.welcome, err, err_len) < 0) goto fail;
   *out = c;
   return 0;
 fail:
@@ -553,7 +522,6 @@ void client_close(aural_client *c) {
     for (uint32_t i = 0; i < c->model.vocab_size; i++)
       free(c->model.vocab[i]);
   free(c->model.vocab);
-  cJSON_Delete(c->json);
   free(c->buf);
   free(c);
 }

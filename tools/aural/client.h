@@ -9,13 +9,12 @@
  *   }
  *   client_send_raw(c, AURAL_MSG_STATS, 0, NULL, 0, err, sizeof err);
  *   client_msg m;
- *   while (client_read(c, &m, err, sizeof err) == 0) { ... m.json ... }
+ *   while (client_read(c, &m, err, sizeof err) == 0) { ... m.u.stats ... }
  *   client_close(c);
  *
- * Messages are framed and encoded with proto/; JSON from the server is
- * parsed with cJSON (a WELCOME with a large vocabulary or a STATS_REPLY
- * with many streams can exceed the token limit of proto's reader). Nothing
- * here is thread-safe; a client belongs to one thread.
+ * Messages are framed, encoded and decoded with proto/: every JSON message
+ * from the server arrives decoded into its typed struct. Nothing here is
+ * thread-safe; a client belongs to one thread.
  */
 #ifndef AURAL_TOOLS_CLIENT_H
 #define AURAL_TOOLS_CLIENT_H
@@ -23,8 +22,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include <cjson/cJSON.h>
 
 #include <aural/proto.h>
 
@@ -51,16 +48,28 @@ typedef struct aural_client {
   client_model model;
   uint8_t *buf;                 /* the last message read */
   size_t cap;
-  cJSON *json;                  /* its parsed JSON payload, or NULL */
   bool closed;                  /* the server closed the connection */
 } aural_client;
 
-/* One message from the server. payload and json belong to the client and
- * stay valid until the next client_read(). */
+/* One message from the server. payload (and the lists of u, which point
+ * into it) belong to the client and stay valid until the next
+ * client_read(). */
 typedef struct client_msg {
   aural_msg_header h;
   const uint8_t *payload; /* h.payload_bytes bytes */
-  const cJSON *json;      /* the payload parsed, for JSON message types */
+  union {                 /* the payload decoded, by h.type */
+    aural_msg_welcome welcome;
+    aural_msg_error error;
+    aural_msg_streams streams;
+    aural_msg_subscribed subscribed;
+    uint32_t unsubscribed; /* the subscription id */
+    aural_msg_stream_started started;
+    aural_msg_stream_ended ended;
+    aural_msg_gap gap;
+    aural_msg_audio_opened opened;
+    aural_msg_audio_closed closed;
+    aural_msg_stats_reply stats;
+  } u;
 } client_msg;
 
 /* The socket path used without -s: $AURAL_SOCKET if set and non-empty, else
@@ -93,7 +102,8 @@ int client_send(aural_client *c, const uint8_t *msg, size_t n, char *err,
 int client_send_raw(aural_client *c, uint8_t type, uint32_t stream_id,
                     const void *payload, size_t n, char *err, size_t err_len);
 
-/* Reads one whole message. Returns 0; 1 when the server closed the
+/* Reads one whole message and decodes its payload into m->u (a payload
+ * that does not decode is an error). Returns 0; 1 when the server closed the
  * connection cleanly between messages; -1 on a read error, a truncated or
  * malformed message (err set; c->closed tells whether the server closed the
  * connection in the middle of a message); -EINTR when a signal interrupted
@@ -103,15 +113,6 @@ int client_read(aural_client *c, client_msg *m, char *err, size_t err_len);
 /* For an ERROR message: writes "NAME: message" into out, and returns the
  * code (positive) with *fatal as the server said. */
 int client_error(const client_msg *m, char *out, size_t len, bool *fatal);
-
-/* JSON helpers over a parsed payload: the member key as an integer in
- * lo..hi, a string, a number, a boolean. They return -1 (and leave *out)
- * when the member is missing or has another type or range. */
-int client_json_int(const cJSON *obj, const char *key, int64_t lo, int64_t hi,
-                    int64_t *out);
-const char *client_json_str(const cJSON *obj, const char *key);
-int client_json_num(const cJSON *obj, const char *key, double *out);
-int client_json_bool(const cJSON *obj, const char *key, bool *out);
 
 /* Microseconds since the Unix epoch (CLOCK_REALTIME), as the server's
  * time fields. */

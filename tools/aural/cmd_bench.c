@@ -17,10 +17,28 @@
 #include <immintrin.h>
 
 #include <aural.h>
-#include <cjson/cJSON.h>
+#include <aural/proto.h>
 
 #include "cli.h"
 #include "synth_model.h"
+
+/* s as a quoted, escaped JSON string (malloc'd), or NULL when out of
+ * memory. */
+static char *json_string(const char *s) {
+  size_t cap = 6 * strlen(s) + 3;
+  char *out = malloc(cap);
+  if (out == NULL) return NULL;
+  aural_jw w;
+  aural_jw_init(&w, out, cap - 1);
+  aural_jw_string(&w, s);
+  long n = aural_jw_finish(&w);
+  if (n < 0) {
+    free(out);
+    return NULL;
+  }
+  out[n] = '\0';
+  return out;
+}
 
 static void usage(FILE *to) {
   fprintf(to,
@@ -464,9 +482,7 @@ int cmd_bench(int argc, char **argv) {
 
   if (json) {
     /* The model file's path as a JSON string (escaped), or null. */
-    cJSON *path = eb.model_path ? cJSON_CreateString(eb.model_path) : NULL;
-    char *file_json = path ? cJSON_PrintUnformatted(path) : NULL;
-    cJSON_Delete(path);
+    char *file_json = eb.model_path ? json_string(eb.model_path) : NULL;
     printf("{");
     if (run_enc)
       printf("\"gemm\": \"%s\", \"peak_gflops\": %.1f, \"model\": {\"d_model\": "
@@ -503,7 +519,7 @@ int cmd_bench(int argc, char **argv) {
       printf("]");
     }
     printf("}\n");
-    cJSON_free(file_json);
+    free(file_json);
     return EXIT_OK;
   }
   if (run_enc) {

@@ -215,20 +215,21 @@ static size_t on_sub_bytes(load_run *r, const uint8_t *buf, size_t len,
       load_stream *s = &r->st[idx - 1];
       if (h.type == AURAL_MSG_CHUNK) on_chunk(r, s, p, h.payload_bytes, now);
       else if (h.type == AURAL_MSG_GAP) {
-        aural_json js;
-        int64_t k = 0;
-        if (aural_json_parse(&js, (const char *)p, h.payload_bytes, NULL,
-                             0) == 0)
-          aural_json_int(&js, aural_json_get(&js, 0, "n_chunks"), 0,
-                         INT64_MAX, &k);
-        s->lost += (uint64_t)k;
+        aural_msg_gap g;
+        if (aural_proto_decode_gap(p, h.payload_bytes, &g, NULL, 0) == 0)
+          s->lost += g.n_chunks;
         s->gaps++;
       } else if (h.type == AURAL_MSG_STREAM_ENDED) {
         s->ended = true;
       }
     } else if (h.type == AURAL_MSG_ERROR) {
-      fprintf(stderr, "aural load: server error: %.*s\n",
-              (int)h.payload_bytes, p);
+      aural_msg_error e;
+      if (aural_proto_decode_error(p, h.payload_bytes, &e, NULL, 0) == 0)
+        fprintf(stderr, "aural load: server error: %s: %s\n", e.name,
+                e.message);
+      else
+        fprintf(stderr, "aural load: malformed server error: %.*s\n",
+                (int)h.payload_bytes, p);
       *fatal = true;
     }
     at += total;

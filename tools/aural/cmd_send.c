@@ -246,8 +246,7 @@ static int run(send_job *job) {
     goto done;
   }
   job->stream_id = m.h.stream_id;
-  const char *given = client_json_str(m.json, "name");
-  if (given != NULL) snprintf(job->name, sizeof job->name, "%s", given);
+  snprintf(job->name, sizeof job->name, "%s", m.u.opened.name);
 
   double t0 = cli_now_s();
   uint64_t sent = 0;
@@ -285,9 +284,8 @@ static int run(send_job *job) {
     if (wait_reply(job, AURAL_MSG_AUDIO_CLOSED, &m) < 0) goto done;
     if (m.h.stream_id == job->stream_id) break;
   }
-  int64_t frames = -1, chunks = -1;
-  client_json_int(m.json, "frames", 0, INT64_MAX, &frames);
-  client_json_int(m.json, "chunks", 0, INT64_MAX, &chunks);
+  int64_t frames = (int64_t)m.u.closed.frames,
+          chunks = (int64_t)m.u.closed.chunks;
   double wall = cli_now_s() - t0, secs = (double)sent / rate;
   if (!job->quiet)
     printf("%s: %.2f s of %u Hz, %zu channel%s as %s -> stream %u '%s'\n"

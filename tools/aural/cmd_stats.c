@@ -42,81 +42,119 @@ static void usage(FILE *to) {
           client_default_socket(sock, sizeof sock));
 }
 
-/* Prints the member key of obj as a number with the given decimals, in a
- * field of the given width; "-" when it is missing. */
-static void put_num(const cJSON *obj, const char *key, int width,
-                    int decimals) {
-  double v;
-  if (client_json_num(obj, key, &v) < 0)
-    printf(" %*s", width, "-");
-  else
-    printf(" %*.*f", width, decimals, v);
+/* Every page's entries joined, with the first page's counts. */
+typedef struct stats_all {
+  aural_msg_stats_reply head; /* its lists and cursors are not used */
+  aural_stats_stream *streams;
+  size_t n_streams, cap_streams;
+  aural_stats_subscriber *subs;
+  size_t n_subs, cap_subs;
+} stats_all;
+
+static void stats_all_free(stats_all *a) {
+  free(a->streams);
+  free(a->subs);
 }
 
-static void put_str(const cJSON *obj, const char *key, int width) {
-  const char *s = client_json_str(obj, key);
-  printf("%-*s", width, s ? s : "-");
+/* Room for one more element of size bytes in *p (n used, *cap there). */
+static bool grow(void **p, size_t n, size_t *cap, size_t size) {
+  if (n < *cap) return true;
+  size_t c = *cap ? 2 * *cap : 64;
+  void *q = realloc(*p, c * size);
+  if (q == NULL) return false;
+  *p = q;
+  *cap = c;
+  return true;
 }
 
-static void print_table(const cJSON *r) {
-  double up = 0;
-  int64_t clients = -1, workers = -1;
-  client_json_num(r, "uptime_s", &up);
-  client_json_int(r, "clients", 0, INT64_MAX, &clients);
-  client_json_int(r, "workers", 0, INT64_MAX, &workers);
-  printf("aurald up %.1f s, %lld client%s, %lld worker%s\n", up,
-         (long long)clients, clients == 1 ? "" : "s", (long long)workers,
-         workers == 1 ? "" : "s");
-
-  const cJSON *streams = cJSON_GetObjectItemCaseSensitive(r, "streams");
-  if (!cJSON_IsArray(streams)) streams = NULL;
-  const cJSON *s;
-  printf("\nstreams (%d)\n", cJSON_IsArray(streams)
-                                 ? cJSON_GetArraySize(streams) : 0);
+static void print_table(const stats_all *a) {
+  const aural_msg_stats_reply *r = &a->head;
+  printf("aurald up %.1f s, %u client%s, %u worker%s\n", r->uptime_s,
+         r->clients, r->clients == 1 ? "" : "s", r->workers,
+         r->workers == 1 ? "" : "s");
+  printf("\nstreams (%zu)\n", a->n_streams);
   printf("%6s  %-20s %-7s %9s %9s %7s %9s %7s %7s %8s\n", "id", "name",
          "source", "audio_s", "frames", "chunks", "compute_s", "p50_ms",
          "p99_ms", "overruns");
-  cJSON_ArrayForEach(s, streams) {
-    put_num(s, "id", 5, 0);
-    printf("  ");
-    put_str(s, "name", 20);
-    printf(" ");
-    put_str(s, "source", 7);
-    put_num(s, "audio_s", 9, 2);
-    put_num(s, "frames", 9, 0);
-    put_num(s, "chunks", 7, 0);
-    put_num(s, "compute_s", 9, 3);
-    put_num(s, "latency_ms_p50", 7, 1);
-    put_num(s, "latency_ms_p99", 7, 1);
-    put_num(s, "overruns", 8, 0);
-    putchar('\n');
+  for (size_t i = 0; i < a->n_streams; i++) {
+    const aural_stats_stream *s = &a->streams[i];
+    printf(" %5u  %-20s %-7s %9.2f %9llu %7llu %9.3f %7.1f %7.1f %8llu\n",
+           s->info.id, s->info.name, aural_source_name(s->info.source),
+           s->audio_s, (unsigned long long)s->info.frames,
+           (unsigned long long)s->info.chunks, s->compute_s,
+           s->latency_ms_p50, s->latency_ms_p99,
+           (unsigned long long)s->overruns);
   }
-
-  const cJSON *subs = cJSON_GetObjectItemCaseSensitive(r, "subscribers");
-  if (!cJSON_IsArray(subs)) subs = NULL;
-  printf("\nsubscribers (%d)\n",
-         cJSON_IsArray(subs) ? cJSON_GetArraySize(subs) : 0);
+  printf("\nsubscribers (%zu)\n", a->n_subs);
   printf("%7s %6s  %-20s %11s %11s %8s\n", "client", "sub", "stream",
          "queue_bytes", "chunks_sent", "dropped");
-  cJSON_ArrayForEach(s, subs) {
-    bool all = false;
-    put_num(s, "client", 6, 0);
-    put_num(s, "subscription", 6, 0);
-    printf("  ");
-    if (client_json_bool(s, "all", &all) == 0 && all)
-      printf("%-20s", "(all)");
-    else
-      put_str(s, "stream", 20);
-    put_num(s, "queue_bytes", 11, 0);
-    put_num(s, "chunks_sent", 11, 0);
-    put_num(s, "chunks_dropped", 8, 0);
-    putchar('\n');
+  for (size_t i = 0; i < a->n_subs; i++) {
+    const aural_stats_subscriber *s = &a->subs[i];
+    printf(" %6u %6u  %-20s %11llu %11llu %8llu\n", s->client,
+           s->subscription, s->all ? "(all)" : s->stream,
+           (unsigned long long)s->queue_bytes,
+           (unsigned long long)s->chunks_sent,
+           (unsigned long long)s->chunks_dropped);
   }
 }
 
-/* One STATS page (the reply, parsed into *out) from the given cursors. */
+/* The joined statistics as one STATS_REPLY payload without cursors,
+ * written by proto's encoder. Returns 0 or -1 (out of memory). */
+static int print_json(const stats_all *a) {
+  size_t cap = 4096 + a->n_streams * 1024 + a->n_subs * 768;
+  uint8_t *buf = malloc(cap);
+  if (buf == NULL) return -1;
+  aural_msg_stats_reply head = a->head;
+  head.next_streams_before = head.next_clients_before = 0;
+  aural_msg_writer mw;
+  aural_proto_stats_reply_begin(&mw, buf, cap, &head);
+  for (size_t i = 0; i < a->n_streams; i++)
+    aural_proto_stats_reply_add_stream(&mw, &a->streams[i]);
+  for (size_t i = 0; i < a->n_subs; i++)
+    aural_proto_stats_reply_add_subscriber(&mw, &a->subs[i]);
+  size_t n = aural_proto_stats_reply_end(&mw, &head);
+  if (n > 0)
+    printf("%.*s\n", (int)(n - AURAL_PROTO_HEADER_BYTES),
+           (const char *)buf + AURAL_PROTO_HEADER_BYTES);
+  free(buf);
+  return n > 0 ? 0 : -1;
+}
+
+/* Appends the entries of one decoded page to a. */
+static int append_page(stats_all *a, aural_msg_stats_reply *r, char *err,
+                       size_t err_len) {
+  char why[256];
+  int rc = 1;
+  while (rc == 1) {
+    if (!grow((void **)&a->streams, a->n_streams, &a->cap_streams,
+              sizeof *a->streams))
+      goto oom;
+    rc = aural_proto_stats_stream_next(&r->streams,
+                                       &a->streams[a->n_streams], why,
+                                       sizeof why);
+    if (rc == 1) a->n_streams++;
+  }
+  if (rc == 0) rc = 1;
+  while (rc == 1) {
+    if (!grow((void **)&a->subs, a->n_subs, &a->cap_subs, sizeof *a->subs))
+      goto oom;
+    rc = aural_proto_stats_subscriber_next(&r->subscribers,
+                                           &a->subs[a->n_subs], why,
+                                           sizeof why);
+    if (rc == 1) a->n_subs++;
+  }
+  if (rc < 0) snprintf(err, err_len, "malformed STATS_REPLY: %s", why);
+  return rc;
+oom:
+  snprintf(err, err_len, "out of memory");
+  return -1;
+}
+
+/* One STATS page from the given cursors, appended to a; its cursors in
+ * *next. */
 static int stats_page(aural_client *cl, const aural_msg_stats *req,
-                      cJSON **out, char *err, size_t err_len) {
+                      stats_all *a, aural_msg_stats *next, char *err,
+                      size_t err_len) {
   uint8_t buf[128];
   size_t n = aural_proto_encode_stats(buf, sizeof buf, req);
   if (client_send(cl, buf, n, err, err_len) < 0) return -1;
@@ -130,20 +168,13 @@ static int stats_page(aural_client *cl, const aural_msg_stats *req,
       client_error(&m, err, err_len, NULL);
       return -1;
     }
-    if (m.h.type != AURAL_MSG_STATS_REPLY || m.json == NULL) continue;
-    *out = cJSON_Duplicate(m.json, 1);
-    if (*out == NULL) snprintf(err, err_len, "out of memory");
-    return *out != NULL ? 0 : -1;
+    if (m.h.type != AURAL_MSG_STATS_REPLY) continue;
+    if (req->streams_before == 0 && req->clients_before == 0)
+      a->head = m.u.stats;
+    next->streams_before = m.u.stats.next_streams_before;
+    next->clients_before = m.u.stats.next_clients_before;
+    return append_page(a, &m.u.stats, err, err_len);
   }
-}
-
-/* Moves the items of page's array `key` to the end of all's. */
-static void append_items(cJSON *all, const cJSON *page, const char *key) {
-  cJSON *to = cJSON_GetObjectItemCaseSensitive(all, key);
-  cJSON *from = cJSON_GetObjectItemCaseSensitive(page, key);
-  if (!cJSON_IsArray(to) || !cJSON_IsArray(from)) return;
-  while (cJSON_GetArraySize(from) > 0)
-    cJSON_AddItemToArray(to, cJSON_DetachItemFromArray(from, 0));
 }
 
 /* The whole statistics: the first page, with the streams and subscribers
@@ -151,37 +182,17 @@ static void append_items(cJSON *all, const cJSON *page, const char *key) {
  * most 256 streams and 1,024 subscriptions, PROTOCOL.md section 4.15).
  * Pages are walked by id, so streams that start meanwhile are not listed
  * and none is listed twice. */
-static int stats_all_pages(aural_client *cl, cJSON **out, char *err,
+static int stats_all_pages(aural_client *cl, stats_all *a, char *err,
                            size_t err_len) {
   aural_msg_stats req = {0, 0};
-  cJSON *all = NULL;
   for (int page = 0; page < 1 << 20; page++) {
-    cJSON *r;
-    if (stats_page(cl, &req, &r, err, err_len) < 0) {
-      cJSON_Delete(all);
-      return -1;
-    }
-    int64_t next_s = 0, next_c = 0;
-    client_json_int(r, "next_streams_before", 1, UINT32_MAX, &next_s);
-    client_json_int(r, "next_clients_before", 1, UINT32_MAX, &next_c);
-    if (all == NULL) {
-      all = r;
-    } else {
-      append_items(all, r, "streams");
-      append_items(all, r, "subscribers");
-      cJSON_Delete(r);
-    }
-    if (next_s == 0 && next_c == 0) {
-      cJSON_DeleteItemFromObjectCaseSensitive(all, "next_streams_before");
-      cJSON_DeleteItemFromObjectCaseSensitive(all, "next_clients_before");
-      *out = all;
-      return 0;
-    }
+    aural_msg_stats next;
+    if (stats_page(cl, &req, a, &next, err, err_len) < 0) return -1;
+    if (next.streams_before == 0 && next.clients_before == 0) return 0;
     /* A list that is complete is asked past its end on later pages. */
-    req.streams_before = next_s ? (uint32_t)next_s : 1;
-    req.clients_before = next_c ? (uint32_t)next_c : 1;
+    req.streams_before = next.streams_before ? next.streams_before : 1;
+    req.clients_before = next.clients_before ? next.clients_before : 1;
   }
-  cJSON_Delete(all);
   snprintf(err, err_len, "the statistics never ended");
   return -1;
 }
@@ -219,16 +230,21 @@ int cmd_stats(int argc, char **argv) {
     return EXIT_FAIL;
   }
   int rc = EXIT_FAIL;
-  cJSON *all = NULL;
-  if (stats_all_pages(cl, &all, err, sizeof err) < 0) goto fail;
-  if (json) {
-    char *text = cJSON_PrintUnformatted(all);
-    if (text != NULL) puts(text);
-    free(text);
-  } else {
-    print_table(all);
+  stats_all all = {0};
+  if (stats_all_pages(cl, &all, err, sizeof err) < 0) {
+    stats_all_free(&all);
+    goto fail;
   }
-  cJSON_Delete(all);
+  if (json) {
+    if (print_json(&all) < 0) {
+      snprintf(err, sizeof err, "out of memory");
+      stats_all_free(&all);
+      goto fail;
+    }
+  } else {
+    print_table(&all);
+  }
+  stats_all_free(&all);
   rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_FAIL;
   client_close(cl);
   return rc;

@@ -273,14 +273,11 @@ static double mean_norm(const float *x, size_t rows, size_t dim) {
 static int on_started(sub_job *job, const client_msg *m) {
   sub_stream *s = get_stream(job, m->h.stream_id);
   if (s == NULL) goto oom;
-  const char *name = client_json_str(m->json, "name");
-  if (name != NULL) snprintf(s->name, sizeof s->name, "%s", name);
-  int64_t next = 0, rate = 0, channels = 0, start_us = 0;
-  client_json_int(m->json, "next_chunk", 0, INT64_MAX, &next);
-  client_json_int(m->json, "sample_rate", 0, INT64_MAX, &rate);
-  client_json_int(m->json, "channels", 0, INT64_MAX, &channels);
-  client_json_int(m->json, "start_us", INT64_MIN, INT64_MAX, &start_us);
-  const char *source = client_json_str(m->json, "source");
+  const aural_msg_stream_started *st = &m->u.started;
+  snprintf(s->name, sizeof s->name, "%s", st->name);
+  int64_t next = (int64_t)st->next_chunk, rate = (int64_t)st->sample_rate,
+          channels = st->channels, start_us = st->start_us;
+  const char *source = aural_source_name(st->source);
   s->ended = 0;
   s->next_seq = s->first_chunk = (uint64_t)next;
   s->n_chunks = s->n_lost = 0;
@@ -333,10 +330,9 @@ oom:
 static int on_gap(sub_job *job, const client_msg *m) {
   sub_stream *s = get_stream(job, m->h.stream_id);
   if (s == NULL) return -1;
-  int64_t first = 0, n = 0;
-  client_json_int(m->json, "first_chunk", 0, INT64_MAX, &first);
-  client_json_int(m->json, "n_chunks", 0, INT64_MAX, &n);
-  const char *reason = client_json_str(m->json, "reason");
+  int64_t first = (int64_t)m->u.gap.first_chunk,
+          n = (int64_t)m->u.gap.n_chunks;
+  const char *reason = aural_gap_reason_name(m->u.gap.reason);
   job->n_gaps++;
   job->n_lost += (uint64_t)n;
   s->n_lost += (uint64_t)n;
@@ -479,13 +475,11 @@ oom:
 static int on_ended(sub_job *job, const client_msg *m) {
   sub_stream *s = get_stream(job, m->h.stream_id);
   if (s == NULL) return -1;
-  const char *name = client_json_str(m->json, "name");
-  if (name != NULL) snprintf(s->name, sizeof s->name, "%s", name);
-  const char *reason = client_json_str(m->json, "reason");
-  const char *message = client_json_str(m->json, "message");
-  int64_t frames = -1, chunks = -1;
-  client_json_int(m->json, "frames", 0, INT64_MAX, &frames);
-  client_json_int(m->json, "chunks", 0, INT64_MAX, &chunks);
+  const aural_msg_stream_ended *e = &m->u.ended;
+  snprintf(s->name, sizeof s->name, "%s", e->name);
+  const char *reason = aural_end_reason_name(e->reason);
+  const char *message = e->message;
+  int64_t frames = (int64_t)e->frames, chunks = (int64_t)e->chunks;
   s->ended = 1;
   int want_text = (job->outputs & AURAL_OUT_TEXT) != 0;
 

@@ -13,6 +13,16 @@
  *   if (rc == AURAL_PROTO_MORE) { read more }
  *   else if (rc < 0) { send ERROR with aural_proto_error_name(rc), close }
  *   else { payload = in + AURAL_PROTO_HEADER_BYTES, h.payload_bytes long }
+ *
+ *   aural_msg_stats_reply r;         (each server message has its decoder)
+ *   char why[256];
+ *   if (aural_proto_decode_stats_reply(payload, h.payload_bytes, &r, why,
+ *                                      sizeof why) == 0) {
+ *     aural_stats_stream s;          (lists are read one entry at a time)
+ *     while (aural_proto_stats_stream_next(&r.streams, &s, NULL, 0) == 1)
+ *       printf("%s %llu frames\n", s.info.name,
+ *              (unsigned long long)s.info.frames);
+ *   }
  */
 #ifndef AURAL_PROTO_H
 #define AURAL_PROTO_H
@@ -180,6 +190,34 @@ int aural_json_bool(const aural_json *js, int tok, bool *out);
 /* The i-th element of the array at token arr, or -1. */
 int aural_json_item(const aural_json *js, int arr, uint32_t i);
 
+/* Like aural_json_parse, for payloads whose arrays may be long (a WELCOME's
+ * vocabulary, a STATS_REPLY's streams): every array is checked whole but
+ * keeps only its own token, and is read element by element with an
+ * aural_json_list. The token limit applies to the outer object without its
+ * arrays' contents, and to each element on its own. */
+int aural_json_parse_lists(aural_json *js, const char *text, size_t len,
+                           char *why, size_t why_len);
+
+/* A cursor over the elements of an array in the caller's text. It points
+ * into the text the array was parsed from, which must outlive it. */
+typedef struct aural_json_list {
+  const char *text; /* the array's bytes, '[' to ']' */
+  uint32_t len;
+  uint32_t n_items; /* elements in the array */
+  uint32_t index;   /* elements read so far */
+  uint32_t pos;     /* byte offset of the next one */
+} aural_json_list;
+
+/* Points l at the array at token tok (parsed by either parser). Returns 0,
+ * or -1 (l empty) when tok is not an array. */
+int aural_json_list_init(const aural_json *js, int tok, aural_json_list *l);
+
+/* Parses the next element into item (as aural_json_parse_lists; its root
+ * is token 0). Returns 1, 0 after the last element, or
+ * AURAL_PROTO_EBAD_PAYLOAD with why naming the element. */
+int aural_json_list_next(aural_json_list *l, aural_json *item, char *why,
+                         size_t why_len);
+
 /* A JSON writer into a caller buffer. Overflow is sticky: every call after
  * it does nothing and aural_jw_finish() returns -1. */
 typedef struct aural_jw {
@@ -305,6 +343,318 @@ size_t aural_proto_encode_error(uint8_t *out, size_t out_cap,
 const char *aural_dtype_name(int dtype);          /* "f32", "f16" */
 const char *aural_sample_format_name(int format); /* "s16", "f32" */
 const char *aural_output_name(uint32_t bit);      /* "embeddings", ... */
+
+/* --- requests without a JSON payload ------------------------------------ */
+
+/* PING (opaque data, at most AURAL_PROTO_PING_MAX bytes), LIST_STREAMS
+ * (empty), AUDIO_DATA (interleaved samples of an opened stream) and
+ * AUDIO_CLOSE (empty). Each returns the total bytes, or 0 when out_cap is
+ * too small or the data is too long. */
+size_t aural_proto_encode_ping(uint8_t *out, size_t out_cap, const void *data,
+                               size_t n);
+size_t aural_proto_encode_list_streams(uint8_t *out, size_t out_cap);
+size_t aural_proto_encode_audio_data(uint8_t *out, size_t out_cap,
+                                     uint32_t stream_id, const void *samples,
+                                     size_t n_bytes);
+size_t aural_proto_encode_audio_close(uint8_t *out, size_t out_cap,
+                                      uint32_t stream_id);
+
+/* PING or PONG payload: 0, or AURAL_PROTO_EBAD_PAYLOAD when longer than
+ * AURAL_PROTO_PING_MAX. The data is the payload itself. */
+int aural_proto_decode_ping(const uint8_t *payload, size_t n, char *why,
+                            size_t why_len);
+int aural_proto_decode_pong(const uint8_t *payload, size_t n, char *why,
+                            size_t why_len);
+
+/* AUDIO_DATA of a stream opened with this format and channel count: the
+ * whole sample frames it holds in *n_frames. Returns 0, or
+ * AURAL_PROTO_EBAD_PAYLOAD when n is not a whole number of frames. */
+int aural_proto_decode_audio_data(const uint8_t *payload, size_t n,
+                                  uint8_t format, uint32_t channels,
+                                  size_t *n_frames, char *why,
+                                  size_t why_len);
+
+/* --- server messages ------------------------------------------------------ *
+ *
+ * Each has a struct, an encoder writing the whole message into out
+ * (returning its bytes, or 0 when out_cap is too small or a field holds a
+ * value with no wire name, such as an unknown reason), and a decoder of
+ * its payload (returning 0, or AURAL_PROTO_EBAD_PAYLOAD with why naming
+ * the field, e.g. "stream_ended: \"frames\" must be an integer ...").
+ * Decoders allocate nothing; members they do not know are ignored
+ * (PROTOCOL.md §2). Lists (a vocabulary, STREAMS, STATS_REPLY) are not
+ * copied: the decoder checks every element and leaves an aural_json_list
+ * pointing into the payload, read with the *_next function of its kind.
+ * Integers wider than 32 bits decode within 0..INT64_MAX (times: signed). */
+
+#define AURAL_PROTO_TEXT_MAX 1024 /* bytes of a free-text field, no NUL */
+#define AURAL_PROTO_ERROR_NAME_MAX 31
+
+typedef enum aural_stream_source {
+  AURAL_SOURCE_FILE = 0,
+  AURAL_SOURCE_MIC = 1,
+  AURAL_SOURCE_CLIENT = 2,
+} aural_stream_source;
+
+typedef enum aural_end_reason {
+  AURAL_END_EOF = 1,
+  AURAL_END_CLOSED = 2,
+  AURAL_END_DISCONNECTED = 3,
+  AURAL_END_DEVICE_LOST = 4,
+  AURAL_END_ERROR = 5,
+  AURAL_END_SHUTDOWN = 6,
+} aural_end_reason;
+
+typedef enum aural_gap_reason {
+  AURAL_GAP_QUEUE_FULL = 0,
+} aural_gap_reason;
+
+/* "file", "eof", "queue_full"...; NULL when unknown. */
+const char *aural_source_name(int source);
+const char *aural_end_reason_name(int reason);
+const char *aural_gap_reason_name(int reason);
+
+/* WELCOME's "model" object. */
+typedef struct aural_msg_model {
+  double sample_rate;    /* Hz */
+  uint32_t n_mels;
+  double frame_ms;       /* frame shift */
+  uint32_t d_model;      /* embedding width */
+  uint32_t n_layers;
+  uint32_t window;       /* attention window, frames */
+  uint32_t vocab_size;   /* 0 without a CTC head */
+  uint32_t chunk_frames; /* frames per chunk */
+  aural_json_list vocab; /* decoded: the tokens, aural_proto_vocab_next() */
+} aural_msg_model;
+
+/* WELCOME (server -> client). */
+typedef struct aural_msg_welcome {
+  uint32_t version;
+  char server[AURAL_PROTO_TEXT_MAX + 1];
+  uint32_t max_request_bytes;
+  uint32_t max_message_bytes;
+  aural_msg_model model;
+  uint32_t client; /* this connection's id; 0: not given (omitted) */
+} aural_msg_welcome;
+
+/* vocab: model.vocab_size token strings (m->model.vocab is not read). */
+size_t aural_proto_encode_welcome(uint8_t *out, size_t out_cap,
+                                  const aural_msg_welcome *m,
+                                  const char *const *vocab);
+int aural_proto_decode_welcome(const uint8_t *payload, size_t n,
+                               aural_msg_welcome *m, char *why,
+                               size_t why_len);
+/* The next vocabulary token into out (NUL-terminated, at most
+ * AURAL_PROTO_TEXT_MAX bytes): 1, 0 after the last, or a negative code when
+ * it does not fit out_size. */
+int aural_proto_vocab_next(aural_json_list *vocab, char *out,
+                           size_t out_size);
+
+/* ERROR (server -> client); aural_proto_encode_error() writes it. */
+typedef struct aural_msg_error {
+  uint32_t code; /* positive wire value, §6 */
+  char name[AURAL_PROTO_ERROR_NAME_MAX + 1];
+  char message[AURAL_PROTO_TEXT_MAX + 1];
+  bool fatal;
+} aural_msg_error;
+
+int aural_proto_decode_error(const uint8_t *payload, size_t n,
+                             aural_msg_error *m, char *why, size_t why_len);
+
+/* PONG echoes a PING's data and stream_id. */
+size_t aural_proto_encode_pong(uint8_t *out, size_t out_cap,
+                               uint32_t stream_id, const void *data,
+                               size_t n);
+
+/* One stream, as STREAMS lists it and STATS_REPLY begins its entries. */
+typedef struct aural_stream_info {
+  uint32_t id;
+  char name[AURAL_PROTO_NAME_MAX + 1];
+  uint8_t source;     /* aural_stream_source */
+  double sample_rate; /* the source's rate, Hz */
+  uint32_t channels;
+  bool held;          /* waiting for a subscriber (aurald --hold) */
+  int64_t start_us;   /* 0 while held */
+  uint64_t frames;
+  uint64_t chunks;
+} aural_stream_info;
+
+/* STREAMS (server -> client), written entry by entry with an
+ * aural_msg_writer. */
+typedef struct aural_msg_writer {
+  aural_jw w;
+  uint8_t *out;
+  uint8_t type;
+  uint8_t list; /* which list is open */
+} aural_msg_writer;
+
+void aural_proto_streams_begin(aural_msg_writer *mw, uint8_t *out,
+                               size_t out_cap);
+void aural_proto_streams_add(aural_msg_writer *mw, const aural_stream_info *e);
+/* Returns the message's total bytes, or 0 when it did not fit. */
+size_t aural_proto_streams_end(aural_msg_writer *mw);
+
+typedef struct aural_msg_streams {
+  aural_json_list streams; /* aural_proto_streams_next */
+} aural_msg_streams;
+
+int aural_proto_decode_streams(const uint8_t *payload, size_t n,
+                               aural_msg_streams *m, char *why,
+                               size_t why_len);
+/* The next entry: 1, 0 after the last, or AURAL_PROTO_EBAD_PAYLOAD. */
+int aural_proto_streams_next(aural_json_list *streams, aural_stream_info *e,
+                             char *why, size_t why_len);
+
+/* SUBSCRIBED (server -> client). */
+typedef struct aural_msg_subscribed {
+  uint32_t subscription;
+  bool all;                              /* then stream is "" (null) */
+  char stream[AURAL_PROTO_NAME_MAX + 1];
+  uint32_t outputs;                      /* AURAL_OUT_* bits */
+  uint8_t dtype;                         /* aural_dtype */
+} aural_msg_subscribed;
+
+size_t aural_proto_encode_subscribed(uint8_t *out, size_t out_cap,
+                                     const aural_msg_subscribed *m);
+int aural_proto_decode_subscribed(const uint8_t *payload, size_t n,
+                                  aural_msg_subscribed *m, char *why,
+                                  size_t why_len);
+
+/* UNSUBSCRIBED (server -> client): {"subscription": N}. */
+size_t aural_proto_encode_unsubscribed(uint8_t *out, size_t out_cap,
+                                       uint32_t subscription);
+int aural_proto_decode_unsubscribed(const uint8_t *payload, size_t n,
+                                    uint32_t *subscription, char *why,
+                                    size_t why_len);
+
+/* STREAM_STARTED (server -> client, stream_id: the stream). */
+typedef struct aural_msg_stream_started {
+  char name[AURAL_PROTO_NAME_MAX + 1];
+  uint8_t source; /* aural_stream_source */
+  double sample_rate;
+  uint32_t channels;
+  int64_t start_us;
+  uint64_t next_chunk; /* seq of the first chunk this client gets */
+} aural_msg_stream_started;
+
+size_t aural_proto_encode_stream_started(uint8_t *out, size_t out_cap,
+                                         uint32_t stream_id,
+                                         const aural_msg_stream_started *m);
+int aural_proto_decode_stream_started(const uint8_t *payload, size_t n,
+                                      aural_msg_stream_started *m, char *why,
+                                      size_t why_len);
+
+/* STREAM_ENDED (server -> client, stream_id: the stream). */
+typedef struct aural_msg_stream_ended {
+  char name[AURAL_PROTO_NAME_MAX + 1];
+  uint8_t reason; /* aural_end_reason */
+  char message[AURAL_PROTO_TEXT_MAX + 1];
+  uint64_t frames;
+  uint64_t chunks;
+} aural_msg_stream_ended;
+
+size_t aural_proto_encode_stream_ended(uint8_t *out, size_t out_cap,
+                                       uint32_t stream_id,
+                                       const aural_msg_stream_ended *m);
+int aural_proto_decode_stream_ended(const uint8_t *payload, size_t n,
+                                    aural_msg_stream_ended *m, char *why,
+                                    size_t why_len);
+
+/* GAP (server -> client, stream_id: the stream). */
+typedef struct aural_msg_gap {
+  uint64_t first_chunk;
+  uint64_t n_chunks;
+  uint8_t reason; /* aural_gap_reason */
+} aural_msg_gap;
+
+size_t aural_proto_encode_gap(uint8_t *out, size_t out_cap,
+                              uint32_t stream_id, const aural_msg_gap *m);
+int aural_proto_decode_gap(const uint8_t *payload, size_t n, aural_msg_gap *m,
+                           char *why, size_t why_len);
+
+/* AUDIO_OPENED (server -> client, stream_id: the new stream). */
+typedef struct aural_msg_audio_opened {
+  uint32_t stream;
+  char name[AURAL_PROTO_NAME_MAX + 1];
+} aural_msg_audio_opened;
+
+size_t aural_proto_encode_audio_opened(uint8_t *out, size_t out_cap,
+                                       const aural_msg_audio_opened *m);
+int aural_proto_decode_audio_opened(const uint8_t *payload, size_t n,
+                                    aural_msg_audio_opened *m, char *why,
+                                    size_t why_len);
+
+/* AUDIO_CLOSED (server -> client, stream_id: the stream). */
+typedef struct aural_msg_audio_closed {
+  uint64_t frames;
+  uint64_t chunks;
+} aural_msg_audio_closed;
+
+size_t aural_proto_encode_audio_closed(uint8_t *out, size_t out_cap,
+                                       uint32_t stream_id,
+                                       const aural_msg_audio_closed *m);
+int aural_proto_decode_audio_closed(const uint8_t *payload, size_t n,
+                                    aural_msg_audio_closed *m, char *why,
+                                    size_t why_len);
+
+/* STATS_REPLY (server -> client): one page (§4.15). */
+typedef struct aural_msg_stats_reply {
+  double uptime_s;
+  uint32_t clients;
+  uint32_t workers;
+  uint64_t message_bytes;
+  uint32_t streams_total;
+  uint32_t subscribers_total;
+  uint32_t next_streams_before; /* 0: no more streams (omitted) */
+  uint32_t next_clients_before; /* 0: no more clients (omitted) */
+  aural_json_list streams;      /* decoded: aural_proto_stats_stream_next */
+  aural_json_list subscribers;  /* aural_proto_stats_subscriber_next */
+} aural_msg_stats_reply;
+
+typedef struct aural_stats_stream {
+  aural_stream_info info;
+  double audio_s;
+  double compute_s;
+  double latency_ms_p50;
+  double latency_ms_p99;
+  uint64_t overruns;
+} aural_stats_stream;
+
+typedef struct aural_stats_subscriber {
+  uint32_t client;
+  uint32_t subscription;
+  bool all;                              /* then stream is "" (null) */
+  char stream[AURAL_PROTO_NAME_MAX + 1];
+  uint64_t queue_bytes;
+  uint64_t chunks_sent;
+  uint64_t chunks_dropped;
+} aural_stats_subscriber;
+
+/* begin writes m's counts and opens the stream list; add_stream entries
+ * come first, then add_subscriber entries; end writes m's next_* cursors
+ * (which the caller may set after listing) and returns the total bytes,
+ * or 0 when the message did not fit. */
+void aural_proto_stats_reply_begin(aural_msg_writer *mw, uint8_t *out,
+                                   size_t out_cap,
+                                   const aural_msg_stats_reply *m);
+void aural_proto_stats_reply_add_stream(aural_msg_writer *mw,
+                                        const aural_stats_stream *e);
+void aural_proto_stats_reply_add_subscriber(aural_msg_writer *mw,
+                                            const aural_stats_subscriber *e);
+size_t aural_proto_stats_reply_end(aural_msg_writer *mw,
+                                   const aural_msg_stats_reply *m);
+
+int aural_proto_decode_stats_reply(const uint8_t *payload, size_t n,
+                                   aural_msg_stats_reply *m, char *why,
+                                   size_t why_len);
+/* The next entry of a decoded reply's lists: 1, 0 after the last, or
+ * AURAL_PROTO_EBAD_PAYLOAD. */
+int aural_proto_stats_stream_next(aural_json_list *streams,
+                                  aural_stats_stream *e, char *why,
+                                  size_t why_len);
+int aural_proto_stats_subscriber_next(aural_json_list *subscribers,
+                                      aural_stats_subscriber *e, char *why,
+                                      size_t why_len);
 
 /* --- CHUNK --------------------------------------------------------------- */
 
