@@ -157,8 +157,8 @@ static void latency_pcts(stream *s, double *p50, double *p99) {
 
 /* What STREAMS and STATS list of every stream. A held stream has not
  * started: no start time yet. */
-static aural_stream_info stream_info(server *srv, const stream *s) {
-  aural_stream_info e = {.id = s->id,
+static aural_msg_stream_info stream_info(server *srv, const stream *s) {
+  aural_msg_stream_info e = {.id = s->id,
                          .source = (uint8_t)s->source,
                          .sample_rate = s->rate_hz,
                          .channels = (uint32_t)s->channels,
@@ -176,7 +176,7 @@ size_t build_stream_list(server *srv, uint8_t *out, size_t cap) {
   aural_msg_writer mw;
   aural_proto_streams_begin(&mw, out, cap);
   for (stream *s = srv->streams; s != NULL; s = s->next) {
-    aural_stream_info e = stream_info(srv, s);
+    aural_msg_stream_info e = stream_info(srv, s);
     aural_proto_streams_add(&mw, &e);
   }
   return aural_proto_streams_end(&mw);

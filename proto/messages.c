@@ -521,15 +521,15 @@ int aural_proto_decode_welcome(const uint8_t *payload, size_t n,
 /* --- lists: STREAMS and STATS_REPLY --------------------------------------- */
 
 static const field stream_info_fields[] = {
-    U32(aural_stream_info, id, 1, UINT32_MAX),
-    NAME(aural_stream_info, name),
-    ENUM(aural_stream_info, source, source_names),
-    DBL(aural_stream_info, sample_rate),
-    U32(aural_stream_info, channels, 0, UINT32_MAX),
-    BOOL(aural_stream_info, held),
-    I64(aural_stream_info, start_us),
-    U64(aural_stream_info, frames),
-    U64(aural_stream_info, chunks),
+    U32(aural_msg_stream_info, id, 1, UINT32_MAX),
+    NAME(aural_msg_stream_info, name),
+    ENUM(aural_msg_stream_info, source, source_names),
+    DBL(aural_msg_stream_info, sample_rate),
+    U32(aural_msg_stream_info, channels, 0, UINT32_MAX),
+    BOOL(aural_msg_stream_info, held),
+    I64(aural_msg_stream_info, start_us),
+    U64(aural_msg_stream_info, frames),
+    U64(aural_msg_stream_info, chunks),
 };
 
 static const field stats_stream_fields[] = {
@@ -607,7 +607,7 @@ void aural_proto_streams_begin(aural_msg_writer *mw, uint8_t *out,
 }
 
 void aural_proto_streams_add(aural_msg_writer *mw,
-                             const aural_stream_info *e) {
+                             const aural_msg_stream_info *e) {
   add_entry(mw, stream_info_fields, N_FIELDS(stream_info_fields), e);
 }
 
@@ -677,7 +677,7 @@ static int next_entry(aural_json_list *l, const char *what, const char *key,
   return rc == 0 ? 1 : rc;
 }
 
-int aural_proto_streams_next(aural_json_list *streams, aural_stream_info *e,
+int aural_proto_streams_next(aural_json_list *streams, aural_msg_stream_info *e,
                              char *why, size_t why_len) {
   return next_entry(streams, "streams", "streams", stream_info_fields,
                     N_FIELDS(stream_info_fields), e, sizeof *e, NULL, 0, NULL,
@@ -745,7 +745,7 @@ int aural_proto_decode_streams(const uint8_t *payload, size_t n,
                                aural_msg_streams *m, char *why,
                                size_t why_len) {
   aural_json js;
-  aural_stream_info e;
+  aural_msg_stream_info e;
   memset(m, 0, sizeof *m);
   int rc =
       aural__parse_object(&js, payload, n, true, "streams", why, why_len);

@@ -1710,8 +1710,8 @@ static void test_stream_events_round_trip(void **state) {
 }
 
 /* Entries with every field set from i, padding zero: compared as bytes. */
-static aural_stream_info stream_info_of(uint32_t i) {
-  aural_stream_info e;
+static aural_msg_stream_info stream_info_of(uint32_t i) {
+  aural_msg_stream_info e;
   memset(&e, 0, sizeof e);
   e.id = UINT32_MAX - i;
   e.source = (uint8_t)(i % 3);
@@ -1735,7 +1735,7 @@ static void test_streams_round_trip(void **state) {
   for (int count = 0; count <= N; count += N) {
     aural_proto_streams_begin(&mw, b, cap);
     for (uint32_t i = 0; i < (uint32_t)count; i++) {
-      aural_stream_info e = stream_info_of(i);
+      aural_msg_stream_info e = stream_info_of(i);
       aural_proto_streams_add(&mw, &e);
     }
     size_t n = aural_proto_streams_end(&mw), pn;
@@ -1745,9 +1745,9 @@ static void test_streams_round_trip(void **state) {
     assert_int_equal(aural_proto_decode_streams(p, pn, &m, why, sizeof why),
                      0);
     assert_int_equal(m.streams.n_items, count);
-    aural_stream_info d;
+    aural_msg_stream_info d;
     for (uint32_t i = 0; i < (uint32_t)count; i++) {
-      aural_stream_info e = stream_info_of(i);
+      aural_msg_stream_info e = stream_info_of(i);
       assert_int_equal(
           aural_proto_streams_next(&m.streams, &d, why, sizeof why), 1);
       assert_memory_equal(&d, &e, sizeof e);
@@ -1760,7 +1760,7 @@ static void test_streams_round_trip(void **state) {
                                    AURAL_MSG_STREAMS, 0),
                       "{\"streams\":[]}");
   /* Too small a buffer, at every size up to the right one. */
-  aural_stream_info e = stream_info_of(1);
+  aural_msg_stream_info e = stream_info_of(1);
   size_t full = 0;
   for (size_t c = 0; full == 0; c++) {
     aural_proto_streams_begin(&mw, b, c);
@@ -1835,7 +1835,7 @@ static void test_stats_reply_round_trip(void **state) {
     for (uint32_t i = 0; i < ns; i++) {
       assert_int_equal(
           aural_proto_stats_stream_next(&d.streams, &se, why, sizeof why), 1);
-      aural_stream_info want = stream_info_of(i);
+      aural_msg_stream_info want = stream_info_of(i);
       assert_memory_equal(&se.info, &want, sizeof want);
       assert_true(se.audio_s == i * 0.1 && se.compute_s == 1e-9);
       assert_true(se.latency_ms_p50 == 4.1 && se.latency_ms_p99 == 9.8);

@@ -528,7 +528,7 @@ static void check_lists(const uint8_t *p, size_t n) {
   aural_msg_streams s, s2;
   why[0] = '\0';
   if (aural_proto_decode_streams(p, n, &s, why, sizeof why) == 0) {
-    aural_stream_info e;
+    aural_msg_stream_info e;
     aural_proto_streams_begin(&mw, msg, sizeof msg);
     while (aural_proto_streams_next(&s.streams, &e, why, sizeof why) == 1) {
       CHECK(aural_proto_valid_name(e.name));

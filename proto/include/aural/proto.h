@@ -467,7 +467,7 @@ size_t aural_proto_encode_pong(uint8_t *out, size_t out_cap,
                                size_t n);
 
 /* One stream, as STREAMS lists it and STATS_REPLY begins its entries. */
-typedef struct aural_stream_info {
+typedef struct aural_msg_stream_info {
   uint32_t id;
   char name[AURAL_PROTO_NAME_MAX + 1];
   uint8_t source;     /* aural_stream_source */
@@ -477,7 +477,7 @@ typedef struct aural_stream_info {
   int64_t start_us;   /* 0 while held */
   uint64_t frames;
   uint64_t chunks;
-} aural_stream_info;
+} aural_msg_stream_info;
 
 /* STREAMS (server -> client), written entry by entry with an
  * aural_msg_writer. */
@@ -490,7 +490,7 @@ typedef struct aural_msg_writer {
 
 void aural_proto_streams_begin(aural_msg_writer *mw, uint8_t *out,
                                size_t out_cap);
-void aural_proto_streams_add(aural_msg_writer *mw, const aural_stream_info *e);
+void aural_proto_streams_add(aural_msg_writer *mw, const aural_msg_stream_info *e);
 /* Returns the message's total bytes, or 0 when it did not fit. */
 size_t aural_proto_streams_end(aural_msg_writer *mw);
 
@@ -502,7 +502,7 @@ int aural_proto_decode_streams(const uint8_t *payload, size_t n,
                                aural_msg_streams *m, char *why,
                                size_t why_len);
 /* The next entry: 1, 0 after the last, or AURAL_PROTO_EBAD_PAYLOAD. */
-int aural_proto_streams_next(aural_json_list *streams, aural_stream_info *e,
+int aural_proto_streams_next(aural_json_list *streams, aural_msg_stream_info *e,
                              char *why, size_t why_len);
 
 /* SUBSCRIBED (server -> client). */
@@ -612,7 +612,7 @@ typedef struct aural_msg_stats_reply {
 } aural_msg_stats_reply;
 
 typedef struct aural_stats_stream {
-  aural_stream_info info;
+  aural_msg_stream_info info;
   double audio_s;
   double compute_s;
   double latency_ms_p50;
