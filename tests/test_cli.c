@@ -782,6 +782,32 @@ static void test_output_is_input_refused(void **state) {
   free(want);
 }
 
+/* A replaced output keeps its mode: a private file stays private (it used
+ * to become 0666 less the umask). A new one gets 0666 less the umask. */
+static void test_output_keeps_its_mode(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES], fresh[PATH_BYTES];
+  input_path(in, fx, "speech.wav");
+  size_t len;
+  free(copy_speech(in, &len));
+  snprintf(out, sizeof out, "%s/private.npy", fx->out_dir);
+  int fd = open(out, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(chmod(out, 0600), 0);
+  mode_t mask = umask(022);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", out, in, NULL), 0);
+  snprintf(fresh, sizeof fresh, "%s/fresh.npy", fx->out_dir);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", fresh, in, NULL), 0);
+  umask(mask);
+  struct stat st;
+  assert_int_equal(stat(out, &st), 0);
+  assert_true(st.st_size > 128);
+  assert_int_equal(st.st_mode & 07777, 0600);
+  assert_int_equal(stat(fresh, &st), 0);
+  assert_int_equal(st.st_mode & 07777, 0644);
+}
+
 /* -o through a symbolic link to a regular file writes the file it points
  * to and leaves the link a link; a link to nothing or to a directory is
  * refused. */
@@ -1044,6 +1070,7 @@ int main(void) {
       T(test_encode_bad_model),
       T(test_info),
       T(test_output_is_input_refused),
+      T(test_output_keeps_its_mode),
       T(test_output_symlink_kept),
       T(test_output_fifo_written_through),
       T(test_output_char_device_written_through),

@@ -28,8 +28,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -71,14 +72,30 @@ static int no_tmpfile(int e) {
   return e == EOPNOTSUPP || e == EISDIR || e == EINVAL;
 }
 
+/* The process's umask, read without setting it (umask() cannot read it
+ * alone, and setting it for a moment races with the other jobs' threads
+ * creating files): from /proc, else the common 022. */
+static mode_t current_umask(void) {
+  FILE *f = fopen("/proc/self/status", "re");
+  unsigned mask = 022;
+  char line[128];
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "Umask: %o", &mask) == 1) break;
+  if (f != NULL) fclose(f);
+  return (mode_t)(mask & 0777);
+}
+
 /* Opens o->f for a regular file replaced at the commit: unnamed in its
- * directory, or named where that cannot be. */
+ * directory, or named where that cannot be. A file that is replaced keeps
+ * its mode and, where we may, its group (as the shell's '>' keeps them):
+ * a private output stays private. A new one gets 0666 less the umask. */
 static int open_replacement(outfile *o, char *err, size_t err_len) {
   char *dir = dir_of(o->target);
   if (dir == NULL)
     return fail(o, err, err_len, "%s: out of memory", o->path);
-  /* The output gets the usual 0666 less the umask. */
-  int fd = open_unnamed(dir, 0666);
+  struct stat old;
+  bool replacing = stat(o->target, &old) == 0 && S_ISREG(old.st_mode);
+  int fd = open_unnamed(dir, replacing ? 0600 : 0666);
   if (fd >= 0) {
     /* linkat needs /proc to name the file later (or, as root, may use
      * AT_EMPTY_PATH); without either, fall back to a named file. */
@@ -94,17 +111,15 @@ static int open_replacement(outfile *o, char *err, size_t err_len) {
     if (asprintf(&o->tmp_path, "%s/.aural-XXXXXX", dir) < 0) {
       o->tmp_path = NULL;
       errno = ENOMEM;
-    } else if ((fd = mkstemp(o->tmp_path)) >= 0) {
-      /* mkstemp makes 0600. Reading the umask means setting it for a
-       * moment; the lock keeps another job's thread from doing the same
-       * meanwhile (and keeping 0). */
-      static pthread_mutex_t umask_lock = PTHREAD_MUTEX_INITIALIZER;
-      pthread_mutex_lock(&umask_lock);
-      mode_t mask = umask(0);
-      umask(mask);
-      pthread_mutex_unlock(&umask_lock);
-      fchmod(fd, 0666 & ~mask);
+    } else if ((fd = mkstemp(o->tmp_path)) >= 0 && !replacing) {
+      fchmod(fd, 0666 & ~current_umask()); /* mkstemp makes 0600 */
     }
+  }
+  if (fd >= 0 && replacing) {
+    if (fchown(fd, (uid_t)-1, old.st_gid) < 0) {
+      /* Not a member of its group: it takes ours, as any new file. */
+    }
+    fchmod(fd, old.st_mode & 07777);
   }
   free(dir);
   if (fd < 0)
