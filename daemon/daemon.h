@@ -157,7 +157,6 @@ typedef struct stream {
   struct delivery *deliveries; /* subscribers receiving it */
   bool held;              /* waiting for a subscriber (--hold) */
 
-  /* Guarded by server.mu. */
   /* Pending input: a single-producer (the loop) single-consumer (the
    * worker owning the stream) ring of in_cap_frames interleaved frames, a
    * power of two. Samples move without a lock; in_head (frames written)
@@ -166,6 +165,7 @@ typedef struct stream {
   float *in;              /* (in_cap_frames, channels) */
   size_t in_cap_frames;
   _Atomic uint64_t in_head, in_tail;
+  /* Guarded by server.mu, from in_frames on. */
   size_t in_frames;
   int64_t in_first_us;    /* arrival of the oldest pending input */
   int64_t in_last_us;     /* arrival of the newest pending input */
@@ -428,6 +428,9 @@ int mic_start(server *srv, const char *device, char *why, size_t why_len);
 int mic_begin(server *srv); /* starts capturing (at the stream's release) */
 void mic_poll(server *srv);
 void mic_stop(server *srv);
+/* Devices still closing on their own threads (each lets go of its source
+ * before it is counted out). */
+int mic_closers_running(void);
 
 /* config.c */
 typedef struct config_words {

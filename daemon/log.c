@@ -20,9 +20,10 @@ int aurald_log_level_parse(const char *s) {
 }
 
 /* Copies msg into out (cap bytes, cap >= 8) with every control byte, DEL
- * and backslash escaped (\n, \t, \\, \u00XX), so that a string a peer
- * chose (a client's name, a file's) can neither end a log line nor forge
- * one nor drive a terminal. Cuts at a whole escape. */
+ * and backslash escaped (\n, \t, \\, \u00XX), and every byte above
+ * 0x7f (\xHH: UTF-8 can encode the C1 controls, such as CSI), so that a
+ * string a peer chose (a client's name, a file's) can neither end a log
+ * line nor forge one nor drive a terminal. Cuts at a whole escape. */
 static void escape_line(const char *msg, char *out, size_t cap) {
   size_t o = 0;
   for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
@@ -33,6 +34,8 @@ static void escape_line(const char *msg, char *out, size_t cap) {
     else if (*p == '\t') k = (size_t)snprintf(e, sizeof e, "\\t");
     else if (*p < 0x20 || *p == 0x7f)
       k = (size_t)snprintf(e, sizeof e, "\\u%04x", *p);
+    else if (*p > 0x7f)
+      k = (size_t)snprintf(e, sizeof e, "\\x%02x", *p);
     else e[0] = (char)*p, k = 1;
     if (o + k >= cap) break;
     memcpy(out + o, e, k);

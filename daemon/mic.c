@@ -236,10 +236,12 @@ static void *closer_main(void *arg) {
   struct mic_source *m = arg;
   Pa_AbortStream(m->pa_closing);
   Pa_CloseStream(m->pa_closing);
-  atomic_fetch_sub(&closers_running, 1);
   source_unref(m); /* no callback can come now */
+  atomic_fetch_sub(&closers_running, 1);
   return NULL;
 }
+
+int mic_closers_running(void) { return atomic_load(&closers_running); }
 
 static void close_device(struct mic_source *m) {
   m->pa_closing = m->pa;

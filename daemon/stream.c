@@ -195,9 +195,9 @@ size_t stream_push(stream *s, const float *pcm, size_t n_frames,
   return n;
 }
 
-/* Consumer side (the worker that owns the stream): the n frames that
- * stream_take_begin counted out, copied out of the ring without the lock,
- * then handed back as room. */
+/* Consumer side (the worker that owns the stream): the n frames it has
+ * counted out of in_frames under the lock, copied out of the ring without
+ * it, then handed back as room. */
 void stream_take(stream *s, float *pcm, size_t n) {
   uint64_t tail = atomic_load_explicit(&s->in_tail, memory_order_relaxed);
   ring_copy(s, tail, pcm, n, false);

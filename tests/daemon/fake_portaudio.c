@@ -3,8 +3,9 @@
  * daemon's capture source (daemon/mic.c) without a sound card. Started, a
  * stream calls its callback from its own thread every millisecond with 160
  * samples, each call flagged paInputOverflow, so that every callback takes
- * the path that counts an overrun. Pa_AbortStream lets the callbacks go on
- * for fake_pa_abort_ms before it stops them, as a slow device does.
+ * the path that counts an overrun. While fake_pa_hold is set,
+ * Pa_AbortStream lets the callbacks go on (as a slow device does) until
+ * the test clears it.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -18,7 +19,7 @@
 
 #include "fake_portaudio.h"
 
-_Atomic int fake_pa_abort_ms;
+_Atomic int fake_pa_hold;
 _Atomic int fake_pa_active = 1;
 _Atomic long fake_pa_callbacks;
 _Atomic int fake_pa_open_streams;
@@ -91,7 +92,7 @@ PaError Pa_IsStreamActive(PaStream *s) {
 
 PaError Pa_AbortStream(PaStream *s) {
   fake_stream *st = s;
-  usleep((useconds_t)atomic_load(&fake_pa_abort_ms) * 1000);
+  while (atomic_load(&fake_pa_hold)) usleep(1000);
   atomic_store(&st->stop, true);
   if (st->started) pthread_join(st->thread, NULL);
   st->started = false;

@@ -4,7 +4,7 @@
 
 #include <stdatomic.h>
 
-extern _Atomic int fake_pa_abort_ms;    /* callbacks go on this long */
+extern _Atomic int fake_pa_hold;        /* Pa_AbortStream waits while set */
 extern _Atomic int fake_pa_active;      /* what Pa_IsStreamActive says */
 extern _Atomic long fake_pa_callbacks;  /* callbacks so far */
 extern _Atomic int fake_pa_open_streams;

@@ -44,7 +44,7 @@ static int setup(void **state) {
       workers_start(&f->srv, 1, why, sizeof why) < 0)
     fail_msg("cannot start the server: %s", why);
   atomic_store(&fake_pa_active, 1);
-  atomic_store(&fake_pa_abort_ms, 0);
+  atomic_store(&fake_pa_hold, 0);
   *state = f;
   return 0;
 }
@@ -71,17 +71,17 @@ static int teardown(void **state) {
   assert_int_equal(server_teardown(&f->srv), 0);
   assert_int_equal(uv_loop_close(&f->loop), 0);
   /* The closer thread lets go of the source once the device has closed. */
-  for (int i = 0; i < 5000 && atomic_load(&fake_pa_open_streams) > 0; i++)
-    usleep(1000);
+  atomic_store(&fake_pa_hold, 0);
+  for (int i = 0; i < 10000 && mic_closers_running() > 0; i++) usleep(1000);
+  assert_int_equal(mic_closers_running(), 0);
   assert_int_equal(atomic_load(&fake_pa_open_streams), 0);
-  usleep(20000); /* its last instructions after Pa_CloseStream */
   free(f);
   return 0;
 }
 
-/* The device stops while its callbacks go on for 200 ms more: the stream
- * ends (device_lost) and is freed meanwhile, and the callbacks, each with
- * an overrun to count, touch only the source. */
+/* The device stops while its callbacks go on (until the test lets it
+ * close): the stream ends (device_lost) and is freed meanwhile, and the
+ * callbacks, each with an overrun to count, touch only the source. */
 static void test_device_lost_while_callbacks_go_on(void **state) {
   fixture *f = *state;
   char why[640] = "";
@@ -89,29 +89,30 @@ static void test_device_lost_while_callbacks_go_on(void **state) {
   wait_callbacks(20);
   spin(f, 20);
   assert_int_equal(f->srv.n_streams, 1);
-  atomic_store(&fake_pa_abort_ms, 200);
+  atomic_store(&fake_pa_hold, 1);
   atomic_store(&fake_pa_active, 0);
   mic_poll(&f->srv); /* ends the stream; the device closes on a thread */
   for (int i = 0; i < 2000 && f->srv.n_streams > 0; i++) spin(f, 1);
   assert_int_equal(f->srv.n_streams, 0);
   wait_callbacks(50); /* still coming, with nobody's stream to count in */
+  atomic_store(&fake_pa_hold, 0);
   mic_stop(&f->srv);
 }
 
-/* Shutdown with a device that takes 800 ms to close, longer than the
- * daemon waits (0.5 s): the loop closes its handle and goes, and the
- * callbacks that keep coming neither signal the closed handle nor touch
- * freed memory. */
+/* Shutdown with a device that does not close while the daemon waits for
+ * it (0.5 s): the loop closes its handle and goes, and the callbacks that
+ * keep coming neither signal the closed handle nor touch freed memory. */
 static void test_shutdown_outlasts_a_slow_device(void **state) {
   fixture *f = *state;
   char why[640] = "";
   if (mic_start(&f->srv, NULL, why, sizeof why) < 0) fail_msg("%s", why);
   wait_callbacks(20);
   spin(f, 20);
-  atomic_store(&fake_pa_abort_ms, 800);
+  atomic_store(&fake_pa_hold, 1);
   mic_stop(&f->srv);
   spin(f, 50);
   wait_callbacks(50);
+  atomic_store(&fake_pa_hold, 0); /* teardown waits for the closer */
 }
 
 int main(void) {

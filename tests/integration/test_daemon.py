@@ -1379,7 +1379,7 @@ class TestReviewFindings(DaemonTest):
         d = self.start("--log-level", "debug")
         s = raw_client(d.path, hello=False)
         s.sendall(msg(ac.HELLO, {"versions": [1], "client":
-                                 "x\naurald error: forged\u001b[2J"}))
+                                 "x\naurald error: forged\u001b[2J\u009b2J"}))
         self.assertEqual(read_msg(s)[0], ac.WELCOME)
         s.close()
         time.sleep(0.2)
@@ -1387,7 +1387,9 @@ class TestReviewFindings(DaemonTest):
         text = d.text()
         self.assertNotIn("\naurald error: forged", text)
         self.assertNotIn("\x1b", text)
-        self.assertIn("x\\naurald error: forged\\u001b[2J", text)
+        self.assertNotIn("\x9b", text)  # CSI, UTF-8 C2 9B
+        self.assertIn("x\\naurald error: forged\\u001b[2J\\xc2\\x9b2J",
+                      text)
 
 
 def main(module_name):

@@ -185,16 +185,29 @@ static int stats_page(aural_client *cl, const aural_msg_stats *req,
 static int stats_all_pages(aural_client *cl, stats_all *a, char *err,
                            size_t err_len) {
   aural_msg_stats req = {0, 0};
-  for (int page = 0; page < 1 << 20; page++) {
+  for (;;) {
     aural_msg_stats next;
     if (stats_page(cl, &req, a, &next, err, err_len) < 0) return -1;
     if (next.streams_before == 0 && next.clients_before == 0) return 0;
     /* A list that is complete is asked past its end on later pages. */
-    req.streams_before = next.streams_before ? next.streams_before : 1;
-    req.clients_before = next.clients_before ? next.clients_before : 1;
+    next.streams_before = next.streams_before ? next.streams_before : 1;
+    next.clients_before = next.clients_before ? next.clients_before : 1;
+    /* Each page must start below the last (ids only fall), or a server
+     * could keep us reading for ever. */
+    bool s_ok = req.streams_before == 0 ||
+                next.streams_before < req.streams_before ||
+                next.streams_before == 1;
+    bool c_ok = req.clients_before == 0 ||
+                next.clients_before < req.clients_before ||
+                next.clients_before == 1;
+    if (!s_ok || !c_ok || (next.streams_before == req.streams_before &&
+                           next.clients_before == req.clients_before)) {
+      snprintf(err, err_len, "malformed STATS_REPLY: its next page does "
+                             "not start below the last one");
+      return -1;
+    }
+    req = next;
   }
-  snprintf(err, err_len, "the statistics never ended");
-  return -1;
 }
 
 int cmd_stats(int argc, char **argv) {

@@ -603,7 +603,14 @@ class Client:
             if not nxt_s and not nxt_c:
                 return whole
             # A list already complete is asked past its end (id < 1).
-            req = {"streams_before": nxt_s or 1, "clients_before": nxt_c or 1}
+            nxt = {"streams_before": nxt_s or 1, "clients_before": nxt_c or 1}
+            # Each page starts below the last (ids only fall): a server
+            # that says otherwise would keep us reading for ever.
+            if req and (nxt == req or any(
+                    nxt[k] >= req[k] and nxt[k] != 1 for k in nxt)):
+                raise ProtocolError("STATS_REPLY's next page does not "
+                                    "start below the last one")
+            req = nxt
 
     def ping(self, data: bytes = b"") -> float:
         """Sends PING with data (at most 256 bytes), checks the echo and
