@@ -1,14 +1,10 @@
 /*
- * Client connections: reading and framing requests, answering them, and
- * the bounded write queue every message to a client goes through.
- *
- * A connection never blocks anything else. Its outgoing messages are
- * references to shared buffers in a fixed ring (CONN_QUEUE_CAP entries);
- * one uv_write with up to CONN_WRITE_BATCH buffers is in flight at a time.
- * Fan-out (fanout.c) decides whether a chunk fits under the limits before
- * queueing it; the tick timer disconnects clients that stay above the soft
- * limit too long. A connection is never freed inside its own callbacks:
- * conn_kill() marks it and asks uv_close, and the memory goes in on_close.
+ * Client connections: accepting them, reading and framing requests, and
+ * answering them (through the write queue of out.c); the tick timer
+ * disconnects clients that stay above the soft limit too long. A
+ * connection is never freed inside its own callbacks: conn_kill() (out.c)
+ * marks it, the `later` pass here reaps it and asks uv_close, and the
+ * memory goes in on_close.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,106 +20,6 @@
 
 #define READ_CHUNK 65536
 #define FATAL_GRACE_S 1.0 /* a fatal error's queue must drain within this */
-
-static void kick_write(conn *c);
-
-static void on_write(uv_write_t *req, int status) {
-  conn *c = req->data;
-  for (size_t i = 0; i < c->n_inflight; i++) {
-    msgbuf *m = c->q[c->q_head];
-    c->q_bytes -= m->len;
-    msgbuf_unref(m);
-    c->q[c->q_head] = NULL;
-    c->q_head = (c->q_head + 1) % CONN_QUEUE_CAP;
-    c->q_len--;
-  }
-  c->n_inflight = 0;
-  if (c->closing) return;
-  if (status < 0) {
-    log_debug("client %u: write failed: %s", c->id, uv_strerror(status));
-    conn_kill(c);
-    return;
-  }
-  if (c->q_len == 0 && c->fatal_sent) {
-    conn_kill(c);
-    return;
-  }
-  kick_write(c);
-  conn_resume_if_drained(c);
-}
-
-static void kick_write(conn *c) {
-  if (c->closing || c->n_inflight > 0 || c->q_len == 0) return;
-  size_t n = c->q_len < CONN_WRITE_BATCH ? c->q_len : CONN_WRITE_BATCH;
-  for (size_t i = 0; i < n; i++) {
-    msgbuf *m = c->q[(c->q_head + i) % CONN_QUEUE_CAP];
-    c->wbufs[i] = uv_buf_init((char *)m->data, (unsigned)m->len);
-  }
-  c->n_inflight = n;
-  c->wreq.data = c;
-  int rc = uv_write(&c->wreq, (uv_stream_t *)&c->pipe, c->wbufs,
-                    (unsigned)n, on_write);
-  if (rc < 0) {
-    c->n_inflight = 0;
-    log_debug("client %u: write: %s", c->id, uv_strerror(rc));
-    conn_kill(c);
-  }
-}
-
-void conn_send(conn *c, msgbuf *m) {
-  if (c->closing || c->fatal_sent || m == NULL) return;
-  if (c->q_len == CONN_QUEUE_CAP) {
-    /* Only control replies get here unchecked; a client that lets 4096
-     * messages pile up is not reading at all. */
-    log_warn("client %u: %d messages queued; disconnecting", c->id,
-             CONN_QUEUE_CAP);
-    conn_kill(c);
-    return;
-  }
-  m->refs++;
-  c->q[(c->q_head + c->q_len) % CONN_QUEUE_CAP] = m;
-  c->q_len++;
-  c->q_bytes += m->len;
-  kick_write(c);
-}
-
-void conn_send_bytes(conn *c, const void *data, size_t len) {
-  if (len == 0) {
-    conn_send_error(c, 0, -AURAL_PROTO_EINTERNAL, false, "reply too large");
-    return;
-  }
-  msgbuf *m = msgbuf_from(data, len);
-  if (m == NULL) {
-    conn_kill(c);
-    return;
-  }
-  conn_send(c, m);
-  msgbuf_unref(m);
-}
-
-void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
-                     const char *fmt, ...) {
-  char text[400];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
-  va_end(ap);
-  uint8_t buf[1024];
-  size_t n = aural_proto_encode_error(buf, sizeof buf, stream_id, code, text,
-                                      fatal);
-  log_debug("client %u: %s %s: %s", c->id, fatal ? "fatal" : "error",
-            aural_proto_error_name(code), text);
-  if (n > 0) conn_send_bytes(c, buf, n);
-  if (fatal) {
-    c->fatal_sent = true;
-    c->fatal_at = aurald_mono_s();
-    if (c->reading) {
-      uv_read_stop((uv_stream_t *)&c->pipe);
-      c->reading = false;
-    }
-    if (c->q_len == 0) conn_kill(c);
-  }
-}
 
 /* Queued bytes whose release is worth handing memory back for: the heap
  * keeps up to M_TRIM_THRESHOLD (main.c) of free memory for the steady
@@ -172,9 +68,10 @@ static void conn_reap(conn *c) {
 
 static void resume_input(conn *c);
 
-/* The `later` pass, at the start of a loop iteration: connections whose
- * input was left for later read on, and dead ones are reaped. */
-static void on_later(uv_idle_t *h) {
+/* The `later` pass, at the start of a loop iteration (out.c queues the
+ * connections): dead ones are reaped, and those whose input was left for
+ * later, or whose replies have drained, read on. */
+void conn_on_later(uv_idle_t *h) {
   server *srv = h->data;
   conn *list = srv->later_head;
   srv->later_head = NULL;
@@ -185,32 +82,18 @@ static void on_later(uv_idle_t *h) {
     c->in_later = false;
     if (c->closing) {
       conn_reap(c);
-    } else if (c->yielded) {
+      continue;
+    }
+    if (c->yielded) {
       c->yielded = false;
       resume_input(c);
     }
+    if (c->drained && !c->closing) {
+      c->drained = false;
+      conn_resume_if_drained(c);
+    }
   }
   if (srv->later_head == NULL) uv_idle_stop(h);
-}
-
-static void conn_later(conn *c) {
-  server *srv = c->srv;
-  if (c->in_later) return;
-  c->in_later = true;
-  c->later_next = srv->later_head;
-  srv->later_head = c;
-  if (!uv_is_closing((uv_handle_t *)&srv->later))
-    uv_idle_start(&srv->later, on_later);
-}
-
-void conn_kill(conn *c) {
-  if (c->closing) return;
-  c->closing = true;
-  if (c->reading) {
-    uv_read_stop((uv_stream_t *)&c->pipe);
-    c->reading = false;
-  }
-  conn_later(c);
 }
 
 void conn_reap_all(server *srv) {

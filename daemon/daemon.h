@@ -7,6 +7,23 @@
  * nothing else of the daemon except the shared queues guarded by
  * server.mu. Results come back to the loop through server.done and an
  * uv_async_t; the loop never waits for a worker.
+ *
+ * Files, each depending only on those below it (tools/check_daemon_deps.py
+ * checks that no call goes up):
+ *   main.c     options, signals, sources at start, the tick
+ *   server.c   start-up, shutdown and teardown of the whole
+ *   conn.c     accepting clients, reading and answering their requests,
+ *              reaping dead connections (the `later` pass)
+ *   mic.c      the microphone source
+ *   compute.c  the workers: each round's input, aural_stream batches,
+ *              chunks handed back
+ *   fanout.c   streams meet subscribers: announcements, deliveries,
+ *              chunks and ends sent to every receiver
+ *   stats.c    STATS and STREAMS replies
+ *   out.c      the write queue of every connection; marking one dead
+ *   stream.c   the stream registry and each stream's input ring
+ *   socket.c, config.c, log.c   the listening socket, the config file,
+ *              logs, clocks and message buffers
  */
 #ifndef AURALD_DAEMON_H
 #define AURALD_DAEMON_H
@@ -156,6 +173,9 @@ typedef struct stream {
   struct stream *id_next; /* the registry's id bucket */
   struct delivery *deliveries; /* subscribers receiving it */
   bool held;              /* waiting for a subscriber (--hold) */
+  /* A source's start when the stream is released (the microphone's
+   * capture), or NULL; a negative return ends the stream (device_lost). */
+  int (*on_release)(struct stream *s);
 
   /* Pending input: a single-producer (the loop) single-consumer (the
    * worker owning the stream) ring of in_cap_frames interleaved frames, a
@@ -256,6 +276,7 @@ typedef struct conn {
   bool closing;        /* marked dead */
   bool reaped;         /* subscriptions gone, uv_close requested */
   bool yielded;        /* input left for the next iteration (work budget) */
+  bool drained;        /* replies drained while reading waited */
   bool in_later;       /* on server.later_head */
   struct conn *later_next;
   bool fatal_sent;     /* close once the queue drains */
@@ -318,6 +339,7 @@ typedef struct server {
   /* Connections to reap or to read on at the next iteration, run by an
    * idle handle that is active only while the list is not empty. */
   uv_idle_t later;
+  uv_idle_cb on_later;     /* conn_on_later */
   conn *later_head;
   uint32_t next_conn_id;
   stream *streams;
@@ -327,6 +349,7 @@ typedef struct server {
   stream *by_id[STREAM_ID_BUCKETS];
   int n_streams;
   int n_file_streams_left;
+  bool files_done;         /* the last --file stream has ended */
   uint32_t next_stream_id;
 
   /* Shared with workers. */
@@ -362,7 +385,6 @@ void server_close_handles(server *srv);
 stream *stream_create(server *srv, const char *name, stream_source src,
                       double rate_hz, int channels, char *why,
                       size_t why_len);
-int stream_start(stream *s); /* announce to subscribers */
 void stream_release(stream *s); /* start processing a held stream */
 /* Appends up to n_frames interleaved frames (loop thread), as many as
  * its input buffer has room for; returns how many it took. */
@@ -380,17 +402,15 @@ void stream_end_input(stream *s, end_reason r, const char *message);
 void stream_destroy(stream *s);
 stream *stream_find(server *srv, const char *name);
 stream *stream_find_id(server *srv, uint32_t id);
+void stream_unlink(server *srv, stream *s); /* an ended one, before destroy */
 void server_mark_ready(server *srv, stream *s); /* with mu held */
-void server_on_done(uv_async_t *a); /* drains finished chunks */
-void deliveries_attach(server *srv, subscription *sub, stream *s);
-void delivery_remove_sub(server *srv, subscription *sub);
 size_t stream_pending_frames(stream *s);
 
 /* compute.c */
 int workers_start(server *srv, int n, char *why, size_t why_len);
 void workers_stop(server *srv);
 
-/* conn.c */
+/* out.c */
 void conn_send(conn *c, msgbuf *m);    /* takes a reference */
 /* Queues a copy of an encoded message. len 0 (an encoder ran out of room)
  * sends a non-fatal INTERNAL error instead. */
@@ -402,9 +422,17 @@ void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
  * close callback, so every caller up the stack may go on using c, its
  * subscriptions and their deliveries. */
 void conn_kill(conn *c);
+/* Puts c on the `later` list, which conn.c drains at the start of the
+ * next loop iteration (to reap it, or read on). */
+void conn_later(conn *c);
+
+/* conn.c */
 /* Reaps every dead connection now; only where nothing up the stack holds
  * one (the shutdown's last step). */
 void conn_reap_all(server *srv);
+/* The `later` pass (server.later's callback): reaps the dead connections
+ * on the list and lets the others read on. */
+void conn_on_later(uv_idle_t *h);
 void conn_resume_if_drained(conn *c);
 void on_connection(uv_stream_t *listener, int status);
 /* Serves an already connected Unix stream socket (the fuzz harness uses a
@@ -413,9 +441,15 @@ int conn_adopt(server *srv, int fd);
 void conn_check_limits(server *srv);
 
 /* fanout.c */
+int stream_start(stream *s); /* announce to subscribers */
+void server_on_done(uv_async_t *a); /* drains finished chunks */
+void deliveries_attach(server *srv, subscription *sub, stream *s);
+void delivery_remove_sub(server *srv, subscription *sub);
 void fanout_chunk(server *srv, chunk_out *co);
 void fanout_ended(server *srv, stream *s);
 void send_stream_started(delivery *d);
+
+/* stats.c */
 /* A STATS_REPLY page and a STREAMS message encoded into out: their bytes,
  * or 0 when cap is too small. */
 size_t build_stats(server *srv, uint8_t *out, size_t cap,

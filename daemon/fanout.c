@@ -6,6 +6,11 @@
  * to it. A subscriber whose queue would pass the hard limit does not get
  * the chunk: the loss is counted and reported by one GAP before the next
  * message of that stream that does fit. Nothing here waits on a client.
+ *
+ * It is also where streams meet subscribers: a stream's announcement to
+ * the subscriptions that match it (deliveries), and its end, with the
+ * results the workers hand back (server_on_done). Fan-out depends on the
+ * registry (stream.c) and writes to connections; neither calls back.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -131,115 +136,121 @@ void fanout_ended(server *srv, stream *s) {
   msgbuf_unref(m);
 }
 
-/* ---- STATS and STREAMS -------------------------------------------------- */
+/* ---- announcing, and the end of streams -------------------------------- */
 
-static int cmp_float(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
-/* The 50th and 99th percentiles of the stream's recent chunk latencies,
- * sorted again only when chunks came since the last STATS: a flood of
- * STATS costs one sort per stream per chunk at most. */
-static void latency_pcts(stream *s, double *p50, double *p99) {
-  size_t n = s->n_latency < LATENCY_RING ? (size_t)s->n_latency : LATENCY_RING;
-  if (s->lat_seen != s->n_latency && n > 0) {
-    float tmp[LATENCY_RING];
-    memcpy(tmp, s->latency_ms, n * sizeof(float));
-    qsort(tmp, n, sizeof(float), cmp_float);
-    s->lat_p50 = tmp[(size_t)(0.50 * (double)(n - 1) + 0.5)];
-    s->lat_p99 = tmp[(size_t)(0.99 * (double)(n - 1) + 0.5)];
-    s->lat_seen = s->n_latency;
-  }
-  *p50 = n > 0 ? s->lat_p50 : 0.0;
-  *p99 = n > 0 ? s->lat_p99 : 0.0;
-}
-
-/* What STREAMS and STATS list of every stream. A held stream has not
- * started: no start time yet. */
-static aural_msg_stream_info stream_info(server *srv, const stream *s) {
-  aural_msg_stream_info e = {.id = s->id,
-                         .source = (uint8_t)s->source,
-                         .sample_rate = s->rate_hz,
-                         .channels = (uint32_t)s->channels,
-                         .held = s->held,
-                         .start_us = s->held ? 0 : s->start_us,
-                         .chunks = s->chunks_emitted};
-  memcpy(e.name, s->name, sizeof e.name);
+/* Announces the stream to matching subscriptions and lets workers at it.
+ * With --hold, a file or microphone stream nobody receives yet waits for
+ * its first subscriber (deliveries_attach releases it), so that no audio
+ * is processed before someone listens. */
+int stream_start(stream *s) {
+  server *srv = s->srv;
+  bool hold = srv->opt->hold && s->source != SRC_CLIENT;
   pthread_mutex_lock(&srv->mu);
-  e.frames = s->stat_frames;
+  s->held = hold;
   pthread_mutex_unlock(&srv->mu);
-  return e;
-}
-
-size_t build_stream_list(server *srv, uint8_t *out, size_t cap) {
-  aural_msg_writer mw;
-  aural_proto_streams_begin(&mw, out, cap);
-  for (stream *s = srv->streams; s != NULL; s = s->next) {
-    aural_msg_stream_info e = stream_info(srv, s);
-    aural_proto_streams_add(&mw, &e);
-  }
-  return aural_proto_streams_end(&mw);
-}
-
-/* The subscriptions of whole clients, newest first from the cursor, up to
- * a page: returns the next page's cursor, or 0 when none is left. */
-static uint32_t list_subscribers(server *srv, aural_msg_writer *mw,
-                                 uint32_t clients_before) {
-  int listed = 0;
+  /* Released before it is announced, so that STREAM_STARTED carries the
+   * start_us every later message gives (a held one is released by its
+   * first match, before that match's announcement). */
+  if (!hold) stream_release(s);
   for (conn *c = srv->conns; c != NULL; c = c->next) {
-    if (clients_before != 0 && c->id >= clients_before) continue;
-    if (c->n_subs == 0) continue;
-    if (listed + c->n_subs > AURAL_STATS_PAGE_SUBSCRIBERS) return c->id + 1;
-    listed += c->n_subs;
-    for (subscription *sub = c->subs; sub != NULL; sub = sub->next) {
-      aural_stats_subscriber e = {.client = c->id,
-                                  .subscription = sub->id,
-                                  .all = sub->all,
-                                  .queue_bytes = c->q_bytes,
-                                  .chunks_sent = sub->sent,
-                                  .chunks_dropped = sub->dropped};
-      if (!sub->all) memcpy(e.stream, sub->name, sizeof e.stream);
-      aural_proto_stats_reply_add_subscriber(mw, &e);
-    }
+    if (c->closing) continue;
+    for (subscription *sub = c->subs; sub != NULL; sub = sub->next)
+      if (sub->all || strcmp(sub->name, s->name) == 0)
+        deliveries_attach(srv, sub, s);
   }
   return 0;
 }
 
-/* STATS: linear in the streams and subscriptions it lists, and at most a
- * page of each (AURAL_STATS_PAGE_*), newest first from the request's
- * cursors; "next_streams_before" and "next_clients_before" say where the
- * next page starts when this one is cut. */
-size_t build_stats(server *srv, uint8_t *out, size_t cap,
-                   const aural_msg_stats *req) {
-  int n_subs = 0;
-  for (conn *c = srv->conns; c != NULL; c = c->next) n_subs += c->n_subs;
-  aural_msg_stats_reply r = {.uptime_s = aurald_mono_s() - srv->t_start,
-                             .clients = (uint32_t)srv->n_conns,
-                             .workers = (uint32_t)srv->n_workers,
-                             .message_bytes = msgbuf_live_bytes,
-                             .streams_total = (uint32_t)srv->n_streams,
-                             .subscribers_total = (uint32_t)n_subs};
-  aural_msg_writer mw;
-  aural_proto_stats_reply_begin(&mw, out, cap, &r);
-  int listed = 0;
-  for (stream *s = srv->streams; s != NULL; s = s->next) {
-    if (req->streams_before != 0 && s->id >= req->streams_before) continue;
-    if (listed == AURAL_STATS_PAGE_STREAMS) {
-      /* The ids of the streams listed so far are all above this one's. */
-      r.next_streams_before = s->id + 1;
-      break;
-    }
-    listed++;
-    aural_stats_stream e = {.info = stream_info(srv, s),
-                            .overruns = atomic_load(&s->overruns)};
-    pthread_mutex_lock(&srv->mu);
-    e.compute_s = s->stat_compute_s;
-    e.audio_s = s->stat_audio_s;
-    pthread_mutex_unlock(&srv->mu);
-    latency_pcts(s, &e.latency_ms_p50, &e.latency_ms_p99);
-    aural_proto_stats_reply_add_stream(&mw, &e);
+void deliveries_attach(server *srv, subscription *sub, stream *s) {
+  (void)srv;
+  if (sub->c->closing) return; /* reaped soon: its deliveries go then */
+  for (delivery *d = s->deliveries; d != NULL; d = d->next_in_stream)
+    if (d->sub == sub) return;
+  delivery *d = calloc(1, sizeof *d);
+  if (d == NULL) {
+    conn_send_error(sub->c, s->id, -AURAL_PROTO_EINTERNAL, false,
+                    "out of memory subscribing to %s", s->name);
+    return;
   }
-  r.next_clients_before = list_subscribers(srv, &mw, req->clients_before);
-  return aural_proto_stats_reply_end(&mw, &r);
+  d->sub = sub;
+  d->s = s;
+  d->next_in_stream = s->deliveries;
+  s->deliveries = d;
+  if (s->held) stream_release(s);
+  send_stream_started(d);
+}
+
+void delivery_remove_sub(server *srv, subscription *sub) {
+  for (stream *s = srv->streams; s != NULL; s = s->next)
+    for (delivery **pp = &s->deliveries; *pp != NULL;) {
+      delivery *d = *pp;
+      if (d->sub == sub) {
+        *pp = d->next_in_stream;
+        free(d);
+      } else {
+        pp = &d->next_in_stream;
+      }
+    }
+}
+
+static void free_chunk(chunk_out *co) {
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 8; o++) msgbuf_unref(co->variants[t][o]);
+  free(co);
+}
+
+/* The end of a stream, on the loop: subscribers get STREAM_ENDED, the
+ * client that closed it AUDIO_CLOSED, and the stream goes. The worker
+ * cleared `busy` before queueing this event, and an ended stream is never
+ * queued again, so nobody else holds it. */
+static void finish_stream(server *srv, stream *s) {
+  log_info("stream %u \"%s\": ended (%s%s%s), %llu frames, %llu chunks",
+           s->id, s->name, end_reason_name(s->reason),
+           s->message[0] ? ": " : "", s->message,
+           (unsigned long long)s->next_frame,
+           (unsigned long long)s->chunks_emitted);
+  fanout_ended(srv, s);
+  if (s->owner != NULL) {
+    conn *c = s->owner;
+    c->n_streams--;
+    if (s->reason == END_CLOSED) {
+      aural_msg_audio_closed m = {.frames = s->next_frame,
+                                  .chunks = s->chunks_emitted};
+      uint8_t buf[AURAL_PROTO_HEADER_BYTES + 96];
+      conn_send_bytes(c, buf,
+                      aural_proto_encode_audio_closed(buf, sizeof buf, s->id,
+                                                      &m));
+    }
+  }
+  bool was_file = s->source == SRC_FILE;
+  stream_unlink(srv, s);
+  stream_destroy(s);
+  /* The tick stops the server for --exit-when-done (main.c). */
+  if (was_file && --srv->n_file_streams_left == 0) srv->files_done = true;
+}
+
+void server_on_done(uv_async_t *a) {
+  server *srv = a->data;
+  pthread_mutex_lock(&srv->mu);
+  chunk_out *list = srv->done_head;
+  srv->done_head = srv->done_tail = NULL;
+  pthread_mutex_unlock(&srv->mu);
+  while (list != NULL) {
+    chunk_out *co = list;
+    list = co->next;
+    stream *s = co->s;
+    if (co->is_end) { /* s->end_event, freed with the stream */
+      finish_stream(srv, s);
+      continue;
+    }
+    fanout_chunk(srv, co);
+    free_chunk(co);
+    /* Its client may be waiting for the backlog to drain: it reads on at
+     * the next iteration's `later` pass (conn.c). */
+    conn *owner = s->owner;
+    if (owner != NULL && owner->paused && !owner->closing) {
+      owner->drained = true;
+      conn_later(owner);
+    }
+  }
 }

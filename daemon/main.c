@@ -492,6 +492,8 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 static void on_tick(uv_timer_t *t) {
   server *srv = t->data;
+  if (srv->files_done && srv->opt->exit_when_done && !srv->stopping)
+    server_stop(srv, "every file has been processed");
   mic_poll(srv);
   pthread_mutex_lock(&srv->mu);
   double now = aurald_mono_s();

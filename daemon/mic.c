@@ -162,6 +162,9 @@ int mic_list_devices(void) {
   return 0;
 }
 
+/* The microphone stream's release hook: capture starts with it. */
+static int on_release(stream *s) { return mic_begin(s->srv); }
+
 int mic_start(server *srv, const char *device, char *why, size_t why_len) {
   PaError e = Pa_Initialize();
   if (e != paNoError) {
@@ -182,6 +185,7 @@ int mic_start(server *srv, const char *device, char *why, size_t why_len) {
   double rate = info->defaultSampleRate;
   m->s = stream_create(srv, "mic", SRC_MIC, rate, 1, why, why_len);
   if (m->s == NULL) goto fail;
+  m->s->on_release = on_release;
   uv_async_init(srv->loop, &m->async, on_mic_async);
   m->async.data = m;
   m->async_open = true;

@@ -72,6 +72,7 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
   srv->deadline.data = srv;
   uv_idle_init(loop, &srv->later);
   srv->later.data = srv;
+  srv->on_later = conn_on_later;
   srv->handles_ready = true;
 
   aural_err err = {0};

@@ -101,29 +101,6 @@ oom:
   return NULL;
 }
 
-/* Announces the stream to matching subscriptions and lets workers at it.
- * With --hold, a file or microphone stream nobody receives yet waits for
- * its first subscriber (deliveries_attach releases it), so that no audio
- * is processed before someone listens. */
-int stream_start(stream *s) {
-  server *srv = s->srv;
-  bool hold = srv->opt->hold && s->source != SRC_CLIENT;
-  pthread_mutex_lock(&srv->mu);
-  s->held = hold;
-  pthread_mutex_unlock(&srv->mu);
-  /* Released before it is announced, so that STREAM_STARTED carries the
-   * start_us every later message gives (a held one is released by its
-   * first match, before that match's announcement). */
-  if (!hold) stream_release(s);
-  for (conn *c = srv->conns; c != NULL; c = c->next) {
-    if (c->closing) continue;
-    for (subscription *sub = c->subs; sub != NULL; sub = sub->next)
-      if (sub->all || strcmp(sub->name, s->name) == 0)
-        deliveries_attach(srv, sub, s);
-  }
-  return 0;
-}
-
 void stream_release(stream *s) {
   server *srv = s->srv;
   pthread_mutex_lock(&srv->mu);
@@ -131,7 +108,7 @@ void stream_release(stream *s) {
   pthread_mutex_unlock(&srv->mu);
   s->start_us = aurald_now_us();
   s->t0_mono = aurald_mono_s();
-  if (s->source == SRC_MIC && mic_begin(srv) < 0) {
+  if (s->on_release != NULL && s->on_release(s) < 0) {
     stream_end_input(s, END_DEVICE_LOST, "the capture device did not start");
     return;
   }
@@ -264,41 +241,8 @@ stream *stream_find_id(server *srv, uint32_t id) {
   return NULL;
 }
 
-/* ---- deliveries ---------------------------------------------------------- */
-
-void deliveries_attach(server *srv, subscription *sub, stream *s) {
-  (void)srv;
-  if (sub->c->closing) return; /* reaped soon: its deliveries go then */
-  for (delivery *d = s->deliveries; d != NULL; d = d->next_in_stream)
-    if (d->sub == sub) return;
-  delivery *d = calloc(1, sizeof *d);
-  if (d == NULL) {
-    conn_send_error(sub->c, s->id, -AURAL_PROTO_EINTERNAL, false,
-                    "out of memory subscribing to %s", s->name);
-    return;
-  }
-  d->sub = sub;
-  d->s = s;
-  d->next_in_stream = s->deliveries;
-  s->deliveries = d;
-  if (s->held) stream_release(s);
-  send_stream_started(d);
-}
-
-void delivery_remove_sub(server *srv, subscription *sub) {
-  for (stream *s = srv->streams; s != NULL; s = s->next)
-    for (delivery **pp = &s->deliveries; *pp != NULL;) {
-      delivery *d = *pp;
-      if (d->sub == sub) {
-        *pp = d->next_in_stream;
-        free(d);
-      } else {
-        pp = &d->next_in_stream;
-      }
-    }
-}
-
-static void unlink_stream(server *srv, stream *s) {
+/* Takes an ended stream out of the registry (the caller destroys it). */
+void stream_unlink(server *srv, stream *s) {
   for (stream **pp = &srv->by_id[s->id % STREAM_ID_BUCKETS]; *pp != NULL;
        pp = &(*pp)->id_next)
     if (*pp == s) {
@@ -313,59 +257,3 @@ static void unlink_stream(server *srv, stream *s) {
     }
 }
 
-static void free_chunk(chunk_out *co) {
-  for (int t = 0; t < 2; t++)
-    for (int o = 0; o < 8; o++) msgbuf_unref(co->variants[t][o]);
-  free(co);
-}
-
-/* The end of a stream, on the loop: subscribers get STREAM_ENDED, the
- * client that closed it AUDIO_CLOSED, and the stream goes. The worker
- * cleared `busy` before queueing this event, and an ended stream is never
- * queued again, so nobody else holds it. */
-static void finish_stream(server *srv, stream *s) {
-  log_info("stream %u \"%s\": ended (%s%s%s), %llu frames, %llu chunks",
-           s->id, s->name, end_reason_name(s->reason),
-           s->message[0] ? ": " : "", s->message,
-           (unsigned long long)s->next_frame,
-           (unsigned long long)s->chunks_emitted);
-  fanout_ended(srv, s);
-  if (s->owner != NULL) {
-    conn *c = s->owner;
-    c->n_streams--;
-    if (s->reason == END_CLOSED) {
-      aural_msg_audio_closed m = {.frames = s->next_frame,
-                                  .chunks = s->chunks_emitted};
-      uint8_t buf[AURAL_PROTO_HEADER_BYTES + 96];
-      conn_send_bytes(c, buf,
-                      aural_proto_encode_audio_closed(buf, sizeof buf, s->id,
-                                                      &m));
-    }
-  }
-  bool was_file = s->source == SRC_FILE;
-  unlink_stream(srv, s);
-  stream_destroy(s);
-  if (was_file && --srv->n_file_streams_left == 0 &&
-      srv->opt->exit_when_done && !srv->stopping)
-    server_stop(srv, "every file has been processed");
-}
-
-void server_on_done(uv_async_t *a) {
-  server *srv = a->data;
-  pthread_mutex_lock(&srv->mu);
-  chunk_out *list = srv->done_head;
-  srv->done_head = srv->done_tail = NULL;
-  pthread_mutex_unlock(&srv->mu);
-  while (list != NULL) {
-    chunk_out *co = list;
-    list = co->next;
-    stream *s = co->s;
-    if (co->is_end) { /* s->end_event, freed with the stream */
-      finish_stream(srv, s);
-      continue;
-    }
-    fanout_chunk(srv, co);
-    free_chunk(co);
-    if (s->owner != NULL) conn_resume_if_drained(s->owner);
-  }
-}

@@ -4,11 +4,13 @@
     tools/check_daemon_deps.py [--dir daemon] [--allow-cycles]
 
 A file depends on another when it calls a function defined there (a
-non-static function of daemon/*.c; the header declares them all). Prints
-each file's dependencies and every cycle; exits 1 when there is a cycle,
-unless --allow-cycles. The daemon is meant to depend one way (STYLE.md:
-connections -> stream registry <- compute; only fan-out writes to
-connections).
+non-static function of daemon/*.c; the header declares them all; a call
+through a function pointer, such as a libuv callback or the `later`
+pass's, is not a dependency). Prints each file's dependencies and every
+cycle; exits 1 when there is a cycle, unless --allow-cycles. The daemon
+depends one way (STYLE.md: connections -> stream registry <- compute;
+fan-out and the write queue are what write to connections); the test
+suite runs this check.
 """
 import argparse
 import os
