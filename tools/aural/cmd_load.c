@@ -253,7 +253,17 @@ static double proc_cpu_s(pid_t pid) {
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-int cmd_load(int argc, char **argv) {
+/* What a run measured beside the chunks' latencies. */
+typedef struct load_result {
+  float *ping_ms; /* (n_pings) round trips of the pinger, sorted later */
+  size_t n_pings;
+  double wall_s, cpu_s; /* the daemon's CPU over the audio's wall time */
+} load_result;
+
+/* Options; returns -1 to go on, or the exit status. */
+static int parse_load_options(int argc, char **argv, const char **sock,
+                              size_t *n_streams, size_t *seconds,
+                              size_t *block_ms, bool *json) {
   static const struct option longs[] = {
       {"socket", required_argument, NULL, 's'},
       {"streams", required_argument, NULL, 'n'},
@@ -263,32 +273,29 @@ int cmd_load(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
-  const char *sock = NULL;
-  size_t n_streams = 10, block_ms = 20, seconds = 30;
-  bool json = false;
   int opt;
   while ((opt = getopt_long(argc, argv, "s:n:h", longs, NULL)) != -1) {
     switch (opt) {
-    case 's': sock = optarg; break;
+    case 's': *sock = optarg; break;
     case 'n':
-      if (cli_parse_size(optarg, 1, 2000, &n_streams) < 0) {
+      if (cli_parse_size(optarg, 1, 2000, n_streams) < 0) {
         fprintf(stderr, "aural load: -n must be 1..2000\n");
         return EXIT_USAGE;
       }
       break;
     case 'S':
-      if (cli_parse_size(optarg, 1, 86400, &seconds) < 0) {
+      if (cli_parse_size(optarg, 1, 86400, seconds) < 0) {
         fprintf(stderr, "aural load: --seconds must be 1..86400\n");
         return EXIT_USAGE;
       }
       break;
     case 'B':
-      if (cli_parse_size(optarg, 5, 1000, &block_ms) < 0) {
+      if (cli_parse_size(optarg, 5, 1000, block_ms) < 0) {
         fprintf(stderr, "aural load: --block-ms must be 5..1000\n");
         return EXIT_USAGE;
       }
       break;
-    case 'j': json = true; break;
+    case 'j': *json = true; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return EXIT_USAGE;
     }
@@ -297,22 +304,14 @@ int cmd_load(int argc, char **argv) {
     usage(stderr);
     return EXIT_USAGE;
   }
-  load_run r = {.n = (int)n_streams, .seconds = (double)seconds,
-                .block_s = (double)block_ms / 1000.0};
-  const char *input = optind < argc ? argv[optind] : cli_default_sample();
-  if (load_pcm(input, &r) < 0) return 1;
-  r.block_samples = (size_t)lround(r.rate * r.block_s);
-  r.n_blocks = (size_t)ceil(r.seconds / r.block_s) + 1;
+  return -1;
+}
 
-  char err[512];
-  aural_client *sub = NULL, *pinger = NULL;
-  int rc = 1;
-  if (client_connect(sock, "aural load", &sub, err, sizeof err) < 0 ||
-      client_connect(sock, "aural load ping", &pinger, err, sizeof err) < 0) {
-    fprintf(stderr, "aural load: %s\n", err);
-    goto out;
-  }
-  r.chunk_frames = sub->model.chunk_frames;
+/* Subscribes sub to every stream (embeddings), then opens r->n pushed
+ * streams, one connection each, non-blocking. Returns 0 or -1 (said). */
+static int open_load_streams(load_run *r, const char *sock,
+                             aural_client *sub) {
+  char err[512] = "";
   uint8_t req[512];
   aural_msg_subscribe ms = {.all = true, .outputs = AURAL_OUT_EMBEDDINGS,
                             .dtype = AURAL_DTYPE_F32};
@@ -323,22 +322,21 @@ int cmd_load(int argc, char **argv) {
       m.h.type != AURAL_MSG_SUBSCRIBED) {
     fprintf(stderr, "aural load: subscribing failed%s%s\n", err[0] ? ": " : "",
             err);
-    goto out;
+    return -1;
   }
-
-  r.st = calloc(n_streams, sizeof *r.st);
-  if (r.st == NULL) goto oom;
-  double stagger = (double)r.chunk_frames * 0.01 / (double)n_streams;
+  size_t n_streams = (size_t)r->n;
+  r->st = calloc(n_streams, sizeof *r->st);
+  if (r->st == NULL) goto oom;
   for (size_t i = 0; i < n_streams; i++) {
-    load_stream *s = &r.st[i];
-    s->sent_at = calloc(r.n_blocks + 1, sizeof *s->sent_at);
-    s->lat_ms = calloc(r.n_blocks + 1, sizeof *s->lat_ms);
+    load_stream *s = &r->st[i];
+    s->sent_at = calloc(r->n_blocks + 1, sizeof *s->sent_at);
+    s->lat_ms = calloc(r->n_blocks + 1, sizeof *s->lat_ms);
     if (s->sent_at == NULL || s->lat_ms == NULL) goto oom;
     if (client_connect(sock, "aural load", &s->c, err, sizeof err) < 0) {
       fprintf(stderr, "aural load: stream %zu: %s\n", i, err);
-      goto out;
+      return -1;
     }
-    aural_msg_audio_open ao = {.sample_rate = (uint32_t)r.rate,
+    aural_msg_audio_open ao = {.sample_rate = (uint32_t)r->rate,
                                .channels = 1, .format = AURAL_SAMPLE_S16};
     snprintf(ao.name, sizeof ao.name, "load-%zu-%ld", i, (long)getpid());
     k = aural_proto_encode_audio_open(req, sizeof req, &ao);
@@ -347,84 +345,87 @@ int cmd_load(int argc, char **argv) {
         m.h.type != AURAL_MSG_AUDIO_OPENED) {
       fprintf(stderr, "aural load: opening stream %zu failed%s%s\n", i,
               err[0] ? ": " : "", err);
-      goto out;
+      return -1;
     }
     s->id = m.h.stream_id;
-    if (s->id >= r.by_id_cap) {
+    if (s->id >= r->by_id_cap) {
       size_t cap = (s->id + 1) * 2;
-      uint32_t *p = realloc(r.by_id, cap * sizeof *p);
+      uint32_t *p = realloc(r->by_id, cap * sizeof *p);
       if (p == NULL) goto oom;
-      memset(p + r.by_id_cap, 0, (cap - r.by_id_cap) * sizeof *p);
-      r.by_id = p;
-      r.by_id_cap = cap;
+      memset(p + r->by_id_cap, 0, (cap - r->by_id_cap) * sizeof *p);
+      r->by_id = p;
+      r->by_id_cap = cap;
     }
-    r.by_id[s->id] = (uint32_t)i + 1;
+    r->by_id[s->id] = (uint32_t)i + 1;
     if (fcntl(s->c->fd, F_SETFL, fcntl(s->c->fd, F_GETFL) | O_NONBLOCK) < 0)
       goto oom;
   }
+  return 0;
+oom:
+  fprintf(stderr, "aural load: out of memory\n");
+  return -1;
+}
 
-  struct ucred cred;
-  socklen_t cl = sizeof cred;
-  pid_t daemon_pid = getsockopt(sub->fd, SOL_SOCKET, SO_PEERCRED, &cred,
-                                &cl) == 0 ? cred.pid : 0;
-  signal(SIGINT, on_sigint);
-  double t_start = cli_now_s();
-  double cpu0 = daemon_pid ? proc_cpu_s(daemon_pid) : NAN;
-  for (size_t i = 0; i < n_streams; i++)
-    r.st[i].t0 = t_start + stagger * (double)i;
-
-  size_t rcap = 1 << 22, rlen = 0;
-  uint8_t *rbuf = malloc(rcap);
-  uint8_t *msg = malloc(AURAL_PROTO_HEADER_BYTES + 2 * r.block_samples);
-  size_t n_pings_cap = (size_t)(r.seconds * 20) + 64, n_pings = 0;
-  float *ping_ms = calloc(n_pings_cap, sizeof *ping_ms);
-  struct pollfd *pf = calloc(n_streams + 2, sizeof *pf);
-  if (rbuf == NULL || msg == NULL || ping_ms == NULL || pf == NULL) {
-    free(rbuf);
-    free(msg);
-    free(ping_ms);
-    free(pf);
-    goto oom;
+/* Sends each stream's blocks when due (and AUDIO_CLOSE after the last),
+ * returning the earliest time something is due next. */
+static double send_due(load_run *r, uint8_t *msg, double now,
+                       pid_t daemon_pid, load_result *res, bool *fatal) {
+  double wake = now + 0.05;
+  for (size_t i = 0; i < (size_t)r->n; i++) {
+    load_stream *s = &r->st[i];
+    if (s->closed_sent) continue;
+    double due = s->t0 + (double)(s->block + 1) * r->block_s;
+    if (due > s->t0 + r->seconds) {
+      if (isnan(res->cpu_s)) { /* the first stream's audio is all out */
+        res->cpu_s = daemon_pid ? proc_cpu_s(daemon_pid) : NAN;
+        res->wall_s = now;
+      }
+      uint8_t close_msg[AURAL_PROTO_HEADER_BYTES];
+      aural_proto_encode_raw(close_msg, sizeof close_msg,
+                             AURAL_MSG_AUDIO_CLOSE, s->id, NULL, 0);
+      queue_bytes(s, close_msg, sizeof close_msg);
+      flush_pending(s);
+      s->closed_sent = true;
+      continue;
+    }
+    if (due <= now) {
+      if (send_block(r, s, msg) < 0) {
+        fprintf(stderr, "aural load: stream %zu: send failed\n", i);
+        *fatal = true;
+      }
+      due = s->t0 + (double)(s->block + 1) * r->block_s;
+    }
+    if (due < wake) wake = due;
   }
-  double next_ping = t_start, ping_sent = 0;
+  return wake;
+}
+
+/* The run: blocks out on time, chunks in on the subscriber, a PING every
+ * 50 ms, until every stream has ended (or 30 s past its audio). Returns 0,
+ * or -1 when out of memory. */
+static int run_load(load_run *r, aural_client *sub, aural_client *pinger,
+                    pid_t daemon_pid, load_result *res) {
+  size_t n_streams = (size_t)r->n, rcap = 1 << 22, rlen = 0;
+  uint8_t *rbuf = malloc(rcap);
+  uint8_t *msg = malloc(AURAL_PROTO_HEADER_BYTES + 2 * r->block_samples);
+  size_t n_pings_cap = (size_t)(r->seconds * 20) + 64;
+  res->ping_ms = calloc(n_pings_cap, sizeof *res->ping_ms);
+  struct pollfd *pf = calloc(n_streams + 2, sizeof *pf);
+  int rc = rbuf && msg && res->ping_ms && pf ? 0 : -1;
+  double t_start = r->st[0].t0, next_ping = t_start, ping_sent = 0;
+  double cpu0 = daemon_pid ? proc_cpu_s(daemon_pid) : NAN;
   bool ping_out = false, fatal = false;
   size_t ended = 0;
-  double t_end_audio = t_start + r.seconds, deadline = t_end_audio + 30;
-  double cpu1 = NAN, t_cpu1 = 0;
-  while (!interrupted && !fatal && ended < n_streams) {
+  double t_end_audio = t_start + r->seconds, deadline = t_end_audio + 30;
+  res->cpu_s = NAN;
+  while (rc == 0 && !interrupted && !fatal && ended < n_streams) {
     double now = cli_now_s();
     if (now > deadline) {
       fprintf(stderr, "aural load: %zu streams did not end in time\n",
               n_streams - ended);
       break;
     }
-    double wake = now + 0.05;
-    for (size_t i = 0; i < n_streams; i++) {
-      load_stream *s = &r.st[i];
-      if (s->closed_sent) continue;
-      double due = s->t0 + (double)(s->block + 1) * r.block_s;
-      if (due > s->t0 + r.seconds) {
-        if (isnan(cpu1)) {
-          cpu1 = daemon_pid ? proc_cpu_s(daemon_pid) : NAN;
-          t_cpu1 = now;
-        }
-        uint8_t close_msg[AURAL_PROTO_HEADER_BYTES];
-        aural_proto_encode_raw(close_msg, sizeof close_msg,
-                               AURAL_MSG_AUDIO_CLOSE, s->id, NULL, 0);
-        queue_bytes(s, close_msg, sizeof close_msg);
-        flush_pending(s);
-        s->closed_sent = true;
-        continue;
-      }
-      if (due <= now) {
-        if (send_block(&r, s, msg) < 0) {
-          fprintf(stderr, "aural load: stream %zu: send failed\n", i);
-          fatal = true;
-        }
-        due = s->t0 + (double)(s->block + 1) * r.block_s;
-      }
-      if (due < wake) wake = due;
-    }
+    double wake = send_due(r, msg, now, daemon_pid, res, &fatal);
     if (!ping_out && now >= next_ping && now < t_end_audio) {
       uint8_t pm[AURAL_PROTO_HEADER_BYTES];
       aural_proto_encode_raw(pm, sizeof pm, AURAL_MSG_PING, 0, NULL, 0);
@@ -438,8 +439,8 @@ int cmd_load(int argc, char **argv) {
     pf[np++] = (struct pollfd){.fd = sub->fd, .events = POLLIN};
     pf[np++] = (struct pollfd){.fd = pinger->fd, .events = POLLIN};
     for (size_t i = 0; i < n_streams; i++)
-      if (r.st[i].pending_len > 0)
-        pf[np++] = (struct pollfd){.fd = r.st[i].c->fd, .events = POLLOUT};
+      if (r->st[i].pending_len > 0)
+        pf[np++] = (struct pollfd){.fd = r->st[i].c->fd, .events = POLLOUT};
     int timeout_ms = (int)ceil((wake - cli_now_s()) * 1000.0);
     if (timeout_ms < 0) timeout_ms = 0;
     if (poll(pf, (nfds_t)np, timeout_ms) < 0 && errno != EINTR) break;
@@ -456,57 +457,64 @@ int cmd_load(int argc, char **argv) {
       }
       if (got > 0) {
         rlen += (size_t)got;
-        size_t used = on_sub_bytes(&r, rbuf, rlen, now, &fatal);
+        size_t used = on_sub_bytes(r, rbuf, rlen, now, &fatal);
         memmove(rbuf, rbuf + used, rlen - used);
         rlen -= used;
       }
     }
     if (pf[1].revents & (POLLIN | POLLHUP)) {
+      client_msg m;
+      char err[256];
       if (client_read(pinger, &m, err, sizeof err) == 0 &&
           m.h.type == AURAL_MSG_PONG && ping_out) {
-        if (n_pings < n_pings_cap)
-          ping_ms[n_pings++] = (float)((now - ping_sent) * 1e3);
+        if (res->n_pings < n_pings_cap)
+          res->ping_ms[res->n_pings++] = (float)((now - ping_sent) * 1e3);
         ping_out = false;
       }
     }
     for (size_t i = 2; i < np; i++)
       if (pf[i].revents & POLLOUT)
         for (size_t j = 0; j < n_streams; j++)
-          if (r.st[j].c->fd == pf[i].fd) flush_pending(&r.st[j]);
+          if (r->st[j].c->fd == pf[i].fd) flush_pending(&r->st[j]);
     ended = 0;
-    for (size_t i = 0; i < n_streams; i++) ended += r.st[i].ended;
+    for (size_t i = 0; i < n_streams; i++) ended += r->st[i].ended;
   }
-  double wall = (isnan(cpu1) ? cli_now_s() : t_cpu1) - t_start;
-  double cpu = cpu1 - cpu0;
+  res->wall_s = (isnan(res->cpu_s) ? cli_now_s() : res->wall_s) - t_start;
+  res->cpu_s -= cpu0;
+  free(rbuf);
+  free(msg);
+  free(pf);
+  return rc;
+}
 
-  /* Report. */
-  size_t total_lat = 0;
+/* Prints the run's figures (a table, or one JSON object) and returns the
+ * exit status: 0 when every chunk came and none was lost. */
+static int report_load(load_run *r, const load_result *res, size_t block_ms,
+                       bool json) {
+  size_t n_streams = (size_t)r->n, total_lat = 0;
   uint64_t chunks = 0, lost = 0, expected = 0;
   for (size_t i = 0; i < n_streams; i++) {
-    total_lat += r.st[i].n_lat;
-    chunks += r.st[i].chunks;
-    lost += r.st[i].lost;
+    total_lat += r->st[i].n_lat;
+    chunks += r->st[i].chunks;
+    lost += r->st[i].lost;
     /* frames of the audio sent, then chunks of those (+1 for the FINAL
      * marker when they fill whole chunks). */
-    size_t samples16k = (size_t)((double)r.st[i].sent * 16000.0 / r.rate);
+    size_t samples16k = (size_t)((double)r->st[i].sent * 16000.0 / r->rate);
     size_t frames = samples16k >= 400 ? 1 + (samples16k - 400) / 160 : 0;
-    expected += frames / r.chunk_frames + 1;
+    expected += frames / r->chunk_frames + 1;
   }
   float *all = malloc((total_lat + 1) * sizeof *all);
   double *per = malloc((n_streams + 1) * 3 * sizeof *per); /* p50 p99 max */
   if (all == NULL || per == NULL) {
     free(all);
     free(per);
-    free(rbuf);
-    free(msg);
-    free(ping_ms);
-    free(pf);
-    goto oom;
+    fprintf(stderr, "aural load: out of memory\n");
+    return 1;
   }
   float worst_p99 = 0, worst_p50 = 0;
   size_t at = 0;
   for (size_t i = 0; i < n_streams; i++) {
-    load_stream *s = &r.st[i];
+    load_stream *s = &r->st[i];
     memcpy(all + at, s->lat_ms, s->n_lat * sizeof *all);
     at += s->n_lat;
     double p50 = pct(s->lat_ms, s->n_lat, 50), p99 = pct(s->lat_ms, s->n_lat, 99);
@@ -518,9 +526,10 @@ int cmd_load(int argc, char **argv) {
   }
   double p50 = pct(all, total_lat, 50), p99 = pct(all, total_lat, 99);
   double pmax = total_lat ? all[total_lat - 1] : NAN;
-  double g50 = pct(ping_ms, n_pings, 50), g99 = pct(ping_ms, n_pings, 99);
-  double gmax = n_pings ? ping_ms[n_pings - 1] : NAN;
-  double cpu_pct = 100.0 * cpu / wall;
+  double g50 = pct(res->ping_ms, res->n_pings, 50),
+         g99 = pct(res->ping_ms, res->n_pings, 99);
+  double gmax = res->n_pings ? res->ping_ms[res->n_pings - 1] : NAN;
+  double cpu_pct = 100.0 * res->cpu_s / res->wall_s;
   if (json) {
     printf("{\"streams\":%zu,\"seconds\":%.0f,\"block_ms\":%zu,"
            "\"input_rate\":%.0f,\"chunks_expected\":%llu,"
@@ -530,15 +539,15 @@ int cmd_load(int argc, char **argv) {
            "\"ping_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.3f,\"n\":%zu},"
            "\"daemon_cpu_percent\":%.2f,\"cpu_percent_per_stream\":%.4f,"
            "\"interrupted\":%s,\"per_stream\":[",
-           n_streams, r.seconds, block_ms, r.rate,
+           n_streams, r->seconds, block_ms, r->rate,
            (unsigned long long)expected, (unsigned long long)chunks,
            (unsigned long long)lost, p50, p99, pmax, worst_p50, worst_p99,
-           g50, g99, gmax, n_pings, cpu_pct, cpu_pct / (double)n_streams,
-           interrupted ? "true" : "false");
+           g50, g99, gmax, res->n_pings, cpu_pct,
+           cpu_pct / (double)n_streams, interrupted ? "true" : "false");
     for (size_t i = 0; i < n_streams; i++) {
       printf("%s{\"chunks\":%llu,\"lost\":%llu", i ? "," : "",
-             (unsigned long long)r.st[i].chunks,
-             (unsigned long long)r.st[i].lost);
+             (unsigned long long)r->st[i].chunks,
+             (unsigned long long)r->st[i].lost);
       static const char *const keys[] = {"p50_ms", "p99_ms", "max_ms"};
       for (int q = 0; q < 3; q++) {
         double v = per[3 * i + (size_t)q];
@@ -550,7 +559,7 @@ int cmd_load(int argc, char **argv) {
     printf("]}\n");
   } else {
     printf("%zu streams x %.0f s at 1x (%.0f Hz input, %zu ms blocks)\n",
-           n_streams, r.seconds, r.rate, block_ms);
+           n_streams, r->seconds, r->rate, block_ms);
     printf("chunks      %llu received of %llu, %llu lost\n",
            (unsigned long long)chunks, (unsigned long long)expected,
            (unsigned long long)lost);
@@ -561,16 +570,52 @@ int cmd_load(int argc, char **argv) {
     printf("daemon cpu  %.1f%% of one core (%.3f%% per stream)\n", cpu_pct,
            cpu_pct / (double)n_streams);
   }
-  rc = (chunks == expected && lost == 0 && !interrupted) ? 0 : 3;
   free(all);
   free(per);
-  free(rbuf);
-  free(msg);
-  free(ping_ms);
-  free(pf);
-  goto out;
-oom:
-  fprintf(stderr, "aural load: out of memory\n");
+  return (chunks == expected && lost == 0 && !interrupted) ? 0 : 3;
+}
+
+int cmd_load(int argc, char **argv) {
+  const char *sock = NULL;
+  size_t n_streams = 10, block_ms = 20, seconds = 30;
+  bool json = false;
+  int status = parse_load_options(argc, argv, &sock, &n_streams, &seconds,
+                                  &block_ms, &json);
+  if (status >= 0) return status;
+  load_run r = {.n = (int)n_streams, .seconds = (double)seconds,
+                .block_s = (double)block_ms / 1000.0};
+  const char *input = optind < argc ? argv[optind] : cli_default_sample();
+  if (load_pcm(input, &r) < 0) return 1;
+  r.block_samples = (size_t)lround(r.rate * r.block_s);
+  r.n_blocks = (size_t)ceil(r.seconds / r.block_s) + 1;
+
+  char err[512];
+  aural_client *sub = NULL, *pinger = NULL;
+  load_result res = {0};
+  int rc = 1;
+  if (client_connect(sock, "aural load", &sub, err, sizeof err) < 0 ||
+      client_connect(sock, "aural load ping", &pinger, err, sizeof err) < 0) {
+    fprintf(stderr, "aural load: %s\n", err);
+    goto out;
+  }
+  r.chunk_frames = sub->model.chunk_frames;
+  if (open_load_streams(&r, sock, sub) < 0) goto out;
+  struct ucred cred;
+  socklen_t cl = sizeof cred;
+  pid_t daemon_pid = getsockopt(sub->fd, SOL_SOCKET, SO_PEERCRED, &cred,
+                                &cl) == 0 ? cred.pid : 0;
+  signal(SIGINT, on_sigint);
+  /* Streams staggered over one chunk, so they do not all push at once. */
+  double t_start = cli_now_s();
+  double stagger = (double)r.chunk_frames * sub->model.frame_ms * 1e-3 /
+                   (double)n_streams;
+  for (size_t i = 0; i < n_streams; i++)
+    r.st[i].t0 = t_start + stagger * (double)i;
+  if (run_load(&r, sub, pinger, daemon_pid, &res) < 0) {
+    fprintf(stderr, "aural load: out of memory\n");
+    goto out;
+  }
+  rc = report_load(&r, &res, block_ms, json);
 out:
   for (size_t i = 0; r.st != NULL && i < n_streams; i++) {
     client_close(r.st[i].c);
@@ -581,6 +626,7 @@ out:
   free(r.st);
   free(r.by_id);
   free((void *)r.pcm);
+  free(res.ping_ms);
   client_close(sub);
   client_close(pinger);
   return rc;
