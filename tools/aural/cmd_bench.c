@@ -372,6 +372,92 @@ static int save_model(const synth_spec *spec, const char *path) {
   return EXIT_OK;
 }
 
+/* The results as one JSON object. */
+static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
+                             size_t n_cases, int run_enc, int run_fe) {
+  /* The model file's path as a JSON string (escaped), or null. */
+  char *file_json = eb->model_path ? json_string(eb->model_path) : NULL;
+  printf("{");
+  if (run_enc)
+    printf("\"gemm\": \"%s\", \"peak_gflops\": %.1f, \"model\": {\"d_model\": "
+           "%d, \"n_heads\": %d, \"d_ff\": %d, \"n_layers\": %d, \"window\": "
+           "%d, \"pos_encoding\": \"%s\", \"n_params\": %llu, "
+           "\"file\": %s}, "
+           "\"flops_per_frame\": %llu, \"chunk_frames\": %zu, "
+           "\"chunk_frames_per_s\": %.1f, \"chunk_gflops\": %.2f, "
+           "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f, "
+           "\"f16\": {\"chunk_frames_per_s\": %.1f, \"chunk_gflops\": %.2f, "
+           "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f}, "
+           "\"batched\": {\"streams\": %zu, \"frames_per_s\": %.1f, "
+           "\"gflops\": %.2f}%s",
+           aural_gemm_name(), eb->peak, eb->spec.d_model, eb->spec.n_heads,
+           eb->spec.d_ff, eb->spec.n_layers, eb->spec.window,
+           eb->spec.pos_encoding, (unsigned long long)eb->n_params,
+           file_json != NULL ? file_json : "null",
+           (unsigned long long)eb->flops_per_frame, eb->chunk,
+           eb->chunk_f32.frames_per_s, eb->chunk_f32.gflops,
+           eb->frame_f32.frames_per_s, eb->frame_f32.gflops,
+           eb->chunk_f16.frames_per_s, eb->chunk_f16.gflops,
+           eb->frame_f16.frames_per_s, eb->frame_f16.gflops, eb->streams,
+           eb->batched_f32.frames_per_s, eb->batched_f32.gflops,
+           run_fe ? ", " : "");
+  if (run_fe) {
+    printf("\"frontend\": [");
+    for (size_t i = 0; i < n_cases; i++)
+      printf("%s{\"rate_hz\": %.0f, \"channels\": %d, \"push_ms\": 10, "
+             "\"frames\": %zu, \"cpu_us_per_frame\": %.3f, "
+             "\"wall_us_per_frame\": %.3f}",
+             i ? ", " : "", cases[i].rate_hz, cases[i].n_channels,
+             cases[i].n_frames, cases[i].us_per_frame,
+             cases[i].wall_us_per_frame);
+    printf("]");
+  }
+  printf("}\n");
+  free(file_json);
+}
+
+/* The results as lines of text. */
+static void print_bench_table(const enc_bench *eb,
+                              const frontend_case *cases, size_t n_cases,
+                              int run_enc, int run_fe) {
+  if (run_enc) {
+    printf("encoder%s%s: d_model %d, %d heads, d_ff %d, %d layers, W %d, %s; "
+           "%.2f M parameters, %.2f MFLOP per frame\n",
+           eb->model_path ? " " : "", eb->model_path ? eb->model_path : "",
+           eb->spec.d_model, eb->spec.n_heads, eb->spec.d_ff, eb->spec.n_layers,
+           eb->spec.window, eb->spec.pos_encoding, (double)eb->n_params / 1e6,
+           (double)eb->flops_per_frame / 1e6);
+    printf("  kernel: %s; this core's FMA peak %.0f GFLOP/s\n",
+           aural_gemm_name(), eb->peak);
+    const struct {
+      const char *name;
+      const enc_result *r;
+    } rows[] = {{"chunk f32", &eb->chunk_f32}, {"frame f32", &eb->frame_f32},
+                {"chunk f16", &eb->chunk_f16}, {"frame f16", &eb->frame_f16}};
+    for (size_t i = 0; i < 4; i++)
+      printf("  %s: %8.0f frames/s  %6.1f GFLOP/s (%2.0f%% of peak), "
+             "%.0f real-time streams\n",
+             rows[i].name, rows[i].r->frames_per_s, rows[i].r->gflops,
+             eb->peak > 0 ? 100 * rows[i].r->gflops / eb->peak : 0.0,
+             rows[i].r->frames_per_s / 100);
+    if (eb->streams > 1)
+      printf("  %zu streams batched, chunk f32: %8.0f frames/s  %6.1f GFLOP/s "
+             "(%2.0f%% of peak), %.0f real-time streams\n",
+             eb->streams, eb->batched_f32.frames_per_s, eb->batched_f32.gflops,
+             eb->peak > 0 ? 100 * eb->batched_f32.gflops / eb->peak : 0.0,
+             eb->batched_f32.frames_per_s / 100);
+  }
+  if (run_fe) {
+    printf("frontend, 10 ms per push, one thread, best of %d over %.0f s of "
+           "audio:\n",
+           eb->repeat, eb->seconds);
+    for (size_t i = 0; i < n_cases; i++)
+      printf("  %6.0f Hz x%d: %6.2f us CPU per frame (%.0fx real time)\n",
+             cases[i].rate_hz, cases[i].n_channels, cases[i].us_per_frame,
+             1e4 / cases[i].us_per_frame);
+  }
+}
+
 int cmd_bench(int argc, char **argv) {
   /* O_D .. O_POS, together, are the random model's flags. */
   enum { O_SECONDS = 256, O_REPEAT, O_JSON, O_D, O_HEADS, O_FF, O_LAYERS,
@@ -480,83 +566,7 @@ int cmd_bench(int argc, char **argv) {
         return EXIT_FAIL;
   if (run_enc && bench_encoder(&eb) < 0) return EXIT_FAIL;
 
-  if (json) {
-    /* The model file's path as a JSON string (escaped), or null. */
-    char *file_json = eb.model_path ? json_string(eb.model_path) : NULL;
-    printf("{");
-    if (run_enc)
-      printf("\"gemm\": \"%s\", \"peak_gflops\": %.1f, \"model\": {\"d_model\": "
-             "%d, \"n_heads\": %d, \"d_ff\": %d, \"n_layers\": %d, \"window\": "
-             "%d, \"pos_encoding\": \"%s\", \"n_params\": %llu, "
-             "\"file\": %s}, "
-             "\"flops_per_frame\": %llu, \"chunk_frames\": %zu, "
-             "\"chunk_frames_per_s\": %.1f, \"chunk_gflops\": %.2f, "
-             "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f, "
-             "\"f16\": {\"chunk_frames_per_s\": %.1f, \"chunk_gflops\": %.2f, "
-             "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f}, "
-             "\"batched\": {\"streams\": %zu, \"frames_per_s\": %.1f, "
-             "\"gflops\": %.2f}%s",
-             aural_gemm_name(), eb.peak, eb.spec.d_model, eb.spec.n_heads,
-             eb.spec.d_ff, eb.spec.n_layers, eb.spec.window,
-             eb.spec.pos_encoding, (unsigned long long)eb.n_params,
-             file_json != NULL ? file_json : "null",
-             (unsigned long long)eb.flops_per_frame, eb.chunk,
-             eb.chunk_f32.frames_per_s, eb.chunk_f32.gflops,
-             eb.frame_f32.frames_per_s, eb.frame_f32.gflops,
-             eb.chunk_f16.frames_per_s, eb.chunk_f16.gflops,
-             eb.frame_f16.frames_per_s, eb.frame_f16.gflops, eb.streams,
-             eb.batched_f32.frames_per_s, eb.batched_f32.gflops,
-             run_fe ? ", " : "");
-    if (run_fe) {
-      printf("\"frontend\": [");
-      for (size_t i = 0; i < n_cases; i++)
-        printf("%s{\"rate_hz\": %.0f, \"channels\": %d, \"push_ms\": 10, "
-               "\"frames\": %zu, \"cpu_us_per_frame\": %.3f, "
-               "\"wall_us_per_frame\": %.3f}",
-               i ? ", " : "", cases[i].rate_hz, cases[i].n_channels,
-               cases[i].n_frames, cases[i].us_per_frame,
-               cases[i].wall_us_per_frame);
-      printf("]");
-    }
-    printf("}\n");
-    free(file_json);
-    return EXIT_OK;
-  }
-  if (run_enc) {
-    printf("encoder%s%s: d_model %d, %d heads, d_ff %d, %d layers, W %d, %s; "
-           "%.2f M parameters, %.2f MFLOP per frame\n",
-           eb.model_path ? " " : "", eb.model_path ? eb.model_path : "",
-           eb.spec.d_model, eb.spec.n_heads, eb.spec.d_ff, eb.spec.n_layers,
-           eb.spec.window, eb.spec.pos_encoding, (double)eb.n_params / 1e6,
-           (double)eb.flops_per_frame / 1e6);
-    printf("  kernel: %s; this core's FMA peak %.0f GFLOP/s\n",
-           aural_gemm_name(), eb.peak);
-    const struct {
-      const char *name;
-      enc_result *r;
-    } rows[] = {{"chunk f32", &eb.chunk_f32}, {"frame f32", &eb.frame_f32},
-                {"chunk f16", &eb.chunk_f16}, {"frame f16", &eb.frame_f16}};
-    for (size_t i = 0; i < 4; i++)
-      printf("  %s: %8.0f frames/s  %6.1f GFLOP/s (%2.0f%% of peak), "
-             "%.0f real-time streams\n",
-             rows[i].name, rows[i].r->frames_per_s, rows[i].r->gflops,
-             eb.peak > 0 ? 100 * rows[i].r->gflops / eb.peak : 0.0,
-             rows[i].r->frames_per_s / 100);
-    if (eb.streams > 1)
-      printf("  %zu streams batched, chunk f32: %8.0f frames/s  %6.1f GFLOP/s "
-             "(%2.0f%% of peak), %.0f real-time streams\n",
-             eb.streams, eb.batched_f32.frames_per_s, eb.batched_f32.gflops,
-             eb.peak > 0 ? 100 * eb.batched_f32.gflops / eb.peak : 0.0,
-             eb.batched_f32.frames_per_s / 100);
-  }
-  if (run_fe) {
-    printf("frontend, 10 ms per push, one thread, best of %d over %.0f s of "
-           "audio:\n",
-           eb.repeat, eb.seconds);
-    for (size_t i = 0; i < n_cases; i++)
-      printf("  %6.0f Hz x%d: %6.2f us CPU per frame (%.0fx real time)\n",
-             cases[i].rate_hz, cases[i].n_channels, cases[i].us_per_frame,
-             1e4 / cases[i].us_per_frame);
-  }
+  if (json) print_bench_json(&eb, cases, n_cases, run_enc, run_fe);
+  else print_bench_table(&eb, cases, n_cases, run_enc, run_fe);
   return EXIT_OK;
 }
