@@ -599,7 +599,6 @@ static conn *conn_new(server *srv) {
   return c;
 }
 
-/* Admits a connected client (peer credentials, limits) and reads it. */
 /* Refuses a connection just accepted: the fatal ERROR goes straight to
  * the socket (a new socket's buffer has room for it) and the descriptor is
  * closed at once, so that a burst of refused clients never holds
@@ -609,13 +608,11 @@ static conn *conn_new(server *srv) {
 static void conn_refuse(conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void conn_refuse(conn *c, int code, const char *fmt, ...) {
-  char text[400];
+  uint8_t buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
+  size_t n = conn_error_message(c, buf, sizeof buf, 0, code, true, fmt, ap);
   va_end(ap);
-  uint8_t buf[1024];
-  size_t n = aural_proto_encode_error(buf, sizeof buf, 0, code, text, true);
   uv_os_fd_t fd;
   if (n > 0 && uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
       send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)

@@ -29,6 +29,7 @@
 #define AURALD_DAEMON_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -418,6 +419,12 @@ void conn_send_bytes(conn *c, const void *data, size_t len);
 void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
                      const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* An ERROR message for c (logged at debug level) encoded into buf: its
+ * bytes, or 0 when cap is too small. */
+size_t conn_error_message(conn *c, uint8_t *buf, size_t cap,
+                          uint32_t stream_id, int code, bool fatal,
+                          const char *fmt, va_list ap)
+    __attribute__((format(printf, 7, 0)));
 /* Marks c dead: it is reaped at the next loop iteration and freed in its
  * close callback, so every caller up the stack may go on using c, its
  * subscriptions and their deliveries. */

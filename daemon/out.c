@@ -98,18 +98,24 @@ void conn_send_bytes(conn *c, const void *data, size_t len) {
   msgbuf_unref(m);
 }
 
-void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
-                     const char *fmt, ...) {
+size_t conn_error_message(conn *c, uint8_t *buf, size_t cap,
+                          uint32_t stream_id, int code, bool fatal,
+                          const char *fmt, va_list ap) {
   char text[400];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
-  va_end(ap);
-  uint8_t buf[1024];
-  size_t n = aural_proto_encode_error(buf, sizeof buf, stream_id, code, text,
-                                      fatal);
   log_debug("client %u: %s %s: %s", c->id, fatal ? "fatal" : "error",
             aural_proto_error_name(code), text);
+  return aural_proto_encode_error(buf, cap, stream_id, code, text, fatal);
+}
+
+void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
+                     const char *fmt, ...) {
+  uint8_t buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  size_t n = conn_error_message(c, buf, sizeof buf, stream_id, code, fatal,
+                                fmt, ap);
+  va_end(ap);
   if (n > 0) conn_send_bytes(c, buf, n);
   if (fatal) {
     c->fatal_sent = true;
