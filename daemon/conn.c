@@ -164,7 +164,7 @@ static void process_input(conn *c) {
                                        srv->opt->max_request_bytes, &h);
     if (rc == AURAL_PROTO_MORE) break;
     if (rc < 0) {
-      conn_send_error(c, 0, -rc, true, "%s at byte %zu of the connection",
+      conn_send_error(c, 0, rc, true, "%s at byte %zu of the connection",
                       aural_proto_strerror(rc), at);
       break;
     }
@@ -271,15 +271,15 @@ static void do_hello(conn *c, const uint8_t *p, size_t n) {
   aural_msg_hello m;
   char why[200];
   if (c->hello_done) {
-    conn_send_error(c, 0, -AURAL_PROTO_ESTATE, false, "HELLO sent twice");
+    conn_send_error(c, 0, AURAL_PROTO_ESTATE, false, "HELLO sent twice");
     return;
   }
   if (aural_proto_decode_hello(p, n, &m, why, sizeof why) < 0) {
-    conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, true, "%s", why);
+    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, true, "%s", why);
     return;
   }
   if (!(m.versions & (1u << AURAL_PROTO_VERSION))) {
-    conn_send_error(c, 0, -AURAL_PROTO_EVERSION, true,
+    conn_send_error(c, 0, AURAL_PROTO_EVERSION, true,
                     "this server speaks protocol version %d only",
                     AURAL_PROTO_VERSION);
     return;
@@ -295,31 +295,31 @@ static void do_subscribe(conn *c, const uint8_t *p, size_t n) {
   aural_msg_subscribe m;
   char why[200];
   if (aural_proto_decode_subscribe(p, n, &m, why, sizeof why) < 0) {
-    conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
+    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
     return;
   }
   if ((m.outputs & (AURAL_OUT_LOGITS | AURAL_OUT_TEXT)) &&
       srv->mc->vocab_size == 0) {
-    conn_send_error(c, 0, -AURAL_PROTO_ENO_HEAD, false,
+    conn_send_error(c, 0, AURAL_PROTO_ENO_HEAD, false,
                     "the model has no CTC head: only embeddings");
     return;
   }
   for (subscription *o = c->subs; o != NULL; o = o->next)
     if (o->all || m.all || strcmp(o->name, m.stream) == 0) {
-      conn_send_error(c, 0, -AURAL_PROTO_ESTATE, false,
+      conn_send_error(c, 0, AURAL_PROTO_ESTATE, false,
                       "overlaps subscription %u (%s); unsubscribe first",
                       o->id, o->all ? "all streams" : o->name);
       return;
     }
   if (c->n_subs >= CONN_MAX_SUBS) {
-    conn_send_error(c, 0, -AURAL_PROTO_ELIMIT, false,
+    conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
                     "at most %d subscriptions per connection",
                     CONN_MAX_SUBS);
     return;
   }
   subscription *sub = calloc(1, sizeof *sub);
   if (sub == NULL) {
-    conn_send_error(c, 0, -AURAL_PROTO_EINTERNAL, false, "out of memory");
+    conn_send_error(c, 0, AURAL_PROTO_EINTERNAL, false, "out of memory");
     return;
   }
   sub->c = c;
@@ -350,7 +350,7 @@ static void do_unsubscribe(conn *c, const uint8_t *p, size_t n) {
   uint32_t id;
   char why[200];
   if (aural_proto_decode_unsubscribe(p, n, &id, why, sizeof why) < 0) {
-    conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
+    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
     return;
   }
   for (subscription **pp = &c->subs; *pp != NULL; pp = &(*pp)->next) {
@@ -365,7 +365,7 @@ static void do_unsubscribe(conn *c, const uint8_t *p, size_t n) {
                     aural_proto_encode_unsubscribed(buf, sizeof buf, id));
     return;
   }
-  conn_send_error(c, 0, -AURAL_PROTO_ENO_SUBSCRIPTION, false,
+  conn_send_error(c, 0, AURAL_PROTO_ENO_SUBSCRIPTION, false,
                   "no subscription %u on this connection", id);
 }
 
@@ -374,17 +374,17 @@ static void do_audio_open(conn *c, const uint8_t *p, size_t n) {
   aural_msg_audio_open m;
   char why[200];
   if (aural_proto_decode_audio_open(p, n, &m, why, sizeof why) < 0) {
-    conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
+    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
     return;
   }
   if (c->n_streams >= CONN_MAX_STREAMS) {
-    conn_send_error(c, 0, -AURAL_PROTO_ELIMIT, false,
+    conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
                     "at most %d open streams per connection",
                     CONN_MAX_STREAMS);
     return;
   }
   if (srv->n_streams >= srv->opt->max_streams) {
-    conn_send_error(c, 0, -AURAL_PROTO_ELIMIT, false,
+    conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
                     "the server's limit of %d streams is reached",
                     srv->opt->max_streams);
     return;
@@ -397,14 +397,14 @@ static void do_audio_open(conn *c, const uint8_t *p, size_t n) {
     if (stream_find(srv, m.name) != NULL) m.name[0] = '\0';
   }
   if (stream_find(srv, m.name) != NULL) {
-    conn_send_error(c, 0, -AURAL_PROTO_ENAME_IN_USE, false,
+    conn_send_error(c, 0, AURAL_PROTO_ENAME_IN_USE, false,
                     "a live stream is already named \"%s\"", m.name);
     return;
   }
   stream *s = stream_create(srv, m.name, SRC_CLIENT, m.sample_rate,
                             (int)m.channels, why, sizeof why);
   if (s == NULL) {
-    conn_send_error(c, 0, -AURAL_PROTO_EAUDIO, false, "%s", why);
+    conn_send_error(c, 0, AURAL_PROTO_EAUDIO, false, "%s", why);
     return;
   }
   s->owner = c;
@@ -424,7 +424,7 @@ static void do_audio_open(conn *c, const uint8_t *p, size_t n) {
 static stream *owned_stream(conn *c, uint32_t id) {
   stream *s = stream_find_id(c->srv, id);
   if (s == NULL || s->owner != c || s->closed_by_client) {
-    conn_send_error(c, id, -AURAL_PROTO_ENO_STREAM, false,
+    conn_send_error(c, id, AURAL_PROTO_ENO_STREAM, false,
                     "stream %u is not open on this connection", id);
     return NULL;
   }
@@ -443,7 +443,7 @@ static size_t do_audio_data(conn *c, uint32_t id, const uint8_t *p,
   size_t bytes = s->format == AURAL_SAMPLE_S16 ? 2 : 4;
   size_t frame_bytes = bytes * (size_t)s->channels;
   if (n % frame_bytes != 0) {
-    conn_send_error(c, id, -AURAL_PROTO_EBAD_PAYLOAD, false,
+    conn_send_error(c, id, AURAL_PROTO_EBAD_PAYLOAD, false,
                     "AUDIO_DATA of %zu bytes is not a whole number of "
                     "%zu-byte frames",
                     n, frame_bytes);
@@ -453,7 +453,7 @@ static size_t do_audio_data(conn *c, uint32_t id, const uint8_t *p,
   if (room == 0 && stream_input_ended(s)) {
     /* Ended under the client (an encoder error): the data has nowhere to
      * go, and waiting for room would stall the connection. */
-    conn_send_error(c, id, -AURAL_PROTO_ENO_STREAM, false,
+    conn_send_error(c, id, AURAL_PROTO_ENO_STREAM, false,
                     "stream %u has ended; %zu frames are not taken", id,
                     n_frames);
     return n;
@@ -470,7 +470,7 @@ static size_t do_audio_data(conn *c, uint32_t id, const uint8_t *p,
       memcpy(&x[i], &u, 4);
       if (!isfinite(x[i])) {
         size_t frame = (size_t)s->frames_received + i / (size_t)s->channels;
-        conn_send_error(c, id, -AURAL_PROTO_EAUDIO, false,
+        conn_send_error(c, id, AURAL_PROTO_EAUDIO, false,
                         "non-finite sample at frame %zu, channel %zu; the "
                         "stream ends",
                         frame, i % (size_t)s->channels);
@@ -501,7 +501,7 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
                              const uint8_t *payload, size_t n) {
   server *srv = c->srv;
   if (!c->hello_done && h->type != AURAL_MSG_HELLO) {
-    conn_send_error(c, 0, -AURAL_PROTO_ESTATE, true,
+    conn_send_error(c, 0, AURAL_PROTO_ESTATE, true,
                     "the first message must be HELLO, not %s",
                     aural_msg_type_name(h->type));
     return n;
@@ -512,7 +512,7 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
     break;
   case AURAL_MSG_PING:
     if (n > AURAL_PROTO_PING_MAX) {
-      conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, false,
+      conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false,
                       "PING payload of %zu bytes (at most %d)", n,
                       AURAL_PROTO_PING_MAX);
       break;
@@ -530,7 +530,7 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
     char why[200];
     if (h->type == AURAL_MSG_STATS &&
         aural_proto_decode_stats(payload, n, &req, why, sizeof why) < 0) {
-      conn_send_error(c, 0, -AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
+      conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
       break;
     }
     /* A page of STATS (fanout.c), or every stream's one line. */
@@ -541,7 +541,7 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
                      : 4096 + (size_t)(srv->n_streams + 1) * 768;
     uint8_t *buf = malloc(cap);
     if (buf == NULL) {
-      conn_send_error(c, 0, -AURAL_PROTO_EINTERNAL, false, "out of memory");
+      conn_send_error(c, 0, AURAL_PROTO_EINTERNAL, false, "out of memory");
       break;
     }
     conn_send_bytes(c, buf,
@@ -566,7 +566,7 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
     do_audio_close(c, h->stream_id);
     break;
   default:
-    conn_send_error(c, h->stream_id, -AURAL_PROTO_EUNKNOWN_TYPE, true,
+    conn_send_error(c, h->stream_id, AURAL_PROTO_EUNKNOWN_TYPE, true,
                     "%s is not a request a client may send",
                     aural_msg_type_name(h->type));
     break;
@@ -639,7 +639,7 @@ static void conn_admit(conn *c) {
   if (!peer_allowed(srv, fd, cred.uid, cred.gid)) {
     log_warn("client %u: uid %u gid %u (pid %ld) is not allowed; refused",
              c->id, (unsigned)cred.uid, (unsigned)cred.gid, (long)cred.pid);
-    conn_refuse(c, -AURAL_PROTO_EPERMISSION,
+    conn_refuse(c, AURAL_PROTO_EPERMISSION,
                 "uid %u may not use this server (same user, root or group "
                 "members only)",
                 (unsigned)cred.uid);
@@ -648,13 +648,13 @@ static void conn_admit(conn *c) {
   if (srv->n_conns > srv->opt->max_clients) {
     log_warn("client %u: connection limit %d reached; refused", c->id,
              srv->opt->max_clients);
-    conn_refuse(c, -AURAL_PROTO_ELIMIT,
+    conn_refuse(c, AURAL_PROTO_ELIMIT,
                 "the server's limit of %d connections is reached",
                 srv->opt->max_clients);
     return;
   }
   if (srv->stopping) {
-    conn_refuse(c, -AURAL_PROTO_ESHUTDOWN, "the server is shutting down");
+    conn_refuse(c, AURAL_PROTO_ESHUTDOWN, "the server is shutting down");
     return;
   }
   log_debug("client %u: connected (uid %u, pid %ld)", c->id,
@@ -709,7 +709,7 @@ void conn_check_limits(server *srv) {
         now - c->connected_at >= srv->opt->hello_timeout_s) {
       log_warn("client %u: no HELLO within %.1f s; disconnecting", c->id,
                srv->opt->hello_timeout_s);
-      conn_send_error(c, 0, -AURAL_PROTO_ESTATE, true,
+      conn_send_error(c, 0, AURAL_PROTO_ESTATE, true,
                       "no HELLO within %.1f s of connecting",
                       srv->opt->hello_timeout_s);
       continue;
@@ -737,7 +737,7 @@ void conn_check_limits(server *srv) {
                c->id, c->q_len, c->q_bytes, now - c->over_soft_since,
                CONN_SOFT_MSGS, srv->opt->sub_soft_bytes,
                srv->opt->sub_soft_s);
-      conn_send_error(c, 0, -AURAL_PROTO_ESLOW_CONSUMER, true,
+      conn_send_error(c, 0, AURAL_PROTO_ESLOW_CONSUMER, true,
                       "%zu messages (%zu bytes) were queued for more than "
                       "%.1f s (soft limit %d messages or %zu bytes)",
                       c->q_len, c->q_bytes, srv->opt->sub_soft_s,

@@ -168,7 +168,7 @@ void deliveries_attach(server *srv, subscription *sub, stream *s) {
     if (d->sub == sub) return;
   delivery *d = calloc(1, sizeof *d);
   if (d == NULL) {
-    conn_send_error(sub->c, s->id, -AURAL_PROTO_EINTERNAL, false,
+    conn_send_error(sub->c, s->id, AURAL_PROTO_EINTERNAL, false,
                     "out of memory subscribing to %s", s->name);
     return;
   }

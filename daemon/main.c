@@ -515,7 +515,7 @@ static void on_tick(uv_timer_t *t) {
    * A connection closes once its queue is written. */
   for (conn *c = srv->conns; c != NULL; c = c->next)
     if (!c->fatal_sent && !c->closing)
-      conn_send_error(c, 0, -AURAL_PROTO_ESHUTDOWN, true,
+      conn_send_error(c, 0, AURAL_PROTO_ESHUTDOWN, true,
                       "the server is shutting down");
   if (srv->n_conns == 0) server_close_handles(srv);
 }

@@ -86,7 +86,7 @@ void conn_send(conn *c, msgbuf *m) {
 
 void conn_send_bytes(conn *c, const void *data, size_t len) {
   if (len == 0) {
-    conn_send_error(c, 0, -AURAL_PROTO_EINTERNAL, false, "reply too large");
+    conn_send_error(c, 0, AURAL_PROTO_EINTERNAL, false, "reply too large");
     return;
   }
   msgbuf *m = msgbuf_from(data, len);

@@ -18,6 +18,11 @@ const char *aural_strerror(int code) {
     return text;
     AURAL_ERROR_MAP(AURAL__ERR_TEXT)
 #undef AURAL__ERR_TEXT
+#define AURAL__PERR_TEXT(name, value, text) \
+  case AURAL_PROTO_E##name:                 \
+    return text;
+    AURAL_PROTO_ERROR_MAP(AURAL__PERR_TEXT)
+#undef AURAL__PERR_TEXT
   case 0:
     return "success";
   default:
@@ -37,6 +42,11 @@ const char *aural_err_name(int code) {
     return "AURAL_E" #name;
     AURAL_ERROR_MAP(AURAL__ERR_NAME)
 #undef AURAL__ERR_NAME
+#define AURAL__PERR_NAME(name, value, text) \
+  case AURAL_PROTO_E##name:                 \
+    return "AURAL_PROTO_E" #name;
+    AURAL_PROTO_ERROR_MAP(AURAL__PERR_NAME)
+#undef AURAL__PERR_NAME
   case 0:
     return "OK";
   default:

@@ -9,10 +9,20 @@
 
 /* --- names ---------------------------------------------------------------- */
 
-/* The positive wire value of an error code given either way. */
+/* The wire value of a protocol code given as a code or as a wire value;
+ * 0 when it is neither. */
 static int wire_code(int code) {
-  if (code == INT_MIN) return 0;
-  return code < 0 ? -code : code;
+  if (code >= 1 && code <= 255) return code;
+  if (code < -AURAL_PROTO_ERROR_BASE && code >= -AURAL_PROTO_ERROR_BASE - 255)
+    return -code - AURAL_PROTO_ERROR_BASE;
+  return 0;
+}
+
+int aural_proto_error_wire(int code) { return wire_code(code); }
+
+int aural_proto_error_from_wire(uint32_t wire) {
+  if (wire == 0 || wire > 255) return AURAL_PROTO_EINTERNAL;
+  return -AURAL_PROTO_ERROR_BASE - (int)wire;
 }
 
 const char *aural_msg_type_name(int type) {

@@ -46,7 +46,8 @@ def main():
             f.write(src)
         p = subprocess.run([cc] + flags + ["-std=c11", "-Wall", "-Wextra",
                             "-Werror",
-                            "-I", inc, c, lib, "-lm", "-o", exe,
+                            ] + ["-I" + d for d in inc.split(os.pathsep)] + [
+                            c, lib, "-lm", "-o", exe,
                             "-Wl,-rpath," + os.path.dirname(os.path.abspath(lib))],
                            capture_output=True, text=True)
         if p.returncode != 0:

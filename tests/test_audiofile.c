@@ -677,6 +677,11 @@ static void test_error_strings(void **state) {
   assert_string_equal(aural_err_name(0), "OK");
   assert_string_equal(aural_strerror(-99999), "unknown error");
   assert_string_equal(aural_err_name(-99999), "UNKNOWN");
+  /* The protocol's codes are in the same list (aural/codes.h). */
+  assert_string_equal(aural_err_name(AURAL_PROTO_ENO_STREAM),
+                      "AURAL_PROTO_ENO_STREAM");
+  assert_string_equal(aural_strerror(AURAL_PROTO_ENO_STREAM),
+                      "no such stream");
 
   /* Every code has its own name and a description. */
   static const int codes[] = {

@@ -116,6 +116,33 @@ static void test_header_errors(void **state) {
   assert_int_equal(aural_proto_decode_header(b, 16, UINT32_MAX, &g), 0);
 }
 
+/* aural/codes.h is one list: every code, the library's and the
+ * protocol's, is distinct, below every errno value, and its wire value
+ * (for the protocol's) comes back as the same code. */
+static void test_one_code_list(void **state) {
+  (void)state;
+  static const int codes[] = {
+#define LIB_CODE(name, value, text) AURAL_E##name,
+      AURAL_ERROR_MAP(LIB_CODE)
+#undef LIB_CODE
+#define PROTO_CODE(name, value, text) AURAL_PROTO_E##name,
+      AURAL_PROTO_ERROR_MAP(PROTO_CODE)
+#undef PROTO_CODE
+  };
+  size_t n = sizeof codes / sizeof codes[0];
+  for (size_t i = 0; i < n; i++) {
+    assert_true(codes[i] < -4095); /* no errno value reaches -4096 */
+    for (size_t j = 0; j < i; j++) assert_int_not_equal(codes[i], codes[j]);
+    int wire = aural_proto_error_wire(codes[i]);
+    if (wire == 0) continue; /* a library code */
+    assert_in_range(wire, 1, 255);
+    assert_int_equal(aural_proto_error_from_wire((uint32_t)wire), codes[i]);
+    assert_non_null(aural_proto_error_name(codes[i]));
+  }
+  assert_int_equal(aural_proto_error_wire(AURAL_EFORMAT), 0);
+  assert_null(aural_proto_error_name(AURAL_EFORMAT));
+}
+
 static void test_error_names(void **state) {
   (void)state;
   assert_string_equal(aural_proto_error_name(AURAL_PROTO_ETOO_LARGE),
@@ -128,6 +155,9 @@ static void test_error_names(void **state) {
   assert_string_equal(aural_proto_strerror(AURAL_PROTO_EBAD_PAYLOAD),
                       "malformed payload");
   assert_string_equal(aural_proto_strerror(99), "unknown error");
+  /* Errno values are not protocol codes: -EPERM (-1) was FRAMING once. */
+  assert_null(aural_proto_error_name(-1));
+  assert_int_equal(aural_proto_error_wire(-1), 0);
   assert_string_equal(aural_dtype_name(AURAL_DTYPE_F16), "f16");
   assert_null(aural_dtype_name(2));
   assert_string_equal(aural_sample_format_name(AURAL_SAMPLE_S16), "s16");
@@ -1545,13 +1575,16 @@ static void test_error_decode(void **state) {
   msg[AURAL_PROTO_TEXT_MAX] = '\0';
   msg[0] = '"';
   for (int code = 1; code <= 16; code++) {
-    size_t n = aural_proto_encode_error(b, sizeof b, (uint32_t)code, -code,
+    size_t n = aural_proto_encode_error(b, sizeof b, (uint32_t)code,
+                                        aural_proto_error_from_wire(code),
                                         msg, code & 1), pn;
     const uint8_t *p = payload_of(b, n, AURAL_MSG_ERROR, (uint32_t)code, &pn);
     aural_msg_error e;
     char why[128];
     assert_int_equal(aural_proto_decode_error(p, pn, &e, why, sizeof why), 0);
     assert_int_equal(e.code, code);
+    assert_int_equal(aural_proto_error_from_wire(e.code),
+                     aural_proto_error_from_wire(code));
     assert_string_equal(e.name, aural_proto_error_name(code));
     assert_string_equal(e.message, msg);
     assert_int_equal(e.fatal, code & 1);
@@ -2174,6 +2207,7 @@ int main(void) {
       cmocka_unit_test(test_header_round_trip_every_type),
       cmocka_unit_test(test_header_bytes),
       cmocka_unit_test(test_header_errors),
+      cmocka_unit_test(test_one_code_list),
       cmocka_unit_test(test_error_names),
       cmocka_unit_test(test_valid_name),
       cmocka_unit_test(test_hello_round_trip),

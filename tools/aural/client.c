@@ -240,7 +240,7 @@ int client_error(const client_msg *m, char *out, size_t len, bool *fatal) {
       e->message[0] ? e->message : aural_proto_strerror((int)e->code);
   snprintf(out, len, "%s: %s", name ? name : "ERROR", msg);
   if (fatal != NULL) *fatal = e->fatal;
-  return (int)e->code;
+  return aural_proto_error_from_wire(e->code);
 }
 
 /* --- connect and handshake -------------------------------------------- */

@@ -111,7 +111,8 @@ int client_send_raw(aural_client *c, uint8_t type, uint32_t stream_id,
 int client_read(aural_client *c, client_msg *m, char *err, size_t err_len);
 
 /* For an ERROR message: writes "NAME: message" into out, and returns the
- * code (positive) with *fatal as the server said. */
+ * code (AURAL_PROTO_E*, from the wire value) with *fatal as the server
+ * said. */
 int client_error(const client_msg *m, char *out, size_t len, bool *fatal);
 
 /* Microseconds since the Unix epoch (CLOCK_REALTIME), as the server's

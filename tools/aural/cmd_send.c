@@ -108,13 +108,13 @@ static int on_message(send_job *job, const client_msg *m) {
   char e[400];
   int code = client_error(m, e, sizeof e, &fatal);
   snprintf(job->err, sizeof job->err, "aurald: %s", e);
-  if (code == -AURAL_PROTO_ENO_STREAM) {
+  if (code == AURAL_PROTO_ENO_STREAM) {
     /* Our stream is gone without our AUDIO_CLOSE: the server may be
      * stopping, and then a fatal SHUTDOWN follows that says so. */
     explain_failure(job);
     return -1;
   }
-  if (fatal || code == -AURAL_PROTO_EAUDIO) return -1;
+  if (fatal || code == AURAL_PROTO_EAUDIO) return -1;
   fprintf(stderr, "aural send: %s\n", job->err);
   return 0;
 }

@@ -604,8 +604,8 @@ static int run(sub_job *job) {
         return EXIT_FAIL;
       }
       snprintf(job->err, sizeof job->err, "aurald: %s", e);
-      if (code == -AURAL_PROTO_ESLOW_CONSUMER ||
-          code == -AURAL_PROTO_ESHUTDOWN)
+      if (code == AURAL_PROTO_ESLOW_CONSUMER ||
+          code == AURAL_PROTO_ESHUTDOWN)
         return EXIT_DISCONNECTED;
       if (fatal) return EXIT_FAIL;
       fprintf(stderr, "aural sub: %s\n", job->err);

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "aural/codes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -77,35 +79,22 @@ typedef enum aural_msg_type {
 /* Name of a message type ("CHUNK"), or NULL when unknown. */
 const char *aural_msg_type_name(int type);
 
-/* Error codes: returned (negated) by the decoders and carried (positive)
- * in ERROR messages (PROTOCOL.md §6). X(name, value, description). */
-#define AURAL_PROTO_ERROR_MAP(X)                                              \
-  X(FRAMING, 1, "malformed message header (bad magic)")                       \
-  X(VERSION, 2, "unsupported protocol version")                               \
-  X(TOO_LARGE, 3, "payload larger than the announced maximum")               \
-  X(UNKNOWN_TYPE, 4, "unknown message type")                                  \
-  X(BAD_PAYLOAD, 5, "malformed payload")                                      \
-  X(STATE, 6, "message not valid at this point of the session")              \
-  X(NO_STREAM, 7, "no such stream")                                           \
-  X(NAME_IN_USE, 8, "a live stream already has this name")                    \
-  X(LIMIT, 9, "a server limit was reached")                                   \
-  X(NO_HEAD, 10, "the model has no CTC head (no logits or text)")             \
-  X(AUDIO, 11, "audio data rejected")                                         \
-  X(SLOW_CONSUMER, 12, "subscriber too slow; disconnected")                   \
-  X(SHUTDOWN, 13, "server shutting down")                                     \
-  X(INTERNAL, 14, "internal server error")                                    \
-  X(NO_SUBSCRIPTION, 15, "no such subscription")                             \
-  X(PERMISSION, 16, "peer credentials refused")
-
-typedef enum aural_proto_error {
+/* Error codes: the decoders return AURAL_PROTO_E* codes (aural/codes.h,
+ * the project's one list); ERROR messages carry their wire values. */
+enum {
   AURAL_PROTO_MORE = 1, /* not an error: the buffer holds too few bytes */
-#define AURAL__PERR_ENUM(name, value, desc) AURAL_PROTO_E##name = -(value),
-  AURAL_PROTO_ERROR_MAP(AURAL__PERR_ENUM)
-#undef AURAL__PERR_ENUM
-} aural_proto_error;
+};
 
-/* "TOO_LARGE" for AURAL_PROTO_ETOO_LARGE (or its positive wire value);
- * NULL when unknown. */
+/* The wire value of a protocol code (AURAL_PROTO_ETOO_LARGE gives 3), or
+ * 0 when code is not one. A wire value given is returned as it is. */
+int aural_proto_error_wire(int code);
+/* The code of a wire value (3 gives AURAL_PROTO_ETOO_LARGE); a value this
+ * version does not know still gives a distinct negative code, whose name
+ * is NULL. */
+int aural_proto_error_from_wire(uint32_t wire);
+
+/* "TOO_LARGE" for AURAL_PROTO_ETOO_LARGE (or its wire value 3); NULL when
+ * unknown. */
 const char *aural_proto_error_name(int code);
 /* One-line description; "unknown error" when unknown. */
 const char *aural_proto_strerror(int code);
