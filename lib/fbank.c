@@ -7,7 +7,6 @@
  * power spectrum, triangular mel filters on the mel scale
  * 1127 ln(1 + f/700), and the natural log floored at FLT_EPSILON.
  */
-#include <cjson/cJSON.h>
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -136,81 +135,71 @@ int aural_fbank_opts_validate(const aural_fbank_opts *o, aural_err *err) {
 }
 
 /* Reads a number field if present. */
-static int json_number(const cJSON *root, const char *key, double *out,
+static int json_number(const aural_json *js, const char *key, double *out,
                        aural_err *err) {
-  const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-  if (it == NULL) return 0;
-  if (!cJSON_IsNumber(it))
+  int it = aural_json_get(js, 0, key);
+  if (it < 0) return 0;
+  if (aural_json_double(js, it, out) != 0)
     return aural__err_set(err, AURAL_ECONFIG,
                           "aural.config: field \"%s\" must be a number", key);
-  *out = it->valuedouble;
   return 0;
 }
 
-static int json_bool(const cJSON *root, const char *key, bool *out,
+static int json_bool(const aural_json *js, const char *key, bool *out,
                      aural_err *err) {
-  const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-  if (it == NULL) return 0;
-  if (!cJSON_IsBool(it))
+  int it = aural_json_get(js, 0, key);
+  if (it < 0) return 0;
+  if (aural_json_bool(js, it, out) != 0)
     return aural__err_set(err, AURAL_ECONFIG,
                           "aural.config: field \"%s\" must be true or false",
                           key);
-  *out = cJSON_IsTrue(it);
   return 0;
 }
 
 int aural_fbank_opts_from_json(aural_fbank_opts *opts, const char *json,
                                size_t json_len, aural_err *err) {
-  /* Where parsing stopped comes back in a local pointer: cJSON's own
-   * error pointer is one global for every thread (another thread's parse
-   * can move it, even into another buffer), and it is left untouched by a
-   * parse that fails before reading anything. */
-  const char *stop = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(json, json_len, &stop, 0);
-  if (root == NULL) {
-    size_t at = stop != NULL && stop >= json && stop <= json + json_len
-                    ? (size_t)(stop - json)
-                    : 0;
-    return aural__err_set(err, AURAL_ECONFIG,
-                          "aural.config: not valid JSON near byte %zu", at);
-  }
+  aural__json *doc;
+  char why[256];
+  int rc = aural__json_parse(&doc, json, json_len, why, sizeof why);
+  if (rc < 0)
+    return aural__err_set(err, rc == AURAL_ENOMEM ? rc : AURAL_ECONFIG,
+                          "aural.config: not valid JSON: %s", why);
+  const aural_json *js = &doc->js;
   aural_fbank_opts o = *opts;
-  int rc = 0;
   double mel = o.num_mel_bins;
-  if (!cJSON_IsObject(root))
+  if (!aural__json_is(js, 0, AURAL_JSON_OBJECT))
     rc = aural__err_set(err, AURAL_ECONFIG,
                         "aural.config: must be a JSON object");
-  if (rc == 0) rc = json_number(root, "sample_rate", &o.sample_rate_hz, err);
-  if (rc == 0) rc = json_number(root, "num_mel_bins", &mel, err);
+  if (rc == 0) rc = json_number(js, "sample_rate", &o.sample_rate_hz, err);
+  if (rc == 0) rc = json_number(js, "num_mel_bins", &mel, err);
   if (rc == 0 && (mel != floor(mel) || !(fabs(mel) < 1e6)))
     rc = aural__err_set(err, AURAL_ECONFIG,
                         "aural.config: field \"num_mel_bins\" must be an "
                         "integer");
   if (rc == 0) o.num_mel_bins = (int)mel;
-  if (rc == 0) rc = json_number(root, "frame_length", &o.frame_length_ms, err);
-  if (rc == 0) rc = json_number(root, "frame_shift", &o.frame_shift_ms, err);
-  if (rc == 0) rc = json_number(root, "dither", &o.dither, err);
+  if (rc == 0) rc = json_number(js, "frame_length", &o.frame_length_ms, err);
+  if (rc == 0) rc = json_number(js, "frame_shift", &o.frame_shift_ms, err);
+  if (rc == 0) rc = json_number(js, "dither", &o.dither, err);
   if (rc == 0)
-    rc = json_number(root, "preemphasis_coefficient",
+    rc = json_number(js, "preemphasis_coefficient",
                      &o.preemphasis_coefficient, err);
   if (rc == 0)
-    rc = json_bool(root, "remove_dc_offset", &o.remove_dc_offset, err);
+    rc = json_bool(js, "remove_dc_offset", &o.remove_dc_offset, err);
   if (rc == 0)
-    rc = json_bool(root, "round_to_power_of_two", &o.round_to_power_of_two,
+    rc = json_bool(js, "round_to_power_of_two", &o.round_to_power_of_two,
                    err);
-  if (rc == 0) rc = json_bool(root, "snip_edges", &o.snip_edges, err);
-  if (rc == 0) rc = json_number(root, "low_freq", &o.low_freq, err);
-  if (rc == 0) rc = json_number(root, "high_freq", &o.high_freq, err);
-  if (rc == 0) rc = json_bool(root, "use_power", &o.use_power, err);
-  if (rc == 0) rc = json_bool(root, "use_log_fbank", &o.use_log_fbank, err);
-  if (rc == 0) rc = json_bool(root, "use_energy", &o.use_energy, err);
-  if (rc == 0) rc = json_number(root, "input_scale", &o.input_scale, err);
-  const cJSON *wt = cJSON_GetObjectItemCaseSensitive(root, "window_type");
-  if (rc == 0 && wt != NULL) {
+  if (rc == 0) rc = json_bool(js, "snip_edges", &o.snip_edges, err);
+  if (rc == 0) rc = json_number(js, "low_freq", &o.low_freq, err);
+  if (rc == 0) rc = json_number(js, "high_freq", &o.high_freq, err);
+  if (rc == 0) rc = json_bool(js, "use_power", &o.use_power, err);
+  if (rc == 0) rc = json_bool(js, "use_log_fbank", &o.use_log_fbank, err);
+  if (rc == 0) rc = json_bool(js, "use_energy", &o.use_energy, err);
+  if (rc == 0) rc = json_number(js, "input_scale", &o.input_scale, err);
+  int wt = aural_json_get(js, 0, "window_type");
+  if (rc == 0 && wt >= 0) {
     int found = -1;
-    if (cJSON_IsString(wt))
-      for (int i = 0; i <= AURAL_WINDOW_BLACKMAN; i++)
-        if (strcmp(wt->valuestring, window_names[i]) == 0) found = i;
+    for (int i = 0; i <= AURAL_WINDOW_BLACKMAN; i++)
+      if (aural__json_string_is(js, wt, window_names[i])) found = i;
     if (found < 0)
       rc = aural__err_set(err, AURAL_ECONFIG,
                           "aural.config: field \"window_type\" must be one of "
@@ -218,7 +207,7 @@ int aural_fbank_opts_from_json(aural_fbank_opts *opts, const char *json,
     else
       o.window_type = (aural_window_type)found;
   }
-  cJSON_Delete(root);
+  aural__json_free(doc);
   if (rc == 0) rc = aural_fbank_opts_validate(&o, err);
   if (rc == 0) *opts = o;
   return rc;

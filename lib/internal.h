@@ -27,6 +27,41 @@ static inline int aural__mul_ok(size_t a, size_t b, size_t *out) {
 }
 
 
+/* ---- JSON documents (json.c) ------------------------------------------ */
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "aural/proto.h"
+
+/* A parsed document: js over the caller's text, its tokens in storage
+ * sized to it. */
+typedef struct aural__json {
+  aural_json js;
+  aural_json_token *tokens;
+} aural__json;
+
+/* Parses text (which must outlive *out) with the protocol's strict reader.
+ * Returns 0, AURAL_EFORMAT with why naming the byte and what is wrong
+ * ("byte 57 (in "a"): duplicate member name "b""), or AURAL_ENOMEM. */
+int aural__json_parse(aural__json **out, const char *text, size_t len,
+                      char *why, size_t why_len);
+void aural__json_free(aural__json *d);
+
+/* The string at token tok decoded into new memory (free it), or NULL when
+ * tok is not a string, holds \u0000, or memory ran out. */
+char *aural__json_strdup(const aural_json *js, int tok);
+
+/* Whether token tok exists and is of that kind. */
+bool aural__json_is(const aural_json *js, int tok, aural_json_kind kind);
+
+/* The index of the token after the value at tok (its children skipped):
+ * an object's members are key, value, key, value... */
+int aural__json_after(const aural_json *js, int tok);
+
+/* Whether the string at tok decodes to want (shorter than 64 bytes). */
+bool aural__json_string_is(const aural_json *js, int tok, const char *want);
+
 /* ---- fbank (fbank.c) --------------------------------------------------- */
 
 #include <fftw3.h>

@@ -16,7 +16,6 @@
  * Only then is memory for the weights allocated and the data converted.
  */
 #include <assert.h>
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -108,44 +107,6 @@ static float bf16_to_f32(uint16_t b) {
 
 /* ---- strict JSON ------------------------------------------------------ */
 
-static int cmp_str_ptr(const void *a, const void *b) {
-  return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* The first key that appears twice in an object of the tree at node, or
- * NULL. JSON parsers disagree on which duplicate wins (cJSON keeps the
- * first, Python's json the last), so a file with one could mean different
- * models to this loader and to the reference: it is refused. *where gets
- * the name of the object holding it (NULL for the top level). */
-static const char *duplicate_key(const cJSON *node, const char **where) {
-  size_t n = 0;
-  const cJSON *it;
-  cJSON_ArrayForEach(it, node) n++;
-  if (cJSON_IsObject(node) && n > 1) {
-    const char **keys = malloc(n * sizeof *keys);
-    if (keys == NULL) return NULL; /* checked again by the caller's limits */
-    size_t k = 0;
-    cJSON_ArrayForEach(it, node) keys[k++] = it->string;
-    qsort(keys, n, sizeof *keys, cmp_str_ptr);
-    const char *dup = NULL;
-    for (size_t i = 1; i < n && dup == NULL; i++)
-      if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
-    free(keys);
-    if (dup != NULL) {
-      *where = NULL;
-      return dup;
-    }
-  }
-  cJSON_ArrayForEach(it, node) {
-    const char *dup = duplicate_key(it, where);
-    if (dup != NULL) {
-      if (*where == NULL) *where = it->string ? it->string : "(array)";
-      return dup;
-    }
-  }
-  return NULL;
-}
-
 /* Length of the valid UTF-8 sequence at p (at most n bytes), or 0. */
 static size_t utf8_len(const unsigned char *p, size_t n) {
   size_t len = p[0] < 0x80 ? 1 : (p[0] & 0xe0) == 0xc0 ? 2
@@ -163,10 +124,11 @@ static size_t utf8_len(const unsigned char *p, size_t n) {
   return len;
 }
 
-/* Bytes a header must not hold, though cJSON would let them pass: what is
- * not UTF-8, control characters anywhere except whitespace between tokens, and the
- * escape \u0000 (C strings would end there; Python's would not). Returns
- * the offset of the first, or len. */
+/* Bytes a header must not hold, found before the JSON reader runs so that
+ * the message can name the byte: what is not UTF-8, control characters
+ * anywhere except whitespace between tokens, and the escape \u0000 (C
+ * strings would end there; Python's would not). Returns the offset of the
+ * first, or len. */
 static size_t first_bad_byte(const unsigned char *p, size_t len) {
   int in_string = 0;
   for (size_t i = 0; i < len;) {
@@ -192,35 +154,30 @@ static size_t first_bad_byte(const unsigned char *p, size_t len) {
   return len;
 }
 
-/* Parses a JSON document that must fill [p, p + len) but for trailing
- * spaces (the padding safetensors writers add). NULL with *bad_at set on
- * failure. */
-static cJSON *parse_whole(const char *p, size_t len, size_t *bad_at) {
-  if (len == 0 || p[0] != '{') { /* a byte order mark, or not an object */
-    *bad_at = len;
-    return NULL;
-  }
+/* Parses a JSON object that must fill [p, p + len) but for trailing
+ * spaces (the padding safetensors writers add; the reader allows white
+ * space after the value). NULL on failure, with *bad_at set to a byte the
+ * pre-check refuses, or to len and why saying what the reader refused
+ * (duplicate member names included: parsers disagree on which one wins,
+ * so a file with one could mean different models here and in the
+ * reference). */
+static aural__json *parse_whole(const char *p, size_t len, size_t *bad_at,
+                                int *rc, char *why, size_t why_len) {
+  *rc = AURAL_EFORMAT;
+  *bad_at = len;
+  snprintf(why, why_len, "not a JSON object");
+  if (len == 0 || p[0] != '{') return NULL; /* a byte order mark, or not an object */
   *bad_at = first_bad_byte((const unsigned char *)p, len);
   if (*bad_at < len) return NULL;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(p, len, &end, 0);
-  if (root == NULL) {
-    *bad_at = len; /* not JSON at all */
-    return NULL;
-  }
-  for (const char *q = end; q < p + len; q++)
-    if (*q != ' ' && *q != '\n' && *q != '\r' && *q != '\t') {
-      *bad_at = (size_t)(q - p);
-      cJSON_Delete(root);
-      return NULL;
-    }
-  return root;
+  aural__json *d;
+  *rc = aural__json_parse(&d, p, len, why, why_len);
+  return d;
 }
 
 /* ---- config ------------------------------------------------------------ */
 
 typedef struct cfg_reader {
-  const cJSON *root;
+  const aural_json *js; /* its root (token 0) is the object */
   const char *where; /* file name for messages */
   aural_err *err;
   int rc;
@@ -230,15 +187,16 @@ typedef struct cfg_reader {
 static int cfg_int(cfg_reader *r, const char *key, int lo, int hi,
                    int has_dflt, int dflt) {
   if (r->rc < 0) return 0;
-  const cJSON *it = cJSON_GetObjectItemCaseSensitive(r->root, key);
-  if (it == NULL) {
+  int it = aural_json_get(r->js, 0, key);
+  if (it < 0) {
     if (has_dflt) return dflt;
     r->rc = aural__err_set(r->err, AURAL_ECONFIG,
                            "%s: aural.config lacks the field \"%s\"", r->where,
                            key);
     return 0;
   }
-  double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+  double v;
+  if (aural_json_double(r->js, it, &v) != 0) v = NAN;
   if (!(v >= lo && v <= hi) || v != floor(v)) {
     r->rc = aural__err_set(r->err, AURAL_ECONFIG,
                            "%s: aural.config field \"%s\" must be an integer "
@@ -251,9 +209,10 @@ static int cfg_int(cfg_reader *r, const char *key, int lo, int hi,
 
 static double cfg_pos_number(cfg_reader *r, const char *key, double dflt) {
   if (r->rc < 0) return 0;
-  const cJSON *it = cJSON_GetObjectItemCaseSensitive(r->root, key);
-  if (it == NULL) return dflt;
-  double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+  int it = aural_json_get(r->js, 0, key);
+  if (it < 0) return dflt;
+  double v;
+  if (aural_json_double(r->js, it, &v) != 0) v = NAN;
   if (!(v > 0 && isfinite(v))) {
     r->rc = aural__err_set(r->err, AURAL_ECONFIG,
                            "%s: aural.config field \"%s\" must be a positive "
@@ -266,27 +225,27 @@ static double cfg_pos_number(cfg_reader *r, const char *key, double dflt) {
 
 static bool cfg_bool(cfg_reader *r, const char *key, bool dflt) {
   if (r->rc < 0) return false;
-  const cJSON *it = cJSON_GetObjectItemCaseSensitive(r->root, key);
-  if (it == NULL) return dflt;
-  if (!cJSON_IsBool(it)) {
+  int it = aural_json_get(r->js, 0, key);
+  if (it < 0) return dflt;
+  bool v;
+  if (aural_json_bool(r->js, it, &v) != 0) {
     r->rc = aural__err_set(r->err, AURAL_ECONFIG,
                            "%s: aural.config field \"%s\" must be true or "
                            "false",
                            r->where, key);
     return false;
   }
-  return cJSON_IsTrue(it);
+  return v;
 }
 
 /* A string field that must be one of names[0..n); returns its index. */
 static int cfg_enum(cfg_reader *r, const char *key, const char *const *names,
                     int n, int dflt) {
   if (r->rc < 0) return 0;
-  const cJSON *it = cJSON_GetObjectItemCaseSensitive(r->root, key);
-  if (it == NULL) return dflt;
-  if (cJSON_IsString(it))
-    for (int i = 0; i < n; i++)
-      if (strcmp(it->valuestring, names[i]) == 0) return i;
+  int it = aural_json_get(r->js, 0, key);
+  if (it < 0) return dflt;
+  for (int i = 0; i < n; i++)
+    if (aural__json_string_is(r->js, it, names[i])) return i;
   char list[128] = "";
   for (int i = 0; i < n; i++) {
     strncat(list, names[i], sizeof list - strlen(list) - 1);
@@ -307,22 +266,24 @@ static int parse_config(const char *json, const char *where,
   *vocab_out = NULL;
   memset(cfg, 0, sizeof *cfg);
   size_t bad_at;
-  cJSON *root = parse_whole(json, strlen(json), &bad_at);
-  if (root == NULL || !cJSON_IsObject(root)) {
-    cJSON_Delete(root);
-    return aural__err_set(err, AURAL_ECONFIG,
-                          "%s: aural.config is not a JSON object", where);
+  int rc;
+  char why[256];
+  aural__json *doc = parse_whole(json, strlen(json), &bad_at, &rc, why,
+                                 sizeof why);
+  if (doc == NULL && bad_at == strlen(json) && rc == AURAL_EFORMAT &&
+      strcmp(why, "not a JSON object") != 0)
+    return aural__err_set(err, AURAL_ECONFIG, "%s: aural.config refused at %s",
+                          where, why);
+  if (doc == NULL || !aural__json_is(&doc->js, 0, AURAL_JSON_OBJECT)) {
+    aural__json_free(doc);
+    return rc == AURAL_ENOMEM
+               ? aural__err_set(err, rc, "%s: aural.config: %s", where, why)
+               : aural__err_set(err, AURAL_ECONFIG,
+                                "%s: aural.config is not a JSON object",
+                                where);
   }
-  const char *dup_in = NULL, *dup = duplicate_key(root, &dup_in);
-  if (dup != NULL) {
-    int rc = aural__err_set(err, AURAL_ECONFIG,
-                            "%s: aural.config field \"%s\" appears twice%s%s",
-                            where, dup, dup_in ? " in " : "",
-                            dup_in ? dup_in : "");
-    cJSON_Delete(root); /* dup points into it */
-    return rc;
-  }
-  cfg_reader r = {.root = root, .where = where, .err = err};
+  const aural_json *js = &doc->js;
+  cfg_reader r = {.js = js, .where = where, .err = err};
   aural_fbank_opts_default(&cfg->fbank);
   aural_err ferr;
   if (aural_fbank_opts_from_json(&cfg->fbank, json, strlen(json), &ferr) < 0)
@@ -370,9 +331,10 @@ static int parse_config(const char *json, const char *where,
                             kv / 1048576, AURAL__MAX_KV_BYTES / 1048576);
   }
 
-  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(root, "vocab");
-  if (r.rc == 0 && vocab != NULL && !cJSON_IsNull(vocab)) {
-    int n = cJSON_IsArray(vocab) ? cJSON_GetArraySize(vocab) : -1;
+  int vocab = aural_json_get(js, 0, "vocab");
+  if (r.rc == 0 && vocab >= 0 && !aural__json_is(js, vocab, AURAL_JSON_NULL)) {
+    const aural_json_token *t = aural_json_token_at(js, vocab);
+    int n = t->kind == AURAL_JSON_ARRAY ? (int)t->n_items : -1;
     if (n < 2 || n > MAX_VOCAB) {
       r.rc = aural__err_set(err, AURAL_ECONFIG,
                             "%s: aural.config field \"vocab\" must be a list "
@@ -381,15 +343,16 @@ static int parse_config(const char *json, const char *where,
     } else {
       char **v = calloc((size_t)n, sizeof *v);
       int i = 0;
-      const cJSON *tok;
-      cJSON_ArrayForEach(tok, vocab) {
-        if (v == NULL || !cJSON_IsString(tok)) break;
-        v[i] = strdup(tok->valuestring);
+      int tok = vocab + 1;
+      for (; v != NULL && i < n; i++, tok = aural__json_after(js, tok)) {
+        if (!aural__json_is(js, tok, AURAL_JSON_STRING)) break;
+        v[i] = aural__json_strdup(js, tok);
         if (v[i] == NULL) break;
-        i++;
       }
       if (i < n) {
-        r.rc = v == NULL || cJSON_IsString(tok)
+        /* A string that did not copy met the end of memory (\u0000 was
+         * refused before: first_bad_byte). */
+        r.rc = v == NULL || aural__json_is(js, tok, AURAL_JSON_STRING)
                    ? aural__err_set(err, AURAL_ENOMEM, "out of memory")
                    : aural__err_set(err, AURAL_ECONFIG,
                                     "%s: aural.config vocab entry %d is not "
@@ -403,7 +366,7 @@ static int parse_config(const char *json, const char *where,
       }
     }
   }
-  cJSON_Delete(root);
+  aural__json_free(doc);
   return r.rc;
 }
 
@@ -412,7 +375,7 @@ static int parse_config(const char *json, const char *where,
 typedef enum { DT_F32, DT_F16, DT_BF16 } dtype;
 
 typedef struct entry {
-  const char *name; /* points into the cJSON tree */
+  const char *name; /* decoded, in the loader's names buffer */
   dtype type;
   int n_dims;
   uint64_t shape[8];
@@ -426,45 +389,51 @@ static int cmp_begin(const void *a, const void *b) {
 }
 
 /* An exact non-negative integer from JSON, below 2^53. */
-static int json_u64(const cJSON *it, uint64_t *out) {
-  if (!cJSON_IsNumber(it)) return 0;
-  double v = it->valuedouble;
+static int json_u64(const aural_json *js, int tok, uint64_t *out) {
+  double v;
+  if (aural_json_double(js, tok, &v) != 0) return 0;
   if (!(v >= 0 && v <= 9007199254740992.0) || v != floor(v)) return 0;
   *out = (uint64_t)v;
   return 1;
 }
 
-static int parse_entry(const cJSON *it, uint64_t data_len, entry *e,
-                       const char *where, aural_err *err) {
-  const char *name = it->string;
-  e->name = name;
-  if (!cJSON_IsObject(it))
+/* The entry whose value is token it; e->name is already set. */
+static int parse_entry(const aural_json *js, int it, uint64_t data_len,
+                       entry *e, const char *where, aural_err *err) {
+  const char *name = e->name;
+  if (!aural__json_is(js, it, AURAL_JSON_OBJECT))
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: tensor \"%s\": header entry is not an object",
                           where, name);
-  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
-  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(it, "shape");
-  const cJSON *offs = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
+  int dt = aural_json_get(js, it, "dtype");
+  int shape = aural_json_get(js, it, "shape");
+  int offs = aural_json_get(js, it, "data_offsets");
   size_t elem;
-  if (!cJSON_IsString(dt))
-    return aural__err_set(err, AURAL_EFORMAT,
-                          "%s: tensor \"%s\": missing dtype", where, name);
-  if (strcmp(dt->valuestring, "F32") == 0) {
+  char dts[24];
+  if (aural_json_string(js, dt, dts, sizeof dts) < 0) {
+    if (!aural__json_is(js, dt, AURAL_JSON_STRING))
+      return aural__err_set(err, AURAL_EFORMAT,
+                            "%s: tensor \"%s\": missing dtype", where, name);
+    snprintf(dts, sizeof dts, "(long)");
+  }
+  if (strcmp(dts, "F32") == 0) {
     e->type = DT_F32;
     elem = 4;
-  } else if (strcmp(dt->valuestring, "F16") == 0) {
+  } else if (strcmp(dts, "F16") == 0) {
     e->type = DT_F16;
     elem = 2;
-  } else if (strcmp(dt->valuestring, "BF16") == 0) {
+  } else if (strcmp(dts, "BF16") == 0) {
     e->type = DT_BF16;
     elem = 2;
   } else {
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: tensor \"%s\": dtype \"%.16s\" is not "
                           "supported (F32, F16, BF16)",
-                          where, name, dt->valuestring);
+                          where, name, dts);
   }
-  int n_dims = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
+  int n_dims = aural__json_is(js, shape, AURAL_JSON_ARRAY)
+                   ? (int)aural_json_token_at(js, shape)->n_items
+                   : -1;
   if (n_dims < 0 || n_dims > 8)
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: tensor \"%s\": shape must be a list of at "
@@ -473,7 +442,7 @@ static int parse_entry(const cJSON *it, uint64_t data_len, entry *e,
   e->n_dims = n_dims;
   uint64_t n_bytes = elem;
   for (int i = 0; i < n_dims; i++) {
-    if (!json_u64(cJSON_GetArrayItem(shape, i), &e->shape[i]))
+    if (!json_u64(js, aural_json_item(js, shape, (uint32_t)i), &e->shape[i]))
       return aural__err_set(err, AURAL_EFORMAT,
                             "%s: tensor \"%s\": shape[%d] is not a "
                             "non-negative integer",
@@ -484,9 +453,10 @@ static int parse_entry(const cJSON *it, uint64_t data_len, entry *e,
                             "overflows)",
                             where, name);
   }
-  if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
-      !json_u64(cJSON_GetArrayItem(offs, 0), &e->begin) ||
-      !json_u64(cJSON_GetArrayItem(offs, 1), &e->end))
+  if (!aural__json_is(js, offs, AURAL_JSON_ARRAY) ||
+      aural_json_token_at(js, offs)->n_items != 2 ||
+      !json_u64(js, aural_json_item(js, offs, 0), &e->begin) ||
+      !json_u64(js, aural_json_item(js, offs, 1), &e->end))
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: tensor \"%s\": data_offsets must be two "
                           "non-negative integers",
@@ -857,31 +827,34 @@ static uint64_t read_le64(const unsigned char *p) {
   return v;
 }
 
-/* Finds the metadata strings and returns aural.config. */
-static int read_metadata(const cJSON *header, const char *where,
-                         const char **config, aural_err *err) {
-  const cJSON *meta = cJSON_GetObjectItemCaseSensitive(header, "__metadata__");
-  if (!cJSON_IsObject(meta))
+/* Checks the metadata strings and returns aural.config (decoded, to be
+ * freed). */
+static int read_metadata(const aural_json *js, const char *where,
+                         char **config, aural_err *err) {
+  *config = NULL;
+  int meta = aural_json_get(js, 0, "__metadata__");
+  if (!aural__json_is(js, meta, AURAL_JSON_OBJECT))
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: no __metadata__ (not an aural model file)",
                           where);
-  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(meta, "format");
-  const cJSON *ver = cJSON_GetObjectItemCaseSensitive(meta, "aural.version");
-  const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(meta, "aural.config");
-  if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "aural") != 0)
+  if (!aural__json_string_is(js, aural_json_get(js, meta, "format"), "aural"))
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: __metadata__ \"format\" is not \"aural\"",
                           where);
-  if (!cJSON_IsString(ver) || strcmp(ver->valuestring, "1") != 0)
+  if (!aural__json_string_is(js, aural_json_get(js, meta, "aural.version"),
+                             "1"))
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: __metadata__ \"aural.version\" must be \"1\"",
                           where);
-  if (!cJSON_IsString(cfg))
+  int cfg = aural_json_get(js, meta, "aural.config");
+  if (!aural__json_is(js, cfg, AURAL_JSON_STRING))
     return aural__err_set(err, AURAL_ECONFIG,
                           "%s: __metadata__ lacks \"aural.config\" (a JSON "
                           "string)",
                           where);
-  *config = cfg->valuestring;
+  *config = aural__json_strdup(js, cfg);
+  if (*config == NULL)
+    return aural__err_set(err, AURAL_ENOMEM, "out of memory");
   return 0;
 }
 
@@ -913,65 +886,71 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   const unsigned char *tensor_data = bytes + 8 + hlen;
 
   size_t bad_at;
-  cJSON *header = parse_whole((const char *)bytes + 8, hlen, &bad_at);
-  if (header == NULL && bad_at < hlen)
+  int prc;
+  char why[256];
+  aural__json *doc = parse_whole((const char *)bytes + 8, hlen, &bad_at, &prc,
+                                 why, sizeof why);
+  if (doc == NULL && bad_at < hlen)
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: header byte %zu (file offset %zu) is 0x%02x: "
                           "not allowed there (control character, invalid "
-                          "UTF-8, \\u0000, or data after the header's JSON "
-                          "object)",
+                          "UTF-8 or \\u0000)",
                           where, bad_at, bad_at + 8,
                           (unsigned)bytes[8 + bad_at]);
-  if (header == NULL || !cJSON_IsObject(header)) {
-    cJSON_Delete(header);
+  if (doc == NULL && prc == AURAL_ENOMEM)
+    return aural__err_set(err, prc, "%s: header: %s", where, why);
+  if (doc == NULL && strcmp(why, "not a JSON object") != 0)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: the header's JSON is refused at %s", where,
+                          why);
+  if (doc == NULL || !aural__json_is(&doc->js, 0, AURAL_JSON_OBJECT)) {
+    aural__json_free(doc);
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: the header is not a JSON object", where);
   }
-  const char *dup_in = NULL, *dup = duplicate_key(header, &dup_in);
-  if (dup != NULL) {
-    int rc = dup_in == NULL
-                 ? aural__err_set(err, AURAL_EFORMAT,
-                                  "%s: \"%s\" appears twice in the header "
-                                  "(duplicate keys are refused)",
-                                  where, dup)
-                 : aural__err_set(err, AURAL_EFORMAT,
-                                  "%s: field \"%s\" appears twice in header "
-                                  "entry \"%s\"",
-                                  where, dup, dup_in);
-    cJSON_Delete(header); /* dup points into it */
-    return rc;
-  }
+  const aural_json *js = &doc->js;
 
   aural_model *m = calloc(1, sizeof *m);
   entry *entries = NULL, **sorted = NULL;
   const char **have_names = NULL, **want_names = NULL;
   size_t *found = NULL;
+  char *names = NULL, *config = NULL;
   want_list wl = {0};
   int rc = 0;
   if (m == NULL) {
     rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
     goto done;
   }
-  const char *config = NULL;
-  rc = read_metadata(header, where, &config, err);
+  rc = read_metadata(js, where, &config, err);
   if (rc == 0) rc = parse_config(config, where, &m->cfg, &m->vocab, err);
   if (rc < 0) goto done;
 
-  /* Entries: parse, then check for duplicates and tiling. */
-  size_t n_entries = 0;
-  const cJSON *it;
-  cJSON_ArrayForEach(it, header) if (strcmp(it->string, "__metadata__") != 0)
-      n_entries++;
+  /* Entries: parse, then check the tiling. The reader has refused
+   * duplicate names. Decoded, every name fits in the header's length. */
+  uint32_t n_members = aural_json_token_at(js, 0)->n_items;
+  size_t n_entries = n_members - (aural_json_get(js, 0, "__metadata__") >= 0);
   entries = calloc(n_entries + 1, sizeof *entries);
   sorted = calloc(n_entries + 1, sizeof *sorted);
-  if (entries == NULL || sorted == NULL) {
+  names = malloc(hlen + 1);
+  if (entries == NULL || sorted == NULL || names == NULL) {
     rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
     goto done;
   }
-  size_t k = 0;
-  cJSON_ArrayForEach(it, header) {
-    if (strcmp(it->string, "__metadata__") == 0) continue;
-    rc = parse_entry(it, data_len, &entries[k], where, err);
+  size_t k = 0, names_used = 0;
+  int key = 1;
+  for (uint32_t i = 0; i < n_members; i++, key = aural__json_after(js, key + 1)) {
+    if (aural__json_string_is(js, key, "__metadata__")) continue;
+    int len = aural_json_string(js, key, names + names_used,
+                                hlen + 1 - names_used);
+    if (len < 0) {
+      rc = aural__err_set(err, AURAL_EFORMAT,
+                          "%s: a tensor name in the header does not decode",
+                          where);
+      goto done;
+    }
+    entries[k].name = names + names_used;
+    names_used += (size_t)len + 1;
+    rc = parse_entry(js, key + 1, data_len, &entries[k], where, err);
     if (rc < 0) goto done;
     sorted[k] = &entries[k];
     k++;
@@ -1137,7 +1116,9 @@ done:
   free(wl.w);
   free(sorted);
   free(entries);
-  cJSON_Delete(header);
+  free(names);
+  free(config);
+  aural__json_free(doc);
   if (rc < 0) {
     aural_model_free(m);
     return rc;

@@ -1,7 +1,17 @@
 /*
  * JSON for the protocol's payloads: a strict RFC 8259 reader that makes
  * tokens over the caller's bytes, and a writer into a caller buffer.
- * Nothing is allocated; the reader recurses at most 16 levels deep.
+ * Nothing is allocated (but by aural_json_parse_into, to check the names
+ * of a large document's objects); the reader recurses at most 16 levels
+ * deep.
+ *
+ * This is the project's one JSON implementation: the protocol codec must
+ * need libc alone (a C client links nothing else), and what the library
+ * reads from a model file (the safetensors header, aural.config and its
+ * fbank options) wants the same strictness as a socket payload: UTF-8
+ * checked, duplicate member names refused, bounded depth. So libaural
+ * reads its JSON with this reader too (aural_json_parse_into, with token
+ * storage sized to the document), rather than with a second parser.
  */
 #include <limits.h>
 #include <math.h>
@@ -172,6 +182,17 @@ int aural__parse_double(const char *s, size_t n, double *out) {
 
 /* --- reader --------------------------------------------------------------- */
 
+/* The tokens: the caller's after aural_json_parse_into, else the inline
+ * array. */
+static const aural_json_token *toks(const aural_json *js) {
+  return js->big != NULL ? js->big : js->tokens;
+}
+
+const aural_json_token *aural_json_token_at(const aural_json *js, int tok) {
+  if (js == NULL || tok < 0 || (uint32_t)tok >= js->n_tokens) return NULL;
+  return &toks(js)[tok];
+}
+
 typedef struct parser {
   aural_json *js;
   const uint8_t *s;
@@ -180,11 +201,34 @@ typedef struct parser {
   char *why;
   size_t why_len;
   bool lists; /* arrays keep only their own token (aural_json_parse_lists) */
-  uint32_t key_hash[AURAL_PROTO_JSON_TOKENS]; /* of member-name tokens */
+  aural_json_token *tok; /* js->tokens, or the caller's (parse_into) */
+  uint32_t cap;
+  bool sort_names; /* duplicate names found by check_names_sorted */
+  /* The member names leading to the value being read, for messages. */
+  int path[JSON_MAX_DEPTH];
+  int path_n;
 } parser;
 
-static int fail(parser *p, const char *what) {
-  aural__set_why(p->why, p->why_len, "byte %zu: %s", p->pos, what);
+/* Writes why as "byte N (in "a"."b"): what". Returns -1. */
+static int fail(parser *p, const char *fmt, ...) {
+  if (p->why == NULL || p->why_len == 0) return -1;
+  char where[192] = "";
+  size_t n = 0;
+  for (int i = 0; i < p->path_n && n < sizeof where; i++) {
+    const aural_json_token *k = &p->tok[p->path[i]];
+    int len = k->len > 48 ? 48 : (int)k->len;
+    n += (size_t)snprintf(where + n, sizeof where - n, "%s\"%.*s%s\"",
+                          i == 0 ? " (in " : ".", len, p->js->text + k->start,
+                          k->len > 48 ? "..." : "");
+  }
+  if (p->path_n > 0 && n < sizeof where)
+    snprintf(where + n, sizeof where - n, ")");
+  char what[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  aural__set_why(p->why, p->why_len, "byte %zu%s: %s", p->pos, where, what);
   return -1;
 }
 
@@ -198,10 +242,9 @@ static void skip_ws(parser *p) {
 
 static int new_token(parser *p, aural_json_kind kind) {
   aural_json *js = p->js;
-  if (js->n_tokens >= AURAL_PROTO_JSON_TOKENS)
-    return fail(p, "more than 512 JSON tokens");
+  if (js->n_tokens >= p->cap) return fail(p, "more than %u JSON tokens", p->cap);
   int t = (int)js->n_tokens++;
-  js->tokens[t] = (aural_json_token){.kind = (uint8_t)kind,
+  p->tok[t] = (aural_json_token){.kind = (uint8_t)kind,
                                      .start = (uint32_t)p->pos,
                                      .len = 0,
                                      .n_items = 0,
@@ -271,8 +314,8 @@ static int parse_string(parser *p) {
     if (k == 0) return fail(p, "invalid UTF-8 in string");
     p->pos += k;
   }
-  p->js->tokens[t].start = (uint32_t)start;
-  p->js->tokens[t].len = (uint32_t)(p->pos - start);
+  p->tok[t].start = (uint32_t)start;
+  p->tok[t].len = (uint32_t)(p->pos - start);
   p->pos++;
   return t;
 }
@@ -306,8 +349,8 @@ static int parse_number(parser *p) {
     if (!at_digit(p)) return fail(p, "digit expected in exponent");
     while (at_digit(p)) p->pos++;
   }
-  p->js->tokens[t].start = (uint32_t)start;
-  p->js->tokens[t].len = (uint32_t)(p->pos - start);
+  p->tok[t].start = (uint32_t)start;
+  p->tok[t].len = (uint32_t)(p->pos - start);
   return t;
 }
 
@@ -317,7 +360,7 @@ static int parse_literal(parser *p, const char *word, aural_json_kind kind) {
     return fail(p, "invalid literal");
   int t = new_token(p, kind);
   if (t < 0) return -1;
-  p->js->tokens[t].len = (uint32_t)n;
+  p->tok[t].len = (uint32_t)n;
   p->pos += n;
   return t;
 }
@@ -327,12 +370,59 @@ static uint32_t string_hash(const aural_json *js, int t);
 
 static int parse_value(parser *p, int depth);
 
+/* Fails on the member name at token key, which an earlier one repeats. */
+static int fail_duplicate(parser *p, int key) {
+  const aural_json_token *k = &p->tok[key];
+  p->pos = k->start;
+  int len = k->len > 64 ? 64 : (int)k->len;
+  return fail(p, "duplicate member name \"%.*s\"", len,
+              p->js->text + k->start);
+}
+
+typedef struct name_ref {
+  uint32_t hash;
+  uint32_t tok;
+} name_ref;
+
+static int cmp_name_ref(const void *a, const void *b) {
+  const name_ref *x = a, *y = b;
+  if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+  return x->tok < y->tok ? -1 : x->tok > y->tok;
+}
+
+/* The duplicate check of a large document's object at token t, once it is
+ * complete: its names sorted by hash, so that it costs n log n rather
+ * than the n^2 of comparing each name with those before it. The one
+ * allocation of the reader, and only with aural_json_parse_into. */
+static int check_names_sorted(parser *p, int t) {
+  uint32_t n = p->tok[t].n_items;
+  if (n < 2) return 0;
+  name_ref *refs = malloc(n * sizeof *refs);
+  if (refs == NULL) return fail(p, "out of memory checking member names");
+  uint32_t k = (uint32_t)t + 1;
+  for (uint32_t i = 0; i < n; i++) {
+    refs[i] = (name_ref){.hash = p->tok[k].hash, .tok = k};
+    k = p->tok[k + 1].next;
+  }
+  qsort(refs, n, sizeof *refs, cmp_name_ref);
+  int dup = -1; /* the later of the first pair found, in text order */
+  for (uint32_t i = 0; i < n && dup < 0; i++)
+    for (uint32_t j = i + 1; j < n && refs[j].hash == refs[i].hash; j++)
+      if (same_string(p->js, (int)refs[i].tok, (int)refs[j].tok)) {
+        dup = (int)refs[j].tok;
+        break;
+      }
+  free(refs);
+  return dup < 0 ? 0 : fail_duplicate(p, dup);
+}
+
 /* p->pos is at '{' or '['. depth counts the enclosing containers. */
 static int parse_container(parser *p, int depth, bool object) {
   if (depth >= JSON_MAX_DEPTH) return fail(p, "nesting deeper than 16");
   int t = new_token(p, object ? AURAL_JSON_OBJECT : AURAL_JSON_ARRAY);
   if (t < 0) return -1;
   aural_json *js = p->js;
+  aural_json_token *tok = p->tok;
   uint8_t close = object ? '}' : ']';
   p->pos++;
   skip_ws(p);
@@ -346,27 +436,28 @@ static int parse_container(parser *p, int depth, bool object) {
         int key = parse_string(p);
         if (key < 0) return -1;
         /* A duplicate name: which value counts would be up to the reader,
-         * so the request is malformed. Names are compared decoded, and
-         * only when their hashes agree, so that a large object of long
-         * names costs little more than reading it. */
+         * so the text is malformed. Names are compared decoded, and only
+         * when their hashes agree, so that a large object of long names
+         * costs little more than reading it. */
         uint32_t h = string_hash(js, key);
-        p->key_hash[key] = h;
+        tok[key].hash = h;
         int k = t + 1;
-        for (uint32_t i = 0; i < js->tokens[t].n_items; i++) {
-          if (p->key_hash[k] == h && same_string(js, k, key)) {
-            p->pos = js->tokens[key].start;
-            return fail(p, "duplicate member name");
-          }
-          k = (int)js->tokens[k + 1].next;
+        for (uint32_t i = 0; i < tok[t].n_items && !p->sort_names; i++) {
+          if (tok[k].hash == h && same_string(js, k, key))
+            return fail_duplicate(p, key);
+          k = (int)tok[k + 1].next;
         }
         skip_ws(p);
         if (p->pos >= p->len || p->s[p->pos] != ':')
           return fail(p, "':' expected after member name");
         p->pos++;
         skip_ws(p);
+        p->path[p->path_n++] = key;
       }
-      if (parse_value(p, depth + 1) < 0) return -1;
-      js->tokens[t].n_items++;
+      int v = parse_value(p, depth + 1);
+      if (v < 0) return -1;
+      if (object) p->path_n--;
+      tok[t].n_items++;
       /* A list's elements are checked, then their tokens are given back:
        * aural_json_list_next() reads them again one at a time. */
       if (p->lists && !object) js->n_tokens = (uint32_t)t + 1;
@@ -386,8 +477,9 @@ static int parse_container(parser *p, int depth, bool object) {
         return fail(p, "trailing comma");
     }
   }
-  js->tokens[t].len = (uint32_t)(p->pos - js->tokens[t].start);
-  js->tokens[t].next = js->n_tokens;
+  tok[t].len = (uint32_t)(p->pos - tok[t].start);
+  tok[t].next = js->n_tokens;
+  if (object && p->sort_names && check_names_sorted(p, t) < 0) return -1;
   return t;
 }
 
@@ -416,12 +508,17 @@ static int parse_value(parser *p, int depth) {
 /* Parses one value at the start of text. With prefix, bytes after it are
  * left for the caller and *used says how many were read; without, only
  * white space may follow. */
-static int parse_text(aural_json *js, const char *text, size_t len,
-                      bool lists, size_t *used, char *why, size_t why_len) {
+static int parse_text(aural_json *js, aural_json_token *tokens, uint32_t cap,
+                      const char *text, size_t len, bool lists, size_t *used,
+                      char *why, size_t why_len) {
   js->text = text;
   js->text_len = len;
   js->n_tokens = 0;
+  js->big = tokens == js->tokens ? NULL : tokens;
   parser p = {.js = js,
+              .tok = tokens,
+              .cap = cap,
+              .sort_names = tokens != js->tokens,
               .s = (const uint8_t *)text,
               .len = text == NULL ? 0 : len,
               .pos = 0,
@@ -452,22 +549,35 @@ static int parse_text(aural_json *js, const char *text, size_t len,
 
 int aural_json_parse(aural_json *js, const char *text, size_t len, char *why,
                      size_t why_len) {
-  return parse_text(js, text, len, false, NULL, why, why_len);
+  return parse_text(js, js->tokens, AURAL_PROTO_JSON_TOKENS, text, len, false,
+                    NULL, why, why_len);
+}
+
+int aural_json_parse_into(aural_json *js, aural_json_token *tokens,
+                          uint32_t cap, const char *text, size_t len,
+                          char *why, size_t why_len) {
+  if (tokens == NULL || cap == 0) {
+    js->n_tokens = 0;
+    aural__set_why(why, why_len, "no room for JSON tokens");
+    return AURAL_PROTO_EBAD_PAYLOAD;
+  }
+  return parse_text(js, tokens, cap, text, len, false, NULL, why, why_len);
 }
 
 int aural_json_parse_lists(aural_json *js, const char *text, size_t len,
                            char *why, size_t why_len) {
-  return parse_text(js, text, len, true, NULL, why, why_len);
+  return parse_text(js, js->tokens, AURAL_PROTO_JSON_TOKENS, text, len, true,
+                    NULL, why, why_len);
 }
 
 int aural_json_list_init(const aural_json *js, int tok, aural_json_list *l) {
   memset(l, 0, sizeof *l);
   if (js == NULL || tok < 0 || (uint32_t)tok >= js->n_tokens ||
-      js->tokens[tok].kind != AURAL_JSON_ARRAY)
+      toks(js)[tok].kind != AURAL_JSON_ARRAY)
     return -1;
-  l->text = js->text + js->tokens[tok].start;
-  l->len = js->tokens[tok].len;
-  l->n_items = js->tokens[tok].n_items;
+  l->text = js->text + toks(js)[tok].start;
+  l->len = toks(js)[tok].len;
+  l->n_items = toks(js)[tok].n_items;
   l->pos = 1; /* after the '[' */
   return 0;
 }
@@ -492,8 +602,9 @@ int aural_json_list_next(aural_json_list *l, aural_json *item, char *why,
   }
   size_t used = 0;
   char detail[96] = "";
-  if (i > l->len || parse_text(item, l->text + i, l->len - i, true, &used,
-                               detail, sizeof detail) != 0) {
+  if (i > l->len ||
+      parse_text(item, item->tokens, AURAL_PROTO_JSON_TOKENS, l->text + i,
+                 l->len - i, true, &used, detail, sizeof detail) != 0) {
     aural__set_why(why, why_len, "list item %u: %s", l->index, detail);
     return AURAL_PROTO_EBAD_PAYLOAD;
   }
@@ -506,9 +617,8 @@ int aural_json_list_next(aural_json_list *l, aural_json *item, char *why,
 
 static const aural_json_token *token(const aural_json *js, int tok,
                                      aural_json_kind kind) {
-  if (js == NULL || tok < 0 || (uint32_t)tok >= js->n_tokens) return NULL;
-  const aural_json_token *t = &js->tokens[tok];
-  return t->kind == kind ? t : NULL;
+  const aural_json_token *t = aural_json_token_at(js, tok);
+  return t != NULL && t->kind == kind ? t : NULL;
 }
 
 /* The next code point of a string token that the parser accepted, from
@@ -554,7 +664,7 @@ static bool has_backslash(const aural_json *js, const aural_json_token *t) {
 
 /* FNV-1a over the decoded code points of string token t. */
 static uint32_t string_hash(const aural_json *js, int t) {
-  const aural_json_token *k = &js->tokens[t];
+  const aural_json_token *k = &toks(js)[t];
   const uint8_t *s = (const uint8_t *)js->text + k->start;
   uint32_t h = 2166136261u;
   size_t i = 0;
@@ -567,7 +677,7 @@ static uint32_t string_hash(const aural_json *js, int t) {
 
 /* Whether string tokens a and b hold the same text once decoded. */
 static bool same_string(const aural_json *js, int a, int b) {
-  const aural_json_token *ta = &js->tokens[a], *tb = &js->tokens[b];
+  const aural_json_token *ta = &toks(js)[a], *tb = &toks(js)[b];
   const uint8_t *sa = (const uint8_t *)js->text + ta->start,
                 *sb = (const uint8_t *)js->text + tb->start;
   if (!has_backslash(js, ta) && !has_backslash(js, tb))
@@ -601,8 +711,8 @@ int aural_json_get(const aural_json *js, int obj, const char *key) {
   if (t == NULL || key == NULL) return -1;
   uint32_t k = (uint32_t)obj + 1;
   for (uint32_t i = 0; i < t->n_items; i++) {
-    if (string_equals(js, &js->tokens[k], key)) return (int)k + 1;
-    k = js->tokens[k + 1].next;
+    if (string_equals(js, &toks(js)[k], key)) return (int)k + 1;
+    k = toks(js)[k + 1].next;
   }
   return -1;
 }
@@ -611,7 +721,7 @@ int aural_json_item(const aural_json *js, int arr, uint32_t i) {
   const aural_json_token *t = token(js, arr, AURAL_JSON_ARRAY);
   if (t == NULL || i >= t->n_items) return -1;
   uint32_t k = (uint32_t)arr + 1;
-  while (i-- > 0) k = js->tokens[k].next;
+  while (i-- > 0) k = toks(js)[k].next;
   return (int)k;
 }
 
@@ -678,7 +788,7 @@ int aural_json_double(const aural_json *js, int tok, double *out) {
 
 int aural_json_bool(const aural_json *js, int tok, bool *out) {
   if (js == NULL || tok < 0 || (uint32_t)tok >= js->n_tokens) return -1;
-  uint8_t kind = js->tokens[tok].kind;
+  uint8_t kind = toks(js)[tok].kind;
   if (kind != AURAL_JSON_TRUE && kind != AURAL_JSON_FALSE) return -1;
   if (out != NULL) *out = kind == AURAL_JSON_TRUE;
   return 0;

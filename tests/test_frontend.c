@@ -453,7 +453,7 @@ typedef struct bad_json_job {
 static void *parse_bad_json(void *arg) {
   bad_json_job *job = arg;
   char expect[64];
-  snprintf(expect, sizeof expect, "near byte %zu", job->expect_at);
+  snprintf(expect, sizeof expect, "byte %zu (", job->expect_at);
   for (int i = 0; i < 50000; i++) {
     aural_fbank_opts o;
     aural_fbank_opts_default(&o);
@@ -489,7 +489,7 @@ static void test_config_json_error_offset(void **state) {
                      AURAL_ECONFIG);
     printf("  %s\n", err.msg);
     char expect[64];
-    snprintf(expect, sizeof expect, "near byte %zu", jobs[j].expect_at);
+    snprintf(expect, sizeof expect, "byte %zu (", jobs[j].expect_at);
     if (strstr(err.msg, expect) == NULL)
       fail_msg("config %s: message '%s' lacks '%s'", jobs[j].json, err.msg,
                expect);
@@ -502,7 +502,7 @@ static void test_config_json_error_offset(void **state) {
   for (int j = 0; j < 2; j++)
     if (jobs[j].n_wrong > 0)
       fail_msg("config %d, parsed beside another: %d of 50000 messages lack "
-               "\"near byte %zu\", e.g. %s",
+               "\"byte %zu (\", e.g. %s",
                j, jobs[j].n_wrong, jobs[j].expect_at, jobs[j].wrong_msg);
 }
 

@@ -12,7 +12,7 @@ set -euo pipefail
 
 packages=(
   build-essential pkg-config meson ninja-build
-  libsndfile1-dev libsoxr-dev libfftw3-dev libcjson-dev
+  libsndfile1-dev libsoxr-dev libfftw3-dev
   libuv1-dev portaudio19-dev libcmocka-dev
   python3 python3-numpy sox util-linux systemd man-db groff-base
 )

@@ -2,7 +2,7 @@
  * Built by test_install.sh against an installed libaural, once through
  * aural.pc (shared) and once statically (pkg-config --static): opens an
  * audio file, loads a model and encodes a few frames, so that the headers,
- * the library and its dependencies (libsndfile, FFTW, soxr, cJSON) all have
+ * the library and its dependencies (libsndfile, FFTW, soxr) and libaural_proto (its JSON reader) all have
  * to be found. Prints one line that must be the same for both builds.
  *
  *   link_check MODEL AUDIO

@@ -141,6 +141,7 @@ typedef struct aural_json_token {
   uint32_t len;      /* bytes */
   uint32_t n_items;  /* object: members; array: elements */
   uint32_t next;     /* index of the token after this value and its children */
+  uint32_t hash;     /* member names: of the decoded name (duplicate check) */
 } aural_json_token;
 
 typedef struct aural_json {
@@ -148,6 +149,7 @@ typedef struct aural_json {
   size_t text_len;
   aural_json_token tokens[AURAL_PROTO_JSON_TOKENS];
   uint32_t n_tokens;
+  aural_json_token *big; /* the caller's tokens (aural_json_parse_into) */
 } aural_json;
 
 /* Parses text (UTF-8, no NUL) as one JSON value of at most
@@ -155,6 +157,20 @@ typedef struct aural_json {
  * AURAL_PROTO_EBAD_PAYLOAD with why (may be NULL) naming the byte offset. */
 int aural_json_parse(aural_json *js, const char *text, size_t len, char *why,
                      size_t why_len);
+
+/* As aural_json_parse, for documents larger than a protocol payload (a
+ * model file's header): the tokens go to the caller's array of cap tokens
+ * instead of js->tokens, and are read through the accessors below (or
+ * aural_json_token_at), which know where they are. Duplicate member
+ * names are found by sorting each object's names once it is read (the
+ * one allocation of the reader, freed before it returns), so a document
+ * of n names costs n log n. */
+int aural_json_parse_into(aural_json *js, aural_json_token *tokens,
+                          uint32_t cap, const char *text, size_t len,
+                          char *why, size_t why_len);
+
+/* Token tok, or NULL when out of range. */
+const aural_json_token *aural_json_token_at(const aural_json *js, int tok);
 
 /* Token index of member key of the object at token obj, or -1. */
 int aural_json_get(const aural_json *js, int obj, const char *key);
