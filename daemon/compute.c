@@ -79,21 +79,22 @@ static void push_event(server *srv, chunk_out *co) {
 /* Ends a stream's pipeline at once (an error): what it computed before
  * still comes out, and it is computed no more. */
 static void abort_stream(stream *s) {
-  if (s->aborted) return;
-  s->aborted = true;
+  if (s->work.aborted) return;
+  s->work.aborted = true;
   aural_stream_stats st;
-  aural_stream_get_stats(s->as, &st);
-  if (!st.ended) aural_stream_abort(s->as);
+  aural_stream_get_stats(s->work.as, &st);
+  if (!st.ended) aural_stream_abort(s->work.as);
 }
 
 static void fail_stream(stream *s, const char *what, int rc) {
   pthread_mutex_lock(&s->srv->mu);
-  s->input_done = true;
-  s->reason = END_ERROR;
-  snprintf(s->message, sizeof s->message, "%s: %s", what,
+  s->sched.input_done = true;
+  s->sched.reason = END_ERROR;
+  snprintf(s->sched.message, sizeof s->sched.message, "%s: %s", what,
            aural_strerror(rc));
   pthread_mutex_unlock(&s->srv->mu);
-  log_warn("stream %u \"%s\": %s", s->id, s->name, s->message);
+  log_warn("stream %u \"%s\": %s: %s", s->id, s->name, what,
+           aural_strerror(rc));
 }
 
 /* Takes this round's input of one stream and runs the frontend on it.
@@ -106,7 +107,7 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
   if (max_frames > ROUND_MAX_VALUES / ch) max_frames = ROUND_MAX_VALUES / ch;
   if (max_frames == 0) max_frames = 1;
   /* No more than the stream's features have room for this round. */
-  size_t room = aural_stream_input_room(s->as);
+  size_t room = aural_stream_input_room(s->work.as);
   if (max_frames > room) max_frames = room;
   size_t n = 0;
   bool done = false;
@@ -116,19 +117,19 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
     size_t want = max_frames;
     if (s->realtime) {
       double allowed = (aurald_mono_s() - s->t0_mono) * s->rate_hz;
-      double left = allowed - (double)s->read_frames;
+      double left = allowed - (double)s->work.read_frames;
       want = left <= 0 ? 0 : left < (double)want ? (size_t)left : want;
     }
     pthread_mutex_lock(&srv->mu);
-    done = s->input_done; /* shutdown */
+    done = s->sched.input_done; /* shutdown */
     pthread_mutex_unlock(&srv->mu);
     if (!done && want > 0) {
-      int rc = aural_audiofile_read(s->af, w->pcm, want, &n, &err);
+      int rc = aural_audiofile_read(s->work.af, w->pcm, want, &n, &err);
       if (rc < 0) {
         pthread_mutex_lock(&srv->mu);
-        s->input_done = true;
-        s->reason = END_ERROR;
-        snprintf(s->message, sizeof s->message, "%s", err.msg);
+        s->sched.input_done = true;
+        s->sched.reason = END_ERROR;
+        snprintf(s->sched.message, sizeof s->sched.message, "%s", err.msg);
         pthread_mutex_unlock(&srv->mu);
         log_warn("stream %u \"%s\": %s", s->id, s->name, err.msg);
         abort_stream(s);
@@ -136,24 +137,24 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
       }
       if (n == 0) {
         pthread_mutex_lock(&srv->mu);
-        s->input_done = true;
-        s->reason = END_EOF;
+        s->sched.input_done = true;
+        s->sched.reason = END_EOF;
         pthread_mutex_unlock(&srv->mu);
         done = true;
       }
-      s->read_frames += n;
+      s->work.read_frames += n;
       if (!done && s->file_frames >= 0 &&
-          s->read_frames >= (uint64_t)s->file_frames) {
+          s->work.read_frames >= (uint64_t)s->file_frames) {
         /* Its declared length is reached: end now rather than after one
          * more (paced) read finds nothing, so the final chunk is not late. */
         pthread_mutex_lock(&srv->mu);
-        s->input_done = true;
-        s->reason = END_EOF;
+        s->sched.input_done = true;
+        s->sched.reason = END_EOF;
         pthread_mutex_unlock(&srv->mu);
         done = true;
       }
       int64_t t = s->realtime
-                      ? s->start_us + (int64_t)((double)s->read_frames /
+                      ? s->start_us + (int64_t)((double)s->work.read_frames /
                                                 s->rate_hz * 1e6)
                       : aurald_now_us();
       *ready_us = t;
@@ -162,20 +163,20 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
   } else {
     /* Counted out under the lock, copied out of the ring without it. */
     pthread_mutex_lock(&srv->mu);
-    n = s->in_frames < max_frames ? s->in_frames : max_frames;
-    s->in_frames -= n;
+    n = s->sched.in_frames < max_frames ? s->sched.in_frames : max_frames;
+    s->sched.in_frames -= n;
     if (n > 0) {
-      *ready_us = s->in_last_us;
-      if (*capture_us == 0) *capture_us = s->in_first_us;
+      *ready_us = s->sched.in_last_us;
+      if (*capture_us == 0) *capture_us = s->sched.in_first_us;
     }
-    done = s->input_done && s->in_frames == 0;
-    if (s->in_frames == 0) s->pending_since = 0;
+    done = s->sched.input_done && s->sched.in_frames == 0;
+    if (s->sched.in_frames == 0) s->sched.pending_since = 0;
     pthread_mutex_unlock(&srv->mu);
     stream_take(s, w->pcm, n);
   }
   if (n > 0) {
     size_t taken = 0;
-    int rc = aural_stream_push(s->as, w->pcm, n, &taken);
+    int rc = aural_stream_push(s->work.as, w->pcm, n, &taken);
     if (rc == 0 && taken < n) rc = AURAL_ESTATE; /* room was checked */
     if (rc < 0) {
       fail_stream(s, "frontend", rc);
@@ -185,8 +186,8 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
   }
   if (done) {
     aural_stream_stats st;
-    aural_stream_get_stats(s->as, &st);
-    if (!st.ended) aural_stream_end(s->as); /* the frontend flushes */
+    aural_stream_get_stats(s->work.as, &st);
+    if (!st.ended) aural_stream_end(s->work.as); /* the frontend flushes */
   }
   return done;
 }
@@ -215,7 +216,7 @@ static void pull_chunks(worker *w, stream *s, uint64_t computed_before,
   server *srv = w->srv;
   size_t n;
   bool final;
-  while (aural_stream_ready(s->as, &n, &final) == 1) {
+  while (aural_stream_ready(s->work.as, &n, &final) == 1) {
     chunk_out *co = new_chunk(srv, s, n);
     aural_chunk ch = {.max_frames = n};
     if (co != NULL) {
@@ -224,7 +225,7 @@ static void pull_chunks(worker *w, stream *s, uint64_t computed_before,
       ch.text = co->text;
       ch.text_cap = co->text_cap;
     }
-    if (aural_stream_pull(s->as, &ch) != 1) {
+    if (aural_stream_pull(s->work.as, &ch) != 1) {
       free(co);
       break; /* cannot happen: the buffers fit the chunk ready */
     }
@@ -232,8 +233,9 @@ static void pull_chunks(worker *w, stream *s, uint64_t computed_before,
       log_error("stream %u: out of memory for a chunk; it is lost", s->id);
       continue;
     }
-    int64_t capture = ch.first_frame >= computed_before ? capture_us
-                                                        : s->open_capture_us;
+    int64_t capture = ch.first_frame >= computed_before
+                          ? capture_us
+                          : s->work.open_capture_us;
     co->text_len = ch.text_len;
     co->h.seq = ch.seq;
     co->h.first_frame = ch.first_frame;
@@ -249,11 +251,11 @@ static void pull_chunks(worker *w, stream *s, uint64_t computed_before,
   }
   /* The chunk being filled now: begun this round, or earlier. */
   aural_stream_stats st;
-  aural_stream_get_stats(s->as, &st);
+  aural_stream_get_stats(s->work.as, &st);
   uint64_t C = srv->chunk_frames, open_first = st.n_encoded_frames / C * C;
   if (st.n_encoded_frames % C != 0 && open_first >= computed_before)
-    s->open_capture_us = capture_us;
-  s->next_frame = st.n_encoded_frames;
+    s->work.open_capture_us = capture_us;
+  s->work.next_frame = st.n_encoded_frames;
 }
 
 /* Fault injection for the tests: AURALD_FAIL_ENCODER_CALL=N makes the
@@ -293,13 +295,13 @@ static void run_round(worker *w, int n_taken) {
     capture[i] = 0;
     ending[i] = take_input(w, s, &ready[i], &capture[i]);
     aural_stream_stats st;
-    aural_stream_get_stats(s->as, &st);
+    aural_stream_get_stats(s->work.as, &st);
     before[i] = st.n_encoded_frames;
     pending[i] = st.n_pending_frames;
     total_rows += pending[i];
     /* An aborted stream is not computed: what it has comes out as it is. */
-    if (!s->aborted && (pending[i] > 0 || st.ended))
-      w->batch_streams[n_batch++] = s->as;
+    if (!s->work.aborted && (pending[i] > 0 || st.ended))
+      w->batch_streams[n_batch++] = s->work.as;
   }
   if (n_batch > 0) {
     int rc = inject_failure(srv)
@@ -312,8 +314,8 @@ static void run_round(worker *w, int n_taken) {
       for (int i = 0; i < n_taken; i++) {
         stream *s = w->taken[i];
         aural_stream_stats st;
-        aural_stream_get_stats(s->as, &st);
-        if (s->aborted || (pending[i] == 0 && !st.ended)) continue;
+        aural_stream_get_stats(s->work.as, &st);
+        if (s->work.aborted || (pending[i] == 0 && !st.ended)) continue;
         fail_stream(s, "encoder", rc);
         abort_stream(s);
         ending[i] = true;
@@ -330,9 +332,9 @@ static void run_round(worker *w, int n_taken) {
     pull_chunks(w, s, before[i], ready[i], capture[i], &events[i]);
     /* Compute time is shared out by rows. */
     if (total_rows > 0)
-      s->compute_s += dt * (double)pending[i] / (double)total_rows;
+      s->work.compute_s += dt * (double)pending[i] / (double)total_rows;
     aural_stream_stats st;
-    aural_stream_get_stats(s->as, &st);
+    aural_stream_get_stats(s->work.as, &st);
     finished[i] = ending[i] && st.done;
   }
 
@@ -354,19 +356,20 @@ static void run_round(worker *w, int n_taken) {
       push_event(srv, co);
     }
     aural_stream_stats st;
-    aural_stream_get_stats(s->as, &st);
-    s->stat_frames = s->next_frame;
-    if (s->source == SRC_FILE) s->pending_since = 0; /* read what it may */
-    s->stat_compute_s = s->compute_s;
-    s->stat_audio_s = (double)st.n_input_frames / s->rate_hz;
-    s->busy = false;
+    aural_stream_get_stats(s->work.as, &st);
+    s->sched.stat_frames = s->work.next_frame;
+    /* A file has read what it may. */
+    if (s->source == SRC_FILE) s->sched.pending_since = 0;
+    s->sched.stat_compute_s = s->work.compute_s;
+    s->sched.stat_audio_s = (double)st.n_input_frames / s->rate_hz;
+    s->sched.busy = false;
     if (finished[i]) {
-      s->ended = true;
+      s->sched.ended = true;
       /* The end event lives in the stream: handing it back cannot fail. */
-      s->end_event.s = s;
-      s->end_event.is_end = true;
-      push_event(srv, &s->end_event);
-    } else if (s->input_done || s->in_frames > 0 || ending[i] ||
+      s->work.end_event.s = s;
+      s->work.end_event.is_end = true;
+      push_event(srv, &s->work.end_event);
+    } else if (s->sched.input_done || s->sched.in_frames > 0 || ending[i] ||
                (s->source == SRC_FILE && !s->realtime)) {
       server_mark_ready(srv, s);
     }
@@ -393,14 +396,15 @@ static uint64_t frames_for_input(const server *srv, uint64_t in_total,
 
 /* With server.mu held. */
 static bool urgent(const server *srv, const stream *s) {
-  if (s->input_done || (s->source == SRC_FILE && !s->realtime)) return true;
+  if (s->sched.input_done || (s->source == SRC_FILE && !s->realtime))
+    return true;
   /* A paced file whose last sample is due: its final chunk is complete. */
   if (s->source == SRC_FILE && s->file_frames >= 0 &&
-      s->in_total >= (uint64_t)s->file_frames)
+      s->sched.in_total >= (uint64_t)s->file_frames)
     return true;
   uint64_t C = srv->chunk_frames;
-  return frames_for_input(srv, s->in_total, s->rate_hz) >=
-         (s->stat_frames / C + 1) * C;
+  return frames_for_input(srv, s->sched.in_total, s->rate_hz) >=
+         (s->sched.stat_frames / C + 1) * C;
 }
 
 /* With server.mu held: whether a round is worth starting now; if not,
@@ -409,18 +413,18 @@ static bool round_due(server *srv, double *wait_s) {
   double now = aurald_mono_s(), oldest = now, due = INFINITY;
   bool busy = srv->load > BUSY_LOAD;
   uint64_t rows = 0;
-  for (stream *s = srv->ready_head; s != NULL; s = s->ready_next) {
+  for (stream *s = srv->ready_head; s != NULL; s = s->sched.ready_next) {
     if (urgent(srv, s)) {
       if (!busy) return true;
-      if (s->urgent_since == 0) s->urgent_since = now;
-      if (now - s->urgent_since >= URGENT_WAIT_BUSY_S) return true;
-      if (s->urgent_since + URGENT_WAIT_BUSY_S < due)
-        due = s->urgent_since + URGENT_WAIT_BUSY_S;
+      if (s->sched.urgent_since == 0) s->sched.urgent_since = now;
+      if (now - s->sched.urgent_since >= URGENT_WAIT_BUSY_S) return true;
+      if (s->sched.urgent_since + URGENT_WAIT_BUSY_S < due)
+        due = s->sched.urgent_since + URGENT_WAIT_BUSY_S;
     }
-    uint64_t f = frames_for_input(srv, s->in_total, s->rate_hz);
-    rows += f > s->stat_frames ? f - s->stat_frames : 0;
-    if (s->pending_since > 0 && s->pending_since < oldest)
-      oldest = s->pending_since;
+    uint64_t f = frames_for_input(srv, s->sched.in_total, s->rate_hz);
+    rows += f > s->sched.stat_frames ? f - s->sched.stat_frames : 0;
+    if (s->sched.pending_since > 0 && s->sched.pending_since < oldest)
+      oldest = s->sched.pending_since;
   }
   if (rows >= (busy ? BATCH_ROWS_BUSY : BATCH_ROWS) ||
       now - oldest >= BATCH_WAIT_S)
@@ -449,17 +453,17 @@ static int take_streams(server *srv, worker *w) {
       if (pass == 1 && rows >= max_rows) break;
       if (pass == 0 && !urgent(srv, s)) {
         prev = s;
-        pp = &s->ready_next;
+        pp = &s->sched.ready_next;
         continue;
       }
-      *pp = s->ready_next;
+      *pp = s->sched.ready_next;
       if (srv->ready_tail == s) srv->ready_tail = prev;
       srv->n_ready--;
-      s->queued = false;
-      s->busy = true;
-      s->urgent_since = 0;
-      uint64_t f = frames_for_input(srv, s->in_total, s->rate_hz);
-      rows += f > s->stat_frames ? f - s->stat_frames : 0;
+      s->sched.queued = false;
+      s->sched.busy = true;
+      s->sched.urgent_since = 0;
+      uint64_t f = frames_for_input(srv, s->sched.in_total, s->rate_hz);
+      rows += f > s->sched.stat_frames ? f - s->sched.stat_frames : 0;
       w->taken[n++] = s;
     }
   }

@@ -57,9 +57,9 @@ static void conn_reap(conn *c) {
   }
   c->n_subs = 0;
   if (c->n_streams > 0)
-    for (stream *s = srv->streams; s != NULL; s = s->next)
-      if (s->owner == c) {
-        s->owner = NULL;
+    for (stream *s = srv->streams; s != NULL; s = s->loop.next)
+      if (s->loop.owner == c) {
+        s->loop.owner = NULL;
         stream_end_input(s, END_DISCONNECTED, "its client disconnected");
       }
   log_debug("client %u: closed", c->id);
@@ -240,8 +240,8 @@ static void resume_input(conn *c) {
 void conn_resume_if_drained(conn *c) {
   if (!c->paused || c->closing || c->q_len >= CONN_QUEUE_CAP / 4) return;
   if (c->n_streams > 0)
-    for (stream *s = c->srv->streams; s != NULL; s = s->next)
-      if (s->owner == c && stream_backlogged(s)) return;
+    for (stream *s = c->srv->streams; s != NULL; s = s->loop.next)
+      if (s->loop.owner == c && stream_backlogged(s)) return;
   c->paused = false;
   resume_input(c);
 }
@@ -267,18 +267,45 @@ static void send_welcome(conn *c) {
   msgbuf_unref(m);
 }
 
-static void do_hello(conn *c, const uint8_t *p, size_t n) {
-  aural_msg_hello m;
+/* A request's payload, decoded (the ones that have a payload to decode). */
+typedef union request {
+  aural_msg_hello hello;
+  aural_msg_subscribe subscribe;
+  uint32_t unsubscribe; /* the subscription's id */
+  aural_msg_audio_open audio_open;
+  aural_msg_stats stats;
+} request;
+
+/* Decodes the payload of a request of type `type` into r, when that type
+ * has one to decode. A payload that does not decode is answered with
+ * BAD_PAYLOAD saying why (fatal for a HELLO). Returns whether the request
+ * is to be handled. */
+static bool decode_request(conn *c, uint8_t type, const uint8_t *p,
+                           size_t n, request *r) {
   char why[200];
-  if (c->hello_done) {
-    conn_send_error(c, 0, AURAL_PROTO_ESTATE, false, "HELLO sent twice");
-    return;
+  int rc;
+#define DECODE(t, what)                                                      \
+  case t:                                                                    \
+    rc = aural_proto_decode_##what(p, n, &r->what, why, sizeof why);         \
+    break
+  switch (type) {
+    DECODE(AURAL_MSG_HELLO, hello);
+    DECODE(AURAL_MSG_SUBSCRIBE, subscribe);
+    DECODE(AURAL_MSG_UNSUBSCRIBE, unsubscribe);
+    DECODE(AURAL_MSG_AUDIO_OPEN, audio_open);
+    DECODE(AURAL_MSG_STATS, stats);
+#undef DECODE
+  default:
+    return true;
   }
-  if (aural_proto_decode_hello(p, n, &m, why, sizeof why) < 0) {
-    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, true, "%s", why);
-    return;
-  }
-  if (!(m.versions & (1u << AURAL_PROTO_VERSION))) {
+  if (rc >= 0) return true;
+  conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, type == AURAL_MSG_HELLO,
+                  "%s", why);
+  return false;
+}
+
+static void do_hello(conn *c, const aural_msg_hello *m) {
+  if (!(m->versions & (1u << AURAL_PROTO_VERSION))) {
     conn_send_error(c, 0, AURAL_PROTO_EVERSION, true,
                     "this server speaks protocol version %d only",
                     AURAL_PROTO_VERSION);
@@ -286,26 +313,20 @@ static void do_hello(conn *c, const uint8_t *p, size_t n) {
   }
   c->hello_done = true;
   log_debug("client %u: hello from \"%s\" (uid %u, pid %ld)", c->id,
-            m.client, (unsigned)c->uid, (long)c->pid);
+            m->client, (unsigned)c->uid, (long)c->pid);
   send_welcome(c);
 }
 
-static void do_subscribe(conn *c, const uint8_t *p, size_t n) {
+static void do_subscribe(conn *c, const aural_msg_subscribe *m) {
   server *srv = c->srv;
-  aural_msg_subscribe m;
-  char why[200];
-  if (aural_proto_decode_subscribe(p, n, &m, why, sizeof why) < 0) {
-    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
-    return;
-  }
-  if ((m.outputs & (AURAL_OUT_LOGITS | AURAL_OUT_TEXT)) &&
+  if ((m->outputs & (AURAL_OUT_LOGITS | AURAL_OUT_TEXT)) &&
       srv->mc->vocab_size == 0) {
     conn_send_error(c, 0, AURAL_PROTO_ENO_HEAD, false,
                     "the model has no CTC head: only embeddings");
     return;
   }
   for (subscription *o = c->subs; o != NULL; o = o->next)
-    if (o->all || m.all || strcmp(o->name, m.stream) == 0) {
+    if (o->all || m->all || strcmp(o->name, m->stream) == 0) {
       conn_send_error(c, 0, AURAL_PROTO_ESTATE, false,
                       "overlaps subscription %u (%s); unsubscribe first",
                       o->id, o->all ? "all streams" : o->name);
@@ -324,10 +345,10 @@ static void do_subscribe(conn *c, const uint8_t *p, size_t n) {
   }
   sub->c = c;
   sub->id = ++c->next_sub_id;
-  sub->all = m.all;
-  memcpy(sub->name, m.stream, sizeof sub->name);
-  sub->outputs = m.outputs;
-  sub->dtype = m.dtype;
+  sub->all = m->all;
+  memcpy(sub->name, m->stream, sizeof sub->name);
+  sub->outputs = m->outputs;
+  sub->dtype = m->dtype;
   sub->next = c->subs;
   c->subs = sub;
   c->n_subs++;
@@ -341,18 +362,12 @@ static void do_subscribe(conn *c, const uint8_t *p, size_t n) {
   conn_send_bytes(c, buf,
                   aural_proto_encode_subscribed(buf, sizeof buf, &reply));
 
-  for (stream *s = srv->streams; s != NULL; s = s->next)
+  for (stream *s = srv->streams; s != NULL; s = s->loop.next)
     if (sub->all || strcmp(sub->name, s->name) == 0)
       deliveries_attach(srv, sub, s);
 }
 
-static void do_unsubscribe(conn *c, const uint8_t *p, size_t n) {
-  uint32_t id;
-  char why[200];
-  if (aural_proto_decode_unsubscribe(p, n, &id, why, sizeof why) < 0) {
-    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
-    return;
-  }
+static void do_unsubscribe(conn *c, uint32_t id) {
   for (subscription **pp = &c->subs; *pp != NULL; pp = &(*pp)->next) {
     subscription *sub = *pp;
     if (sub->id != id) continue;
@@ -369,14 +384,10 @@ static void do_unsubscribe(conn *c, const uint8_t *p, size_t n) {
                   "no subscription %u on this connection", id);
 }
 
-static void do_audio_open(conn *c, const uint8_t *p, size_t n) {
+static void do_audio_open(conn *c, const aural_msg_audio_open *req) {
   server *srv = c->srv;
-  aural_msg_audio_open m;
+  aural_msg_audio_open m = *req; /* an unnamed stream is named here */
   char why[200];
-  if (aural_proto_decode_audio_open(p, n, &m, why, sizeof why) < 0) {
-    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
-    return;
-  }
   if (c->n_streams >= CONN_MAX_STREAMS) {
     conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
                     "at most %d open streams per connection",
@@ -407,8 +418,8 @@ static void do_audio_open(conn *c, const uint8_t *p, size_t n) {
     conn_send_error(c, 0, AURAL_PROTO_EAUDIO, false, "%s", why);
     return;
   }
-  s->owner = c;
-  s->format = m.format;
+  s->loop.owner = c;
+  s->loop.format = m.format;
   c->n_streams++;
   aural_msg_audio_opened reply = {.stream = s->id};
   memcpy(reply.name, s->name, sizeof reply.name);
@@ -423,7 +434,7 @@ static void do_audio_open(conn *c, const uint8_t *p, size_t n) {
 
 static stream *owned_stream(conn *c, uint32_t id) {
   stream *s = stream_find_id(c->srv, id);
-  if (s == NULL || s->owner != c || s->closed_by_client) {
+  if (s == NULL || s->loop.owner != c || s->loop.closed_by_client) {
     conn_send_error(c, id, AURAL_PROTO_ENO_STREAM, false,
                     "stream %u is not open on this connection", id);
     return NULL;
@@ -440,7 +451,7 @@ static size_t do_audio_data(conn *c, uint32_t id, const uint8_t *p,
   server *srv = c->srv;
   stream *s = owned_stream(c, id);
   if (s == NULL) return n;
-  size_t bytes = s->format == AURAL_SAMPLE_S16 ? 2 : 4;
+  size_t bytes = s->loop.format == AURAL_SAMPLE_S16 ? 2 : 4;
   size_t frame_bytes = bytes * (size_t)s->channels;
   if (n % frame_bytes != 0) {
     conn_send_error(c, id, AURAL_PROTO_EBAD_PAYLOAD, false,
@@ -461,7 +472,7 @@ static size_t do_audio_data(conn *c, uint32_t id, const uint8_t *p,
   if (n_frames > room) n_frames = room;
   size_t n_values = n_frames * (size_t)s->channels;
   float *x = srv->scratch;
-  if (s->format == AURAL_SAMPLE_S16) {
+  if (s->loop.format == AURAL_SAMPLE_S16) {
     for (size_t i = 0; i < n_values; i++)
       x[i] = (float)(int16_t)aural_get_u16(p + 2 * i) * (1.0f / 32768.0f);
   } else {
@@ -469,20 +480,21 @@ static size_t do_audio_data(conn *c, uint32_t id, const uint8_t *p,
       uint32_t u = aural_get_u32(p + 4 * i);
       memcpy(&x[i], &u, 4);
       if (!isfinite(x[i])) {
-        size_t frame = (size_t)s->frames_received + i / (size_t)s->channels;
+        size_t frame =
+            (size_t)s->loop.frames_received + i / (size_t)s->channels;
         conn_send_error(c, id, AURAL_PROTO_EAUDIO, false,
                         "non-finite sample at frame %zu, channel %zu; the "
                         "stream ends",
                         frame, i % (size_t)s->channels);
         stream_end_input(s, END_ERROR, "non-finite sample in client audio");
-        s->closed_by_client = true;
+        s->loop.closed_by_client = true;
         return n;
       }
     }
   }
   /* The loop is the only producer: the room seen above is still there. */
   size_t took = stream_push(s, x, n_frames, aurald_now_us());
-  s->frames_received += took;
+  s->loop.frames_received += took;
   if (took < n / frame_bytes || stream_backlogged(s)) pause_reading(c);
   return took * frame_bytes;
 }
@@ -490,7 +502,7 @@ static size_t do_audio_data(conn *c, uint32_t id, const uint8_t *p,
 static void do_audio_close(conn *c, uint32_t id) {
   stream *s = owned_stream(c, id);
   if (s == NULL) return;
-  s->closed_by_client = true;
+  s->loop.closed_by_client = true;
   stream_end_input(s, END_CLOSED, "");
 }
 
@@ -506,9 +518,15 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
                     aural_msg_type_name(h->type));
     return n;
   }
+  if (h->type == AURAL_MSG_HELLO && c->hello_done) {
+    conn_send_error(c, 0, AURAL_PROTO_ESTATE, false, "HELLO sent twice");
+    return n;
+  }
+  request r;
+  if (!decode_request(c, h->type, payload, n, &r)) return n;
   switch (h->type) {
   case AURAL_MSG_HELLO:
-    do_hello(c, payload, n);
+    do_hello(c, &r.hello);
     break;
   case AURAL_MSG_PING:
     if (n > AURAL_PROTO_PING_MAX) {
@@ -526,14 +544,7 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
     break;
   case AURAL_MSG_LIST_STREAMS:
   case AURAL_MSG_STATS: {
-    aural_msg_stats req = {0};
-    char why[200];
-    if (h->type == AURAL_MSG_STATS &&
-        aural_proto_decode_stats(payload, n, &req, why, sizeof why) < 0) {
-      conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false, "%s", why);
-      break;
-    }
-    /* A page of STATS (fanout.c), or every stream's one line. */
+    /* A page of STATS (stats.c), or every stream's one line. */
     size_t cap = h->type == AURAL_MSG_STATS
                      ? 4096 + AURAL_STATS_PAGE_STREAMS * 1024 +
                            (AURAL_STATS_PAGE_SUBSCRIBERS + CONN_MAX_SUBS) *
@@ -546,19 +557,19 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
     }
     conn_send_bytes(c, buf,
                     h->type == AURAL_MSG_STATS
-                        ? build_stats(srv, buf, cap, &req)
+                        ? build_stats(srv, buf, cap, &r.stats)
                         : build_stream_list(srv, buf, cap));
     free(buf);
     break;
   }
   case AURAL_MSG_SUBSCRIBE:
-    do_subscribe(c, payload, n);
+    do_subscribe(c, &r.subscribe);
     break;
   case AURAL_MSG_UNSUBSCRIBE:
-    do_unsubscribe(c, payload, n);
+    do_unsubscribe(c, r.unsubscribe);
     break;
   case AURAL_MSG_AUDIO_OPEN:
-    do_audio_open(c, payload, n);
+    do_audio_open(c, &r.audio_open);
     break;
   case AURAL_MSG_AUDIO_DATA:
     return do_audio_data(c, h->stream_id, payload, n);

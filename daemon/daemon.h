@@ -3,10 +3,11 @@
  *
  * Threads: the libuv loop runs on the main thread and owns every handle,
  * connection, subscription and the stream registry. Worker threads
- * (compute.c) own a stream only while its `busy` flag is set, and touch
- * nothing else of the daemon except the shared queues guarded by
- * server.mu. Results come back to the loop through server.done and an
- * uv_async_t; the loop never waits for a worker.
+ * (compute.c) own a stream's `work` only while its `sched.busy` flag is
+ * set, and touch nothing else of the daemon except the input ring and
+ * what is guarded by server.mu (struct stream says which part is whose).
+ * Results come back to the loop through server.done and an uv_async_t;
+ * the loop never waits for a worker.
  *
  * Files, each depending only on those below it (tools/check_daemon_deps.py
  * checks that no call goes up):
@@ -158,36 +159,54 @@ typedef struct chunk_out {
 #define MIC_RING_FRAMES (1u << 18)
 #define STREAM_ID_BUCKETS 1024  /* power of two */
 
-typedef struct stream {
-  struct server *srv;
-  uint32_t id;
-  char name[AURAL_PROTO_NAME_MAX + 1];
-  stream_source source;
-  double rate_hz;
-  int channels;
-  int64_t start_us;
+/* A stream's fields, by owner. Each part below has one owner, and says
+ * who else may read it and when. Handoffs between them: the input ring
+ * (loop to worker), server.ready (a worker takes the stream, setting
+ * sched.busy) and server.done (chunks and the end event back to the loop),
+ * the last two under server.mu. */
+
+/* Loop thread only: the registry, subscribers and what STATS reports of
+ * delivered chunks. No worker reads these. */
+typedef struct stream_loop {
+  struct stream *next;    /* registry list */
+  struct stream *id_next; /* the registry's id bucket */
   struct conn *owner;     /* the client feeding it (SRC_CLIENT) */
   uint8_t format;         /* aural_sample_format of its AUDIO_DATA */
   bool closed_by_client;  /* AUDIO_CLOSE (or bad data) seen */
   uint64_t frames_received; /* input frames accepted from the client */
-  struct stream *next;    /* registry list */
-  struct stream *id_next; /* the registry's id bucket */
   struct delivery *deliveries; /* subscribers receiving it */
-  bool held;              /* waiting for a subscriber (--hold) */
   /* A source's start when the stream is released (the microphone's
    * capture), or NULL; a negative return ends the stream (device_lost). */
   int (*on_release)(struct stream *s);
+  uint64_t overruns;      /* input lost: the microphone's, moved here by
+                             the loop, and its pushes that found no room */
+  uint64_t chunks_emitted;
+  float latency_ms[LATENCY_RING];
+  uint64_t n_latency;
+  float lat_p50, lat_p99; /* percentiles for STATS, as of lat_seen chunks */
+  uint64_t lat_seen;
+} stream_loop;
 
-  /* Pending input: a single-producer (the loop) single-consumer (the
-   * worker owning the stream) ring of in_cap_frames interleaved frames, a
-   * power of two. Samples move without a lock; in_head (frames written)
-   * and in_tail (frames taken) publish them, and in_frames (guarded by
-   * mu) is what the scheduler sees: written and not yet counted out. */
-  float *in;              /* (in_cap_frames, channels) */
-  size_t in_cap_frames;
-  _Atomic uint64_t in_head, in_tail;
-  /* Guarded by server.mu, from in_frames on. */
-  size_t in_frames;
+/* Pending input: a single-producer (the loop) single-consumer (the worker
+ * holding the stream) ring of cap_frames interleaved frames, a power of
+ * two; pcm and cap_frames are fixed at creation. Samples move without a
+ * lock: the loop alone writes head (frames written) and the samples ahead
+ * of it, the worker alone writes tail (frames taken). How many frames the
+ * scheduler may take is sched.in_frames, under server.mu. */
+typedef struct stream_ring {
+  float *pcm;             /* (cap_frames, channels); NULL for a file */
+  size_t cap_frames;
+  _Atomic uint64_t head, tail;
+} stream_ring;
+
+/* Guarded by server.mu: the scheduler's view, written by the loop (input
+ * arriving or ending) and by workers (taking input, ending on an error,
+ * handing a stream back). held is written by the loop alone, which may
+ * read it without the lock. A stream is `ended` only with input_done set,
+ * after which reason and message no longer change: the loop reads them
+ * without the lock once it has taken the end event from server.done. */
+typedef struct stream_sched {
+  size_t in_frames;       /* written to the ring and not yet counted out */
   int64_t in_first_us;    /* arrival of the oldest pending input */
   int64_t in_last_us;     /* arrival of the newest pending input */
   uint64_t in_total;      /* input frames received (or, for a real-time
@@ -197,36 +216,55 @@ typedef struct stream {
   bool input_done;        /* no more input will come */
   end_reason reason;      /* why input is done */
   char message[512];      /* details for STREAM_ENDED (an aural_err) */
+  bool held;              /* waiting for a subscriber (--hold) */
   bool queued;            /* in server.ready */
-  bool busy;              /* a worker owns the fields below */
+  bool busy;              /* a worker holds the stream (its `work`) */
   bool ended;             /* the worker emitted its final chunk */
   struct stream *ready_next;
+  /* Copies of work's counters for STATS and the scheduler, made by the
+   * worker at the end of each round. */
+  uint64_t stat_frames;
+  double stat_compute_s, stat_audio_s;
+} stream_sched;
 
-  /* File source: read by the worker that owns the stream. */
-  aural_audiofile *af;
-  bool realtime;
-  uint64_t read_frames;   /* input frames read so far */
-  int64_t file_frames;    /* its declared length, or -1 when unknown */
-  double t0_mono;         /* pacing origin for realtime */
-
-  /* Owned by the worker while busy (and by the loop before start). */
+/* Owned by the worker that holds the stream (sched.busy set), one at a
+ * time; the handoff is server.ready under server.mu. The loop's before the
+ * stream is first queued (it opens the file) and again once its end event
+ * comes back through server.done, when no worker can take it again (it
+ * reports next_frame and frees the rest). */
+typedef struct stream_work {
   aural_stream *as;       /* the pipeline: frontend, encoder, chunks, text */
+  aural_audiofile *af;    /* a file source, read a round at a time */
+  uint64_t read_frames;   /* input frames read from it so far */
   bool aborted;           /* ended on an error: pulled, never computed */
   int64_t open_capture_us; /* capture time of the chunk being filled */
   uint64_t next_frame;    /* frames computed so far */
   double compute_s;
-  /* Copies for STATS, written by the worker under server.mu. */
-  uint64_t stat_frames;
-  double stat_compute_s, stat_audio_s;
-
-  /* Loop-side statistics. */
-  float latency_ms[LATENCY_RING];
-  uint64_t n_latency;
-  float lat_p50, lat_p99; /* percentiles for STATS, as of lat_seen chunks */
-  uint64_t lat_seen;
-  _Atomic uint64_t overruns;
-  uint64_t chunks_emitted;
   chunk_out end_event;    /* handed to the loop when the stream ends */
+} stream_work;
+
+/* A stream: what does not change once it has started, and its parts by
+ * owner. Any thread may read the fields here: they are set by the loop in
+ * stream_create() or before stream_start() (a file's realtime and
+ * file_frames), except start_us and t0_mono, which the loop sets when the
+ * stream is released, before any worker can take it, and nobody changes
+ * after. */
+typedef struct stream {
+  struct server *srv;
+  uint32_t id;
+  char name[AURAL_PROTO_NAME_MAX + 1];
+  stream_source source;
+  double rate_hz;
+  int channels;
+  bool realtime;          /* a file paced at its own rate */
+  int64_t file_frames;    /* a file's declared length, or -1 when unknown */
+  int64_t start_us;       /* released at (realtime clock) */
+  double t0_mono;         /* released at (monotonic s): a file's pacing */
+
+  stream_loop loop;
+  stream_ring in;
+  stream_sched sched;
+  stream_work work;
 } stream;
 
 /* ---- connections and subscriptions ------------------------------------- */

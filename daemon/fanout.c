@@ -71,7 +71,7 @@ void send_stream_started(delivery *d) {
                                 .sample_rate = s->rate_hz,
                                 .channels = (uint32_t)s->channels,
                                 .start_us = s->start_us,
-                                .next_chunk = s->chunks_emitted};
+                                .next_chunk = s->loop.chunks_emitted};
   memcpy(m.name, s->name, sizeof m.name);
   uint8_t buf[AURAL_PROTO_HEADER_BYTES + 512];
   conn_send_bytes(d->sub->c, buf,
@@ -81,16 +81,16 @@ void send_stream_started(delivery *d) {
 
 static void record_latency(stream *s, int64_t ready_us, int64_t emitted_us) {
   if (ready_us <= 0) return;
-  s->latency_ms[s->n_latency % LATENCY_RING] =
+  s->loop.latency_ms[s->loop.n_latency % LATENCY_RING] =
       (float)((double)(emitted_us - ready_us) * 1e-3);
-  s->n_latency++;
+  s->loop.n_latency++;
 }
 
 void fanout_chunk(server *srv, chunk_out *co) {
   stream *s = co->s;
   co->h.emitted_us = aurald_now_us();
   record_latency(s, co->h.ready_us, co->h.emitted_us);
-  for (delivery *d = s->deliveries; d != NULL; d = d->next_in_stream) {
+  for (delivery *d = s->loop.deliveries; d != NULL; d = d->next_in_stream) {
     conn *c = d->sub->c;
     if (c->closing || c->fatal_sent) continue;
     uint8_t dt = d->sub->dtype;
@@ -110,23 +110,23 @@ void fanout_chunk(server *srv, chunk_out *co) {
     conn_send(c, m);
     d->sub->sent++;
   }
-  s->chunks_emitted++;
+  s->loop.chunks_emitted++;
 }
 
 void fanout_ended(server *srv, stream *s) {
   (void)srv;
-  aural_msg_stream_ended e = {.reason = (uint8_t)s->reason,
-                              .frames = s->next_frame,
-                              .chunks = s->chunks_emitted};
+  aural_msg_stream_ended e = {.reason = (uint8_t)s->sched.reason,
+                              .frames = s->work.next_frame,
+                              .chunks = s->loop.chunks_emitted};
   memcpy(e.name, s->name, sizeof e.name);
-  snprintf(e.message, sizeof e.message, "%s", s->message);
+  snprintf(e.message, sizeof e.message, "%s", s->sched.message);
   /* The message may need escaping: 6 bytes a byte. */
   uint8_t buf[AURAL_PROTO_HEADER_BYTES + 4096];
   msgbuf *m = msgbuf_from(
       buf, aural_proto_encode_stream_ended(buf, sizeof buf, s->id, &e));
-  while (s->deliveries != NULL) {
-    delivery *d = s->deliveries;
-    s->deliveries = d->next_in_stream;
+  while (s->loop.deliveries != NULL) {
+    delivery *d = s->loop.deliveries;
+    s->loop.deliveries = d->next_in_stream;
     if (!d->sub->c->closing) {
       flush_gap(d);
       conn_send(d->sub->c, m);
@@ -146,7 +146,7 @@ int stream_start(stream *s) {
   server *srv = s->srv;
   bool hold = srv->opt->hold && s->source != SRC_CLIENT;
   pthread_mutex_lock(&srv->mu);
-  s->held = hold;
+  s->sched.held = hold;
   pthread_mutex_unlock(&srv->mu);
   /* Released before it is announced, so that STREAM_STARTED carries the
    * start_us every later message gives (a held one is released by its
@@ -164,7 +164,7 @@ int stream_start(stream *s) {
 void deliveries_attach(server *srv, subscription *sub, stream *s) {
   (void)srv;
   if (sub->c->closing) return; /* reaped soon: its deliveries go then */
-  for (delivery *d = s->deliveries; d != NULL; d = d->next_in_stream)
+  for (delivery *d = s->loop.deliveries; d != NULL; d = d->next_in_stream)
     if (d->sub == sub) return;
   delivery *d = calloc(1, sizeof *d);
   if (d == NULL) {
@@ -174,15 +174,15 @@ void deliveries_attach(server *srv, subscription *sub, stream *s) {
   }
   d->sub = sub;
   d->s = s;
-  d->next_in_stream = s->deliveries;
-  s->deliveries = d;
-  if (s->held) stream_release(s);
+  d->next_in_stream = s->loop.deliveries;
+  s->loop.deliveries = d;
+  if (s->sched.held) stream_release(s);
   send_stream_started(d);
 }
 
 void delivery_remove_sub(server *srv, subscription *sub) {
-  for (stream *s = srv->streams; s != NULL; s = s->next)
-    for (delivery **pp = &s->deliveries; *pp != NULL;) {
+  for (stream *s = srv->streams; s != NULL; s = s->loop.next)
+    for (delivery **pp = &s->loop.deliveries; *pp != NULL;) {
       delivery *d = *pp;
       if (d->sub == sub) {
         *pp = d->next_in_stream;
@@ -201,21 +201,21 @@ static void free_chunk(chunk_out *co) {
 
 /* The end of a stream, on the loop: subscribers get STREAM_ENDED, the
  * client that closed it AUDIO_CLOSED, and the stream goes. The worker
- * cleared `busy` before queueing this event, and an ended stream is never
- * queued again, so nobody else holds it. */
+ * cleared `sched.busy` before queueing this event, and an ended stream is
+ * never queued again, so nobody else holds it. */
 static void finish_stream(server *srv, stream *s) {
   log_info("stream %u \"%s\": ended (%s%s%s), %llu frames, %llu chunks",
-           s->id, s->name, end_reason_name(s->reason),
-           s->message[0] ? ": " : "", s->message,
-           (unsigned long long)s->next_frame,
-           (unsigned long long)s->chunks_emitted);
+           s->id, s->name, end_reason_name(s->sched.reason),
+           s->sched.message[0] ? ": " : "", s->sched.message,
+           (unsigned long long)s->work.next_frame,
+           (unsigned long long)s->loop.chunks_emitted);
   fanout_ended(srv, s);
-  if (s->owner != NULL) {
-    conn *c = s->owner;
+  if (s->loop.owner != NULL) {
+    conn *c = s->loop.owner;
     c->n_streams--;
-    if (s->reason == END_CLOSED) {
-      aural_msg_audio_closed m = {.frames = s->next_frame,
-                                  .chunks = s->chunks_emitted};
+    if (s->sched.reason == END_CLOSED) {
+      aural_msg_audio_closed m = {.frames = s->work.next_frame,
+                                  .chunks = s->loop.chunks_emitted};
       uint8_t buf[AURAL_PROTO_HEADER_BYTES + 96];
       conn_send_bytes(c, buf,
                       aural_proto_encode_audio_closed(buf, sizeof buf, s->id,
@@ -239,7 +239,7 @@ void server_on_done(uv_async_t *a) {
     chunk_out *co = list;
     list = co->next;
     stream *s = co->s;
-    if (co->is_end) { /* s->end_event, freed with the stream */
+    if (co->is_end) { /* s->work.end_event, freed with the stream */
       finish_stream(srv, s);
       continue;
     }
@@ -247,7 +247,7 @@ void server_on_done(uv_async_t *a) {
     free_chunk(co);
     /* Its client may be waiting for the backlog to drain: it reads on at
      * the next iteration's `later` pass (conn.c). */
-    conn *owner = s->owner;
+    conn *owner = s->loop.owner;
     if (owner != NULL && owner->paused && !owner->closing) {
       owner->drained = true;
       conn_later(owner);

@@ -463,7 +463,7 @@ static int open_files(server *srv, char *why, size_t why_len) {
       aural_audiofile_close(af);
       return -1;
     }
-    s->af = af;
+    s->work.af = af;
     s->file_frames = info.n_frames;
     s->realtime = f->realtime;
     srv->n_file_streams_left++;
@@ -471,7 +471,7 @@ static int open_files(server *srv, char *why, size_t why_len) {
              f->path, info.rate_hz, info.n_channels,
              f->realtime ? ", real time" : "");
   }
-  for (stream *s = srv->streams; s != NULL; s = s->next)
+  for (stream *s = srv->streams; s != NULL; s = s->loop.next)
     if (s->source == SRC_FILE) stream_start(s);
   return 0;
 }
@@ -497,10 +497,10 @@ static void on_tick(uv_timer_t *t) {
   mic_poll(srv);
   pthread_mutex_lock(&srv->mu);
   double now = aurald_mono_s();
-  for (stream *s = srv->streams; s != NULL; s = s->next)
-    if (s->source == SRC_FILE && s->realtime && !s->held) {
-      s->in_total = (uint64_t)((now - s->t0_mono) * s->rate_hz);
-      if (s->pending_since == 0) s->pending_since = now;
+  for (stream *s = srv->streams; s != NULL; s = s->loop.next)
+    if (s->source == SRC_FILE && s->realtime && !s->sched.held) {
+      s->sched.in_total = (uint64_t)((now - s->t0_mono) * s->rate_hz);
+      if (s->sched.pending_since == 0) s->sched.pending_since = now;
       server_mark_ready(srv, s);
     }
   pthread_mutex_unlock(&srv->mu);

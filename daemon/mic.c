@@ -88,7 +88,7 @@ static void on_mic_async(uv_async_t *a) {
   struct mic_source *m = a->data;
   uint64_t overruns = atomic_exchange(&m->overruns, 0);
   if (m->s == NULL) return;
-  if (overruns > 0) atomic_fetch_add(&m->s->overruns, overruns);
+  m->s->loop.overruns += overruns;
   size_t tail = atomic_load_explicit(&m->tail, memory_order_relaxed);
   size_t head = atomic_load_explicit(&m->head, memory_order_acquire);
   size_t n = head - tail;
@@ -97,7 +97,7 @@ static void on_mic_async(uv_async_t *a) {
     m->drain[i] = m->ring[(tail + i) & (MIC_RING_FRAMES - 1)];
   atomic_store_explicit(&m->tail, head, memory_order_release);
   if (stream_push(m->s, m->drain, n, aurald_now_us()) < n)
-    atomic_fetch_add(&m->s->overruns, 1); /* the workers fell 2 s behind */
+    m->s->loop.overruns++; /* the workers fell 2 s behind */
 }
 
 static void source_unref(struct mic_source *m) {
@@ -185,7 +185,7 @@ int mic_start(server *srv, const char *device, char *why, size_t why_len) {
   double rate = info->defaultSampleRate;
   m->s = stream_create(srv, "mic", SRC_MIC, rate, 1, why, why_len);
   if (m->s == NULL) goto fail;
-  m->s->on_release = on_release;
+  m->s->loop.on_release = on_release;
   uv_async_init(srv->loop, &m->async, on_mic_async);
   m->async.data = m;
   m->async_open = true;

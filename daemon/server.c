@@ -109,7 +109,7 @@ int server_teardown(server *srv) {
   /* Streams a failed start-up or the deadline left behind. */
   while (srv->streams != NULL) {
     stream *s = srv->streams;
-    srv->streams = s->next;
+    srv->streams = s->loop.next;
     stream_destroy(s);
   }
   if (srv->lock_fd >= 0) close(srv->lock_fd);
@@ -176,7 +176,7 @@ void server_stop(server *srv, const char *why) {
     if (!srv->activated) unlink(srv->opt->socket_path); /* else systemd's */
   }
   mic_stop(srv);
-  for (stream *s = srv->streams; s != NULL; s = s->next)
+  for (stream *s = srv->streams; s != NULL; s = s->loop.next)
     stream_end_input(s, END_SHUTDOWN, "");
   for (conn *c = srv->conns; c != NULL; c = c->next)
     if (c->reading) {

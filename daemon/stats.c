@@ -19,17 +19,18 @@ static int cmp_float(const void *a, const void *b) {
  * sorted again only when chunks came since the last STATS: a flood of
  * STATS costs one sort per stream per chunk at most. */
 static void latency_pcts(stream *s, double *p50, double *p99) {
-  size_t n = s->n_latency < LATENCY_RING ? (size_t)s->n_latency : LATENCY_RING;
-  if (s->lat_seen != s->n_latency && n > 0) {
+  size_t n = s->loop.n_latency < LATENCY_RING ? (size_t)s->loop.n_latency
+                                              : LATENCY_RING;
+  if (s->loop.lat_seen != s->loop.n_latency && n > 0) {
     float tmp[LATENCY_RING];
-    memcpy(tmp, s->latency_ms, n * sizeof(float));
+    memcpy(tmp, s->loop.latency_ms, n * sizeof(float));
     qsort(tmp, n, sizeof(float), cmp_float);
-    s->lat_p50 = tmp[(size_t)(0.50 * (double)(n - 1) + 0.5)];
-    s->lat_p99 = tmp[(size_t)(0.99 * (double)(n - 1) + 0.5)];
-    s->lat_seen = s->n_latency;
+    s->loop.lat_p50 = tmp[(size_t)(0.50 * (double)(n - 1) + 0.5)];
+    s->loop.lat_p99 = tmp[(size_t)(0.99 * (double)(n - 1) + 0.5)];
+    s->loop.lat_seen = s->loop.n_latency;
   }
-  *p50 = n > 0 ? s->lat_p50 : 0.0;
-  *p99 = n > 0 ? s->lat_p99 : 0.0;
+  *p50 = n > 0 ? s->loop.lat_p50 : 0.0;
+  *p99 = n > 0 ? s->loop.lat_p99 : 0.0;
 }
 
 /* What STREAMS and STATS list of every stream. A held stream has not
@@ -39,12 +40,12 @@ static aural_msg_stream_info stream_info(server *srv, const stream *s) {
                          .source = (uint8_t)s->source,
                          .sample_rate = s->rate_hz,
                          .channels = (uint32_t)s->channels,
-                         .held = s->held,
-                         .start_us = s->held ? 0 : s->start_us,
-                         .chunks = s->chunks_emitted};
+                         .held = s->sched.held,
+                         .start_us = s->sched.held ? 0 : s->start_us,
+                         .chunks = s->loop.chunks_emitted};
   memcpy(e.name, s->name, sizeof e.name);
   pthread_mutex_lock(&srv->mu);
-  e.frames = s->stat_frames;
+  e.frames = s->sched.stat_frames;
   pthread_mutex_unlock(&srv->mu);
   return e;
 }
@@ -52,7 +53,7 @@ static aural_msg_stream_info stream_info(server *srv, const stream *s) {
 size_t build_stream_list(server *srv, uint8_t *out, size_t cap) {
   aural_msg_writer mw;
   aural_proto_streams_begin(&mw, out, cap);
-  for (stream *s = srv->streams; s != NULL; s = s->next) {
+  for (stream *s = srv->streams; s != NULL; s = s->loop.next) {
     aural_msg_stream_info e = stream_info(srv, s);
     aural_proto_streams_add(&mw, &e);
   }
@@ -100,7 +101,7 @@ size_t build_stats(server *srv, uint8_t *out, size_t cap,
   aural_msg_writer mw;
   aural_proto_stats_reply_begin(&mw, out, cap, &r);
   int listed = 0;
-  for (stream *s = srv->streams; s != NULL; s = s->next) {
+  for (stream *s = srv->streams; s != NULL; s = s->loop.next) {
     if (req->streams_before != 0 && s->id >= req->streams_before) continue;
     if (listed == AURAL_STATS_PAGE_STREAMS) {
       /* The ids of the streams listed so far are all above this one's. */
@@ -109,10 +110,10 @@ size_t build_stats(server *srv, uint8_t *out, size_t cap,
     }
     listed++;
     aural_stats_stream e = {.info = stream_info(srv, s),
-                            .overruns = atomic_load(&s->overruns)};
+                            .overruns = s->loop.overruns};
     pthread_mutex_lock(&srv->mu);
-    e.compute_s = s->stat_compute_s;
-    e.audio_s = s->stat_audio_s;
+    e.compute_s = s->sched.stat_compute_s;
+    e.audio_s = s->sched.stat_audio_s;
     pthread_mutex_unlock(&srv->mu);
     latency_pcts(s, &e.latency_ms_p50, &e.latency_ms_p99);
     aural_proto_stats_reply_add_stream(&mw, &e);

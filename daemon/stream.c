@@ -70,7 +70,7 @@ stream *stream_create(server *srv, const char *name, stream_source src,
   sc.max_pending_frames = STREAM_FEAT_CAP;
   sc.encoder_batch_frames = 1; /* workers compute streams in batches */
   aural_err err = {0};
-  if (aural_stream_create(srv->model, &sc, &s->as, &err) < 0) {
+  if (aural_stream_create(srv->model, &sc, &s->work.as, &err) < 0) {
     snprintf(why, why_len, "%s", err.msg);
     stream_destroy(s);
     return NULL;
@@ -83,15 +83,15 @@ stream *stream_create(server *srv, const char *name, stream_source src,
      * The microphone's also holds one drain of its capture ring. */
     size_t want = 2 * backlog_frames(s);
     if (src == SRC_MIC) want += MIC_RING_FRAMES;
-    s->in_cap_frames = 1;
-    while (s->in_cap_frames < want) s->in_cap_frames *= 2;
-    s->in = malloc(s->in_cap_frames * (size_t)channels * sizeof(float));
-    if (s->in == NULL) goto oom;
+    s->in.cap_frames = 1;
+    while (s->in.cap_frames < want) s->in.cap_frames *= 2;
+    s->in.pcm = malloc(s->in.cap_frames * (size_t)channels * sizeof(float));
+    if (s->in.pcm == NULL) goto oom;
   }
-  s->next = srv->streams;
+  s->loop.next = srv->streams;
   srv->streams = s;
   stream **bucket = &srv->by_id[s->id % STREAM_ID_BUCKETS];
-  s->id_next = *bucket;
+  s->loop.id_next = *bucket;
   *bucket = s;
   srv->n_streams++;
   return s;
@@ -104,11 +104,11 @@ oom:
 void stream_release(stream *s) {
   server *srv = s->srv;
   pthread_mutex_lock(&srv->mu);
-  s->held = false;
+  s->sched.held = false;
   pthread_mutex_unlock(&srv->mu);
   s->start_us = aurald_now_us();
   s->t0_mono = aurald_mono_s();
-  if (s->on_release != NULL && s->on_release(s) < 0) {
+  if (s->loop.on_release != NULL && s->loop.on_release(s) < 0) {
     stream_end_input(s, END_DEVICE_LOST, "the capture device did not start");
     return;
   }
@@ -118,15 +118,15 @@ void stream_release(stream *s) {
 }
 
 void server_mark_ready(server *srv, stream *s) {
-  if (s->queued) {
+  if (s->sched.queued) {
     /* Already waiting: the new input may make a round due now. */
     pthread_cond_signal(&srv->cv);
     return;
   }
-  if (s->busy || s->ended || s->held) return;
-  s->queued = true;
-  s->ready_next = NULL;
-  if (srv->ready_tail) srv->ready_tail->ready_next = s;
+  if (s->sched.busy || s->sched.ended || s->sched.held) return;
+  s->sched.queued = true;
+  s->sched.ready_next = NULL;
+  if (srv->ready_tail) srv->ready_tail->sched.ready_next = s;
   else srv->ready_head = s;
   srv->ready_tail = s;
   srv->n_ready++;
@@ -137,16 +137,16 @@ void server_mark_ready(server *srv, stream *s) {
  * pos, wrapping at its end. */
 static void ring_copy(stream *s, uint64_t pos, float *pcm, size_t n,
                       bool into_ring) {
-  size_t ch = (size_t)s->channels, cap = s->in_cap_frames;
+  size_t ch = (size_t)s->channels, cap = s->in.cap_frames;
   size_t at = (size_t)(pos & (cap - 1));
   size_t first = n < cap - at ? n : cap - at;
-  float *ring = s->in + at * ch;
+  float *ring = s->in.pcm + at * ch;
   if (into_ring) {
     memcpy(ring, pcm, first * ch * sizeof(float));
-    memcpy(s->in, pcm + first * ch, (n - first) * ch * sizeof(float));
+    memcpy(s->in.pcm, pcm + first * ch, (n - first) * ch * sizeof(float));
   } else {
     memcpy(pcm, ring, first * ch * sizeof(float));
-    memcpy(pcm + first * ch, s->in, (n - first) * ch * sizeof(float));
+    memcpy(pcm + first * ch, s->in.pcm, (n - first) * ch * sizeof(float));
   }
 }
 
@@ -158,15 +158,15 @@ size_t stream_push(stream *s, const float *pcm, size_t n_frames,
   size_t room = stream_room(s);
   size_t n = n_frames < room ? n_frames : room;
   if (n == 0) return 0;
-  uint64_t head = atomic_load_explicit(&s->in_head, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&s->in.head, memory_order_relaxed);
   ring_copy(s, head, (float *)pcm, n, true);
   pthread_mutex_lock(&srv->mu);
-  atomic_store_explicit(&s->in_head, head + n, memory_order_release);
-  if (s->in_frames == 0) s->in_first_us = arrival_us;
-  if (s->pending_since == 0) s->pending_since = aurald_mono_s();
-  s->in_frames += n;
-  s->in_total += n;
-  s->in_last_us = arrival_us;
+  atomic_store_explicit(&s->in.head, head + n, memory_order_release);
+  if (s->sched.in_frames == 0) s->sched.in_first_us = arrival_us;
+  if (s->sched.pending_since == 0) s->sched.pending_since = aurald_mono_s();
+  s->sched.in_frames += n;
+  s->sched.in_total += n;
+  s->sched.in_last_us = arrival_us;
   server_mark_ready(srv, s);
   pthread_mutex_unlock(&srv->mu);
   return n;
@@ -176,43 +176,44 @@ size_t stream_push(stream *s, const float *pcm, size_t n_frames,
  * counted out of in_frames under the lock, copied out of the ring without
  * it, then handed back as room. */
 void stream_take(stream *s, float *pcm, size_t n) {
-  uint64_t tail = atomic_load_explicit(&s->in_tail, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&s->in.tail, memory_order_relaxed);
   ring_copy(s, tail, pcm, n, false);
-  atomic_store_explicit(&s->in_tail, tail + n, memory_order_release);
+  atomic_store_explicit(&s->in.tail, tail + n, memory_order_release);
 }
 
 size_t stream_room(stream *s) {
   if (stream_input_ended(s)) return 0;
-  uint64_t head = atomic_load_explicit(&s->in_head, memory_order_relaxed);
-  uint64_t tail = atomic_load_explicit(&s->in_tail, memory_order_acquire);
-  return s->in_cap_frames - (size_t)(head - tail);
+  uint64_t head = atomic_load_explicit(&s->in.head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&s->in.tail, memory_order_acquire);
+  return s->in.cap_frames - (size_t)(head - tail);
 }
 
 bool stream_input_ended(stream *s) {
   pthread_mutex_lock(&s->srv->mu);
-  bool done = s->input_done;
+  bool done = s->sched.input_done;
   pthread_mutex_unlock(&s->srv->mu);
   return done;
 }
 
 size_t stream_pending_frames(stream *s) {
   pthread_mutex_lock(&s->srv->mu);
-  size_t n = s->in_frames;
+  size_t n = s->sched.in_frames;
   pthread_mutex_unlock(&s->srv->mu);
   return n;
 }
 
 bool stream_backlogged(stream *s) {
-  return s->in != NULL && stream_pending_frames(s) > backlog_frames(s);
+  return s->in.pcm != NULL && stream_pending_frames(s) > backlog_frames(s);
 }
 
 void stream_end_input(stream *s, end_reason r, const char *message) {
   server *srv = s->srv;
   pthread_mutex_lock(&srv->mu);
-  if (!s->input_done) {
-    s->input_done = true;
-    s->reason = r;
-    snprintf(s->message, sizeof s->message, "%s", message ? message : "");
+  if (!s->sched.input_done) {
+    s->sched.input_done = true;
+    s->sched.reason = r;
+    snprintf(s->sched.message, sizeof s->sched.message, "%s",
+             message ? message : "");
     server_mark_ready(srv, s);
   }
   pthread_mutex_unlock(&srv->mu);
@@ -220,23 +221,23 @@ void stream_end_input(stream *s, end_reason r, const char *message) {
 
 void stream_destroy(stream *s) {
   if (s == NULL) return;
-  aural_stream_destroy(s->as);
-  if (s->af) aural_audiofile_close(s->af);
-  free(s->in);
+  aural_stream_destroy(s->work.as);
+  if (s->work.af) aural_audiofile_close(s->work.af);
+  free(s->in.pcm);
   free(s);
 }
 
 /* Loop thread. A stream is live here until the loop has handled its end
- * (finish_stream unlinks it); `ended` belongs to the workers. */
+ * (finish_stream unlinks it); `sched.ended` is the workers'. */
 stream *stream_find(server *srv, const char *name) {
-  for (stream *s = srv->streams; s != NULL; s = s->next)
+  for (stream *s = srv->streams; s != NULL; s = s->loop.next)
     if (strcmp(s->name, name) == 0) return s;
   return NULL;
 }
 
 stream *stream_find_id(server *srv, uint32_t id) {
   for (stream *s = srv->by_id[id % STREAM_ID_BUCKETS]; s != NULL;
-       s = s->id_next)
+       s = s->loop.id_next)
     if (s->id == id) return s;
   return NULL;
 }
@@ -244,14 +245,14 @@ stream *stream_find_id(server *srv, uint32_t id) {
 /* Takes an ended stream out of the registry (the caller destroys it). */
 void stream_unlink(server *srv, stream *s) {
   for (stream **pp = &srv->by_id[s->id % STREAM_ID_BUCKETS]; *pp != NULL;
-       pp = &(*pp)->id_next)
+       pp = &(*pp)->loop.id_next)
     if (*pp == s) {
-      *pp = s->id_next;
+      *pp = s->loop.id_next;
       break;
     }
-  for (stream **pp = &srv->streams; *pp != NULL; pp = &(*pp)->next)
+  for (stream **pp = &srv->streams; *pp != NULL; pp = &(*pp)->loop.next)
     if (*pp == s) {
-      *pp = s->next;
+      *pp = s->loop.next;
       srv->n_streams--;
       return;
     }
