@@ -523,7 +523,6 @@ int activation_fd(char *why, size_t why_len);
 void notify(const char *state);
 
 /* socket.c */
-int socket_default_path(char *out, size_t cap);
 int socket_prepare(server *srv, char *why, size_t why_len);
 int socket_adopt(server *srv, int fd, char *why, size_t why_len);
 bool peer_allowed(server *srv, int fd, uid_t uid, gid_t gid);

@@ -337,7 +337,7 @@ static int load_options(int argc, char **argv, const char *conf,
   }
   static char sock[512]; /* the default path never changes */
   if (o->socket_path == NULL) {
-    if (socket_default_path(sock, sizeof sock) < 0) {
+    if (aural_proto_default_socket(sock, sizeof sock) < 0) {
       fprintf(stderr, "aurald: cannot form the default socket path\n");
       return 1;
     }

@@ -30,21 +30,6 @@
 
 #include "daemon.h"
 
-int socket_default_path(char *out, size_t cap) {
-  const char *env = getenv("AURAL_SOCKET");
-  int n;
-  if (env != NULL && env[0] != '\0')
-    n = snprintf(out, cap, "%s", env);
-  else if (getenv("XDG_RUNTIME_DIR") != NULL &&
-           getenv("XDG_RUNTIME_DIR")[0] != '\0')
-    n = snprintf(out, cap, "%s/aural.sock", getenv("XDG_RUNTIME_DIR"));
-  else if (geteuid() == 0)
-    n = snprintf(out, cap, "/run/aural/aural.sock");
-  else
-    n = snprintf(out, cap, "/tmp/aural-%u/aural.sock", (unsigned)geteuid());
-  return n < 0 || (size_t)n >= cap ? -1 : 0;
-}
-
 /* The socket's directory decides who can replace the socket, so it is
  * checked before anything is created in it (DESIGN.md §4).
  *
@@ -72,16 +57,6 @@ static bool is_default_dir(const char *dir) {
          (geteuid() == 0 && strcmp(dir, "/run/aural") == 0);
 }
 
-static const char *user_name(uid_t uid, char *buf, size_t len) {
-  struct passwd pw, *res = NULL;
-  char tmp[1024];
-  if (getpwuid_r(uid, &pw, tmp, sizeof tmp, &res) == 0 && res != NULL)
-    snprintf(buf, len, "%s", pw.pw_name);
-  else
-    snprintf(buf, len, "no such user");
-  return buf;
-}
-
 /* Judges the directory as described above; st is its lstat or fstat. */
 static int judge_dir(const char *dir, const struct stat *st, bool strict,
                      char *why, size_t why_len) {
@@ -92,7 +67,7 @@ static int judge_dir(const char *dir, const struct stat *st, bool strict,
              "socket directory %s is a symbolic link (owned by uid %u, %s); "
              "refusing to follow it: remove it, or choose a path with -s",
              dir, (unsigned)st->st_uid,
-             user_name(st->st_uid, owner, sizeof owner));
+             aural_proto_user_name(st->st_uid, owner, sizeof owner));
     return -1;
   }
   if (!S_ISDIR(st->st_mode)) {
@@ -105,7 +80,7 @@ static int judge_dir(const char *dir, const struct stat *st, bool strict,
              "uid %u who runs aurald; refusing to use it (another user could "
              "replace the socket): remove it, or choose a path with -s",
              dir, (unsigned)st->st_uid,
-             user_name(st->st_uid, owner, sizeof owner), mode,
+             aural_proto_user_name(st->st_uid, owner, sizeof owner), mode,
              (unsigned)geteuid());
     return -1;
   }

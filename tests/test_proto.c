@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -141,6 +142,35 @@ static void test_one_code_list(void **state) {
   }
   assert_int_equal(aural_proto_error_wire(AURAL_EFORMAT), 0);
   assert_null(aural_proto_error_name(AURAL_EFORMAT));
+}
+
+/* The server and its clients find the socket by one rule. An empty
+ * $XDG_RUNTIME_DIR counts as unset: the client once made it "/aural.sock"
+ * while aurald listened in /tmp/aural-UID. */
+static void test_default_socket(void **state) {
+  (void)state;
+  char path[128], want[128];
+  setenv("AURAL_SOCKET", "/x/y.sock", 1);
+  assert_int_equal(aural_proto_default_socket(path, sizeof path), 0);
+  assert_string_equal(path, "/x/y.sock");
+  unsetenv("AURAL_SOCKET");
+  setenv("XDG_RUNTIME_DIR", "/run/user/7", 1);
+  assert_int_equal(aural_proto_default_socket(path, sizeof path), 0);
+  assert_string_equal(path, "/run/user/7/aural.sock");
+  assert_int_equal(aural_proto_default_socket(path, 10), -1);
+  setenv("XDG_RUNTIME_DIR", "", 1);
+  assert_int_equal(aural_proto_default_socket(path, sizeof path), 0);
+  if (geteuid() == 0)
+    snprintf(want, sizeof want, "%s", AURAL_PROTO_SYSTEM_SOCKET);
+  else
+    snprintf(want, sizeof want, "/tmp/aural-%u/aural.sock",
+             (unsigned)geteuid());
+  assert_string_equal(path, want);
+  unsetenv("XDG_RUNTIME_DIR");
+  char name[64];
+  assert_string_equal(aural_proto_user_name(0, name, sizeof name), "root");
+  assert_string_equal(aural_proto_user_name(4000000000u, name, sizeof name),
+                      "no such user");
 }
 
 static void test_error_names(void **state) {
@@ -2208,6 +2238,7 @@ int main(void) {
       cmocka_unit_test(test_header_bytes),
       cmocka_unit_test(test_header_errors),
       cmocka_unit_test(test_one_code_list),
+      cmocka_unit_test(test_default_socket),
       cmocka_unit_test(test_error_names),
       cmocka_unit_test(test_valid_name),
       cmocka_unit_test(test_hello_round_trip),

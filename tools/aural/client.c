@@ -21,25 +21,16 @@
 /* Bound on the WELCOME payload, before the server has told its own. */
 #define WELCOME_MAX_BYTES (64u << 20)
 
-#define AURAL_SYSTEM_SOCKET "/run/aural/aural.sock" /* aurald.socket */
 /* The user aurald.service runs as (User= in systemd/aurald.service.in). */
 #define AURAL_SERVICE_USER "aural"
 
 const char *client_default_socket(char *buf, size_t len) {
   const char *env = getenv("AURAL_SOCKET");
-  const char *xdg = getenv("XDG_RUNTIME_DIR");
-  if (env != NULL && env[0] != '\0')
-    snprintf(buf, len, "%s", env);
-  else if (xdg != NULL)
-    snprintf(buf, len, "%s/aural.sock", xdg);
-  else if (getuid() == 0)
-    snprintf(buf, len, "/run/aural/aural.sock");
-  else
-    snprintf(buf, len, "/tmp/aural-%u/aural.sock", (unsigned)getuid());
+  if (aural_proto_default_socket(buf, len) < 0) buf[0] = '\0';
   /* A user without a daemon of their own reaches the system service. */
   if ((env == NULL || env[0] == '\0') && access(buf, F_OK) != 0 &&
-      access(AURAL_SYSTEM_SOCKET, F_OK) == 0)
-    snprintf(buf, len, "%s", AURAL_SYSTEM_SOCKET);
+      access(AURAL_PROTO_SYSTEM_SOCKET, F_OK) == 0)
+    snprintf(buf, len, "%s", AURAL_PROTO_SYSTEM_SOCKET);
   return buf;
 }
 
@@ -320,16 +311,6 @@ static long lookup_uid(const char *name) {
   return -1;
 }
 
-static const char *user_name(uid_t uid, char *buf, size_t len) {
-  struct passwd pw, *res = NULL;
-  char tmp[1024];
-  if (getpwuid_r(uid, &pw, tmp, sizeof tmp, &res) == 0 && res != NULL)
-    snprintf(buf, len, "%s", pw.pw_name);
-  else
-    snprintf(buf, len, "no such user");
-  return buf;
-}
-
 /* The directories of the default paths, /tmp/aural-UID and /run/aural,
  * are checked before connecting as aurald checks them before binding:
  * another local user can make /tmp/aural-UID first and serve a socket of
@@ -348,7 +329,7 @@ static int check_default_dir(const char *path, char *err, size_t err_len) {
   struct stat st;
   if (lstat(dir, &st) < 0) return 0;
   char owner[64];
-  user_name(st.st_uid, owner, sizeof owner);
+  aural_proto_user_name(st.st_uid, owner, sizeof owner);
   const char *bad = NULL;
   if (S_ISLNK(st.st_mode))
     bad = "is a symbolic link";
@@ -387,7 +368,7 @@ static int check_server(aural_client *c, const char *path, char *err,
   if (extra != NULL && extra[0] != '\0' && lookup_uid(extra) == (long)cr.uid)
     return 0;
   char owner[64];
-  user_name(cr.uid, owner, sizeof owner);
+  aural_proto_user_name(cr.uid, owner, sizeof owner);
   snprintf(err, err_len,
            "%s: served by uid %u (%s, pid %ld), not by you (uid %u), root or "
            "user %s; not talking to it (AURAL_SERVER_USER=%s trusts that "

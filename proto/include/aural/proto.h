@@ -99,6 +99,22 @@ const char *aural_proto_error_name(int code);
 /* One-line description; "unknown error" when unknown. */
 const char *aural_proto_strerror(int code);
 
+/* --- the Unix socket ---------------------------------------------------- */
+
+/* Where the system service (aurald.socket) listens. */
+#define AURAL_PROTO_SYSTEM_SOCKET "/run/aural/aural.sock"
+
+/* The socket path used when none is given, by the server and its clients
+ * alike: $AURAL_SOCKET, else $XDG_RUNTIME_DIR/aural.sock, else
+ * AURAL_PROTO_SYSTEM_SOCKET for root, else /tmp/aural-UID/aural.sock (an
+ * empty variable counts as unset). Returns 0, or -1 when it does not fit
+ * in cap bytes. */
+int aural_proto_default_socket(char *out, size_t cap);
+
+/* The login name of uid into buf, or "no such user"; returns buf. For
+ * messages about who owns a socket's directory or serves it. */
+const char *aural_proto_user_name(unsigned uid, char *buf, size_t len);
+
 /* --- framing ------------------------------------------------------------ */
 
 typedef struct aural_msg_header {
