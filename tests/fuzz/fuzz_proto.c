@@ -333,7 +333,10 @@ static void check_raw_and_error(const uint8_t *p, size_t n) {
   memcpy(text, p, text_len);
   text[text_len] = '\0';
   text_len = strlen(text);
-  int code = n > 0 ? (int)(int8_t)p[0] : 0;
+  /* A negative first byte stands for a code, a positive one for a wire
+   * value given as it is. */
+  int v = n > 0 ? (int)(int8_t)p[0] : 0;
+  int code = v < 0 ? aural_proto_error_from_wire((uint32_t)-v) : v;
   m = aural_proto_encode_error(msg, sizeof msg, 2, code, text, n % 2);
   CHECK(m > AURAL_PROTO_HEADER_BYTES);
   CHECK(aural_proto_decode_header(msg, m, UINT32_MAX, &h) == 0);
@@ -344,7 +347,7 @@ static void check_raw_and_error(const uint8_t *p, size_t n) {
   bool fatal;
   CHECK(aural_json_int(&js_b, aural_json_get(&js_b, 0, "code"), 0, 128,
                        &wire) == 0);
-  CHECK(wire == (code < 0 ? -code : code));
+  CHECK(wire == (v < 0 ? -v : v));
   CHECK(aural_json_bool(&js_b, aural_json_get(&js_b, 0, "fatal"), &fatal) ==
         0 && fatal == (n % 2 == 1));
   int got = aural_json_string(&js_b, aural_json_get(&js_b, 0, "message"),
