@@ -38,6 +38,7 @@ static int build_welcome(server *srv) {
       .model = {.sample_rate = mc->fbank.sample_rate_hz,
                 .n_mels = (uint32_t)mc->fbank.num_mel_bins,
                 .frame_ms = mc->fbank.frame_shift_ms,
+                .frame_length_ms = mc->fbank.frame_length_ms,
                 .d_model = (uint32_t)mc->d_model,
                 .n_layers = (uint32_t)mc->n_layers,
                 .window = (uint32_t)mc->window,

@@ -78,6 +78,7 @@ typedef struct field {
 #define U64(st, k) FIELD(st, k, F_U64, 0, 0, 0, INT64_MAX, NULL)
 #define I64(st, k) FIELD(st, k, F_I64, 0, 0, INT64_MIN, INT64_MAX, NULL)
 #define DBL(st, k) FIELD(st, k, F_DOUBLE, 0, 0, 0, 0, NULL)
+#define DBL_OPT(st, k) FIELD(st, k, F_DOUBLE, F_OMIT_ZERO, 0, 0, 0, NULL)
 #define BOOL(st, k) FIELD(st, k, F_BOOL, 0, 0, 0, 0, NULL)
 #define TEXT(st, k) FIELD(st, k, F_TEXT, 0, sizeof(((st *)0)->k), 0, 0, NULL)
 #define NAME(st, k) FIELD(st, k, F_NAME, 0, 0, 0, 0, NULL)
@@ -97,7 +98,10 @@ static void put_fields(aural_jw *w, const field *f, size_t n, const void *p) {
   const char *base = p;
   for (size_t i = 0; i < n; i++) {
     const void *v = base + f[i].off;
-    if ((f[i].flags & F_OMIT_ZERO) && *(const uint32_t *)v == 0) continue;
+    if ((f[i].flags & F_OMIT_ZERO) &&
+        (f[i].kind == F_DOUBLE ? *(const double *)v == 0
+                               : *(const uint32_t *)v == 0))
+      continue;
     aural_jw_key(w, f[i].key);
     switch (f[i].kind) {
     case F_U32:
@@ -419,6 +423,7 @@ static const field model_fields[] = {
     DBL(aural_msg_model, sample_rate),
     U32(aural_msg_model, n_mels, 0, UINT32_MAX),
     DBL(aural_msg_model, frame_ms),
+    DBL_OPT(aural_msg_model, frame_length_ms),
     U32(aural_msg_model, d_model, 0, UINT32_MAX),
     U32(aural_msg_model, n_layers, 0, UINT32_MAX),
     U32(aural_msg_model, window, 0, UINT32_MAX),

@@ -1548,7 +1548,8 @@ static void test_welcome_round_trip(void **state) {
                          .max_request_bytes = UINT32_MAX,
                          .max_message_bytes = 0,
                          .model = {.sample_rate = 22050.5, .n_mels = 1,
-                                   .frame_ms = 12.5, .d_model = UINT32_MAX,
+                                   .frame_ms = 12.5, .frame_length_ms = 31.25,
+                                   .d_model = UINT32_MAX,
                                    .n_layers = 0, .window = 1,
                                    .vocab_size = V, .chunk_frames = 7},
                          .client = UINT32_MAX};
@@ -1564,6 +1565,7 @@ static void test_welcome_round_trip(void **state) {
   assert_true(d.model.sample_rate == 22050.5);
   assert_int_equal(d.model.n_mels, 1);
   assert_true(d.model.frame_ms == 12.5);
+  assert_true(d.model.frame_length_ms == 31.25);
   assert_int_equal(d.model.d_model, UINT32_MAX);
   assert_int_equal(d.model.n_layers, 0);
   assert_int_equal(d.model.window, 1);
@@ -1579,13 +1581,21 @@ static void test_welcome_round_trip(void **state) {
   }
   assert_int_equal(aural_proto_vocab_next(&d.model.vocab, tok, sizeof tok), 0);
 
-  /* No head, no client: an empty list and client 0. */
+  /* No head, no client, no frame length: an empty list, client 0, and
+   * frame_length_ms left out (0 when read back). */
   w.model.vocab_size = 0;
   w.client = 0;
+  w.model.frame_length_ms = 0;
   n = aural_proto_encode_welcome(b, cap, &w, NULL);
   p = payload_of(b, n, AURAL_MSG_WELCOME, 0, &pn);
+  char text[1024];
+  assert_true(pn < sizeof text);
+  memcpy(text, p, pn);
+  text[pn] = '\0';
+  assert_null(strstr(text, "frame_length_ms"));
   assert_int_equal(aural_proto_decode_welcome(p, pn, &d, why, sizeof why), 0);
   assert_int_equal(d.client, 0);
+  assert_true(d.model.frame_length_ms == 0);
   assert_int_equal(d.model.vocab.n_items, 0);
   assert_int_equal(aural_proto_vocab_next(&d.model.vocab, tok, sizeof tok), 0);
   /* A token longer than the caller's buffer is an error, not a cut. */

@@ -227,7 +227,9 @@ class TestPushedStreams(DaemonTest):
         want = self.encode(inp, model, output)
         have = np.load(got)
         self.assertEqual(have.shape, want.shape)
-        self.assertLessEqual(float(np.abs(have - want).max()), 1e-5)
+        # The same aural_stream computes both: bit for bit the same.
+        self.assertTrue(np.array_equal(have, want),
+                        "max diff %g" % float(np.abs(have - want).max()))
         self.stop_clean(d)
 
     def test_embeddings_equal_offline_encoding(self):
@@ -235,6 +237,30 @@ class TestPushedStreams(DaemonTest):
 
     def test_logits_equal_offline_encoding(self):
         self.pushed_equals_encode(CTC, "logits")
+
+    def test_text_equals_offline_encoding(self):
+        """A pushed stream's transcript and a file stream's are aural
+        encode's, token for token."""
+        inp = self.wav(5.3, rate=22050)
+        want = run(AURAL, "encode", "-q", "-m", CTC, "--output", "text",
+                   inp).stdout.strip()
+        self.assertTrue(want)
+        d = self.start(model=CTC)
+        sub = subprocess.Popen([AURAL, "sub", "-q", "-s", d.path, "--stream",
+                                "talk", "--output", "text", "--until-end"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        time.sleep(0.3)
+        run(AURAL, "send", "-q", "-s", d.path, "--name", "talk", inp)
+        out, err = sub.communicate(timeout=30)
+        self.assertEqual(sub.returncode, 0, err)
+        self.assertEqual(out.strip(), want)
+        self.stop_clean(d)
+        d = self.start("--hold", "--file", inp, "--exit-when-done", model=CTC)
+        out = run(AURAL, "sub", "-q", "-s", d.path, "--all", "--output",
+                  "text", check=False).stdout
+        self.assertEqual(out.strip(), want)
+        d.stop()
 
     def test_python_client(self):
         d = self.start()
@@ -308,7 +334,7 @@ class TestPushedStreams(DaemonTest):
             emb = np.concatenate([ch.emb for ch in chunks])
             want = self.encode(path)
             self.assertEqual(emb.shape, want.shape, name)
-            self.assertLessEqual(float(np.abs(emb - want).max()), 1e-5, name)
+            self.assertTrue(np.array_equal(emb, want), name)
         c.close()
         self.stop_clean(d)
 
@@ -351,9 +377,44 @@ class TestChunking(DaemonTest):
         self.assertEqual([ch.seq for ch in chunks], list(range(6)))
         self.assertGreater(took, 2.7)  # paced at 1x: about 3 s
         emb = np.concatenate([ch.emb for ch in chunks])
-        self.assertLessEqual(float(np.abs(emb - self.encode(path)).max()),
-                             1e-5)
+        self.assertTrue(np.array_equal(emb, self.encode(path)))
         c.close()
+        self.stop_clean(d)
+
+
+    def test_frame_count_follows_the_models_frontend(self):
+        """A model at 8 kHz with 12.5 ms frames of 30 ms: the server's
+        chunk count and aural load's expected count both follow it (aural
+        load once assumed 16 kHz, 10 ms and 25 ms)."""
+        with open(TINY, "rb") as f:
+            blob = f.read()
+        n = struct.unpack("<Q", blob[:8])[0]
+        header = json.loads(blob[8:8 + n])
+        cfg = json.loads(header["__metadata__"]["aural.config"])
+        cfg.update(sample_rate=8000, frame_shift=12.5, frame_length=30,
+                   high_freq=0)
+        header["__metadata__"]["aural.config"] = json.dumps(cfg)
+        h = json.dumps(header).encode()
+        h += b" " * (-len(h) % 8)
+        model = os.path.join(self.tmp, "eight_k.safetensors")
+        with open(model, "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + blob[8 + n:])
+        d = self.start(model=model)
+        c = ac.Client(d.path, timeout=10)
+        self.assertEqual(c.welcome["model"]["frame_length_ms"], 30)
+        sid = c.open_audio("x", 8000, 1, "s16")
+        # 240 + 100 * 99 samples at 8 kHz: exactly 100 frames.
+        c.send_audio(sid, np.full(240 + 100 * 99, 1000, np.int16))
+        self.assertEqual(c.close_audio(sid)["frames"], 100)
+        c.close()
+        p = run(AURAL, "load", "-s", d.path, "-n", "2", "--seconds", "3",
+                "--json")
+        rep = json.loads(p.stdout.strip().splitlines()[-1])
+        # 3 s of 22.05 kHz input at 8 kHz: 24000 samples, 1 + (24000 - 240)
+        # // 100 = 238 frames, 4 whole chunks of 50 and a final one each.
+        self.assertEqual(rep["chunks_expected"], 2 * (238 // 50 + 1))
+        self.assertEqual(rep["chunks_received"], rep["chunks_expected"])
+        self.assertEqual(rep["chunks_lost"], 0)
         self.stop_clean(d)
 
 
@@ -1027,8 +1088,8 @@ class TestMicrophone(DaemonTest):
                          list(range(0, 50 * len(chunks), 50)))
         emb = np.concatenate([ch.emb for ch in chunks])
         self.assertEqual(len(emb), 450)
-        diff = float(np.abs(emb - want[:len(emb)]).max())
-        self.assertLessEqual(diff, 1e-5)
+        self.assertTrue(np.array_equal(emb, want[:len(emb)]),
+                        "max diff %g" % float(np.abs(emb - want[:len(emb)]).max()))
         # (After the file's end the plugin delivers silence as fast as the
         # CPU allows and the ring overflows; overruns then count, so they
         # are not checked here.)

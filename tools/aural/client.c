@@ -259,8 +259,10 @@ static int parse_welcome(aural_client *c, aural_msg_welcome *w, char *err,
   else if (!model_dim(mm->sample_rate, 1, 10000000, &cm->sample_rate))
     bad = "model.sample_rate";
   else if (!model_dim(mm->n_mels, 1, 100000, &cm->n_mels)) bad = "model.n_mels";
-  else if (!model_dim(mm->frame_ms, 1, 100000, &cm->frame_ms))
+  else if (!(mm->frame_ms > 0 && mm->frame_ms <= 100000))
     bad = "model.frame_ms";
+  else if (!(mm->frame_length_ms >= 0 && mm->frame_length_ms <= 100000))
+    bad = "model.frame_length_ms";
   else if (!model_dim(mm->d_model, 1, 1 << 20, &cm->d_model))
     bad = "model.d_model";
   else if (!model_dim(mm->n_layers, 0, 100000, &cm->n_layers))
@@ -275,6 +277,8 @@ static int parse_welcome(aural_client *c, aural_msg_welcome *w, char *err,
              bad);
     return -1;
   }
+  cm->frame_ms = mm->frame_ms;
+  cm->frame_length_ms = mm->frame_length_ms;
   if (cm->vocab_size > 0) {
     cm->vocab = calloc(cm->vocab_size, sizeof *cm->vocab);
     if (cm->vocab == NULL) {

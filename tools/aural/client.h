@@ -29,7 +29,8 @@
 typedef struct client_model {
   uint32_t sample_rate;  /* Hz */
   uint32_t n_mels;
-  uint32_t frame_ms;
+  double frame_ms;        /* frame shift */
+  double frame_length_ms; /* analysis window; 0 when not given */
   uint32_t d_model;      /* embedding width */
   uint32_t n_layers;
   uint32_t window;       /* attention window, frames */

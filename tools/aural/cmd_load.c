@@ -49,6 +49,9 @@ typedef struct load_run {
   int n;
   double seconds, block_s, rate;
   size_t block_samples, n_blocks, chunk_frames;
+  /* The server's frontend (WELCOME): its rate, and its analysis window
+   * and frame shift in samples at that rate. */
+  double model_rate, win, hop;
   const int16_t *pcm;     /* the recording, 16-bit, at rate */
   size_t pcm_len;
   load_stream *st;
@@ -179,6 +182,13 @@ static int send_block(load_run *r, load_stream *s, uint8_t *msg) {
   return flush_pending(s);
 }
 
+/* The frames the server makes of n samples sent at r->rate (PROTOCOL.md
+ * §4.2). */
+static size_t frames_of(const load_run *r, double n) {
+  double at_model = floor(n * r->model_rate / r->rate);
+  return at_model >= r->win ? 1 + (size_t)((at_model - r->win) / r->hop) : 0;
+}
+
 /* A chunk's latency: from the send of the block holding the last input
  * sample its frames needed, to now. */
 static void on_chunk(load_run *r, load_stream *s, const uint8_t *payload,
@@ -190,8 +200,8 @@ static void on_chunk(load_run *r, load_stream *s, const uint8_t *payload,
    * the last audio: its delay is the generator's, not the server's. */
   if (h.n_frames == 0 || (h.flags & AURAL_CHUNK_FINAL)) return;
   uint64_t last = h.first_frame + h.n_frames - 1;
-  double need16k = 160.0 * (double)last + 400.0; /* samples at 16 kHz */
-  size_t need = (size_t)ceil(need16k * r->rate / 16000.0);
+  double need_model = r->hop * (double)last + r->win; /* at the model rate */
+  size_t need = (size_t)ceil(need_model * r->rate / r->model_rate);
   size_t block = (need - 1) / r->block_samples;
   if (block < s->block && s->n_lat < r->n_blocks)
     s->lat_ms[s->n_lat++] = (float)((now - s->sent_at[block]) * 1e3);
@@ -499,9 +509,7 @@ static int report_load(load_run *r, const load_result *res, size_t block_ms,
     lost += r->st[i].lost;
     /* frames of the audio sent, then chunks of those (+1 for the FINAL
      * marker when they fill whole chunks). */
-    size_t samples16k = (size_t)((double)r->st[i].sent * 16000.0 / r->rate);
-    size_t frames = samples16k >= 400 ? 1 + (samples16k - 400) / 160 : 0;
-    expected += frames / r->chunk_frames + 1;
+    expected += frames_of(r, (double)r->st[i].sent) / r->chunk_frames + 1;
   }
   float *all = malloc((total_lat + 1) * sizeof *all);
   double *per = malloc((n_streams + 1) * 3 * sizeof *per); /* p50 p99 max */
@@ -599,6 +607,16 @@ int cmd_load(int argc, char **argv) {
     goto out;
   }
   r.chunk_frames = sub->model.chunk_frames;
+  r.model_rate = sub->model.sample_rate;
+  /* Truncated, as the frontend does (aural_fbank_window_samples). */
+  r.win = floor(r.model_rate * sub->model.frame_length_ms * 0.001);
+  r.hop = floor(r.model_rate * sub->model.frame_ms * 0.001);
+  if (!(r.win >= 1 && r.hop >= 1)) {
+    fprintf(stderr, "aural load: %s: the server's WELCOME gives no frame "
+                    "length (an older aurald?): cannot count its frames\n",
+            sock);
+    goto out;
+  }
   if (open_load_streams(&r, sock, sub) < 0) goto out;
   struct ucred cred;
   socklen_t cl = sizeof cred;

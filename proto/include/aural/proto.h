@@ -440,6 +440,7 @@ typedef struct aural_msg_model {
   double sample_rate;    /* Hz */
   uint32_t n_mels;
   double frame_ms;       /* frame shift */
+  double frame_length_ms; /* analysis window; 0: not given (omitted) */
   uint32_t d_model;      /* embedding width */
   uint32_t n_layers;
   uint32_t window;       /* attention window, frames */
