@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -91,4 +92,71 @@ int aural__open_input(const char *path, int flags, int regular_only,
     return rc;
   }
   return fd;
+}
+
+/* The whole of fd, whose size at open was st_size, into a buffer of
+ * that size. The file is read, not mapped: a mapped file that another
+ * process truncates raises SIGBUS at the first access past its new end,
+ * while read() just returns less. A file that shrank or grew while it was
+ * read is refused (its bytes may be half old, half new). */
+int aural__read_all(int fd, const char *path, size_t size,
+                    unsigned char **out, aural_err *err) {
+  *out = NULL;
+  unsigned char *buf = malloc(size > 0 ? size : 1);
+  if (buf == NULL)
+    return aural__err_set(err, AURAL_ENOMEM,
+                          "%s: out of memory for the file's %zu bytes", path,
+                          size);
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = read(fd, buf + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      free(buf);
+      return aural__err_set(err, -e, "%s: read failed at byte %zu: %s", path,
+                            got, strerror(e));
+    }
+    if (n == 0) break;
+    got += (size_t)n;
+  }
+  if (got < size) {
+    free(buf);
+    return aural__err_set(err, AURAL_ETRUNCATED,
+                          "%s: the file shrank from %zu to %zu bytes while it "
+                          "was read",
+                          path, size, got);
+  }
+  unsigned char extra;
+  ssize_t n;
+  do n = read(fd, &extra, 1);
+  while (n < 0 && errno == EINTR);
+  if (n > 0) {
+    free(buf);
+    return aural__err_set(err, AURAL_EIO,
+                          "%s: the file grew past its %zu bytes while it was "
+                          "read",
+                          path, size);
+  }
+  *out = buf;
+  return 0;
+}
+
+int aural__read_file(const char *path, const char *what, size_t max_bytes,
+                     unsigned char **out, size_t *size, aural_err *err) {
+  *out = NULL;
+  *size = 0;
+  struct stat st;
+  int fd = aural__open_input(path, O_NONBLOCK, 1, what, &st, err);
+  if (fd < 0) return fd;
+  if ((uint64_t)st.st_size > max_bytes) {
+    close(fd);
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: %lld bytes, more than %zu for %s", path,
+                          (long long)st.st_size, max_bytes, what);
+  }
+  int rc = aural__read_all(fd, path, (size_t)st.st_size, out, err);
+  close(fd);
+  if (rc == 0) *size = (size_t)st.st_size;
+  return rc;
 }

@@ -21,6 +21,22 @@ struct stat;
 int aural__open_input(const char *path, int flags, int regular_only,
                       const char *what, struct stat *st, aural_err *err);
 
+/* The whole of fd, whose size at open was size, into a new buffer (free
+ * it). Read, not mapped: a mapped file that another process truncates
+ * raises SIGBUS, read() returns less. A file that shrank or grew while it
+ * was read is refused. */
+int aural__read_all(int fd, const char *path, size_t size, unsigned char **out,
+                    aural_err *err);
+
+/* A regular file of at most max_bytes, read whole into a new buffer (free
+ * it): aural__open_input, then aural__read_all. */
+int aural__read_file(const char *path, const char *what, size_t max_bytes,
+                     unsigned char **out, size_t *size, aural_err *err);
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0 for an
+ * invalid, overlong or surrogate one. */
+size_t aural__utf8_len(const unsigned char *p, size_t n);
+
 /* a * b into *out, false on size_t overflow. */
 static inline int aural__mul_ok(size_t a, size_t b, size_t *out) {
   return !__builtin_mul_overflow(a, b, out);
@@ -61,6 +77,67 @@ int aural__json_after(const aural_json *js, int tok);
 
 /* Whether the string at tok decodes to want (shorter than 64 bytes). */
 bool aural__json_string_is(const aural_json *js, int tok, const char *want);
+
+/* ---- lexicon (lexicon.c), for the decoder ------------------------------ */
+
+#include "aural/decoder.h"
+
+#define AURAL_LEXICON_MAX_TOKENS 48 /* tokens of one pronunciation */
+#define AURAL_LEXICON_MAX_HOMOPHONES 64 /* words of one pronunciation */
+
+typedef struct aural__lex_node {
+  uint32_t first_edge, n_edges; /* children: edges[first_edge ..] */
+  uint32_t first_word, n_words; /* words ending here: node_words[..] */
+} aural__lex_node;
+
+typedef struct aural__lex_edge {
+  uint32_t token; /* sorted within a node */
+  uint32_t child;
+} aural__lex_edge;
+
+struct aural_lexicon {
+  char *text;          /* the words, NUL-terminated, one after another */
+  size_t text_len;
+  uint32_t *word_at;   /* (n_words) offset of each word in text */
+  size_t n_words;
+  uint32_t *hash;      /* (hash_cap) word id + 1, or 0: open addressing */
+  size_t hash_cap;
+  aural__lex_node *nodes; /* (n_nodes) node 0 is the root */
+  size_t n_nodes;
+  aural__lex_edge *edges; /* (n_nodes - 1) */
+  uint32_t *node_words;   /* (n_prons) word ids, grouped by node */
+  size_t n_prons;
+  uint32_t max_node_words; /* most words ending at one node */
+  int vocab_size;
+};
+
+/* The child of node along token, or 0 (the root is no one's child). */
+uint32_t aural__lex_child(const aural_lexicon *lex, uint32_t node, int token);
+
+/* ---- language model (lm.c), for the decoder ---------------------------- */
+
+#define AURAL__LM_MAX_ORDER 4
+#define AURAL__LM_NONE UINT32_MAX /* a word the LM cannot score */
+
+/* A history: the last n (< order) words, oldest first, cut to the longest
+ * suffix the model lists, so that equal histories compare equal. */
+typedef struct aural__lm_ctx {
+  uint32_t w[AURAL__LM_MAX_ORDER - 1];
+  int n;
+} aural__lm_ctx;
+
+/* The LM's index of a lexicon word (its <unk> for a word it does not
+ * list), or AURAL__LM_NONE. */
+uint32_t aural__lm_word(const aural_lm *lm, uint32_t lex_word);
+uint32_t aural__lm_bos(const aural_lm *lm);
+uint32_t aural__lm_eos(const aural_lm *lm);
+/* log10 P(w | ctx) and the history after w. */
+float aural__lm_next(const aural_lm *lm, const aural__lm_ctx *ctx, uint32_t w,
+                     aural__lm_ctx *next);
+/* The n-gram w[0..n): its {log10 p, log10 backoff}, or NULL. */
+const float *aural__lm_find(const aural_lm *lm, const uint32_t *w, int n);
+/* The best log10 unigram of the words at or below a lexicon node. */
+float aural__lm_node_best(const aural_lm *lm, uint32_t node);
 
 /* ---- fbank (fbank.c) --------------------------------------------------- */
 

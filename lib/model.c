@@ -107,8 +107,7 @@ static float bf16_to_f32(uint16_t b) {
 
 /* ---- strict JSON ------------------------------------------------------ */
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0. */
-static size_t utf8_len(const unsigned char *p, size_t n) {
+size_t aural__utf8_len(const unsigned char *p, size_t n) {
   size_t len = p[0] < 0x80 ? 1 : (p[0] & 0xe0) == 0xc0 ? 2
                : (p[0] & 0xf0) == 0xe0 ? 3 : (p[0] & 0xf8) == 0xf0 ? 4 : 0;
   if (len == 0 || len > n || (len == 2 && p[0] < 0xc2)) return 0;
@@ -133,7 +132,7 @@ static size_t first_bad_byte(const unsigned char *p, size_t len) {
   int in_string = 0;
   for (size_t i = 0; i < len;) {
     unsigned char c = p[i];
-    size_t n = utf8_len(p + i, len - i);
+    size_t n = aural__utf8_len(p + i, len - i);
     if (n == 0) return i;
     if (in_string) {
       if (c < 0x20) return i;
@@ -1127,54 +1126,6 @@ done:
   return 0;
 }
 
-/* The whole of fd, whose size at open was st_size, into a buffer of
- * that size. The file is read, not mapped: a mapped file that another
- * process truncates raises SIGBUS at the first access past its new end,
- * while read() just returns less. A file that shrank or grew while it was
- * read is refused (its bytes may be half old, half new). */
-static int read_whole(int fd, const char *path, size_t size,
-                      unsigned char **out, aural_err *err) {
-  *out = NULL;
-  unsigned char *buf = malloc(size > 0 ? size : 1);
-  if (buf == NULL)
-    return aural__err_set(err, AURAL_ENOMEM,
-                          "%s: out of memory for the file's %zu bytes", path,
-                          size);
-  size_t got = 0;
-  while (got < size) {
-    ssize_t n = read(fd, buf + got, size - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      free(buf);
-      return aural__err_set(err, -e, "%s: read failed at byte %zu: %s", path,
-                            got, strerror(e));
-    }
-    if (n == 0) break;
-    got += (size_t)n;
-  }
-  if (got < size) {
-    free(buf);
-    return aural__err_set(err, AURAL_ETRUNCATED,
-                          "%s: the file shrank from %zu to %zu bytes while it "
-                          "was read",
-                          path, size, got);
-  }
-  unsigned char extra;
-  ssize_t n;
-  do n = read(fd, &extra, 1);
-  while (n < 0 && errno == EINTR);
-  if (n > 0) {
-    free(buf);
-    return aural__err_set(err, AURAL_EIO,
-                          "%s: the file grew past its %zu bytes while it was "
-                          "read",
-                          path, size);
-  }
-  *out = buf;
-  return 0;
-}
-
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err) {
   *out = NULL;
@@ -1207,7 +1158,7 @@ int aural_model_load(const char *path, const aural_model_load_config *cfg,
                           fmt_bytes(c, sizeof c, most));
   }
   unsigned char *bytes;
-  int rc = read_whole(fd, path, size, &bytes, err);
+  int rc = aural__read_all(fd, path, size, &bytes, err);
   close(fd);
   if (rc < 0) return rc;
   rc = aural_model_load_buffer(bytes, size, path, cfg, out, err);

@@ -26,6 +26,7 @@
 #include "cli.h"
 #include "npy.h"
 #include "outfile.h"
+#include "words.h"
 
 #define READ_FRAMES 4096
 /* How long the open of a FIFO input may wait before the command says that
@@ -64,16 +65,32 @@ static void usage(FILE *to) {
           "                         text        greedy CTC transcript (tokens\n"
           "                                     separated by spaces), one\n"
           "                                     line per chunk, then the whole\n"
+          "                         words       words from the CTC head with a\n"
+          "                                     lexicon and language model\n"
+          "                                     (beam search; a line per final\n"
+          "                                     segment, then the transcript)\n"
           "      --chunk-frames N frames per encoder call (default 50); only\n"
           "                       changes how work is grouped, not results\n"
           "      --show           print a coarse text picture of the result\n"
           "  -q, --quiet          print nothing but errors (and text output)\n"
           "  -j, --jobs N         with several inputs: files encoded at once\n"
           "                       (default: one per CPU)\n"
+          "With --output words:\n"
+          "      --lexicon PATH   pronunciations (default: beside the model,\n"
+          "                       MODEL.lexicon.txt)\n"
+          "      --lm PATH        ARPA n-gram model (default: MODEL.lm.arpa)\n"
+          "      --format FMT     txt (the words, one line; default), json\n"
+          "                       (segments, words with start and end seconds\n"
+          "                       and confidence), srt or vtt (subtitles: a\n"
+          "                       cue per segment)\n"
+          "      --beam N         hypotheses kept per frame (default 16)\n"
+          "      --lm-weight X    weight of the language model (default 0.8)\n"
+          "      --word-penalty X score added per word (default 0)\n"
           "  -h, --help           show this help\n"
           "\n"
           "With several inputs, or a directory (its audio files, by\n"
-          "extension), each INPUT goes to OUT_DIR/NAME.npy (.txt for text),\n"
+          "extension), each INPUT goes to OUT_DIR/NAME.npy (.txt for text, the\n"
+          "format's extension for words),\n"
           "on all cores; a progress bar shows on a terminal, and a summary\n"
           "line gives files, hours of audio, wall time and x real time. A\n"
           "file that fails is reported at the end; the others are written.\n"
@@ -86,9 +103,16 @@ static void usage(FILE *to) {
           cli_default_model());
 }
 
-typedef enum out_kind { OUT_EMBEDDINGS, OUT_LOGITS, OUT_FEATURES, OUT_TEXT } out_kind;
+typedef enum out_kind {
+  OUT_EMBEDDINGS,
+  OUT_LOGITS,
+  OUT_FEATURES,
+  OUT_TEXT,
+  OUT_WORDS,
+  N_KINDS
+} out_kind;
 static const char *const kind_names[] = {"embeddings", "logits", "features",
-                                         "text"};
+                                         "text", "words"};
 
 typedef struct encode_job {
   const char *in_path, *out_path, *model_path;
@@ -116,6 +140,13 @@ typedef struct encode_job {
   int shared_model;          /* model belongs to the caller (batch mode) */
   char *errors;              /* batch mode: the error message goes here */
   double audio_s;            /* seconds of audio read */
+  /* --output words: */
+  const char *lexicon_path, *lm_path;
+  const words_res *words;    /* the lexicon and LM (shared in batch mode) */
+  words_res own_words;       /* ... loaded by this job */
+  aural_decoder_config dcfg;
+  words_format format;
+  words_run wr;              /* the decoder and the finals */
 } encode_job;
 
 #define ERROR_BYTES 600
@@ -162,6 +193,12 @@ static int emit_rows(encode_job *job, const float *rows, size_t n) {
  * tokens (an empty final chunk prints nothing). */
 static int on_chunk(encode_job *job, const aural_chunk *ch) {
   size_t n = ch->n_frames;
+  if (job->kind == OUT_WORDS) {
+    job->n_rows += n;
+    return words_push(&job->wr, job->rows, n, (int)job->dim) < 0
+               ? AURAL_ENOMEM
+               : 0;
+  }
   if (job->kind != OUT_TEXT) return emit_rows(job, job->rows, n);
   if (n == 0) return 0;
   job->n_rows += n;
@@ -311,7 +348,8 @@ static int prepare(encode_job *job, aural_err *err) {
     if (rc < 0) return rc;
   }
   const aural_model_config *mc = aural_model_get_config(job->model);
-  if ((job->kind == OUT_LOGITS || job->kind == OUT_TEXT) &&
+  if ((job->kind == OUT_LOGITS || job->kind == OUT_TEXT ||
+       job->kind == OUT_WORDS) &&
       mc->vocab_size == 0) {
     snprintf(err->msg, sizeof err->msg,
              "%s: the model has no CTC head, so there are no %s "
@@ -322,12 +360,19 @@ static int prepare(encode_job *job, aural_err *err) {
   job->dim = job->kind == OUT_FEATURES   ? (size_t)mc->fbank.num_mel_bins
              : job->kind == OUT_EMBEDDINGS ? (size_t)mc->d_model
                                            : (size_t)mc->vocab_size;
+  if (job->kind == OUT_WORDS && job->words == NULL) {
+    if (words_load(&job->own_words, job->model, job->model_path,
+                   job->lexicon_path, job->lm_path, err->msg,
+                   sizeof err->msg) < 0)
+      return AURAL_EINVAL;
+    job->words = &job->own_words;
+  }
   return 0;
 }
 
 static const unsigned kind_outputs[] = {
     AURAL_STREAM_EMBEDDINGS, AURAL_STREAM_LOGITS, AURAL_STREAM_FEATURES,
-    AURAL_STREAM_TEXT};
+    AURAL_STREAM_TEXT, AURAL_STREAM_LOGITS};
 
 /* The stream over the input, and the buffers of one chunk of it. Work is
  * grouped by chunks: the encoder takes at most chunk_frames (up to 1024)
@@ -357,7 +402,12 @@ static int open_stream(encode_job *job, const aural_audiofile_info *info,
   }
   job->ch = (aural_chunk){.max_frames = job->chunk_frames};
   if (job->kind == OUT_EMBEDDINGS) job->ch.emb = job->rows;
-  if (job->kind == OUT_LOGITS) job->ch.logits = job->rows;
+  if (job->kind == OUT_LOGITS || job->kind == OUT_WORDS)
+    job->ch.logits = job->rows;
+  if (job->kind == OUT_WORDS &&
+      words_start(&job->wr, job->words, job->model, &job->dcfg, NULL,
+                  err->msg, sizeof err->msg) < 0)
+    return AURAL_EINVAL;
   if (job->kind == OUT_FEATURES) job->ch.features = job->rows;
   if (job->kind == OUT_TEXT) {
     job->ch.text = job->chunk_text;
@@ -397,9 +447,11 @@ static int run(encode_job *job) {
       goto fail;
     }
     if (job->of.is_stdout) job->said = stderr;
-    if (job->kind != OUT_TEXT && npy_write_begin(job->of.f, job->dim) < 0)
+    if (job->kind != OUT_TEXT && job->kind != OUT_WORDS &&
+        npy_write_begin(job->of.f, job->dim) < 0)
       goto write_fail;
   }
+  if (job->kind == OUT_WORDS && !job->quiet) job->wr.live = job->said;
 
   for (;;) {
     size_t n = 0;
@@ -418,12 +470,16 @@ static int run(encode_job *job) {
   }
   rc = aural_stream_end(job->stream);
   if (rc == 0) rc = compute_and_drain(job);
+  if (rc == 0 && job->kind == OUT_WORDS && words_end(&job->wr) < 0)
+    rc = AURAL_ENOMEM;
   if (rc < 0) goto push_fail;
   draw_progress(job, 1);
   if (job->kind == OUT_TEXT && !job->quiet)
     fprintf(job->said, "text: %s\n", job->text ? job->text : "");
   if (job->of.f != NULL) {
-    if (job->kind == OUT_TEXT) {
+    if (job->kind == OUT_WORDS) {
+      if (words_write(&job->wr, job->of.f, job->format) < 0) goto write_fail;
+    } else if (job->kind == OUT_TEXT) {
       if (fprintf(job->of.f, "%s\n", job->text ? job->text : "") < 0)
         goto write_fail;
     } else if (npy_write_end(job->of.f, job->n_rows, job->dim) < 0) {
@@ -440,6 +496,8 @@ static int run(encode_job *job) {
     }
   } else if (job->kind == OUT_TEXT && job->quiet) {
     printf("%s\n", job->text ? job->text : "");
+  } else if (job->kind == OUT_WORDS) {
+    words_write(&job->wr, stdout, job->format);
   }
 
   if (!job->quiet) {
@@ -450,12 +508,14 @@ static int run(encode_job *job) {
             "  -> %zu frames x %zu %s in %.1f ms (%.0fx real time)%s%s\n",
             job->in_path, secs, info.rate_hz, info.n_channels,
             info.n_channels == 1 ? "" : "s", info.format, job->n_rows,
-            job->kind == OUT_TEXT ? (size_t)1 : job->dim,
+            job->kind == OUT_TEXT || job->kind == OUT_WORDS ? (size_t)1
+                                                            : job->dim,
             kind_names[job->kind], wall * 1e3, wall > 0 ? secs / wall : 0.0,
             job->out_path ? ", written to " : "",
             job->out_path ? job->out_path : "");
   }
-  if (job->show && job->kind != OUT_TEXT) show(job);
+  if (job->show && job->kind != OUT_TEXT && job->kind != OUT_WORDS)
+    show(job);
   fflush(stdout);
   rc = 0;
   goto done;
@@ -484,6 +544,11 @@ done:
   free(job->chunk_text);
   free(job->text);
   aural_stream_destroy(job->stream);
+  words_stop(&job->wr);
+  if (job->words == &job->own_words) {
+    words_free(&job->own_words);
+    job->words = NULL;
+  }
   aural_audiofile_close(af);
   if (!job->shared_model) aural_model_free(job->model);
   job->audio_s = af_seconds;
@@ -572,7 +637,7 @@ static int collect_inputs(char **args, int n_args, char ***out, size_t *n) {
 
 /* OUT_DIR/BASE.npy (or .txt for text); two inputs with one base name are
  * refused before any work, so no output overwrites another. */
-static int plan_outputs(batch *b, const char *dir, out_kind kind) {
+static int plan_outputs(batch *b, const char *dir, const char *ext) {
   b->outputs = calloc(b->n, sizeof *b->outputs);
   if (b->outputs == NULL) return -1;
   for (size_t i = 0; i < b->n; i++) {
@@ -580,8 +645,7 @@ static int plan_outputs(batch *b, const char *dir, out_kind kind) {
     base = base ? base + 1 : b->inputs[i];
     const char *dot = strrchr(base, '.');
     int len = dot && dot != base ? (int)(dot - base) : (int)strlen(base);
-    if (asprintf(&b->outputs[i], "%s/%.*s.%s", dir, len, base,
-                 kind == OUT_TEXT ? "txt" : "npy") < 0)
+    if (asprintf(&b->outputs[i], "%s/%.*s.%s", dir, len, base, ext) < 0)
       return -1;
   }
   char **sorted = malloc(b->n * sizeof *sorted);
@@ -670,7 +734,10 @@ static int run_batch(encode_job *proto, char **args, int n_args,
   b.errors = calloc(b.n, sizeof *b.errors);
   b.audio_s = calloc(b.n, sizeof *b.audio_s);
   if (b.errors == NULL || b.audio_s == NULL ||
-      plan_outputs(&b, out_dir, proto->kind) < 0)
+      plan_outputs(&b, out_dir,
+                   proto->kind == OUT_TEXT    ? "txt"
+                   : proto->kind == OUT_WORDS ? words_format_names[proto->format]
+                                              : "npy") < 0)
     goto out;
   aural_err err = {0};
   if (aural_model_load(proto->model_path, NULL, &proto->model, &err) < 0) {
@@ -678,6 +745,16 @@ static int run_batch(encode_job *proto, char **args, int n_args,
     goto out;
   }
   proto->shared_model = 1;
+  if (proto->kind == OUT_WORDS) {
+    if (words_load(&proto->own_words, proto->model, proto->model_path,
+                   proto->lexicon_path, proto->lm_path, err.msg,
+                   sizeof err.msg) < 0) {
+      fprintf(stderr, "aural encode: %s\n", err.msg);
+      aural_model_free(proto->model);
+      goto out;
+    }
+    proto->words = &proto->own_words;
+  }
   int quiet = proto->quiet;
   proto->quiet = 1;
   proto->progress = 0;
@@ -716,6 +793,7 @@ static int run_batch(encode_job *proto, char **args, int n_args,
   }
   free(threads);
   pthread_mutex_destroy(&b.mu);
+  words_free(&proto->own_words);
   aural_model_free(proto->model);
 out:
   for (size_t i = 0; i < b.n; i++) {
@@ -728,6 +806,33 @@ out:
   free(b.errors);
   free(b.audio_s);
   return rc;
+}
+
+/* --beam, --lm-weight or --word-penalty. */
+static int parse_decoder_option(aural_decoder_config *dc, int c,
+                                const char *arg) {
+  char *end;
+  double v = strtod(arg, &end);
+  bool ok = end != arg && *end == '\0' && isfinite(v);
+  if (c == 'B' && ok && v >= 1 && v <= 4096 && v == floor(v)) {
+    dc->beam = (int)v;
+    return 0;
+  }
+  if (c == 'W' && ok && v >= 0 && v <= 100) {
+    dc->lm_weight = (float)v;
+    return 0;
+  }
+  if (c == 'P' && ok && fabs(v) <= 100) {
+    dc->word_penalty = (float)v;
+    return 0;
+  }
+  fprintf(stderr, "aural encode: %s %s: expected %s\n",
+          c == 'B' ? "--beam" : c == 'W' ? "--lm-weight" : "--word-penalty",
+          arg,
+          c == 'B'   ? "an integer in 1..4096"
+          : c == 'W' ? "a number in 0..100"
+                     : "a number in -100..100");
+  return -1;
 }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -744,10 +849,17 @@ int cmd_encode(int argc, char **argv) {
       {"show", no_argument, NULL, 'S'},
       {"quiet", no_argument, NULL, 'q'},
       {"jobs", required_argument, NULL, 'j'},
+      {"lexicon", required_argument, NULL, 'L'},
+      {"lm", required_argument, NULL, 'G'},
+      {"format", required_argument, NULL, 'F'},
+      {"beam", required_argument, NULL, 'B'},
+      {"lm-weight", required_argument, NULL, 'W'},
+      {"word-penalty", required_argument, NULL, 'P'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   encode_job job = {.chunk_frames = 50, .kind = OUT_EMBEDDINGS};
+  aural_decoder_config_default(&job.dcfg);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   size_t n_jobs = cpus > 0 ? (size_t)cpus : 1;
   int jobs_given = 0;
@@ -775,6 +887,23 @@ int cmd_encode(int argc, char **argv) {
       break;
     case 'S': job.show = 1; break;
     case 'q': job.quiet = 1; break;
+    case 'L': job.lexicon_path = optarg; break;
+    case 'G': job.lm_path = optarg; break;
+    case 'F': {
+      int f = words_format_parse(optarg);
+      if (f < 0) {
+        fprintf(stderr, "aural encode: --format %s: expected txt, json, srt "
+                        "or vtt\n", optarg);
+        return EXIT_USAGE;
+      }
+      job.format = (words_format)f;
+      break;
+    }
+    case 'B':
+    case 'W':
+    case 'P':
+      if (parse_decoder_option(&job.dcfg, c, optarg) < 0) return EXIT_USAGE;
+      break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
       fprintf(stderr, "(see 'aural encode --help')\n");
@@ -783,11 +912,11 @@ int cmd_encode(int argc, char **argv) {
   }
   if (kind != NULL) {
     size_t k = 0;
-    while (k < 4 && strcmp(kind, kind_names[k]) != 0) k++;
-    if (k == 4) {
+    while (k < N_KINDS && strcmp(kind, kind_names[k]) != 0) k++;
+    if (k == N_KINDS) {
       fprintf(stderr,
               "aural encode: --output %s: unknown kind (embeddings, logits, "
-              "features or text)\n",
+              "features, text or words)\n",
               kind);
       return EXIT_USAGE;
     }
@@ -799,7 +928,8 @@ int cmd_encode(int argc, char **argv) {
                    (argc - optind == 1 && stat(argv[optind], &st) == 0 &&
                     S_ISDIR(st.st_mode));
   if (optind == argc || (batch_mode && job.out_path == NULL) ||
-      (job.out_path == NULL && job.kind != OUT_TEXT)) {
+      (job.out_path == NULL && job.kind != OUT_TEXT &&
+       job.kind != OUT_WORDS)) {
     fprintf(stderr, "aural encode: %s\n(see 'aural encode --help')\n",
             optind == argc ? "an INPUT file is required"
             : batch_mode   ? "-o DIR is required with several inputs"

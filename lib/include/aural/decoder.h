@@ -1,0 +1,190 @@
+/*
+ * aural/decoder.h — words from a CTC phoneme model, streaming.
+ *
+ *   aural_lexicon *lex;
+ *   aural_lm *lm;
+ *   aural_decoder *dec;
+ *   aural_lexicon_load("default.lexicon.txt", model, &lex, &err);
+ *   aural_lm_load("default.lm.arpa", lex, &lm, &err);
+ *   aural_decoder_config dc;
+ *   aural_decoder_config_default(&dc);
+ *   aural_decoder_create(&dc, model, lex, lm, &dec, &err);
+ *   // each chunk's logits (n_frames, vocab_size), as aural_stream pulls them:
+ *   for (size_t at = 0; at < n_frames;) {
+ *     at += aural_decoder_push(dec, logits + at * vocab, n_frames - at);
+ *     if (aural_decoder_final(dec, words, cap, &n) == 1) show_final(words, n);
+ *   }
+ *   n = aural_decoder_partial(dec, words, cap);   // may still change
+ *   ...
+ *   aural_decoder_end(dec);                       // end of stream
+ *   if (aural_decoder_final(dec, words, cap, &n) == 1) show_final(words, n);
+ *
+ * The lexicon maps words to one or more pronunciations in the model's
+ * tokens; the language model is a word n-gram model with backoff (ARPA,
+ * up to 4-grams). Both are read-only after loading and shared by any
+ * number of decoders. A decoder is one stream's CTC prefix beam search
+ * over the lexicon's prefix tree, scored in natural-log units: acoustic
+ * log-posteriors + lm_weight * LM log-probability + word_penalty per word.
+ * Hypotheses that reach the same state (LM context, place in the tree,
+ * last token) are merged, keeping the better (Viterbi); the LM's best
+ * unigram below each tree node is added early, so that pruning sees it.
+ *
+ * Endpoints (DESIGN.md §8) come from the posteriors: a frame is
+ * non-speech when blank is its most likely token. A segment ends after
+ * endpoint_silence_s of trailing non-speech once something was decoded,
+ * after endpoint_idle_s when nothing was (the decoder then starts afresh
+ * without a segment), when it reaches endpoint_max_s, and at the end of
+ * the stream. Each ended segment with words is a final: its words, times
+ * and confidences never change. What the best hypothesis holds between
+ * finals is the partial.
+ *
+ * Outputs depend only on the sequence of frames, not on how it is split
+ * into pushes. State is allocated at create and bounded by the beam and
+ * endpoint_max_s, whatever the stream's length; push allocates nothing.
+ * A decoder is not thread-safe; distinct decoders are independent.
+ */
+#ifndef AURAL_DECODER_H
+#define AURAL_DECODER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "aural/error.h"
+#include "aural/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- lexicon -------------------------------------------------------------- */
+
+typedef struct aural_lexicon aural_lexicon;
+
+/* Reads a lexicon: UTF-8 text, one pronunciation per line,
+ * "word<TAB>token token ...", tokens from the model's vocabulary (not the
+ * blank); a word may have several lines. Blank lines and lines starting
+ * with '#' are skipped. Errors name the file, line and what is wrong. */
+int aural_lexicon_load(const char *path, const aural_model *model,
+                       aural_lexicon **out, aural_err *err);
+/* The same from text in memory (len bytes); name is used in messages. */
+int aural_lexicon_load_buffer(const char *text, size_t len, const char *name,
+                              const aural_model *model, aural_lexicon **out,
+                              aural_err *err);
+void aural_lexicon_destroy(aural_lexicon *lex);
+
+typedef struct aural_lexicon_info {
+  size_t n_words;          /* distinct words */
+  size_t n_prons;          /* pronunciations */
+  size_t n_nodes;          /* prefix-tree nodes */
+  size_t memory_bytes;     /* what the loaded lexicon holds */
+} aural_lexicon_info;
+
+void aural_lexicon_get_info(const aural_lexicon *lex, aural_lexicon_info *info);
+
+/* The id of word (0..n_words-1), or -1 when the lexicon lacks it. */
+int aural_lexicon_find(const aural_lexicon *lex, const char *word);
+/* The text of word id; NULL when out of range. */
+const char *aural_lexicon_word(const aural_lexicon *lex, int id);
+
+/* --- language model ------------------------------------------------------- */
+
+typedef struct aural_lm aural_lm;
+
+/* Reads an ARPA n-gram model (orders 1 to 4) over the lexicon's words:
+ * n-grams with a word the lexicon lacks are dropped (it cannot be
+ * recognized), <s> and </s> are required, <unk> is optional (the LM's
+ * probability for lexicon words it does not list). Errors name the file,
+ * line and what is wrong. */
+int aural_lm_load(const char *path, const aural_lexicon *lex, aural_lm **out,
+                  aural_err *err);
+int aural_lm_load_buffer(const char *text, size_t len, const char *name,
+                         const aural_lexicon *lex, aural_lm **out,
+                         aural_err *err);
+void aural_lm_destroy(aural_lm *lm);
+
+typedef struct aural_lm_info {
+  int order;                /* highest n */
+  size_t n_grams[4];        /* kept, per order */
+  size_t n_dropped;         /* n-grams over words the lexicon lacks */
+  size_t memory_bytes;
+} aural_lm_info;
+
+void aural_lm_get_info(const aural_lm *lm, aural_lm_info *info);
+
+/* log10 P(words[n-1] | words[0..n-2]) with backoff, the ARPA way; word
+ * ids are the lexicon's, AURAL_LM_BOS for <s>, AURAL_LM_EOS for </s>.
+ * For tests and tools; the decoder scores incrementally. */
+#define AURAL_LM_BOS (-2)
+#define AURAL_LM_EOS (-3)
+double aural_lm_score(const aural_lm *lm, const int *words, size_t n);
+
+/* --- decoder -------------------------------------------------------------- */
+
+typedef struct aural_decoder_config {
+  int beam;                /* hypotheses kept after each frame (16) */
+  float beam_threshold;    /* and only those within this of the best (14) */
+  int max_tokens;          /* tokens tried per frame: the most likely (8) */
+  float token_threshold;   /* ... within this of the frame's best (10) */
+  float lm_weight;         /* weight of the LM's natural-log score (0.8) */
+  float word_penalty;      /* added per word (0) */
+  float endpoint_silence_s; /* trailing non-speech that ends a segment (0.8) */
+  float endpoint_idle_s;   /* ... when nothing was decoded: a reset (2.4) */
+  float endpoint_max_s;    /* longest segment (20) */
+} aural_decoder_config;
+
+void aural_decoder_config_default(aural_decoder_config *cfg);
+
+typedef struct aural_decoder aural_decoder;
+
+/* model gives the vocabulary and the frame duration; lex and lm (lm may be
+ * NULL: words are then scored by the penalty alone) must outlive the
+ * decoder. */
+int aural_decoder_create(const aural_decoder_config *cfg,
+                         const aural_model *model, const aural_lexicon *lex,
+                         const aural_lm *lm, aural_decoder **out,
+                         aural_err *err);
+void aural_decoder_destroy(aural_decoder *dec);
+
+/* One recognized word. Frames count from the stream's first: the word
+ * spans [start_frame, end_frame). */
+typedef struct aural_word {
+  const char *text;         /* the lexicon's; valid while it lives */
+  uint64_t start_frame, end_frame;
+  float confidence;         /* in [0, 1] */
+} aural_word;
+
+/* Consumes logits (n_frames, vocab_size), raw CTC head outputs, and
+ * returns how many frames it took: all of them, or fewer when a segment
+ * ended at the last one taken (read it with aural_decoder_final, then
+ * push the rest). After aural_decoder_end it takes nothing. */
+size_t aural_decoder_push(aural_decoder *dec, const float *logits,
+                          size_t n_frames);
+
+/* The stream ended: the open segment, if it has words, becomes final. */
+void aural_decoder_end(aural_decoder *dec);
+
+/* The final segment waiting, if any: its words into out (at most cap;
+ * *n_words says how many there were, which may exceed cap), and it is
+ * cleared. Returns 1, or 0 when none is waiting. */
+int aural_decoder_final(aural_decoder *dec, aural_word *out, size_t cap,
+                        size_t *n_words);
+
+/* The partial hypothesis: the words of the open segment so far, at most
+ * cap of them into out. Returns how many there are (may exceed cap). */
+size_t aural_decoder_partial(const aural_decoder *dec, aural_word *out,
+                             size_t cap);
+
+typedef struct aural_decoder_info {
+  uint64_t frames;          /* frames consumed */
+  uint64_t segments;        /* finals produced */
+  size_t memory_bytes;      /* the decoder's own, fixed at create */
+} aural_decoder_info;
+
+void aural_decoder_get_info(const aural_decoder *dec, aural_decoder_info *info);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

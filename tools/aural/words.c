@@ -1,0 +1,217 @@
+/*
+ * Words for the CLI (words.h): a decoder over one stream's logits, its
+ * finals kept in order, and the transcript written as plain text, JSON or
+ * subtitles (SRT, WebVTT: one cue per final segment).
+ */
+#include "words.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+const char *const words_format_names[4] = {"txt", "json", "srt", "vtt"};
+
+int words_format_parse(const char *name) {
+  for (int i = 0; i < 4; i++)
+    if (strcmp(name, words_format_names[i]) == 0) return i;
+  return -1;
+}
+
+/* PATH.safetensors -> PATH + suffix (PATH.safetensors + suffix when the
+ * model's name ends otherwise). */
+static void beside(char *out, size_t cap, const char *model_path,
+                   const char *suffix) {
+  size_t n = strlen(model_path);
+  const char *ext = ".safetensors";
+  size_t k = strlen(ext);
+  if (n > k && strcmp(model_path + n - k, ext) == 0) n -= k;
+  snprintf(out, cap, "%.*s%s", (int)n, model_path, suffix);
+}
+
+int words_load(words_res *r, const aural_model *model, const char *model_path,
+               const char *lexicon_path, const char *lm_path, char *err,
+               size_t err_len) {
+  *r = (words_res){0};
+  char lex_buf[4096], lm_buf[4096];
+  if (lexicon_path == NULL) {
+    beside(lex_buf, sizeof lex_buf, model_path, ".lexicon.txt");
+    lexicon_path = lex_buf;
+  }
+  if (lm_path == NULL) {
+    beside(lm_buf, sizeof lm_buf, model_path, ".lm.arpa");
+    lm_path = lm_buf;
+  }
+  aural_err e = {0};
+  if (aural_lexicon_load(lexicon_path, model, &r->lex, &e) < 0 ||
+      aural_lm_load(lm_path, r->lex, &r->lm, &e) < 0) {
+    snprintf(err, err_len, "%s (words need a lexicon and a language model: "
+                           "--lexicon and --lm)", e.msg);
+    words_free(r);
+    return -1;
+  }
+  return 0;
+}
+
+void words_free(words_res *r) {
+  aural_lm_destroy(r->lm);
+  aural_lexicon_destroy(r->lex);
+  *r = (words_res){0};
+}
+
+int words_start(words_run *w, const words_res *r, const aural_model *model,
+                const aural_decoder_config *cfg, FILE *live, char *err,
+                size_t err_len) {
+  *w = (words_run){.live = live};
+  aural_err e = {0};
+  if (aural_decoder_create(cfg, model, r->lex, r->lm, &w->dec, &e) < 0) {
+    snprintf(err, err_len, "%s", e.msg);
+    return -1;
+  }
+  w->frame_s = aural_model_get_config(model)->fbank.frame_shift_ms * 1e-3;
+  w->buf_cap = 4096;
+  w->buf = malloc(w->buf_cap * sizeof *w->buf);
+  if (w->buf == NULL) {
+    snprintf(err, err_len, "out of memory");
+    words_stop(w);
+    return -1;
+  }
+  return 0;
+}
+
+void words_stop(words_run *w) {
+  aural_decoder_destroy(w->dec);
+  free(w->words);
+  free(w->seg_end);
+  free(w->buf);
+  *w = (words_run){0};
+}
+
+/* Takes the waiting final, if any, into the transcript. */
+static int take_final(words_run *w) {
+  size_t n;
+  if (aural_decoder_final(w->dec, w->buf, w->buf_cap, &n) == 0) return 0;
+  if (n > w->buf_cap) n = w->buf_cap; /* cannot happen: the pool is smaller */
+  if (w->n_words + n > w->cap_words) {
+    size_t cap = (w->n_words + n) * 2;
+    aural_word *p = realloc(w->words, cap * sizeof *p);
+    if (p == NULL) return -1;
+    w->words = p;
+    w->cap_words = cap;
+  }
+  if (w->n_segs == w->cap_segs) {
+    size_t cap = w->cap_segs ? w->cap_segs * 2 : 64;
+    size_t *p = realloc(w->seg_end, cap * sizeof *p);
+    if (p == NULL) return -1;
+    w->seg_end = p;
+    w->cap_segs = cap;
+  }
+  memcpy(w->words + w->n_words, w->buf, n * sizeof *w->buf);
+  w->n_words += n;
+  w->seg_end[w->n_segs++] = w->n_words;
+  if (w->live != NULL && n > 0) {
+    fprintf(w->live, "[%7.2f - %7.2f s]",
+            (double)w->buf[0].start_frame * w->frame_s,
+            (double)w->buf[n - 1].end_frame * w->frame_s);
+    for (size_t i = 0; i < n; i++) fprintf(w->live, " %s", w->buf[i].text);
+    fputc('\n', w->live);
+  }
+  return 0;
+}
+
+int words_push(words_run *w, const float *logits, size_t n_frames, int vocab) {
+  for (size_t at = 0; at < n_frames;) {
+    at += aural_decoder_push(w->dec, logits + at * (size_t)vocab,
+                             n_frames - at);
+    if (take_final(w) < 0) return -1;
+  }
+  return 0;
+}
+
+int words_end(words_run *w) {
+  aural_decoder_end(w->dec);
+  return take_final(w);
+}
+
+/* A time as subtitles write it: HH:MM:SS,mmm (sep ',') or .mmm. */
+static void put_time(FILE *to, double s, char sep) {
+  long ms = (long)(s * 1000.0 + 0.5);
+  fprintf(to, "%02ld:%02ld:%02ld%c%03ld", ms / 3600000, ms / 60000 % 60,
+          ms / 1000 % 60, sep, ms % 1000);
+}
+
+/* A JSON string (the words are UTF-8 without control characters). */
+static void put_json_string(FILE *to, const char *s) {
+  fputc('"', to);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', to);
+    fputc(*s, to);
+  }
+  fputc('"', to);
+}
+
+static void write_json(const words_run *w, FILE *to) {
+  fputs("{\"text\": \"", to);
+  for (size_t i = 0; i < w->n_words; i++) {
+    if (i > 0) fputc(' ', to);
+    for (const char *s = w->words[i].text; *s; s++) {
+      if (*s == '"' || *s == '\\') fputc('\\', to);
+      fputc(*s, to);
+    }
+  }
+  fputs("\",\n \"segments\": [", to);
+  size_t at = 0;
+  for (size_t k = 0; k < w->n_segs; k++) {
+    fprintf(to, "%s\n  {\"words\": [", k ? "," : "");
+    for (size_t i = at; i < w->seg_end[k]; i++) {
+      const aural_word *x = &w->words[i];
+      fprintf(to, "%s\n    {\"word\": ", i > at ? "," : "");
+      put_json_string(to, x->text);
+      fprintf(to, ", \"start\": %.2f, \"end\": %.2f, \"confidence\": %.3f}",
+              (double)x->start_frame * w->frame_s,
+              (double)x->end_frame * w->frame_s, (double)x->confidence);
+    }
+    fputs("]}", to);
+    at = w->seg_end[k];
+  }
+  fputs("]}\n", to);
+}
+
+static void write_cues(const words_run *w, FILE *to, bool vtt) {
+  if (vtt) fputs("WEBVTT\n\n", to);
+  size_t at = 0, cue = 0;
+  for (size_t k = 0; k < w->n_segs; k++) {
+    size_t end = w->seg_end[k];
+    if (end > at) {
+      if (!vtt) fprintf(to, "%zu\n", ++cue);
+      put_time(to, (double)w->words[at].start_frame * w->frame_s,
+               vtt ? '.' : ',');
+      fputs(" --> ", to);
+      put_time(to, (double)w->words[end - 1].end_frame * w->frame_s,
+               vtt ? '.' : ',');
+      fputc('\n', to);
+      for (size_t i = at; i < end; i++)
+        fprintf(to, "%s%s", i > at ? " " : "", w->words[i].text);
+      fputs("\n\n", to);
+    }
+    at = end;
+  }
+}
+
+int words_write(const words_run *w, FILE *to, words_format format) {
+  switch (format) {
+  case WORDS_TXT:
+    for (size_t i = 0; i < w->n_words; i++)
+      fprintf(to, "%s%s", i > 0 ? " " : "", w->words[i].text);
+    fputc('\n', to);
+    break;
+  case WORDS_JSON:
+    write_json(w, to);
+    break;
+  case WORDS_SRT:
+  case WORDS_VTT:
+    write_cues(w, to, format == WORDS_VTT);
+    break;
+  }
+  return ferror(to) ? -1 : 0;
+}

@@ -1,0 +1,55 @@
+/* Words for the CLI: the lexicon and LM beside a model, a decoder over a
+ * stream's logits, and the transcript in txt, json, srt or vtt. */
+#ifndef AURAL_CLI_WORDS_H
+#define AURAL_CLI_WORDS_H
+
+#include <stdio.h>
+
+#include <aural/decoder.h>
+
+typedef enum words_format { WORDS_TXT, WORDS_JSON, WORDS_SRT, WORDS_VTT } words_format;
+
+extern const char *const words_format_names[4]; /* "txt", "json", ... */
+
+/* "txt", "json", "srt" or "vtt"; -1 when unknown. */
+int words_format_parse(const char *name);
+
+/* The resources, shared by any number of transcripts. */
+typedef struct words_res {
+  aural_lexicon *lex;
+  aural_lm *lm;
+} words_res;
+
+/* Loads the lexicon and the LM: the paths given, else those beside the
+ * model file (MODEL.lexicon.txt and MODEL.lm.arpa, for MODEL.safetensors).
+ * Returns 0, or -1 with err set. */
+int words_load(words_res *r, const aural_model *model, const char *model_path,
+               const char *lexicon_path, const char *lm_path, char *err,
+               size_t err_len);
+void words_free(words_res *r);
+
+/* One stream's words: the decoder and every final segment so far. */
+typedef struct words_run {
+  aural_decoder *dec;
+  double frame_s;
+  aural_word *words;  /* every final word, in order */
+  size_t n_words, cap_words;
+  size_t *seg_end;    /* each segment's end in words[] */
+  size_t n_segs, cap_segs;
+  aural_word *buf;    /* one final's words */
+  size_t buf_cap;
+  FILE *live;         /* each final as a line as it comes, or NULL */
+} words_run;
+
+int words_start(words_run *w, const words_res *r, const aural_model *model,
+                const aural_decoder_config *cfg, FILE *live, char *err,
+                size_t err_len);
+/* Logits (n_frames, vocab) of the next frames. Returns 0 or -1 (memory). */
+int words_push(words_run *w, const float *logits, size_t n_frames, int vocab);
+/* The end of the stream. Returns 0 or -1. */
+int words_end(words_run *w);
+/* Writes the transcript. Returns 0, or -1 when writing failed. */
+int words_write(const words_run *w, FILE *to, words_format format);
+void words_stop(words_run *w);
+
+#endif
