@@ -160,9 +160,10 @@ int aural_decoder_create(const aural_decoder_config *cfg,
   d->vocab = mc->vocab_size;
   d->lm_scale = (float)(cfg->lm_weight * LN10);
   double frame_s = mc->fbank.frame_shift_ms * 1e-3;
-  d->silence_frames = (uint64_t)ceil(cfg->endpoint_silence_s / frame_s);
-  d->idle_frames = (uint64_t)ceil(cfg->endpoint_idle_s / frame_s);
-  d->max_frames = (uint64_t)ceil(cfg->endpoint_max_s / frame_s);
+  /* Durations in whole frames (the float's own rounding forgiven). */
+  d->silence_frames = (uint64_t)ceil(cfg->endpoint_silence_s / frame_s - 1e-4);
+  d->idle_frames = (uint64_t)ceil(cfg->endpoint_idle_s / frame_s - 1e-4);
+  d->max_frames = (uint64_t)ceil(cfg->endpoint_max_s / frame_s - 1e-4);
   size_t beam = (size_t)cfg->beam;
   int tokens = cfg->max_tokens < d->vocab - 1 ? cfg->max_tokens : d->vocab - 1;
   /* Per hypothesis: the blank, a repeat, and per token a step down the

@@ -1,0 +1,656 @@
+/*
+ * The words decoder (aural/decoder.h): the lexicon and ARPA readers on good
+ * and bad input, the LM's backoff arithmetic, the beam search against a
+ * brute-force scorer on tiny lexicons and LMs, the endpoint rules on
+ * synthetic posteriors, and outputs that do not depend on chunking.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <aural.h>
+#include <aural/decoder.h>
+
+#include "synth_model.h"
+
+#define V 5 /* blank t0 and tokens t1..t4 */
+
+static aural_model *model;
+
+static int setup(void **state) {
+  (void)state;
+  synth_spec s;
+  synth_spec_base(&s);
+  s.d_model = 8;
+  s.n_heads = 1;
+  s.n_layers = 1;
+  s.d_ff = 8;
+  s.window = 4;
+  s.vocab_size = V;
+  size_t n;
+  unsigned char *bytes = synth_model(&s, &n);
+  assert_non_null(bytes);
+  aural_err err;
+  int rc = aural_model_load_buffer(bytes, n, "tiny", NULL, &model, &err);
+  free(bytes);
+  if (rc < 0) fail_msg("%s", err.msg);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  aural_model_free(model);
+  return 0;
+}
+
+static aural_lexicon *lexicon(const char *text) {
+  aural_lexicon *lex;
+  aural_err err;
+  if (aural_lexicon_load_buffer(text, strlen(text), "lex", model, &lex,
+                                &err) < 0)
+    fail_msg("lexicon: %s", err.msg);
+  return lex;
+}
+
+static aural_lm *lm_of(const char *text, const aural_lexicon *lex) {
+  aural_lm *lm;
+  aural_err err;
+  if (aural_lm_load_buffer(text, strlen(text), "lm", lex, &lm, &err) < 0)
+    fail_msg("lm: %s", err.msg);
+  return lm;
+}
+
+/* --- readers -------------------------------------------------------------- */
+
+static void test_lexicon_tree(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("# a comment\n"
+                               "ab\tt1 t2\n"
+                               "ab\tt1 t2\n" /* repeated: counted once */
+                               "ab\tt1  t3\r\n"
+                               "\n"
+                               "b\tt2\n"
+                               "ba\tt2\n" /* a homophone of b */
+                               "\xc3\xa9t\xc3\xa9\tt4 t1\n");
+  aural_lexicon_info info;
+  aural_lexicon_get_info(lex, &info);
+  assert_int_equal(info.n_words, 4);
+  assert_int_equal(info.n_prons, 5);
+  /* root, t1, t1 t2, t1 t3, t2, t4, t4 t1 */
+  assert_int_equal(info.n_nodes, 7);
+  assert_true(info.memory_bytes > 0);
+  assert_int_equal(aural_lexicon_find(lex, "ba"), 2);
+  assert_int_equal(aural_lexicon_find(lex, "zz"), -1);
+  assert_string_equal(aural_lexicon_word(lex, 3), "\xc3\xa9t\xc3\xa9");
+  assert_null(aural_lexicon_word(lex, 4));
+  aural_lexicon_destroy(lex);
+}
+
+typedef struct bad_case {
+  const char *text;
+  const char *want; /* a part of the message */
+} bad_case;
+
+static void test_lexicon_rejects(void **state) {
+  (void)state;
+  char many[64 * 8 + 64];
+  size_t n = 0;
+  for (int i = 0; i <= 64; i++)
+    n += (size_t)snprintf(many + n, sizeof many - n, "w%d\tt1\n", i);
+  const bad_case cases[] = {
+      {"", "no pronunciations"},
+      {"# only a comment\n", "no pronunciations"},
+      {"ab t1 t2\n", "lex:1: no tab"},
+      {"ab\tt1\nb\tt9\n", "lex:2: \"t9\" is not a token"},
+      {"ab\tt0\n", "\"t0\" is not a token"}, /* the blank */
+      {"ab\t\n", "has no tokens"},
+      {"\tt1\n", "a word of 0 bytes"},
+      {"a b\tt1\n", "byte 0x20"},
+      {"a\xff\tt1\n", "byte 0xff"},
+      {"a\x01\tt1\n", "byte 0x01"},
+      {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\tt1\n",
+       "a word of 65 bytes"},
+      {"a\tt1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 "
+       "t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 "
+       "t1 t1 t1 t1 t1 t1\n",
+       "more than 48 tokens"},
+      {many, "more than 64 words share"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aural_lexicon *lex = (aural_lexicon *)1;
+    aural_err err = {0};
+    int rc = aural_lexicon_load_buffer(cases[i].text, strlen(cases[i].text),
+                                       "lex", model, &lex, &err);
+    if (rc >= 0 || lex != NULL || strstr(err.msg, cases[i].want) == NULL)
+      fail_msg("case %zu: rc %d, message \"%s\", wanted \"%s\"", i, rc,
+               err.msg, cases[i].want);
+  }
+  /* A NUL inside the text. */
+  aural_lexicon *lex;
+  aural_err err;
+  assert_true(aural_lexicon_load_buffer("a\tt1\0\n", 6, "lex", model, &lex,
+                                        &err) < 0);
+  assert_non_null(strstr(err.msg, "NUL"));
+}
+
+static const char *const lex_abc = "a\tt1\n"
+                                   "b\tt2\n"
+                                   "c\tt3\n"
+                                   "d\tt4 t1\n";
+
+/* A 3-gram model whose numbers make each backoff step visible. */
+static const char *const arpa3 = "\\data\\\n"
+                                 "ngram 1=6\n"
+                                 "ngram 2=3\n"
+                                 "ngram 3=1\n"
+                                 "\n"
+                                 "\\1-grams:\n"
+                                 "-1.0\t<s>\t-0.5\n"
+                                 "-1.1\t</s>\n"
+                                 "-1.2\ta\t-0.25\n"
+                                 "-1.3\tb\t-0.125\n"
+                                 "-1.4\tc\n"
+                                 "-9.9\tzebra\t-0.1\n" /* not in the lexicon */
+                                 "\n"
+                                 "\\2-grams:\n"
+                                 "-0.3\t<s> a\t-0.0625\n"
+                                 "-0.4\ta b\n"
+                                 "-0.6\tzebra a\n"
+                                 "\\3-grams:\n"
+                                 "-0.05\t<s> a b\n"
+                                 "\\end\\\n";
+
+static void test_lm_backoff(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex_abc);
+  aural_lm *lm = lm_of(arpa3, lex);
+  aural_lm_info info;
+  aural_lm_get_info(lm, &info);
+  assert_int_equal(info.order, 3);
+  assert_int_equal(info.n_grams[0], 5);
+  assert_int_equal(info.n_grams[1], 2);
+  assert_int_equal(info.n_grams[2], 1);
+  assert_int_equal(info.n_dropped, 2); /* zebra, zebra a */
+  int a = aural_lexicon_find(lex, "a"), b = aural_lexicon_find(lex, "b"),
+      c = aural_lexicon_find(lex, "c"), d = aural_lexicon_find(lex, "d");
+  const double eps = 1e-6;
+  /* Listed n-grams. */
+  assert_float_equal(aural_lm_score(lm, (int[]){AURAL_LM_BOS, a}, 2), -0.3,
+                     eps);
+  assert_float_equal(aural_lm_score(lm, (int[]){AURAL_LM_BOS, a, b}, 3),
+                     -0.05, eps);
+  assert_float_equal(aural_lm_score(lm, (int[]){b}, 1), -1.3, eps);
+  /* (a, c): no bigram: bow(a) + P(c). */
+  assert_float_equal(aural_lm_score(lm, (int[]){a, c}, 2), -0.25 + -1.4, eps);
+  /* (<s> a c): bow(<s> a) + bow(a) + P(c). */
+  assert_float_equal(aural_lm_score(lm, (int[]){AURAL_LM_BOS, a, c}, 3),
+                     -0.0625 + -0.25 + -1.4, eps);
+  /* (b a b): no (b a), so no bow for it; then P(b | a) listed. */
+  assert_float_equal(aural_lm_score(lm, (int[]){b, a, b}, 3), -0.4, eps);
+  /* (c </s>): c has no backoff listed (0). */
+  assert_float_equal(aural_lm_score(lm, (int[]){c, AURAL_LM_EOS}, 2), -1.1,
+                     eps);
+  /* Longer histories than the order use its last words. */
+  assert_float_equal(aural_lm_score(lm, (int[]){c, c, AURAL_LM_BOS, a, b}, 5),
+                     -0.05, eps);
+  /* d is in the lexicon but not in the LM, which has no <unk>. */
+  assert_true(isinf(aural_lm_score(lm, (int[]){a, d}, 2)));
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+}
+
+static void test_lm_unk(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex_abc);
+  aural_lm *lm = lm_of("\\data\\\nngram 1=4\n\n\\1-grams:\n-1\t<s>\n-1\t</s>\n"
+                       "-2\t<unk>\n-0.5\ta\n\n\\end\\\n",
+                       lex);
+  int d = aural_lexicon_find(lex, "d"), a = aural_lexicon_find(lex, "a");
+  assert_float_equal(aural_lm_score(lm, (int[]){a, d}, 2), -2.0, 1e-6);
+  assert_float_equal(aural_lm_score(lm, (int[]){d, a}, 2), -0.5, 1e-6);
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+}
+
+static void test_lm_rejects(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex_abc);
+  const char *ok1 = "-1\t<s>\n-1\t</s>\n";
+  char buf[6][256];
+  snprintf(buf[0], sizeof buf[0],
+           "\\data\\\nngram 1=3\n\n\\1-grams:\n%s\n\\end\\\n", ok1);
+  snprintf(buf[1], sizeof buf[1],
+           "\\data\\\nngram 1=2\n\n\\1-grams:\n%s-1\ta\n\n\\end\\\n", ok1);
+  snprintf(buf[2], sizeof buf[2],
+           "\\data\\\nngram 1=3\n\n\\1-grams:\n%s0.5\ta\n\n\\end\\\n", ok1);
+  snprintf(buf[3], sizeof buf[3],
+           "\\data\\\nngram 1=4\n\n\\1-grams:\n%s-1\ta\n-2\ta\n\n\\end\\\n",
+           ok1);
+  snprintf(buf[4], sizeof buf[4],
+           "\\data\\\nngram 1=3\n\n\\1-grams:\n%s-1x\ta\n\n\\end\\\n", ok1);
+  snprintf(buf[5], sizeof buf[5],
+           "\\data\\\nngram 1=2\n\n\\1-grams:\n%s\n", ok1);
+  const bad_case cases[] = {
+      {"", "ends in its \\data\\"},
+      {"ngram 1=2\n", "not an ARPA file"},
+      {"\\data\\\nngram 2=1\n\n", "ngram 2 out of order"},
+      {"\\data\\\nngram 1=1\nngram 2=1\nngram 3=1\nngram 4=1\nngram 5=1\n",
+       "out of order"},
+      {"\\data\\\nngram 1=x\n", "\"ngram N=COUNT\" expected"},
+      {"\\data\\\nngram 1=999999999999\n", "more than"},
+      {"\\data\\\nngram 1=2\n\n\\2-grams:\n", "\"\\1-grams:\" expected"},
+      {buf[0], "2 1-grams, but \\data\\ announced 3"},
+      {buf[1], "more 1-grams than the 2"},
+      {buf[2], "is not a log10 probability"},
+      {buf[3], "listed twice"},
+      {buf[4], "\"-1x\" is not a log10 probability"},
+      {buf[5], "\"\\end\\\" expected"},
+      {"\\data\\\nngram 1=1\n\n\\1-grams:\n-1\ta\n\n\\end\\\n",
+       "<s> and </s> must be 1-grams"},
+      {"\\data\\\nngram 1=1\n\n\\1-grams:\n-1\ta b c\n\n\\end\\\n",
+       "has 4 fields"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aural_lm *lm = (aural_lm *)1;
+    aural_err err = {0};
+    int rc = aural_lm_load_buffer(cases[i].text, strlen(cases[i].text), "lm",
+                                  lex, &lm, &err);
+    if (rc >= 0 || lm != NULL || strstr(err.msg, cases[i].want) == NULL)
+      fail_msg("case %zu: rc %d, message \"%s\", wanted \"%s\"", i, rc,
+               err.msg, cases[i].want);
+  }
+  aural_lexicon_destroy(lex);
+}
+
+/* --- the search against brute force ---------------------------------------- */
+
+static uint32_t rng_state;
+static double uniform(void) {
+  rng_state = rng_state * 1664525u + 1013904223u;
+  return (double)(rng_state >> 8) / (double)(1u << 24);
+}
+
+/* The best CTC alignment's log-probability of tokens y over lp (T, V). */
+static double ctc_best(const double *lp, int T, const int *y, int L) {
+  int S = 2 * L + 1;
+  double a[2 * 16 + 1], b[2 * 16 + 1];
+  for (int s = 0; s < S; s++) a[s] = -INFINITY;
+  a[0] = lp[0];
+  if (L > 0) a[1] = lp[y[0]];
+  for (int t = 1; t < T; t++) {
+    for (int s = 0; s < S; s++) {
+      int lab = s % 2 == 0 ? 0 : y[s / 2];
+      double m = a[s];
+      if (s >= 1 && a[s - 1] > m) m = a[s - 1];
+      if (s >= 2 && lab != 0 && lab != y[s / 2 - 1] && a[s - 2] > m)
+        m = a[s - 2];
+      b[s] = m + lp[t * V + lab];
+    }
+    memcpy(a, b, sizeof a);
+  }
+  double end = a[S - 1];
+  if (S >= 2 && a[S - 2] > end) end = a[S - 2];
+  return end;
+}
+
+typedef struct word_def {
+  const char *name;
+  int prons[2][4]; /* token lists ending with 0 */
+} word_def;
+
+static const word_def words4[] = {
+    {"a", {{1, 0}, {1, 2, 0}}},
+    {"b", {{2, 0}, {0}}},
+    {"c", {{3, 1, 0}, {0}}},
+    {"d", {{4, 0}, {3, 0}}}, /* t3 alone: a prefix of c */
+};
+
+static const char *const lex4 = "a\tt1\na\tt1 t2\nb\tt2\nc\tt3 t1\nd\tt4\n"
+                                "d\tt3\n";
+static const char *const arpa4 = "\\data\\\n"
+                                 "ngram 1=6\n"
+                                 "ngram 2=4\n"
+                                 "\n"
+                                 "\\1-grams:\n"
+                                 "-1.0\t<s>\t-0.2\n"
+                                 "-0.9\t</s>\n"
+                                 "-0.7\ta\t-0.1\n"
+                                 "-0.8\tb\t-0.3\n"
+                                 "-0.6\tc\n"
+                                 "-0.75\td\t-0.05\n"
+                                 "\n"
+                                 "\\2-grams:\n"
+                                 "-0.2\t<s> b\n"
+                                 "-0.1\ta b\n"
+                                 "-0.4\tb </s>\n"
+                                 "-0.3\td d\n"
+                                 "\n"
+                                 "\\end\\\n";
+
+/* The exhaustive search: every word sequence that fits in T frames, every
+ * choice of pronunciations, each scored by its best alignment. */
+typedef struct search {
+  const double *lp;
+  int T;
+  const aural_lexicon *lex;
+  const aural_lm *lm;
+  double lm_weight, penalty;
+  int hist[20]; /* <s>, then the words so far */
+  int y[20], L; /* their tokens */
+  double lm_sum;
+  double best_score;
+  int best[20], best_n;
+} search;
+
+static void extend(search *s, int n) {
+  /* This sequence, ended with </s>. */
+  s->hist[n + 1] = AURAL_LM_EOS;
+  size_t from = n + 2 > 4 ? (size_t)n + 2 - 4 : 0; /* at most a 4-gram */
+  double end = aural_lm_score(s->lm, s->hist + from, (size_t)n + 2 - from);
+  double score = ctc_best(s->lp, s->T, s->y, s->L) +
+                 s->lm_weight * log(10.0) * (s->lm_sum + end) +
+                 s->penalty * n;
+  if (score > s->best_score) {
+    s->best_score = score;
+    s->best_n = n;
+    memcpy(s->best, s->hist + 1, (size_t)n * sizeof *s->best);
+  }
+  for (int k = 0; k < 8; k++) {
+    const word_def *wd = &words4[k % 4];
+    const int *p = wd->prons[k / 4];
+    int len = 0;
+    while (p[len] != 0) len++;
+    if (len == 0 || s->L + len > s->T) continue;
+    int w = aural_lexicon_find(s->lex, wd->name);
+    s->hist[n + 1] = w;
+    size_t f = n + 2 > 4 ? (size_t)n + 2 - 4 : 0;
+    double lw = aural_lm_score(s->lm, s->hist + f, (size_t)n + 2 - f);
+    memcpy(s->y + s->L, p, (size_t)len * sizeof *p);
+    s->L += len;
+    s->lm_sum += lw;
+    extend(s, n + 1);
+    s->lm_sum -= lw;
+    s->L -= len;
+  }
+}
+
+static int brute_force(const double *lp, int T, const aural_lexicon *lex,
+                       const aural_lm *lm, double lm_weight, double penalty,
+                       int best[20]) {
+  search s = {.lp = lp, .T = T, .lex = lex, .lm = lm, .lm_weight = lm_weight,
+              .penalty = penalty, .hist = {AURAL_LM_BOS},
+              .best_score = -INFINITY, .best_n = -1};
+  extend(&s, 0);
+  memcpy(best, s.best, sizeof s.best);
+  return s.best_n;
+}
+
+static void test_search_matches_brute_force(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_lm *lm = lm_of(arpa4, lex);
+  aural_decoder_config dc;
+  aural_decoder_config_default(&dc);
+  dc.beam = 4096;
+  dc.beam_threshold = 1e9f;
+  dc.max_tokens = V - 1;
+  dc.token_threshold = 1e9f;
+  dc.endpoint_silence_s = 1000;
+  dc.endpoint_idle_s = 1000;
+  dc.endpoint_max_s = 600;
+  rng_state = 12345;
+  int agree = 0, nonempty = 0;
+  for (int trial = 0; trial < 200; trial++) {
+    enum { T = 6 };
+    float logits[T * V];
+    double lp[T * V];
+    /* Peaky posteriors, as CTC models give, with some doubt. */
+    for (int t = 0; t < T; t++) {
+      int hot = (int)(uniform() * V);
+      for (int k = 0; k < V; k++)
+        logits[t * V + k] = (float)(3.0 * uniform() + (k == hot ? 3.0 : 0.0));
+      double mx = -INFINITY, sum = 0;
+      for (int k = 0; k < V; k++)
+        if (logits[t * V + k] > mx) mx = logits[t * V + k];
+      for (int k = 0; k < V; k++) sum += exp(logits[t * V + k] - mx);
+      for (int k = 0; k < V; k++)
+        lp[t * V + k] = logits[t * V + k] - mx - log(sum);
+    }
+    dc.lm_weight = (float)(trial % 3 == 0 ? 0.0 : 0.5 + uniform());
+    dc.word_penalty = (float)(2.0 * uniform() - 1.0);
+    int want[20];
+    int n_want = brute_force(lp, T, lex, lm, dc.lm_weight, dc.word_penalty,
+                             want);
+    aural_decoder *d;
+    aural_err err;
+    assert_int_equal(aural_decoder_create(&dc, model, lex, lm, &d, &err), 0);
+    assert_int_equal(aural_decoder_push(d, logits, T), T);
+    aural_decoder_end(d);
+    aural_word got[8];
+    size_t n_got = 0;
+    int has = aural_decoder_final(d, got, 8, &n_got);
+    assert_int_equal(has, n_got > 0);
+    int same = (int)n_got == n_want;
+    for (int i = 0; same && i < n_want; i++)
+      same = strcmp(got[i].text, aural_lexicon_word(lex, want[i])) == 0;
+    if (!same) {
+      char a[64] = "", b[64] = "";
+      for (int i = 0; i < n_want; i++)
+        strcat(strcat(a, aural_lexicon_word(lex, want[i])), " ");
+      for (size_t i = 0; i < n_got; i++) strcat(strcat(b, got[i].text), " ");
+      fail_msg("trial %d: brute force \"%s\", decoder \"%s\"", trial, a, b);
+    }
+    for (size_t i = 0; i < n_got; i++) {
+      assert_true(got[i].start_frame < got[i].end_frame);
+      assert_true(got[i].end_frame <= T);
+      assert_true(i == 0 || got[i].start_frame >= got[i - 1].end_frame);
+      assert_true(got[i].confidence > 0 && got[i].confidence <= 1);
+    }
+    agree += same;
+    nonempty += n_want > 0;
+    aural_decoder_destroy(d);
+  }
+  assert_int_equal(agree, 200);
+  assert_true(nonempty > 100); /* the trials mostly find words */
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+}
+
+/* --- endpoints and streaming ------------------------------------------------ */
+
+/* Frames whose posterior peaks on token k. */
+static void put_frames(float *logits, size_t *at, int k, int n) {
+  for (int i = 0; i < n; i++, (*at)++)
+    for (int j = 0; j < V; j++) logits[*at * V + j] = j == k ? 8.0f : 0.0f;
+}
+
+static aural_decoder *endpoint_decoder(const aural_lexicon *lex,
+                                       const aural_lm *lm) {
+  aural_decoder_config dc;
+  aural_decoder_config_default(&dc);
+  dc.endpoint_silence_s = 0.10f; /* 10 frames */
+  dc.endpoint_idle_s = 0.20f;    /* 20 frames */
+  dc.endpoint_max_s = 0.30f;     /* 30 frames */
+  aural_decoder *d;
+  aural_err err;
+  assert_int_equal(aural_decoder_create(&dc, model, lex, lm, &d, &err), 0);
+  return d;
+}
+
+static void test_endpoints(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_lm *lm = lm_of(arpa4, lex);
+  aural_decoder *d = endpoint_decoder(lex, lm);
+  float logits[200 * V];
+  size_t n = 0;
+  put_frames(logits, &n, 0, 3);
+  put_frames(logits, &n, 2, 2); /* b: frames 3, 4 */
+  put_frames(logits, &n, 0, 40);
+  aural_word w[4];
+  size_t nw;
+  /* Speech, then 10 frames of non-speech: the final comes at frame 15. */
+  assert_int_equal(aural_decoder_push(d, logits, n), 15);
+  assert_int_equal(aural_decoder_final(d, w, 4, &nw), 1);
+  assert_int_equal(nw, 1);
+  assert_string_equal(w[0].text, "b");
+  assert_int_equal(w[0].start_frame, 3);
+  assert_int_equal(w[0].end_frame, 4);
+  /* A final waiting blocks the push until it is read. */
+  assert_int_equal(aural_decoder_final(d, w, 4, &nw), 0);
+  /* Nothing decoded: 20 frames of non-speech start afresh, no final. */
+  assert_int_equal(aural_decoder_push(d, logits + 15 * V, n - 15), n - 15);
+  assert_int_equal(aural_decoder_final(d, w, 4, &nw), 0);
+  aural_decoder_info info;
+  aural_decoder_get_info(d, &info);
+  assert_int_equal(info.frames, n);
+  assert_int_equal(info.segments, 1);
+  /* Speech that goes on: cut at 30 frames, with the words so far. */
+  n = 0;
+  for (int i = 0; i < 20; i++) {
+    put_frames(logits, &n, 4, 1); /* d d d ... */
+    put_frames(logits, &n, 0, 1);
+  }
+  size_t took = aural_decoder_push(d, logits, n);
+  assert_true(took <= 30);
+  assert_int_equal(aural_decoder_final(d, w, 4, &nw), 1);
+  assert_true(nw >= 4);
+  for (size_t i = 0; i < 4; i++) assert_string_equal(w[i].text, "d");
+  /* The end of the stream finals what is open. */
+  assert_int_equal(aural_decoder_push(d, logits + took * V, n - took),
+                   n - took);
+  size_t partial = aural_decoder_partial(d, w, 4);
+  assert_true(partial > 0);
+  aural_decoder_end(d);
+  assert_int_equal(aural_decoder_final(d, w, 4, &nw), 1);
+  assert_int_equal(nw, partial);
+  assert_int_equal(aural_decoder_push(d, logits, n), 0);
+  aural_decoder_destroy(d);
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+}
+
+/* Everything the decoder says for logits pushed `step` frames at a time:
+ * each final's words and the partial after every push, as text. */
+static char *transcript(const aural_lexicon *lex, const aural_lm *lm,
+                        const float *logits, size_t n, size_t step) {
+  aural_decoder_config dc;
+  aural_decoder_config_default(&dc);
+  aural_decoder *d;
+  aural_err err;
+  assert_int_equal(aural_decoder_create(&dc, model, lex, lm, &d, &err), 0);
+  size_t cap = 1 << 20, len = 0;
+  char *out = malloc(cap);
+  aural_word w[256];
+  size_t nw;
+  for (size_t at = 0; at < n;) {
+    size_t k = n - at < step ? n - at : step;
+    size_t took = aural_decoder_push(d, logits + at * V, k);
+    at += took;
+    if (aural_decoder_final(d, w, 256, &nw) == 1)
+      for (size_t i = 0; i < nw && i < 256; i++)
+        len += (size_t)snprintf(out + len, cap - len, "F %s %llu %llu %a\n",
+                                w[i].text,
+                                (unsigned long long)w[i].start_frame,
+                                (unsigned long long)w[i].end_frame,
+                                (double)w[i].confidence);
+    else
+      assert_int_equal(took, k);
+  }
+  aural_decoder_end(d);
+  if (aural_decoder_final(d, w, 256, &nw) == 1)
+    for (size_t i = 0; i < nw && i < 256; i++)
+      len += (size_t)snprintf(out + len, cap - len, "E %s %llu %llu\n",
+                              w[i].text, (unsigned long long)w[i].start_frame,
+                              (unsigned long long)w[i].end_frame);
+  aural_decoder_destroy(d);
+  return out;
+}
+
+static void test_chunking_does_not_matter(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_lm *lm = lm_of(arpa4, lex);
+  enum { N = 3000 };
+  float *logits = malloc(N * V * sizeof *logits);
+  rng_state = 777;
+  /* Bursts of noisy speech between pauses of 0.2 to 1.5 s. */
+  for (size_t t = 0; t < N;) {
+    size_t speech = 20 + (size_t)(uniform() * 200);
+    size_t pause = 20 + (size_t)(uniform() * 130);
+    for (size_t i = 0; i < speech && t < N; i++, t++) {
+      int hot = uniform() < 0.5 ? 0 : 1 + (int)(uniform() * (V - 1));
+      for (int k = 0; k < V; k++)
+        logits[t * V + k] = (float)(2.0 * uniform() + (k == hot ? 5 : 0));
+    }
+    for (size_t i = 0; i < pause && t < N; i++, t++)
+      for (int k = 0; k < V; k++)
+        logits[t * V + k] = (float)(uniform() + (k == 0 ? 6 : 0));
+  }
+  char *want = transcript(lex, lm, logits, N, N);
+  assert_true(strlen(want) > 100);
+  assert_non_null(strstr(want, "F ")); /* endpoints, not just the end */
+  const size_t steps[] = {1, 7, 50, 333};
+  for (size_t i = 0; i < 4; i++) {
+    char *got = transcript(lex, lm, logits, N, steps[i]);
+    if (strcmp(got, want) != 0)
+      fail_msg("pushing %zu frames at a time changes the words", steps[i]);
+    free(got);
+  }
+  free(want);
+  free(logits);
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+}
+
+static void test_config_rejects(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_decoder_config dc;
+  aural_decoder *d;
+  aural_err err;
+  aural_decoder_config_default(&dc);
+  dc.beam = 0;
+  assert_int_equal(aural_decoder_create(&dc, model, lex, NULL, &d, &err),
+                   AURAL_ECONFIG);
+  assert_non_null(strstr(err.msg, "beam"));
+  aural_decoder_config_default(&dc);
+  dc.endpoint_max_s = NAN;
+  assert_int_equal(aural_decoder_create(&dc, model, lex, NULL, &d, &err),
+                   AURAL_ECONFIG);
+  /* No LM: words by the acoustics and the penalty alone. */
+  aural_decoder_config_default(&dc);
+  assert_int_equal(aural_decoder_create(&dc, model, lex, NULL, &d, &err), 0);
+  float logits[4 * V] = {0};
+  size_t n = 0;
+  put_frames(logits, &n, 2, 2);
+  put_frames(logits, &n, 0, 2);
+  assert_int_equal(aural_decoder_push(d, logits, 4), 4);
+  aural_word w[2];
+  assert_int_equal(aural_decoder_partial(d, w, 2), 1);
+  assert_string_equal(w[0].text, "b");
+  aural_decoder_destroy(d);
+  aural_lexicon_destroy(lex);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_lexicon_tree),
+      cmocka_unit_test(test_lexicon_rejects),
+      cmocka_unit_test(test_lm_backoff),
+      cmocka_unit_test(test_lm_unk),
+      cmocka_unit_test(test_lm_rejects),
+      cmocka_unit_test(test_search_matches_brute_force),
+      cmocka_unit_test(test_endpoints),
+      cmocka_unit_test(test_chunking_does_not_matter),
+      cmocka_unit_test(test_config_rejects),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
