@@ -247,8 +247,18 @@ ok "consumer printed all $n_chunks chunks of sample.flac, the last one final"
 
 kill -HUP "$daemon"
 wait_for_line "$tmp/aurald.log" 20 'reload' || fail "no reload in the log after SIGHUP"
-[[ $(grep -c '^READY=1' "$tmp/notify.log") -ge 2 ]] &&
-  grep -q '^RELOADING=1' "$tmp/notify.log" || fail "SIGHUP: no RELOADING=1 then READY=1"
+# The notifications reach notify.log through the listener, which may
+# write them after the daemon logged the reload: wait for them.
+reloaded=0
+for _ in $(seq 100); do
+  if [[ $(grep -c '^READY=1' "$tmp/notify.log") -ge 2 ]] &&
+     grep -q '^RELOADING=1' "$tmp/notify.log"; then
+    reloaded=1
+    break
+  fi
+  sleep 0.1
+done
+[[ $reloaded -eq 1 ]] || fail "SIGHUP: no RELOADING=1 then READY=1"
 ok "SIGHUP: config re-read, RELOADING=1 then READY=1"
 kill -TERM "$daemon"
 rc=0
