@@ -84,7 +84,7 @@ typedef struct file_opt {
 typedef struct aurald_options {
   const char *model_path;
   const char *socket_path; /* resolved */
-  int chunk_frames;        /* --chunk-ms / 10 */
+  int chunk_ms;            /* --chunk-ms: whole frames of the model's */
   bool mic;
   const char *mic_device; /* NULL: default input */
   file_opt *files;

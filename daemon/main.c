@@ -24,71 +24,126 @@
 
 #define TICK_MS 10
 
-static void usage(FILE *to) {
-  fprintf(to,
-"Usage: aurald [OPTIONS]\n"
-"\n"
-"Streaming speech-frame encoder daemon: turns audio from files, a\n"
-"microphone or socket clients into 10 ms frame embeddings (and CTC token\n"
-"posteriors and text when the model has a head), and publishes each chunk\n"
-"over a Unix socket to subscribers (see proto/PROTOCOL.md).\n"
-"\n"
-"Options:\n"
-"  -m, --model PATH       model file (default: the bundled model)\n"
-"  -s, --socket PATH      socket path (default: $AURAL_SOCKET, else\n"
-"                         $XDG_RUNTIME_DIR/aural.sock, /run/aural/aural.sock\n"
-"                         for root, /tmp/aural-UID/aural.sock otherwise)\n"
-"      --chunk-ms N       chunk length in ms, a multiple of 10 from 10 to\n"
-"                         10000 (default 500)\n"
-"      --mic[=NAME|INDEX] capture from the default input device, or the one\n"
-"                         named (a substring of its name) or numbered\n"
-"      --list-devices     list input devices and exit\n"
-"      --file PATH        encode an audio file as a stream named after its\n"
-"                         base name; repeatable\n"
-"      --realtime         pace the --file just before at 1x real time\n"
-"                         (default: as fast as possible)\n"
-"      --exit-when-done   exit once every --file stream has ended\n"
-"      --hold             start each --file and --mic source only when its\n"
-"                         first subscriber arrives (default: at once)\n"
-"      --threads N        compute threads (default: one per CPU)\n"
-"      --max-clients N    simultaneous connections (default 1024)\n"
-"      --max-streams N    simultaneous streams (default 1024)\n"
-"      --sub-hard-limit B a subscriber's queue above B bytes loses chunks\n"
-"                         (reported by GAP); suffixes K, M (default 16M)\n"
-"      --sub-soft-limit B a queue above B bytes for too long is\n"
-"                         disconnected (default 4M)\n"
-"      --sub-soft-seconds S  how long is too long (default 10)\n"
-"      --hello-timeout S  close connections that have not sent HELLO\n"
-"                         S seconds after connecting (default 10)\n"
-"      --group NAME       also accept clients whose group is NAME\n"
-"      --f16              keep weights in half precision in memory\n"
-"      --max-model-memory B  refuse a model whose weights, one stream and\n"
-"                         one compute thread's scratch need more than B\n"
-"                         bytes; suffixes K, M, G (default 2G)\n"
-"      --log-level L      error, warn, info (default) or debug\n"
-"      --config PATH      read options from PATH (default: " AURAL_CONFIG "\n"
-"                         when it exists); the command line wins; SIGHUP\n"
-"                         re-reads it\n"
-"      --no-config        read no config file\n"
-"  -h, --help             show this help\n"
-"  -V, --version          show the version\n"
-"\n"
-"Config file lines are \"key = value\" with the long option names as\n"
-"keys (\"file\" may repeat; \"file-realtime = PATH\" is --file PATH\n"
-"--realtime; switches take yes or no), e.g. \"chunk-ms = 500\".\n"
-"Under systemd, a socket passed by socket activation is used instead of\n"
-"binding one, and readiness is reported on $NOTIFY_SOCKET.\n"
-"\n"
-"Examples:\n"
-"  aurald --file talk.flac --realtime      # then: aural sub --all\n"
-"  aurald --mic -s /tmp/aural.sock\n");
-}
-
 enum {
   OPT_CHUNK_MS = 256, OPT_MIC, OPT_LIST, OPT_FILE, OPT_REALTIME, OPT_EXIT,
   OPT_HOLD, OPT_THREADS, OPT_MAX_CLIENTS, OPT_MAX_STREAMS, OPT_HARD, OPT_SOFT,
-  OPT_SOFT_S, OPT_HELLO_TIMEOUT, OPT_GROUP, OPT_F16, OPT_MAX_MODEL_MEM, OPT_LOG, OPT_CONFIG, OPT_NO_CONFIG,
+  OPT_SOFT_S, OPT_HELLO_TIMEOUT, OPT_GROUP, OPT_F16, OPT_MAX_MODEL_MEM, OPT_LOG,
+  OPT_CONFIG, OPT_NO_CONFIG,
 };
+
+/* Every option once: getopt's table and --help are made from this list,
+ * so they cannot disagree (the config file's keys are the same names). */
+typedef struct option_doc {
+  const char *name;
+  int has_arg;      /* no_argument, required_argument, optional_argument */
+  int id;           /* the short option, or OPT_* */
+  const char *arg;  /* as --help shows it: " PATH", "[=NAME|INDEX]" */
+  const char *help; /* its lines, '\n' between them */
+} option_doc;
+
+static const option_doc options[] = {
+    {"model", required_argument, 'm', " PATH",
+     "model file (default: the bundled model)"},
+    {"socket", required_argument, 's', " PATH",
+     "socket path (default: $AURAL_SOCKET, else\n"
+     "$XDG_RUNTIME_DIR/aural.sock, /run/aural/aural.sock\n"
+     "for root, /tmp/aural-UID/aural.sock otherwise)"},
+    {"chunk-ms", required_argument, OPT_CHUNK_MS, " N",
+     "chunk length in ms, 1 to 600000 and a whole\n"
+     "number of the model's frames (default 500)"},
+    {"mic", optional_argument, OPT_MIC, "[=NAME|INDEX]",
+     "capture from the default input device, or the one\n"
+     "named (a substring of its name) or numbered"},
+    {"list-devices", no_argument, OPT_LIST, "", "list input devices and exit"},
+    {"file", required_argument, OPT_FILE, " PATH",
+     "encode an audio file as a stream named after its\n"
+     "base name; repeatable"},
+    {"realtime", no_argument, OPT_REALTIME, "",
+     "pace the --file just before at 1x real time\n"
+     "(default: as fast as possible)"},
+    {"exit-when-done", no_argument, OPT_EXIT, "",
+     "exit once every --file stream has ended"},
+    {"hold", no_argument, OPT_HOLD, "",
+     "start each --file and --mic source only when its\n"
+     "first subscriber arrives (default: at once)"},
+    {"threads", required_argument, OPT_THREADS, " N",
+     "compute threads (default: one per CPU)"},
+    {"max-clients", required_argument, OPT_MAX_CLIENTS, " N",
+     "simultaneous connections (default 1024)"},
+    {"max-streams", required_argument, OPT_MAX_STREAMS, " N",
+     "simultaneous streams (default 1024)"},
+    {"sub-hard-limit", required_argument, OPT_HARD, " B",
+     "a subscriber's queue above B bytes loses chunks\n"
+     "(reported by GAP); suffixes K, M (default 16M)"},
+    {"sub-soft-limit", required_argument, OPT_SOFT, " B",
+     "a queue above B bytes for too long is\n"
+     "disconnected (default 4M)"},
+    {"sub-soft-seconds", required_argument, OPT_SOFT_S, " S",
+     "how long is too long (default 10)"},
+    {"hello-timeout", required_argument, OPT_HELLO_TIMEOUT, " S",
+     "close connections that have not sent HELLO\n"
+     "S seconds after connecting (default 10)"},
+    {"group", required_argument, OPT_GROUP, " NAME",
+     "also accept clients whose group is NAME"},
+    {"f16", no_argument, OPT_F16, "", "keep weights in half precision in memory"},
+    {"max-model-memory", required_argument, OPT_MAX_MODEL_MEM, " B",
+     "refuse a model whose weights, one stream and\n"
+     "one compute thread's scratch need more than B\n"
+     "bytes; suffixes K, M, G (default 2G)"},
+    {"log-level", required_argument, OPT_LOG, " L",
+     "error, warn, info (default) or debug"},
+    {"config", required_argument, OPT_CONFIG, " PATH",
+     "read options from PATH (default: " AURAL_CONFIG "\n"
+     "when it exists); the command line wins; SIGHUP\n"
+     "re-reads it"},
+    {"no-config", no_argument, OPT_NO_CONFIG, "", "read no config file"},
+    {"help", no_argument, 'h', "", "show this help"},
+    {"version", no_argument, 'V', "", "show the version"},
+};
+#define N_OPTIONS (sizeof options / sizeof options[0])
+
+/* One option in --help: its flags, then its text from column 26 (on the
+ * next line when the flags reach that far). */
+static void usage_option(FILE *to, const option_doc *d) {
+  char flags[64];
+  if (d->id < 256)
+    snprintf(flags, sizeof flags, "  -%c, --%s%s", d->id, d->name, d->arg);
+  else
+    snprintf(flags, sizeof flags, "      --%s%s", d->name, d->arg);
+  fputs(flags, to);
+  const char *text = d->help;
+  if (strlen(flags) < 25)
+    fprintf(to, "%*s", (int)(25 - strlen(flags)), "");
+  else
+    fprintf(to, "  ");
+  for (const char *nl; (nl = strchr(text, '\n')) != NULL; text = nl + 1)
+    fprintf(to, "%.*s\n%25s", (int)(nl - text), text, "");
+  fprintf(to, "%s\n", text);
+}
+
+static void usage(FILE *to) {
+  fputs("Usage: aurald [OPTIONS]\n"
+        "\n"
+        "Streaming speech-frame encoder daemon: turns audio from files, a\n"
+        "microphone or socket clients into frame embeddings (and CTC token\n"
+        "posteriors and text when the model has a head), and publishes each\n"
+        "chunk over a Unix socket to subscribers (see proto/PROTOCOL.md).\n"
+        "\n"
+        "Options:\n",
+        to);
+  for (size_t i = 0; i < N_OPTIONS; i++) usage_option(to, &options[i]);
+  fputs("\n"
+        "Config file lines are \"key = value\" with the long option names as\n"
+        "keys (\"file\" may repeat; \"file-realtime = PATH\" is --file PATH\n"
+        "--realtime; switches take yes or no), e.g. \"chunk-ms = 500\".\n"
+        "Under systemd, a socket passed by socket activation is used instead\n"
+        "of binding one, and readiness is reported on $NOTIFY_SOCKET.\n"
+        "\n"
+        "Examples:\n"
+        "  aurald --file talk.flac --realtime      # then: aural sub --all\n"
+        "  aurald --mic -s /tmp/aural.sock\n",
+        to);
+}
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
   char *end;
@@ -123,33 +178,11 @@ static const char *default_model(void) {
 
 static int parse_options(int argc, char **argv, aurald_options *o,
                          bool *list) {
-  static const struct option longs[] = {
-      {"model", required_argument, NULL, 'm'},
-      {"socket", required_argument, NULL, 's'},
-      {"chunk-ms", required_argument, NULL, OPT_CHUNK_MS},
-      {"mic", optional_argument, NULL, OPT_MIC},
-      {"list-devices", no_argument, NULL, OPT_LIST},
-      {"file", required_argument, NULL, OPT_FILE},
-      {"realtime", no_argument, NULL, OPT_REALTIME},
-      {"exit-when-done", no_argument, NULL, OPT_EXIT},
-      {"hold", no_argument, NULL, OPT_HOLD},
-      {"threads", required_argument, NULL, OPT_THREADS},
-      {"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
-      {"max-streams", required_argument, NULL, OPT_MAX_STREAMS},
-      {"sub-hard-limit", required_argument, NULL, OPT_HARD},
-      {"sub-soft-limit", required_argument, NULL, OPT_SOFT},
-      {"sub-soft-seconds", required_argument, NULL, OPT_SOFT_S},
-      {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
-      {"group", required_argument, NULL, OPT_GROUP},
-      {"f16", no_argument, NULL, OPT_F16},
-      {"max-model-memory", required_argument, NULL, OPT_MAX_MODEL_MEM},
-      {"log-level", required_argument, NULL, OPT_LOG},
-      {"config", required_argument, NULL, OPT_CONFIG},
-      {"no-config", no_argument, NULL, OPT_NO_CONFIG},
-      {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, 'V'},
-      {NULL, 0, NULL, 0},
-  };
+  struct option longs[N_OPTIONS + 1];
+  for (size_t i = 0; i < N_OPTIONS; i++)
+    longs[i] = (struct option){options[i].name, options[i].has_arg, NULL,
+                               options[i].id};
+  longs[N_OPTIONS] = (struct option){NULL, 0, NULL, 0};
   int ch;
   long v;
   char *end;
@@ -159,12 +192,12 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case 'm': o->model_path = optarg; break;
     case 's': o->socket_path = optarg; break;
     case OPT_CHUNK_MS:
-      if (parse_long(optarg, 10, 10000, &v) < 0 || v % 10 != 0) {
-        fprintf(stderr, "aurald: --chunk-ms must be a multiple of 10 from 10 "
-                        "to 10000, not \"%s\"\n", optarg);
+      if (parse_long(optarg, 1, 600000, &v) < 0) {
+        fprintf(stderr, "aurald: --chunk-ms must be 1 to 600000, not "
+                        "\"%s\"\n", optarg);
         return 2;
       }
-      o->chunk_frames = (int)(v / 10);
+      o->chunk_ms = (int)v;
       break;
     case OPT_MIC:
       o->mic = true;
@@ -271,7 +304,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
 }
 
 static const aurald_options option_defaults = {
-    .chunk_frames = 50,
+    .chunk_ms = 500,
     .n_threads = 0, /* one per CPU */
     .max_request_bytes = 1u << 20,
     .max_message_bytes = 64u << 20,
@@ -407,7 +440,7 @@ static void reload(server *srv) {
   bool restart = str_differs(n.model_path, o->model_path) ||
                  (!srv->activated && str_differs(n.socket_path,
                                                  o->socket_path)) ||
-                 n.chunk_frames != o->chunk_frames || n.mic != o->mic ||
+                 n.chunk_ms != o->chunk_ms || n.mic != o->mic ||
                  n.n_files != o->n_files || n.hold != o->hold ||
                  n.f16_weights != o->f16_weights ||
                  n.max_model_bytes != o->max_model_bytes ||
@@ -593,7 +626,7 @@ int main(int argc, char **argv) {
     log_info("serving %s with %s (d_model %d, %d layers, vocab %d), %d "
              "workers, chunks of %d ms",
              o.socket_path, o.model_path, srv.mc->d_model, srv.mc->n_layers,
-             srv.mc->vocab_size, srv.n_workers, o.chunk_frames * 10);
+             srv.mc->vocab_size, srv.n_workers, o.chunk_ms);
     char status[256];
     snprintf(status, sizeof status, "READY=1\nSTATUS=serving %.200s",
              o.socket_path);

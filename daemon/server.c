@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -57,7 +58,6 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
   srv->opt = o;
   srv->loop = loop;
   srv->lock_fd = -1;
-  srv->chunk_frames = (size_t)o->chunk_frames;
   srv->t_start = aurald_mono_s();
   pthread_mutex_init(&srv->mu, NULL);
   pthread_condattr_t ca;
@@ -87,6 +87,17 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
     return -1;
   }
   srv->mc = aural_model_get_config(srv->model);
+  /* Chunks in whole frames of the model's frontend. */
+  double frame_ms = srv->mc->fbank.frame_shift_ms;
+  double frames = o->chunk_ms / frame_ms;
+  if (frames < 1 || fabs(frames - round(frames)) > 1e-6) {
+    snprintf(why, why_len,
+             "--chunk-ms %d is not a whole number of the model's %g ms "
+             "frames",
+             o->chunk_ms, frame_ms);
+    return -1;
+  }
+  srv->chunk_frames = (size_t)round(frames);
   for (int i = 0; i < srv->mc->vocab_size; i++) {
     size_t n = strlen(aural_model_token(srv->model, i));
     if (n > srv->max_token_bytes) srv->max_token_bytes = n;

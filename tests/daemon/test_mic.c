@@ -33,7 +33,7 @@ static int setup(void **state) {
   snprintf(model, sizeof model, "%s/encoder/tiny.safetensors",
            data ? data : "tests/data");
   f->opt = (aurald_options){
-      .model_path = model, .socket_path = "(test)", .chunk_frames = 50,
+      .model_path = model, .socket_path = "(test)", .chunk_ms = 500,
       .n_threads = 1, .max_request_bytes = 1u << 20,
       .max_message_bytes = 64u << 20, .max_clients = 4, .max_streams = 4,
       .sub_hard_bytes = 16u << 20, .sub_soft_bytes = 4u << 20,

@@ -399,9 +399,17 @@ class TestChunking(DaemonTest):
         model = os.path.join(self.tmp, "eight_k.safetensors")
         with open(model, "wb") as f:
             f.write(struct.pack("<Q", len(h)) + h + blob[8 + n:])
-        d = self.start(model=model)
+        # Chunks are whole frames of the model's, not of 10 ms.
+        sock = os.path.join(self.tmp, "bad.sock")
+        p = run(AURALD, "-m", model, "-s", sock, "--no-config", "--chunk-ms",
+                "510", check=False, timeout=20)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("not a whole number of the model's 12.5 ms frames",
+                      p.stderr)
+        d = self.start("--chunk-ms", "625", model=model)
         c = ac.Client(d.path, timeout=10)
         self.assertEqual(c.welcome["model"]["frame_length_ms"], 30)
+        self.assertEqual(c.welcome["model"]["chunk_frames"], 50)
         sid = c.open_audio("x", 8000, 1, "s16")
         # 240 + 100 * 99 samples at 8 kHz: exactly 100 frames.
         c.send_audio(sid, np.full(240 + 100 * 99, 1000, np.int16))
