@@ -631,19 +631,19 @@ static uint16_t elem_f16(const unsigned char *src, dtype t, size_t i) {
 }
 
 /* Converts a row-major (rows, cols) matrix into the packed panel layout
- * (internal.h), zero-padding the last panel. */
+ * (internal.h) of dst, float or (half) IEEE half, zero-padding the last
+ * panel. */
 static void pack(const unsigned char *src, dtype t, size_t rows, size_t cols,
-                 float *f32, uint16_t *f16) {
+                 void *dst, bool half) {
   size_t padded = (rows + AURAL__PANEL - 1) / AURAL__PANEL * AURAL__PANEL;
-  if (f32 != NULL)
-    memset(f32, 0, aural__packed_size(rows, cols) * sizeof *f32);
-  else
-    memset(f16, 0, aural__packed_size(rows, cols) * sizeof *f16);
+  float *f32 = dst;
+  uint16_t *f16 = dst;
+  memset(dst, 0, aural__packed_size(rows, cols) * (half ? 2 : 4));
   for (size_t r = 0; r < padded; r++)
     for (size_t c = 0; c < cols; c++) {
       size_t at = aural__packed_at(r, c, cols);
-      if (f32 != NULL) f32[at] = r < rows ? elem_f32(src, t, r * cols + c) : 0;
-      else f16[at] = r < rows ? elem_f16(src, t, r * cols + c) : 0;
+      if (half) f16[at] = r < rows ? elem_f16(src, t, r * cols + c) : 0;
+      else f32[at] = r < rows ? elem_f32(src, t, r * cols + c) : 0;
     }
 }
 
@@ -857,6 +857,173 @@ static int read_metadata(const aural_json *js, const char *where,
   return 0;
 }
 
+/* The entry found for w has the shape the config implies. */
+static int check_shape(const want *w, const entry *e, const char *where,
+                       aural_err *err) {
+  int dims = w->cols ? 2 : 1;
+  if (e->n_dims == dims && e->shape[0] == w->rows &&
+      (dims == 1 || e->shape[1] == w->cols))
+    return 0;
+  char got[96] = "", exp[48];
+  for (int d = 0; d < e->n_dims; d++)
+    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu",
+             d ? ", " : "", (unsigned long long)e->shape[d]);
+  if (dims == 2)
+    snprintf(exp, sizeof exp, "[%llu, %llu]", (unsigned long long)w->rows,
+             (unsigned long long)w->cols);
+  else
+    snprintf(exp, sizeof exp, "[%llu]", (unsigned long long)w->rows);
+  return aural__err_set(err, AURAL_EFORMAT,
+                        "%s: tensor \"%s\" has shape [%s]; the config "
+                        "implies %s",
+                        where, w->name, got, exp);
+}
+
+/* Everything is known to fit; allocates the arenas and converts every
+ * wanted tensor into them. The arenas are bounded by the file's tensor
+ * bytes, times two for half to float, times the padding of matrix rows to
+ * panels of 16 and of tensors to 16 elements (at worst 32x, for tiny
+ * tensors). */
+static int convert_weights(aural_model *m, const want_list *wl,
+                           const unsigned char *tensor_data,
+                           const aural_model_load_config *lcfg, uint64_t n_f32,
+                           uint64_t n_f16, const char *where, aural_err *err) {
+  m->f32 = aligned_alloc(64, ((size_t)n_f32 * sizeof *m->f32 + 127) / 64 * 64);
+  m->f16 = aligned_alloc(64, ((size_t)n_f16 * sizeof *m->f16 + 127) / 64 * 64);
+  if (m->f32 == NULL || m->f16 == NULL)
+    return aural__err_set(err, AURAL_ENOMEM, "%s: out of memory for weights",
+                          where);
+  size_t o32 = 0, o16 = 0;
+  for (size_t i = 0; i < wl->n; i++) {
+    const want *w = &wl->w[i];
+    const entry *e = w->found;
+    const unsigned char *src = tensor_data + e->begin;
+    if (w->is_matrix && lcfg->weights == AURAL_WEIGHTS_F16) {
+      pack(src, e->type, w->rows, w->cols, m->f16 + o16, true);
+      *w->mat = (aural__mat){.f16 = m->f16 + o16, .rows = (int)w->rows,
+                             .cols = (int)w->cols};
+      o16 += round16(aural__packed_size(w->rows, w->cols));
+    } else if (w->is_matrix) {
+      pack(src, e->type, w->rows, w->cols, m->f32 + o32, false);
+      *w->mat = (aural__mat){.f32 = m->f32 + o32, .rows = (int)w->rows,
+                             .cols = (int)w->cols};
+      o32 += round16(aural__packed_size(w->rows, w->cols));
+    } else {
+      for (size_t j = 0; j < w->rows; j++)
+        m->f32[o32 + j] = elem_f32(src, e->type, j);
+      *w->vec = m->f32 + o32;
+      o32 += round16(w->rows);
+    }
+  }
+  return 0;
+}
+
+/* The header's JSON (hlen bytes after the length), checked to be an
+ * object: *doc, or a code with err naming the byte or what is wrong. */
+static int read_header(const unsigned char *bytes, uint64_t hlen,
+                       const char *where, aural__json **doc, aural_err *err) {
+  size_t bad_at;
+  int prc;
+  char why[256];
+  *doc = parse_whole((const char *)bytes + 8, hlen, &bad_at, &prc, why,
+                     sizeof why);
+  if (*doc == NULL && bad_at < hlen)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: header byte %zu (file offset %zu) is 0x%02x: "
+                          "not allowed there (control character, invalid "
+                          "UTF-8 or \\u0000)",
+                          where, bad_at, bad_at + 8,
+                          (unsigned)bytes[8 + bad_at]);
+  if (*doc == NULL && prc == AURAL_ENOMEM)
+    return aural__err_set(err, prc, "%s: header: %s", where, why);
+  if (*doc == NULL && strcmp(why, "not a JSON object") != 0)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: the header's JSON is refused at %s", where,
+                          why);
+  if (*doc == NULL || !aural__json_is(&(*doc)->js, 0, AURAL_JSON_OBJECT)) {
+    aural__json_free(*doc);
+    *doc = NULL;
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: the header is not a JSON object", where);
+  }
+  return 0;
+}
+
+/* The header's tensor entries (all but __metadata__), each checked, and
+ * their byte ranges checked to tile the data area exactly. The reader has
+ * refused duplicate names. Decoded, every name fits in the header's
+ * length: *names holds them. */
+static int read_entries(const aural_json *js, uint64_t hlen, uint64_t data_len,
+                        const char *where, entry **out, size_t *n_out,
+                        char **names, aural_err *err) {
+  uint32_t n_members = aural_json_token_at(js, 0)->n_items;
+  size_t n_entries = n_members - (aural_json_get(js, 0, "__metadata__") >= 0);
+  entry *entries = calloc(n_entries + 1, sizeof *entries);
+  entry **sorted = calloc(n_entries + 1, sizeof *sorted);
+  *out = entries;
+  *n_out = n_entries;
+  *names = malloc(hlen + 1);
+  int rc = 0;
+  if (entries == NULL || sorted == NULL || *names == NULL)
+    rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
+  size_t k = 0, names_used = 0;
+  int key = 1;
+  for (uint32_t i = 0; rc == 0 && i < n_members;
+       i++, key = aural__json_after(js, key + 1)) {
+    if (aural__json_string_is(js, key, "__metadata__")) continue;
+    int len = aural_json_string(js, key, *names + names_used,
+                                hlen + 1 - names_used);
+    if (len < 0) {
+      rc = aural__err_set(err, AURAL_EFORMAT,
+                          "%s: a tensor name in the header does not decode",
+                          where);
+      break;
+    }
+    entries[k].name = *names + names_used;
+    names_used += (size_t)len + 1;
+    rc = parse_entry(js, key + 1, data_len, &entries[k], where, err);
+    sorted[k] = &entries[k];
+    k++;
+  }
+  if (rc == 0) qsort(sorted, n_entries, sizeof *sorted, cmp_begin);
+  uint64_t at = 0;
+  for (size_t i = 0; rc == 0 && i < n_entries; i++) {
+    entry *e = sorted[i];
+    if (e->begin != at)
+      rc = aural__err_set(err, AURAL_EFORMAT,
+                          "%s: tensor \"%s\": data_offsets begin at %llu but "
+                          "the previous tensor ends at %llu (%s)",
+                          where, e->name, (unsigned long long)e->begin,
+                          (unsigned long long)at,
+                          e->begin < at ? "overlap" : "gap");
+    at = e->end;
+  }
+  if (rc == 0 && at != data_len)
+    rc = aural__err_set(err, AURAL_EFORMAT,
+                        "%s: %llu bytes follow the last tensor (tensor data "
+                        "must end at end of file)",
+                        where, (unsigned long long)(data_len - at));
+  free(sorted);
+  return rc;
+}
+
+/* Values the encoder divides by must be usable. */
+static int check_cmvn(const aural_model *m, const char *where,
+                      aural_err *err) {
+  for (int i = 0; m->cmvn_std != NULL && i < m->cfg.fbank.num_mel_bins; i++) {
+    int bad_std = !(m->cmvn_std[i] > 0) || !isfinite(m->cmvn_std[i]);
+    if (bad_std || !isfinite(m->cmvn_mean[i]))
+      return aural__err_set(err, AURAL_EFORMAT,
+                            "%s: tensor \"frontend.cmvn.%s\" bin %d is %g (%s)",
+                            where, bad_std ? "std" : "mean", i,
+                            (double)(bad_std ? m->cmvn_std[i]
+                                             : m->cmvn_mean[i]),
+                            bad_std ? "std must be positive and finite"
+                                    : "mean must be finite");
+  }
+  return 0;
+}
+
 int aural_model_load_buffer(const void *data, size_t size, const char *where,
                             const aural_model_load_config *lcfg,
                             aural_model **out, aural_err *err) {
@@ -884,38 +1051,17 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   uint64_t data_len = size - 8 - hlen;
   const unsigned char *tensor_data = bytes + 8 + hlen;
 
-  size_t bad_at;
-  int prc;
-  char why[256];
-  aural__json *doc = parse_whole((const char *)bytes + 8, hlen, &bad_at, &prc,
-                                 why, sizeof why);
-  if (doc == NULL && bad_at < hlen)
-    return aural__err_set(err, AURAL_EFORMAT,
-                          "%s: header byte %zu (file offset %zu) is 0x%02x: "
-                          "not allowed there (control character, invalid "
-                          "UTF-8 or \\u0000)",
-                          where, bad_at, bad_at + 8,
-                          (unsigned)bytes[8 + bad_at]);
-  if (doc == NULL && prc == AURAL_ENOMEM)
-    return aural__err_set(err, prc, "%s: header: %s", where, why);
-  if (doc == NULL && strcmp(why, "not a JSON object") != 0)
-    return aural__err_set(err, AURAL_EFORMAT,
-                          "%s: the header's JSON is refused at %s", where,
-                          why);
-  if (doc == NULL || !aural__json_is(&doc->js, 0, AURAL_JSON_OBJECT)) {
-    aural__json_free(doc);
-    return aural__err_set(err, AURAL_EFORMAT,
-                          "%s: the header is not a JSON object", where);
-  }
+  aural__json *doc;
+  int rc = read_header(bytes, hlen, where, &doc, err);
+  if (rc < 0) return rc;
   const aural_json *js = &doc->js;
 
   aural_model *m = calloc(1, sizeof *m);
-  entry *entries = NULL, **sorted = NULL;
+  entry *entries = NULL;
   const char **have_names = NULL, **want_names = NULL;
   size_t *found = NULL;
   char *names = NULL, *config = NULL;
   want_list wl = {0};
-  int rc = 0;
   if (m == NULL) {
     rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
     goto done;
@@ -924,58 +1070,10 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   if (rc == 0) rc = parse_config(config, where, &m->cfg, &m->vocab, err);
   if (rc < 0) goto done;
 
-  /* Entries: parse, then check the tiling. The reader has refused
-   * duplicate names. Decoded, every name fits in the header's length. */
-  uint32_t n_members = aural_json_token_at(js, 0)->n_items;
-  size_t n_entries = n_members - (aural_json_get(js, 0, "__metadata__") >= 0);
-  entries = calloc(n_entries + 1, sizeof *entries);
-  sorted = calloc(n_entries + 1, sizeof *sorted);
-  names = malloc(hlen + 1);
-  if (entries == NULL || sorted == NULL || names == NULL) {
-    rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
-    goto done;
-  }
-  size_t k = 0, names_used = 0;
-  int key = 1;
-  for (uint32_t i = 0; i < n_members; i++, key = aural__json_after(js, key + 1)) {
-    if (aural__json_string_is(js, key, "__metadata__")) continue;
-    int len = aural_json_string(js, key, names + names_used,
-                                hlen + 1 - names_used);
-    if (len < 0) {
-      rc = aural__err_set(err, AURAL_EFORMAT,
-                          "%s: a tensor name in the header does not decode",
-                          where);
-      goto done;
-    }
-    entries[k].name = names + names_used;
-    names_used += (size_t)len + 1;
-    rc = parse_entry(js, key + 1, data_len, &entries[k], where, err);
-    if (rc < 0) goto done;
-    sorted[k] = &entries[k];
-    k++;
-  }
-  qsort(sorted, n_entries, sizeof *sorted, cmp_begin);
-  uint64_t at = 0;
-  for (size_t i = 0; i < n_entries; i++) {
-    entry *e = sorted[i];
-    if (e->begin != at) {
-      rc = aural__err_set(err, AURAL_EFORMAT,
-                          "%s: tensor \"%s\": data_offsets begin at %llu but "
-                          "the previous tensor ends at %llu (%s)",
-                          where, e->name, (unsigned long long)e->begin,
-                          (unsigned long long)at,
-                          e->begin < at ? "overlap" : "gap");
-      goto done;
-    }
-    at = e->end;
-  }
-  if (at != data_len) {
-    rc = aural__err_set(err, AURAL_EFORMAT,
-                        "%s: %llu bytes follow the last tensor (tensor data "
-                        "must end at end of file)",
-                        where, (unsigned long long)(data_len - at));
-    goto done;
-  }
+  size_t n_entries;
+  rc = read_entries(js, hlen, data_len, where, &entries, &n_entries, &names,
+                    err);
+  if (rc < 0) goto done;
 
   /* The tensors the config calls for. */
   const entry *cmvn = NULL;
@@ -1018,24 +1116,8 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
                           where, w->name);
       goto done;
     }
-    int dims = w->cols ? 2 : 1;
-    if (e->n_dims != dims || e->shape[0] != w->rows ||
-        (dims == 2 && e->shape[1] != w->cols)) {
-      char got[96] = "", exp[48];
-      for (int d = 0; d < e->n_dims; d++)
-        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu",
-                 d ? ", " : "", (unsigned long long)e->shape[d]);
-      if (dims == 2)
-        snprintf(exp, sizeof exp, "[%llu, %llu]", (unsigned long long)w->rows,
-                 (unsigned long long)w->cols);
-      else
-        snprintf(exp, sizeof exp, "[%llu]", (unsigned long long)w->rows);
-      rc = aural__err_set(err, AURAL_EFORMAT,
-                          "%s: tensor \"%s\" has shape [%s]; the config "
-                          "implies %s",
-                          where, w->name, got, exp);
-      goto done;
-    }
+    rc = check_shape(w, e, where, err);
+    if (rc < 0) goto done;
     uint64_t n = round16(w->is_matrix ? aural__packed_size(w->rows, w->cols)
                                       : w->rows);
     if (w->is_matrix && lcfg->weights == AURAL_WEIGHTS_F16)
@@ -1054,39 +1136,8 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
     }
   }
 
-  /* Everything is known to fit; allocate and convert. The arenas are
-   * bounded by the file's tensor bytes, times two for half to float, times
-   * the padding of matrix rows to panels of 16 and of tensors to 16
-   * elements (at worst 32x, for tiny tensors). */
-  m->f32 = aligned_alloc(64, ((size_t)n_f32 * sizeof *m->f32 + 127) / 64 * 64);
-  m->f16 = aligned_alloc(64, ((size_t)n_f16 * sizeof *m->f16 + 127) / 64 * 64);
-  if (m->f32 == NULL || m->f16 == NULL) {
-    rc = aural__err_set(err, AURAL_ENOMEM, "%s: out of memory for weights",
-                        where);
-    goto done;
-  }
-  size_t o32 = 0, o16 = 0;
-  for (size_t i = 0; i < wl.n; i++) {
-    want *w = &wl.w[i];
-    const entry *e = w->found;
-    const unsigned char *src = tensor_data + e->begin;
-    if (w->is_matrix && lcfg->weights == AURAL_WEIGHTS_F16) {
-      pack(src, e->type, w->rows, w->cols, NULL, m->f16 + o16);
-      *w->mat = (aural__mat){.f16 = m->f16 + o16, .rows = (int)w->rows,
-                             .cols = (int)w->cols};
-      o16 += round16(aural__packed_size(w->rows, w->cols));
-    } else if (w->is_matrix) {
-      pack(src, e->type, w->rows, w->cols, m->f32 + o32, NULL);
-      *w->mat = (aural__mat){.f32 = m->f32 + o32, .rows = (int)w->rows,
-                             .cols = (int)w->cols};
-      o32 += round16(aural__packed_size(w->rows, w->cols));
-    } else {
-      for (size_t j = 0; j < w->rows; j++)
-        m->f32[o32 + j] = elem_f32(src, e->type, j);
-      *w->vec = m->f32 + o32;
-      o32 += round16(w->rows);
-    }
-  }
+  rc = convert_weights(m, &wl, tensor_data, lcfg, n_f32, n_f16, where, err);
+  if (rc < 0) goto done;
   if (m->cfg.has_cmvn) m->n_params -= 2u * (uint64_t)m->cfg.fbank.num_mel_bins;
   m->weight_bytes = n_f32 * 4 + n_f16 * 2;
   aural_model_memory mm;
@@ -1094,26 +1145,13 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
                                  &mm) == 0 &&
          mm.weight_bytes == m->weight_bytes);
 
-  /* Values the encoder divides by must be usable. */
-  for (int i = 0; m->cmvn_std != NULL && i < m->cfg.fbank.num_mel_bins; i++) {
-    int bad_std = !(m->cmvn_std[i] > 0) || !isfinite(m->cmvn_std[i]);
-    if (bad_std || !isfinite(m->cmvn_mean[i])) {
-      rc = aural__err_set(err, AURAL_EFORMAT,
-                          "%s: tensor \"frontend.cmvn.%s\" bin %d is %g (%s)",
-                          where, bad_std ? "std" : "mean", i,
-                          (double)(bad_std ? m->cmvn_std[i] : m->cmvn_mean[i]),
-                          bad_std ? "std must be positive and finite"
-                                  : "mean must be finite");
-      goto done;
-    }
-  }
+  rc = check_cmvn(m, where, err);
 
 done:
   free(have_names);
   free(want_names);
   free(found);
   free(wl.w);
-  free(sorted);
   free(entries);
   free(names);
   free(config);
