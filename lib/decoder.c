@@ -561,5 +561,20 @@ void aural_decoder_get_info(const aural_decoder *d, aural_decoder_info *info) {
                       d->slot_cap * 2 * sizeof *d->slot +
                       (size_t)d->vocab * sizeof *d->lp +
                       d->pool_cap * (sizeof *d->pool + sizeof *d->remap +
-                                     sizeof *d->final)};
+                                     sizeof *d->final),
+      .max_words = d->pool_cap,
+      /* A final needs a word and the trailing non-speech after it, or the
+       * longest segment; the pool's own limit comes later still. */
+      .min_segment_frames = d->silence_frames + 1 < d->max_frames
+                                ? d->silence_frames + 1
+                                : d->max_frames};
+}
+
+void aural_decoder_reset(aural_decoder *d) {
+  d->frame = 0;
+  d->segments = 0;
+  d->final_ready = false;
+  d->ended = false;
+  d->n_final = 0;
+  start_segment(d);
 }

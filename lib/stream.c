@@ -50,6 +50,8 @@ struct aural_stream {
   int prev_token;         /* CTC collapse state across chunks */
   int ended, done, marked;
   int failed;             /* the error that broke the stream, or 0 */
+  aural_decoder *dec;     /* AURAL_STREAM_WORDS, or NULL */
+  size_t words_max, segments_max;
 };
 
 void aural_stream_config_default(aural_stream_config *cfg) {
@@ -59,13 +61,15 @@ void aural_stream_config_default(aural_stream_config *cfg) {
   cfg->chunk_frames = 50;
   cfg->max_pending_frames = 256;
   cfg->encoder_batch_frames = AURAL__DEFAULT_BATCH;
+  aural_decoder_config_default(&cfg->decoder);
 }
 
 /* The output bits in effect, or a negative code with err set. */
 static int resolve_outputs(const aural_model_config *c, unsigned want,
                            aural_err *err) {
   const unsigned all = AURAL_STREAM_EMBEDDINGS | AURAL_STREAM_LOGITS |
-                       AURAL_STREAM_TEXT | AURAL_STREAM_FEATURES;
+                       AURAL_STREAM_TEXT | AURAL_STREAM_FEATURES |
+                       AURAL_STREAM_WORDS;
   if (want == 0)
     return (int)(AURAL_STREAM_EMBEDDINGS |
                  (c->vocab_size > 0 ? AURAL_STREAM_LOGITS | AURAL_STREAM_TEXT
@@ -73,11 +77,12 @@ static int resolve_outputs(const aural_model_config *c, unsigned want,
   if (want & ~all)
     return aural__err_set(err, AURAL_ECONFIG,
                           "stream: outputs 0x%x has unknown bits", want);
-  if ((want & (AURAL_STREAM_LOGITS | AURAL_STREAM_TEXT)) &&
+  if ((want & (AURAL_STREAM_LOGITS | AURAL_STREAM_TEXT |
+               AURAL_STREAM_WORDS)) &&
       c->vocab_size == 0)
     return aural__err_set(err, AURAL_ECONFIG,
-                          "stream: outputs asks for logits or text, but the "
-                          "model has no CTC head");
+                          "stream: outputs asks for logits, text or words, "
+                          "but the model has no CTC head");
   return (int)want;
 }
 
@@ -110,7 +115,8 @@ static size_t layout(const aural_stream *s, size_t off[N_BUFS]) {
                          &sizes[BUF_PEND]);
   if (s->outputs & AURAL_STREAM_EMBEDDINGS)
     ok &= aural__mul_ok(s->out_cap, s->d * sizeof(float), &sizes[BUF_EMB]);
-  if (s->outputs & (AURAL_STREAM_LOGITS | AURAL_STREAM_TEXT))
+  if (s->outputs &
+      (AURAL_STREAM_LOGITS | AURAL_STREAM_TEXT | AURAL_STREAM_WORDS))
     ok &= aural__mul_ok(s->out_cap, s->v * sizeof(float), &sizes[BUF_LOGITS]);
   if (s->outputs & AURAL_STREAM_FEATURES)
     ok &= aural__mul_ok(s->out_cap, s->mels * sizeof(float),
@@ -179,6 +185,48 @@ static int setup(aural_stream *s, const aural_model *model,
   return 0;
 }
 
+/* The words decoder, and the most words and segments a chunk can carry:
+ * segments end at least min_segment_frames apart, and each holds at most
+ * max_words words, as does the partial. */
+static int setup_words(aural_stream *s, const aural_stream_config *cfg,
+                       aural_err *err) {
+  if (cfg->lexicon == NULL)
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "stream: words need a lexicon (config.lexicon)");
+  int rc = aural_decoder_create(&cfg->decoder, s->model, cfg->lexicon,
+                                cfg->lm, &s->dec, err);
+  if (rc < 0) return rc;
+  aural_decoder_info di;
+  aural_decoder_get_info(s->dec, &di);
+  s->segments_max = s->C / di.min_segment_frames + 2;
+  s->words_max = (s->segments_max + 1) * di.max_words;
+  return 0;
+}
+
+/* Feeds the decoder the chunk's n rows of logits and writes what it says
+ * into ch (whose buffers check_chunk found large enough, or NULL). */
+static void chunk_words(aural_stream *s, size_t n, bool final,
+                        aural_chunk *ch) {
+  const float *lg = s->out_logits + s->out_head * s->v;
+  size_t nw = 0, nseg = 0, k;
+  aural_word *w = ch->words;
+  size_t cap = w != NULL ? ch->words_cap : 0;
+  for (size_t at = 0;;) {
+    at += aural_decoder_push(s->dec, lg + at * s->v, n - at);
+    if (at == n && final) aural_decoder_end(s->dec);
+    if (aural_decoder_final(s->dec, w ? w + nw : NULL, cap - nw, &k) == 1) {
+      if (ch->segments != NULL) ch->segments[nseg] = (uint32_t)k;
+      nseg++;
+      nw += k;
+    }
+    if (at == n) break;
+  }
+  ch->n_segments = nseg;
+  ch->n_final_words = nw;
+  ch->n_partial_words =
+      w != NULL ? aural_decoder_partial(s->dec, w + nw, cap - nw) : 0;
+}
+
 int aural_stream_create(const aural_model *model,
                         const aural_stream_config *cfg, aural_stream **out,
                         aural_err *err) {
@@ -214,6 +262,7 @@ int aural_stream_create(const aural_model *model,
   /* No CMVN here: the encoder applies the model's own, and features are
    * an output before CMVN. */
   rc = aural_frontend_create(&fc, &s->fe, err);
+  if (rc == 0 && (s->outputs & AURAL_STREAM_WORDS)) rc = setup_words(s, cfg, err);
   if (rc == 0 && (s->outputs & ~AURAL_STREAM_FEATURES)) {
     aural_encoder_config ec;
     aural_encoder_config_default(&ec);
@@ -232,6 +281,7 @@ void aural_stream_destroy(aural_stream *s) {
   if (s == NULL) return;
   aural_frontend_destroy(s->fe);
   aural_encoder_destroy(s->enc);
+  aural_decoder_destroy(s->dec);
   free(s);
 }
 
@@ -419,6 +469,11 @@ static int check_chunk(const aural_stream *s, const aural_chunk *ch,
   /* n <= C, so this does not overflow (text_max did not). */
   if (ch->text && ch->text_cap < n * (s->token_max + 1) + 1)
     return AURAL_EINVAL;
+  if ((ch->words || ch->segments) &&
+      (!(s->outputs & AURAL_STREAM_WORDS) || ch->words == NULL ||
+       ch->segments == NULL || ch->words_cap < s->words_max ||
+       ch->segments_cap < s->segments_max))
+    return AURAL_EINVAL;
   return 0;
 }
 
@@ -483,6 +538,8 @@ int aural_stream_pull(aural_stream *s, aural_chunk *ch) {
            n * s->mels * sizeof(float));
   ch->text_len = 0;
   if (s->outputs & AURAL_STREAM_TEXT) ch->text_len = chunk_text(s, n, ch->text);
+  ch->n_segments = ch->n_final_words = ch->n_partial_words = 0;
+  if (s->dec != NULL) chunk_words(s, n, final, ch);
   ch->seq = s->n_chunks++;
   ch->first_frame = s->n_encoded - s->n_ready;
   ch->n_frames = n;
@@ -508,6 +565,8 @@ void aural_stream_get_info(const aural_stream *s, aural_stream_info *info) {
   info->vocab_size = (int)s->v;
   info->text_max_bytes = s->text_max;
   info->token_max_bytes = s->token_max;
+  info->words_max = s->words_max;
+  info->segments_max = s->segments_max;
 }
 
 void aural_stream_get_stats(const aural_stream *s, aural_stream_stats *st) {
@@ -537,6 +596,7 @@ int aural_stream_reset(aural_stream *s) {
   s->n_in = s->n_made = s->n_encoded = s->n_chunks = 0;
   s->prev_token = -1;
   s->ended = s->done = 0;
+  if (s->dec != NULL) aural_decoder_reset(s->dec);
   s->failed = rc;
   return rc;
 }

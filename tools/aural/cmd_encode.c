@@ -146,7 +146,9 @@ typedef struct encode_job {
   words_res own_words;       /* ... loaded by this job */
   aural_decoder_config dcfg;
   words_format format;
-  words_run wr;              /* the decoder and the finals */
+  words_run wr;              /* the finals so far */
+  aural_word *chunk_words;   /* one chunk's words (words_max) */
+  uint32_t *segments;        /* its segments' word counts (segments_max) */
 } encode_job;
 
 #define ERROR_BYTES 600
@@ -195,9 +197,7 @@ static int on_chunk(encode_job *job, const aural_chunk *ch) {
   size_t n = ch->n_frames;
   if (job->kind == OUT_WORDS) {
     job->n_rows += n;
-    return words_push(&job->wr, job->rows, n, (int)job->dim) < 0
-               ? AURAL_ENOMEM
-               : 0;
+    return words_chunk(&job->wr, ch) < 0 ? AURAL_ENOMEM : 0;
   }
   if (job->kind != OUT_TEXT) return emit_rows(job, job->rows, n);
   if (n == 0) return 0;
@@ -372,7 +372,7 @@ static int prepare(encode_job *job, aural_err *err) {
 
 static const unsigned kind_outputs[] = {
     AURAL_STREAM_EMBEDDINGS, AURAL_STREAM_LOGITS, AURAL_STREAM_FEATURES,
-    AURAL_STREAM_TEXT, AURAL_STREAM_LOGITS};
+    AURAL_STREAM_TEXT, AURAL_STREAM_WORDS};
 
 /* The stream over the input, and the buffers of one chunk of it. Work is
  * grouped by chunks: the encoder takes at most chunk_frames (up to 1024)
@@ -387,6 +387,11 @@ static int open_stream(encode_job *job, const aural_audiofile_info *info,
   sc.chunk_frames = job->chunk_frames;
   sc.max_pending_frames = job->chunk_frames < 1024 ? job->chunk_frames : 1024;
   sc.encoder_batch_frames = sc.max_pending_frames;
+  if (job->kind == OUT_WORDS) {
+    sc.lexicon = job->words->lex;
+    sc.lm = job->words->lm;
+    sc.decoder = job->dcfg;
+  }
   int rc = aural_stream_create(job->model, &sc, &job->stream, err);
   if (rc < 0) return rc;
   aural_stream_info si;
@@ -394,20 +399,27 @@ static int open_stream(encode_job *job, const aural_audiofile_info *info,
   job->frame_s = si.frame_seconds;
   if (job->kind == OUT_TEXT)
     job->chunk_text = malloc(si.text_max_bytes);
+  else if (job->kind == OUT_WORDS)
+    job->chunk_words = malloc(si.words_max * sizeof *job->chunk_words);
   else
     job->rows = malloc(job->chunk_frames * job->dim * sizeof *job->rows);
-  if (job->rows == NULL && job->chunk_text == NULL) {
+  if (job->kind == OUT_WORDS)
+    job->segments = malloc(si.segments_max * sizeof *job->segments);
+  if (job->rows == NULL && job->chunk_text == NULL &&
+      (job->chunk_words == NULL || job->segments == NULL)) {
     snprintf(err->msg, sizeof err->msg, "out of memory");
     return AURAL_ENOMEM;
   }
   job->ch = (aural_chunk){.max_frames = job->chunk_frames};
   if (job->kind == OUT_EMBEDDINGS) job->ch.emb = job->rows;
-  if (job->kind == OUT_LOGITS || job->kind == OUT_WORDS)
-    job->ch.logits = job->rows;
-  if (job->kind == OUT_WORDS &&
-      words_start(&job->wr, job->words, job->model, &job->dcfg, NULL,
-                  err->msg, sizeof err->msg) < 0)
-    return AURAL_EINVAL;
+  if (job->kind == OUT_LOGITS) job->ch.logits = job->rows;
+  if (job->kind == OUT_WORDS) {
+    job->ch.words = job->chunk_words;
+    job->ch.words_cap = si.words_max;
+    job->ch.segments = job->segments;
+    job->ch.segments_cap = si.segments_max;
+    words_start(&job->wr, si.frame_seconds, NULL);
+  }
   if (job->kind == OUT_FEATURES) job->ch.features = job->rows;
   if (job->kind == OUT_TEXT) {
     job->ch.text = job->chunk_text;
@@ -470,8 +482,6 @@ static int run(encode_job *job) {
   }
   rc = aural_stream_end(job->stream);
   if (rc == 0) rc = compute_and_drain(job);
-  if (rc == 0 && job->kind == OUT_WORDS && words_end(&job->wr) < 0)
-    rc = AURAL_ENOMEM;
   if (rc < 0) goto push_fail;
   draw_progress(job, 1);
   if (job->kind == OUT_TEXT && !job->quiet)
@@ -542,6 +552,8 @@ done:
   free(job->kept);
   free(job->rows);
   free(job->chunk_text);
+  free(job->chunk_words);
+  free(job->segments);
   free(job->text);
   aural_stream_destroy(job->stream);
   words_stop(&job->wr);

@@ -59,39 +59,18 @@ void words_free(words_res *r) {
   *r = (words_res){0};
 }
 
-int words_start(words_run *w, const words_res *r, const aural_model *model,
-                const aural_decoder_config *cfg, FILE *live, char *err,
-                size_t err_len) {
-  *w = (words_run){.live = live};
-  aural_err e = {0};
-  if (aural_decoder_create(cfg, model, r->lex, r->lm, &w->dec, &e) < 0) {
-    snprintf(err, err_len, "%s", e.msg);
-    return -1;
-  }
-  w->frame_s = aural_model_get_config(model)->fbank.frame_shift_ms * 1e-3;
-  w->buf_cap = 4096;
-  w->buf = malloc(w->buf_cap * sizeof *w->buf);
-  if (w->buf == NULL) {
-    snprintf(err, err_len, "out of memory");
-    words_stop(w);
-    return -1;
-  }
-  return 0;
+void words_start(words_run *w, double frame_s, FILE *live) {
+  *w = (words_run){.frame_s = frame_s, .live = live};
 }
 
 void words_stop(words_run *w) {
-  aural_decoder_destroy(w->dec);
   free(w->words);
   free(w->seg_end);
-  free(w->buf);
   *w = (words_run){0};
 }
 
-/* Takes the waiting final, if any, into the transcript. */
-static int take_final(words_run *w) {
-  size_t n;
-  if (aural_decoder_final(w->dec, w->buf, w->buf_cap, &n) == 0) return 0;
-  if (n > w->buf_cap) n = w->buf_cap; /* cannot happen: the pool is smaller */
+/* Appends one final segment of n words. */
+static int add_segment(words_run *w, const aural_word *words, size_t n) {
   if (w->n_words + n > w->cap_words) {
     size_t cap = (w->n_words + n) * 2;
     aural_word *p = realloc(w->words, cap * sizeof *p);
@@ -106,31 +85,26 @@ static int take_final(words_run *w) {
     w->seg_end = p;
     w->cap_segs = cap;
   }
-  memcpy(w->words + w->n_words, w->buf, n * sizeof *w->buf);
+  memcpy(w->words + w->n_words, words, n * sizeof *words);
   w->n_words += n;
   w->seg_end[w->n_segs++] = w->n_words;
   if (w->live != NULL && n > 0) {
     fprintf(w->live, "[%7.2f - %7.2f s]",
-            (double)w->buf[0].start_frame * w->frame_s,
-            (double)w->buf[n - 1].end_frame * w->frame_s);
-    for (size_t i = 0; i < n; i++) fprintf(w->live, " %s", w->buf[i].text);
+            (double)words[0].start_frame * w->frame_s,
+            (double)words[n - 1].end_frame * w->frame_s);
+    for (size_t i = 0; i < n; i++) fprintf(w->live, " %s", words[i].text);
     fputc('\n', w->live);
   }
   return 0;
 }
 
-int words_push(words_run *w, const float *logits, size_t n_frames, int vocab) {
-  for (size_t at = 0; at < n_frames;) {
-    at += aural_decoder_push(w->dec, logits + at * (size_t)vocab,
-                             n_frames - at);
-    if (take_final(w) < 0) return -1;
+int words_chunk(words_run *w, const aural_chunk *ch) {
+  size_t at = 0;
+  for (size_t i = 0; i < ch->n_segments; i++) {
+    if (add_segment(w, ch->words + at, ch->segments[i]) < 0) return -1;
+    at += ch->segments[i];
   }
   return 0;
-}
-
-int words_end(words_run *w) {
-  aural_decoder_end(w->dec);
-  return take_final(w);
 }
 
 /* A time as subtitles write it: HH:MM:SS,mmm (sep ',') or .mmm. */

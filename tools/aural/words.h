@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include <aural/decoder.h>
+#include <aural.h>
 
 typedef enum words_format { WORDS_TXT, WORDS_JSON, WORDS_SRT, WORDS_VTT } words_format;
 
@@ -28,26 +28,20 @@ int words_load(words_res *r, const aural_model *model, const char *model_path,
                size_t err_len);
 void words_free(words_res *r);
 
-/* One stream's words: the decoder and every final segment so far. */
+/* One stream's transcript: every final segment so far, from its chunks. */
 typedef struct words_run {
-  aural_decoder *dec;
   double frame_s;
   aural_word *words;  /* every final word, in order */
   size_t n_words, cap_words;
   size_t *seg_end;    /* each segment's end in words[] */
   size_t n_segs, cap_segs;
-  aural_word *buf;    /* one final's words */
-  size_t buf_cap;
   FILE *live;         /* each final as a line as it comes, or NULL */
 } words_run;
 
-int words_start(words_run *w, const words_res *r, const aural_model *model,
-                const aural_decoder_config *cfg, FILE *live, char *err,
-                size_t err_len);
-/* Logits (n_frames, vocab) of the next frames. Returns 0 or -1 (memory). */
-int words_push(words_run *w, const float *logits, size_t n_frames, int vocab);
-/* The end of the stream. Returns 0 or -1. */
-int words_end(words_run *w);
+void words_start(words_run *w, double frame_s, FILE *live);
+/* The finals of a chunk pulled with AURAL_STREAM_WORDS. Returns 0 or -1
+ * (memory). */
+int words_chunk(words_run *w, const aural_chunk *ch);
 /* Writes the transcript. Returns 0, or -1 when writing failed. */
 int words_write(const words_run *w, FILE *to, words_format format);
 void words_stop(words_run *w);

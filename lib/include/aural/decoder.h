@@ -179,7 +179,12 @@ typedef struct aural_decoder_info {
   uint64_t frames;          /* frames consumed */
   uint64_t segments;        /* finals produced */
   size_t memory_bytes;      /* the decoder's own, fixed at create */
+  size_t max_words;         /* a final or the partial has at most these */
+  uint64_t min_segment_frames; /* finals end at least this far apart */
 } aural_decoder_info;
+
+/* Starts afresh, as after create: frame 0, no segment, nothing waiting. */
+void aural_decoder_reset(aural_decoder *dec);
 
 void aural_decoder_get_info(const aural_decoder *dec, aural_decoder_info *info);
 

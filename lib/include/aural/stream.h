@@ -59,6 +59,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "aural/decoder.h"
 #include "aural/encoder.h"
 #include "aural/error.h"
 #include "aural/frontend.h"
@@ -75,6 +76,8 @@ extern "C" {
 #define AURAL_STREAM_TEXT (1u << 2)       /* greedy CTC text per chunk */
 #define AURAL_STREAM_FEATURES (1u << 3)   /* log-mel fbank before CMVN
                                              (n, num_mel_bins) */
+#define AURAL_STREAM_WORDS (1u << 4)      /* words: the lexicon and LM
+                                             decoder of aural/decoder.h */
 
 /* Bound on chunk_frames, max_pending_frames and encoder_batch_frames. */
 #define AURAL_STREAM_MAX_FRAMES 1000000
@@ -96,6 +99,11 @@ typedef struct aural_stream_config {
   size_t encoder_batch_frames; /* rows of the encoder's own scratch for
                                   aural_stream_compute (default 64); more
                                   are encoded in several passes */
+  /* AURAL_STREAM_WORDS: the resources (which must outlive the stream; lm
+   * may be NULL) and the search's settings. */
+  const aural_lexicon *lexicon;
+  const aural_lm *lm;
+  aural_decoder_config decoder;
 } aural_stream_config;
 
 /* What a stream is, for sizing buffers and timing frames. */
@@ -112,6 +120,8 @@ typedef struct aural_stream_info {
   size_t text_max_bytes; /* a chunk's text at most, with its NUL */
   size_t token_max_bytes; /* the longest token: a chunk of n frames has at
                              most n * (token_max_bytes + 1) + 1 bytes */
+  size_t words_max;      /* a chunk's words at most (finals and partial) */
+  size_t segments_max;   /* final segments that can end in one chunk */
 } aural_stream_info;
 
 /* Counters and state since create or the last reset. */
@@ -144,11 +154,20 @@ typedef struct aural_chunk {
                          single spaces; or NULL */
   size_t text_cap;    /* at least n_frames * (token_max_bytes + 1) + 1 when
                          text is given */
+  aural_word *words;  /* (words_cap) or NULL; words_max always suffice */
+  size_t words_cap;
+  uint32_t *segments; /* (segments_cap) or NULL; segments_max suffice */
+  size_t segments_cap;
   /* Out. */
   uint64_t seq;         /* chunk number, from 0 */
   uint64_t first_frame; /* seq * chunk_frames */
   size_t n_frames;      /* C, or fewer (even 0) for the final chunk */
   size_t text_len;      /* bytes of text before its NUL */
+  /* Words: words[0 .. n_final_words) are the finals of the n_segments
+   * segments that ended in this chunk, in order (segments[i] words each);
+   * they never change. Then n_partial_words words: the open segment so
+   * far, which may. Word frames count from the stream's first. */
+  size_t n_segments, n_final_words, n_partial_words;
   bool final;           /* the stream's last chunk */
 } aural_chunk;
 
