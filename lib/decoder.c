@@ -148,7 +148,7 @@ int aural_decoder_create(const aural_decoder_config *cfg,
     return aural__err_set(err, AURAL_EINVAL, "decoder: no model or lexicon");
   const aural_model_config *mc = aural_model_get_config(model);
   if (mc->vocab_size != lex->vocab_size)
-    return aural__err_set(err, AURAL_EINVAL,
+    return aural__err_set(err, AURAL_ECONFIG,
                           "decoder: the lexicon was made for %d tokens, the "
                           "model has %d",
                           lex->vocab_size, mc->vocab_size);

@@ -710,6 +710,124 @@ static void test_no_allocation_after_create(void **state) {
   aural_model_free(m);
 }
 
+/* Words: the finals (words, frames, confidences) of the bundled model on
+ * the bundled sample do not depend on chunk size or push size, and a
+ * stream asking words needs a lexicon and buffers big enough. */
+static char *stream_words(const aural_model *m, const aural_lexicon *lex,
+                          const aural_lm *lm, const float *pcm, size_t n,
+                          double rate, size_t chunk, size_t step) {
+  aural_stream_config sc;
+  aural_stream_config_default(&sc);
+  sc.input_rate_hz = rate;
+  sc.outputs = AURAL_STREAM_WORDS;
+  sc.chunk_frames = chunk;
+  sc.lexicon = lex;
+  sc.lm = lm;
+  aural_stream *s;
+  aural_err err;
+  assert_int_equal(aural_stream_create(m, &sc, &s, &err), 0);
+  aural_stream_info in;
+  aural_stream_get_info(s, &in);
+  aural_word *words = malloc(in.words_max * sizeof *words);
+  uint32_t *segs = malloc(in.segments_max * sizeof *segs);
+  size_t cap = 1 << 16, len = 0;
+  char *out = calloc(1, cap);
+  for (size_t at = 0;;) {
+    if (at < n) {
+      size_t k = n - at < step ? n - at : step, taken;
+      assert_int_equal(aural_stream_push(s, pcm + at, k, &taken), 0);
+      at += taken;
+    } else {
+      assert_int_equal(aural_stream_end(s), 0);
+    }
+    assert_int_equal(aural_stream_compute(s), 0);
+    aural_chunk ch = {.words = words, .words_cap = in.words_max,
+                      .segments = segs, .segments_cap = in.segments_max};
+    int rc;
+    bool final = false;
+    while ((rc = aural_stream_pull(s, &ch)) == 1) {
+      assert_true(ch.n_final_words + ch.n_partial_words <= in.words_max);
+      size_t w = 0;
+      for (size_t g = 0; g < ch.n_segments; g++) {
+        len += (size_t)snprintf(out + len, cap - len, "|");
+        for (uint32_t i = 0; i < segs[g]; i++, w++)
+          len += (size_t)snprintf(
+              out + len, cap - len, " %s %llu %llu %a", words[w].text,
+              (unsigned long long)words[w].start_frame,
+              (unsigned long long)words[w].end_frame,
+              (double)words[w].confidence);
+      }
+      assert_int_equal(w, ch.n_final_words);
+      final = ch.final;
+    }
+    assert_int_equal(rc, 0);
+    if (final) break;
+  }
+  /* Buffers one word short are refused. */
+  aural_chunk small = {.words = words, .words_cap = in.words_max - 1,
+                       .segments = segs, .segments_cap = in.segments_max};
+  assert_int_equal(aural_stream_pull(s, &small), AURAL_EINVAL);
+  free(words);
+  free(segs);
+  aural_stream_destroy(s);
+  return out;
+}
+
+static void test_words(void **state) {
+  (void)state;
+  aural_model *m;
+  aural_err err = {0};
+  const char *path = getenv("AURAL_DEFAULT_MODEL");
+  assert_non_null(path);
+  if (aural_model_load(path, NULL, &m, &err) != 0) fail_msg("%s", err.msg);
+  aural_lexicon *lex;
+  aural_lm *lm;
+  if (aural_lexicon_load(test_data_path("words/sample.lexicon.txt"), m, &lex,
+                         &err) < 0 ||
+      aural_lm_load(test_data_path("words/sample.lm.arpa"), lex, &lm, &err) <
+          0)
+    fail_msg("%s", err.msg);
+  aural_audiofile *af;
+  if (aural_audiofile_open(test_data_path("../../models/sample.flac"), &af,
+                           &err) < 0)
+    fail_msg("%s", err.msg);
+  aural_audiofile_info ai;
+  aural_audiofile_get_info(af, &ai);
+  float *pcm = malloc((size_t)ai.n_frames * sizeof *pcm);
+  size_t n = 0;
+  assert_int_equal(
+      aural_audiofile_read(af, pcm, (size_t)ai.n_frames, &n, &err), 0);
+  aural_audiofile_close(af);
+  char *want = stream_words(m, lex, lm, pcm, n, ai.rate_hz, 50, n);
+  printf("  finals:%.200s\n", want);
+  assert_non_null(strstr(want, " quick "));
+  const size_t chunks[] = {1, 7, 50, 50}, steps[] = {4097, 1000, 1, 160};
+  for (size_t i = 0; i < 4; i++) {
+    char *got = stream_words(m, lex, lm, pcm, n, ai.rate_hz, chunks[i],
+                             steps[i]);
+    if (strcmp(got, want) != 0)
+      fail_msg("chunks of %zu, pushes of %zu: finals differ:\n%s\n%s",
+               chunks[i], steps[i], got, want);
+    free(got);
+  }
+  /* Words without a lexicon, or from a model without a head. */
+  aural_stream_config sc;
+  aural_stream_config_default(&sc);
+  sc.outputs = AURAL_STREAM_WORDS;
+  aural_stream *s;
+  assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ECONFIG);
+  assert_non_null(strstr(err.msg, "lexicon"));
+  aural_model *tiny = load_model("tiny");
+  sc.lexicon = lex;
+  assert_int_equal(aural_stream_create(tiny, &sc, &s, &err), AURAL_ECONFIG);
+  aural_model_free(tiny);
+  free(want);
+  free(pcm);
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+  aural_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_invariance),
@@ -719,6 +837,7 @@ int main(void) {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_abort),
       cmocka_unit_test(test_no_allocation_after_create),
+      cmocka_unit_test(test_words),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

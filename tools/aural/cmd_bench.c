@@ -19,6 +19,7 @@
 #include <aural.h>
 #include <aural/proto.h>
 
+#include "bench_words.h"
 #include "cli.h"
 #include "synth_model.h"
 
@@ -56,6 +57,11 @@ static void usage(FILE *to) {
           "  frontend   microseconds of CPU per 10 ms feature frame, fed\n"
           "             10 ms of audio per push (16 kHz mono; 44.1 kHz\n"
           "             stereo and 48 kHz mono through the resampler)\n"
+          "  words      (only when named) the words decoder's CPU per\n"
+          "             frame beside the encoder's, on the bundled\n"
+          "             recording, with the model's lexicon and LM (-m,\n"
+          "             default the bundled model; --lexicon, --lm), and\n"
+          "             its memory per stream\n"
           "\n"
           "Model flags (encoder):\n"
           "      --d-model N   embedding width (default 256)\n"
@@ -461,7 +467,7 @@ static void print_bench_table(const enc_bench *eb,
 int cmd_bench(int argc, char **argv) {
   /* O_D .. O_POS, together, are the random model's flags. */
   enum { O_SECONDS = 256, O_REPEAT, O_JSON, O_D, O_HEADS, O_FF, O_LAYERS,
-         O_WINDOW, O_POS, O_CHUNK, O_STREAMS, O_SAVE };
+         O_WINDOW, O_POS, O_CHUNK, O_STREAMS, O_SAVE, O_LEXICON, O_LM };
   static const struct option opts[] = {
       {"seconds", required_argument, NULL, O_SECONDS},
       {"model", required_argument, NULL, 'm'},
@@ -476,6 +482,8 @@ int cmd_bench(int argc, char **argv) {
       {"chunk", required_argument, NULL, O_CHUNK},
       {"streams", required_argument, NULL, O_STREAMS},
       {"save-model", required_argument, NULL, O_SAVE},
+      {"lexicon", required_argument, NULL, O_LEXICON},
+      {"lm", required_argument, NULL, O_LM},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -483,7 +491,7 @@ int cmd_bench(int argc, char **argv) {
   synth_spec_base(&eb.spec);
   int json = 0, c, model_flags = 0;
   size_t v = 0;
-  const char *save = NULL;
+  const char *save = NULL, *lexicon = NULL, *lm = NULL;
   optind = 1;
   while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
     int bad = 0;
@@ -519,6 +527,8 @@ int cmd_bench(int argc, char **argv) {
       eb.spec.pos_encoding = optarg;
       break;
     case O_SAVE: save = optarg; break;
+    case O_LEXICON: lexicon = optarg; break;
+    case O_LM: lm = optarg; break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
       fprintf(stderr, "(see 'aural bench --help')\n");
@@ -543,20 +553,28 @@ int cmd_bench(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (save != NULL) return save_model(&eb.spec, save);
-  int run_enc = optind == argc, run_fe = optind == argc;
+  int run_enc = optind == argc, run_fe = optind == argc, run_words = 0;
   for (int i = optind; i < argc; i++) {
     if (strcmp(argv[i], "encoder") == 0) {
       run_enc = 1;
     } else if (strcmp(argv[i], "frontend") == 0) {
       run_fe = 1;
+    } else if (strcmp(argv[i], "words") == 0) {
+      run_words = 1;
     } else {
       fprintf(stderr,
-              "aural bench: unknown suite '%s' (known: encoder, frontend)\n",
+              "aural bench: unknown suite '%s' (known: encoder, frontend, "
+              "words)\n",
               argv[i]);
       return EXIT_USAGE;
     }
   }
 
+  if (run_words &&
+      bench_words(eb.model_path ? eb.model_path : cli_default_model(),
+                  lexicon, lm, eb.seconds, eb.repeat, json) < 0)
+    return EXIT_FAIL;
+  if (!run_enc && !run_fe) return EXIT_OK;
   frontend_case cases[] = {{16000, 1, 0, 0, 0}, {44100, 2, 0, 0, 0},
                            {48000, 1, 0, 0, 0}};
   size_t n_cases = sizeof cases / sizeof cases[0];

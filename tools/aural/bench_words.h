@@ -1,0 +1,11 @@
+/* aural bench words: the words decoder's cost beside the encoder's. */
+#ifndef AURAL_CLI_BENCH_WORDS_H
+#define AURAL_CLI_BENCH_WORDS_H
+
+#include <stdbool.h>
+
+/* Prints the measurement; returns 0 or -1 (with a message on stderr). */
+int bench_words(const char *model_path, const char *lexicon_path,
+                const char *lm_path, double seconds, int repeat, bool json);
+
+#endif
