@@ -7,6 +7,7 @@
 #include <aural.h>
 
 #include "cli.h"
+#include "words.h"
 
 static void usage(FILE *to) {
   fprintf(to,
@@ -26,6 +27,41 @@ static void usage(FILE *to) {
 }
 
 static const char *const act_names[] = {"relu", "gelu"};
+
+/* The lexicon and LM beside the model, when there are: their size in
+ * memory and how long they take to load. */
+static void print_words(const aural_model *m, const char *path) {
+  if (aural_model_get_config(m)->vocab_size == 0) return;
+  words_res r;
+  char err[600];
+  double t0 = cli_now_s();
+  if (words_load(&r, m, path, NULL, NULL, err, sizeof err) < 0) {
+    printf("words        none (%s)\n", err);
+    return;
+  }
+  double load_ms = (cli_now_s() - t0) * 1e3;
+  aural_lexicon_info li;
+  aural_lm_info mi;
+  aural_lexicon_get_info(r.lex, &li);
+  aural_lm_get_info(r.lm, &mi);
+  printf("words        lexicon of %zu words (%zu pronunciations), %.1f MB; "
+         "%d-gram LM (",
+         li.n_words, li.n_prons, (double)li.memory_bytes / 1e6, mi.order);
+  for (int k = 0; k < mi.order; k++)
+    printf("%s%zu", k ? "+" : "", mi.n_grams[k]);
+  printf(" n-grams), %.1f MB; loaded in %.0f ms\n",
+         (double)mi.memory_bytes / 1e6, load_ms);
+  aural_decoder *d;
+  aural_err e;
+  if (aural_decoder_create(NULL, m, r.lex, r.lm, &d, &e) == 0) {
+    aural_decoder_info di;
+    aural_decoder_get_info(d, &di);
+    printf("             decoder state %zu bytes per stream (default beam)\n",
+           di.memory_bytes);
+    aural_decoder_destroy(d);
+  }
+  words_free(&r);
+}
 
 int cmd_info(int argc, char **argv) {
   static const struct option opts[] = {
@@ -101,6 +137,7 @@ int cmd_info(int argc, char **argv) {
   printf("cost         %.3f MFLOP per frame (%.3f GFLOP/s for one real-time "
          "stream)\n",
          (double)flops / 1e6, (double)flops * 100 / 1e9);
+  print_words(m, path);
   aural_model_free(m);
   return EXIT_OK;
 }
