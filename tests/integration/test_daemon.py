@@ -212,18 +212,24 @@ class DaemonTest(unittest.TestCase):
 
 
 class TestPushedStreams(DaemonTest):
-    def pushed_equals_encode(self, model, output):
-        d = self.start(model=model)
-        inp = self.wav(9.3, rate=22050)
-        got = os.path.join(self.tmp, "sub.npy")
+    def sub_while_sending(self, d, inp, *sub_args):
+        """What 'aural sub --stream talk SUB_ARGS' prints while 'aural
+        send' pushes inp as the stream "talk"."""
         sub = subprocess.Popen([AURAL, "sub", "-q", "-s", d.path, "--stream",
-                                "talk", "--output", output, "-o", got],
+                                "talk"] + list(sub_args),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
         time.sleep(0.3)
         run(AURAL, "send", "-q", "-s", d.path, "--name", "talk", inp)
         out, err = sub.communicate(timeout=30)
         self.assertEqual(sub.returncode, 0, err)
+        return out
+
+    def pushed_equals_encode(self, model, output):
+        d = self.start(model=model)
+        inp = self.wav(9.3, rate=22050)
+        got = os.path.join(self.tmp, "sub.npy")
+        self.sub_while_sending(d, inp, "--output", output, "-o", got)
         want = self.encode(inp, model, output)
         have = np.load(got)
         self.assertEqual(have.shape, want.shape)
@@ -246,14 +252,8 @@ class TestPushedStreams(DaemonTest):
                    inp).stdout.strip()
         self.assertTrue(want)
         d = self.start(model=CTC)
-        sub = subprocess.Popen([AURAL, "sub", "-q", "-s", d.path, "--stream",
-                                "talk", "--output", "text", "--until-end"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-        time.sleep(0.3)
-        run(AURAL, "send", "-q", "-s", d.path, "--name", "talk", inp)
-        out, err = sub.communicate(timeout=30)
-        self.assertEqual(sub.returncode, 0, err)
+        out = self.sub_while_sending(d, inp, "--output", "text",
+                                     "--until-end")
         self.assertEqual(out.strip(), want)
         self.stop_clean(d)
         d = self.start("--hold", "--file", inp, "--exit-when-done", model=CTC)
