@@ -82,12 +82,12 @@ struct aural_decoder {
 
 void aural_decoder_config_default(aural_decoder_config *cfg) {
   *cfg = (aural_decoder_config){
-      .beam = 16,
+      .beam = 32,
       .beam_threshold = 14.0f,
       .max_tokens = 8,
       .token_threshold = 10.0f,
-      .lm_weight = 0.8f,
-      .word_penalty = 0.0f,
+      .lm_weight = 1.0f,
+      .word_penalty = 0.5f,
       .endpoint_silence_s = 0.8f,
       .endpoint_idle_s = 2.4f,
       .endpoint_max_s = 20.0f,

@@ -122,12 +122,14 @@ double aural_lm_score(const aural_lm *lm, const int *words, size_t n);
 /* --- decoder -------------------------------------------------------------- */
 
 typedef struct aural_decoder_config {
-  int beam;                /* hypotheses kept after each frame (16) */
+  /* Defaults tuned on a dev set of training-split sentences that the LM
+   * never saw (tools/words/README.md), never on the test set. */
+  int beam;                /* hypotheses kept after each frame (32) */
   float beam_threshold;    /* and only those within this of the best (14) */
   int max_tokens;          /* tokens tried per frame: the most likely (8) */
   float token_threshold;   /* ... within this of the frame's best (10) */
-  float lm_weight;         /* weight of the LM's natural-log score (0.8) */
-  float word_penalty;      /* added per word (0) */
+  float lm_weight;         /* weight of the LM's natural-log score (1.0) */
+  float word_penalty;      /* added per word (0.5) */
   float endpoint_silence_s; /* trailing non-speech that ends a segment (0.8) */
   float endpoint_idle_s;   /* ... when nothing was decoded: a reset (2.4) */
   float endpoint_max_s;    /* longest segment (20) */
