@@ -2,8 +2,9 @@
 """Builds the word resources of the default model: a pronunciation lexicon
 and a word trigram LM, both from Debian packages alone.
 
-    build_resources.py [--out-dir models] [--order 3] [--extra-text]
-                       [--harvest-min 2] [--report]
+    build_resources.py [--out-dir models] [--order 3] [--prune-min 2]
+                       [--no-extra-text] [--harvest-min 2] [--linking-r 5]
+                       [--report]
 
 Writes, next to the model:
 
@@ -15,17 +16,21 @@ Writes, next to the model:
   Two sources: each word said alone, and each word as espeak-ng says it in
   running speech in the LM's training sentences ("the" is `D @` there, `D
   @2` alone; "a" is `a#`, alone `eI`), kept when a dialect says it so at
-  least --harvest-min times. Words whose every pronunciation has a token
-  outside the vocabulary are dropped from the LM too.
+  least --harvest-min times; and the linking r (`r-` before a vowel) of
+  words spelled with a final r or re, in the dialects and after the
+  vowels where the harvest shows it (--linking-r). Words whose every
+  pronunciation has a token outside the vocabulary are dropped from the LM
+  too.
 * `default.lm.arpa`: an interpolated modified Kneser-Ney word n-gram LM
   (Chen & Goodman 1998, three discounts per order) in ARPA format, with
   <s>, </s> and <unk>; singleton n-grams of the highest order are pruned
   and the backoff weights recomputed so every distribution sums to one.
   Corpus: the training part of corpus.split_sentences() minus the dev
-  sentences (wordlib.split_dev), and with --extra-text the other sentences
-  of the same fortune files (those corpus.py does not use: too long, with
-  digits or odd characters; sentences with digits are dropped), minus
-  anything that equals, contains or is contained in a dev or test sentence.
+  sentences (wordlib.split_dev), and (unless --no-extra-text) the other
+  sentences of the same fortune files (those corpus.py leaves out: too long
+  or too short, or with characters it does not admit; those with digits or
+  non-ASCII characters are dropped), minus anything that equals, contains
+  or is contained in a dev or test sentence.
 
 --report prints the LM's perplexity and OOV rate on the dev and test
 references and how often the lexicon holds the pronunciation espeak-ng
@@ -228,7 +233,7 @@ def context_prons(sentences, voice, chunk=500):
     return out, n_aligned, len(cl)
 
 
-def build_lexicon(words, lm_sentences, vocab_tokens, harvest_min, jobs=2):
+def build_lexicon(words, lm_sentences, vocab_tokens, harvest_min, linking_r, jobs=2):
     """{word: set of token tuples} and statistics."""
     stats = {}
 
@@ -255,9 +260,25 @@ def build_lexicon(words, lm_sentences, vocab_tokens, harvest_min, jobs=2):
         for w, ew in ctx:
             if w in wordset:
                 seen[(w, tuple(wordlib.word_tokens(ew, dialect)))] += 1
+        linked = collections.Counter()
         for (w, toks), c in seen.items():
             if c >= harvest_min and toks and all(t in vocab_tokens for t in toks):
                 ctx_lex[w].add(toks)
+            if toks[-1:] == ("r-",) and toks[:-1] in lex.get(w, ()):
+                linked[toks[-2]] += c
+        if linking_r:
+            # Linking r: where this dialect says a word's final vowel with
+            # r- before a vowel (`A@ r-` for "are"), every word spelled with
+            # a final r or re that ends in that vowel may be said so; the
+            # harvest sees only some of them.
+            finals = {v for v, c in linked.items() if c >= linking_r}
+            stats[dialect]["linking_r"] = sorted(finals)
+            for w in words:
+                if not w.endswith(("r", "re")):
+                    continue
+                iso_toks = tuple(wordlib.word_tokens(iso[w], dialect))
+                if iso_toks and iso_toks[-1] in finals and iso_toks in lex.get(w, ()):
+                    ctx_lex[w].add(iso_toks + ("r-",))
     for w, ps in ctx_lex.items():
         lex[w] |= ps
     stats["isolated_bad"] = sum(1 for w in words if w not in lex)
@@ -267,11 +288,13 @@ def build_lexicon(words, lm_sentences, vocab_tokens, harvest_min, jobs=2):
 def dev_lexicon_match(lex, dev_sentences, seed=1):
     """How often the lexicon holds a word's in-context pronunciation, over
     the dev sentences said in each training dialect: (matched word tokens,
-    aligned word tokens)."""
+    aligned word tokens of the lexicon's words; OOV words are not counted)."""
     hit = tot = 0
     for dialect in corpus.TRAIN_DIALECTS:
         ctx, _, _ = context_prons(dev_sentences, dialect)
         for w, ew in ctx:
+            if w not in lex:
+                continue
             tot += 1
             hit += tuple(wordlib.word_tokens(ew, dialect)) in lex.get(w, ())
     return hit, tot
@@ -288,11 +311,14 @@ def main():
     ap.add_argument("--order", type=int, default=3)
     ap.add_argument("--prune-min", type=int, default=2,
                     help="keep highest-order n-grams seen at least this often")
-    ap.add_argument("--extra-text", action="store_true",
+    ap.add_argument("--extra-text", action=argparse.BooleanOptionalAction, default=True,
                     help="add the fortune sentences corpus.py leaves out to the LM corpus")
     ap.add_argument("--harvest-min", type=int, default=2,
                     help="keep an in-context pronunciation a dialect uses at least this "
                     "often (0: isolated pronunciations only)")
+    ap.add_argument("--linking-r", type=int, default=5,
+                    help="add `r-` after the final vowel V of words spelled with a final "
+                    "r or re, in a dialect whose harvest shows V r- at least this often (0: off)")
     ap.add_argument("--report", action="store_true", help="print perplexity, OOV, lexicon match")
     args = ap.parse_args()
     t0 = time.time()
@@ -311,13 +337,15 @@ def main():
     print("LM corpus: %d sentences, %d words, %d distinct" % (
         len(sentences), sum(map(len, sentences)), len(words)))
 
-    lex, stats = build_lexicon(words, lm_train, vocab_tokens, args.harvest_min)
+    lex, stats = build_lexicon(words, lm_train, vocab_tokens, args.harvest_min, args.linking_r)
     words = sorted(lex)
-    print("lexicon: %d words, %d pronunciations (%d words unpronounceable, dropped); "
-          "harvest: %s (%.0f s)" % (
-              len(words), sum(len(p) for p in lex.values()), stats["isolated_bad"],
-              {d: "%d/%d clauses aligned" % (s["aligned"], s["clauses"])
-               for d, s in stats.items() if isinstance(s, dict)}, time.time() - t0))
+    print("lexicon: %d words, %d pronunciations (%d words unpronounceable, dropped) "
+          "(%.0f s)" % (len(words), sum(len(p) for p in lex.values()), stats["isolated_bad"],
+                        time.time() - t0))
+    for d, s in stats.items():
+        if isinstance(s, dict):
+            print("  %s: %d/%d clauses aligned, linking r after %s" % (
+                d, s["aligned"], s["clauses"], " ".join(s.get("linking_r", [])) or "-"))
     os.makedirs(args.out_dir, exist_ok=True)
     lex_path = os.path.join(args.out_dir, args.name + ".lexicon.txt")
     with open(lex_path, "w", encoding="utf-8") as f:
@@ -341,7 +369,8 @@ def main():
                   "incl. </s>)" % (name, len(ss), nw, 100.0 * oov / nw,
                                    wordlib.perplexity(total, n), n))
         hit, tot = dev_lexicon_match(lex, dev)
-        print("dev in-context pronunciations held by the lexicon: %d/%d = %.2f%%" % (
+        print("dev in-context pronunciations (in-vocabulary words, 6 dialects) held by the "
+          "lexicon: %d/%d = %.2f%%" % (
             hit, tot, 100.0 * hit / max(tot, 1)))
     return 0
 

@@ -57,14 +57,14 @@ def aural_words(args, wav):
     return normalize(p.stdout)
 
 
-def pocketsphinx_words(wavs, jobs):
+def pocketsphinx_words(wavs, jobs, extra=()):
     """{wav: word list} from pocketsphinx_batch."""
     out = {}
     with tempfile.TemporaryDirectory(prefix="aural-ps-") as tmp:
         ids = []
         for k, wav in enumerate(wavs):
             uid = "u%05d" % k
-            subprocess.run(["sox", "-q", "-D", wav, "-t", "raw", "-r", "16000", "-e", "signed",
+            subprocess.run(["sox", "-q", "-V1", "-D", wav, "-t", "raw", "-r", "16000", "-e", "signed",
                             "-b", "16", "-c", "1", os.path.join(tmp, uid + ".raw")], check=True)
             ids.append(uid)
         parts = [ids[i::jobs] for i in range(jobs)]
@@ -77,7 +77,8 @@ def pocketsphinx_words(wavs, jobs):
                             "-lm", os.path.join(PS_MODEL, "en-us.lm.bin"),
                             "-dict", os.path.join(PS_MODEL, "cmudict-en-us.dict"),
                             "-adcin", "yes", "-cepdir", tmp, "-cepext", ".raw",
-                            "-ctl", ctl, "-hyp", hyp, "-logfn", os.path.join(tmp, "log%d" % i)],
+                            "-ctl", ctl, "-hyp", hyp, "-logfn", os.path.join(tmp, "log%d" % i)]
+                           + list(extra),
                            check=True, capture_output=True)
             res = {}
             with open(hyp, encoding="utf-8", errors="replace") as f:
@@ -111,6 +112,8 @@ def main():
     ap.add_argument("--aural", default=os.path.join(wordlib.ROOT, "build", "tools", "aural"))
     ap.add_argument("--skip-aural", action="store_true")
     ap.add_argument("--skip-pocketsphinx", action="store_true")
+    ap.add_argument("--ps-args", default="",
+                    help="extra pocketsphinx_batch options, e.g. '-remove_noise no'")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--limit", type=int, default=0,
                     help="only the first N utterances of each condition (0: all)")
@@ -142,7 +145,7 @@ def main():
                 with ThreadPoolExecutor(args.jobs) as pool:
                     hyps = dict(zip(wavs, pool.map(lambda w: aural_words(args, w), wavs)))
             else:
-                hyps = pocketsphinx_words(wavs, args.jobs)
+                hyps = pocketsphinx_words(wavs, args.jobs, args.ps_args.split())
             errs = sum(phonemes.edit_distance(r["words"].split(), hyps[w])
                        for r, w in zip(rows, wavs))
             entry[system] = {"wer": errs / max(entry["words"], 1), "errors": errs,
