@@ -21,7 +21,8 @@ voices clean, unseen voices clean, training voices at 20 dB SNR.
 
 Both transcripts go through wordlib.normalize, as the references did.
 WER = total word edit distance (Levenshtein over words) / total reference
-words over the condition. Prints a Markdown table; --json writes it too.
+words over the condition. Prints a Markdown table; --json writes it too,
+with every utterance's normalized hypothesis.
 """
 
 import argparse
@@ -149,7 +150,9 @@ def main():
             errs = sum(phonemes.edit_distance(r["words"].split(), hyps[w])
                        for r, w in zip(rows, wavs))
             entry[system] = {"wer": errs / max(entry["words"], 1), "errors": errs,
-                             "seconds": round(time.time() - t0, 1)}
+                             "seconds": round(time.time() - t0, 1),
+                             "hypotheses": {r["file"]: " ".join(hyps[w])
+                                            for r, w in zip(rows, wavs)}}
         results["conditions"][group + "/" + cond] = entry
 
     print("| condition | utterances | words | " + " | ".join("WER " + s for s in systems) + " |")
