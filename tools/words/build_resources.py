@@ -91,9 +91,10 @@ def has_bad(s):
 # ---------------------------------------------------------------- Kneser-Ney
 
 def kneser_ney(sentences, order, vocab):
-    """Interpolated modified Kneser-Ney. Returns (prob, gamma, adj): per
-    order n (1..order) dicts n-gram tuple -> P(w | h) (interpolated),
-    context tuple -> interpolation weight, n-gram -> adjusted count."""
+    """Interpolated modified Kneser-Ney. Returns (prob, raw, discounts), per
+    order n (1..order): dicts n-gram tuple -> P(w | h) (interpolated) and
+    n-gram -> raw count, and the discounts (0, D1, D2, D3+). Words not in
+    `vocab` count as <unk>."""
     raw = [None] + [collections.Counter() for _ in range(order)]
     for ws in sentences:
         seq = ["<s>"] + [w if w in vocab else "<unk>" for w in ws] + ["</s>"]
@@ -144,7 +145,7 @@ def kneser_ney(sentences, order, vocab):
             else:
                 lower = prob[n - 1][g[1:]]
             prob[n][g] = disc + gamma[n].get(h, 1.0) * lower
-    return prob, gamma, adj, raw, discounts
+    return prob, raw, discounts
 
 
 def write_arpa(path, prob, raw, order, prune_min):
@@ -161,7 +162,7 @@ def write_arpa(path, prob, raw, order, prune_min):
         lo = collections.defaultdict(float)
         for g, p in kept[n + 1].items():
             hi[g[:-1]] += p
-            lo[g[:-1]] += prob[n][g[1:]] if n >= 1 and len(g) > 1 and g[1:] in prob[n] else 0.0
+            lo[g[:-1]] += prob[n][g[1:]]
         for h in hi:
             num, den = 1.0 - hi[h], 1.0 - lo[h]
             bows[n][h] = num / den if num > 0 and den > 0 else 1e-9
@@ -285,7 +286,7 @@ def build_lexicon(words, lm_sentences, vocab_tokens, harvest_min, linking_r, job
     return lex, stats
 
 
-def dev_lexicon_match(lex, dev_sentences, seed=1):
+def dev_lexicon_match(lex, dev_sentences):
     """How often the lexicon holds a word's in-context pronunciation, over
     the dev sentences said in each training dialect: (matched word tokens,
     aligned word tokens of the lexicon's words; OOV words are not counted)."""
@@ -353,7 +354,7 @@ def main():
             for p in sorted(lex[w]):
                 f.write("%s\t%s\n" % (w, " ".join(p)))
 
-    prob, gamma, adj, raw, discounts = kneser_ney(sentences, args.order, set(words))
+    prob, raw, discounts = kneser_ney(sentences, args.order, set(words))
     arpa_path = os.path.join(args.out_dir, args.name + ".lm.arpa")
     counts = write_arpa(arpa_path, prob, raw, args.order, args.prune_min)
     print("LM: order %d, n-grams %s, discounts %s, %s: %d bytes; %s: %d bytes (%.0f s)" % (
