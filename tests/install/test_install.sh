@@ -108,6 +108,8 @@ expect=(
   "$includedir/aural.h" "$includedir/aural/proto.h"
   "$includedir/aural/encoder.h" "$includedir/aural/model.h"
   "$datadir/aural/default.safetensors" "$datadir/aural/sample.flac"
+  "$datadir/aural/default.lexicon.txt" "$datadir/aural/default.lm.arpa"
+  "$includedir/aural/decoder.h" "$includedir/aural/codes.h"
   "$mandir/man8/aurald.8" "$mandir/man1/aural.1"
   "$sysconfdir/aural/aurald.conf"
   "$datadir/doc/aural/examples/consumer/consumer.c"
@@ -155,6 +157,8 @@ for exe in "$aurald" "$aural"; do
     fail "$exe does not load the installed libaural"
 done
 "$aural" info "$model" >"$tmp/info.txt" || fail "aural info rejects the installed model"
+grep -q '^words        lexicon of' "$tmp/info.txt" ||
+  fail "aural info finds no lexicon and LM beside the installed model"
 ok "programs look for $datadir/aural/default.safetensors, load the installed libaural; the installed model is valid"
 
 # --- 2. man pages ----------------------------------------------------------

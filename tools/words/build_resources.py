@@ -84,6 +84,9 @@ def extra_sentences(exclude_keys):
     return out
 
 
+MAX_WORD_LETTERS = 30
+
+
 def has_bad(s):
     return wordlib.has_digits(s) or any(ord(c) > 127 for c in s)
 
@@ -333,6 +336,10 @@ def main():
         extra = extra_sentences(exclude)
         print("extra LM sentences: %d" % len(extra))
         sentences += extra
+    # A "word" longer than this is words run together (a fortune writes
+    # "thegoddessofthenet..."): the sentence is dropped, and the lexicon
+    # stays within what the decoder reads (64 bytes a word).
+    sentences = [ws for ws in sentences if max(map(len, ws)) <= MAX_WORD_LETTERS]
     words = sorted({w for ws in sentences for w in ws})
     vocab_tokens = set(wordlib.model_vocab()[1:])
     print("LM corpus: %d sentences, %d words, %d distinct" % (
