@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -148,6 +149,7 @@ typedef struct sub_job {
   uint64_t n_gaps, n_lost;
   int tty;          /* stdout is a terminal: the partial is rewritten */
   int partial_shown; /* a partial caption is on the current line */
+  strbuf caption;    /* the partial's words, for the terminal */
   char *line; /* JSON output buffer */
   size_t line_cap;
   char err[512];
@@ -545,6 +547,28 @@ static int words_json(sub_job *job, sub_stream *s, const client_msg *m) {
   return 0;
 }
 
+/* The partial caption on the current line, its latest words when it is
+ * wider than the terminal (a line that wrapped could not be rewritten). */
+static void show_partial(sub_job *job, const sub_stream *s) {
+  struct winsize ws;
+  size_t cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0
+                    ? ws.ws_col
+                    : 80;
+  size_t prefix = strlen(s->name) + 6; /* "NAME  ... " */
+  const char *t = job->caption.p;
+  size_t n = job->caption.len;
+  size_t room = cols > prefix + 1 ? cols - prefix - 1 : 0;
+  if (n > room) {
+    /* The tail that fits, from a word's start (UTF-8 stays whole). */
+    t += n - room;
+    n = room;
+    while (n > 0 && *t != ' ') t++, n--;
+    while (n > 0 && *t == ' ') t++, n--;
+  }
+  printf("%s  ... %.*s", s->name, (int)n, t);
+  job->partial_shown = 1;
+}
+
 /* A WORDS event: the finals become lines of the caption and of the
  * transcript, the partial is shown in place on a terminal. */
 static int on_words(sub_job *job, const client_msg *m) {
@@ -585,11 +609,11 @@ static int on_words(sub_job *job, const client_msg *m) {
     putchar('\n');
   }
   if (job->tty && mw->partial.n_items > 0) {
-    printf("%s  ...", s->name);
+    job->caption.len = 0;
     aural_json_list w = mw->partial;
     while (aural_proto_words_word_next(&w, &x, NULL, 0) == 1)
-      printf(" %s", x.word);
-    job->partial_shown = 1;
+      if (text_append(&job->caption, x.word, strlen(x.word)) < 0) goto oom;
+    show_partial(job, s);
   }
   fflush(stdout);
   return 0;
@@ -921,6 +945,7 @@ int cmd_sub(int argc, char **argv) {
   outfile_discard(&job.of);
   clear_partial(&job);
   fflush(stdout);
+  free(job.caption.p);
   for (size_t i = 0; i < job.n_streams; i++) {
     free(job.streams[i].text.p);
     free(job.streams[i].words.p);
