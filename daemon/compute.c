@@ -67,6 +67,10 @@ struct worker {
   float *pcm;                       /* (ROUND_MAX_VALUES) input scratch */
   stream *taken[MAX_PER_ROUND];
   aural_stream *batch_streams[MAX_PER_ROUND]; /* this round's to compute */
+  /* One pull's words (server.lexicon set): what aural_stream_pull may
+   * write; a chunk keeps a copy of the few it has. */
+  aural_word *words;   /* (server.words_max) */
+  uint32_t *segments;  /* (server.segments_max) */
 };
 
 static void push_event(server *srv, chunk_out *co) {
@@ -206,6 +210,23 @@ static chunk_out *new_chunk(server *srv, stream *s, size_t n) {
   return co;
 }
 
+/* The words of chunk ch (pulled into w's scratch) into a block of co's
+ * own. Returns 0, or -1 out of memory. */
+static int keep_words(chunk_out *co, const aural_chunk *ch) {
+  size_t n = ch->n_final_words + ch->n_partial_words;
+  co->n_segments = ch->n_segments;
+  co->n_final_words = ch->n_final_words;
+  co->n_partial_words = ch->n_partial_words;
+  if (n == 0 && ch->n_segments == 0) return 0;
+  co->words = malloc(n * sizeof *co->words +
+                     ch->n_segments * sizeof *co->segments);
+  if (co->words == NULL) return -1;
+  memcpy(co->words, ch->words, n * sizeof *co->words);
+  co->segments = (uint32_t *)(co->words + n);
+  memcpy(co->segments, ch->segments, ch->n_segments * sizeof *co->segments);
+  return 0;
+}
+
 /* Pulls every chunk the stream has completed into events (newest first).
  * A chunk whose first frame was computed this round (frames from
  * computed_before on) has this round's capture time; one begun in an
@@ -225,9 +246,19 @@ static void pull_chunks(worker *w, stream *s, uint64_t computed_before,
       ch.text = co->text;
       ch.text_cap = co->text_cap;
     }
+    if (w->words != NULL) {
+      ch.words = w->words;
+      ch.words_cap = srv->words_max;
+      ch.segments = w->segments;
+      ch.segments_cap = srv->segments_max;
+    }
     if (aural_stream_pull(s->work.as, &ch) != 1) {
       free(co);
       break; /* cannot happen: the buffers fit the chunk ready */
+    }
+    if (co != NULL && keep_words(co, &ch) < 0) {
+      free(co);
+      co = NULL;
     }
     if (co == NULL) {
       log_error("stream %u: out of memory for a chunk; it is lost", s->id);
@@ -518,12 +549,19 @@ int workers_start(server *srv, int n, char *why, size_t why_len) {
     w->index = i;
     aural_err err = {0};
     w->pcm = malloc(ROUND_MAX_VALUES * sizeof(float));
+    if (srv->words_max > 0) {
+      w->words = malloc(srv->words_max * sizeof *w->words);
+      w->segments = malloc(srv->segments_max * sizeof *w->segments);
+    }
     if (w->pcm == NULL ||
+        (srv->words_max > 0 && (w->words == NULL || w->segments == NULL)) ||
         aural_batch_create(srv->model, AURALD_BATCH_ROWS, &w->batch, &err) < 0 ||
         pthread_create(&w->thread, NULL, worker_main, w) != 0) {
       snprintf(why, why_len, "cannot start worker %d: %s", i,
                err.msg[0] ? err.msg : "out of memory or threads");
       free(w->pcm);
+      free(w->words);
+      free(w->segments);
       aural_batch_destroy(w->batch);
       w->pcm = NULL;
       w->batch = NULL;
@@ -546,6 +584,8 @@ void workers_stop(server *srv) {
     pthread_join(w->thread, NULL);
     aural_batch_destroy(w->batch);
     free(w->pcm);
+    free(w->words);
+    free(w->segments);
   }
   free(srv->workers);
   srv->workers = NULL;

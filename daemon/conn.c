@@ -325,6 +325,12 @@ static void do_subscribe(conn *c, const aural_msg_subscribe *m) {
                     "the model has no CTC head: only embeddings");
     return;
   }
+  if ((m->outputs & AURAL_OUT_WORDS) && srv->lexicon == NULL) {
+    conn_send_error(c, 0, AURAL_PROTO_ENO_WORDS, false,
+                    "this server has no lexicon: no words (aurald "
+                    "--lexicon and --lm)");
+    return;
+  }
   for (subscription *o = c->subs; o != NULL; o = o->next)
     if (o->all || m->all || strcmp(o->name, m->stream) == 0) {
       conn_send_error(c, 0, AURAL_PROTO_ESTATE, false,

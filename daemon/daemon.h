@@ -73,6 +73,9 @@ msgbuf *msgbuf_new(size_t len); /* refs = 1 */
 msgbuf *msgbuf_from(const void *data, size_t len);
 extern size_t msgbuf_live_bytes;
 void msgbuf_unref(msgbuf *m);
+/* Shortens a message encoded into a buffer made larger than it needed
+ * (len at most m->len). */
+void msgbuf_trim(msgbuf *m, size_t len);
 
 /* ---- options ------------------------------------------------------------- */
 
@@ -83,6 +86,8 @@ typedef struct file_opt {
 
 typedef struct aurald_options {
   const char *model_path;
+  const char *lexicon_path; /* --lexicon, --lm: NULL for the files beside */
+  const char *lm_path;      /* the model, when both are there */
   const char *socket_path; /* resolved */
   int chunk_ms;            /* --chunk-ms: whole frames of the model's */
   bool mic;
@@ -148,7 +153,14 @@ typedef struct chunk_out {
   char *text;             /* (text_cap) NUL-terminated, tokens separated by
                              spaces; NULL without a CTC head */
   size_t text_cap, text_len;
-  msgbuf *variants[2][8]; /* [dtype][outputs] encoded messages */
+  /* Words (server.lexicon set): the finals of n_segments segments
+   * (segments[i] words each), then n_partial_words of the partial. One
+   * block with the chunk's words, or NULL when it has none. */
+  aural_word *words;      /* (n_final_words + n_partial_words) */
+  uint32_t *segments;     /* (n_segments) */
+  size_t n_segments, n_final_words, n_partial_words;
+  msgbuf *variants[2][8]; /* [dtype][CHUNK outputs] encoded messages */
+  msgbuf *words_msg;      /* its WORDS message, encoded once */
 } chunk_out;
 
 #define LATENCY_RING 1024
@@ -355,6 +367,12 @@ typedef struct server {
   msgbuf *welcome;         /* the WELCOME every client gets, less its id */
   aural_msg_welcome welcome_msg; /* its fields, client 0 */
   const char **vocab;      /* (vocab_size) the model's token strings */
+  /* Words, when on: loaded once, read by every stream's decoder. Every
+   * stream then decodes words, and a chunk has at most words_max words
+   * in segments_max final segments (the same for every stream). */
+  aural_lexicon *lexicon;
+  aural_lm *lm;
+  size_t words_max, segments_max;
   float *scratch;          /* loop thread: one request's samples */
   uv_pipe_t listener;
   bool listening;
@@ -424,6 +442,9 @@ void server_close_handles(server *srv);
 stream *stream_create(server *srv, const char *name, stream_source src,
                       double rate_hz, int channels, char *why,
                       size_t why_len);
+/* Sets server.words_max and segments_max from a stream of words (one made
+ * and freed at start-up). Returns 0 or -1 with why. */
+int stream_words_limits(server *srv, char *why, size_t why_len);
 void stream_release(stream *s); /* start processing a held stream */
 /* Appends up to n_frames interleaved frames (loop thread), as many as
  * its input buffer has room for; returns how many it took. */

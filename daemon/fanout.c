@@ -2,8 +2,8 @@
  * Fan-out: one finished chunk to every subscriber of its stream.
  *
  * Each (output set, dtype) combination that some subscriber wants is
- * encoded once into a shared buffer; every connection queues a reference
- * to it. A subscriber whose queue would pass the hard limit does not get
+ * encoded once into a shared buffer, and so is the chunk's WORDS message;
+ * every connection queues a reference to them. A subscriber whose queue would pass the hard limit does not get
  * the chunk: the loss is counted and reported by one GAP before the next
  * message of that stream that does fit. Nothing here waits on a client.
  *
@@ -53,6 +53,44 @@ static msgbuf *encode_variant(server *srv, chunk_out *co, uint32_t outputs,
   return m;
 }
 
+/* Bytes a WORDS message of n words in k segments can take: a word is at
+ * most AURAL_PROTO_WORD_MAX bytes, each of which may be escaped. */
+static size_t words_bound(size_t n, size_t k) {
+  return AURAL_PROTO_HEADER_BYTES + 128 + k * 4 +
+         n * (6 * AURAL_PROTO_WORD_MAX + 128);
+}
+
+/* The chunk's WORDS message (PROTOCOL.md §4.16), or NULL. */
+static msgbuf *encode_words(chunk_out *co) {
+  size_t n = co->n_final_words + co->n_partial_words;
+  msgbuf *m = msgbuf_new(words_bound(n, co->n_segments));
+  if (m == NULL) return NULL;
+  aural_msg_words mw = {.seq = co->h.seq,
+                        .final = (co->h.flags & AURAL_CHUNK_FINAL) != 0};
+  aural_msg_writer w;
+  aural_proto_words_begin(&w, m->data, m->len, co->s->id, &mw);
+  size_t at = 0;
+  for (size_t k = 0; k <= co->n_segments; k++) {
+    size_t end = k < co->n_segments ? at + co->segments[k] : n;
+    if (k < co->n_segments) aural_proto_words_segment(&w);
+    else aural_proto_words_partial(&w);
+    for (; at < end && at < n; at++)
+      aural_proto_words_add(&w, co->words[at].text,
+                            co->words[at].start_frame,
+                            co->words[at].end_frame,
+                            (double)co->words[at].confidence);
+  }
+  size_t len = aural_proto_words_end(&w);
+  if (len == 0) {
+    log_error("stream %u: chunk %llu's words do not encode", co->s->id,
+              (unsigned long long)co->h.seq);
+    msgbuf_unref(m);
+    return NULL;
+  }
+  msgbuf_trim(m, len);
+  return m;
+}
+
 /* Sends the GAP a delivery owes, if any. */
 static void flush_gap(delivery *d) {
   if (d->gap_n == 0) return;
@@ -94,12 +132,28 @@ void fanout_chunk(server *srv, chunk_out *co) {
     conn *c = d->sub->c;
     if (c->closing || c->fatal_sent) continue;
     uint8_t dt = d->sub->dtype;
-    uint32_t out = d->sub->outputs;
-    msgbuf **slot = &co->variants[dt][out];
-    if (*slot == NULL) *slot = encode_variant(srv, co, out, dt);
-    msgbuf *m = *slot;
-    bool fits = m != NULL && c->q_len + 2 <= CONN_CHUNK_CAP &&
-                c->q_bytes + m->len <= srv->opt->sub_hard_bytes;
+    uint32_t out = d->sub->outputs & AURAL_OUT_ALL;
+    bool want_words = (d->sub->outputs & AURAL_OUT_WORDS) != 0;
+    /* The chunk's messages for this subscriber, CHUNK then WORDS (either
+     * may be absent), queued together or lost together. */
+    msgbuf *m[2] = {NULL, NULL};
+    size_t n_msgs = 0, bytes = 0;
+    bool made = true;
+    if (out != 0) {
+      msgbuf **slot = &co->variants[dt][out];
+      if (*slot == NULL) *slot = encode_variant(srv, co, out, dt);
+      m[n_msgs++] = *slot;
+    }
+    if (want_words) {
+      if (co->words_msg == NULL) co->words_msg = encode_words(co);
+      m[n_msgs++] = co->words_msg;
+    }
+    for (size_t i = 0; i < n_msgs; i++) {
+      made = made && m[i] != NULL;
+      bytes += m[i] != NULL ? m[i]->len : 0;
+    }
+    bool fits = made && c->q_len + n_msgs + 1 <= CONN_CHUNK_CAP &&
+                c->q_bytes + bytes <= srv->opt->sub_hard_bytes;
     if (!fits) {
       if (d->gap_n == 0) d->gap_first = co->h.seq;
       d->gap_n++;
@@ -107,7 +161,7 @@ void fanout_chunk(server *srv, chunk_out *co) {
       continue;
     }
     flush_gap(d);
-    conn_send(c, m);
+    for (size_t i = 0; i < n_msgs; i++) conn_send(c, m[i]);
     d->sub->sent++;
   }
   s->loop.chunks_emitted++;
@@ -196,6 +250,8 @@ void delivery_remove_sub(server *srv, subscription *sub) {
 static void free_chunk(chunk_out *co) {
   for (int t = 0; t < 2; t++)
     for (int o = 0; o < 8; o++) msgbuf_unref(co->variants[t][o]);
+  msgbuf_unref(co->words_msg);
+  free(co->words);
   free(co);
 }
 

@@ -93,6 +93,11 @@ msgbuf *msgbuf_from(const void *data, size_t len) {
   return m;
 }
 
+void msgbuf_trim(msgbuf *m, size_t len) {
+  msgbuf_live_bytes -= m->len - len;
+  m->len = len;
+}
+
 void msgbuf_unref(msgbuf *m) {
   if (m != NULL && --m->refs == 0) {
     msgbuf_live_bytes -= m->len;

@@ -28,7 +28,7 @@ enum {
   OPT_CHUNK_MS = 256, OPT_MIC, OPT_LIST, OPT_FILE, OPT_REALTIME, OPT_EXIT,
   OPT_HOLD, OPT_THREADS, OPT_MAX_CLIENTS, OPT_MAX_STREAMS, OPT_HARD, OPT_SOFT,
   OPT_SOFT_S, OPT_HELLO_TIMEOUT, OPT_GROUP, OPT_F16, OPT_MAX_MODEL_MEM, OPT_LOG,
-  OPT_CONFIG, OPT_NO_CONFIG,
+  OPT_CONFIG, OPT_NO_CONFIG, OPT_LEXICON, OPT_LM,
 };
 
 /* Every option once: getopt's table and --help are made from this list,
@@ -44,6 +44,13 @@ typedef struct option_doc {
 static const option_doc options[] = {
     {"model", required_argument, 'm', " PATH",
      "model file (default: the bundled model)"},
+    {"lexicon", required_argument, OPT_LEXICON, " PATH",
+     "lexicon of the words output (default:\n"
+     "MODEL.lexicon.txt beside the model; words are\n"
+     "on when it and the LM are both there)"},
+    {"lm", required_argument, OPT_LM, " PATH",
+     "ARPA language model of the words output\n"
+     "(default: MODEL.lm.arpa beside the model)"},
     {"socket", required_argument, 's', " PATH",
      "socket path (default: $AURAL_SOCKET, else\n"
      "$XDG_RUNTIME_DIR/aural.sock, /run/aural/aural.sock\n"
@@ -191,6 +198,8 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     switch (ch) {
     case 'm': o->model_path = optarg; break;
     case 's': o->socket_path = optarg; break;
+    case OPT_LEXICON: o->lexicon_path = optarg; break;
+    case OPT_LM: o->lm_path = optarg; break;
     case OPT_CHUNK_MS:
       if (parse_long(optarg, 1, 600000, &v) < 0) {
         fprintf(stderr, "aurald: --chunk-ms must be 1 to 600000, not "
@@ -438,6 +447,8 @@ static void reload(server *srv) {
   fit_clients_to_fd_limit(o);
   o->max_streams = n.max_streams;
   bool restart = str_differs(n.model_path, o->model_path) ||
+                 str_differs(n.lexicon_path, o->lexicon_path) ||
+                 str_differs(n.lm_path, o->lm_path) ||
                  (!srv->activated && str_differs(n.socket_path,
                                                  o->socket_path)) ||
                  n.chunk_ms != o->chunk_ms || n.mic != o->mic ||
@@ -450,8 +461,8 @@ static void reload(server *srv) {
     o->group_gid = n.group ? n.group_gid : o->group_gid;
   log_info("reloaded %s: limits and log level applied%s",
            srv->config_path ? srv->config_path : "options",
-           restart ? "; model, socket, sources, threads, group and chunk "
-                     "length change at the next restart"
+           restart ? "; model, words, socket, sources, threads, group and "
+                     "chunk length change at the next restart"
                    : "");
   free(n.files);
   config_words_free(&cw);

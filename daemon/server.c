@@ -44,13 +44,62 @@ static int build_welcome(server *srv) {
                 .n_layers = (uint32_t)mc->n_layers,
                 .window = (uint32_t)mc->window,
                 .vocab_size = (uint32_t)mc->vocab_size,
-                .chunk_frames = (uint32_t)srv->chunk_frames}};
+                .chunk_frames = (uint32_t)srv->chunk_frames,
+                .words = srv->lexicon != NULL}};
   uint8_t *buf = malloc(cap);
   if (buf == NULL) return -1;
   srv->welcome =
       msgbuf_from(buf, aural_proto_encode_welcome(buf, cap, w, srv->vocab));
   free(buf);
   return srv->welcome != NULL ? 0 : -1;
+}
+
+/* PATH of the model, its ".safetensors" replaced by suffix. */
+static void path_beside_model(const char *model_path, const char *suffix,
+                              char *out, size_t cap) {
+  static const char ext[] = ".safetensors";
+  size_t n = strlen(model_path), k = sizeof ext - 1;
+  if (n > k && memcmp(model_path + n - k, ext, k) == 0) n -= k;
+  snprintf(out, cap, "%.*s%s", (int)n, model_path, suffix);
+}
+
+/* The lexicon and LM that make words: --lexicon and --lm (a missing one
+ * is the file beside the model), or, with neither, both files beside the
+ * model when both are there. Files named and unreadable stop the start;
+ * absent ones only leave words off. */
+static int load_words(server *srv, char *why, size_t why_len) {
+  const aurald_options *o = srv->opt;
+  char lex_path[4096], lm_path[4096];
+  path_beside_model(o->model_path, ".lexicon.txt", lex_path, sizeof lex_path);
+  path_beside_model(o->model_path, ".lm.arpa", lm_path, sizeof lm_path);
+  bool named = o->lexicon_path != NULL || o->lm_path != NULL;
+  if (o->lexicon_path != NULL)
+    snprintf(lex_path, sizeof lex_path, "%s", o->lexicon_path);
+  if (o->lm_path != NULL) snprintf(lm_path, sizeof lm_path, "%s", o->lm_path);
+  if (!named && (access(lex_path, R_OK) != 0 || access(lm_path, R_OK) != 0)) {
+    log_info("words off: no %s and %s beside the model", lex_path, lm_path);
+    return 0;
+  }
+  if (srv->mc->vocab_size == 0) {
+    if (named) {
+      snprintf(why, why_len, "words need a model with a CTC head");
+      return -1;
+    }
+    log_info("words off: the model has no CTC head");
+    return 0;
+  }
+  aural_err err = {0};
+  if (aural_lexicon_load(lex_path, srv->model, &srv->lexicon, &err) < 0 ||
+      aural_lm_load(lm_path, srv->lexicon, &srv->lm, &err) < 0) {
+    snprintf(why, why_len, "%s", err.msg);
+    return -1;
+  }
+  if (stream_words_limits(srv, why, why_len) < 0) return -1;
+  aural_lexicon_info li;
+  aural_lexicon_get_info(srv->lexicon, &li);
+  log_info("words on: %zu words from %s, language model %s", li.n_words,
+           lex_path, lm_path);
+  return 0;
 }
 
 int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
@@ -102,6 +151,7 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
     size_t n = strlen(aural_model_token(srv->model, i));
     if (n > srv->max_token_bytes) srv->max_token_bytes = n;
   }
+  if (load_words(srv, why, why_len) < 0) return -1;
   srv->scratch = malloc(o->max_request_bytes / 2 * sizeof(float));
   if (srv->scratch == NULL || build_welcome(srv) < 0) {
     snprintf(why, why_len, "out of memory at start-up");
@@ -132,6 +182,10 @@ int server_teardown(server *srv) {
   srv->vocab = NULL;
   free(srv->scratch);
   srv->scratch = NULL;
+  aural_lm_destroy(srv->lm);
+  srv->lm = NULL;
+  aural_lexicon_destroy(srv->lexicon);
+  srv->lexicon = NULL;
   aural_model_free(srv->model);
   srv->model = NULL;
   if (srv->handles_ready) {

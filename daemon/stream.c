@@ -46,6 +46,45 @@ static size_t backlog_frames(const stream *s) {
   return by_time < by_bytes ? by_time : by_bytes;
 }
 
+/* Every stream's pipeline. With words on, every stream decodes them, so
+ * that its finals do not depend on when a subscriber asked for them. */
+static void stream_config(server *srv, stream_source src, double rate_hz,
+                          int channels, aural_stream_config *sc) {
+  aural_stream_config_default(sc);
+  sc->input_rate_hz = rate_hz;
+  sc->n_channels = channels;
+  /* A microphone glitch must not end the stream; files and clients are
+   * checked before their samples get here. */
+  sc->nonfinite =
+      src == SRC_MIC ? AURAL_NONFINITE_ZERO : AURAL_NONFINITE_REJECT;
+  sc->chunk_frames = srv->chunk_frames;
+  sc->max_pending_frames = STREAM_FEAT_CAP;
+  sc->encoder_batch_frames = 1; /* workers compute streams in batches */
+  if (srv->lexicon != NULL) {
+    sc->outputs = AURAL_STREAM_EMBEDDINGS | AURAL_STREAM_LOGITS |
+                  AURAL_STREAM_TEXT | AURAL_STREAM_WORDS;
+    sc->lexicon = srv->lexicon;
+    sc->lm = srv->lm;
+  }
+}
+
+int stream_words_limits(server *srv, char *why, size_t why_len) {
+  aural_stream_config sc;
+  stream_config(srv, SRC_FILE, 0, 1, &sc);
+  aural_stream *as = NULL;
+  aural_err err = {0};
+  if (aural_stream_create(srv->model, &sc, &as, &err) < 0) {
+    snprintf(why, why_len, "%s", err.msg);
+    return -1;
+  }
+  aural_stream_info info;
+  aural_stream_get_info(as, &info);
+  srv->words_max = info.words_max;
+  srv->segments_max = info.segments_max;
+  aural_stream_destroy(as);
+  return 0;
+}
+
 stream *stream_create(server *srv, const char *name, stream_source src,
                       double rate_hz, int channels, char *why,
                       size_t why_len) {
@@ -60,15 +99,7 @@ stream *stream_create(server *srv, const char *name, stream_source src,
   s->start_us = aurald_now_us();
 
   aural_stream_config sc;
-  aural_stream_config_default(&sc);
-  sc.input_rate_hz = rate_hz;
-  sc.n_channels = channels;
-  /* A microphone glitch must not end the stream; files and clients are
-   * checked before their samples get here. */
-  sc.nonfinite = src == SRC_MIC ? AURAL_NONFINITE_ZERO : AURAL_NONFINITE_REJECT;
-  sc.chunk_frames = srv->chunk_frames;
-  sc.max_pending_frames = STREAM_FEAT_CAP;
-  sc.encoder_batch_frames = 1; /* workers compute streams in batches */
+  stream_config(srv, src, rate_hz, channels, &sc);
   aural_err err = {0};
   if (aural_stream_create(srv->model, &sc, &s->work.as, &err) < 0) {
     snprintf(why, why_len, "%s", err.msg);

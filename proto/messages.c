@@ -80,6 +80,7 @@ typedef struct field {
 #define DBL(st, k) FIELD(st, k, F_DOUBLE, 0, 0, 0, 0, NULL)
 #define DBL_OPT(st, k) FIELD(st, k, F_DOUBLE, F_OMIT_ZERO, 0, 0, 0, NULL)
 #define BOOL(st, k) FIELD(st, k, F_BOOL, 0, 0, 0, 0, NULL)
+#define BOOL_OPT(st, k) FIELD(st, k, F_BOOL, F_OMIT_ZERO, 0, 0, 0, NULL)
 #define TEXT(st, k) FIELD(st, k, F_TEXT, 0, sizeof(((st *)0)->k), 0, 0, NULL)
 #define NAME(st, k) FIELD(st, k, F_NAME, 0, 0, 0, 0, NULL)
 #define NAME_NULL(st, k) FIELD(st, k, F_NAME_NULL, 0, 0, 0, 0, NULL)
@@ -88,7 +89,7 @@ typedef struct field {
 
 void aural__put_outputs(aural_jw *w, uint32_t outputs) {
   aural_jw_begin_array(w);
-  for (uint32_t b = 1; b <= AURAL_OUT_TEXT; b <<= 1)
+  for (uint32_t b = 1; b <= AURAL_OUT_WORDS; b <<= 1)
     if (outputs & b) aural_jw_string(w, aural_output_name(b));
   aural_jw_end_array(w);
 }
@@ -100,6 +101,7 @@ static void put_fields(aural_jw *w, const field *f, size_t n, const void *p) {
     const void *v = base + f[i].off;
     if ((f[i].flags & F_OMIT_ZERO) &&
         (f[i].kind == F_DOUBLE ? *(const double *)v == 0
+         : f[i].kind == F_BOOL ? !*(const bool *)v
                                : *(const uint32_t *)v == 0))
       continue;
     aural_jw_key(w, f[i].key);
@@ -154,7 +156,7 @@ uint32_t aural__get_outputs(const aural_json *js, int arr) {
     char s[16];
     uint32_t bit = 0;
     if (aural_json_string(&item, 0, s, sizeof s) >= 0)
-      for (uint32_t b = 1; b <= AURAL_OUT_TEXT; b <<= 1)
+      for (uint32_t b = 1; b <= AURAL_OUT_WORDS; b <<= 1)
         if (strcmp(s, aural_output_name(b)) == 0) bit = b;
     if (bit == 0 || (bits & bit)) return 0;
     bits |= bit;
@@ -432,6 +434,7 @@ static const field model_fields[] = {
 
 static const field model_tail_fields[] = {
     U32(aural_msg_model, chunk_frames, 0, UINT32_MAX),
+    BOOL_OPT(aural_msg_model, words),
 };
 
 static const field welcome_tail_fields[] = {
@@ -570,7 +573,14 @@ static const field stats_reply_tail_fields[] = {
 };
 
 /* Which list a writer has open. */
-enum { LIST_NONE, LIST_STREAMS, LIST_SUBSCRIBERS };
+enum {
+  LIST_NONE,
+  LIST_STREAMS,
+  LIST_SUBSCRIBERS,
+  LIST_SEGMENTS, /* WORDS: the finals, no segment open */
+  LIST_SEGMENT,  /* ... one segment open inside them */
+  LIST_PARTIAL,
+};
 
 /* Starts a message whose object is written entry by entry; when even the
  * header does not fit, the writer starts in overflow. */
@@ -586,7 +596,7 @@ static void writer_begin(aural_msg_writer *mw, uint8_t *out, size_t out_cap,
 static size_t writer_end(aural_msg_writer *mw) {
   aural_jw_end_object(&mw->w);
   if (mw->w.buf == NULL) return 0;
-  return aural__finish_json(mw->out, &mw->w, mw->type, 0);
+  return aural__finish_json(mw->out, &mw->w, mw->type, mw->stream_id);
 }
 
 /* Opens the named list, closing the one before it. */
@@ -785,6 +795,145 @@ int aural_proto_decode_stats_reply(const uint8_t *payload, size_t n,
   if (rc == 0)
     rc = get_list(&js, what, "subscribers", next_subscriber, &e,
                   &m->subscribers, why, why_len);
+  if (rc != 0) memset(m, 0, sizeof *m);
+  return rc;
+}
+
+/* --- WORDS ---------------------------------------------------------------- */
+
+static const field words_fields[] = {
+    U64(aural_msg_words, seq),
+    BOOL(aural_msg_words, final),
+};
+
+static const field word_fields[] = {
+    TEXT(aural_msg_word, word),
+    U64(aural_msg_word, start),
+    U64(aural_msg_word, end),
+    DBL(aural_msg_word, confidence),
+};
+
+/* What §4.16 asks of a word beyond its members' types; NULL when it holds. */
+static const char *word_wrong(const aural_msg_word *w) {
+  if (w->word[0] == '\0') return "word";
+  if (w->end < w->start) return "end";
+  if (!(w->confidence >= 0 && w->confidence <= 1)) return "confidence";
+  return NULL;
+}
+
+void aural_proto_words_begin(aural_msg_writer *mw, uint8_t *out,
+                             size_t out_cap, uint32_t stream_id,
+                             const aural_msg_words *m) {
+  writer_begin(mw, out, out_cap, AURAL_MSG_WORDS);
+  mw->stream_id = stream_id;
+  put_fields(&mw->w, words_fields, N_FIELDS(words_fields), m);
+  writer_list(mw, LIST_SEGMENTS, "segments");
+}
+
+void aural_proto_words_segment(aural_msg_writer *mw) {
+  if (mw->list == LIST_SEGMENT) aural_jw_end_array(&mw->w);
+  else if (mw->list != LIST_SEGMENTS) mw->w.overflow = true; /* misuse */
+  aural_jw_begin_array(&mw->w);
+  mw->list = LIST_SEGMENT;
+}
+
+void aural_proto_words_partial(aural_msg_writer *mw) {
+  if (mw->list == LIST_SEGMENT) {
+    aural_jw_end_array(&mw->w);
+    mw->list = LIST_SEGMENTS;
+  }
+  writer_list(mw, LIST_PARTIAL, "partial");
+}
+
+void aural_proto_words_add(aural_msg_writer *mw, const char *word,
+                           uint64_t start, uint64_t end, double confidence) {
+  aural_msg_word w = {.start = start, .end = end, .confidence = confidence};
+  size_t n = word != NULL ? strlen(word) : 0;
+  /* A word the decoder could not read back has no wire form. */
+  if (n > AURAL_PROTO_WORD_MAX || start > INT64_MAX || end > INT64_MAX ||
+      (mw->list != LIST_SEGMENT && mw->list != LIST_PARTIAL))
+    mw->w.overflow = true;
+  else memcpy(w.word, word, n);
+  if (word_wrong(&w) != NULL) mw->w.overflow = true;
+  add_entry(mw, word_fields, N_FIELDS(word_fields), &w);
+}
+
+size_t aural_proto_words_end(aural_msg_writer *mw) {
+  if (mw->list != LIST_PARTIAL) aural_proto_words_partial(mw);
+  aural_jw_end_array(&mw->w);
+  return writer_end(mw);
+}
+
+int aural_proto_words_word_next(aural_json_list *words, aural_msg_word *w,
+                                char *why, size_t why_len) {
+  uint32_t i = words->index;
+  int rc = next_entry(words, "words", "words", word_fields,
+                      N_FIELDS(word_fields), w, sizeof *w, NULL, 0, NULL, why,
+                      why_len);
+  const char *wrong = rc == 1 ? word_wrong(w) : NULL;
+  if (wrong == NULL) return rc;
+  aural__set_why(why, why_len,
+                 "words: \"words[%u].%s\" must be %s", i, wrong,
+                 wrong[0] == 'w'   ? "a non-empty string"
+                 : wrong[0] == 'e' ? "at least \"start\""
+                                   : "a number from 0 to 1");
+  memset(w, 0, sizeof *w);
+  return AURAL_PROTO_EBAD_PAYLOAD;
+}
+
+int aural_proto_words_segment_next(aural_json_list *segments,
+                                   aural_json_list *words, char *why,
+                                   size_t why_len) {
+  aural_json item;
+  char detail[128];
+  uint32_t i = segments->index;
+  memset(words, 0, sizeof *words);
+  int rc = aural_json_list_next(segments, &item, detail, sizeof detail);
+  if (rc < 0)
+    aural__set_why(why, why_len, "words: \"segments\": %s", detail);
+  if (rc != 1) return rc;
+  if (aural_json_list_init(&item, 0, words) != 0) {
+    aural__set_why(why, why_len, "words: \"segments[%u]\" must be an array",
+                   i);
+    return AURAL_PROTO_EBAD_PAYLOAD;
+  }
+  return 1;
+}
+
+/* Every word of a list. */
+static int check_words(aural_json_list words, char *why, size_t why_len) {
+  aural_msg_word w;
+  int rc;
+  while ((rc = aural_proto_words_word_next(&words, &w, why, why_len)) == 1)
+    continue;
+  return rc;
+}
+
+int aural_proto_decode_words(const uint8_t *payload, size_t n,
+                             aural_msg_words *m, char *why, size_t why_len) {
+  static const char what[] = "words";
+  aural_json js;
+  memset(m, 0, sizeof *m);
+  int rc = aural__parse_object(&js, payload, n, true, what, why, why_len);
+  if (rc == 0)
+    rc = get_fields(&js, 0, words_fields, N_FIELDS(words_fields), m, what,
+                    "", why, why_len);
+  if (rc == 0 &&
+      aural_json_list_init(&js, aural_json_get(&js, 0, "segments"),
+                           &m->segments) != 0)
+    rc = aural__field_error(why, why_len, what, "segments",
+                            "must be an array");
+  if (rc == 0 &&
+      aural_json_list_init(&js, aural_json_get(&js, 0, "partial"),
+                           &m->partial) != 0)
+    rc = aural__field_error(why, why_len, what, "partial",
+                            "must be an array");
+  aural_json_list segments = m->segments, words;
+  while (rc == 0 &&
+         (rc = aural_proto_words_segment_next(&segments, &words, why,
+                                              why_len)) == 1)
+    rc = check_words(words, why, why_len);
+  if (rc == 0) rc = check_words(m->partial, why, why_len);
   if (rc != 0) memset(m, 0, sizeof *m);
   return rc;
 }

@@ -91,6 +91,8 @@ const char *aural_output_name(uint32_t bit) {
     return "logits";
   case AURAL_OUT_TEXT:
     return "text";
+  case AURAL_OUT_WORDS:
+    return "words";
   default:
     return NULL;
   }
@@ -239,7 +241,8 @@ int aural_proto_decode_subscribe(const uint8_t *payload, size_t n,
   if (m->outputs == 0)
     return aural__field_error(why, why_len, what, "outputs",
                               "must be a non-empty array of distinct "
-                              "\"embeddings\", \"logits\", \"text\"");
+                              "\"embeddings\", \"logits\", \"text\", "
+                              "\"words\"");
 
   t = aural_json_get(&js, 0, "dtype");
   m->dtype = AURAL_DTYPE_F32;

@@ -46,11 +46,12 @@ static void test_header_round_trip_every_type(void **state) {
     assert_int_equal(g.stream_id, 0xDEADBEEFu);
     assert_int_equal(g.payload_bytes, 1234);
   }
-  assert_int_equal(n_types, 0x16);
+  assert_int_equal(n_types, 0x17);
   assert_string_equal(aural_msg_type_name(AURAL_MSG_CHUNK), "CHUNK");
   assert_string_equal(aural_msg_type_name(0x16), "STATS_REPLY");
+  assert_string_equal(aural_msg_type_name(0x17), "WORDS");
   assert_null(aural_msg_type_name(0));
-  assert_null(aural_msg_type_name(0x17));
+  assert_null(aural_msg_type_name(0x18));
   assert_null(aural_msg_type_name(-1));
 }
 
@@ -101,7 +102,7 @@ static void test_header_errors(void **state) {
                    AURAL_PROTO_EVERSION);
 
   h.version = 1;
-  const uint8_t bad_types[] = {0, 0x17, 0xFF};
+  const uint8_t bad_types[] = {0, 0x18, 0xFF};
   for (size_t i = 0; i < sizeof bad_types; i++) {
     h.type = bad_types[i];
     aural_proto_put_header(b, &h);
@@ -180,7 +181,8 @@ static void test_error_names(void **state) {
   assert_string_equal(aural_proto_error_name(3), "TOO_LARGE");
   assert_string_equal(aural_proto_error_name(16), "PERMISSION");
   assert_null(aural_proto_error_name(0));
-  assert_null(aural_proto_error_name(17));
+  assert_string_equal(aural_proto_error_name(17), "NO_WORDS");
+  assert_null(aural_proto_error_name(18));
   assert_null(aural_proto_error_name(INT_MIN));
   assert_string_equal(aural_proto_strerror(AURAL_PROTO_EBAD_PAYLOAD),
                       "malformed payload");
@@ -843,7 +845,9 @@ static void test_request_field_errors(void **state) {
       {SUBSCRIBE, "{\"all\":\"true\"}", "subscribe: \"all\" must be"},
       {SUBSCRIBE, "{\"all\":true,\"outputs\":[]}", "subscribe: \"outputs\""},
       {SUBSCRIBE, "{\"all\":true,\"outputs\":\"text\"}", "\"outputs\""},
-      {SUBSCRIBE, "{\"all\":true,\"outputs\":[\"words\"]}", "\"outputs\""},
+      {SUBSCRIBE, "{\"all\":true,\"outputs\":[\"word\"]}", "\"outputs\""},
+      {SUBSCRIBE, "{\"all\":true,\"outputs\":[\"words\",\"words\"]}",
+       "\"outputs\""},
       {SUBSCRIBE, "{\"all\":true,\"outputs\":[\"text\",\"text\"]}",
        "subscribe: \"outputs\" must be a non-empty array of distinct"},
       {SUBSCRIBE, "{\"all\":true,\"outputs\":[1]}", "\"outputs\""},
@@ -1551,7 +1555,8 @@ static void test_welcome_round_trip(void **state) {
                                    .frame_ms = 12.5, .frame_length_ms = 31.25,
                                    .d_model = UINT32_MAX,
                                    .n_layers = 0, .window = 1,
-                                   .vocab_size = V, .chunk_frames = 7},
+                                   .vocab_size = V, .chunk_frames = 7,
+                                   .words = true},
                          .client = UINT32_MAX};
   size_t n = aural_proto_encode_welcome(b, cap, &w, vocab), pn;
   const uint8_t *p = payload_of(b, n, AURAL_MSG_WELCOME, 0, &pn);
@@ -1571,6 +1576,7 @@ static void test_welcome_round_trip(void **state) {
   assert_int_equal(d.model.window, 1);
   assert_int_equal(d.model.vocab_size, V);
   assert_int_equal(d.model.chunk_frames, 7);
+  assert_true(d.model.words);
   assert_int_equal(d.client, UINT32_MAX);
   assert_int_equal(d.model.vocab.n_items, V);
   char tok[AURAL_PROTO_TEXT_MAX + 1];
@@ -1586,6 +1592,7 @@ static void test_welcome_round_trip(void **state) {
   w.model.vocab_size = 0;
   w.client = 0;
   w.model.frame_length_ms = 0;
+  w.model.words = false;
   n = aural_proto_encode_welcome(b, cap, &w, NULL);
   p = payload_of(b, n, AURAL_MSG_WELCOME, 0, &pn);
   char text[1024];
@@ -1593,6 +1600,7 @@ static void test_welcome_round_trip(void **state) {
   memcpy(text, p, pn);
   text[pn] = '\0';
   assert_null(strstr(text, "frame_length_ms"));
+  assert_null(strstr(text, "words"));
   assert_int_equal(aural_proto_decode_welcome(p, pn, &d, why, sizeof why), 0);
   assert_int_equal(d.client, 0);
   assert_true(d.model.frame_length_ms == 0);
@@ -1842,6 +1850,232 @@ static void test_streams_round_trip(void **state) {
     if (full != 0) assert_int_equal(full, c);
   }
   free(b);
+}
+
+/* Word i of the WORDS tests: escapes, multi-byte UTF-8, the longest text. */
+static aural_msg_word word_of(uint32_t i) {
+  aural_msg_word w;
+  memset(&w, 0, sizeof w);
+  if (i % 5 == 0)
+    memset(w.word, 'a' + (int)(i % 26), AURAL_PROTO_WORD_MAX);
+  else
+    snprintf(w.word, sizeof w.word, i % 5 == 1 ? "w\"%u\\" : "\xc3\xa9%u", i);
+  w.start = i == 1 ? INT64_MAX : (uint64_t)i * 3;
+  w.end = i == 1 ? INT64_MAX : w.start + i % 4;
+  w.confidence = (double)(i % 11) / 10.0;
+  return w;
+}
+
+/* Writes a WORDS message of segments with seg[k] words each (word i
+ * numbered in order), then n_partial words. */
+static size_t write_words(uint8_t *b, size_t cap, const aural_msg_words *m,
+                          const uint32_t *seg, size_t n_seg,
+                          uint32_t n_partial) {
+  aural_msg_writer mw;
+  aural_proto_words_begin(&mw, b, cap, 9, m);
+  uint32_t i = 0;
+  for (size_t k = 0; k < n_seg; k++) {
+    aural_proto_words_segment(&mw);
+    for (uint32_t j = 0; j < seg[k]; j++, i++) {
+      aural_msg_word w = word_of(i);
+      aural_proto_words_add(&mw, w.word, w.start, w.end, w.confidence);
+    }
+  }
+  aural_proto_words_partial(&mw);
+  for (uint32_t j = 0; j < n_partial; j++, i++) {
+    aural_msg_word w = word_of(i);
+    aural_proto_words_add(&mw, w.word, w.start, w.end, w.confidence);
+  }
+  return aural_proto_words_end(&mw);
+}
+
+/* Reads back what write_words wrote: every word, in order. */
+static void check_words(const uint8_t *p, size_t pn, const aural_msg_words *m,
+                        const uint32_t *seg, size_t n_seg,
+                        uint32_t n_partial) {
+  aural_msg_words d;
+  char why[200] = "";
+  if (aural_proto_decode_words(p, pn, &d, why, sizeof why) != 0)
+    fail_msg("%s", why);
+  assert_int_equal(d.seq, m->seq);
+  assert_int_equal(d.final, m->final);
+  assert_int_equal(d.segments.n_items, n_seg);
+  assert_int_equal(d.partial.n_items, n_partial);
+  uint32_t i = 0;
+  aural_json_list words;
+  aural_msg_word w;
+  for (size_t k = 0; k < n_seg; k++) {
+    assert_int_equal(aural_proto_words_segment_next(&d.segments, &words, why,
+                                                    sizeof why),
+                     1);
+    assert_int_equal(words.n_items, seg[k]);
+    for (uint32_t j = 0; j < seg[k]; j++, i++) {
+      aural_msg_word e = word_of(i);
+      assert_int_equal(
+          aural_proto_words_word_next(&words, &w, why, sizeof why), 1);
+      assert_memory_equal(&w, &e, sizeof e);
+    }
+    assert_int_equal(aural_proto_words_word_next(&words, &w, why, sizeof why),
+                     0);
+  }
+  assert_int_equal(aural_proto_words_segment_next(&d.segments, &words, why,
+                                                  sizeof why),
+                   0);
+  for (uint32_t j = 0; j < n_partial; j++, i++) {
+    aural_msg_word e = word_of(i);
+    assert_int_equal(
+        aural_proto_words_word_next(&d.partial, &w, why, sizeof why), 1);
+    assert_memory_equal(&w, &e, sizeof e);
+  }
+  assert_int_equal(aural_proto_words_word_next(&d.partial, &w, why,
+                                               sizeof why),
+                   0);
+}
+
+static void test_words_round_trip(void **state) {
+  (void)state;
+  size_t cap = 1u << 20;
+  uint8_t *b = malloc(cap);
+  assert_non_null(b);
+  /* Past the token limit of one payload, in one segment and in many; an
+   * empty segment; no words at all. */
+  const uint32_t seg_a[] = {700, 0, 3, 1};
+  const uint32_t seg_b[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  aural_msg_words m = {.seq = INT64_MAX, .final = true};
+  size_t n = write_words(b, cap, &m, seg_a, 4, 600), pn;
+  const uint8_t *p = payload_of(b, n, AURAL_MSG_WORDS, 9, &pn);
+  check_words(p, pn, &m, seg_a, 4, 600);
+  m = (aural_msg_words){.seq = 0, .final = false};
+  n = write_words(b, cap, &m, seg_b, 10, 0);
+  p = payload_of(b, n, AURAL_MSG_WORDS, 9, &pn);
+  check_words(p, pn, &m, seg_b, 10, 0);
+  n = write_words(b, cap, &m, NULL, 0, 0);
+  assert_string_equal(payload_text(b, n, AURAL_MSG_WORDS, 9),
+                      "{\"seq\":0,\"final\":false,\"segments\":[],"
+                      "\"partial\":[]}");
+  /* The example of PROTOCOL.md §4.16, byte for byte. */
+  aural_msg_writer mw;
+  m.seq = 3;
+  aural_proto_words_begin(&mw, b, cap, 9, &m);
+  aural_proto_words_segment(&mw);
+  aural_proto_words_add(&mw, "the", 12, 20, 0.5);
+  aural_proto_words_add(&mw, "quick", 20, 41, 1);
+  aural_proto_words_partial(&mw);
+  aural_proto_words_add(&mw, "brown", 55, 70, 0.25);
+  assert_string_equal(
+      payload_text(b, aural_proto_words_end(&mw), AURAL_MSG_WORDS, 9),
+      "{\"seq\":3,\"final\":false,\"segments\":[[{\"word\":\"the\","
+      "\"start\":12,\"end\":20,\"confidence\":0.5},{\"word\":\"quick\","
+      "\"start\":20,\"end\":41,\"confidence\":1}]],\"partial\":[{"
+      "\"word\":\"brown\",\"start\":55,\"end\":70,\"confidence\":0.25}]}");
+  /* Too small a buffer, at every size up to the right one. */
+  size_t full = 0;
+  for (size_t c = 0; full == 0; c++) {
+    full = write_words(b, c, &m, seg_a + 2, 2, 2);
+    if (full != 0) assert_int_equal(full, c);
+  }
+  /* Words with no wire form are refused, not written. */
+  char long_word[AURAL_PROTO_WORD_MAX + 2];
+  memset(long_word, 'x', sizeof long_word - 1);
+  long_word[sizeof long_word - 1] = '\0';
+  const struct {
+    const char *word;
+    uint64_t start, end;
+    double confidence;
+  } bad[] = {{long_word, 0, 1, 0.5}, {"", 0, 1, 0.5}, {NULL, 0, 1, 0.5},
+             {"a", 5, 4, 0.5},       {"a", 0, 1, -0.1}, {"a", 0, 1, 1.01},
+             {"a", 0, 1, NAN},       {"a", 0, (uint64_t)INT64_MAX + 1, 0}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    aural_proto_words_begin(&mw, b, cap, 9, &m);
+    aural_proto_words_partial(&mw);
+    aural_proto_words_add(&mw, bad[i].word, bad[i].start, bad[i].end,
+                          bad[i].confidence);
+    assert_int_equal(aural_proto_words_end(&mw), 0);
+  }
+  /* A word before any segment or the partial is misuse. */
+  aural_proto_words_begin(&mw, b, cap, 9, &m);
+  aural_proto_words_add(&mw, "a", 0, 1, 0.5);
+  assert_int_equal(aural_proto_words_end(&mw), 0);
+  free(b);
+}
+
+static void test_words_malformed(void **state) {
+  (void)state;
+#define W(s) "{\"word\":\"" s "\",\"start\":1,\"end\":2,\"confidence\":0.5}"
+  char w65[AURAL_PROTO_WORD_MAX + 2];
+  memset(w65, 'x', sizeof w65 - 1);
+  w65[sizeof w65 - 1] = '\0';
+  char long_text[256];
+  snprintf(long_text, sizeof long_text,
+           "{\"seq\":1,\"final\":false,\"segments\":[],\"partial\":[{"
+           "\"word\":\"%s\",\"start\":1,\"end\":2,\"confidence\":0.5}]}",
+           w65);
+  const struct {
+    const char *text;
+    const char *why;
+  } cases[] = {
+      {"", "words"},
+      {"[]", "words"},
+      {"{\"final\":false,\"segments\":[],\"partial\":[]}", "\"seq\""},
+      {"{\"seq\":-1,\"final\":false,\"segments\":[],\"partial\":[]}",
+       "\"seq\""},
+      {"{\"seq\":1,\"segments\":[],\"partial\":[]}", "\"final\""},
+      {"{\"seq\":1,\"final\":false,\"partial\":[]}", "\"segments\""},
+      {"{\"seq\":1,\"final\":false,\"segments\":{},\"partial\":[]}",
+       "\"segments\""},
+      {"{\"seq\":1,\"final\":false,\"segments\":[]}", "\"partial\""},
+      {"{\"seq\":1,\"final\":false,\"segments\":[" W("a") "],"
+       "\"partial\":[]}",
+       "\"segments[0]\" must be an array"},
+      {"{\"seq\":1,\"final\":false,\"segments\":[[" W("a") ",7]],"
+       "\"partial\":[]}",
+       "\"words[1]\" must be an object"},
+      {"{\"seq\":1,\"final\":false,\"segments\":[],\"partial\":[{"
+       "\"start\":1,\"end\":2,\"confidence\":0.5}]}",
+       "\"words[0].word\" is missing"},
+      {"{\"seq\":1,\"final\":false,\"segments\":[],\"partial\":[" W("")
+       "]}",
+       "\"words[0].word\" must be a non-empty string"},
+      {long_text, "\"words[0].word\""},
+      {"{\"seq\":1,\"final\":false,\"segments\":[],\"partial\":[{"
+       "\"word\":\"a\",\"start\":3,\"end\":2,\"confidence\":0.5}]}",
+       "\"words[0].end\" must be at least \"start\""},
+      {"{\"seq\":1,\"final\":false,\"segments\":[],\"partial\":[{"
+       "\"word\":\"a\",\"start\":1.5,\"end\":2,\"confidence\":0.5}]}",
+       "\"words[0].start\""},
+      {"{\"seq\":1,\"final\":false,\"segments\":[],\"partial\":[{"
+       "\"word\":\"a\",\"start\":1,\"end\":2,\"confidence\":1.5}]}",
+       "\"words[0].confidence\" must be a number from 0 to 1"},
+      {"{\"seq\":1,\"final\":false,\"segments\":[],\"partial\":[{"
+       "\"word\":\"a\",\"start\":1,\"end\":2,\"confidence\":null}]}",
+       "\"words[0].confidence\""},
+      {"{\"seq\":1,\"final\":false,\"segments\":[[" W("a") "],[" W("b")
+       ",]],\"partial\":[]}",
+       "words"},
+  };
+#undef W
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aural_msg_words m;
+    char why[256] = "";
+    int rc = aural_proto_decode_words((const uint8_t *)cases[i].text,
+                                      strlen(cases[i].text), &m, why,
+                                      sizeof why);
+    if (rc != AURAL_PROTO_EBAD_PAYLOAD)
+      fail_msg("accepted: %s", cases[i].text);
+    if (strstr(why, cases[i].why) == NULL)
+      fail_msg("%s: why is \"%s\", expected \"%s\"", cases[i].text, why,
+               cases[i].why);
+    assert_int_equal(m.segments.n_items, 0);
+  }
+  /* Unknown members are ignored. */
+  const char *later = "{\"seq\":1,\"final\":true,\"x\":[1,{}],\"segments\":"
+                      "[[{\"word\":\"a\",\"start\":1,\"end\":1,"
+                      "\"confidence\":0,\"y\":2}]],\"partial\":[]}";
+  aural_msg_words m;
+  assert_int_equal(aural_proto_decode_words((const uint8_t *)later,
+                                            strlen(later), &m, NULL, 0),
+                   0);
+  assert_int_equal(m.segments.n_items, 1);
 }
 
 static aural_stats_subscriber subscriber_of(uint32_t i) {
@@ -2285,6 +2519,8 @@ int main(void) {
       cmocka_unit_test(test_stream_events_round_trip),
       cmocka_unit_test(test_streams_round_trip),
       cmocka_unit_test(test_stats_reply_round_trip),
+      cmocka_unit_test(test_words_round_trip),
+      cmocka_unit_test(test_words_malformed),
       cmocka_unit_test(test_server_field_errors),
       cmocka_unit_test(test_server_encoders_short_buffer),
       cmocka_unit_test(test_json_lists),

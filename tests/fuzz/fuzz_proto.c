@@ -398,7 +398,7 @@ static void check_requests(const uint8_t *p, size_t n) {
   aural_msg_subscribe sub, sub2;
   why[0] = '\0';
   if (aural_proto_decode_subscribe(p, n, &sub, why, sizeof why) == 0) {
-    CHECK(sub.outputs != 0 && (sub.outputs & ~AURAL_OUT_ALL) == 0);
+    CHECK(sub.outputs != 0 && (sub.outputs & ~AURAL_OUT_ANY) == 0);
     CHECK(sub.dtype == AURAL_DTYPE_F32 || sub.dtype == AURAL_DTYPE_F16);
     CHECK(sub.all ? sub.stream[0] == '\0' : aural_proto_valid_name(sub.stream));
     q = reencoded(msg, aural_proto_encode_subscribe(msg, sizeof msg, &sub),
@@ -573,6 +573,41 @@ static void check_lists(const uint8_t *p, size_t n) {
         r2.next_clients_before == r.next_clients_before);
 }
 
+/* A WORDS payload that decodes is written again word by word and reads
+ * back with the same counts. */
+static void check_words(const uint8_t *p, size_t n) {
+  char why[256];
+  aural_msg_words m, m2;
+  why[0] = '\0';
+  if (aural_proto_decode_words(p, n, &m, why, sizeof why) != 0) {
+    check_why(why, "words: ");
+    return;
+  }
+  aural_msg_writer mw;
+  aural_json_list segs = m.segments, words;
+  aural_msg_word w;
+  aural_proto_words_begin(&mw, msg, sizeof msg, 1, &m);
+  while (aural_proto_words_segment_next(&segs, &words, why, sizeof why) == 1) {
+    aural_proto_words_segment(&mw);
+    while (aural_proto_words_word_next(&words, &w, why, sizeof why) == 1) {
+      CHECK(w.word[0] != '\0' && w.start <= w.end);
+      CHECK(w.confidence >= 0 && w.confidence <= 1);
+      aural_proto_words_add(&mw, w.word, w.start, w.end, w.confidence);
+    }
+  }
+  aural_proto_words_partial(&mw);
+  while (aural_proto_words_word_next(&m.partial, &w, why, sizeof why) == 1)
+    aural_proto_words_add(&mw, w.word, w.start, w.end, w.confidence);
+  size_t k = aural_proto_words_end(&mw);
+  if (k == 0) return; /* escapes made it longer than msg */
+  CHECK(aural_proto_decode_words(msg + AURAL_PROTO_HEADER_BYTES,
+                                 k - AURAL_PROTO_HEADER_BYTES, &m2, why,
+                                 sizeof why) == 0);
+  CHECK(m2.seq == m.seq && m2.final == m.final &&
+        m2.segments.n_items == m.segments.n_items &&
+        m2.partial.n_items == m.partial.n_items);
+}
+
 /* --- CHUNK and f16 ------------------------------------------------------------ */
 
 static void check_chunk(const uint8_t *p, size_t n) {
@@ -651,6 +686,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   check_simple_server_messages(p, n);
   check_welcome(p, n);
   check_lists(p, n);
+  check_words(p, n);
   check_chunk(p, n);
   check_writer(p, n);
   check_raw_and_error(p, n);

@@ -26,7 +26,7 @@ TYPES = {
     "AUDIO_OPEN": 0x10, "AUDIO_DATA": 0x12, "STATS_REPLY": 0x16,
     "PONG": 0x05, "SUBSCRIBED": 0x09, "UNSUBSCRIBED": 0x0B,
     "STREAM_STARTED": 0x0C, "STREAM_ENDED": 0x0D, "GAP": 0x0F,
-    "AUDIO_OPENED": 0x11, "AUDIO_CLOSED": 0x14,
+    "AUDIO_OPENED": 0x11, "AUDIO_CLOSED": 0x14, "WORDS": 0x17,
 }
 
 
@@ -119,6 +119,11 @@ SEEDS = {
     "audio_opened": message("AUDIO_OPENED", js({"stream": 9, "name": "call-17"}), 9),
     "audio_closed": message("AUDIO_CLOSED", js({"frames": 740, "chunks": 15}), 9),
     "pong": message("PONG", b"abc", 0),
+    "words": message("WORDS", js({"seq": 3, "final": False, "segments": [
+        [{"word": "the", "start": 12, "end": 20, "confidence": 0.5},
+         {"word": "qu\u00efck", "start": 20, "end": 41, "confidence": 1}], []],
+        "partial": [{"word": "brown", "start": 55, "end": 70,
+                     "confidence": 0.25}]}), 3),
     "chunk_embeddings_f32": message("CHUNK", chunk(1, 0), 3),
     "chunk_all_f16": message("CHUNK", chunk(7, 1, text="h\u00e9llo w\u00f6rld".encode()), 3),
     "chunk_logits_text_f32": message("CHUNK", chunk(6, 0, n_frames=1, text=b""), 3),

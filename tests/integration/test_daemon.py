@@ -339,6 +339,215 @@ class TestPushedStreams(DaemonTest):
         self.stop_clean(d)
 
 
+DEFAULT = os.path.join(HERE, "..", "..", "models", "default.safetensors")
+
+# A lexicon of the bundled sample's words in the default model's tokens
+# (espeak-ng phoneme mnemonics) and a unigram LM over them.
+LEXICON = """the\tD @2
+the\tD @
+the\tD i:
+quick\tk w I k
+brown\tb r aU n
+fox\tf 0 k s
+jumps\tdZ V m p s
+over\toU v 3
+lazy\tl eI z i
+dog\td 0 g
+a\ta#
+stream\ts t r i: m
+encoder\tE n k oU d 3
+turns\tt 3: n z
+every\tE v r i
+ten\tt E n
+millisecond\tm I l I2 s E k @ n d
+millisecond\tm I l I s E k @ n d
+milliseconds\tm I l I2 s E k @ n d z
+of\tV v
+of\t@ v
+sound\ts aU n d
+into\tI n t2 U
+into\tI n t u:
+frame\tf r eI m
+frames\tf r eI m z
+cat\tk a t
+"""
+LM_WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog",
+            "a", "stream", "encoder", "turns", "every", "ten", "millisecond",
+            "milliseconds", "of", "sound", "into", "frame", "frames", "cat"]
+LM = ("\\data\\\nngram 1=%d\nngram 2=2\n\n\\1-grams:\n-1.0\t<s>\t-0.3\n"
+      "-1.0\t</s>\n" % (len(LM_WORDS) + 2)
+      + "".join("-1.5\t%s\n" % w for w in LM_WORDS)
+      + "\n\\2-grams:\n-0.5\t<s> the\n-0.3\tthe quick\n\n\\end\\\n")
+
+
+class TestWords(DaemonTest):
+    """The words output: WORDS messages, aural sub --output words, the
+    Python client's Words events."""
+
+    def setUp(self):
+        super().setUp()
+        # The default model with a lexicon and an LM beside it, so that
+        # aurald finds them without --lexicon and --lm.
+        self.model = os.path.join(self.tmp, "m.safetensors")
+        os.symlink(os.path.abspath(DEFAULT), self.model)
+        self.lexicon = os.path.join(self.tmp, "m.lexicon.txt")
+        self.lm = os.path.join(self.tmp, "m.lm.arpa")
+        with open(self.lexicon, "w") as f:
+            f.write(LEXICON)
+        with open(self.lm, "w") as f:
+            f.write(LM)
+
+    def offline_words(self, inp):
+        """aural encode's final segments as [[(word, start, end, conf)]],
+        times in frames."""
+        out = run(AURAL, "encode", "-q", "-m", DEFAULT, "--output", "words",
+                  "--format", "json", "--lexicon", self.lexicon, "--lm",
+                  self.lm, inp).stdout
+        frame_s = 0.010
+        segs = [[(w["word"], round(w["start"] / frame_s),
+                  round(w["end"] / frame_s), w["confidence"])
+                 for w in seg["words"]]
+                for seg in json.loads(out)["segments"]]
+        self.assertGreater(sum(len(s) for s in segs), 10)
+        return [s for s in segs if s]
+
+    def assert_same_words(self, have, want):
+        self.assertEqual([[w[:3] for w in s] for s in have],
+                         [[w[:3] for w in s] for s in want])
+        for hs, ws in zip(have, want):
+            for h, w in zip(hs, ws):
+                self.assertAlmostEqual(h[3], w[3], delta=6e-4)
+
+    @staticmethod
+    def sub_words(lines):
+        """The finals of `aural sub --json --output words` lines, checking
+        that the WORDS events of each stream come in order, chunk by
+        chunk, the last one final."""
+        segs, seqs, final = [], [], False
+        for line in lines.splitlines():
+            ev = json.loads(line)
+            if ev["event"] != "words":
+                continue
+            seqs.append(ev["seq"])
+            final = ev["final"]
+            for seg in ev["segments"]:
+                if seg:
+                    segs.append([(w["word"], w["start"], w["end"],
+                                  w["confidence"]) for w in seg])
+        assert seqs == list(range(len(seqs))) and seqs, seqs
+        assert final
+        return segs
+
+    def test_words_equal_offline_encoding(self):
+        """A pushed stream's and a file stream's words are aural encode's,
+        word for word and frame for frame."""
+        inp = self.wav(9.3, rate=22050)
+        want = self.offline_words(inp)
+        d = self.start(model=self.model)
+        self.assertIn("words on", d.text())
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
+                                "talk", "--output", "words", "--json",
+                                "--until-end"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        time.sleep(0.3)
+        run(AURAL, "send", "-q", "-s", d.path, "--name", "talk", inp)
+        out, err = sub.communicate(timeout=60)
+        self.assertEqual(sub.returncode, 0, err)
+        self.assertNotIn('"event": "chunk"', out)
+        self.assertNotIn('"event":"chunk"', out)
+        self.assert_same_words(self.sub_words(out), want)
+        self.stop_clean(d)
+        # A file stream, with the words next to text; the caption and the
+        # transcript file (-o) of aural sub too.
+        d = self.start("--hold", "--file", inp, "--exit-when-done",
+                       model=self.model)
+        words_out = os.path.join(self.tmp, "words.txt")
+        p = run(AURAL, "sub", "-s", d.path, "--all", "--output",
+                "words", "-o", words_out, check=False)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        transcript = " ".join(w[0] for s in want for w in s)
+        with open(words_out) as f:
+            self.assertEqual(f.read().strip(), transcript)
+        caption = [l for l in p.stdout.splitlines() if "[" in l]
+        self.assertEqual(len(caption), len(want), p.stdout)
+        self.assertNotIn("\r", p.stdout)  # not a terminal: finals only
+        self.assertEqual(" ".join(l.split("]", 1)[1].strip()
+                                  for l in caption), transcript)
+        d.stop()
+        d = self.start("--hold", "--file", inp, "--exit-when-done",
+                       model=self.model)
+        p = run(AURAL, "sub", "-s", d.path, "--all", "--output", "text,words",
+                "--json", "--until-end", check=False)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('"event":"chunk"', p.stdout.replace(" ", ""))
+        self.assert_same_words(self.sub_words(p.stdout), want)
+        d.stop()
+
+    def test_embeddings_subscriber_sees_no_words(self):
+        """A client that does not ask for words never sees WORDS; one that
+        asks for words alone sees no CHUNK (Python client)."""
+        d = self.start(model=self.model)
+        inp = self.wav(5.0)
+        old = ac.Client(d.path, timeout=30)
+        self.assertTrue(old.model.get("words"))
+        old.subscribe("s", outputs=("embeddings", "text"))
+        new = ac.Client(d.path, timeout=30)
+        new.subscribe("s", outputs=("words",))
+        run(AURAL, "send", "-q", "-s", d.path, "--name", "s", inp)
+        kinds = {}
+        for c, name in ((old, "old"), (new, "new")):
+            evs = []
+            for ev in c.events(timeout=30):
+                evs.append(ev)
+                if isinstance(ev, ac.StreamEnded):
+                    break
+            kinds[name] = evs
+            c.close()
+        self.assertFalse([e for e in kinds["old"] if isinstance(e, ac.Words)])
+        chunks = [e for e in kinds["old"] if isinstance(e, ac.Chunk)]
+        self.assertTrue(chunks)
+        self.assertFalse([e for e in kinds["new"] if isinstance(e, ac.Chunk)])
+        words = [e for e in kinds["new"] if isinstance(e, ac.Words)]
+        self.assertEqual([w.seq for w in words], [c.seq for c in chunks])
+        self.assertTrue(words[-1].final)
+        self.assertEqual(words[-1].partial, [])
+        finals = [[(w.word, w.start, w.end, w.confidence) for w in seg]
+                  for ev in words for seg in ev.segments if seg]
+        self.assert_same_words(finals, self.offline_words(inp))
+        for ev in words:
+            for w in [w for seg in ev.segments for w in seg] + ev.partial:
+                self.assertTrue(0 <= w.start <= w.end)
+                self.assertTrue(0.0 <= w.confidence <= 1.0)
+        self.stop_clean(d)
+
+    def test_words_without_lexicon(self):
+        """Without a lexicon, WELCOME says no words and SUBSCRIBE words is
+        refused with NO_WORDS; a lexicon named and unreadable stops the
+        start."""
+        d = self.start(model=DEFAULT)
+        self.assertIn("words off", d.text())
+        c = ac.Client(d.path, timeout=10)
+        self.assertFalse(c.model.get("words", False))
+        with self.assertRaises(ac.ServerError) as cm:
+            c.subscribe("x", outputs=("embeddings", "words"))
+        self.assertEqual(cm.exception.name, "NO_WORDS")
+        self.assertFalse(cm.exception.fatal)
+        c.subscribe("x", outputs=("embeddings",))  # still usable
+        c.close()
+        p = run(AURAL, "sub", "-s", d.path, "--stream", "x", "--output",
+                "words", check=False, timeout=10)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("NO_WORDS", p.stderr)
+        self.stop_clean(d)
+        missing = os.path.join(self.tmp, "none.lexicon.txt")
+        p = run(AURALD, "-m", self.model, "-s",
+                os.path.join(self.tmp, "b.sock"), "--no-config",
+                "--lexicon", missing, check=False, timeout=30)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("none.lexicon.txt", p.stderr + p.stdout)
+
+
 class TestChunking(DaemonTest):
     def test_whole_chunks_end_with_an_empty_final_chunk(self):
         d = self.start()

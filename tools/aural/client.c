@@ -141,6 +141,8 @@ static int decode_payload(client_msg *m, char *why, size_t why_len) {
     return aural_proto_decode_audio_closed(p, n, &m->u.closed, why, why_len);
   case AURAL_MSG_STATS_REPLY:
     return aural_proto_decode_stats_reply(p, n, &m->u.stats, why, why_len);
+  case AURAL_MSG_WORDS:
+    return aural_proto_decode_words(p, n, &m->u.words, why, why_len);
   default:
     return 0;
   }
@@ -278,6 +280,7 @@ static int parse_welcome(aural_client *c, aural_msg_welcome *w, char *err,
     return -1;
   }
   cm->frame_ms = mm->frame_ms;
+  cm->words = mm->words;
   cm->frame_length_ms = mm->frame_length_ms;
   if (cm->vocab_size > 0) {
     cm->vocab = calloc(cm->vocab_size, sizeof *cm->vocab);

@@ -36,6 +36,7 @@ typedef struct client_model {
   uint32_t window;       /* attention window, frames */
   uint32_t chunk_frames; /* frames per chunk */
   uint32_t vocab_size;   /* 0 without a CTC head */
+  bool words;            /* the server can send words */
   char **vocab;          /* (vocab_size) token strings, index 0 = blank */
 } client_model;
 
@@ -70,6 +71,7 @@ typedef struct client_msg {
     aural_msg_audio_opened opened;
     aural_msg_audio_closed closed;
     aural_msg_stats_reply stats;
+    aural_msg_words words;
   } u;
 } client_msg;
 

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,11 +59,20 @@ static void usage(FILE *to) {
           "                       text        greedy CTC tokens per chunk,\n"
           "                                   and each stream's whole text\n"
           "                                   at its end\n"
-          "                     (logits and text need a model with a head)\n"
+          "                       words       words from the server's\n"
+          "                                   lexicon and language model: a\n"
+          "                                   live caption (on a terminal the\n"
+          "                                   partial is rewritten in place),\n"
+          "                                   a line per final segment with\n"
+          "                                   its time span\n"
+          "                     (logits and text need a model with a head,\n"
+          "                     words a server with a lexicon)\n"
           "      --dtype TYPE   f32 (default) or f16 on the wire; -o always\n"
           "                     writes float32\n"
           "  -o, --out PATH     write the stream's embeddings (or logits) as\n"
-          "                     a float32 .npy [n_frames, dim] when it ends;\n"
+          "                     a float32 .npy [n_frames, dim] when it ends\n"
+          "                     (with --output words alone: its transcript,\n"
+          "                     the final words on one line);\n"
           "                     needs a single stream (--stream, or --all\n"
           "                     with exactly one stream appearing) and\n"
           "                     implies --until-end; nothing is written if a\n"
@@ -76,14 +86,19 @@ static void usage(FILE *to) {
           "\"ended\",\n"
           "                     \"stream\": id, \"name\": ..., ...}; chunks carry\n"
           "                     seq, first_frame, n_frames, final,\n"
-          "                     latency_ms and text (with --output text)\n"
+          "                     latency_ms and text (with --output text);\n"
+          "                     \"words\" events carry seq, final, segments\n"
+          "                     and partial, words with start and end frames\n"
+          "                     and confidence\n"
           "  -q, --quiet        no per-chunk or event lines (with --output\n"
-          "                     text, each stream's whole text is still\n"
-          "                     printed); no effect with --json\n"
+          "                     text or words, each stream's whole text or\n"
+          "                     transcript is still printed); no effect\n"
+          "                     with --json\n"
           "  -h, --help         show this help\n"
           "\n"
           "Examples:\n"
           "  aural sub --stream mic --output text\n"
+          "  aural sub --stream mic --output words\n"
           "  aural sub -s /tmp/x/aural.sock --all --json\n"
           "  aural sub --stream speech.wav --dtype f16 -o speech-emb.npy\n"
           "\n"
@@ -95,6 +110,12 @@ static void usage(FILE *to) {
           client_default_socket(sock, sizeof sock));
 }
 
+/* A growing string. */
+typedef struct strbuf {
+  char *p;
+  size_t len, cap;
+} strbuf;
+
 typedef struct sub_stream {
   uint32_t id;
   char name[AURAL_PROTO_NAME_MAX + 1];
@@ -103,8 +124,8 @@ typedef struct sub_stream {
   uint64_t first_chunk;    /* next_chunk of its STREAM_STARTED */
   uint64_t n_chunks;       /* chunks received */
   uint64_t n_lost;         /* chunks reported lost by GAPs */
-  char *text;              /* the whole text so far */
-  size_t text_len, text_cap;
+  strbuf text;             /* the whole text so far */
+  strbuf words;            /* the final words so far, space-separated */
 } sub_stream;
 
 typedef struct sub_job {
@@ -117,7 +138,7 @@ typedef struct sub_job {
   size_t n_streams, cap_streams;
 
   /* -o */
-  uint32_t out_kind;  /* AURAL_OUT_EMBEDDINGS or AURAL_OUT_LOGITS */
+  uint32_t out_kind;  /* AURAL_OUT_EMBEDDINGS, _LOGITS or _WORDS */
   uint32_t out_stream; /* the stream being written, 0 before its start */
   outfile of;          /* opened before connecting */
   size_t out_rows, out_dim; /* out_dim is 0 until the header is written */
@@ -126,6 +147,9 @@ typedef struct sub_job {
   int written;
 
   uint64_t n_gaps, n_lost;
+  int tty;          /* stdout is a terminal: the partial is rewritten */
+  int partial_shown; /* a partial caption is on the current line */
+  strbuf caption;    /* the partial's words, for the terminal */
   char *line; /* JSON output buffer */
   size_t line_cap;
   char err[512];
@@ -157,20 +181,21 @@ static sub_stream *get_stream(sub_job *job, uint32_t id) {
   return s;
 }
 
-static int text_append(sub_stream *s, const char *t, size_t n) {
+/* Appends n bytes of t to b, after a space when b is not empty. */
+static int text_append(strbuf *b, const char *t, size_t n) {
   if (n == 0) return 0;
-  size_t need = s->text_len + n + 2;
-  if (need > s->text_cap) {
+  size_t need = b->len + n + 2;
+  if (need > b->cap) {
     size_t cap = need * 2;
-    char *p = realloc(s->text, cap);
+    char *p = realloc(b->p, cap);
     if (p == NULL) return -1;
-    s->text = p;
-    s->text_cap = cap;
+    b->p = p;
+    b->cap = cap;
   }
-  if (s->text_len > 0) s->text[s->text_len++] = ' ';
-  memcpy(s->text + s->text_len, t, n);
-  s->text_len += n;
-  s->text[s->text_len] = '\0';
+  if (b->len > 0) b->p[b->len++] = ' ';
+  memcpy(b->p + b->len, t, n);
+  b->len += n;
+  b->p[b->len] = '\0';
   return 0;
 }
 
@@ -281,7 +306,8 @@ static int on_started(sub_job *job, const client_msg *m) {
   s->ended = 0;
   s->next_seq = s->first_chunk = (uint64_t)next;
   s->n_chunks = s->n_lost = 0;
-  s->text_len = 0;
+  s->text.len = 0;
+  s->words.len = 0;
 
   if (job->out_path != NULL) {
     if (job->out_stream != 0 && job->out_stream != s->id) {
@@ -389,7 +415,8 @@ static int on_chunk(sub_job *job, const client_msg *m) {
   s->n_chunks++;
   double latency_ms = (double)(now_us - ch.ready_us) / 1e3;
   int final = (ch.flags & AURAL_CHUNK_FINAL) != 0;
-  if (text != NULL && text_append(s, text, ch.text_bytes) < 0) goto oom;
+  if (text != NULL && text_append(&s->text, text, ch.text_bytes) < 0)
+    goto oom;
 
   double emb_norm = 0, logit_norm = 0;
   if (emb != NULL) {
@@ -471,6 +498,143 @@ oom:
   return -1;
 }
 
+/* Takes the partial caption off the terminal's current line. */
+static void clear_partial(sub_job *job) {
+  if (!job->partial_shown) return;
+  fputs("\r\033[K", stdout);
+  job->partial_shown = 0;
+}
+
+/* Writes a list of words as a JSON array of objects. */
+static int put_words_json(aural_jw *w, aural_json_list words, char *why,
+                          size_t why_len) {
+  aural_msg_word x;
+  int rc;
+  aural_jw_begin_array(w);
+  while ((rc = aural_proto_words_word_next(&words, &x, why, why_len)) == 1) {
+    aural_jw_begin_object(w);
+    aural_jw_key(w, "word");
+    aural_jw_string(w, x.word);
+    aural_jw_key(w, "start");
+    aural_jw_uint(w, x.start);
+    aural_jw_key(w, "end");
+    aural_jw_uint(w, x.end);
+    aural_jw_key(w, "confidence");
+    aural_jw_double(w, x.confidence);
+    aural_jw_end_object(w);
+  }
+  aural_jw_end_array(w);
+  return rc;
+}
+
+static int words_json(sub_job *job, sub_stream *s, const client_msg *m) {
+  const aural_msg_words *mw = &m->u.words;
+  aural_jw w;
+  if (jw_start(job, &w, m->h.payload_bytes, "words", s) < 0) return -1;
+  aural_jw_key(&w, "seq");
+  aural_jw_uint(&w, mw->seq);
+  aural_jw_key(&w, "final");
+  aural_jw_bool(&w, mw->final);
+  aural_jw_key(&w, "segments");
+  aural_jw_begin_array(&w);
+  aural_json_list segs = mw->segments, words;
+  while (aural_proto_words_segment_next(&segs, &words, NULL, 0) == 1)
+    put_words_json(&w, words, NULL, 0);
+  aural_jw_end_array(&w);
+  aural_jw_key(&w, "partial");
+  put_words_json(&w, mw->partial, NULL, 0);
+  jw_print(&w);
+  return 0;
+}
+
+/* The partial caption on the current line, its latest words when it is
+ * wider than the terminal (a line that wrapped could not be rewritten). */
+static void show_partial(sub_job *job, const sub_stream *s) {
+  struct winsize ws;
+  size_t cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0
+                    ? ws.ws_col
+                    : 80;
+  size_t prefix = strlen(s->name) + 6; /* "NAME  ... " */
+  const char *t = job->caption.p;
+  size_t n = job->caption.len;
+  size_t room = cols > prefix + 1 ? cols - prefix - 1 : 0;
+  if (n > room) {
+    /* The tail that fits, from a word's start (UTF-8 stays whole). */
+    t += n - room;
+    n = room;
+    while (n > 0 && *t != ' ') t++, n--;
+    while (n > 0 && *t == ' ') t++, n--;
+  }
+  printf("%s  ... %.*s", s->name, (int)n, t);
+  job->partial_shown = 1;
+}
+
+/* A WORDS event: the finals become lines of the caption and of the
+ * transcript, the partial is shown in place on a terminal. */
+static int on_words(sub_job *job, const client_msg *m) {
+  sub_stream *s = get_stream(job, m->h.stream_id);
+  if (s == NULL) goto oom;
+  const aural_msg_words *mw = &m->u.words;
+  if ((job->outputs & AURAL_OUT_ALL) == 0) {
+    /* Words alone: no CHUNK arrives, WORDS counts the chunks. */
+    s->next_seq = mw->seq + 1;
+    s->n_chunks++;
+  }
+  aural_json_list segs = mw->segments, words;
+  aural_msg_word x;
+  while (aural_proto_words_segment_next(&segs, &words, NULL, 0) == 1) {
+    aural_json_list w = words;
+    while (aural_proto_words_word_next(&w, &x, NULL, 0) == 1)
+      if (text_append(&s->words, x.word, strlen(x.word)) < 0) goto oom;
+  }
+  if (job->json) return words_json(job, s, m) < 0 ? -1 : 0;
+  if (job->quiet) return 0;
+  clear_partial(job);
+  segs = mw->segments;
+  while (aural_proto_words_segment_next(&segs, &words, NULL, 0) == 1) {
+    double frame_s = job->cl->model.frame_ms / 1000.0;
+    aural_json_list w = words;
+    uint64_t start = 0, end = 0;
+    size_t n = 0;
+    while (aural_proto_words_word_next(&w, &x, NULL, 0) == 1) {
+      if (n++ == 0) start = x.start;
+      end = x.end;
+    }
+    if (n == 0) continue;
+    printf("%s  [%7.2f - %7.2f s]", s->name, (double)start * frame_s,
+           (double)end * frame_s);
+    w = words;
+    while (aural_proto_words_word_next(&w, &x, NULL, 0) == 1)
+      printf(" %s", x.word);
+    putchar('\n');
+  }
+  if (job->tty && mw->partial.n_items > 0) {
+    job->caption.len = 0;
+    aural_json_list w = mw->partial;
+    while (aural_proto_words_word_next(&w, &x, NULL, 0) == 1)
+      if (text_append(&job->caption, x.word, strlen(x.word)) < 0) goto oom;
+    show_partial(job, s);
+  }
+  fflush(stdout);
+  return 0;
+oom:
+  snprintf(job->err, sizeof job->err, "out of memory");
+  return -1;
+}
+
+/* -o with --output words: the stream's final words on one line. */
+static int finish_transcript(sub_job *job, const sub_stream *s) {
+  if (fprintf(job->of.f, "%s\n", s->words.p ? s->words.p : "") < 0 ||
+      fflush(job->of.f) != 0) {
+    snprintf(job->err, sizeof job->err, "%s: write failed: %s",
+             job->out_path, strerror(errno));
+    return -1;
+  }
+  if (outfile_commit(&job->of, job->err, sizeof job->err) < 0) return -1;
+  job->written = 1;
+  return 0;
+}
+
 /* Returns 1 when the command is done (--until-end), 0 to go on, -1. */
 static int on_ended(sub_job *job, const client_msg *m) {
   sub_stream *s = get_stream(job, m->h.stream_id);
@@ -482,6 +646,8 @@ static int on_ended(sub_job *job, const client_msg *m) {
   int64_t frames = (int64_t)e->frames, chunks = (int64_t)e->chunks;
   s->ended = 1;
   int want_text = (job->outputs & AURAL_OUT_TEXT) != 0;
+  int want_words = (job->outputs & AURAL_OUT_WORDS) != 0;
+  clear_partial(job);
 
   /* Every chunk from the first one we were promised to the last must have
    * been received or reported lost (PROTOCOL.md 4.9). */
@@ -496,7 +662,8 @@ static int on_ended(sub_job *job, const client_msg *m) {
 
   if (job->json) {
     aural_jw w;
-    size_t extra = s->text_len + (message ? strlen(message) : 0) + 64;
+    size_t extra =
+        s->text.len + s->words.len + (message ? strlen(message) : 0) + 64;
     if (jw_start(job, &w, extra, "ended", s) < 0) goto oom;
     aural_jw_key(&w, "reason");
     aural_jw_string(&w, reason ? reason : "");
@@ -512,7 +679,11 @@ static int on_ended(sub_job *job, const client_msg *m) {
     aural_jw_uint(&w, s->n_lost);
     if (want_text) {
       aural_jw_key(&w, "text");
-      aural_jw_string_n(&w, s->text ? s->text : "", s->text_len);
+      aural_jw_string_n(&w, s->text.p ? s->text.p : "", s->text.len);
+    }
+    if (want_words) {
+      aural_jw_key(&w, "words");
+      aural_jw_string_n(&w, s->words.p ? s->words.p : "", s->words.len);
     }
     jw_print(&w);
   } else {
@@ -522,8 +693,10 @@ static int on_ended(sub_job *job, const client_msg *m) {
              message ? message : "", (long long)frames, (long long)chunks);
     if (want_text)
       printf(job->quiet ? "%s\n" : "%s  text: %s\n",
-             job->quiet ? (s->text ? s->text : "") : s->name,
-             s->text ? s->text : "");
+             job->quiet ? (s->text.p ? s->text.p : "") : s->name,
+             s->text.p ? s->text.p : "");
+    if (want_words && job->quiet)
+      printf("%s\n", s->words.p ? s->words.p : "");
     fflush(stdout);
   }
 
@@ -543,6 +716,12 @@ static int on_ended(sub_job *job, const client_msg *m) {
                message && message[0] ? ": " : "", message ? message : "",
                job->out_path);
       return -1;
+    }
+    if (job->out_kind == AURAL_OUT_WORDS) {
+      if (finish_transcript(job, s) < 0) return -1;
+      if (!job->quiet && !job->json)
+        printf("%s: transcript written to %s\n", s->name, job->out_path);
+      return 1;
     }
     if (finish_output(job) < 0) return -1;
     if (!job->quiet && !job->json)
@@ -618,7 +797,11 @@ static int run(sub_job *job) {
     case AURAL_MSG_CHUNK:
       if (on_chunk(job, &m) < 0) return EXIT_FAIL;
       break;
+    case AURAL_MSG_WORDS:
+      if (on_words(job, &m) < 0) return EXIT_FAIL;
+      break;
     case AURAL_MSG_GAP:
+      clear_partial(job);
       if (on_gap(job, &m) < 0) return EXIT_FAIL;
       break;
     case AURAL_MSG_STREAM_ENDED:
@@ -634,14 +817,15 @@ static int run(sub_job *job) {
 
 /* Parses a comma-separated list of output kinds into AURAL_OUT_* bits. */
 static int parse_outputs(const char *s, uint32_t *out) {
-  static const char *const names[] = {"embeddings", "logits", "text"};
+  static const char *const names[] = {"embeddings", "logits", "text",
+                                      "words"};
   uint32_t bits = 0;
   while (*s) {
     size_t n = strcspn(s, ",");
     size_t k = 0;
-    while (k < 3 && !(strlen(names[k]) == n && strncmp(s, names[k], n) == 0))
+    while (k < 4 && !(strlen(names[k]) == n && strncmp(s, names[k], n) == 0))
       k++;
-    if (k == 3) return -1;
+    if (k == 4) return -1;
     bits |= 1u << k;
     s += n;
     if (*s == ',') s++;
@@ -675,8 +859,9 @@ int cmd_sub(int argc, char **argv) {
     case 'A': job.all = 1; break;
     case 'O':
       if (parse_outputs(optarg, &job.outputs) < 0) {
-        fprintf(stderr, "aural sub: --output %s: expected embeddings, logits "
-                        "or text, or several of them separated by commas\n",
+        fprintf(stderr, "aural sub: --output %s: expected embeddings, logits, "
+                        "text or words, or several of them separated by "
+                        "commas\n",
                 optarg);
         return EXIT_USAGE;
       }
@@ -712,8 +897,11 @@ int cmd_sub(int argc, char **argv) {
           "without spaces, '/' or '\\'";
   if (bad == NULL && job.out_path != NULL) {
     uint32_t arrays = job.outputs & (AURAL_OUT_EMBEDDINGS | AURAL_OUT_LOGITS);
-    if (arrays == 0)
-      bad = "-o writes embeddings or logits; add one to --output";
+    if (arrays == 0 && job.outputs == AURAL_OUT_WORDS)
+      arrays = AURAL_OUT_WORDS; /* the transcript */
+    else if (arrays == 0)
+      bad = "-o writes embeddings or logits, or with --output words alone "
+            "the transcript; add one to --output";
     else if (arrays == (AURAL_OUT_EMBEDDINGS | AURAL_OUT_LOGITS))
       bad = "-o writes one array; --output may hold embeddings or logits, "
             "not both";
@@ -725,6 +913,7 @@ int cmd_sub(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (job.stream == NULL) job.all = 1;
+  job.tty = isatty(STDOUT_FILENO);
 
   struct sigaction sa = {.sa_handler = on_signal};
   sigemptyset(&sa.sa_mask);
@@ -754,7 +943,13 @@ int cmd_sub(int argc, char **argv) {
             (unsigned long long)job.n_gaps, job.n_gaps == 1 ? "" : "s",
             (unsigned long long)job.n_lost, job.n_lost == 1 ? "" : "s");
   outfile_discard(&job.of);
-  for (size_t i = 0; i < job.n_streams; i++) free(job.streams[i].text);
+  clear_partial(&job);
+  fflush(stdout);
+  free(job.caption.p);
+  for (size_t i = 0; i < job.n_streams; i++) {
+    free(job.streams[i].text.p);
+    free(job.streams[i].words.p);
+  }
   free(job.streams);
   free(job.row_buf);
   free(job.line);

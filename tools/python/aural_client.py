@@ -6,7 +6,7 @@ blocking and not thread-safe.
 
 Example::
 
-    from aural_client import Client, Chunk, StreamEnded
+    from aural_client import Client, Chunk, StreamEnded, Words
 
     with Client() as c:                      # connects, HELLO/WELCOME
         print(c.model["d_model"], c.model["chunk_frames"])
@@ -14,6 +14,8 @@ Example::
         for ev in c.events():
             if isinstance(ev, Chunk):
                 print(ev.name, ev.seq, ev.emb.shape, ev.text)
+            elif isinstance(ev, Words):          # outputs=("words",)
+                print([w.word for seg in ev.segments for w in seg])
             elif isinstance(ev, StreamEnded):
                 break
 
@@ -57,6 +59,7 @@ LIST_STREAMS, STREAMS, SUBSCRIBE, SUBSCRIBED = 0x06, 0x07, 0x08, 0x09
 UNSUBSCRIBE, UNSUBSCRIBED, STREAM_STARTED, STREAM_ENDED = 0x0A, 0x0B, 0x0C, 0x0D
 CHUNK, GAP, AUDIO_OPEN, AUDIO_OPENED = 0x0E, 0x0F, 0x10, 0x11
 AUDIO_DATA, AUDIO_CLOSE, AUDIO_CLOSED, STATS, STATS_REPLY = 0x12, 0x13, 0x14, 0x15, 0x16
+WORDS = 0x17
 
 TYPE_NAMES = {
     v: k for k, v in dict(
@@ -68,12 +71,12 @@ TYPE_NAMES = {
         AUDIO_OPEN=AUDIO_OPEN, AUDIO_OPENED=AUDIO_OPENED,
         AUDIO_DATA=AUDIO_DATA, AUDIO_CLOSE=AUDIO_CLOSE,
         AUDIO_CLOSED=AUDIO_CLOSED, STATS=STATS,
-        STATS_REPLY=STATS_REPLY).items()
+        STATS_REPLY=STATS_REPLY, WORDS=WORDS).items()
 }
 SERVER_TYPES = {WELCOME, ERROR, PONG, STREAMS, SUBSCRIBED, UNSUBSCRIBED,
                 STREAM_STARTED, STREAM_ENDED, CHUNK, GAP, AUDIO_OPENED,
-                AUDIO_CLOSED, STATS_REPLY}
-EVENT_TYPES = {STREAM_STARTED, STREAM_ENDED, CHUNK, GAP}
+                AUDIO_CLOSED, STATS_REPLY, WORDS}
+EVENT_TYPES = {STREAM_STARTED, STREAM_ENDED, CHUNK, GAP, WORDS}
 
 # Error codes (PROTOCOL.md section 6).
 ERROR_NAMES = {
@@ -81,11 +84,12 @@ ERROR_NAMES = {
     5: "BAD_PAYLOAD", 6: "STATE", 7: "NO_STREAM", 8: "NAME_IN_USE",
     9: "LIMIT", 10: "NO_HEAD", 11: "AUDIO", 12: "SLOW_CONSUMER",
     13: "SHUTDOWN", 14: "INTERNAL", 15: "NO_SUBSCRIPTION", 16: "PERMISSION",
+    17: "NO_WORDS",
 }
 # Errors about AUDIO_DATA, which has no reply of its own (section 4.13).
 AUDIO_DATA_ERRORS = {"NO_STREAM", "BAD_PAYLOAD", "AUDIO"}
 
-OUTPUT_BITS = {"embeddings": 1, "logits": 2, "text": 4}
+OUTPUT_BITS = {"embeddings": 1, "logits": 2, "text": 4, "words": 8}
 SAMPLE_DTYPES = {"s16": np.dtype("<i2"), "f32": np.dtype("<f4")}
 
 # Bound on the WELCOME payload, before the server has announced its own.
@@ -281,6 +285,48 @@ class Chunk:
         """End-to-end latency: received here minus audio ready at the
         server (meaningful on one machine)."""
         return (self.received_us - self.ready_us) / 1e3
+
+
+@dataclass
+class Word:
+    """One recognized word: frames [start, end) of its stream (frame t
+    starts t * frame_ms after the stream's start), confidence in [0, 1]."""
+    word: str
+    start: int
+    end: int
+    confidence: float
+
+
+@dataclass
+class Words:
+    """The words of chunk seq of a stream (PROTOCOL.md 4.16): segments, the
+    final segments that ended in it (lists of Word, never revised), and
+    partial, the open segment so far (replaced by the next Words)."""
+    stream_id: int
+    name: str
+    seq: int
+    final: bool
+    segments: List[List[Word]]
+    partial: List[Word]
+
+
+def _words_of(items: Any) -> List[Word]:
+    if not isinstance(items, list):
+        raise ProtocolError("WORDS: a list of words expected")
+    out = []
+    for w in items:
+        if not isinstance(w, dict):
+            raise ProtocolError("WORDS: a word must be an object")
+        try:
+            word = Word(str(w["word"]), int(w["start"]), int(w["end"]),
+                        float(w["confidence"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProtocolError("WORDS: malformed word %r" % (w,)) from e
+        if not word.word or word.end < word.start or not (
+                0.0 <= word.confidence <= 1.0):
+            raise ProtocolError("WORDS: malformed word %r" % (w,))
+        out.append(word)
+    return out
 
 
 def _now_us() -> int:
@@ -480,6 +526,14 @@ class Client:
                                str(obj.get("message", "")),
                                int(obj.get("frames", 0)),
                                int(obj.get("chunks", 0)))
+        if mtype == WORDS:
+            segments = obj.get("segments")
+            if not isinstance(segments, list):
+                raise ProtocolError("WORDS: \"segments\" must be a list")
+            return Words(stream_id, self._names.get(stream_id, ""),
+                         int(obj.get("seq", 0)), bool(obj.get("final", False)),
+                         [_words_of(seg) for seg in segments],
+                         _words_of(obj.get("partial")))
         return Gap(stream_id, self._names.get(stream_id, ""),
                    int(obj.get("first_chunk", 0)), int(obj.get("n_chunks", 0)),
                    str(obj.get("reason", "")))
@@ -559,7 +613,10 @@ class Client:
                   dtype: str = "f32") -> int:
         """Subscribes to the stream of that name (it may start later) or,
         with all=True, to every stream. outputs: among "embeddings",
-        "logits", "text"; dtype "f32" or "f16". Returns the subscription id.
+        "logits", "text", "words" (Words events after each chunk's Chunk,
+        or alone when "words" is the only output; the server must say
+        model["words"] in its WELCOME, else ServerError NO_WORDS); dtype
+        "f32" or "f16". Returns the subscription id.
         """
         if (stream is None) == (not all):
             raise ValueError("give exactly one of stream=NAME or all=True")

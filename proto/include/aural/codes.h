@@ -55,7 +55,8 @@
   X(SHUTDOWN, 13, "server shutting down")                                     \
   X(INTERNAL, 14, "internal server error")                                    \
   X(NO_SUBSCRIPTION, 15, "no such subscription")                             \
-  X(PERMISSION, 16, "peer credentials refused")
+  X(PERMISSION, 16, "peer credentials refused")                              \
+  X(NO_WORDS, 17, "the server has no lexicon (no words)")
 
 typedef enum aural_error {
 #define AURAL__ERR_ENUM(name, value, text) AURAL_E##name = (value),

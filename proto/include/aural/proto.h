@@ -68,7 +68,8 @@ extern "C" {
   X(AUDIO_CLOSE, 0x13)                                                        \
   X(AUDIO_CLOSED, 0x14)                                                       \
   X(STATS, 0x15)                                                              \
-  X(STATS_REPLY, 0x16)
+  X(STATS_REPLY, 0x16)                                                        \
+  X(WORDS, 0x17)
 
 typedef enum aural_msg_type {
 #define AURAL__MSG_ENUM(name, value) AURAL_MSG_##name = value,
@@ -271,7 +272,9 @@ long aural_jw_finish(const aural_jw *w);
 #define AURAL_OUT_EMBEDDINGS 0x1u
 #define AURAL_OUT_LOGITS 0x2u
 #define AURAL_OUT_TEXT 0x4u
-#define AURAL_OUT_ALL 0x7u
+#define AURAL_OUT_ALL 0x7u   /* every section a CHUNK can carry */
+#define AURAL_OUT_WORDS 0x8u /* WORDS messages, not a CHUNK section */
+#define AURAL_OUT_ANY 0xFu   /* every output a SUBSCRIBE may name */
 
 typedef enum aural_dtype {
   AURAL_DTYPE_F32 = 0,
@@ -446,6 +449,7 @@ typedef struct aural_msg_model {
   uint32_t window;       /* attention window, frames */
   uint32_t vocab_size;   /* 0 without a CTC head */
   uint32_t chunk_frames; /* frames per chunk */
+  bool words;            /* WORDS can be subscribed; false: omitted */
   aural_json_list vocab; /* decoded: the tokens, aural_proto_vocab_next() */
 } aural_msg_model;
 
@@ -507,7 +511,8 @@ typedef struct aural_msg_writer {
   aural_jw w;
   uint8_t *out;
   uint8_t type;
-  uint8_t list; /* which list is open */
+  uint8_t list;       /* which list is open */
+  uint32_t stream_id; /* of the header */
 } aural_msg_writer;
 
 void aural_proto_streams_begin(aural_msg_writer *mw, uint8_t *out,
@@ -677,6 +682,52 @@ int aural_proto_stats_stream_next(aural_json_list *streams,
 int aural_proto_stats_subscriber_next(aural_json_list *subscribers,
                                       aural_stats_subscriber *e, char *why,
                                       size_t why_len);
+
+/* WORDS (server -> client, stream_id: the stream): one chunk's words,
+ * sent after its CHUNK to subscriptions with AURAL_OUT_WORDS (§4.16).
+ * Frames count from the stream's first; a word spans [start, end). */
+#define AURAL_PROTO_WORD_MAX 64 /* bytes of a word's UTF-8 text */
+
+typedef struct aural_msg_words {
+  uint64_t seq;             /* the chunk's */
+  bool final;               /* the stream's last chunk */
+  aural_json_list segments; /* decoded: aural_proto_words_segment_next */
+  aural_json_list partial;  /* decoded: aural_proto_words_word_next */
+} aural_msg_words;
+
+typedef struct aural_msg_word {
+  char word[AURAL_PROTO_WORD_MAX + 1];
+  uint64_t start, end; /* frames, start <= end */
+  double confidence;   /* 0..1 */
+} aural_msg_word;
+
+/* begin writes seq and final and opens the finals; each segment() starts
+ * the next final segment, add() appends a word to it (or, after
+ * partial(), to the partial); end returns the message's total bytes, or 0
+ * when it did not fit or a word was empty, longer than
+ * AURAL_PROTO_WORD_MAX bytes, or had end < start or a confidence outside
+ * 0..1. */
+void aural_proto_words_begin(aural_msg_writer *mw, uint8_t *out,
+                             size_t out_cap, uint32_t stream_id,
+                             const aural_msg_words *m);
+void aural_proto_words_segment(aural_msg_writer *mw);
+void aural_proto_words_partial(aural_msg_writer *mw);
+void aural_proto_words_add(aural_msg_writer *mw, const char *word,
+                           uint64_t start, uint64_t end, double confidence);
+size_t aural_proto_words_end(aural_msg_writer *mw);
+
+/* Checks every segment and word; m's lists point into payload. */
+int aural_proto_decode_words(const uint8_t *payload, size_t n,
+                             aural_msg_words *m, char *why, size_t why_len);
+/* The next final segment of a decoded WORDS as a list of words: 1, 0 after
+ * the last, or AURAL_PROTO_EBAD_PAYLOAD. */
+int aural_proto_words_segment_next(aural_json_list *segments,
+                                   aural_json_list *words, char *why,
+                                   size_t why_len);
+/* The next word of a segment or of the partial: 1, 0 after the last, or
+ * AURAL_PROTO_EBAD_PAYLOAD. */
+int aural_proto_words_word_next(aural_json_list *words, aural_msg_word *w,
+                                char *why, size_t why_len);
 
 /* --- CHUNK --------------------------------------------------------------- */
 
