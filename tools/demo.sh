@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The main job on the bundled recording: installs what is missing, builds,
 # starts aurald on a private socket with models/sample.flac as a stream paced
-# at real time, and runs a subscriber that prints each 500 ms chunk as it
-# arrives (the decoded tokens when the model has a CTC head, a summary of the
-# embeddings otherwise). Both exit when the recording has been played.
+# at real time, and runs a subscriber that prints what the stream says as it
+# arrives: the words as a live caption when the model has a lexicon and LM
+# beside it (the bundled one has), else the decoded tokens of each 500 ms
+# chunk when it has a CTC head, else a summary of the embeddings. Both exit
+# when the recording has been played.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 TARGETS="daemon/aurald tools/aural" tools/build.sh build
 
 model=${AURAL_MODEL:-}
-build/tools/aural info ${model:+"$model"}
+info=$(build/tools/aural info ${model:+"$model"})
+echo "$info"
 echo
 
 dir=$(mktemp -d)
@@ -36,7 +39,9 @@ for _ in $(seq 100); do
 done
 
 output=embeddings
-if build/tools/aural info ${model:+"$model"} | grep -q '^CTC head'; then
+if grep -q '^words        lexicon' <<<"$info"; then
+  output=words
+elif grep -q '^CTC head     [0-9]' <<<"$info"; then
   output=text
 fi
 build/tools/aural sub -s "$dir/aural.sock" --stream sample.flac \
