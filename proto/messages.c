@@ -853,7 +853,7 @@ void aural_proto_words_add(aural_msg_writer *mw, const char *word,
   if (n > AURAL_PROTO_WORD_MAX || start > INT64_MAX || end > INT64_MAX ||
       (mw->list != LIST_SEGMENT && mw->list != LIST_PARTIAL))
     mw->w.overflow = true;
-  else memcpy(w.word, word, n);
+  else if (n > 0) memcpy(w.word, word, n);
   if (word_wrong(&w) != NULL) mw->w.overflow = true;
   add_entry(mw, word_fields, N_FIELDS(word_fields), &w);
 }

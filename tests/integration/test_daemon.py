@@ -525,7 +525,10 @@ class TestWords(DaemonTest):
         """Without a lexicon, WELCOME says no words and SUBSCRIBE words is
         refused with NO_WORDS; a lexicon named and unreadable stops the
         start."""
-        d = self.start(model=DEFAULT)
+        # The default model without the lexicon and LM beside it.
+        bare = os.path.join(self.tmp, "bare.safetensors")
+        shutil.copyfile(DEFAULT, bare)
+        d = self.start(model=bare)
         self.assertIn("words off", d.text())
         c = ac.Client(d.path, timeout=10)
         self.assertFalse(c.model.get("words", False))
