@@ -76,7 +76,7 @@ def extra_sentences(exclude_keys):
                 if not k or k in used or k in seen:
                     continue
                 seen.add(k)
-                if any(h in k or (len(k) > 20 and k in h) for h in exclude_keys):
+                if any(wordlib.overlaps(k, h) for h in exclude_keys):
                     continue
                 ws = normalize(s)
                 if 1 <= len(ws) <= 60:
