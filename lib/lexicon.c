@@ -313,9 +313,12 @@ int aural_lexicon_load_buffer(const char *text, size_t len, const char *name,
   int rc = lex == NULL ? aural__err_set(err, AURAL_ENOMEM, "out of memory")
                        : setup_vocab(&ld);
   if (rc == 0) {
-    /* At most one word per line: the table and its text fit in these. */
+    /* At most one word per pronunciation, so per tab (and no more than
+     * MAX_PRONS): the table and its text fit in these, whatever else the
+     * file holds. */
     size_t lines = 1;
-    for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
+    for (size_t i = 0; i < len && lines <= MAX_PRONS; i++)
+      lines += text[i] == '\t';
     lex->hash_cap = 16;
     while (lex->hash_cap < 2 * lines) lex->hash_cap *= 2;
     lex->hash = calloc(lex->hash_cap, sizeof *lex->hash);

@@ -329,9 +329,16 @@ int aural_lm_load_buffer(const char *text, size_t len, const char *name,
   lm->n_lex = (uint32_t)lex->n_words;
   size_t want[AURAL__LM_MAX_ORDER] = {0};
   int rc = read_header(&r, want, &lm->order);
+  size_t total = 0;
+  for (int k = 0; k < lm->order; k++) total += want[k];
+  /* An n-gram line takes 4 bytes at least ("-1 a" and its end): a file
+   * cannot make the table larger than its own size warrants. */
+  if (rc == 0 && total > len / 4)
+    rc = aural__err_set(err, AURAL_EFORMAT,
+                        "%s: \\data\\ announces %zu n-grams, more than its "
+                        "%zu bytes can hold",
+                        r.name, total, len);
   if (rc == 0) {
-    size_t total = 0;
-    for (int k = 0; k < lm->order; k++) total += want[k];
     lm->cap = 16;
     while (lm->cap < total + total / 2) lm->cap *= 2;
     lm->table = calloc(lm->cap, sizeof *lm->table);

@@ -245,6 +245,8 @@ static void test_lm_rejects(void **state) {
        "out of order"},
       {"\\data\\\nngram 1=x\n", "\"ngram N=COUNT\" expected"},
       {"\\data\\\nngram 1=999999999999\n", "more than"},
+      {"\\data\\\nngram 1=100000\n\n\\1-grams:\n-1\t<s>\n\n\\end\\\n",
+       "announces 100000 n-grams, more than its"},
       {"\\data\\\nngram 1=2\n\n\\2-grams:\n", "\"\\1-grams:\" expected"},
       {buf[0], "2 1-grams, but \\data\\ announced 3"},
       {buf[1], "more 1-grams than the 2"},

@@ -192,6 +192,19 @@ class DaemonTest(unittest.TestCase):
         self.assertNotIn("runtime error", d.text())
         return dt
 
+    def sub_while_sending(self, d, inp, *sub_args):
+        """What 'aural sub -s SOCKET --stream talk SUB_ARGS' prints while
+        'aural send' pushes inp as the stream "talk"."""
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
+                                "talk"] + list(sub_args),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        time.sleep(0.3)
+        run(AURAL, "send", "-q", "-s", d.path, "--name", "talk", inp)
+        out, err = sub.communicate(timeout=60)
+        self.assertEqual(sub.returncode, 0, err)
+        return out
+
     def encode(self, inp, model=TINY, output="embeddings"):
         out = os.path.join(self.tmp, "enc-%d.npy" % time.monotonic_ns())
         run(AURAL, "encode", "-q", "-m", model, "--output", output, "-o",
@@ -212,24 +225,11 @@ class DaemonTest(unittest.TestCase):
 
 
 class TestPushedStreams(DaemonTest):
-    def sub_while_sending(self, d, inp, *sub_args):
-        """What 'aural sub --stream talk SUB_ARGS' prints while 'aural
-        send' pushes inp as the stream "talk"."""
-        sub = subprocess.Popen([AURAL, "sub", "-q", "-s", d.path, "--stream",
-                                "talk"] + list(sub_args),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-        time.sleep(0.3)
-        run(AURAL, "send", "-q", "-s", d.path, "--name", "talk", inp)
-        out, err = sub.communicate(timeout=30)
-        self.assertEqual(sub.returncode, 0, err)
-        return out
-
     def pushed_equals_encode(self, model, output):
         d = self.start(model=model)
         inp = self.wav(9.3, rate=22050)
         got = os.path.join(self.tmp, "sub.npy")
-        self.sub_while_sending(d, inp, "--output", output, "-o", got)
+        self.sub_while_sending(d, inp, "-q", "--output", output, "-o", got)
         want = self.encode(inp, model, output)
         have = np.load(got)
         self.assertEqual(have.shape, want.shape)
@@ -252,7 +252,7 @@ class TestPushedStreams(DaemonTest):
                    inp).stdout.strip()
         self.assertTrue(want)
         d = self.start(model=CTC)
-        out = self.sub_while_sending(d, inp, "--output", "text",
+        out = self.sub_while_sending(d, inp, "-q", "--output", "text",
                                      "--until-end")
         self.assertEqual(out.strip(), want)
         self.stop_clean(d)
@@ -445,15 +445,8 @@ class TestWords(DaemonTest):
         want = self.offline_words(inp)
         d = self.start(model=self.model)
         self.assertIn("words on", d.text())
-        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
-                                "talk", "--output", "words", "--json",
-                                "--until-end"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-        time.sleep(0.3)
-        run(AURAL, "send", "-q", "-s", d.path, "--name", "talk", inp)
-        out, err = sub.communicate(timeout=60)
-        self.assertEqual(sub.returncode, 0, err)
+        out = self.sub_while_sending(d, inp, "--output", "words", "--json",
+                                     "--until-end")
         self.assertNotIn('"event": "chunk"', out)
         self.assertNotIn('"event":"chunk"', out)
         self.assert_same_words(self.sub_words(out), want)
