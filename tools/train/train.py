@@ -230,9 +230,9 @@ def train_forward(model, x, probe=0.0, probe_layers=2):
     x = F.pad(x, (0, 0, 0, t_pad - t))
     cos, sin = aural_ref.rope_tables(0, t_pad, hs, cfg["rope_theta"])
     # [T, d]: each pair's angle on both of its lanes, every head alike.
-    cos = cos.repeat_interleave(2, dim=1).repeat(1, h)
-    sin = sin.repeat_interleave(2, dim=1).repeat(1, h)
-    ctx = (cos, sin, window_bias(t_pad // window, window), 1.0 / math.sqrt(hs))
+    cos = cos.repeat_interleave(2, dim=1).repeat(1, h).to(x.device)
+    sin = sin.repeat_interleave(2, dim=1).repeat(1, h).to(x.device)
+    ctx = (cos, sin, window_bias(t_pad // window, window).to(x.device), 1.0 / math.sqrt(hs))
     y = model.input_proj(x).float()  # residual stream stays float32
     layers = model.encoder.layers
     split = len(layers) - probe_layers if probe else len(layers)
@@ -343,7 +343,7 @@ def remap_head(model, vocab, path):
 def frame_mean(per_frame, lengths):
     """Mean of per_frame [B, T] over the real (unpadded) frames."""
     t = per_frame.shape[1]
-    real = (torch.arange(t)[None, :] < lengths[:, None]).to(per_frame.dtype)
+    real = (torch.arange(t, device=per_frame.device)[None, :] < lengths[:, None]).to(per_frame.dtype)
     return (per_frame * real).sum() / real.sum()
 
 

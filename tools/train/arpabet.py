@@ -1,0 +1,94 @@
+"""The default model's phone inventory: the 39 phones of CMU's ARPAbet.
+
+Every engine's own phone sequence is mapped into this one set:
+
+* flite and festival speak CMU's "radio" phone set (ARPAbet with `ax`,
+  `pau` and a few allophones), so their labels map almost one to one;
+* espeak-ng's mnemonics (after the merges of phonemes.canonical, per
+  dialect) map many to one; a few become two phones (`@L` is a syllabic l,
+  AH L, as CMUdict writes "little"), and the r-coloured vowels depend on the
+  dialect: en-us writes "car" as `k A@` with the r implied (AA R), while the
+  British dialects do not pronounce it there (AA) and en-gb-scotland writes
+  its r explicitly.
+
+Why ARPAbet and not espeak-ng's 81 mnemonics: flite and festival cannot be
+mapped up into the finer set (their phones carry no dialect detail), while
+every espeak-ng mnemonic has an ARPAbet phone that CMUdict would use; and
+CMUdict, flite, festival and the words decoder's lexicon all speak ARPAbet.
+Stress is not modelled.
+"""
+
+import phonemes
+
+PHONES = ["AA", "AE", "AH", "AO", "AW", "AY", "B", "CH", "D", "DH", "EH", "ER", "EY",
+          "F", "G", "HH", "IH", "IY", "JH", "K", "L", "M", "N", "NG", "OW", "OY", "P",
+          "R", "S", "SH", "T", "TH", "UH", "UW", "V", "W", "Y", "Z", "ZH"]
+VOCAB = [phonemes.BLANK] + PHONES
+
+# CMU radio phone set (flite, festival) -> ARPAbet-39. Silence and breath
+# marks map to nothing.
+RADIO = {p.lower(): [p] for p in PHONES}
+RADIO.update({"ax": ["AH"], "axr": ["ER"], "ix": ["IH"], "dx": ["T"], "nx": ["N"],
+              "hv": ["HH"], "el": ["AH", "L"], "em": ["AH", "M"], "en": ["AH", "N"],
+              "pau": [], "h#": [], "brth": [], "ssil": [], "sil": []})
+
+# espeak-ng mnemonic -> ARPAbet, the same in every dialect.
+_ESPEAK = {
+    "0": "AA", "?": "T", "@": "AH", "@-": "AH", "@2": "AH", "@L": "AH L", "A:": "AA",
+    "A~": "AA", "C": "HH", "D": "DH", "E": "EH", "I": "IH", "I#": "IH", "I2": "IH",
+    "IR": "ER", "N": "NG", "O": "AO", "O2": "AO", "O:": "AO", "OI": "OY", "O~": "AO",
+    "S": "SH", "T": "TH", "U": "UH", "V": "AH", "VR": "ER", "Z": "ZH", "a": "AE",
+    "a#": "AH", "a#:": "AA", "a:": "AA", "aI": "AY", "aI2": "AY", "aU": "AW", "aa": "AE",
+    "b": "B", "d": "D", "dZ": "JH", "e": "EY", "eI": "EY", "f": "F", "g": "G", "h": "HH",
+    "i": "IY", "i:": "IY", "i::": "IY", "j": "Y", "k": "K", "l": "L", "l#": "L", "m": "M",
+    "n": "N", "n-": "AH N", "o": "OW", "oU": "OW", "p": "P", "r": "R", "s": "S", "t": "T",
+    "t#": "T", "t2": "T", "tS": "CH", "t[": "T", "u:": "UW", "v": "V", "w": "W", "w#": "W",
+    "x": "K", "z": "Z", "3:": "ER",
+}
+# The vowels whose r is implied where the dialect is rhotic (en-us), and what
+# they are where it is not.
+_RHOTIC = {"A@": "AA R", "o@": "AO R", "O@": "AO R", "e@": "EH R", "i@": "IH R",
+           "i@3": "IH R", "U@": "UH R", "aI@": "AY ER", "aI3": "AY ER", "3": "ER",
+           "r-": "ER", "aU@": "AW ER"}
+_NON_RHOTIC = {"A@": "AA", "o@": "AO", "O@": "AO", "e@": "EH", "i@": "IH AH",
+               "i@3": "IH AH", "U@": "UH AH", "aI@": "AY AH", "aI3": "AY AH", "3": "AH",
+               "r-": "", "aU@": "AW AH"}
+RHOTIC_DIALECTS = {"en-us", "en-us-nyc"}
+
+
+def from_radio(phones):
+    """flite / festival segment names -> ARPAbet-39 list. KeyError names an
+    unknown phone."""
+    out = []
+    for p in phones:
+        if p not in RADIO:
+            raise KeyError("unknown radio phone %r" % p)
+        out += RADIO[p]
+    return out
+
+
+def from_espeak(tokens, voice):
+    """espeak-ng tokens of an utterance in `voice` -> ARPAbet-39 list."""
+    dialect = phonemes.dialect_of(voice)
+    special = _RHOTIC if dialect in RHOTIC_DIALECTS else _NON_RHOTIC
+    out = []
+    for t in phonemes.canonical(tokens, voice):
+        m = special.get(t, _ESPEAK.get(t))
+        if m is None:
+            raise KeyError("no ARPAbet phone for espeak-ng mnemonic %r (%s)" % (t, voice))
+        for p in m.split():
+            # en-us "hour" is aU 3 r-: one ER, not two.
+            if p == "ER" and out and out[-1] == "ER" and t == "r-":
+                continue
+            out.append(p)
+    return out
+
+
+def espeak_mnemonics():
+    """Every mnemonic the maps know (for the old model's vocabulary)."""
+    return set(_ESPEAK) | set(_RHOTIC)
+
+
+def espeak_token_map(voice):
+    """mnemonic -> ARPAbet list for one voice (before canonical merges)."""
+    return {t: from_espeak([t], voice) for t in espeak_mnemonics()}
