@@ -3,8 +3,9 @@
 #
 #   tools/setup.sh              build and test dependencies
 #   tools/setup.sh --reference  also the reference stack (PyTorch,
-#                               torchaudio, espeak-ng, sox) that regenerates
-#                               golden data and the sample recording
+#                               torchaudio, espeak-ng, sox, CMUdict) that
+#                               regenerates golden data, the sample recording
+#                               and the word resources
 #
 # Idempotent: when everything is present it changes nothing and needs no
 # network. Runs apt-get as root, through sudo when not root.
@@ -18,7 +19,7 @@ packages=(
 )
 if [[ "${1:-}" == "--reference" ]]; then
   packages+=(python3-torch python3-torchaudio libopenblas0-pthread
-             fortunes fortune-mod wamerican espeak-ng sox libsoxr0)
+             fortunes fortune-mod wamerican espeak-ng sox libsoxr0 pocketsphinx-en-us)
 elif [[ $# -gt 0 ]]; then
   echo "usage: tools/setup.sh [--reference]" >&2
   exit 2

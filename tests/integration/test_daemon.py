@@ -342,34 +342,32 @@ class TestPushedStreams(DaemonTest):
 DEFAULT = os.path.join(HERE, "..", "..", "models", "default.safetensors")
 
 # A lexicon of the bundled sample's words in the default model's tokens
-# (espeak-ng phoneme mnemonics) and a unigram LM over them.
-LEXICON = """the\tD @2
-the\tD @
-the\tD i:
-quick\tk w I k
-brown\tb r aU n
-fox\tf 0 k s
-jumps\tdZ V m p s
-over\toU v 3
-lazy\tl eI z i
-dog\td 0 g
-a\ta#
-stream\ts t r i: m
-encoder\tE n k oU d 3
-turns\tt 3: n z
-every\tE v r i
-ten\tt E n
-millisecond\tm I l I2 s E k @ n d
-millisecond\tm I l I s E k @ n d
-milliseconds\tm I l I2 s E k @ n d z
-of\tV v
-of\t@ v
-sound\ts aU n d
-into\tI n t2 U
-into\tI n t u:
-frame\tf r eI m
-frames\tf r eI m z
-cat\tk a t
+# (ARPAbet phones, as in tests/data/words/sample.lexicon.txt) and a unigram
+# LM over them.
+LEXICON = """the\tDH AH
+the\tDH IY
+quick\tK W IH K
+brown\tB R AW N
+fox\tF AA K S
+jumps\tJH AH M P S
+over\tOW V ER
+lazy\tL EY Z IY
+dog\tD AA G
+a\tAH
+stream\tS T R IY M
+encoder\tEH N K OW D ER
+turns\tT ER N Z
+every\tEH V R IY
+ten\tT EH N
+millisecond\tM IH L IH S EH K AH N D
+milliseconds\tM IH L IH S EH K AH N D Z
+of\tAH V
+sound\tS AW N D
+into\tIH N T UH
+into\tIH N T UW
+frame\tF R EY M
+frames\tF R EY M Z
+cat\tK AE T
 """
 LM_WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog",
             "a", "stream", "encoder", "turns", "every", "ten", "millisecond",

@@ -43,7 +43,7 @@ _ESPEAK = {
     "i": "IY", "i:": "IY", "i::": "IY", "j": "Y", "k": "K", "l": "L", "l#": "L", "m": "M",
     "n": "N", "n-": "AH N", "o": "OW", "oU": "OW", "p": "P", "r": "R", "s": "S", "t": "T",
     "t#": "T", "t2": "T", "tS": "CH", "t[": "T", "u:": "UW", "v": "V", "w": "W", "w#": "W",
-    "x": "K", "z": "Z", "3:": "ER",
+    "x": "K", "z": "Z", "3:": "ER", "@5": "AH", "nI": "N IH",
 }
 # The vowels whose r is implied where the dialect is rhotic (en-us), and what
 # they are where it is not.
@@ -76,11 +76,11 @@ def from_espeak(tokens, voice):
         m = special.get(t, _ESPEAK.get(t))
         if m is None:
             raise KeyError("no ARPAbet phone for espeak-ng mnemonic %r (%s)" % (t, voice))
-        for p in m.split():
-            # en-us "hour" is aU 3 r-: one ER, not two.
-            if p == "ER" and out and out[-1] == "ER" and t == "r-":
-                continue
-            out.append(p)
+        # en-us "hour" is aU 3 r- and "are" (before a vowel) A@ r-: one r
+        # sound, not two.
+        if t == "r-" and out and out[-1] in ("ER", "R"):
+            continue
+        out += m.split()
     return out
 
 

@@ -14,7 +14,11 @@
 * microphone coloration: a random smooth gain curve of +-8 dB over
   frequency;
 * level (-45 to -10 dBFS), DC offset, clipping, and leading and trailing
-  stretches of silence or noise (so that blanks and endpoints are learned).
+  stretches of silence or noise (so that blanks and endpoints are learned;
+  a third of the utterances start within 50 ms);
+  half of the utterances without noise keep exact digital silence, as a
+  synthesizer's output and a muted microphone have (a model that never
+  heard it read loud clean speech as nothing).
 """
 
 import math
@@ -203,8 +207,8 @@ def coloration(x, rng, depth_db=8.0):
 # The whole chain
 # ---------------------------------------------------------------------------
 
-DEFAULT_PROBS = dict(reverb=0.35, color=0.3, babble=0.3, noise=0.3, telephone=0.15,
-                     dc=0.2, clip=0.04, noise_only=0.03)
+DEFAULT_PROBS = dict(reverb=0.25, color=0.25, babble=0.2, noise=0.3, telephone=0.12,
+                     floor=0.5, dc=0.15, clip=0.04, noise_only=0.03, no_lead=0.33)
 
 
 def augment(x, rng, gen, rir, pool_sample, probs=DEFAULT_PROBS):
@@ -223,8 +227,12 @@ def augment(x, rng, gen, rir, pool_sample, probs=DEFAULT_PROBS):
         x = convolve(x, rir())
     if keep and rng.random() < probs["color"]:
         x = coloration(x, rng)
-    # Leading and trailing stretches (0.05-1 s), filled by the noise below.
-    pad = (int(rng.uniform(0.05, 1.0) * RATE), int(rng.uniform(0.05, 0.8) * RATE))
+    # Leading and trailing stretches, filled by the noise below. A third of
+    # the utterances start within 50 ms (a stream can open mid-speech, and
+    # a recording with the talker already speaking); a model that always
+    # heard silence first drops the first words of such a stream.
+    lead = rng.uniform(0.0, 0.05) if rng.random() < probs["no_lead"] else rng.uniform(0.05, 1.0)
+    pad = (int(lead * RATE), int(rng.uniform(0.05, 0.8) * RATE))
     speech_power = power(x)
     x = F.pad(x, pad)
     if keep and rng.random() < probs["babble"]:
@@ -235,8 +243,9 @@ def augment(x, rng, gen, rir, pool_sample, probs=DEFAULT_PROBS):
         kind = ["white", "pink", "brown"][rng.integers(3)]
         nz = colored_noise(x.shape[0], kind, gen, device)
         x = x + nz * (speech_power / 10 ** (rng.uniform(0, 30) / 10)).sqrt()
-    else:
-        # A quiet floor, as every real input has (60-90 dB below the speech).
+    elif rng.random() < probs["floor"]:
+        # A quiet floor, as most real inputs have (60-90 dB below the
+        # speech); the others keep the synthesizer's digital silence.
         nz = torch.randn(x.shape[0], generator=gen, device=device)
         x = x + nz * (speech_power / 10 ** (rng.uniform(6, 9))).sqrt()
     if rng.random() < probs["telephone"]:

@@ -8,8 +8,9 @@ The recording is made by tools/make_sample_recording.sh (espeak-ng en-us,
 held out of training. The script first re-synthesizes the speech and checks
 that it equals the samples in the FLAC file, so the text and the recording
 cannot drift apart, then writes espeak-ng's phonemes in the model's
-tokenization (mnemonics that en-us speaks identically merged, as in the
-training labels: phonemes.canonical) and checks every token is in the
+tokens, as the training labels are made: mnemonics that en-us speaks
+identically merged (phonemes.canonical), then, for a model of ARPAbet
+phones, mapped by arpabet.from_espeak; and checks every token is in the
 model's vocab.
 """
 
@@ -24,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import arpabet  # noqa: E402
 import corpus  # noqa: E402
 import export  # noqa: E402
 import phonemes  # noqa: E402
@@ -50,6 +52,8 @@ def main():
             args.sample, corpus.SAMPLE_VOICE))
     toks = phonemes.canonical(toks, corpus.SAMPLE_VOICE)
     _, config, _ = export.read(args.model)
+    if config["vocab"] == arpabet.VOCAB:
+        toks = arpabet.from_espeak(toks, corpus.SAMPLE_VOICE)
     missing = sorted(set(toks) - set(config["vocab"]))
     if missing:
         raise SystemExit("sample phonemes not in the model vocab: %s" % " ".join(missing))

@@ -60,6 +60,9 @@ _W = {}
 
 def _init_worker(seed, sentences, words, variants):
     torch.set_num_threads(1)
+    # Where cores are few, the training step waits for no one: synthesis
+    # makes more examples than a CPU trains on, so it yields first.
+    os.nice(5)
     _W.update(seed=seed, sentences=sentences, words=words, variants=variants,
               recent=[], fbank=augment.Fbank("cpu"), index=phonemes_index())
 
@@ -196,6 +199,15 @@ def make_batch(store, idx, mean, std, dev):
     return x, lengths.to(dev), targets.to(dev), torch.tensor([len(l) for l in labs]).to(dev)
 
 
+def cpu_has_bf16():
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
 def greedy_per(model, store, idx, mean, std, dev):
     errors = total = 0
     with torch.no_grad():
@@ -234,6 +246,12 @@ def main():
                     help="JSON of the training sentences and words (written by --write-text), "
                     "for a machine without the fortune and word-list packages")
     ap.add_argument("--write-text", default=None, help="write that JSON here and exit")
+    ap.add_argument("--log-seconds", type=float, default=None,
+                    help="progress (with the dev PER) this often (default 30 on a GPU, 300 "
+                    "on a CPU)")
+    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                    help="bfloat16 matrix products (default: on a GPU, or a CPU with "
+                    "AMX or AVX512-BF16; elsewhere they are slower than float32)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -250,6 +268,10 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     dev = torch.device(args.device)
+    if args.bf16 is None:
+        args.bf16 = dev.type == "cuda" or cpu_has_bf16()
+    if args.log_seconds is None:
+        args.log_seconds = 30.0 if dev.type == "cuda" else 300.0
     os.makedirs(args.out, exist_ok=True)
     out_model = os.path.join(args.out, "model.safetensors")
     logf = open(os.path.join(args.out, "log.jsonl"), "a")
@@ -304,7 +326,9 @@ def main():
     budget = deadline - 30 - train_start
     rng = np.random.default_rng(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
-    step, next_export, next_log = 0, time.time() + args.export_minutes * 60, time.time() + 30
+    step, next_export = 0, time.time() + args.export_minutes * 60
+    next_log = last_log = time.time() + 0.0
+    next_log += args.log_seconds
     acc = dict(loss=0.0, excess=0.0, gain=0.0, n=0, frames=0)
     model.train()
     while time.time() < deadline - 30:
@@ -318,7 +342,7 @@ def main():
         x, lengths, targets, tl = make_batch(store, idx, mean, std, dev)
         spec_augment(x, lengths, gen)
         probing = step % 2 == 0
-        with torch.autocast(dev.type, dtype=torch.bfloat16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
             if probing:
                 logits, shift = train.train_forward(model, x, 0.01, 3)
                 shift = shift.float()
@@ -346,17 +370,18 @@ def main():
         acc["frames"] += int(lengths.sum())
         now = time.time()
         if now >= next_log:
-            next_log = now + 30
+            next_log = now + args.log_seconds
             rec = dict(step=step, lr=lr, loss=acc["loss"] / acc["n"],
                        logit_excess=acc["excess"] / acc["n"],
                        probe_gain=acc["gain"] / max(1, acc["n"] // 2),
-                       frames_per_s=acc["frames"] / 30.0, examples=len(store),
+                       frames_per_s=acc["frames"] / (now - last_log), examples=len(store),
                        utterances=store.utterances, synth_errors=store.errors)
             model.eval()
             rec["dev_per"] = greedy_per(model, dev_store, dev_idx, mean, std, dev)
             model.train()
             log(rec)
             acc = dict(loss=0.0, excess=0.0, gain=0.0, n=0, frames=0)
+            last_log = time.time()
         if now >= next_export:
             next_export = now + args.export_minutes * 60
             export.export(model_cpu(model), model.config, out_model, dtype="F16")

@@ -13,6 +13,9 @@ Writes, next to the model:
   espeak-ng's (`-x --sep='|' -q`) in every training dialect
   (corpus.TRAIN_DIALECTS), tokenized and merged per dialect exactly as the
   training labels (phonemes.tokenize, phonemes.canonical), deduplicated.
+  For a model of ARPAbet phones (tools/train/arpabet.py) each is mapped
+  as the training labels are, and CMUdict's pronunciations (Debian
+  pocketsphinx-en-us, stress dropped) are added.
   Two sources: each word said alone, and each word as espeak-ng says it in
   running speech in the LM's training sentences ("the" is `D @` there, `D
   @2` alone; "a" is `a#`, alone `eI`), kept when a dialect says it so at
@@ -240,6 +243,7 @@ def context_prons(sentences, voice, chunk=500):
 def build_lexicon(words, lm_sentences, vocab_tokens, harvest_min, linking_r, jobs=2):
     """{word: set of token tuples} and statistics."""
     stats = {}
+    arpa = wordlib.arpabet_vocab(vocab_tokens)
 
     def one_dialect(dialect):
         iso = isolated_prons(words, dialect)
@@ -254,8 +258,10 @@ def build_lexicon(words, lm_sentences, vocab_tokens, harvest_min, linking_r, job
     wordset = set(words)
     for dialect, iso, ctx, n_al, n_cl in results:
         stats[dialect] = {"clauses": n_cl, "aligned": n_al}
+        def model(toks):
+            return wordlib.model_tokens(toks, dialect, arpa)
         for w in words:
-            toks = tuple(wordlib.word_tokens(iso[w], dialect))
+            toks = model(wordlib.word_tokens(iso[w], dialect))
             if toks and all(t in vocab_tokens for t in toks):
                 lex[w].add(toks)
             else:
@@ -266,9 +272,10 @@ def build_lexicon(words, lm_sentences, vocab_tokens, harvest_min, linking_r, job
                 seen[(w, tuple(wordlib.word_tokens(ew, dialect)))] += 1
         linked = collections.Counter()
         for (w, toks), c in seen.items():
-            if c >= harvest_min and toks and all(t in vocab_tokens for t in toks):
-                ctx_lex[w].add(toks)
-            if toks[-1:] == ("r-",) and toks[:-1] in lex.get(w, ()):
+            m = model(toks)
+            if c >= harvest_min and m and all(t in vocab_tokens for t in m):
+                ctx_lex[w].add(m)
+            if toks[-1:] == ("r-",) and len(toks) > 1 and model(toks[:-1]) in lex.get(w, ()):
                 linked[toks[-2]] += c
         if linking_r:
             # Linking r: where this dialect says a word's final vowel with
@@ -281,10 +288,21 @@ def build_lexicon(words, lm_sentences, vocab_tokens, harvest_min, linking_r, job
                 if not w.endswith(("r", "re")):
                     continue
                 iso_toks = tuple(wordlib.word_tokens(iso[w], dialect))
-                if iso_toks and iso_toks[-1] in finals and iso_toks in lex.get(w, ()):
-                    ctx_lex[w].add(iso_toks + ("r-",))
+                if iso_toks and iso_toks[-1] in finals and model(iso_toks) in lex.get(w, ()):
+                    ctx_lex[w].add(model(iso_toks + ("r-",)))
     for w, ps in ctx_lex.items():
         lex[w] |= ps
+    if arpa:
+        # CMUdict's pronunciations too: flite and festival read with CMU's
+        # lexicon, and it holds the US forms espeak-ng's rules miss.
+        cmu = wordlib.cmudict()
+        added = 0
+        for w in words:
+            for p in cmu.get(w, ()):
+                if p and all(t in vocab_tokens for t in p) and p not in lex[w]:
+                    lex[w].add(p)
+                    added += 1
+        stats["cmudict_added"] = added
     stats["isolated_bad"] = sum(1 for w in words if w not in lex)
     return lex, stats
 
@@ -294,13 +312,15 @@ def dev_lexicon_match(lex, dev_sentences):
     the dev sentences said in each training dialect: (matched word tokens,
     aligned word tokens of the lexicon's words; OOV words are not counted)."""
     hit = tot = 0
+    arpa = wordlib.arpabet_vocab({t for ps in lex.values() for p in ps for t in p})
     for dialect in corpus.TRAIN_DIALECTS:
         ctx, _, _ = context_prons(dev_sentences, dialect)
         for w, ew in ctx:
             if w not in lex:
                 continue
             tot += 1
-            hit += tuple(wordlib.word_tokens(ew, dialect)) in lex.get(w, ())
+            hit += wordlib.model_tokens(wordlib.word_tokens(ew, dialect), dialect,
+                                        arpa) in lex.get(w, ())
     return hit, tot
 
 
@@ -312,6 +332,8 @@ def main():
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("--out-dir", default=os.path.join(wordlib.ROOT, "models"))
     ap.add_argument("--name", default="default", help="file stem (default.lexicon.txt, ...)")
+    ap.add_argument("--model", default=wordlib.MODEL,
+                    help="the model whose tokens the lexicon uses (its vocab only)")
     ap.add_argument("--order", type=int, default=3)
     ap.add_argument("--prune-min", type=int, default=2,
                     help="keep highest-order n-grams seen at least this often")
@@ -341,7 +363,7 @@ def main():
     # stays within what the decoder reads (64 bytes a word).
     sentences = [ws for ws in sentences if max(map(len, ws)) <= MAX_WORD_LETTERS]
     words = sorted({w for ws in sentences for w in ws})
-    vocab_tokens = set(wordlib.model_vocab()[1:])
+    vocab_tokens = set(wordlib.model_vocab(args.model)[1:])
     print("LM corpus: %d sentences, %d words, %d distinct" % (
         len(sentences), sum(map(len, sentences)), len(words)))
 
@@ -350,6 +372,8 @@ def main():
     print("lexicon: %d words, %d pronunciations (%d words unpronounceable, dropped) "
           "(%.0f s)" % (len(words), sum(len(p) for p in lex.values()), stats["isolated_bad"],
                         time.time() - t0))
+    if "cmudict_added" in stats:
+        print("  CMUdict: %d pronunciations added" % stats["cmudict_added"])
     for d, s in stats.items():
         if isinstance(s, dict):
             print("  %s: %d/%d clauses aligned, linking r after %s" % (

@@ -30,6 +30,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
+import arpabet  # noqa: E402
 import corpus  # noqa: E402
 import phonemes  # noqa: E402
 
@@ -118,6 +119,36 @@ def espeak_lines(voice, lines):
 def word_tokens(espeak_word, voice):
     """One espeak word -> canonical tokens for `voice`'s dialect."""
     return phonemes.canonical(phonemes.tokenize(espeak_word), voice)
+
+
+def arpabet_vocab(vocab_tokens):
+    """True when the model's tokens are ARPAbet phones (not espeak-ng's)."""
+    return "AA" in vocab_tokens
+
+
+def model_tokens(toks, voice, arpa):
+    """Canonical espeak-ng tokens of `voice` -> a tuple of the model's tokens
+    (ARPAbet by tools/train/arpabet.py when `arpa`, else unchanged)."""
+    if not arpa:
+        return tuple(toks)
+    return tuple(arpabet.from_espeak(list(toks), voice))
+
+
+CMUDICT = "/usr/share/pocketsphinx/model/en-us/cmudict-en-us.dict"
+
+
+def cmudict(path=CMUDICT):
+    """{word: set of ARPAbet tuples (stress dropped)} from CMUdict (the
+    Debian package pocketsphinx-en-us); alternatives "word(2)" join "word"."""
+    out = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 2 or parts[0].startswith(";;;"):
+                continue
+            word = re.sub(r"\(\d+\)$", "", parts[0]).lower()
+            out.setdefault(word, set()).add(tuple(re.sub(r"\d", "", p) for p in parts[1:]))
+    return out
 
 
 def read_lexicon(path):
