@@ -87,10 +87,19 @@ class Labels(unittest.TestCase):
         self.assertEqual(arpabet.from_espeak(car, "en-gb"), ["K", "AA"])
         # en-gb-scotland writes its r.
         self.assertEqual(arpabet.from_espeak(car + ["r"], "en-gb-scotland"), ["K", "AA", "R"])
-        # "hour" (aU 3 r-) and "are" before a vowel (A@ r-): one r sound.
+        # en-us: one r sound where the vowel ends in one ("hour is" is
+        # aU 3 r-, "hurry" h 3: r i); espeak-ng's en-us-nyc is not rhotic.
         self.assertEqual(arpabet.from_espeak(["aU", "3", "r-"], "en-us"), ["AW", "ER"])
-        self.assertEqual(arpabet.from_espeak(["A@", "r-"], "en-us"), ["AA", "R"])
-        self.assertEqual(arpabet.from_espeak(["aU", "3", "r-"], "en-gb"), ["AW", "AH"])
+        self.assertEqual(arpabet.from_espeak(["h", "3:", "r", "i"], "en-us"), ["HH", "ER", "IY"])
+        self.assertEqual(arpabet.from_espeak(car, "en-us-nyc"), ["K", "AA"])
+        # The linking r (`r-`, written only before a vowel) is spoken.
+        self.assertEqual(arpabet.from_espeak(car + ["r-", "I", "z"], "en-gb"),
+                         ["K", "AA", "R", "IH", "Z"])
+        self.assertEqual(arpabet.from_espeak(["h", "i@3", "r"], "en-gb-scotland"),
+                         ["HH", "IH", "R"])
+        # RP's "bath" vowel.
+        self.assertEqual(arpabet.from_espeak(["b", "aa", "T"], "en-gb-x-rp"), ["B", "AA", "TH"])
+        self.assertEqual(arpabet.from_espeak(["b", "aa", "T"], "en-gb"), ["B", "AE", "TH"])
         # flite's and festival's schwa and syllabic consonants.
         self.assertEqual(arpabet.from_radio("pau dh ax b ah t en pau".split()),
                          ["DH", "AH", "B", "AH", "T", "AH", "N"])

@@ -7,9 +7,7 @@ Every engine's own phone sequence is mapped into this one set:
 * espeak-ng's mnemonics (after the merges of phonemes.canonical, per
   dialect) map many to one; a few become two phones (`@L` is a syllabic l,
   AH L, as CMUdict writes "little"), and the r-coloured vowels depend on the
-  dialect: en-us writes "car" as `k A@` with the r implied (AA R), while the
-  British dialects do not pronounce it there (AA) and en-gb-scotland writes
-  its r explicitly.
+  dialect (_DIALECT, below).
 
 Why ARPAbet and not espeak-ng's 81 mnemonics: flite and festival cannot be
 mapped up into the finer set (their phones carry no dialect detail), while
@@ -45,15 +43,23 @@ _ESPEAK = {
     "t#": "T", "t2": "T", "tS": "CH", "t[": "T", "u:": "UW", "v": "V", "w": "W", "w#": "W",
     "x": "K", "z": "Z", "3:": "ER", "@5": "AH", "nI": "N IH",
 }
-# The vowels whose r is implied where the dialect is rhotic (en-us), and what
-# they are where it is not.
-_RHOTIC = {"A@": "AA R", "o@": "AO R", "O@": "AO R", "e@": "EH R", "i@": "IH R",
+# The r-coloured vowels. en-us implies the r ("car" is `k A@`: AA R); the
+# British and Caribbean dialects and espeak-ng's en-us-nyc do not say it
+# ("car" is [kA:]: AA), except as a linking r, which espeak-ng writes `r-`
+# and speaks only before a vowel ("car is" [kA:r Iz]); en-gb-scotland writes
+# its r as a phoneme of its own (`h i@3 r`, [hIr]).
+_RHOTIC = {"A@": "AA R", "o@": "AO R", "O@": "AO R", "e@": "EH R", "i@": "IY AH",
            "i@3": "IH R", "U@": "UH R", "aI@": "AY ER", "aI3": "AY ER", "3": "ER",
-           "r-": "ER", "aU@": "AW ER"}
+           "r-": "R", "aU@": "AW ER"}
 _NON_RHOTIC = {"A@": "AA", "o@": "AO", "O@": "AO", "e@": "EH", "i@": "IH AH",
                "i@3": "IH AH", "U@": "UH AH", "aI@": "AY AH", "aI3": "AY AH", "3": "AH",
-               "r-": "", "aU@": "AW AH"}
-RHOTIC_DIALECTS = {"en-us", "en-us-nyc"}
+               "r-": "R", "aU@": "AW AH"}
+_DIALECT = {
+    "en-us": _RHOTIC,
+    "en-gb-scotland": dict(_NON_RHOTIC, **{"i@3": "IH"}),
+    # RP's "bath" vowel is [A:]; elsewhere `aa` is [a] (or merged into `a`).
+    "en-gb-x-rp": dict(_NON_RHOTIC, aa="AA"),
+}
 
 
 def from_radio(phones):
@@ -69,16 +75,15 @@ def from_radio(phones):
 
 def from_espeak(tokens, voice):
     """espeak-ng tokens of an utterance in `voice` -> ARPAbet-39 list."""
-    dialect = phonemes.dialect_of(voice)
-    special = _RHOTIC if dialect in RHOTIC_DIALECTS else _NON_RHOTIC
+    special = _DIALECT.get(phonemes.dialect_of(voice), _NON_RHOTIC)
     out = []
     for t in phonemes.canonical(tokens, voice):
         m = special.get(t, _ESPEAK.get(t))
         if m is None:
             raise KeyError("no ARPAbet phone for espeak-ng mnemonic %r (%s)" % (t, voice))
-        # en-us "hour" is aU 3 r- and "are" (before a vowel) A@ r-: one r
-        # sound, not two.
-        if t == "r-" and out and out[-1] in ("ER", "R"):
+        # One r sound where the vowel already ends in it: en-us "hour"
+        # (aU 3 r-), "hurry" (h 3: r i), "four apples" (f o@ r ...).
+        if t in ("r", "r-") and out and out[-1] in ("ER", "R"):
             continue
         out += m.split()
     return out

@@ -2,7 +2,7 @@
 (on whichever device the tensors live), and Kaldi fbank for a whole batch.
 
 * rooms: impulse responses of shoebox rooms by the image-source method
-  (early reflections, exact delays and wall losses) joined to a diffuse
+  (early reflections: delays rounded to the sample, wall losses) joined to a diffuse
   tail of exponentially decaying noise whose decay time is the room's RT60
   (shorter at high frequencies); make_rir draws the room, the positions of
   talker and microphone and the RT60;

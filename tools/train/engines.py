@@ -200,8 +200,13 @@ def random_spec(rng, sentences, words, train=True, engine=None):
     pool = (FLITE_TRAIN if train else FLITE_HELD_OUT) if engine == "flite" else \
         (FESTIVAL_TRAIN if train else FESTIVAL_HELD_OUT)
     voice = pool[rng.integers(len(pool))]
-    if voice in FLITE_CG or voice.endswith("_hts"):
+    # flite's clustergen voices take an f0 scale, the diphone voices of both
+    # engines a target mean; festival's HTS voice takes neither here.
+    if voice in FLITE_CG:
         f0 = float(rng.uniform(0.8, 1.25))
+    elif voice.endswith("_hts"):
+        f0 = None
+        rng.uniform()  # the draw the other voices make, so later draws line up
     else:
         f0 = float(rng.uniform(80, 150))
     return dict(engine=engine, voice=voice, text=text, stretch=float(rng.uniform(0.8, 1.3)),

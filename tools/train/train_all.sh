@@ -147,7 +147,7 @@ $py tools/train/train_multi.py --init "$data/stage11.safetensors" --out "$data/s
   --minutes "${STAGE12A_MINUTES:-4.7}" --batch-frames 40000 --lr 6e-4 --min-examples 1500 \
   --dev 150 --export-minutes 1 --seed "$seed"
 $py tools/train/train_multi.py --init "$data/stage12a/model.safetensors" --out "$data/stage12b" \
-  --device cpu --workers 1 --threads 2 --minutes 50 --batch-frames 8000 --lr 1.5e-4 \
+  --device cpu --workers 1 --threads 2 --minutes 42 --batch-frames 8000 --lr 1.5e-4 \
   --warmup-minutes 2 --min-examples 400 --dev 100 --export-minutes 10 --log-seconds 240 \
   --seed "$((seed + 1))"
 cp "$data/stage12b/model.safetensors" models/default.safetensors

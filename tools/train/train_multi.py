@@ -16,15 +16,20 @@ follows a cosine over the wall-clock budget (--minutes), since how many
 steps fit depends on the machine.
 
 The model starts from --init (an espeak-mnemonic model): the encoder and
-CMVN are kept, and the CTC head gets one row per ARPAbet phone, the mean of
-the rows of the mnemonics that map to that phone alone (arpabet.py).
+CMVN are kept, and the CTC head gets one row per ARPAbet phone: the mean of
+the weight rows, and the largest bias, of the mnemonics that map to that
+phone alone (arpabet.py).
 Training is as train.py's last stage: CTC, AdamW, bfloat16 products, logits
 held within +-4, and on every other step the penalty on how much the last
 three layers amplify a small error of their input (train.py --probe).
 
 DIR gets model.safetensors (F16, exported every --export-minutes and at the
 end) and log.jsonl. Not bit-reproducible: which worker's recent utterances
-make the babble depends on timing.
+make the babble depends on timing. The dev PER it logs is of utterances
+never trained on, but in training voices and with training sentences (a
+progress signal, not a test). Every example is kept in memory (about 50 KB
+each as float16): a run of many hours wants more memory than this
+script's other needs.
 """
 
 import argparse
@@ -165,10 +170,12 @@ def spec_augment(x, lengths, gen):
         mask_f |= (f >= f0) & (f < f0 + w)
     tt = torch.arange(t, device=dev)[None, :]
     mask_t = torch.zeros(b, t, dtype=torch.bool, device=dev)
-    for _ in range(max(1, t // 200)):
+    # Each utterance gets max(1, its frames // 200) masks, as in train.py.
+    n_masks = (lengths // 200).clamp(min=1)[:, None]
+    for m in range(max(1, t // 200)):
         w = torch.randint(0, 26, (b, 1), generator=gen).to(dev)
         t0 = (torch.rand(b, 1, generator=gen).to(dev) * (lengths[:, None] - w).clamp(min=1)).long()
-        mask_t |= (tt >= t0) & (tt < t0 + w)
+        mask_t |= (tt >= t0) & (tt < t0 + w) & (m < n_masks)
     x.masked_fill_(mask_f[:, None, :] | mask_t[:, :, None], 0.0)
 
 
