@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # Regenerates the bundled default model from nothing but Debian packages:
-# synthesizes the training and test speech with espeak-ng, trains, exports
+# stages 1 to 11 on espeak-ng speech (synth.py), stage 12 on espeak-ng,
+# flite and festival speech in simulated rooms, babble, noise and telephone
+# channels, synthesized while it trains (train_multi.py); exports
 # models/default.safetensors, writes models/sample.phonemes.txt, builds the
 # CLI and measures the model through the C path (error rates, streaming
 # parity with the PyTorch reference, the bundled sample).
 #
 #   tools/train/train_all.sh [DATA_DIR]     (default /tmp/aural-train)
 #
-# Deterministic given SEED (default 1) and the thread count (2). Wall time on
-# the 2-core development machines: about 2 to 2.5 h of synthesis, 14 h of
-# training and a few minutes of evaluation (see models/README.md). Installs
-# what it needs (espeak-ng, sox, fortunes, fortune-mod, wamerican,
-# python3-torch, python3-torchaudio, python3-numpy) through
-# tools/setup.sh --reference.
+# Stages 1 to 11 are deterministic given SEED (default 1) and the thread
+# count (2); stage 12 is not (see its comment). Wall time on the 2-core
+# development machines: about 2 to 2.5 h of synthesis and 14 h of training
+# for stages 1 to 11, then stage 12 (4.7 min on a 16-core machine with a
+# GPU, 42 min on two cores) and a few minutes of evaluation (see
+# models/README.md). Installs what it needs through tools/setup.sh
+# --reference (espeak-ng, sox, fortunes, fortune-mod, wamerican,
+# pocketsphinx-en-us, python3-torch, python3-torchaudio, python3-numpy) and
+# tools/train/setup_engines.sh (flite, festival and its voices).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tools/setup.sh --reference
