@@ -22,8 +22,10 @@ import tempfile
 import wave
 
 import numpy as np
+import torch
 
 import arpabet
+import augment
 import corpus
 import phonemes
 
@@ -76,15 +78,11 @@ def read_wav(path):
 
 
 def to_16k(x, rate):
-    """Band-limited resampling to 16 kHz by the DFT (numpy)."""
+    """Band-limited resampling to 16 kHz (augment.resample, by the DFT)."""
     if rate == RATE:
         return x
-    n, m = len(x), int(round(len(x) * RATE / rate))
-    s = np.fft.rfft(x.astype(np.float64))
-    out = np.zeros(m // 2 + 1, dtype=s.dtype)
-    keep = min(len(s), len(out))
-    out[:keep] = s[:keep]
-    return (np.fft.irfft(out, m) * (m / n)).astype(np.float32)
+    y = augment.resample(torch.from_numpy(x.astype(np.float64)), rate, RATE)
+    return y.numpy().astype(np.float32)
 
 
 def espeak(spec):

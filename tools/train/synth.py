@@ -32,7 +32,6 @@ import argparse
 import os
 import subprocess
 import sys
-import wave
 from multiprocessing import Pool
 
 import numpy as np
@@ -40,6 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 import corpus  # noqa: E402
+import engines  # noqa: E402
 import phonemes  # noqa: E402
 
 ESPEAK_RATE = 22050
@@ -168,12 +168,7 @@ def cmd_train(args):
 
 
 def write_wav(path, x):
-    pcm = np.clip(np.round(x * 32768.0), -32768, 32767).astype("<i2")
-    with wave.open(path, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(ESPEAK_RATE)
-        w.writeframes(pcm.tobytes())
+    engines.write_wav(path, x, ESPEAK_RATE)
 
 
 def cmd_test(args):
