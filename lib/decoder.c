@@ -12,7 +12,14 @@
  * within `beam_threshold` of the best survive. Emitted words live in a
  * pool of links (word, times, parent), shared by the hypotheses that
  * descend from them and compacted when it fills.
+ *
+ * Custom words (cfg.boost_words) have a prefix tree of their own: its
+ * nodes are numbered after the main tree's (x_node), its words after the
+ * main lexicon's, and from the root a token enters both trees. A custom
+ * word's LM score and boost are included early, like the LM's unigram
+ * below a main node, so that its prefixes survive pruning.
  */
+#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -52,6 +59,11 @@ struct aural_decoder {
   const aural_lm *lm;
   int vocab;
   float lm_scale;      /* lm_weight * ln 10: log10 -> weighted natural log */
+  const aural_lexicon *xlex; /* custom words, or NULL */
+  uint32_t x_node;     /* the main tree's node count: custom nodes follow */
+  uint32_t x_word;     /* the main lexicon's word count: custom words follow */
+  uint32_t *x_lm;      /* (xlex words) LM index, or AURAL__LM_NONE: floor */
+  float *x_smear;      /* (xlex nodes) early score: best LM score + boost */
   uint64_t silence_frames, idle_frames, max_frames;
 
   hyp *cur;            /* (beam) this frame's survivors */
@@ -91,6 +103,8 @@ void aural_decoder_config_default(aural_decoder_config *cfg) {
       .endpoint_silence_s = 0.8f,
       .endpoint_idle_s = 2.4f,
       .endpoint_max_s = 20.0f,
+      .boost_words = NULL,
+      .boost = 5.0f,
   };
 }
 
@@ -113,6 +127,8 @@ static int check_config(const aural_decoder_config *c, aural_err *err) {
     bad = "endpoint_idle_s must be in (0, 3600)";
   else if (!(c->endpoint_max_s > 0 && c->endpoint_max_s <= 600))
     bad = "endpoint_max_s must be in (0, 600]";
+  else if (!(c->boost >= 0 && c->boost <= 100))
+    bad = "boost must be in [0, 100]";
   if (bad != NULL)
     return aural__err_set(err, AURAL_ECONFIG, "decoder: %s", bad);
   return 0;
@@ -132,6 +148,55 @@ static void start_segment(aural_decoder *d) {
   d->trailing = 0;
 }
 
+/* The best early score of the custom words at or below node n of xlex. */
+static float custom_best(aural_decoder *d, uint32_t n) {
+  const aural__lex_node *nd = &d->xlex->nodes[n];
+  float best = -INFINITY;
+  for (uint32_t i = 0; i < nd->n_words; i++) {
+    uint32_t w = d->xlex->node_words[nd->first_word + i];
+    float lp = 0;
+    if (d->lm != NULL) {
+      aural__lm_ctx none = {.n = 0}, next;
+      lp = d->x_lm[w] != AURAL__LM_NONE
+               ? aural__lm_next(d->lm, &none, d->x_lm[w], &next)
+               : aural__lm_floor(d->lm);
+    }
+    if (d->lm_scale * lp > best) best = d->lm_scale * lp;
+  }
+  for (uint32_t e = 0; e < nd->n_edges; e++) {
+    float b = custom_best(d, d->xlex->edges[nd->first_edge + e].child);
+    if (b > best) best = b;
+  }
+  d->x_smear[n] = best + d->cfg.boost;
+  return best;
+}
+
+/* The custom words' LM indices and early scores. */
+static int setup_custom(aural_decoder *d, const aural_lexicon *xlex) {
+  d->xlex = xlex;
+  d->x_node = (uint32_t)d->lex->n_nodes;
+  d->x_word = (uint32_t)d->lex->n_words;
+  d->x_lm = malloc(xlex->n_words * sizeof *d->x_lm);
+  d->x_smear = malloc(xlex->n_nodes * sizeof *d->x_smear);
+  if (d->x_lm == NULL || d->x_smear == NULL) return -1;
+  for (size_t w = 0; w < xlex->n_words; w++) {
+    d->x_lm[w] = AURAL__LM_NONE;
+    if (d->lm == NULL) continue;
+    /* The LM's words are the main lexicon's, in lower case. */
+    char low[80];
+    const char *text = aural_lexicon_word(xlex, (int)w);
+    size_t n = strlen(text);
+    if (n >= sizeof low) continue;
+    for (size_t i = 0; i <= n; i++)
+      low[i] = (char)((unsigned char)text[i] < 0x80 ? tolower(text[i])
+                                                      : text[i]);
+    int id = aural_lexicon_find(d->lex, low);
+    d->x_lm[w] = aural__lm_word(d->lm, id >= 0 ? (uint32_t)id : UINT32_MAX);
+  }
+  custom_best(d, 0);
+  return 0;
+}
+
 int aural_decoder_create(const aural_decoder_config *cfg,
                          const aural_model *model, const aural_lexicon *lex,
                          const aural_lm *lm, aural_decoder **out,
@@ -147,11 +212,17 @@ int aural_decoder_create(const aural_decoder_config *cfg,
   if (model == NULL || lex == NULL)
     return aural__err_set(err, AURAL_EINVAL, "decoder: no model or lexicon");
   const aural_model_config *mc = aural_model_get_config(model);
-  if (mc->vocab_size != lex->vocab_size)
+  const aural_lexicon *xlex = cfg->boost_words;
+  if (mc->vocab_size != lex->vocab_size ||
+      (xlex != NULL && xlex->vocab_size != mc->vocab_size))
     return aural__err_set(err, AURAL_ECONFIG,
-                          "decoder: the lexicon was made for %d tokens, the "
+                          "decoder: the %s was made for %d tokens, the "
                           "model has %d",
-                          lex->vocab_size, mc->vocab_size);
+                          mc->vocab_size != lex->vocab_size ? "lexicon"
+                                                            : "custom words",
+                          mc->vocab_size != lex->vocab_size ? lex->vocab_size
+                                                            : xlex->vocab_size,
+                          mc->vocab_size);
   aural_decoder *d = calloc(1, sizeof *d);
   if (d == NULL) return aural__err_set(err, AURAL_ENOMEM, "out of memory");
   d->cfg = *cfg;
@@ -159,6 +230,8 @@ int aural_decoder_create(const aural_decoder_config *cfg,
   d->lm = lm;
   d->vocab = mc->vocab_size;
   d->lm_scale = (float)(cfg->lm_weight * LN10);
+  d->x_node = UINT32_MAX; /* no custom words */
+  d->x_word = UINT32_MAX;
   double frame_s = mc->fbank.frame_shift_ms * 1e-3;
   /* Durations in whole frames (the float's own rounding forgiven). */
   d->silence_frames = (uint64_t)ceil(cfg->endpoint_silence_s / frame_s - 1e-4);
@@ -166,9 +239,11 @@ int aural_decoder_create(const aural_decoder_config *cfg,
   d->max_frames = (uint64_t)ceil(cfg->endpoint_max_s / frame_s - 1e-4);
   size_t beam = (size_t)cfg->beam;
   int tokens = cfg->max_tokens < d->vocab - 1 ? cfg->max_tokens : d->vocab - 1;
-  /* Per hypothesis: the blank, a repeat, and per token a step down the
-   * tree plus a word end for each word at the node reached. */
-  d->cand_cap = beam * (2 + (size_t)tokens * (1 + lex->max_node_words));
+  /* Per hypothesis: the blank, a repeat, and per token a step down each
+   * tree plus a word end for each word at the nodes reached. */
+  size_t per_token = 1 + lex->max_node_words;
+  if (xlex != NULL) per_token += 1 + xlex->max_node_words;
+  d->cand_cap = beam * (2 + (size_t)tokens * per_token);
   d->slot_cap = 16;
   while (d->slot_cap < 2 * d->cand_cap) d->slot_cap *= 2;
   /* Links: the words of the segment's hypotheses. A segment lasts at most
@@ -185,7 +260,8 @@ int aural_decoder_create(const aural_decoder_config *cfg,
   d->remap = malloc(d->pool_cap * sizeof *d->remap);
   d->final = malloc(d->pool_cap * sizeof *d->final);
   if (!d->cur || !d->cand || !d->slot || !d->slot_gen || !d->heap || !d->lp ||
-      !d->tokens || !d->pool || !d->remap || !d->final) {
+      !d->tokens || !d->pool || !d->remap || !d->final ||
+      (xlex != NULL && setup_custom(d, xlex) < 0)) {
     aural_decoder_destroy(d);
     return aural__err_set(err, AURAL_ENOMEM, "decoder: out of memory");
   }
@@ -206,6 +282,8 @@ void aural_decoder_destroy(aural_decoder *d) {
   free(d->pool);
   free(d->remap);
   free(d->final);
+  free(d->x_lm);
+  free(d->x_smear);
   free(d);
 }
 
@@ -282,53 +360,78 @@ static void add_candidate(aural_decoder *d, const hyp *h) {
   }
 }
 
-/* The expansions of h by token k (not the blank) at frame t. */
-static void expand_token(aural_decoder *d, const hyp *h, int k, uint64_t t) {
-  float lp = d->lp[k];
+/* h stepped by token k into node (of the main tree, or custom when at or
+ * past x_node), scored lp: the candidate that goes on down the tree and
+ * one for each word that ends at node. */
+static void enter_node(aural_decoder *d, const hyp *h, int k, uint32_t node,
+                       uint64_t t) {
+  bool custom = node >= d->x_node;
+  const aural_lexicon *lex = custom ? d->xlex : d->lex;
+  uint32_t local = custom ? node - d->x_node : node;
+  float smear = custom             ? d->x_smear[local]
+                : d->lm != NULL    ? d->lm_scale * aural__lm_node_best(d->lm, node)
+                                   : 0.0f;
+  if (!isfinite(smear)) return; /* no word below it can be scored */
   hyp n = *h;
   n.pending_word = 0;
-  if ((uint32_t)k == h->prev) { /* a repeat: the same token goes on */
-    n.score += lp;
-    if (h->node != 0) {
-      n.word_lp += lp;
-      n.word_frames++;
-    }
-    add_candidate(d, &n);
-    return;
-  }
-  uint32_t child = aural__lex_child(d->lex, h->node, k);
-  if (child == 0) return;
-  float smear = d->lm != NULL ? d->lm_scale * aural__lm_node_best(d->lm, child)
-                              : 0.0f;
-  if (!isfinite(smear)) return; /* no word below it can be scored */
-  n.node = child;
+  n.node = node;
   n.prev = (uint32_t)k;
-  n.score += lp + (smear - h->smear);
+  n.score += d->lp[k] + (smear - h->smear);
   n.smear = smear;
   if (h->node == 0) {
     n.word_start = t;
     n.word_lp = 0;
     n.word_frames = 0;
   }
-  n.word_lp += lp;
+  n.word_lp += d->lp[k];
   n.word_frames++;
-  const aural__lex_node *nd = &d->lex->nodes[child];
+  const aural__lex_node *nd = &lex->nodes[local];
   if (nd->n_edges > 0) add_candidate(d, &n);
   for (uint32_t i = 0; i < nd->n_words; i++) {
-    uint32_t w = d->lex->node_words[nd->first_word + i];
+    uint32_t w = lex->node_words[nd->first_word + i];
     hyp e = n;
-    float lm = 0;
+    float lm = custom ? d->cfg.boost : 0.0f;
     if (d->lm != NULL) {
-      uint32_t lw = aural__lm_word(d->lm, w);
-      if (lw == AURAL__LM_NONE) continue;
-      lm = d->lm_scale * aural__lm_next(d->lm, &h->ctx, lw, &e.ctx);
+      uint32_t lw = custom ? d->x_lm[w] : aural__lm_word(d->lm, w);
+      if (lw != AURAL__LM_NONE) {
+        lm += d->lm_scale * aural__lm_next(d->lm, &h->ctx, lw, &e.ctx);
+      } else if (custom) { /* no <unk>: the floor, and a fresh history */
+        lm += d->lm_scale * aural__lm_floor(d->lm);
+        e.ctx = (aural__lm_ctx){.n = 0};
+      } else {
+        continue;
+      }
     }
     e.score += lm - smear + d->cfg.word_penalty;
     e.node = 0;
     e.smear = 0;
-    e.pending_word = w + 1;
+    e.pending_word = (custom ? d->x_word + w : w) + 1;
     e.pending_conf = expf(n.word_lp / (float)n.word_frames);
     add_candidate(d, &e);
+  }
+}
+
+/* The expansions of h by token k (not the blank) at frame t. */
+static void expand_token(aural_decoder *d, const hyp *h, int k, uint64_t t) {
+  if ((uint32_t)k == h->prev) { /* a repeat: the same token goes on */
+    hyp n = *h;
+    n.pending_word = 0;
+    n.score += d->lp[k];
+    if (h->node != 0) {
+      n.word_lp += d->lp[k];
+      n.word_frames++;
+    }
+    add_candidate(d, &n);
+    return;
+  }
+  if (h->node < d->x_node || d->xlex == NULL) {
+    uint32_t child = aural__lex_child(d->lex, h->node, k);
+    if (child != 0) enter_node(d, h, k, child, t);
+  }
+  if (d->xlex != NULL && (h->node == 0 || h->node >= d->x_node)) {
+    uint32_t from = h->node == 0 ? 0 : h->node - d->x_node;
+    uint32_t child = aural__lex_child(d->xlex, from, k);
+    if (child != 0) enter_node(d, h, k, d->x_node + child, t);
   }
 }
 
@@ -480,7 +583,10 @@ static size_t chain_words(const aural_decoder *d, uint32_t l, aural_word *out,
     i--;
     if (i >= cap) continue;
     const link *w = &d->pool[k - 1];
-    out[i] = (aural_word){.text = aural_lexicon_word(d->lex, (int)w->word),
+    const char *text = w->word < d->x_word
+                           ? aural_lexicon_word(d->lex, (int)w->word)
+                           : aural_lexicon_word(d->xlex, (int)(w->word - d->x_word));
+    out[i] = (aural_word){.text = text,
                           .start_frame = w->start,
                           .end_frame = w->end,
                           .confidence = w->confidence};

@@ -136,6 +136,9 @@ float aural__lm_next(const aural_lm *lm, const aural__lm_ctx *ctx, uint32_t w,
                      aural__lm_ctx *next);
 /* The n-gram w[0..n): its {log10 p, log10 backoff}, or NULL. */
 const float *aural__lm_find(const aural_lm *lm, const uint32_t *w, int n);
+/* log10 of the LM's <unk> unigram, or of its lowest unigram when it has
+ * no <unk>: the score of a custom word it does not list. */
+float aural__lm_floor(const aural_lm *lm);
 /* The best log10 unigram of the words at or below a lexicon node. */
 float aural__lm_node_best(const aural_lm *lm, uint32_t node);
 

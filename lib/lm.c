@@ -28,6 +28,7 @@ struct aural_lm {
   size_t n_grams[AURAL__LM_MAX_ORDER];
   size_t n_dropped;
   bool has_unk;
+  float min_unigram; /* log10, the lowest unigram of a word */
   uint8_t *in_lm;    /* (n_lex) whether the LM lists the word */
   float *node_best;  /* (lexicon nodes) best unigram log10 below the node */
   size_t n_nodes;
@@ -253,6 +254,8 @@ static int read_ngram(reader *r, aural_lm *lm, int k, const char *s,
   lm->n_grams[k - 1]++;
   if (k == 1 && w[0] < lm->n_lex) lm->in_lm[w[0]] = 1;
   if (k == 1 && w[0] == lm->n_lex + 2) lm->has_unk = true;
+  if (k == 1 && w[0] < lm->n_lex && logp < lm->min_unigram)
+    lm->min_unigram = logp;
   return 0;
 }
 
@@ -327,6 +330,7 @@ int aural_lm_load_buffer(const char *text, size_t len, const char *name,
   aural_lm *lm = calloc(1, sizeof *lm);
   if (lm == NULL) return aural__err_set(err, AURAL_ENOMEM, "out of memory");
   lm->n_lex = (uint32_t)lex->n_words;
+  lm->min_unigram = 0;
   size_t want[AURAL__LM_MAX_ORDER] = {0};
   int rc = read_header(&r, want, &lm->order);
   size_t total = 0;
@@ -402,6 +406,14 @@ uint32_t aural__lm_word(const aural_lm *lm, uint32_t lex_word) {
 
 uint32_t aural__lm_bos(const aural_lm *lm) { return lm->n_lex; }
 uint32_t aural__lm_eos(const aural_lm *lm) { return lm->n_lex + 1; }
+
+float aural__lm_floor(const aural_lm *lm) {
+  if (lm->has_unk) {
+    uint32_t unk = lm->n_lex + 2;
+    return aural__lm_find(lm, &unk, 1)[0];
+  }
+  return lm->min_unigram;
+}
 
 float aural__lm_node_best(const aural_lm *lm, uint32_t node) {
   return lm->node_best[node];

@@ -4,8 +4,10 @@
  * brute-force scorer on tiny lexicons and LMs, the endpoint rules on
  * synthetic posteriors, and outputs that do not depend on chunking.
  */
+#include <ctype.h>
 #include <math.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -344,11 +346,15 @@ typedef struct search {
   const aural_lexicon *lex;
   const aural_lm *lm;
   double lm_weight, penalty;
+  const word_def *custom; /* custom words (boosted), or NULL */
+  int n_custom;
+  double boost, boost_sum;
   int hist[20]; /* <s>, then the words so far */
   int y[20], L; /* their tokens */
   double lm_sum;
   double best_score;
   int best[20], best_n;
+  const char *names[20], *best_names[20]; /* the words so far, as output */
 } search;
 
 static void extend(search *s, int n) {
@@ -358,27 +364,40 @@ static void extend(search *s, int n) {
   double end = aural_lm_score(s->lm, s->hist + from, (size_t)n + 2 - from);
   double score = ctc_best(s->lp, s->T, s->y, s->L) +
                  s->lm_weight * log(10.0) * (s->lm_sum + end) +
-                 s->penalty * n;
+                 s->penalty * n + s->boost_sum;
   if (score > s->best_score) {
     s->best_score = score;
     s->best_n = n;
     memcpy(s->best, s->hist + 1, (size_t)n * sizeof *s->best);
+    memcpy(s->best_names, s->names, (size_t)n * sizeof *s->names);
   }
-  for (int k = 0; k < 8; k++) {
-    const word_def *wd = &words4[k % 4];
-    const int *p = wd->prons[k / 4];
+  int n_defs = 4 + s->n_custom;
+  for (int k = 0; k < 2 * n_defs; k++) {
+    bool custom = k % n_defs >= 4;
+    const word_def *wd = custom ? &s->custom[k % n_defs - 4] : &words4[k % n_defs];
+    const int *p = wd->prons[k / n_defs];
     int len = 0;
     while (p[len] != 0) len++;
     if (len == 0 || s->L + len > s->T) continue;
-    int w = aural_lexicon_find(s->lex, wd->name);
-    s->hist[n + 1] = w;
+    /* A custom word is scored as the lexicon's word of its name in lower
+     * case, else as <unk> (any id past the lexicon's). */
+    char low[16];
+    size_t i = 0;
+    for (; wd->name[i] != '\0'; i++) low[i] = (char)tolower(wd->name[i]);
+    low[i] = '\0';
+    int w = aural_lexicon_find(s->lex, low);
+    s->hist[n + 1] = w >= 0 ? w : 1000;
+    s->names[n] = wd->name;
     size_t f = n + 2 > 4 ? (size_t)n + 2 - 4 : 0;
     double lw = aural_lm_score(s->lm, s->hist + f, (size_t)n + 2 - f);
+    double bonus = custom ? s->boost : 0;
     memcpy(s->y + s->L, p, (size_t)len * sizeof *p);
     s->L += len;
     s->lm_sum += lw;
+    s->boost_sum += bonus;
     extend(s, n + 1);
     s->lm_sum -= lw;
+    s->boost_sum -= bonus;
     s->L -= len;
   }
 }
@@ -391,6 +410,21 @@ static int brute_force(const double *lp, int T, const aural_lexicon *lex,
               .best_score = -INFINITY, .best_n = -1};
   extend(&s, 0);
   memcpy(best, s.best, sizeof s.best);
+  return s.best_n;
+}
+
+/* The same with custom words: the best sequence's words as output. */
+static int brute_force_custom(const double *lp, int T, const aural_lexicon *lex,
+                              const aural_lm *lm, double lm_weight,
+                              double penalty, const word_def *custom,
+                              int n_custom, double boost,
+                              const char *best[20]) {
+  search s = {.lp = lp, .T = T, .lex = lex, .lm = lm, .lm_weight = lm_weight,
+              .penalty = penalty, .custom = custom, .n_custom = n_custom,
+              .boost = boost, .hist = {AURAL_LM_BOS},
+              .best_score = -INFINITY, .best_n = -1};
+  extend(&s, 0);
+  memcpy(best, s.best_names, sizeof s.best_names);
   return s.best_n;
 }
 
@@ -462,6 +496,147 @@ static void test_search_matches_brute_force(void **state) {
   assert_int_equal(agree, 200);
   assert_true(nonempty > 100); /* the trials mostly find words */
   aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+}
+
+static void put_frames(float *logits, size_t *at, int k, int n);
+
+/* Random peaky posteriors of T frames: logits and their log-softmax. */
+static void random_frames(int T, float *logits, double *lp) {
+  for (int t = 0; t < T; t++) {
+    int hot = (int)(uniform() * V);
+    for (int k = 0; k < V; k++)
+      logits[t * V + k] = (float)(3.0 * uniform() + (k == hot ? 3.0 : 0.0));
+    double mx = -INFINITY, sum = 0;
+    for (int k = 0; k < V; k++)
+      if (logits[t * V + k] > mx) mx = logits[t * V + k];
+    for (int k = 0; k < V; k++) sum += exp(logits[t * V + k] - mx);
+    for (int k = 0; k < V; k++)
+      lp[t * V + k] = logits[t * V + k] - mx - log(sum);
+  }
+}
+
+/* Custom words: "e" the lexicon lacks (scored as <unk>), and "B", which
+ * is the lexicon's "b" (scored as b) with a pronunciation b lacks. */
+static const word_def custom2[] = {
+    {"e", {{2, 4, 0}, {0}}},
+    {"B", {{2, 0}, {4, 1, 0}}},
+};
+static const char *const lex_custom2 = "e\tt2 t4\nB\tt2\nB\tt4 t1\n";
+
+static void test_custom_words_match_brute_force(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_lexicon *xlex = lexicon(lex_custom2);
+  /* arpa4 with an <unk>. */
+  char arpa[1024];
+  const char *at = strstr(arpa4, "-0.9\t</s>");
+  snprintf(arpa, sizeof arpa, "%.*s-1.7\t<unk>\n%s", (int)(at - arpa4), arpa4,
+           at);
+  memcpy(strstr(arpa, "ngram 1=6"), "ngram 1=7", 9);
+  aural_lm *lm = lm_of(arpa, lex);
+  aural_decoder_config dc;
+  aural_decoder_config_default(&dc);
+  dc.beam = 4096;
+  dc.beam_threshold = 1e9f;
+  dc.max_tokens = V - 1;
+  dc.token_threshold = 1e9f;
+  dc.endpoint_silence_s = 1000;
+  dc.endpoint_idle_s = 1000;
+  dc.endpoint_max_s = 600;
+  dc.boost_words = xlex;
+  rng_state = 777;
+  int custom_found = 0;
+  for (int trial = 0; trial < 200; trial++) {
+    enum { T = 6 };
+    float logits[T * V];
+    double lp[T * V];
+    random_frames(T, logits, lp);
+    dc.lm_weight = (float)(trial % 3 == 0 ? 0.0 : 0.5 + uniform());
+    dc.word_penalty = (float)(2.0 * uniform() - 1.0);
+    dc.boost = (float)(trial % 5 == 0 ? 0.0 : 3.0 * uniform());
+    const char *want[20];
+    int n_want = brute_force_custom(lp, T, lex, lm, dc.lm_weight,
+                                    dc.word_penalty, custom2, 2, dc.boost,
+                                    want);
+    aural_decoder *d;
+    aural_err err;
+    assert_int_equal(aural_decoder_create(&dc, model, lex, lm, &d, &err), 0);
+    assert_int_equal(aural_decoder_push(d, logits, T), T);
+    aural_decoder_end(d);
+    aural_word got[8];
+    size_t n_got = 0;
+    aural_decoder_final(d, got, 8, &n_got);
+    bool same = (int)n_got == n_want;
+    for (int i = 0; same && i < n_want; i++)
+      same = strcmp(got[i].text, want[i]) == 0;
+    if (!same) {
+      char a[64] = "", b[64] = "";
+      for (int i = 0; i < n_want; i++) strcat(strcat(a, want[i]), " ");
+      for (size_t i = 0; i < n_got; i++) strcat(strcat(b, got[i].text), " ");
+      fail_msg("trial %d: brute force \"%s\", decoder \"%s\"", trial, a, b);
+    }
+    for (int i = 0; i < n_want; i++)
+      custom_found += strcmp(want[i], "e") == 0 || strcmp(want[i], "B") == 0;
+    aural_decoder_destroy(d);
+  }
+  assert_true(custom_found > 20); /* the custom words do win, often */
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(xlex);
+  aural_lexicon_destroy(lex);
+}
+
+/* Without <unk>, a custom word the LM lacks scores its lowest unigram; a
+ * boost makes a clear custom word win, and the lexicon's own words still
+ * decode around it. */
+static void test_custom_words_without_unk(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_lexicon *xlex = lexicon("zed\tt2 t4 t2\n");
+  aural_lm *lm = lm_of(arpa4, lex);
+  float logits[12 * V];
+  size_t n = 0;
+  put_frames(logits, &n, 3, 2); /* c: t3 t1 */
+  put_frames(logits, &n, 1, 2);
+  put_frames(logits, &n, 0, 1);
+  put_frames(logits, &n, 2, 2); /* zed: t2 t4 t2 */
+  put_frames(logits, &n, 4, 2);
+  put_frames(logits, &n, 2, 2);
+  put_frames(logits, &n, 0, 1);
+  for (int with = 0; with < 2; with++) {
+    aural_decoder_config dc;
+    aural_decoder_config_default(&dc);
+    dc.boost_words = with ? xlex : NULL;
+    aural_decoder *d;
+    aural_err err;
+    assert_int_equal(aural_decoder_create(&dc, model, lex, lm, &d, &err), 0);
+    assert_int_equal(aural_decoder_push(d, logits, n), n);
+    aural_decoder_end(d);
+    aural_word got[8];
+    size_t n_got = 0;
+    assert_int_equal(aural_decoder_final(d, got, 8, &n_got), 1);
+    if (with) {
+      assert_int_equal(n_got, 2);
+      assert_string_equal(got[0].text, "c");
+      assert_string_equal(got[1].text, "zed");
+    } else { /* the lexicon's words alone, more of them */
+      assert_true(n_got >= 3);
+      for (size_t i = 0; i < n_got; i++) assert_string_not_equal(got[i].text, "zed");
+    }
+    aural_decoder_destroy(d);
+  }
+  /* A boost out of range is refused, by name. */
+  aural_decoder_config dc;
+  aural_decoder_config_default(&dc);
+  dc.boost_words = xlex;
+  dc.boost = -1;
+  aural_decoder *d;
+  aural_err err;
+  assert_int_equal(aural_decoder_create(&dc, model, lex, lm, &d, &err),
+                   AURAL_ECONFIG);
+  assert_non_null(strstr(err.msg, "boost"));
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(xlex);
   aural_lexicon_destroy(lex);
 }
 
@@ -650,6 +825,8 @@ int main(void) {
       cmocka_unit_test(test_lm_unk),
       cmocka_unit_test(test_lm_rejects),
       cmocka_unit_test(test_search_matches_brute_force),
+      cmocka_unit_test(test_custom_words_match_brute_force),
+      cmocka_unit_test(test_custom_words_without_unk),
       cmocka_unit_test(test_endpoints),
       cmocka_unit_test(test_chunking_does_not_matter),
       cmocka_unit_test(test_config_rejects),

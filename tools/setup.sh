@@ -14,8 +14,8 @@ set -euo pipefail
 packages=(
   build-essential pkg-config meson ninja-build
   libsndfile1-dev libsoxr-dev libfftw3-dev
-  libuv1-dev portaudio19-dev libcmocka-dev
-  python3 python3-numpy sox util-linux systemd man-db groff-base
+  libuv1-dev portaudio19-dev libcmocka-dev libespeak-ng-dev
+  python3 python3-numpy sox util-linux systemd man-db groff-base espeak-ng
 )
 if [[ "${1:-}" == "--reference" ]]; then
   packages+=(python3-torch python3-torchaudio libopenblas0-pthread

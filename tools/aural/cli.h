@@ -20,6 +20,7 @@ int cmd_sub(int argc, char **argv);
 int cmd_send(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int cmd_load(int argc, char **argv);
+int cmd_pronounce(int argc, char **argv);
 
 /* The model used without -m: $AURAL_MODEL, else the installed default,
  * else the one in the source tree this binary was built from. */

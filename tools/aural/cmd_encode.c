@@ -86,6 +86,12 @@ static void usage(FILE *to) {
           "      --beam N         hypotheses kept per frame (default 32)\n"
           "      --lm-weight X    weight of the language model (default 1)\n"
           "      --word-penalty X score added per word (default 0.5)\n"
+          "      --vocabulary W1,W2,...  custom words (names, terms) the\n"
+          "                       lexicon lacks, pronounced by espeak-ng\n"
+          "                       and favoured by --boost\n"
+          "      --boost X        score added per custom word (default 5)\n"
+          "      --g2p PATH       how espeak-ng's phonemes become the model's\n"
+          "                       tokens (default: MODEL.g2p.txt)\n"
           "  -h, --help           show this help\n"
           "\n"
           "With several inputs, or a directory (its audio files, by\n"
@@ -142,6 +148,7 @@ typedef struct encode_job {
   double audio_s;            /* seconds of audio read */
   /* --output words: */
   const char *lexicon_path, *lm_path;
+  const char *vocabulary, *g2p_path; /* --vocabulary, --g2p */
   const words_res *words;    /* the lexicon and LM (shared in batch mode) */
   words_res own_words;       /* ... loaded by this job */
   aural_decoder_config dcfg;
@@ -363,7 +370,11 @@ static int prepare(encode_job *job, aural_err *err) {
   if (job->kind == OUT_WORDS && job->words == NULL) {
     if (words_load(&job->own_words, job->model, job->model_path,
                    job->lexicon_path, job->lm_path, err->msg,
-                   sizeof err->msg) < 0)
+                   sizeof err->msg) < 0 ||
+        (job->vocabulary != NULL &&
+         words_custom(&job->own_words, job->model, job->model_path,
+                      job->g2p_path, job->vocabulary, err->msg,
+                      sizeof err->msg) < 0))
       return AURAL_EINVAL;
     job->words = &job->own_words;
   }
@@ -391,6 +402,7 @@ static int open_stream(encode_job *job, const aural_audiofile_info *info,
     sc.lexicon = job->words->lex;
     sc.lm = job->words->lm;
     sc.decoder = job->dcfg;
+    sc.decoder.boost_words = job->words->custom;
   }
   int rc = aural_stream_create(job->model, &sc, &job->stream, err);
   if (rc < 0) return rc;
@@ -760,7 +772,11 @@ static int run_batch(encode_job *proto, char **args, int n_args,
   if (proto->kind == OUT_WORDS) {
     if (words_load(&proto->own_words, proto->model, proto->model_path,
                    proto->lexicon_path, proto->lm_path, err.msg,
-                   sizeof err.msg) < 0) {
+                   sizeof err.msg) < 0 ||
+        (proto->vocabulary != NULL &&
+         words_custom(&proto->own_words, proto->model, proto->model_path,
+                      proto->g2p_path, proto->vocabulary, err.msg,
+                      sizeof err.msg) < 0)) {
       fprintf(stderr, "aural encode: %s\n", err.msg);
       aural_model_free(proto->model);
       goto out;
@@ -838,11 +854,18 @@ static int parse_decoder_option(aural_decoder_config *dc, int c,
     dc->word_penalty = (float)v;
     return 0;
   }
+  if (c == 'X' && ok && v >= 0 && v <= 100) {
+    dc->boost = (float)v;
+    return 0;
+  }
   fprintf(stderr, "aural encode: %s %s: expected %s\n",
-          c == 'B' ? "--beam" : c == 'W' ? "--lm-weight" : "--word-penalty",
+          c == 'B'   ? "--beam"
+          : c == 'W' ? "--lm-weight"
+          : c == 'X' ? "--boost"
+                     : "--word-penalty",
           arg,
           c == 'B'   ? "an integer in 1..4096"
-          : c == 'W' ? "a number in 0..100"
+          : c == 'W' || c == 'X' ? "a number in 0..100"
                      : "a number in -100..100");
   return -1;
 }
@@ -867,6 +890,9 @@ int cmd_encode(int argc, char **argv) {
       {"beam", required_argument, NULL, 'B'},
       {"lm-weight", required_argument, NULL, 'W'},
       {"word-penalty", required_argument, NULL, 'P'},
+      {"vocabulary", required_argument, NULL, 'V'},
+      {"boost", required_argument, NULL, 'X'},
+      {"g2p", required_argument, NULL, 'Y'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -911,8 +937,11 @@ int cmd_encode(int argc, char **argv) {
       job.format = (words_format)f;
       break;
     }
+    case 'V': job.vocabulary = optarg; break;
+    case 'Y': job.g2p_path = optarg; break;
     case 'B':
     case 'W':
+    case 'X':
     case 'P':
       if (parse_decoder_option(&job.dcfg, c, optarg) < 0) return EXIT_USAGE;
       break;
@@ -933,6 +962,10 @@ int cmd_encode(int argc, char **argv) {
       return EXIT_USAGE;
     }
     job.kind = (out_kind)k;
+  }
+  if (job.vocabulary != NULL && job.kind != OUT_WORDS) {
+    fprintf(stderr, "aural encode: --vocabulary needs --output words\n");
+    return EXIT_USAGE;
   }
   if (job.model_path == NULL) job.model_path = cli_default_model();
   struct stat st;

@@ -23,6 +23,7 @@ static const struct {
     {"send", cmd_send, "push an audio file to a running aurald as a stream"},
     {"stats", cmd_stats, "show a running aurald's streams and subscribers"},
     {"load", cmd_load, "load aurald with real-time streams; measure latency"},
+    {"pronounce", cmd_pronounce, "spell custom words in the model's tokens"},
 };
 
 static void usage(FILE *to) {
@@ -35,7 +36,7 @@ static void usage(FILE *to) {
           "\n"
           "Commands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    fprintf(to, "  %-8s  %s\n", commands[i].name, commands[i].summary);
+    fprintf(to, "  %-9s  %s\n", commands[i].name, commands[i].summary);
   fprintf(to,
           "\n"
           "Options:\n"

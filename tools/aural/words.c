@@ -53,7 +53,50 @@ int words_load(words_res *r, const aural_model *model, const char *model_path,
   return 0;
 }
 
+int words_split(const char *list, char *buf, size_t buf_len, char **out,
+                size_t cap) {
+  size_t len = strlen(list);
+  if (len + 1 > buf_len) return -1;
+  memcpy(buf, list, len + 1);
+  size_t n = 0;
+  for (char *p = buf;;) {
+    char *comma = strchr(p, ',');
+    if (comma != NULL) *comma = '\0';
+    if (*p == '\0' || n == cap) return -1;
+    out[n++] = p;
+    if (comma == NULL) return (int)n;
+    p = comma + 1;
+  }
+}
+
+int words_custom(words_res *r, const aural_model *model, const char *model_path,
+                 const char *g2p_path, const char *list, char *err,
+                 size_t err_len) {
+  char path_buf[4096], buf[65536];
+  char *words[1024];
+  int n = words_split(list, buf, sizeof buf, words, 1024);
+  if (n < 0) {
+    snprintf(err, err_len, "--vocabulary: a comma-separated list of at most "
+                           "1024 words, none empty");
+    return -1;
+  }
+  if (g2p_path == NULL) {
+    beside(path_buf, sizeof path_buf, model_path, ".g2p.txt");
+    g2p_path = path_buf;
+  }
+  aural_err e = {0};
+  if ((r->g2p == NULL && aural_g2p_load(g2p_path, model, &r->g2p, &e) < 0) ||
+      aural_g2p_lexicon(r->g2p, (const char *const *)words, (size_t)n,
+                        &r->custom, &e) < 0) {
+    snprintf(err, err_len, "%s", e.msg);
+    return -1;
+  }
+  return 0;
+}
+
 void words_free(words_res *r) {
+  aural_lexicon_destroy(r->custom);
+  aural_g2p_destroy(r->g2p);
   aural_lm_destroy(r->lm);
   aural_lexicon_destroy(r->lex);
   *r = (words_res){0};

@@ -18,6 +18,8 @@ int words_format_parse(const char *name);
 typedef struct words_res {
   aural_lexicon *lex;
   aural_lm *lm;
+  aural_g2p *g2p;        /* words_custom's, or NULL */
+  aural_lexicon *custom; /* custom words (words_custom), or NULL */
 } words_res;
 
 /* Loads the lexicon and the LM: the paths given, else those beside the
@@ -26,6 +28,17 @@ typedef struct words_res {
 int words_load(words_res *r, const aural_model *model, const char *model_path,
                const char *lexicon_path, const char *lm_path, char *err,
                size_t err_len);
+/* Custom words: list is comma-separated ("Dashwood,Kubernetes"),
+ * pronounced through the g2p map g2p_path, else the one beside the model
+ * (MODEL.g2p.txt), into r->custom. Returns 0, or -1 with err set. */
+int words_custom(words_res *r, const aural_model *model, const char *model_path,
+                 const char *g2p_path, const char *list, char *err,
+                 size_t err_len);
+/* Splits a comma-separated list into at most cap words (pointers into
+ * buf, a copy the caller gives room for). Returns how many, or -1 (an
+ * empty item, or more than cap). */
+int words_split(const char *list, char *buf, size_t buf_len, char **out,
+                size_t cap);
 void words_free(words_res *r);
 
 /* One stream's transcript: every final segment so far, from its chunks. */

@@ -73,6 +73,12 @@ def from_radio(phones):
     return out
 
 
+# An r said by the vowel before it is not said again: these mnemonics
+# (after the merges) say nothing right after these phones.
+R_MNEMONICS = ("r", "r-")
+R_ENDS = ("ER", "R")
+
+
 def from_espeak(tokens, voice):
     """espeak-ng tokens of an utterance in `voice` -> ARPAbet-39 list."""
     special = _DIALECT.get(phonemes.dialect_of(voice), _NON_RHOTIC)
@@ -83,7 +89,7 @@ def from_espeak(tokens, voice):
             raise KeyError("no ARPAbet phone for espeak-ng mnemonic %r (%s)" % (t, voice))
         # One r sound where the vowel already ends in it: en-us "hour"
         # (aU 3 r-), "hurry" (h 3: r i), "four apples" (f o@ r ...).
-        if t in ("r", "r-") and out and out[-1] in ("ER", "R"):
+        if t in R_MNEMONICS and out and out[-1] in R_ENDS:
             continue
         out += m.split()
     return out
@@ -97,3 +103,19 @@ def espeak_mnemonics():
 def espeak_token_map(voice):
     """mnemonic -> ARPAbet list for one voice (before canonical merges)."""
     return {t: from_espeak([t], voice) for t in espeak_mnemonics()}
+
+
+def g2p_map(voice, raw_mnemonics):
+    """The rules of from_espeak for one voice, per raw mnemonic (before the
+    merges), for the C g2p map (lib/g2p.c): ({mnemonic: ARPAbet list},
+    {mnemonic: phones after which it says nothing}). Mnemonics without an
+    ARPAbet phone are left out."""
+    table, after = {}, {}
+    for t in sorted(raw_mnemonics):
+        try:
+            table[t] = from_espeak([t], voice)
+        except KeyError:
+            continue
+        if phonemes.canonical([t], voice)[0] in R_MNEMONICS:
+            after[t] = list(R_ENDS)
+    return table, after

@@ -44,6 +44,7 @@ sentences never shape anything here).
 import argparse
 import collections
 import glob
+import json
 import os
 import sys
 import time
@@ -51,7 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wordlib  # noqa: E402
-from wordlib import corpus, normalize  # noqa: E402
+from wordlib import arpabet, corpus, normalize, phonemes  # noqa: E402
 
 SPECIAL = ("<s>", "</s>", "<unk>")
 
@@ -326,6 +327,44 @@ def dev_lexicon_match(lex, dev_sentences):
 
 # ---------------------------------------------------------------- main
 
+def write_g2p_map(path, vocab_tokens):
+    """The map lib/g2p.c pronounces custom words with: per training
+    dialect, each espeak-ng mnemonic's model tokens, by the same functions
+    that make the training labels and the lexicon (wordlib.model_tokens),
+    and the rule that drops an r the vowel before it already says.
+    Returns the number of dialects."""
+    arpa = wordlib.arpabet_vocab(vocab_tokens)
+    raw = set(arpabet.espeak_mnemonics())
+    for classes in phonemes_merges().values():
+        raw |= set(classes) | set(classes.values())
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("# aural g2p map: espeak-ng mnemonics -> model tokens, per dialect\n"
+                "# (lib/g2p.c reads it; tools/words/build_resources.py writes it)\n")
+        f.write("drop %s\n" % phonemes.DROP_CHARS)
+        for dialect in corpus.TRAIN_DIALECTS:
+            f.write("dialect %s\n" % dialect)
+            if arpa:
+                table, after = arpabet.g2p_map(dialect, raw)
+            else:
+                table = {}
+                for t in sorted(raw):
+                    toks = list(wordlib.model_tokens(wordlib.word_tokens(t, dialect),
+                                                     dialect, False))
+                    if all(x in vocab_tokens for x in toks):
+                        table[t] = toks
+                after = {}
+            for t in sorted(table):
+                f.write("map %s%s\n" % (t, "".join(" " + x for x in table[t])))
+                if t in after:
+                    f.write("after %s %s\n" % (t, " ".join(after[t])))
+    return len(corpus.TRAIN_DIALECTS)
+
+
+def phonemes_merges():
+    with open(phonemes.MERGES_FILE, encoding="utf-8") as f:
+        return json.load(f)["classes"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -346,8 +385,16 @@ def main():
                     help="add `r-` after the final vowel V of words spelled with a final "
                     "r or re, in a dialect whose harvest shows V r- at least this often (0: off)")
     ap.add_argument("--report", action="store_true", help="print perplexity, OOV, lexicon match")
+    ap.add_argument("--g2p-only", action="store_true",
+                    help="write the g2p map alone (it takes a second; the rest takes minutes)")
     args = ap.parse_args()
     t0 = time.time()
+    os.makedirs(args.out_dir, exist_ok=True)
+    g2p_path = os.path.join(args.out_dir, args.name + ".g2p.txt")
+    n = write_g2p_map(g2p_path, wordlib.model_vocab(args.model)[1:])
+    print("g2p map: %d dialects, %s" % (n, g2p_path))
+    if args.g2p_only:
+        return 0
 
     lm_train, dev, test = wordlib.split_dev()
     sentences = [normalize(s) for s in lm_train]

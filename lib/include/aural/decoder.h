@@ -119,6 +119,45 @@ void aural_lm_get_info(const aural_lm *lm, aural_lm_info *info);
 #define AURAL_LM_EOS (-3)
 double aural_lm_score(const aural_lm *lm, const int *words, size_t n);
 
+/* --- custom words ---------------------------------------------------------- */
+
+/* Words a lexicon lacks (names, technical terms), pronounced at run time
+ * by espeak-ng's grapheme-to-phoneme rules (libespeak-ng) and mapped into
+ * the model's tokens exactly as its training labels were: a g2p map file,
+ * written beside the model by the tool that writes its lexicon
+ * (tools/words/build_resources.py), names the dialects to pronounce each
+ * word in and, per dialect, the model's tokens for each espeak-ng
+ * mnemonic:
+ *
+ *   # comment
+ *   drop ',%=;                 characters dropped from mnemonics (stress)
+ *   dialect en-us              an espeak-ng voice; the lines below are its
+ *   map A@ AA R                mnemonic -> tokens (none: says nothing)
+ *   after r ER R               mnemonic r says nothing right after ER or R
+ *
+ * Each word gets one pronunciation per distinct result over the dialects.
+ * The map is untrusted input: errors name the file, line and what is
+ * wrong. libespeak-ng is not reentrant: calls into it are serialized. */
+typedef struct aural_g2p aural_g2p;
+
+int aural_g2p_load(const char *path, const aural_model *model, aural_g2p **out,
+                   aural_err *err);
+int aural_g2p_load_buffer(const char *text, size_t len, const char *name,
+                          const aural_model *model, aural_g2p **out,
+                          aural_err *err);
+void aural_g2p_destroy(aural_g2p *g);
+
+/* The lexicon of n words (each 1..64 bytes of UTF-8 without spaces,
+ * commas or control characters; n <= 1024), spelled as given: the word a
+ * decoder then outputs. Errors name the word (one espeak-ng cannot say, or
+ * with a phoneme the map lacks). For aural_decoder_config.boost_words. */
+int aural_g2p_lexicon(const aural_g2p *g, const char *const *words, size_t n,
+                      aural_lexicon **out, aural_err *err);
+/* The same as lexicon text ("word<TAB>tok tok ...\n" per pronunciation),
+ * malloc'd into *out, for tools. */
+int aural_g2p_text(const aural_g2p *g, const char *const *words, size_t n,
+                   char **out, aural_err *err);
+
 /* --- decoder -------------------------------------------------------------- */
 
 typedef struct aural_decoder_config {
@@ -133,6 +172,13 @@ typedef struct aural_decoder_config {
   float endpoint_silence_s; /* trailing non-speech that ends a segment (0.8) */
   float endpoint_idle_s;   /* ... when nothing was decoded: a reset (2.4) */
   float endpoint_max_s;    /* longest segment (20) */
+  /* Custom words (NULL: none), a lexicon such as aural_g2p_lexicon makes,
+   * which must outlive the decoder: searched beside the main lexicon, each
+   * word's score raised by boost (natural log, default 5). A word the LM
+   * lists (in lower case) gets its LM score; another, the LM's <unk> (or
+   * its lowest unigram when it has no <unk>). */
+  const aural_lexicon *boost_words;
+  float boost;
 } aural_decoder_config;
 
 void aural_decoder_config_default(aural_decoder_config *cfg);
