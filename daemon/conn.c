@@ -42,6 +42,12 @@ static void on_close(uv_handle_t *h) {
   if (trim) malloc_trim(0);
 }
 
+static void subscription_free(server *srv, subscription *sub) {
+  if (sub->custom != NULL) srv->n_vocab_subs--;
+  aural_lexicon_destroy(sub->custom);
+  free(sub);
+}
+
 /* Takes c's subscriptions and streams from it and closes its handle. Runs
  * only where nobody up the stack holds c's subscriptions or deliveries:
  * the `later` pass, or the shutdown's last step. */
@@ -53,7 +59,7 @@ static void conn_reap(conn *c) {
     subscription *sub = c->subs;
     c->subs = sub->next;
     delivery_remove_sub(srv, sub);
-    free(sub);
+    subscription_free(srv, sub);
   }
   c->n_subs = 0;
   if (c->n_streams > 0)
@@ -317,6 +323,32 @@ static void do_hello(conn *c, const aural_msg_hello *m) {
   send_welcome(c);
 }
 
+/* The lexicon of a request's custom words, or NULL with the error sent
+ * (and NULL, no error, when it names none). *failed says which. */
+static aural_lexicon *custom_words(conn *c, const aural_msg_vocabulary *v,
+                                   bool *failed) {
+  server *srv = c->srv;
+  *failed = false;
+  if (v->n_words == 0) return NULL;
+  *failed = true;
+  if (srv->lexicon == NULL || srv->g2p == NULL) {
+    conn_send_error(c, 0, AURAL_PROTO_ENO_WORDS, false,
+                    "this server has no %s: no custom words",
+                    srv->lexicon == NULL ? "lexicon" : "g2p map beside its model");
+    return NULL;
+  }
+  const char *words[AURAL_PROTO_VOCAB_MAX];
+  for (uint32_t i = 0; i < v->n_words; i++) words[i] = v->words[i];
+  aural_lexicon *lex = NULL;
+  aural_err err = {0};
+  if (aural_g2p_lexicon(srv->g2p, words, v->n_words, &lex, &err) < 0) {
+    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false, "%s", err.msg);
+    return NULL;
+  }
+  *failed = false;
+  return lex;
+}
+
 static void do_subscribe(conn *c, const aural_msg_subscribe *m) {
   server *srv = c->srv;
   if ((m->outputs & (AURAL_OUT_LOGITS | AURAL_OUT_TEXT)) &&
@@ -344,10 +376,33 @@ static void do_subscribe(conn *c, const aural_msg_subscribe *m) {
                     CONN_MAX_SUBS);
     return;
   }
+  if (m->vocabulary.n_words > 0 && m->all) {
+    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false,
+                    "subscribe: custom words need a named stream, not "
+                    "\"all\"");
+    return;
+  }
+  if (m->vocabulary.n_words > 0 && srv->n_vocab_subs >= AURALD_VOCAB_SUBS) {
+    conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
+                    "at most %d subscriptions with custom words at once",
+                    AURALD_VOCAB_SUBS);
+    return;
+  }
+  bool failed;
+  aural_lexicon *custom = custom_words(c, &m->vocabulary, &failed);
+  if (failed) return;
   subscription *sub = calloc(1, sizeof *sub);
   if (sub == NULL) {
+    aural_lexicon_destroy(custom);
     conn_send_error(c, 0, AURAL_PROTO_EINTERNAL, false, "out of memory");
     return;
+  }
+  if (custom != NULL) {
+    aural_decoder_config dc;
+    aural_decoder_config_default(&dc);
+    sub->custom = custom;
+    sub->boost = m->vocabulary.has_boost ? (float)m->vocabulary.boost : dc.boost;
+    srv->n_vocab_subs++;
   }
   sub->c = c;
   sub->id = ++c->next_sub_id;
@@ -380,7 +435,7 @@ static void do_unsubscribe(conn *c, uint32_t id) {
     *pp = sub->next;
     c->n_subs--;
     delivery_remove_sub(c->srv, sub);
-    free(sub);
+    subscription_free(c->srv, sub);
     uint8_t buf[AURAL_PROTO_HEADER_BYTES + 64];
     conn_send_bytes(c, buf,
                     aural_proto_encode_unsubscribed(buf, sizeof buf, id));
@@ -418,8 +473,13 @@ static void do_audio_open(conn *c, const aural_msg_audio_open *req) {
                     "a live stream is already named \"%s\"", m.name);
     return;
   }
+  bool failed;
+  aural_lexicon *custom = custom_words(c, &m.vocabulary, &failed);
+  if (failed) return;
   stream *s = stream_create(srv, m.name, SRC_CLIENT, m.sample_rate,
-                            (int)m.channels, why, sizeof why);
+                            (int)m.channels, custom,
+                            m.vocabulary.has_boost ? m.vocabulary.boost : -1,
+                            why, sizeof why);
   if (s == NULL) {
     conn_send_error(c, 0, AURAL_PROTO_EAUDIO, false, "%s", why);
     return;

@@ -272,6 +272,8 @@ typedef struct stream {
   int64_t file_frames;    /* a file's declared length, or -1 when unknown */
   int64_t start_us;       /* released at (realtime clock) */
   double t0_mono;         /* released at (monotonic s): a file's pacing */
+  aural_lexicon *custom;  /* custom words of its decoder (AUDIO_OPEN's
+                             vocabulary), or NULL; freed with the stream */
 
   stream_loop loop;
   stream_ring in;
@@ -289,6 +291,11 @@ typedef struct subscription {
   uint32_t outputs;
   uint8_t dtype;
   uint64_t sent, dropped;    /* chunks, over every stream it received */
+  /* Custom words (SUBSCRIBE's vocabulary; a named stream's words only):
+   * its deliveries decode the stream's logits themselves, on the loop,
+   * from the first chunk they receive. NULL: the stream's own words. */
+  aural_lexicon *custom;
+  float boost;
   struct subscription *next; /* in conn */
 } subscription;
 
@@ -298,6 +305,14 @@ typedef struct delivery {
   stream *s;
   struct delivery *next_in_stream;
   uint64_t gap_first, gap_n; /* chunks lost, not yet reported */
+  /* The subscription's own decoder (sub->custom set), its first frame in
+   * the stream, and room for one chunk's words (server.words_max, in
+   * server.segments_max segments). */
+  aural_decoder *dec;
+  uint64_t dec_first_frame;
+  bool dec_started;
+  aural_word *words;
+  uint32_t *segments;
 } delivery;
 
 #define CONN_QUEUE_CAP 4096 /* messages queued on one connection */
@@ -311,6 +326,9 @@ typedef struct delivery {
 #define CONN_WRITE_BATCH 64 /* buffers per uv_write */
 #define CONN_MAX_SUBS 64
 #define CONN_MAX_STREAMS 16
+/* Subscriptions with custom words, server-wide: each decodes on the loop
+ * thread, about a fifth of an encoder's work per stream. */
+#define AURALD_VOCAB_SUBS 16
 
 /* A connection's life: live, then marked dead by conn_kill() wherever it
  * fails (closing: nothing more is read, queued or attached to it, but its
@@ -373,6 +391,11 @@ typedef struct server {
   aural_lexicon *lexicon;
   aural_lm *lm;
   size_t words_max, segments_max;
+  /* Custom words (a request's vocabulary), when words are on and the
+   * model's g2p map is there: pronounced on the loop, at most
+   * AURALD_VOCAB_SUBS subscriptions with their own decoders at once. */
+  aural_g2p *g2p;
+  int n_vocab_subs;
   float *scratch;          /* loop thread: one request's samples */
   uv_pipe_t listener;
   bool listening;
@@ -439,9 +462,11 @@ void server_stop(server *srv, const char *why);
 void server_close_handles(server *srv);
 
 /* stream.c */
+/* custom: the stream's custom words (the stream owns them from here on,
+ * even when it fails), or NULL; boost: theirs, or < 0 for the default. */
 stream *stream_create(server *srv, const char *name, stream_source src,
-                      double rate_hz, int channels, char *why,
-                      size_t why_len);
+                      double rate_hz, int channels, aural_lexicon *custom,
+                      double boost, char *why, size_t why_len);
 /* Sets server.words_max and segments_max from a stream of words (one made
  * and freed at start-up). Returns 0 or -1 with why. */
 int stream_words_limits(server *srv, char *why, size_t why_len);

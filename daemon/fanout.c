@@ -19,6 +19,8 @@
 
 #include "daemon.h"
 
+static void delivery_free(delivery *d);
+
 static msgbuf *encode_variant(server *srv, chunk_out *co, uint32_t outputs,
                               uint8_t dtype) {
   aural_chunk_header h = co->h;
@@ -60,25 +62,28 @@ static size_t words_bound(size_t n, size_t k) {
          n * (6 * AURAL_PROTO_WORD_MAX + 128);
 }
 
-/* The chunk's WORDS message (PROTOCOL.md §4.16), or NULL. */
-static msgbuf *encode_words(chunk_out *co) {
-  size_t n = co->n_final_words + co->n_partial_words;
-  msgbuf *m = msgbuf_new(words_bound(n, co->n_segments));
+/* A chunk's WORDS message (PROTOCOL.md §4.16) of n_final words in
+ * n_segments segments (segments[i] each) then the partial's, or NULL.
+ * Frames of the words are offset by first_frame. */
+static msgbuf *encode_words_of(const chunk_out *co, const aural_word *words,
+                               const uint32_t *segments, size_t n_segments,
+                               size_t n, uint64_t first_frame) {
+  msgbuf *m = msgbuf_new(words_bound(n, n_segments));
   if (m == NULL) return NULL;
   aural_msg_words mw = {.seq = co->h.seq,
                         .final = (co->h.flags & AURAL_CHUNK_FINAL) != 0};
   aural_msg_writer w;
   aural_proto_words_begin(&w, m->data, m->len, co->s->id, &mw);
   size_t at = 0;
-  for (size_t k = 0; k <= co->n_segments; k++) {
-    size_t end = k < co->n_segments ? at + co->segments[k] : n;
-    if (k < co->n_segments) aural_proto_words_segment(&w);
+  for (size_t k = 0; k <= n_segments; k++) {
+    size_t end = k < n_segments ? at + segments[k] : n;
+    if (k < n_segments) aural_proto_words_segment(&w);
     else aural_proto_words_partial(&w);
     for (; at < end && at < n; at++)
-      aural_proto_words_add(&w, co->words[at].text,
-                            co->words[at].start_frame,
-                            co->words[at].end_frame,
-                            (double)co->words[at].confidence);
+      aural_proto_words_add(&w, words[at].text,
+                            first_frame + words[at].start_frame,
+                            first_frame + words[at].end_frame,
+                            (double)words[at].confidence);
   }
   size_t len = aural_proto_words_end(&w);
   if (len == 0) {
@@ -89,6 +94,40 @@ static msgbuf *encode_words(chunk_out *co) {
   }
   msgbuf_trim(m, len);
   return m;
+}
+
+/* The chunk's WORDS message from the stream's own decoder. */
+static msgbuf *encode_words(const chunk_out *co) {
+  return encode_words_of(co, co->words, co->segments, co->n_segments,
+                         co->n_final_words + co->n_partial_words, 0);
+}
+
+/* A subscription's own decoder (custom words) over the chunk's logits:
+ * its WORDS message, or NULL. Frames count from the decoder's first,
+ * the first chunk this delivery received. */
+static msgbuf *decode_for(server *srv, delivery *d, const chunk_out *co) {
+  if (!d->dec_started) {
+    d->dec_started = true;
+    d->dec_first_frame = co->h.first_frame;
+  }
+  size_t n = co->h.n_frames, v = (size_t)srv->mc->vocab_size;
+  size_t cap = srv->words_max, nw = 0, nseg = 0, k;
+  bool final = (co->h.flags & AURAL_CHUNK_FINAL) != 0;
+  for (size_t at = 0;;) {
+    at += aural_decoder_push(d->dec, co->logits + at * v, n - at);
+    if (at == n && final) aural_decoder_end(d->dec);
+    if (aural_decoder_final(d->dec, d->words + nw, cap - nw, &k) == 1 &&
+        nseg < srv->segments_max) {
+      k = k < cap - nw ? k : cap - nw;
+      d->segments[nseg++] = (uint32_t)k;
+      nw += k;
+    }
+    if (at == n) break;
+  }
+  size_t np = aural_decoder_partial(d->dec, d->words + nw, cap - nw);
+  nw += np < cap - nw ? np : cap - nw;
+  return encode_words_of(co, d->words, d->segments, nseg, nw,
+                         d->dec_first_frame);
 }
 
 /* Sends the GAP a delivery owes, if any. */
@@ -136,15 +175,20 @@ void fanout_chunk(server *srv, chunk_out *co) {
     bool want_words = (d->sub->outputs & AURAL_OUT_WORDS) != 0;
     /* The chunk's messages for this subscriber, CHUNK then WORDS (either
      * may be absent), queued together or lost together. */
-    msgbuf *m[2] = {NULL, NULL};
+    msgbuf *m[2] = {NULL, NULL}, *own = NULL;
     size_t n_msgs = 0, bytes = 0;
     bool made = true;
+    /* A decoder of its own runs on every chunk, delivered or not, so that
+     * its hypothesis stays whole. */
+    if (d->dec != NULL && co->logits != NULL) own = decode_for(srv, d, co);
     if (out != 0) {
       msgbuf **slot = &co->variants[dt][out];
       if (*slot == NULL) *slot = encode_variant(srv, co, out, dt);
       m[n_msgs++] = *slot;
     }
-    if (want_words) {
+    if (want_words && d->dec != NULL) {
+      m[n_msgs++] = own;
+    } else if (want_words) {
       if (co->words_msg == NULL) co->words_msg = encode_words(co);
       m[n_msgs++] = co->words_msg;
     }
@@ -158,10 +202,12 @@ void fanout_chunk(server *srv, chunk_out *co) {
       if (d->gap_n == 0) d->gap_first = co->h.seq;
       d->gap_n++;
       d->sub->dropped++;
+      msgbuf_unref(own);
       continue;
     }
     flush_gap(d);
     for (size_t i = 0; i < n_msgs; i++) conn_send(c, m[i]);
+    msgbuf_unref(own);
     d->sub->sent++;
   }
   s->loop.chunks_emitted++;
@@ -185,7 +231,7 @@ void fanout_ended(server *srv, stream *s) {
       flush_gap(d);
       conn_send(d->sub->c, m);
     }
-    free(d);
+    delivery_free(d);
   }
   msgbuf_unref(m);
 }
@@ -215,13 +261,41 @@ int stream_start(stream *s) {
   return 0;
 }
 
+static void delivery_free(delivery *d) {
+  aural_decoder_destroy(d->dec);
+  free(d->words);
+  free(d->segments);
+  free(d);
+}
+
+/* The decoder of a subscription's custom words for one delivery. */
+static int delivery_decoder(server *srv, delivery *d, const subscription *sub) {
+  aural_decoder_config dc;
+  aural_decoder_config_default(&dc);
+  dc.boost_words = sub->custom;
+  dc.boost = sub->boost;
+  aural_err err = {0};
+  d->words = malloc(srv->words_max * sizeof *d->words);
+  d->segments = malloc(srv->segments_max * sizeof *d->segments);
+  if (d->words == NULL || d->segments == NULL ||
+      aural_decoder_create(&dc, srv->model, srv->lexicon, srv->lm, &d->dec,
+                           &err) < 0) {
+    log_warn("custom words: %s", err.msg[0] ? err.msg : "out of memory");
+    aural_decoder_destroy(d->dec);
+    free(d->words);
+    free(d->segments);
+    return -1;
+  }
+  return 0;
+}
+
 void deliveries_attach(server *srv, subscription *sub, stream *s) {
-  (void)srv;
   if (sub->c->closing) return; /* reaped soon: its deliveries go then */
   for (delivery *d = s->loop.deliveries; d != NULL; d = d->next_in_stream)
     if (d->sub == sub) return;
   delivery *d = calloc(1, sizeof *d);
-  if (d == NULL) {
+  if (d == NULL || (sub->custom != NULL && delivery_decoder(srv, d, sub) < 0)) {
+    free(d);
     conn_send_error(sub->c, s->id, AURAL_PROTO_EINTERNAL, false,
                     "out of memory subscribing to %s", s->name);
     return;
@@ -240,7 +314,7 @@ void delivery_remove_sub(server *srv, subscription *sub) {
       delivery *d = *pp;
       if (d->sub == sub) {
         *pp = d->next_in_stream;
-        free(d);
+        delivery_free(d);
       } else {
         pp = &d->next_in_stream;
       }

@@ -502,7 +502,7 @@ static int open_files(server *srv, char *why, size_t why_len) {
     for (int k = 2; stream_find(srv, name) != NULL; k++)
       snprintf(name, sizeof name, "%.56s#%d", clean, k % 100000);
     stream *s = stream_create(srv, name, SRC_FILE, info.rate_hz,
-                              info.n_channels, why, why_len);
+                              info.n_channels, NULL, -1, why, why_len);
     if (s == NULL) {
       aural_audiofile_close(af);
       return -1;

@@ -99,6 +99,19 @@ static int load_words(server *srv, char *why, size_t why_len) {
   aural_lexicon_get_info(srv->lexicon, &li);
   log_info("words on: %zu words from %s, language model %s", li.n_words,
            lex_path, lm_path);
+  /* Custom words need the g2p map beside the model; without it requests
+   * that name a vocabulary are refused. */
+  char g2p_path[4096];
+  path_beside_model(o->model_path, ".g2p.txt", g2p_path, sizeof g2p_path);
+  if (access(g2p_path, R_OK) != 0) {
+    log_info("custom words off: no %s", g2p_path);
+    return 0;
+  }
+  if (aural_g2p_load(g2p_path, srv->model, &srv->g2p, &err) < 0) {
+    snprintf(why, why_len, "%s", err.msg);
+    return -1;
+  }
+  log_info("custom words on: pronounced by espeak-ng through %s", g2p_path);
   return 0;
 }
 
@@ -184,6 +197,8 @@ int server_teardown(server *srv) {
   srv->scratch = NULL;
   aural_lm_destroy(srv->lm);
   srv->lm = NULL;
+  aural_g2p_destroy(srv->g2p);
+  srv->g2p = NULL;
   aural_lexicon_destroy(srv->lexicon);
   srv->lexicon = NULL;
   aural_model_free(srv->model);

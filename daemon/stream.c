@@ -49,7 +49,8 @@ static size_t backlog_frames(const stream *s) {
 /* Every stream's pipeline. With words on, every stream decodes them, so
  * that its finals do not depend on when a subscriber asked for them. */
 static void stream_config(server *srv, stream_source src, double rate_hz,
-                          int channels, aural_stream_config *sc) {
+                          int channels, const aural_lexicon *custom,
+                          double boost, aural_stream_config *sc) {
   aural_stream_config_default(sc);
   sc->input_rate_hz = rate_hz;
   sc->n_channels = channels;
@@ -65,12 +66,14 @@ static void stream_config(server *srv, stream_source src, double rate_hz,
                   AURAL_STREAM_TEXT | AURAL_STREAM_WORDS;
     sc->lexicon = srv->lexicon;
     sc->lm = srv->lm;
+    sc->decoder.boost_words = custom;
+    if (boost >= 0) sc->decoder.boost = (float)boost;
   }
 }
 
 int stream_words_limits(server *srv, char *why, size_t why_len) {
   aural_stream_config sc;
-  stream_config(srv, SRC_FILE, 0, 1, &sc);
+  stream_config(srv, SRC_FILE, 0, 1, NULL, -1, &sc);
   aural_stream *as = NULL;
   aural_err err = {0};
   if (aural_stream_create(srv->model, &sc, &as, &err) < 0) {
@@ -86,10 +89,14 @@ int stream_words_limits(server *srv, char *why, size_t why_len) {
 }
 
 stream *stream_create(server *srv, const char *name, stream_source src,
-                      double rate_hz, int channels, char *why,
-                      size_t why_len) {
+                      double rate_hz, int channels, aural_lexicon *custom,
+                      double boost, char *why, size_t why_len) {
   stream *s = calloc(1, sizeof *s);
-  if (s == NULL) goto oom;
+  if (s == NULL) {
+    aural_lexicon_destroy(custom);
+    goto oom;
+  }
+  s->custom = custom;
   s->srv = srv;
   s->id = ++srv->next_stream_id;
   snprintf(s->name, sizeof s->name, "%s", name);
@@ -99,7 +106,7 @@ stream *stream_create(server *srv, const char *name, stream_source src,
   s->start_us = aurald_now_us();
 
   aural_stream_config sc;
-  stream_config(srv, src, rate_hz, channels, &sc);
+  stream_config(srv, src, rate_hz, channels, custom, boost, &sc);
   aural_err err = {0};
   if (aural_stream_create(srv->model, &sc, &s->work.as, &err) < 0) {
     snprintf(why, why_len, "%s", err.msg);
@@ -253,6 +260,7 @@ void stream_end_input(stream *s, end_reason r, const char *message) {
 void stream_destroy(stream *s) {
   if (s == NULL) return;
   aural_stream_destroy(s->work.as);
+  aural_lexicon_destroy(s->custom);
   if (s->work.af) aural_audiofile_close(s->work.af);
   free(s->in.pcm);
   free(s);

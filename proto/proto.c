@@ -181,6 +181,59 @@ static int get_name(const aural_json *js, const char *key, char *out,
   return 0;
 }
 
+/* The optional "vocabulary" (an array of words) and "boost" members. */
+static int get_vocabulary(const aural_json *js, aural_msg_vocabulary *v,
+                          const char *what, char *why, size_t why_len) {
+  static const char must[] =
+      "must be an array of 1 to 64 words, each 1 to 64 bytes without "
+      "spaces, commas or control characters";
+  int arr = aural_json_get(js, 0, "vocabulary");
+  if (arr >= 0) {
+    const aural_json_token *t = aural_json_token_at(js, arr);
+    if (t->kind != AURAL_JSON_ARRAY || t->n_items == 0 ||
+        t->n_items > AURAL_PROTO_VOCAB_MAX)
+      return aural__field_error(why, why_len, what, "vocabulary", must);
+    for (uint32_t i = 0; i < t->n_items; i++) {
+      char *w = v->words[i];
+      int len = aural_json_string(js, aural_json_item(js, arr, i), w,
+                                  sizeof v->words[i]);
+      bool ok = len > 0;
+      for (int k = 0; ok && k < len; k++)
+        ok = (uint8_t)w[k] > ' ' && w[k] != 0x7f && w[k] != ',';
+      if (!ok) {
+        memset(v, 0, sizeof *v);
+        return aural__field_error(why, why_len, what, "vocabulary", must);
+      }
+    }
+    v->n_words = t->n_items;
+  }
+  int b = aural_json_get(js, 0, "boost");
+  if (b >= 0) {
+    if (v->n_words == 0)
+      return aural__field_error(why, why_len, what, "boost",
+                                "needs a \"vocabulary\"");
+    if (aural_json_double(js, b, &v->boost) != 0 || !(v->boost >= 0) ||
+        v->boost > 100)
+      return aural__field_error(why, why_len, what, "boost",
+                                "must be a number from 0 to 100");
+    v->has_boost = true;
+  }
+  return 0;
+}
+
+static void put_vocabulary(aural_jw *w, const aural_msg_vocabulary *v) {
+  if (v->n_words == 0) return;
+  aural_jw_key(w, "vocabulary");
+  aural_jw_begin_array(w);
+  for (uint32_t i = 0; i < v->n_words && i < AURAL_PROTO_VOCAB_MAX; i++)
+    aural__put_field(w, v->words[i], sizeof v->words[i]);
+  aural_jw_end_array(w);
+  if (v->has_boost) {
+    aural_jw_key(w, "boost");
+    aural_jw_double(w, v->boost);
+  }
+}
+
 int aural_proto_decode_hello(const uint8_t *payload, size_t n,
                              aural_msg_hello *m, char *why, size_t why_len) {
   static const char what[] = "hello";
@@ -255,7 +308,12 @@ int aural_proto_decode_subscribe(const uint8_t *payload, size_t n,
       return aural__field_error(why, why_len, what, "dtype",
                          "must be \"f32\" or \"f16\"");
   }
-  return 0;
+  rc = get_vocabulary(&js, &m->vocabulary, what, why, why_len);
+  if (rc == 0 && m->vocabulary.n_words > 0 &&
+      !(m->outputs & AURAL_OUT_WORDS))
+    return aural__field_error(why, why_len, what, "vocabulary",
+                              "needs \"words\" among the outputs");
+  return rc;
 }
 
 int aural_proto_decode_unsubscribe(const uint8_t *payload, size_t n,
@@ -344,7 +402,7 @@ int aural_proto_decode_audio_open(const uint8_t *payload, size_t n,
     return aural__field_error(why, why_len, what, "format",
                        "must be \"s16\" or \"f32\"");
   }
-  return 0;
+  return get_vocabulary(&js, &m->vocabulary, what, why, why_len);
 }
 
 /* --- encoders ------------------------------------------------------------- */
@@ -412,6 +470,7 @@ size_t aural_proto_encode_subscribe(uint8_t *out, size_t out_cap,
   aural__put_outputs(&w, m->outputs);
   aural_jw_key(&w, "dtype");
   aural_jw_string(&w, m->dtype == AURAL_DTYPE_F16 ? "f16" : "f32");
+  put_vocabulary(&w, &m->vocabulary);
   aural_jw_end_object(&w);
   return aural__finish_json(out, &w, AURAL_MSG_SUBSCRIBE, 0);
 }
@@ -442,6 +501,7 @@ size_t aural_proto_encode_audio_open(uint8_t *out, size_t out_cap,
   aural_jw_uint(&w, m->channels);
   aural_jw_key(&w, "format");
   aural_jw_string(&w, m->format == AURAL_SAMPLE_F32 ? "f32" : "s16");
+  put_vocabulary(&w, &m->vocabulary);
   aural_jw_end_object(&w);
   return aural__finish_json(out, &w, AURAL_MSG_AUDIO_OPEN, 0);
 }

@@ -281,6 +281,38 @@ static void test_subscribe_round_trip(void **state) {
         n_checked++;
       }
   assert_int_equal(n_checked, 28);
+  /* Custom words, with and without a boost, survive the trip; so does an
+   * escaped or non-ASCII word. */
+  aural_msg_subscribe m = {.outputs = AURAL_OUT_WORDS}, g;
+  strcpy(m.stream, "mic");
+  const char *words[] = {"Dashwood", "Kubernetes", "caf\xc3\xa9", "O\"Brien"};
+  for (int k = 0; k < 4; k++) strcpy(m.vocabulary.words[k], words[k]);
+  m.vocabulary.n_words = 4;
+  for (int boost = 0; boost < 2; boost++) {
+    m.vocabulary.has_boost = boost;
+    m.vocabulary.boost = boost ? 7.25 : 0;
+    uint8_t b[BUF_BYTES];
+    size_t n = aural_proto_encode_subscribe(b, sizeof b, &m), pn;
+    const uint8_t *p = payload_of(b, n, AURAL_MSG_SUBSCRIBE, 0, &pn);
+    char why[128] = "";
+    assert_int_equal(aural_proto_decode_subscribe(p, pn, &g, why, sizeof why),
+                     0);
+    assert_int_equal(g.vocabulary.n_words, 4);
+    for (int k = 0; k < 4; k++)
+      assert_string_equal(g.vocabulary.words[k], words[k]);
+    assert_int_equal(g.vocabulary.has_boost, boost);
+    assert_true(g.vocabulary.boost == m.vocabulary.boost);
+  }
+  aural_msg_audio_open ao = {.sample_rate = 16000, .channels = 1}, go;
+  strcpy(ao.vocabulary.words[0], "Dashwood");
+  ao.vocabulary.n_words = 1;
+  uint8_t b[BUF_BYTES];
+  size_t n = aural_proto_encode_audio_open(b, sizeof b, &ao), pn;
+  const uint8_t *p = payload_of(b, n, AURAL_MSG_AUDIO_OPEN, 0, &pn);
+  assert_int_equal(aural_proto_decode_audio_open(p, pn, &go, NULL, 0), 0);
+  assert_int_equal(go.vocabulary.n_words, 1);
+  assert_string_equal(go.vocabulary.words[0], "Dashwood");
+  assert_false(go.vocabulary.has_boost);
 }
 
 static void test_unsubscribe_round_trip(void **state) {
@@ -809,6 +841,9 @@ static int decode_request(int which, const char *text, char *why,
 #define NAME65 "01234567890123456789012345678901234567890123456789012345678901234"
 #define NAME64 "0123456789012345678901234567890123456789012345678901234567890123"
 #define OPEN(members) "{" members "}"
+#define WORDS_SUB(vocab) \
+  "{\"stream\":\"mic\",\"outputs\":[\"words\"],\"vocabulary\":" vocab "}"
+#define WORDS65 "[\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\",\"w\"]"
 
 static void test_request_field_errors(void **state) {
   (void)state;
@@ -856,6 +891,28 @@ static void test_request_field_errors(void **state) {
        "subscribe: \"dtype\" must be \"f32\" or \"f16\""},
       {SUBSCRIBE, "{\"all\":true,\"dtype\":16}", "subscribe: \"dtype\""},
       {SUBSCRIBE, "{\"all\":true,\"dtype\":\"F32\"}", "subscribe: \"dtype\""},
+      {SUBSCRIBE, "{\"all\":true,\"vocabulary\":[\"a\"]}",
+       "subscribe: \"vocabulary\" needs \"words\" among the outputs"},
+      {SUBSCRIBE, WORDS_SUB("[]"), "subscribe: \"vocabulary\" must be an array"},
+      {SUBSCRIBE, WORDS_SUB("\"a\""), "\"vocabulary\" must be an array"},
+      {SUBSCRIBE, WORDS_SUB("[\"\"]"), "\"vocabulary\" must be an array"},
+      {SUBSCRIBE, WORDS_SUB("[\"a b\"]"), "\"vocabulary\" must be an array"},
+      {SUBSCRIBE, WORDS_SUB("[\"a,b\"]"), "\"vocabulary\" must be an array"},
+      {SUBSCRIBE, WORDS_SUB("[\"a\\tb\"]"), "\"vocabulary\" must be"},
+      {SUBSCRIBE, WORDS_SUB("[\"a\\u007f\"]"), "\"vocabulary\" must be"},
+      {SUBSCRIBE, WORDS_SUB("[\"" NAME65 "\"]"), "\"vocabulary\" must be"},
+      {SUBSCRIBE, WORDS_SUB("[5]"), "\"vocabulary\" must be an array"},
+      {SUBSCRIBE, WORDS_SUB(WORDS65), "\"vocabulary\" must be an array"},
+      {SUBSCRIBE, "{\"all\":true,\"outputs\":[\"words\"],\"boost\":1}",
+       "subscribe: \"boost\" needs a \"vocabulary\""},
+      {SUBSCRIBE, WORDS_SUB("[\"a\"],\"boost\":-1"),
+       "subscribe: \"boost\" must be a number from 0 to 100"},
+      {SUBSCRIBE, WORDS_SUB("[\"a\"],\"boost\":101"), "\"boost\" must be"},
+      {SUBSCRIBE, WORDS_SUB("[\"a\"],\"boost\":\"5\""), "\"boost\" must be"},
+      {AUDIO_OPEN,
+       OPEN("\"sample_rate\":8000,\"channels\":1,\"format\":\"s16\","
+            "\"vocabulary\":[\"\"]"),
+       "audio_open: \"vocabulary\" must be an array"},
       {STATS, "[]", "stats: the payload must be a JSON object"},
       {STATS, "{\"streams_before\":-1}",
        "stats: \"streams_before\" must be an integer 0..4294967295"},

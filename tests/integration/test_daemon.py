@@ -512,6 +512,102 @@ class TestWords(DaemonTest):
                 self.assertTrue(0.0 <= w.confidence <= 1.0)
         self.stop_clean(d)
 
+    def custom_model(self):
+        """The default model beside a lexicon and an LM without "fox", and
+        the g2p map that pronounces custom words."""
+        cdir = os.path.join(self.tmp, "custom")
+        os.makedirs(cdir, exist_ok=True)
+        model = os.path.join(cdir, "m.safetensors")
+        os.symlink(os.path.abspath(DEFAULT), model)
+        with open(os.path.join(cdir, "m.lexicon.txt"), "w") as f:
+            f.write("".join(l + "\n" for l in LEXICON.splitlines()
+                            if not l.startswith("fox\t")))
+        with open(os.path.join(cdir, "m.lm.arpa"), "w") as f:
+            f.write(LM.replace("-1.5\tfox\n", "").replace(
+                "ngram 1=%d" % (len(LM_WORDS) + 2), "ngram 1=%d" % (len(LM_WORDS) + 1)))
+        shutil.copyfile(os.path.join(HERE, "..", "..", "models", "default.g2p.txt"),
+                        os.path.join(cdir, "m.g2p.txt"))
+        return model
+
+    def encode_words(self, model, inp, *args):
+        out = run(AURAL, "encode", "-q", "-m", model, "--output", "words",
+                  "--format", "json", *args, inp).stdout
+        return [[(w["word"], round(w["start"] / 0.010), round(w["end"] / 0.010),
+                  w["confidence"]) for w in seg["words"]]
+                for seg in json.loads(out)["segments"] if seg["words"]]
+
+    def test_custom_words(self):
+        """Custom words the lexicon lacks: a subscription's vocabulary
+        (SUBSCRIBE) gives that subscriber, and a stream's (AUDIO_OPEN)
+        every subscriber, the words aural encode --vocabulary gives;
+        other subscribers are unaffected; bad requests are refused by
+        name and the server goes on."""
+        model = self.custom_model()
+        inp = self.wav(7.4)
+        plain = self.encode_words(model, inp)
+        custom = self.encode_words(model, inp, "--vocabulary", "Fox")
+        flat = lambda segs: [w[0] for s in segs for w in s]
+        self.assertNotIn("Fox", flat(plain))
+        self.assertIn("Fox", flat(custom))
+        d = self.start(model=model)
+        self.assertIn("custom words on", d.text())
+        # Per subscription: two subscribers of one stream, one with Fox.
+        a = ac.Client(d.path, timeout=30)
+        a.subscribe("talk", outputs=("words",))
+        b = ac.Client(d.path, timeout=30)
+        b.subscribe("talk", outputs=("words",), vocabulary=["Fox"])
+        run(AURAL, "send", "-q", "-s", d.path, "--name", "talk", inp)
+        finals = {}
+        for c, name in ((a, "a"), (b, "b")):
+            segs = []
+            for ev in c.events(timeout=30):
+                if isinstance(ev, ac.Words):
+                    segs += [[(w.word, w.start, w.end, w.confidence) for w in seg]
+                             for seg in ev.segments if seg]
+                if isinstance(ev, ac.StreamEnded):
+                    break
+            finals[name] = segs
+        self.assert_same_words(finals["a"], plain)
+        self.assert_same_words(finals["b"], custom)
+        # Per stream: aural send --vocabulary, a plain subscriber.
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream", "talk2",
+                                "--output", "words", "--json", "--until-end"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        time.sleep(0.3)
+        run(AURAL, "send", "-q", "-s", d.path, "--name", "talk2",
+            "--vocabulary", "Fox", inp)
+        out, err = sub.communicate(timeout=60)
+        self.assertEqual(sub.returncode, 0, err)
+        self.assert_same_words(self.sub_words(out), custom)
+        # Refused: a word with a space, "all" with custom words, and a
+        # boost out of range; the connection stays usable.
+        a.close()
+        a = ac.Client(d.path, timeout=30)
+        for kw, code in ((dict(stream="x", vocabulary=["a b"]), "BAD_PAYLOAD"),
+                         (dict(all=True, vocabulary=["Fox"]), "BAD_PAYLOAD"),
+                         (dict(stream="x", vocabulary=["Fox"], boost=101),
+                          "BAD_PAYLOAD")):
+            with self.assertRaises(ac.ServerError) as cm:
+                a.subscribe(outputs=("words",), **kw)
+            self.assertEqual(cm.exception.name, code, kw)
+            self.assertFalse(cm.exception.fatal)
+        a.subscribe("x", outputs=("words",), vocabulary=["Fox"], boost=2.5)
+        a.close()
+        b.close()
+        self.stop_clean(d)
+        # Without the g2p map: custom words are refused with NO_WORDS.
+        os.remove(os.path.join(os.path.dirname(model), "m.g2p.txt"))
+        d = self.start(model=model)
+        self.assertIn("custom words off", d.text())
+        c = ac.Client(d.path, timeout=10)
+        with self.assertRaises(ac.ServerError) as cm:
+            c.subscribe("x", outputs=("words",), vocabulary=["Fox"])
+        self.assertEqual(cm.exception.name, "NO_WORDS")
+        c.subscribe("x", outputs=("words",))
+        c.close()
+        self.stop_clean(d)
+
     def test_words_without_lexicon(self):
         """Without a lexicon, WELCOME says no words and SUBSCRIBE words is
         refused with NO_WORDS; a lexicon named and unreadable stops the

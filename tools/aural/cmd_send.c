@@ -25,6 +25,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "words.h"
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
@@ -55,6 +56,12 @@ static void usage(FILE *to) {
           "                     (half the bytes; exact for 16-bit files)\n"
           "      --block-ms N   milliseconds of audio per AUDIO_DATA message\n"
           "                     (1..10000, default 100)\n"
+          "      --vocabulary W1,W2,...\n"
+          "                     custom words (names, terms) the server's\n"
+          "                     lexicon lacks, for the stream's words (every\n"
+          "                     subscriber's): pronounced by espeak-ng; at\n"
+          "                     most 64\n"
+          "      --boost X      score added per custom word (default 5)\n"
           "  -q, --quiet        print nothing but errors\n"
           "  -h, --help         show this help\n"
           "\n"
@@ -75,6 +82,7 @@ typedef struct send_job {
   int realtime, quiet;
   uint8_t format;      /* aural_sample_format */
   size_t block_ms;
+  aural_msg_vocabulary vocabulary; /* --vocabulary, --boost */
   aural_client *cl;
   uint32_t stream_id;
   int stream_failed;   /* the server rejected our audio */
@@ -228,9 +236,10 @@ static int run(send_job *job) {
 
   aural_msg_audio_open ao = {.sample_rate = rate,
                              .channels = (uint32_t)channels,
-                             .format = job->format};
+                             .format = job->format,
+                             .vocabulary = job->vocabulary};
   snprintf(ao.name, sizeof ao.name, "%s", job->name);
-  uint8_t msg[AURAL_PROTO_HEADER_BYTES + 512];
+  uint8_t msg[AURAL_PROTO_HEADER_BYTES + 32768];
   size_t n = aural_proto_encode_audio_open(msg, sizeof msg, &ao);
   if (n == 0) {
     snprintf(job->err, sizeof job->err, "cannot encode AUDIO_OPEN");
@@ -325,11 +334,13 @@ int cmd_send(int argc, char **argv) {
       {"format", required_argument, NULL, 'F'},
       {"block-ms", required_argument, NULL, 'B'},
       {"quiet", no_argument, NULL, 'q'},
+      {"vocabulary", required_argument, NULL, 'V'},
+      {"boost", required_argument, NULL, 'X'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   send_job job = {.format = AURAL_SAMPLE_F32, .block_ms = 100};
-  const char *name = NULL;
+  const char *name = NULL, *vocabulary = NULL, *boost = NULL;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "s:n:qh", opts, NULL)) != -1) {
@@ -356,11 +367,23 @@ int cmd_send(int argc, char **argv) {
       }
       break;
     case 'q': job.quiet = 1; break;
+    case 'V': vocabulary = optarg; break;
+    case 'X': boost = optarg; break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
       fprintf(stderr, "(see 'aural send --help')\n");
       return EXIT_USAGE;
     }
+  }
+  char why[200];
+  if (boost != NULL && vocabulary == NULL) {
+    fprintf(stderr, "aural send: --boost needs --vocabulary\n");
+    return EXIT_USAGE;
+  }
+  if (vocabulary != NULL &&
+      words_request(vocabulary, boost, &job.vocabulary, why, sizeof why) < 0) {
+    fprintf(stderr, "aural send: %s\n", why);
+    return EXIT_USAGE;
   }
   if (optind != argc - 1) {
     fprintf(stderr, "aural send: exactly one INPUT file is required\n"

@@ -25,6 +25,7 @@
 #include "client.h"
 #include "npy.h"
 #include "outfile.h"
+#include "words.h"
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
@@ -89,7 +90,16 @@ static void usage(FILE *to) {
           "                     latency_ms and text (with --output text);\n"
           "                     \"words\" events carry seq, final, segments\n"
           "                     and partial, words with start and end frames\n"
-          "                     and confidence\n"
+          "                     and confidence\n",
+          client_default_socket(sock, sizeof sock));
+  fprintf(to,
+          "      --vocabulary W1,W2,...\n"
+          "                     custom words (names, terms) the server's\n"
+          "                     lexicon lacks, for this subscription's words:\n"
+          "                     pronounced by espeak-ng, decoded by the\n"
+          "                     server from the next chunk on (needs\n"
+          "                     --stream and --output words; at most 64)\n"
+          "      --boost X      score added per custom word (default 5)\n"
           "  -q, --quiet        no per-chunk or event lines (with --output\n"
           "                     text or words, each stream's whole text or\n"
           "                     transcript is still printed); no effect\n"
@@ -99,6 +109,8 @@ static void usage(FILE *to) {
           "Examples:\n"
           "  aural sub --stream mic --output text\n"
           "  aural sub --stream mic --output words\n"
+          "  aural sub --stream mic --output words --vocabulary "
+          "Dashwood,Kubernetes\n"
           "  aural sub -s /tmp/x/aural.sock --all --json\n"
           "  aural sub --stream speech.wav --dtype f16 -o speech-emb.npy\n"
           "\n"
@@ -106,8 +118,7 @@ static void usage(FILE *to) {
           "-o; 1 on an error (aurald unreachable, refused subscription, lost\n"
           "chunks with -o); 2 for a bad command line; 3 when aurald\n"
           "disconnected this subscriber (it fell too far behind, or the\n"
-          "server shut down or went away); 130 when interrupted.\n",
-          client_default_socket(sock, sizeof sock));
+          "server shut down or went away); 130 when interrupted.\n");
 }
 
 /* A growing string. */
@@ -133,6 +144,7 @@ typedef struct sub_job {
   int all, until_end, json, quiet;
   uint32_t outputs; /* AURAL_OUT_* */
   uint8_t dtype;
+  aural_msg_vocabulary vocabulary; /* --vocabulary, --boost */
   aural_client *cl;
   sub_stream *streams;
   size_t n_streams, cap_streams;
@@ -743,9 +755,10 @@ oom:
 static int subscribe(sub_job *job) {
   aural_msg_subscribe req = {.all = job->all != 0,
                              .outputs = job->outputs,
-                             .dtype = job->dtype};
+                             .dtype = job->dtype,
+                             .vocabulary = job->vocabulary};
   if (!job->all) snprintf(req.stream, sizeof req.stream, "%s", job->stream);
-  uint8_t msg[AURAL_PROTO_HEADER_BYTES + 512];
+  uint8_t msg[AURAL_PROTO_HEADER_BYTES + 32768];
   size_t n = aural_proto_encode_subscribe(msg, sizeof msg, &req);
   if (n == 0) {
     snprintf(job->err, sizeof job->err, "cannot encode SUBSCRIBE");
@@ -846,10 +859,13 @@ int cmd_sub(int argc, char **argv) {
       {"until-end", no_argument, NULL, 'U'},
       {"json", no_argument, NULL, 'J'},
       {"quiet", no_argument, NULL, 'q'},
+      {"vocabulary", required_argument, NULL, 'V'},
+      {"boost", required_argument, NULL, 'X'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   sub_job job = {.outputs = AURAL_OUT_EMBEDDINGS, .dtype = AURAL_DTYPE_F32};
+  const char *vocabulary = NULL, *boost = NULL;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "s:o:qh", opts, NULL)) != -1) {
@@ -881,6 +897,8 @@ int cmd_sub(int argc, char **argv) {
     case 'U': job.until_end = 1; break;
     case 'J': job.json = 1; break;
     case 'q': job.quiet = 1; break;
+    case 'V': vocabulary = optarg; break;
+    case 'X': boost = optarg; break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
       fprintf(stderr, "(see 'aural sub --help')\n");
@@ -888,7 +906,18 @@ int cmd_sub(int argc, char **argv) {
     }
   }
   const char *bad = NULL;
-  if (optind != argc)
+  char why[200];
+  if (vocabulary != NULL &&
+      words_request(vocabulary, boost, &job.vocabulary, why, sizeof why) < 0)
+    bad = why;
+  else if (boost != NULL && vocabulary == NULL)
+    bad = "--boost needs --vocabulary";
+  else if (vocabulary != NULL && !(job.outputs & AURAL_OUT_WORDS))
+    bad = "--vocabulary needs --output words";
+  else if (vocabulary != NULL && job.stream == NULL)
+    bad = "--vocabulary needs --stream NAME (custom words are decoded for "
+          "one stream)";
+  else if (optind != argc)
     bad = "unexpected argument (the stream is given with --stream NAME)";
   else if (job.stream != NULL && job.all)
     bad = "--stream and --all exclude each other";

@@ -5,8 +5,11 @@
  */
 #include "words.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <aural/proto.h>
 
 #include "cli.h"
 
@@ -90,6 +93,34 @@ int words_custom(words_res *r, const aural_model *model, const char *model_path,
                         &r->custom, &e) < 0) {
     snprintf(err, err_len, "%s", e.msg);
     return -1;
+  }
+  return 0;
+}
+
+int words_request(const char *list, const char *boost,
+                  struct aural_msg_vocabulary *v, char *err, size_t err_len) {
+  char buf[AURAL_PROTO_VOCAB_MAX * (AURAL_PROTO_VOCAB_WORD_MAX + 1) + 1];
+  char *words[AURAL_PROTO_VOCAB_MAX];
+  memset(v, 0, sizeof *v);
+  int n = words_split(list, buf, sizeof buf, words, AURAL_PROTO_VOCAB_MAX);
+  for (int i = 0; i < n; i++)
+    if (strlen(words[i]) > AURAL_PROTO_VOCAB_WORD_MAX) n = -1;
+  if (n < 0) {
+    snprintf(err, err_len, "--vocabulary: a comma-separated list of at most "
+                           "%d words of at most %d bytes, none empty",
+             AURAL_PROTO_VOCAB_MAX, AURAL_PROTO_VOCAB_WORD_MAX);
+    return -1;
+  }
+  for (int i = 0; i < n; i++) strcpy(v->words[i], words[i]);
+  v->n_words = (uint32_t)n;
+  if (boost != NULL) {
+    char *end;
+    v->boost = strtod(boost, &end);
+    if (end == boost || *end != '\0' || !(v->boost >= 0 && v->boost <= 100)) {
+      snprintf(err, err_len, "--boost %s: expected a number in 0..100", boost);
+      return -1;
+    }
+    v->has_boost = true;
   }
   return 0;
 }

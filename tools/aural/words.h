@@ -41,6 +41,13 @@ int words_split(const char *list, char *buf, size_t buf_len, char **out,
                 size_t cap);
 void words_free(words_res *r);
 
+struct aural_msg_vocabulary;
+/* A request's custom words (aurald's SUBSCRIBE or AUDIO_OPEN) from
+ * --vocabulary LIST and --boost X (NULL: the server's default). Returns 0,
+ * or -1 with err naming the option. */
+int words_request(const char *list, const char *boost,
+                  struct aural_msg_vocabulary *v, char *err, size_t err_len);
+
 /* One stream's transcript: every final segment so far, from its chunks. */
 typedef struct words_run {
   double frame_s;

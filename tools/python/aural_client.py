@@ -333,6 +333,20 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
+def _add_vocabulary(req: Dict[str, Any], vocabulary: Optional[Sequence[str]],
+                    boost: Optional[float]) -> None:
+    """Adds a request's custom words (SUBSCRIBE, AUDIO_OPEN)."""
+    if vocabulary is None:
+        if boost is not None:
+            raise ValueError("boost needs a vocabulary")
+        return
+    if isinstance(vocabulary, str):
+        raise ValueError("vocabulary is a sequence of words, not one string")
+    req["vocabulary"] = list(vocabulary)
+    if boost is not None:
+        req["boost"] = float(boost)
+
+
 class Client:
     """A connection to aurald. Connecting sends HELLO and reads WELCOME.
 
@@ -610,13 +624,18 @@ class Client:
 
     def subscribe(self, stream: Optional[str] = None, all: bool = False,
                   outputs: Sequence[str] = ("embeddings",),
-                  dtype: str = "f32") -> int:
+                  dtype: str = "f32",
+                  vocabulary: Optional[Sequence[str]] = None,
+                  boost: Optional[float] = None) -> int:
         """Subscribes to the stream of that name (it may start later) or,
         with all=True, to every stream. outputs: among "embeddings",
         "logits", "text", "words" (Words events after each chunk's Chunk,
         or alone when "words" is the only output; the server must say
         model["words"] in its WELCOME, else ServerError NO_WORDS); dtype
-        "f32" or "f16". Returns the subscription id.
+        "f32" or "f16". vocabulary: custom words (at most 64) the server's
+        lexicon lacks, for this subscription's words (a named stream, with
+        "words"), favoured by boost (the server's default when None).
+        Returns the subscription id.
         """
         if (stream is None) == (not all):
             raise ValueError("give exactly one of stream=NAME or all=True")
@@ -625,6 +644,7 @@ class Client:
             req["all"] = True
         else:
             req["stream"] = stream
+        _add_vocabulary(req, vocabulary, boost)
         _, pay = self._request(SUBSCRIBE, json.dumps(req).encode(), SUBSCRIBED)
         return int(self._json(SUBSCRIBED, pay)["subscription"])
 
@@ -682,16 +702,21 @@ class Client:
         return dt
 
     def open_audio(self, name: Optional[str] = None, rate: int = 16000,
-                   channels: int = 1, fmt: str = "s16") -> int:
+                   channels: int = 1, fmt: str = "s16",
+                   vocabulary: Optional[Sequence[str]] = None,
+                   boost: Optional[float] = None) -> int:
         """Opens a stream this client feeds (fmt "s16" or "f32", any rate
         4000..768000, 1..256 channels). name None lets the server choose.
-        Returns the stream id."""
+        vocabulary: custom words (at most 64) for the stream's words, as
+        every subscriber receives them, favoured by boost. Returns the
+        stream id."""
         if fmt not in SAMPLE_DTYPES:
             raise ValueError("fmt is s16 or f32")
         req: Dict[str, Any] = {"sample_rate": int(rate),
                                "channels": int(channels), "format": fmt}
         if name is not None:
             req["name"] = name
+        _add_vocabulary(req, vocabulary, boost)
         sid, pay = self._request(AUDIO_OPEN, json.dumps(req).encode(),
                                  AUDIO_OPENED)
         obj = self._json(AUDIO_OPENED, pay)

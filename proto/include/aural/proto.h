@@ -293,11 +293,24 @@ typedef struct aural_msg_hello {
 } aural_msg_hello;
 
 /* SUBSCRIBE (client -> server). */
+/* Custom words a request names (SUBSCRIBE, AUDIO_OPEN: "vocabulary" and
+ * "boost"): each 1..AURAL_PROTO_VOCAB_WORD_MAX bytes of UTF-8 without
+ * spaces, commas or control characters. */
+#define AURAL_PROTO_VOCAB_MAX 64
+#define AURAL_PROTO_VOCAB_WORD_MAX 64
+typedef struct aural_msg_vocabulary {
+  uint32_t n_words;                   /* 0: none */
+  char words[AURAL_PROTO_VOCAB_MAX][AURAL_PROTO_VOCAB_WORD_MAX + 1];
+  bool has_boost;                     /* false: the server's default */
+  double boost;                       /* 0..100 */
+} aural_msg_vocabulary;
+
 typedef struct aural_msg_subscribe {
   bool all;                               /* every stream */
   char stream[AURAL_PROTO_NAME_MAX + 1];  /* stream name when !all */
   uint32_t outputs;                       /* AURAL_OUT_* bits, not 0 */
   uint8_t dtype;                          /* aural_dtype */
+  aural_msg_vocabulary vocabulary;        /* for this subscription's words */
 } aural_msg_subscribe;
 
 /* AUDIO_OPEN (client -> server). */
@@ -306,6 +319,7 @@ typedef struct aural_msg_audio_open {
   uint32_t sample_rate;                /* 4000..768000 */
   uint32_t channels;                   /* 1..256 */
   uint8_t format;                      /* aural_sample_format */
+  aural_msg_vocabulary vocabulary;     /* for the stream's words */
 } aural_msg_audio_open;
 
 /* STATS (client -> server): which page of the reply. Streams and clients
