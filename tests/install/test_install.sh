@@ -109,6 +109,7 @@ expect=(
   "$includedir/aural/encoder.h" "$includedir/aural/model.h"
   "$datadir/aural/default.safetensors" "$datadir/aural/sample.flac"
   "$datadir/aural/default.lexicon.txt" "$datadir/aural/default.lm.arpa"
+  "$datadir/aural/default.g2p.txt"
   "$includedir/aural/decoder.h" "$includedir/aural/codes.h"
   "$mandir/man8/aurald.8" "$mandir/man1/aural.1"
   "$sysconfdir/aural/aurald.conf"
@@ -159,6 +160,8 @@ done
 "$aural" info "$model" >"$tmp/info.txt" || fail "aural info rejects the installed model"
 grep -q '^words        lexicon of' "$tmp/info.txt" ||
   fail "aural info finds no lexicon and LM beside the installed model"
+"$aural" pronounce -m "$model" Dashwood | grep -q "^Dashwood	" ||
+  fail "aural pronounce finds no g2p map beside the installed model"
 ok "programs look for $datadir/aural/default.safetensors, load the installed libaural; the installed model is valid"
 
 # --- 2. man pages ----------------------------------------------------------
