@@ -13,7 +13,8 @@
 # count (2); stage 12 is not (see its comment). Wall time on the 2-core
 # development machines: about 2 to 2.5 h of synthesis and 14 h of training
 # for stages 1 to 11, then stage 12 (4.7 min on a 16-core machine with a
-# GPU, 42 min on two cores) and a few minutes of evaluation (see
+# GPU, 42 min on two cores, then 8.4 and 3.2 min on the GPU machine) and a
+# few minutes of evaluation (see
 # models/README.md). Installs what it needs through tools/setup.sh
 # --reference (espeak-ng, sox, fortunes, fortune-mod, wamerican,
 # pocketsphinx-en-us, python3-torch, python3-torchaudio, python3-numpy) and
@@ -145,8 +146,9 @@ $py tools/train/evaluate.py --test "$data/test" --model "$data/stage11.safetenso
 # phone. Its budgets are wall-clock minutes: (a) ran on a 16-core machine
 # with a GPU (14 synthesis workers, 40,000-frame batches, 3,861 steps in
 # 4.2 min); on two cores the same steps take many hours, so give --minutes
-# accordingly. (b) continued on two cores. Neither part is bit-repeatable
-# (which recent utterances make a worker's babble depends on timing).
+# accordingly. (b) continued on two cores, (c) and (d) on a 16-core machine
+# with a GPU again. No part is bit-repeatable (which recent utterances
+# make a worker's babble depends on timing).
 tools/train/setup_engines.sh
 $py tools/train/train_multi.py --init "$data/stage11.safetensors" --out "$data/stage12a" \
   --minutes "${STAGE12A_MINUTES:-4.7}" --batch-frames 40000 --lr 6e-4 --min-examples 1500 \
@@ -155,7 +157,13 @@ $py tools/train/train_multi.py --init "$data/stage12a/model.safetensors" --out "
   --device cpu --workers 1 --threads 2 --minutes 42 --batch-frames 8000 --lr 1.5e-4 \
   --warmup-minutes 2 --min-examples 400 --dev 100 --export-minutes 10 --log-seconds 240 \
   --seed "$((seed + 1))"
-cp "$data/stage12b/model.safetensors" models/default.safetensors
+$py tools/train/train_multi.py --init "$data/stage12b/model.safetensors" --out "$data/stage12c" \
+  --minutes "${STAGE12C_MINUTES:-8.4}" --batch-frames 40000 --lr 4e-4 --dev 150 \
+  --export-minutes 1.5 --seed 7
+$py tools/train/train_multi.py --init "$data/stage12c/model.safetensors" --out "$data/stage12d" \
+  --minutes "${STAGE12D_MINUTES:-3.2}" --batch-frames 40000 --lr 2e-4 --dev 150 \
+  --export-minutes 1 --seed 9
+cp "$data/stage12d/model.safetensors" models/default.safetensors
 $py tools/train/sample_phonemes.py
 $py tools/train/multi_test.py make --out "$data/multi-test" --count 100 --seed "$seed"
 $py tools/train/multi_test.py score --test "$data/multi-test" --json "$data/eval-multi.json"

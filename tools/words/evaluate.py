@@ -4,7 +4,7 @@ and CMU PocketSphinx on the same audio.
 
     evaluate.py --test DIR [--skip-aural] [--skip-pocketsphinx] [--json OUT]
                 [--model M] [--lexicon L] [--lm A] [--aural PATH] [--jobs 2]
-                [--limit N]
+                [--limit N] [--decoder 'AURAL ENCODE OPTIONS']
 
 DIR is written by make_sets.py (DIR/test, or DIR/dev: training voices
 only): WAV files under {seen,unseen}/{clean,snr20}/ and words.tsv with the
@@ -53,7 +53,8 @@ def read_words(test_dir):
 
 def aural_words(args, wav):
     p = subprocess.run([args.aural, "encode", "-q", "-m", args.model, "--output", "words",
-                        "--lexicon", args.lexicon, "--lm", args.lm, wav],
+                        "--lexicon", args.lexicon, "--lm", args.lm] + args.decoder.split() +
+                       [wav],
                        check=True, capture_output=True, text=True)
     return normalize(p.stdout)
 
@@ -115,6 +116,8 @@ def main():
     ap.add_argument("--skip-pocketsphinx", action="store_true")
     ap.add_argument("--ps-args", default="",
                     help="extra pocketsphinx_batch options, e.g. '-remove_noise no'")
+    ap.add_argument("--decoder", default="",
+                    help="extra aural encode options, e.g. '--lm-weight 1.2 --word-penalty 1'")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--limit", type=int, default=0,
                     help="only the first N utterances of each condition (0: all)")
