@@ -402,23 +402,11 @@ static void extend(search *s, int n) {
   }
 }
 
+/* The best sequence's words as output, and how many (-1: none fits). */
 static int brute_force(const double *lp, int T, const aural_lexicon *lex,
                        const aural_lm *lm, double lm_weight, double penalty,
-                       int best[20]) {
-  search s = {.lp = lp, .T = T, .lex = lex, .lm = lm, .lm_weight = lm_weight,
-              .penalty = penalty, .hist = {AURAL_LM_BOS},
-              .best_score = -INFINITY, .best_n = -1};
-  extend(&s, 0);
-  memcpy(best, s.best, sizeof s.best);
-  return s.best_n;
-}
-
-/* The same with custom words: the best sequence's words as output. */
-static int brute_force_custom(const double *lp, int T, const aural_lexicon *lex,
-                              const aural_lm *lm, double lm_weight,
-                              double penalty, const word_def *custom,
-                              int n_custom, double boost,
-                              const char *best[20]) {
+                       const word_def *custom, int n_custom, double boost,
+                       const char *best[20]) {
   search s = {.lp = lp, .T = T, .lex = lex, .lm = lm, .lm_weight = lm_weight,
               .penalty = penalty, .custom = custom, .n_custom = n_custom,
               .boost = boost, .hist = {AURAL_LM_BOS},
@@ -426,77 +414,6 @@ static int brute_force_custom(const double *lp, int T, const aural_lexicon *lex,
   extend(&s, 0);
   memcpy(best, s.best_names, sizeof s.best_names);
   return s.best_n;
-}
-
-static void test_search_matches_brute_force(void **state) {
-  (void)state;
-  aural_lexicon *lex = lexicon(lex4);
-  aural_lm *lm = lm_of(arpa4, lex);
-  aural_decoder_config dc;
-  aural_decoder_config_default(&dc);
-  dc.beam = 4096;
-  dc.beam_threshold = 1e9f;
-  dc.max_tokens = V - 1;
-  dc.token_threshold = 1e9f;
-  dc.endpoint_silence_s = 1000;
-  dc.endpoint_idle_s = 1000;
-  dc.endpoint_max_s = 600;
-  rng_state = 12345;
-  int agree = 0, nonempty = 0;
-  for (int trial = 0; trial < 200; trial++) {
-    enum { T = 6 };
-    float logits[T * V];
-    double lp[T * V];
-    /* Peaky posteriors, as CTC models give, with some doubt. */
-    for (int t = 0; t < T; t++) {
-      int hot = (int)(uniform() * V);
-      for (int k = 0; k < V; k++)
-        logits[t * V + k] = (float)(3.0 * uniform() + (k == hot ? 3.0 : 0.0));
-      double mx = -INFINITY, sum = 0;
-      for (int k = 0; k < V; k++)
-        if (logits[t * V + k] > mx) mx = logits[t * V + k];
-      for (int k = 0; k < V; k++) sum += exp(logits[t * V + k] - mx);
-      for (int k = 0; k < V; k++)
-        lp[t * V + k] = logits[t * V + k] - mx - log(sum);
-    }
-    dc.lm_weight = (float)(trial % 3 == 0 ? 0.0 : 0.5 + uniform());
-    dc.word_penalty = (float)(2.0 * uniform() - 1.0);
-    int want[20];
-    int n_want = brute_force(lp, T, lex, lm, dc.lm_weight, dc.word_penalty,
-                             want);
-    aural_decoder *d;
-    aural_err err;
-    assert_int_equal(aural_decoder_create(&dc, model, lex, lm, &d, &err), 0);
-    assert_int_equal(aural_decoder_push(d, logits, T), T);
-    aural_decoder_end(d);
-    aural_word got[8];
-    size_t n_got = 0;
-    int has = aural_decoder_final(d, got, 8, &n_got);
-    assert_int_equal(has, n_got > 0);
-    int same = (int)n_got == n_want;
-    for (int i = 0; same && i < n_want; i++)
-      same = strcmp(got[i].text, aural_lexicon_word(lex, want[i])) == 0;
-    if (!same) {
-      char a[64] = "", b[64] = "";
-      for (int i = 0; i < n_want; i++)
-        strcat(strcat(a, aural_lexicon_word(lex, want[i])), " ");
-      for (size_t i = 0; i < n_got; i++) strcat(strcat(b, got[i].text), " ");
-      fail_msg("trial %d: brute force \"%s\", decoder \"%s\"", trial, a, b);
-    }
-    for (size_t i = 0; i < n_got; i++) {
-      assert_true(got[i].start_frame < got[i].end_frame);
-      assert_true(got[i].end_frame <= T);
-      assert_true(i == 0 || got[i].start_frame >= got[i - 1].end_frame);
-      assert_true(got[i].confidence > 0 && got[i].confidence <= 1);
-    }
-    agree += same;
-    nonempty += n_want > 0;
-    aural_decoder_destroy(d);
-  }
-  assert_int_equal(agree, 200);
-  assert_true(nonempty > 100); /* the trials mostly find words */
-  aural_lm_destroy(lm);
-  aural_lexicon_destroy(lex);
 }
 
 static void put_frames(float *logits, size_t *at, int k, int n);
@@ -524,6 +441,84 @@ static const word_def custom2[] = {
 };
 static const char *const lex_custom2 = "e\tt2 t4\nB\tt2\nB\tt4 t1\n";
 
+/* 200 trials of random 6-frame posteriors and decoder settings: the
+ * decoder with an exhaustive beam (and custom words xlex, spelled as
+ * custom[], when given) must find the brute force's best words. Returns
+ * how many trials found words, and adds to *custom_found how many of
+ * those words were custom ones. */
+static int compare_with_brute_force(const aural_lexicon *lex,
+                                    const aural_lm *lm,
+                                    const aural_lexicon *xlex,
+                                    const word_def *custom, int n_custom,
+                                    uint32_t seed, int *custom_found) {
+  aural_decoder_config dc;
+  aural_decoder_config_default(&dc);
+  dc.beam = 4096;
+  dc.beam_threshold = 1e9f;
+  dc.max_tokens = V - 1;
+  dc.token_threshold = 1e9f;
+  dc.endpoint_silence_s = 1000;
+  dc.endpoint_idle_s = 1000;
+  dc.endpoint_max_s = 600;
+  dc.boost_words = xlex;
+  rng_state = seed;
+  int nonempty = 0;
+  for (int trial = 0; trial < 200; trial++) {
+    enum { T = 6 };
+    float logits[T * V];
+    double lp[T * V];
+    random_frames(T, logits, lp);
+    dc.lm_weight = (float)(trial % 3 == 0 ? 0.0 : 0.5 + uniform());
+    dc.word_penalty = (float)(2.0 * uniform() - 1.0);
+    if (xlex != NULL) dc.boost = (float)(trial % 5 == 0 ? 0.0 : 3.0 * uniform());
+    const char *want[20];
+    int n_want = brute_force(lp, T, lex, lm, dc.lm_weight, dc.word_penalty,
+                             custom, n_custom, dc.boost, want);
+    aural_decoder *d;
+    aural_err err;
+    assert_int_equal(aural_decoder_create(&dc, model, lex, lm, &d, &err), 0);
+    assert_int_equal(aural_decoder_push(d, logits, T), T);
+    aural_decoder_end(d);
+    aural_word got[8];
+    size_t n_got = 0;
+    int has = aural_decoder_final(d, got, 8, &n_got);
+    assert_int_equal(has, n_got > 0);
+    bool same = (int)n_got == n_want;
+    for (int i = 0; same && i < n_want; i++)
+      same = strcmp(got[i].text, want[i]) == 0;
+    if (!same) {
+      char a[64] = "", b[64] = "";
+      for (int i = 0; i < n_want; i++) strcat(strcat(a, want[i]), " ");
+      for (size_t i = 0; i < n_got; i++) strcat(strcat(b, got[i].text), " ");
+      fail_msg("trial %d: brute force \"%s\", decoder \"%s\"", trial, a, b);
+    }
+    for (size_t i = 0; i < n_got; i++) {
+      assert_true(got[i].start_frame < got[i].end_frame);
+      assert_true(got[i].end_frame <= T);
+      assert_true(i == 0 || got[i].start_frame >= got[i - 1].end_frame);
+      assert_true(got[i].confidence > 0 && got[i].confidence <= 1);
+    }
+    for (int i = 0; i < n_want; i++)
+      for (int k = 0; k < n_custom; k++)
+        *custom_found += strcmp(want[i], custom[k].name) == 0;
+    nonempty += n_want > 0;
+    aural_decoder_destroy(d);
+  }
+  return nonempty;
+}
+
+static void test_search_matches_brute_force(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_lm *lm = lm_of(arpa4, lex);
+  int custom_found = 0;
+  /* The trials mostly find words. */
+  assert_true(compare_with_brute_force(lex, lm, NULL, NULL, 0, 12345,
+                                       &custom_found) > 100);
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+}
+
 static void test_custom_words_match_brute_force(void **state) {
   (void)state;
   aural_lexicon *lex = lexicon(lex4);
@@ -535,51 +530,8 @@ static void test_custom_words_match_brute_force(void **state) {
            at);
   memcpy(strstr(arpa, "ngram 1=6"), "ngram 1=7", 9);
   aural_lm *lm = lm_of(arpa, lex);
-  aural_decoder_config dc;
-  aural_decoder_config_default(&dc);
-  dc.beam = 4096;
-  dc.beam_threshold = 1e9f;
-  dc.max_tokens = V - 1;
-  dc.token_threshold = 1e9f;
-  dc.endpoint_silence_s = 1000;
-  dc.endpoint_idle_s = 1000;
-  dc.endpoint_max_s = 600;
-  dc.boost_words = xlex;
-  rng_state = 777;
   int custom_found = 0;
-  for (int trial = 0; trial < 200; trial++) {
-    enum { T = 6 };
-    float logits[T * V];
-    double lp[T * V];
-    random_frames(T, logits, lp);
-    dc.lm_weight = (float)(trial % 3 == 0 ? 0.0 : 0.5 + uniform());
-    dc.word_penalty = (float)(2.0 * uniform() - 1.0);
-    dc.boost = (float)(trial % 5 == 0 ? 0.0 : 3.0 * uniform());
-    const char *want[20];
-    int n_want = brute_force_custom(lp, T, lex, lm, dc.lm_weight,
-                                    dc.word_penalty, custom2, 2, dc.boost,
-                                    want);
-    aural_decoder *d;
-    aural_err err;
-    assert_int_equal(aural_decoder_create(&dc, model, lex, lm, &d, &err), 0);
-    assert_int_equal(aural_decoder_push(d, logits, T), T);
-    aural_decoder_end(d);
-    aural_word got[8];
-    size_t n_got = 0;
-    aural_decoder_final(d, got, 8, &n_got);
-    bool same = (int)n_got == n_want;
-    for (int i = 0; same && i < n_want; i++)
-      same = strcmp(got[i].text, want[i]) == 0;
-    if (!same) {
-      char a[64] = "", b[64] = "";
-      for (int i = 0; i < n_want; i++) strcat(strcat(a, want[i]), " ");
-      for (size_t i = 0; i < n_got; i++) strcat(strcat(b, got[i].text), " ");
-      fail_msg("trial %d: brute force \"%s\", decoder \"%s\"", trial, a, b);
-    }
-    for (int i = 0; i < n_want; i++)
-      custom_found += strcmp(want[i], "e") == 0 || strcmp(want[i], "B") == 0;
-    aural_decoder_destroy(d);
-  }
+  compare_with_brute_force(lex, lm, xlex, custom2, 2, 777, &custom_found);
   assert_true(custom_found > 20); /* the custom words do win, often */
   aural_lm_destroy(lm);
   aural_lexicon_destroy(xlex);
