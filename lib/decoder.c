@@ -98,13 +98,13 @@ void aural_decoder_config_default(aural_decoder_config *cfg) {
       .beam_threshold = 14.0f,
       .max_tokens = 8,
       .token_threshold = 10.0f,
-      .lm_weight = 1.0f,
+      .lm_weight = 0.5f,
       .word_penalty = 0.5f,
       .endpoint_silence_s = 0.8f,
       .endpoint_idle_s = 2.4f,
       .endpoint_max_s = 20.0f,
       .boost_words = NULL,
-      .boost = 6.0f,
+      .boost = 5.0f,
   };
 }
 

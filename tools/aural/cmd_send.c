@@ -61,7 +61,7 @@ static void usage(FILE *to) {
           "                     lexicon lacks, for the stream's words (every\n"
           "                     subscriber's): pronounced by espeak-ng; at\n"
           "                     most 64\n"
-          "      --boost X      score added per custom word (default 6)\n"
+          "      --boost X      score added per custom word (default 5)\n"
           "  -q, --quiet        print nothing but errors\n"
           "  -h, --help         show this help\n"
           "\n"

@@ -167,14 +167,14 @@ typedef struct aural_decoder_config {
   float beam_threshold;    /* and only those within this of the best (14) */
   int max_tokens;          /* tokens tried per frame: the most likely (8) */
   float token_threshold;   /* ... within this of the frame's best (10) */
-  float lm_weight;         /* weight of the LM's natural-log score (1.0) */
+  float lm_weight;         /* weight of the LM's natural-log score (0.5) */
   float word_penalty;      /* added per word (0.5) */
   float endpoint_silence_s; /* trailing non-speech that ends a segment (0.8) */
   float endpoint_idle_s;   /* ... when nothing was decoded: a reset (2.4) */
   float endpoint_max_s;    /* longest segment (20) */
   /* Custom words (NULL: none), a lexicon such as aural_g2p_lexicon makes,
    * which must outlive the decoder: searched beside the main lexicon, each
-   * word's score raised by boost (natural log, default 6, chosen on a
+   * word's score raised by boost (natural log, default 5, chosen on a
    * dev set: tools/words/vocab_eval.py tune). A word the LM
    * lists (in lower case) gets its LM score; another, the LM's <unk> (or
    * its lowest unigram when it has no <unk>). */
