@@ -327,7 +327,10 @@ void aural__attention_mix(double *scores, const float *v, size_t ldv,
 void aural__layer_norm(float *x, size_t n, int d, const float *g,
                        const float *b, float eps);
 
-/* In place over n values. */
+/* In place over n values. A value's result has the same bits whatever n
+ * is and wherever the value sits in x: the encoder calls them once over
+ * all the rows of a pass, so anything else would make a frame's output
+ * depend on how many frames were computed with it. */
 void aural__gelu(float *x, size_t n);
 void aural__relu(float *x, size_t n);
 

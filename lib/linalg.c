@@ -358,30 +358,40 @@ static const float ERF_C[7][16] __attribute__((aligned(64))) = {
     {-2.251009084e-02f, -4.980013892e-02f, -4.116240144e-02f, -1.041778736e-02f, 1.537253335e-02f, 2.204489708e-02f, 1.439882815e-02f, 4.144094884e-03f, -1.783651416e-03f, -3.097804496e-03f, -2.245846437e-03f, -1.143763191e-03f, -4.553539911e-04f, -1.479093480e-04f, -4.007918324e-05f, -9.180581401e-06f},
 };
 
-__attribute__((target("avx512f"))) static void gelu_avx512(float *x,
-                                                          size_t n) {
-  __m512 c[7];
-  for (int d = 0; d < 7; d++) c[d] = _mm512_load_ps(ERF_C[d]);
+/* gelu in place of the values x[j] whose lane j is in m; the others are
+ * neither read nor written. The values past the last 16 of a call take
+ * the same polynomial, in a masked vector: the feed-forward rows of a
+ * pass are one call of n * d_ff values and where a value falls in it
+ * depends on the row count n, so a value computed another way there (by
+ * erff, say) would make a frame's output depend on how many frames were
+ * computed with it whenever d_ff is not a multiple of 16. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+gelu16(float *x, __mmask16 m, const __m512 *c) {
   const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f),
                rsqrt2 = _mm512_set1_ps((float)M_SQRT1_2),
                four = _mm512_set1_ps(4.0f), quarter = _mm512_set1_ps(0.25f);
   const __m512i last = _mm512_set1_epi32(15),
                 sign = _mm512_set1_epi32((int)0x80000000u);
+  __m512 v = _mm512_maskz_loadu_ps(m, x), z = _mm512_mul_ps(v, rsqrt2);
+  __m512 a = _mm512_abs_ps(z);
+  __m512i k = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(a, four)), last);
+  __m512 t = _mm512_sub_ps(a, _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(k), half), quarter));
+  __m512 e = _mm512_permutexvar_ps(k, c[6]);
+  for (int d = 5; d >= 0; d--)
+    e = _mm512_fmadd_ps(e, t, _mm512_permutexvar_ps(k, c[d]));
+  e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(a, four, _CMP_GE_OQ), one);
+  e = _mm512_castsi512_ps(_mm512_xor_epi32( /* erf(-z) = -erf(z) */
+      _mm512_castps_si512(e), _mm512_and_epi32(_mm512_castps_si512(z), sign)));
+  _mm512_mask_storeu_ps(x, m, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e)));
+}
+
+__attribute__((target("avx512f"))) static void gelu_avx512(float *x,
+                                                          size_t n) {
+  __m512 c[7];
+  for (int d = 0; d < 7; d++) c[d] = _mm512_load_ps(ERF_C[d]);
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 v = _mm512_loadu_ps(x + i), z = _mm512_mul_ps(v, rsqrt2);
-    __m512 a = _mm512_abs_ps(z);
-    __m512i k = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(a, four)), last);
-    __m512 t = _mm512_sub_ps(a, _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(k), half), quarter));
-    __m512 e = _mm512_permutexvar_ps(k, c[6]);
-    for (int d = 5; d >= 0; d--)
-      e = _mm512_fmadd_ps(e, t, _mm512_permutexvar_ps(k, c[d]));
-    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(a, four, _CMP_GE_OQ), one);
-    e = _mm512_castsi512_ps(_mm512_xor_epi32( /* erf(-z) = -erf(z) */
-        _mm512_castps_si512(e), _mm512_and_epi32(_mm512_castps_si512(z), sign)));
-    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e)));
-  }
-  for (; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+  for (; i + 16 <= n; i += 16) gelu16(x + i, 0xffff, c);
+  if (i < n) gelu16(x + i, (__mmask16)((1u << (n - i)) - 1), c);
 }
 
 void aural__gelu(float *x, size_t n) {

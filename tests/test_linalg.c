@@ -114,6 +114,93 @@ static void test_kernel_matches_oracle_bit_for_bit(void **state) {
          aural__gemm_kernel());
 }
 
+/* The matrices of models whose widths are not multiples of 16 or 32
+ * (d_model 96 with heads of 32, d_ff 200; d_model 72 with heads of 24,
+ * d_ff 136; 80 mel bins in; an odd vocabulary out), at the row counts of
+ * chunks of 1, 7, 17 and 50 frames: the kernel equals the oracle, and
+ * each row has the bits it has alone. */
+static void test_odd_model_shapes_match_oracle(void **state) {
+  (void)state;
+  const size_t shapes[][2] = {{288, 96}, {96, 96},  {200, 96}, {96, 200},
+                              {96, 80},  {216, 72}, {72, 72},  {136, 72},
+                              {72, 136}, {72, 80},  {29, 72},  {29, 96}};
+  const size_t ns[] = {1, 7, 17, 50};
+  const size_t n_max = 50;
+  for (int f16 = 0; f16 < 2; f16++)
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+      size_t R = shapes[si][0], C = shapes[si][1];
+      float *plain = malloc(R * C * sizeof *plain);
+      void *mem;
+      aural__mat w = make_mat(R, C, f16, plain, &mem);
+      float *b = malloc(R * sizeof *b), *x = malloc(n_max * C * sizeof *x);
+      for (size_t r = 0; r < R; r++) b[r] = frand();
+      for (size_t i = 0; i < n_max * C; i++) x[i] = frand() * 4;
+      float *fast = malloc(n_max * R * sizeof *fast),
+            *ref = malloc(n_max * R * sizeof *ref),
+            *one = malloc(R * sizeof *one);
+      for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        size_t n = ns[ni];
+        aural__linear(&w, b, x, n, fast);
+        aural__linear_ref(&w, b, x, n, ref);
+        assert_memory_equal(fast, ref, n * R * sizeof *fast);
+        for (size_t i = 0; i < n; i++) {
+          aural__linear(&w, b, x + i * C, 1, one);
+          assert_memory_equal(fast + i * R, one, R * sizeof *one);
+        }
+      }
+      free(plain);
+      free(mem);
+      free(b);
+      free(x);
+      free(fast);
+      free(ref);
+      free(one);
+    }
+}
+
+/* An activation gives each value the same bits wherever it sits in the
+ * call and however long the call is: the feed-forward rows of a pass are
+ * one call of n * d_ff values, so a value's place in it depends on the
+ * row count. Widths 200 and 136 leave 8 values past the last 16 when n is
+ * odd; lengths 1 to 40 and every offset cover all the rest. */
+static void test_activation_bits_independent_of_length(void **state) {
+  (void)state;
+  enum { N_MAX = 50 * 200 };
+  float *x = malloc(N_MAX * sizeof *x), *all = malloc(N_MAX * sizeof *all),
+        *part = malloc(N_MAX * sizeof *part);
+  for (size_t i = 0; i < N_MAX; i++) x[i] = frand() * 5;
+  for (int relu = 0; relu < 2; relu++) {
+    void (*act)(float *, size_t) = relu ? aural__relu : aural__gelu;
+    memcpy(all, x, N_MAX * sizeof *x);
+    act(all, N_MAX);
+    /* The rows of chunks of 1, 7, 17 and 50 frames. */
+    const size_t widths[] = {200, 136}, ns[] = {1, 7, 17, 50};
+    for (size_t wi = 0; wi < 2; wi++)
+      for (size_t ni = 0; ni < 4; ni++) {
+        size_t len = widths[wi] * ns[ni];
+        memcpy(part, x, len * sizeof *x);
+        act(part, len);
+        for (size_t i = 0; i < len; i++)
+          if (memcmp(&part[i], &all[i], sizeof *part) != 0)
+            fail_msg("%s over %zu rows of %zu: value %zu is %.9g, %.9g in a "
+                     "call of %d (difference %.3g)",
+                     relu ? "relu" : "gelu", ns[ni], widths[wi], i,
+                     (double)part[i], (double)all[i], N_MAX,
+                     fabs((double)part[i] - all[i]));
+      }
+    /* Short calls at every offset. */
+    for (size_t len = 1; len <= 40; len++)
+      for (size_t at = 0; at < 16; at++) {
+        memcpy(part, x + at, len * sizeof *x);
+        act(part, len);
+        assert_memory_equal(part, all + at, len * sizeof *part);
+      }
+  }
+  free(x);
+  free(all);
+  free(part);
+}
+
 /* No rows: nothing is written. The output buffer is all canaries (rows
  * of y and beyond), for every kernel the row-count switch might pick. */
 static void test_zero_rows_write_nothing(void **state) {
@@ -215,8 +302,8 @@ static void test_activations(void **state) {
  * one to seven 16-slot groups. */
 static void test_attention_scores_bits(void **state) {
   (void)state;
-  const size_t head_sizes[] = {1, 7, 16, 64, 80};
-  for (size_t hi = 0; hi < 5; hi++)
+  const size_t head_sizes[] = {1, 7, 16, 24, 32, 64, 80};
+  for (size_t hi = 0; hi < sizeof head_sizes / sizeof *head_sizes; hi++)
     for (size_t w_pad = 16; w_pad <= 112; w_pad += 16) {
       size_t hs = head_sizes[hi], ldq = hs + 5, n_rows = 7;
       float *kt = malloc(hs * w_pad * sizeof *kt),
@@ -245,8 +332,10 @@ static void test_attention_scores_bits(void **state) {
  * that wrap and windows that are partly filled. */
 static void test_attention_matches_oracle(void **state) {
   (void)state;
-  /* Head sizes 64, 16 and 80 (four vectors, one, four and one). */
-  const size_t configs[][2] = {{256, 4}, {64, 1}, {128, 8}, {48, 3}, {160, 2}};
+  /* Head sizes 64, 16 and 80 (four vectors, one, four and one), 32 (two)
+   * and 24 (one and a half). */
+  const size_t configs[][2] = {{256, 4}, {64, 1}, {128, 8}, {48, 3},
+                               {160, 2}, {96, 3}, {72, 3}};
   for (size_t ci = 0; ci < sizeof configs / sizeof *configs; ci++) {
     size_t d = configs[ci][0], heads = configs[ci][1];
     const size_t windows[] = {1, 7, 16, 50, 100};
@@ -328,12 +417,14 @@ static void test_long_products_keep_precision(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernel_matches_oracle_bit_for_bit),
+      cmocka_unit_test(test_odd_model_shapes_match_oracle),
       cmocka_unit_test(test_zero_rows_write_nothing),
       cmocka_unit_test(test_long_products_keep_precision),
       cmocka_unit_test(test_attention_scores_bits),
       cmocka_unit_test(test_attention_matches_oracle),
       cmocka_unit_test(test_f16_conversion),
       cmocka_unit_test(test_activations),
+      cmocka_unit_test(test_activation_bits_independent_of_length),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
