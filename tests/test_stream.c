@@ -19,6 +19,7 @@
 #include <aural.h>
 
 #include "helpers.h"
+#include "synth_model.h"
 
 static aural_model *load_model(const char *name) {
   char rel[128];
@@ -391,6 +392,56 @@ static void test_chunk_boundaries(void **state) {
   aural_stream_destroy(s);
   free(pcm);
   aural_model_free(m);
+}
+
+/* The chunk size changes how frames are grouped into encoder calls, never
+ * the result, on models whose widths are not multiples of 16 or 32:
+ * d_model 96 in 3 heads of 32 with d_ff 200, and 72 in 3 heads of 24 with
+ * d_ff 136. Chunks of 1, 7, 17 and 50 frames, each encoded as soon as it
+ * is whole, as aural encode --chunk-frames runs them. */
+static void test_chunk_size_odd_shapes(void **state) {
+  (void)state;
+  const synth_spec specs[] = {
+      {.d_model = 96, .n_heads = 3, .n_layers = 2, .d_ff = 200, .window = 50,
+       .pos_encoding = "rope", .activation = "gelu", .norm_first = 1,
+       .final_norm = 1, .vocab_size = 29, .seed = 3},
+      {.d_model = 72, .n_heads = 3, .n_layers = 2, .d_ff = 136, .window = 50,
+       .pos_encoding = "sinusoidal", .activation = "gelu", .vocab_size = 29,
+       .cmvn = 1, .seed = 4},
+  };
+  size_t n = 37920; /* 235 frames */
+  float *pcm = make_audio(n, 1, 16000);
+  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+    size_t size;
+    unsigned char *bytes = synth_model(&specs[i], &size);
+    assert_non_null(bytes);
+    aural_model *m;
+    aural_err err = {0};
+    if (aural_model_load_buffer(bytes, size, "odd", NULL, &m, &err) != 0)
+      fail_msg("%s", err.msg);
+    free(bytes);
+    size_t d = (size_t)specs[i].d_model, v = (size_t)specs[i].vocab_size;
+    aural_stream_config sc;
+    aural_stream_config_default(&sc);
+    result *ref = run_stream(m, &sc, pcm, n, 0);
+    assert_int_equal(ref->n_frames, 235);
+    const size_t chunks[] = {1, 7, 17, 50};
+    for (size_t ci = 0; ci < 4; ci++) {
+      sc.chunk_frames = sc.max_pending_frames = chunks[ci];
+      result *r = run_stream(m, &sc, pcm, n, 4000);
+      assert_int_equal(r->n_frames, ref->n_frames);
+      assert_memory_equal(r->emb, ref->emb, ref->n_frames * d * sizeof(float));
+      assert_memory_equal(r->logits, ref->logits,
+                          ref->n_frames * v * sizeof(float));
+      assert_string_equal(r->text, ref->text);
+      result_free(r);
+    }
+    printf("  d_model %zu, d_ff %d: chunks of 1, 7, 17 and 50 frames give "
+           "the same bits\n", d, specs[i].d_ff);
+    result_free(ref);
+    aural_model_free(m);
+  }
+  free(pcm);
 }
 
 /* Other input rates and channel counts; a pending capacity of one frame
@@ -832,6 +883,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_invariance),
       cmocka_unit_test(test_chunk_boundaries),
+      cmocka_unit_test(test_chunk_size_odd_shapes),
       cmocka_unit_test(test_rates_and_channels),
       cmocka_unit_test(test_batch_equals_alone),
       cmocka_unit_test(test_errors),
