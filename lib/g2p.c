@@ -10,7 +10,11 @@
  * distinct results are the word's pronunciations.
  *
  * libespeak-ng keeps its state in globals, so one lock covers its every
- * use in this process.
+ * use in this process. A request switches voices once per dialect, and
+ * each switch is followed by an empty synthesis: libespeak-ng queues a
+ * copy of the new voice (about 1.3 kB) for its synthesizer, which only
+ * synthesis frees, so without it every switch would keep that memory for
+ * good.
  */
 #include <ctype.h>
 #include <espeak-ng/speak_lib.h>
@@ -236,14 +240,20 @@ void aural_g2p_destroy(aural_g2p *g) {
 
 /* --- pronouncing ---------------------------------------------------------- */
 
-/* espeak-ng's mnemonics for word in voice, '|' between them and spaces
- * between words, into out. Called with espeak_lock held. */
-static int espeak_word(const char *voice, const char *word, char *out,
-                       size_t cap, aural_err *err) {
+static int discard_audio(short *wav, int n, espeak_EVENT *events) {
+  (void)wav;
+  (void)n;
+  (void)events;
+  return 0;
+}
+
+/* Makes voice libespeak-ng's current one. Called with espeak_lock held. */
+static int espeak_voice(const char *voice, aural_err *err) {
   if (espeak_state == 0) {
     int rate = espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, NULL,
                                  espeakINITIALIZE_DONT_EXIT);
     espeak_state = rate > 0 ? 1 : -1;
+    if (rate > 0) espeak_SetSynthCallback(discard_audio);
   }
   if (espeak_state < 0)
     return aural__err_set(err, AURAL_EIO,
@@ -255,6 +265,15 @@ static int espeak_word(const char *voice, const char *word, char *out,
       espeak_SetVoiceByProperties(&by_language) != EE_OK)
     return aural__err_set(err, AURAL_ECONFIG,
                           "custom words: espeak-ng has no voice \"%s\"", voice);
+  /* The queued copy of the voice is freed by synthesis (see the top). */
+  espeak_Synth("", 1, 0, POS_CHARACTER, 0, espeakCHARS_UTF8, NULL, NULL);
+  return 0;
+}
+
+/* espeak-ng's mnemonics for word in the current voice, '|' between them
+ * and spaces between words, into out. Called with espeak_lock held. */
+static int espeak_word(const char *word, char *out, size_t cap,
+                       aural_err *err) {
   size_t n = 0;
   const void *p = word;
   while (p != NULL) {
@@ -344,37 +363,50 @@ static int append(char **buf, size_t *len, size_t *cap, const char *s,
   return 0;
 }
 
-/* One word's distinct pronunciations as lexicon lines appended to *buf. */
-static int pronounce(const aural_g2p *g, const char *word, char **buf,
-                     size_t *len, size_t *cap, aural_err *err) {
-  int prons[MAX_DIALECTS][AURAL_LEXICON_MAX_TOKENS], n_tok[MAX_DIALECTS];
+/* Each word's tokens in each dialect: tok[(w * n_dialects + d) * ROW],
+ * the count first. One voice switch per dialect. */
+#define ROW (AURAL_LEXICON_MAX_TOKENS + 1)
+static int pronounce_all(const aural_g2p *g, const char *const *words,
+                         size_t n, int *tok, aural_err *err) {
   char text[PRON_TEXT];
-  for (int di = 0; di < g->n_dialects; di++) {
+  int rc = 0;
+  pthread_mutex_lock(&espeak_lock);
+  for (int di = 0; di < g->n_dialects && rc == 0; di++) {
     const dialect *d = &g->dialects[di];
-    pthread_mutex_lock(&espeak_lock);
-    int rc = espeak_word(d->name, word, text, sizeof text, err);
-    pthread_mutex_unlock(&espeak_lock);
-    if (rc < 0) return rc;
-    n_tok[di] = map_pron(g, d, word, text, prons[di], err);
-    if (n_tok[di] < 0) return n_tok[di];
-    if (n_tok[di] == 0)
-      return aural__err_set(err, AURAL_EINVAL,
+    rc = espeak_voice(d->name, err);
+    for (size_t w = 0; w < n && rc == 0; w++) {
+      int *row = tok + (w * (size_t)g->n_dialects + (size_t)di) * ROW;
+      rc = espeak_word(words[w], text, sizeof text, err);
+      if (rc == 0) row[0] = map_pron(g, d, words[w], text, row + 1, err);
+      if (rc == 0 && row[0] < 0) rc = row[0];
+      if (rc == 0 && row[0] == 0)
+        rc = aural__err_set(err, AURAL_EINVAL,
                             "custom words: espeak-ng says nothing for \"%s\"",
-                            word);
+                            words[w]);
+    }
+  }
+  pthread_mutex_unlock(&espeak_lock);
+  return rc;
+}
+
+/* A word's distinct pronunciations (rows of pronounce_all) as lexicon
+ * lines appended to *buf. */
+static int append_word(const aural_g2p *g, const char *word, const int *rows,
+                       char **buf, size_t *len, size_t *cap, aural_err *err) {
+  for (int di = 0; di < g->n_dialects; di++) {
+    const int *row = rows + (size_t)di * ROW;
     bool seen = false;
     for (int j = 0; j < di && !seen; j++)
-      seen = n_tok[j] == n_tok[di] &&
-             memcmp(prons[j], prons[di], (size_t)n_tok[di] * sizeof(int)) == 0;
+      seen = memcmp(rows + (size_t)j * ROW, row,
+                    (size_t)(row[0] + 1) * sizeof *row) == 0;
     if (seen) continue;
-    if (append(buf, len, cap, word, strlen(word)) < 0)
-      return aural__err_set(err, AURAL_ENOMEM, "out of memory");
-    for (int i = 0; i < n_tok[di]; i++) {
-      const char *t = aural_model_token(g->model, prons[di][i]);
-      if (append(buf, len, cap, i == 0 ? "\t" : " ", 1) < 0 ||
-          append(buf, len, cap, t, strlen(t)) < 0)
-        return aural__err_set(err, AURAL_ENOMEM, "out of memory");
+    bool ok = append(buf, len, cap, word, strlen(word)) == 0;
+    for (int i = 0; ok && i < row[0]; i++) {
+      const char *t = aural_model_token(g->model, row[1 + i]);
+      ok = append(buf, len, cap, i == 0 ? "\t" : " ", 1) == 0 &&
+           append(buf, len, cap, t, strlen(t)) == 0;
     }
-    if (append(buf, len, cap, "\n", 1) < 0)
+    if (!ok || append(buf, len, cap, "\n", 1) < 0)
       return aural__err_set(err, AURAL_ENOMEM, "out of memory");
   }
   return 0;
@@ -391,13 +423,18 @@ int aural_g2p_text(const aural_g2p *g, const char *const *words, size_t n,
     return aural__err_set(err, AURAL_EINVAL,
                           "custom words: %zu of them (at most %d)", n,
                           MAX_WORDS);
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) rc = check_word(words[i], err);
+  if (rc < 0) return rc;
+  int *tok = calloc(n * (size_t)g->n_dialects * ROW, sizeof *tok);
+  if (tok == NULL) return aural__err_set(err, AURAL_ENOMEM, "out of memory");
+  rc = pronounce_all(g, words, n, tok, err);
   char *buf = NULL;
   size_t len = 0, cap = 0;
-  int rc = 0;
-  for (size_t i = 0; i < n && rc == 0; i++) {
-    rc = check_word(words[i], err);
-    if (rc == 0) rc = pronounce(g, words[i], &buf, &len, &cap, err);
-  }
+  for (size_t w = 0; w < n && rc == 0; w++)
+    rc = append_word(g, words[w], tok + w * (size_t)g->n_dialects * ROW, &buf,
+                     &len, &cap, err);
+  free(tok);
   if (rc < 0) {
     free(buf);
     return rc;
