@@ -16,6 +16,7 @@ unpacked), every program runs through the packed dynamic loader and
 libraries, so nothing needs to be installed.
 """
 
+import ctypes
 import os
 import subprocess
 import tempfile
@@ -154,14 +155,57 @@ def synthesize(spec):
 
 
 def gsm_channel(x, tmp_dir=None):
-    """x (16 kHz) through a GSM 06.10 full-rate codec at 8 kHz and back (sox)."""
+    """x (16 kHz) through a GSM 06.10 full-rate codec at 8 kHz and back:
+    sox resamples, libgsm (which sox's GSM format uses) codes 160-sample
+    frames. libgsm is called directly because a packed sox finds no format
+    modules (it looks for them where it was installed)."""
     with tempfile.TemporaryDirectory(prefix="aural-gsm-", dir=tmp_dir) as tmp:
-        a, g, b = (os.path.join(tmp, n) for n in ("a.wav", "a.gsm", "b.wav"))
+        a, n, c, b = (os.path.join(tmp, f) for f in ("a.wav", "a8.wav", "c8.wav", "b.wav"))
         write_wav(a, x, RATE)
-        _run(["/usr/bin/sox", "-q", "-D", a, "-r", "8000", g])
-        _run(["/usr/bin/sox", "-q", "-D", g, "-r", str(RATE), "-b", "16", b])
+        _run(["/usr/bin/sox", "-q", "-D", a, "-r", "8000", n])
+        y8, _ = read_wav(n)
+        write_wav(c, _gsm_code(y8), 8000)
+        _run(["/usr/bin/sox", "-q", "-D", c, "-r", str(RATE), "-b", "16", b])
         y, _ = read_wav(b)
     return y
+
+
+_GSM = None
+
+
+def _gsm_code(x8):
+    """x8 (8 kHz floats) encoded and decoded by libgsm, 160 samples a frame
+    (the last frame padded with silence, then cut)."""
+    global _GSM
+    if _GSM is None:
+        root = _root()
+        path = os.path.join(root, "usr/lib/x86_64-linux-gnu/libgsm.so.1") if root else "libgsm.so.1"
+        lib = ctypes.CDLL(path)
+        lib.gsm_create.restype = ctypes.c_void_p
+        lib.gsm_encode.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.gsm_decode.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.gsm_destroy.argtypes = [ctypes.c_void_p]
+        _GSM = lib
+    pcm = np.clip(np.round(np.asarray(x8, dtype=np.float64) * 32768.0), -32768, 32767)
+    n = len(pcm)
+    frames = np.zeros(((n + 159) // 160) * 160, dtype=np.int16)
+    frames[:n] = pcm
+    out = np.zeros_like(frames)
+    coded = (ctypes.c_ubyte * 33)()
+    # An encoder and a decoder each keep their own state: one handle each.
+    enc, dec = _GSM.gsm_create(), _GSM.gsm_create()
+    try:
+        for k in range(0, len(frames), 160):
+            src = np.ascontiguousarray(frames[k:k + 160])
+            dst = np.zeros(160, dtype=np.int16)
+            _GSM.gsm_encode(enc, src.ctypes.data, coded)
+            if _GSM.gsm_decode(dec, coded, dst.ctypes.data) != 0:
+                raise RuntimeError("libgsm could not decode its own frame")
+            out[k:k + 160] = dst
+    finally:
+        _GSM.gsm_destroy(enc)
+        _GSM.gsm_destroy(dec)
+    return out[:n].astype(np.float64) / 32768.0
 
 
 def write_wav(path, x, rate):
