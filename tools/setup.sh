@@ -17,17 +17,35 @@ packages=(
   libuv1-dev portaudio19-dev libcmocka-dev libespeak-ng-dev
   python3 python3-numpy sox util-linux systemd man-db groff-base espeak-ng
 )
+arch=()
 if [[ "${1:-}" == "--reference" ]]; then
   packages+=(python3-torch python3-torchaudio libopenblas0-pthread
              fortunes fortune-mod wamerican espeak-ng sox libsoxr0 pocketsphinx-en-us)
+elif [[ "${1:-}" == "--aarch64" ]]; then
+  # The cross compiler, qemu-user and the arm64 builds of the libraries
+  # (tools/cross_aarch64.sh).
+  arch=(arm64)
+  packages+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+             libfftw3-dev:arm64 libsoxr-dev:arm64 libsndfile1-dev:arm64
+             libcmocka-dev:arm64 libespeak-ng-dev:arm64 libuv1-dev:arm64
+             portaudio19-dev:arm64)
 elif [[ $# -gt 0 ]]; then
-  echo "usage: tools/setup.sh [--reference]" >&2
+  echo "usage: tools/setup.sh [--reference | --aarch64]" >&2
   exit 2
 fi
 
+# A package without an architecture is this machine's (or "all"): with
+# arm64 packages installed too, its bare name would match both.
+native=$(dpkg --print-architecture)
 missing=()
 for p in "${packages[@]}"; do
-  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  q=("$p")
+  [[ $p == *:* ]] || q=("$p:$native" "$p:all")
+  status=""
+  for n in "${q[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$n" 2>/dev/null || true)
+    [[ -n $status ]] && break
+  done
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
@@ -44,6 +62,10 @@ if [[ $(id -u) -ne 0 ]]; then
   sudo=(sudo)
 fi
 export DEBIAN_FRONTEND=noninteractive
+for a in "${arch[@]}"; do
+  dpkg --print-foreign-architectures | grep -qx "$a" ||
+    "${sudo[@]}" dpkg --add-architecture "$a"
+done
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: done" >&2
