@@ -337,4 +337,25 @@ void aural__relu(float *x, size_t n);
 /* Name of the kernel aural__linear uses on this CPU. */
 const char *aural__gemm_kernel(void);
 
+/* The instruction sets the kernels come in. The best one this CPU runs is
+ * chosen once per process; the environment variable AURAL_ISA (avx512,
+ * avx2 or scalar) forces another that the CPU runs. Whatever the set,
+ * matrix products and attention scores have the scalar oracle's bits;
+ * the AVX2 and AVX-512 sets also agree with each other bit for bit in
+ * gelu, layer norm and the attention mix (kernels.h). */
+typedef enum aural__isa {
+  AURAL__ISA_SCALAR,
+  AURAL__ISA_AVX2,  /* AVX2 + FMA + F16C */
+  AURAL__ISA_AVX512 /* AVX-512F + FMA + F16C */
+} aural__isa;
+aural__isa aural__isa_in_use(void);
+/* Whether this CPU and its OS run isa's kernels. */
+bool aural__isa_supported(aural__isa isa);
+/* "scalar", "avx2" or "avx512". */
+const char *aural__isa_name(aural__isa isa);
+/* For tests that compare sets in one process: switches every kernel to
+ * isa's from now on, or returns false (and changes nothing) when the CPU
+ * cannot run it. Not thread-safe: call it while no other thread computes. */
+bool aural__isa_use(aural__isa isa);
+
 #endif

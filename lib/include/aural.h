@@ -51,10 +51,12 @@
  *
  * The library computes on caller buffers and has no threads or sockets of
  * its own. Its only process-wide state is set once, on first use, and
- * guarded: the matrix kernel chosen for this CPU (aural_gemm_name()) and
- * FFTW's planner, made thread-safe. Objects are not thread-safe; use one
- * per thread or stream. A model is read-only once loaded and may be shared
- * by every stream and thread.
+ * guarded: the compute kernels chosen for this CPU (aural_isa_name(),
+ * aural_gemm_name(); the environment variable AURAL_ISA may force a set,
+ * and a set the CPU cannot run is refused with the library's one line on
+ * stderr) and FFTW's planner, made thread-safe. Objects are not
+ * thread-safe; use one per thread or stream. A model is read-only once
+ * loaded and may be shared by every stream and thread.
  */
 #ifndef AURAL_H
 #define AURAL_H

@@ -116,9 +116,17 @@ size_t aural_ctc_greedy(const float *logits, size_t n_frames, int vocab_size,
                         int *prev, int *ids, size_t max_ids);
 
 /* Name of the matrix-product kernel in use on this CPU (the library's own
- * AVX-512 kernel, or its scalar reference where AVX-512 is missing). Static
- * string; thread-safe. */
+ * AVX-512 kernel; its AVX2 + FMA kernel where AVX-512 is missing; its
+ * scalar reference where both are). Static string; thread-safe. */
 const char *aural_gemm_name(void);
+
+/* The instruction set of the kernels in use: "avx512", "avx2" or
+ * "scalar". The best one the CPU runs, chosen once per process, unless
+ * the environment variable AURAL_ISA names another (one the CPU cannot
+ * run is refused with a line on stderr). Every set gives the same bits in
+ * matrix products; AVX2 and AVX-512 give the same bits throughout. Static
+ * string; thread-safe. */
+const char *aural_isa_name(void);
 
 #ifdef __cplusplus
 }
