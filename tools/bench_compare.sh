@@ -7,7 +7,9 @@
 #
 #   tools/bench_compare.sh [MODEL FLAGS...]   e.g. --layers 4 --window 100
 #
-# Installs the reference stack it needs (tools/setup.sh --reference).
+# AURAL_ISA=avx2 (or scalar) measures aural on those kernels instead of the
+# best this CPU runs. Installs the reference stack it needs
+# (tools/setup.sh --reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh --reference
@@ -27,7 +29,9 @@ m = a["model"]
 print("encoder d_model %d, %d heads, d_ff %d, %d layers, W %d, %s: %.2f MFLOP/frame"
       % (m["d_model"], m["n_heads"], m["d_ff"], m["n_layers"], m["window"],
          m["pos_encoding"], a["flops_per_frame"] / 1e6))
-print("aural kernel: %s; core FMA peak %.0f GFLOP/s" % (a["gemm"], a["peak_gflops"]))
+print("aural kernels: %s (%s); core FMA peak %.0f GFLOP/s (AVX-512 %.0f, AVX2 %.0f)"
+      % (a["isa"], a["gemm"], a["peak_gflops"], a["peak_gflops_avx512"],
+         a["peak_gflops_avx2"]))
 print("PyTorch %s: %s" % (t.get("torch_version", "?"), t.get("blas", "?")))
 print("PyTorch with OPENBLAS_CORETYPE=SkylakeX: %s" % tf.get("blas", "?"))
 print()
@@ -41,8 +45,9 @@ for name, ours, key in rows:
     print("%-26s %12.0f %12.0f %12.0f %8.1fx %8.1fx"
           % (name, ours, t[key], tf[key], ours / t[key], ours / tf[key]))
 print()
-print("chunk mode: %.1f GFLOP/s = %.0f%% of the measured peak"
-      % (a["chunk_gflops"], 100 * a["chunk_gflops"] / a["peak_gflops"]))
+if a["peak_gflops"] > 0:
+    print("chunk mode: %.1f GFLOP/s = %.0f%% of the measured %s peak"
+          % (a["chunk_gflops"], 100 * a["chunk_gflops"] / a["peak_gflops"], a["isa"]))
 fe = a["frontend"][0]
 print("frontend, 10 ms per push: aural %.2f us/frame; torchaudio batch %.2f us/frame "
       "(%.1fx), per-frame calls %.1f us (%.0fx)"

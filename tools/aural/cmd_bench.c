@@ -54,6 +54,8 @@ static void usage(FILE *to) {
           "             f32 and with f16 weights in memory; then several\n"
           "             streams batched into one pass; achieved\n"
           "             GFLOP/s against this core's measured FMA peak\n"
+          "             for the kernels in use (AVX-512, AVX2 or scalar:\n"
+          "             the best this CPU runs, or AURAL_ISA's choice)\n"
           "  frontend   microseconds of CPU per 10 ms feature frame, fed\n"
           "             10 ms of audio per push (16 kHz mono; 44.1 kHz\n"
           "             stereo and 48 kHz mono through the resampler)\n"
@@ -161,33 +163,46 @@ static int bench_frontend_case(frontend_case *bc, double seconds, int repeat) {
   return 0;
 }
 
-/* This core's fp32 FMA peak: 12 independent chains of 16-wide fused
- * multiply-adds, enough to cover the FMA latency on both units. */
-__attribute__((target("avx512f,fma"))) static double peak_gflops_avx512(void) {
-  __m512 acc[12];
-  for (int j = 0; j < 12; j++) acc[j] = _mm512_set1_ps((float)j);
-  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-6f);
-  const long iters = 20000000;
-  double best = 0;
-  for (int rep = 0; rep < 3; rep++) {
-    double t0 = cli_thread_cpu_s();
-    for (long i = 0; i < iters; i++) {
-#pragma GCC unroll 12
-      for (int j = 0; j < 12; j++) acc[j] = _mm512_fmadd_ps(acc[j], m, a);
-    }
-    double t = cli_thread_cpu_s() - t0;
-    best = fmax(best, (double)iters * 12 * 16 * 2 / t / 1e9);
+/* This core's fp32 FMA peak with the vectors of one instruction set: 12
+ * independent chains of fused multiply-adds, enough to cover the FMA
+ * latency on both units. */
+#define DEFINE_PEAK(NAME, TARGET, VEC, LANES, SET1, FMADD, STORE)              \
+  __attribute__((target(TARGET))) static double NAME(void) {                  \
+    VEC acc[12];                                                               \
+    for (int j = 0; j < 12; j++) acc[j] = SET1((float)j);                      \
+    const VEC m = SET1(0.999999f), a = SET1(1e-6f);                            \
+    const long iters = 20000000;                                               \
+    double best = 0;                                                           \
+    for (int rep = 0; rep < 3; rep++) {                                        \
+      double t0 = cli_thread_cpu_s();                                          \
+      for (long i = 0; i < iters; i++) {                                       \
+        _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) acc[j] =         \
+            FMADD(acc[j], m, a);                                               \
+      }                                                                        \
+      double t = cli_thread_cpu_s() - t0;                                      \
+      best = fmax(best, (double)iters * 12 * LANES * 2 / t / 1e9);             \
+    }                                                                          \
+    float sink = 0, lanes[LANES];                                              \
+    for (int j = 0; j < 12; j++) {                                             \
+      STORE(lanes, acc[j]);                                                    \
+      for (int l = 0; l < LANES; l++) sink += lanes[l];                        \
+    }                                                                          \
+    volatile float keep = sink;                                                \
+    (void)keep;                                                                \
+    return best;                                                               \
   }
-  float sink = 0;
-  for (int j = 0; j < 12; j++) sink += _mm512_reduce_add_ps(acc[j]);
-  volatile float keep = sink;
-  (void)keep;
-  return best;
-}
+DEFINE_PEAK(peak_gflops_avx512, "avx512f,fma", __m512, 16, _mm512_set1_ps,
+            _mm512_fmadd_ps, _mm512_storeu_ps)
+DEFINE_PEAK(peak_gflops_avx2, "avx2,fma", __m256, 8, _mm256_set1_ps,
+            _mm256_fmadd_ps, _mm256_storeu_ps)
 
-static double peak_gflops(void) {
+/* The FMA peaks of this core: AVX-512 (0 without it) and AVX2 (0 without
+ * AVX2 and FMA). */
+static void peak_gflops(double *avx512, double *avx2) {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") ? peak_gflops_avx512() : 0.0;
+  int fma = __builtin_cpu_supports("fma");
+  *avx512 = fma && __builtin_cpu_supports("avx512f") ? peak_gflops_avx512() : 0.0;
+  *avx2 = fma && __builtin_cpu_supports("avx2") ? peak_gflops_avx2() : 0.0;
 }
 
 typedef struct enc_result {
@@ -294,7 +309,8 @@ typedef struct enc_bench {
   size_t chunk;
   double seconds;
   int repeat;
-  double peak;
+  double peak;            /* the FMA peak of the kernels in use (0: scalar) */
+  double peak_avx512, peak_avx2;
   uint64_t flops_per_frame, n_params;
   enc_result chunk_f32, frame_f32, chunk_f16, frame_f16;
   size_t streams;         /* streams per batched pass */
@@ -349,7 +365,11 @@ static int bench_encoder(enc_bench *b) {
     }
   }
   free(file);
-  b->peak = peak_gflops();
+  peak_gflops(&b->peak_avx512, &b->peak_avx2);
+  const char *isa = aural_isa_name();
+  b->peak = strcmp(isa, "avx512") == 0 ? b->peak_avx512
+            : strcmp(isa, "avx2") == 0 ? b->peak_avx2
+                                       : 0.0;
   return 0;
 }
 
@@ -385,7 +405,9 @@ static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
   char *file_json = eb->model_path ? json_string(eb->model_path) : NULL;
   printf("{");
   if (run_enc)
-    printf("\"gemm\": \"%s\", \"peak_gflops\": %.1f, \"model\": {\"d_model\": "
+    printf("\"isa\": \"%s\", \"gemm\": \"%s\", \"peak_gflops\": %.1f, "
+           "\"peak_gflops_avx512\": %.1f, \"peak_gflops_avx2\": %.1f, "
+           "\"model\": {\"d_model\": "
            "%d, \"n_heads\": %d, \"d_ff\": %d, \"n_layers\": %d, \"window\": "
            "%d, \"pos_encoding\": \"%s\", \"n_params\": %llu, "
            "\"file\": %s}, "
@@ -396,7 +418,8 @@ static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
            "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f}, "
            "\"batched\": {\"streams\": %zu, \"frames_per_s\": %.1f, "
            "\"gflops\": %.2f}%s",
-           aural_gemm_name(), eb->peak, eb->spec.d_model, eb->spec.n_heads,
+           aural_isa_name(), aural_gemm_name(), eb->peak, eb->peak_avx512,
+           eb->peak_avx2, eb->spec.d_model, eb->spec.n_heads,
            eb->spec.d_ff, eb->spec.n_layers, eb->spec.window,
            eb->spec.pos_encoding, (unsigned long long)eb->n_params,
            file_json != NULL ? file_json : "null",
@@ -433,8 +456,14 @@ static void print_bench_table(const enc_bench *eb,
            eb->spec.d_model, eb->spec.n_heads, eb->spec.d_ff, eb->spec.n_layers,
            eb->spec.window, eb->spec.pos_encoding, (double)eb->n_params / 1e6,
            (double)eb->flops_per_frame / 1e6);
-    printf("  kernel: %s; this core's FMA peak %.0f GFLOP/s\n",
-           aural_gemm_name(), eb->peak);
+    printf("  kernels: %s (AURAL_ISA chooses): %s\n", aural_isa_name(),
+           aural_gemm_name());
+    printf("  this core's FMA peak: AVX-512 %.0f GFLOP/s, AVX2 %.0f GFLOP/s; "
+           "%% of peak: %s\n",
+           eb->peak_avx512, eb->peak_avx2,
+           eb->peak > 0 ? (strcmp(aural_isa_name(), "avx2") ? "of AVX-512's"
+                                                            : "of AVX2's")
+                        : "none for the scalar kernels");
     const struct {
       const char *name;
       const enc_result *r;

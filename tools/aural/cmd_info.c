@@ -15,7 +15,8 @@ static void usage(FILE *to) {
           "\n"
           "Validates MODEL (default: the bundled model, %s) and prints its\n"
           "configuration, parameter count, weight memory, memory per\n"
-          "stream and floating-point operations per 10 ms frame.\n"
+          "stream, floating-point operations per 10 ms frame, and the\n"
+          "compute kernels this CPU runs (AVX-512, AVX2 or scalar).\n"
           "\n"
           "Options:\n"
           "      --f16      report weight memory with matrices held as f16\n"
@@ -137,6 +138,8 @@ int cmd_info(int argc, char **argv) {
   printf("cost         %.3f MFLOP per frame (%.3f GFLOP/s for one real-time "
          "stream)\n",
          (double)flops / 1e6, (double)flops * 100 / 1e9);
+  printf("kernels      %s on this CPU (AURAL_ISA chooses): %s\n",
+         aural_isa_name(), aural_gemm_name());
   print_words(m, path);
   aural_model_free(m);
   return EXIT_OK;
