@@ -4,7 +4,6 @@
  * the choice among the kernel sets (at the end); the AVX2 kernels, which
  * give the AVX-512 kernels' bits, are in linalg_avx2.c.
  */
-#include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,6 +14,15 @@
 #include "aural/encoder.h"
 #include "internal.h"
 #include "kernels.h"
+
+/* The vector kernels are x86's (AVX-512 here, AVX2 in linalg_avx2.c);
+ * elsewhere (aarch64) the scalar set is the only one. */
+#if defined(__x86_64__)
+#define AURAL_X86 1
+#include <immintrin.h>
+#else
+#define AURAL_X86 0
+#endif
 
 /* The kernels of one instruction set (the table at the end of the file):
  * the entry points below go through the set chosen once per process. */
@@ -53,6 +61,7 @@ void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
   }
 }
 
+#if AURAL_X86
 /*
  * The AVX-512 kernels. Output columns go 32 at a time (two panels, two
  * vectors); rows of x go a few at a time, each row's input broadcast and
@@ -331,6 +340,8 @@ static void linear_avx512(const aural__mat *w, const float *b, const float *x,
     linear_f16(w->f16, N, K, b, x, M, y);
 }
 
+#endif /* AURAL_X86 */
+
 void aural__linear(const aural__mat *w, const float *b, const float *x,
                    size_t n, float *y) {
   kernels()->linear(w, b, x, n, y);
@@ -361,6 +372,7 @@ const float aural__erf_c[7][16] __attribute__((aligned(64))) = {
  * depends on the row count n, so a value computed another way there (by
  * erff, say) would make a frame's output depend on how many frames were
  * computed with it whenever d_ff is not a multiple of 16. */
+#if AURAL_X86
 __attribute__((target("avx512f"), always_inline)) static inline void
 gelu16(float *x, __mmask16 m, const __m512 *c) {
   const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f),
@@ -390,6 +402,8 @@ __attribute__((target("avx512f"))) static void gelu_avx512(float *x,
   if (i < n) gelu16(x + i, (__mmask16)((1u << (n - i)) - 1), c);
 }
 
+#endif /* AURAL_X86 */
+
 /* gelu the plain way: the scalar path's (libm's erff), not bit for bit
  * the vector paths' polynomial. */
 static void gelu_ref(float *x, size_t n) {
@@ -416,6 +430,7 @@ static double softmax_ref(double *scores, const slot_runs *runs) {
   return 1.0 / sum;
 }
 
+#if AURAL_X86
 /* exp of 4 doubles (libmvec's AVX2 variant): both vector paths take it,
  * so that their softmax weights have the same bits. */
 __attribute__((target("avx2"))) __m256d _ZGVdN4v_exp(__m256d x);
@@ -482,6 +497,8 @@ static inline __mmask16 ctx_mask(const slot_runs *runs, size_t g) {
 DEFINE_PV(pv_block4, 4)
 DEFINE_PV(pv_block1, 1)
 
+#endif /* AURAL_X86 */
+
 /*
  * Attention in two steps, so that several query rows of a chunk can share
  * the loads of the key ring: scores of rows against every slot, then, row
@@ -515,6 +532,7 @@ void aural__attention_scores_ref(const float *q, size_t ldq, size_t n_rows,
       scores[r * w_pad + s] = score_chain(q + r * ldq, kt + s, w_pad, hs, scale);
 }
 
+#if AURAL_X86
 /* R rows against NG groups of 16 slots starting at kt: for each pair of
  * lanes of q, NG key vectors are loaded once and used by every row. */
 #define DEFINE_SCORES(NAME, R, NG)                                             \
@@ -582,6 +600,8 @@ __attribute__((target("avx512f,fma"))) static void scores_avx512(
   }
 }
 
+#endif /* AURAL_X86 */
+
 void aural__attention_scores(const float *q, size_t ldq, size_t n_rows,
                              const float *kt, size_t w_pad, size_t hs,
                              double scale, double *scores) {
@@ -614,6 +634,7 @@ void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
   mix_ref(scores, v, ldv, hs, n_slots, slot_first, n_ctx, o);
 }
 
+#if AURAL_X86
 /* The same 8 slots at a time: max and exp (libmvec, double) over the
  * context's lanes, then the values, 16 lanes of the head at a time, each
  * slot's weight rounded to float. */
@@ -656,6 +677,8 @@ __attribute__((target("avx512f,fma"))) static void mix_avx512(
   for (; v0 < nv; v0++) pv_block1(&runs, scores, inv, v + 16 * v0, ldv, o + 16 * v0);
 }
 
+#endif /* AURAL_X86 */
+
 void aural__attention_mix(double *scores, const float *v, size_t ldv,
                           size_t hs, size_t n_slots, size_t slot_first,
                           size_t n_ctx, float *o) {
@@ -691,6 +714,7 @@ static void layer_norm_row_ref(float *r, int d, const float *g,
     r[k] = (float)((r[k] - mean) * inv * g[k] + b[k]);
 }
 
+#if AURAL_X86
 /* The same in 8 double lanes (a row of 16 floats at a time, as two
  * halves): the sums go in lanes rather than in order, so the bits may
  * differ from the oracle's by a rounding. */
@@ -721,6 +745,8 @@ __attribute__((target("avx512f,fma"))) static void layer_norm_row_avx512(
   }
 }
 
+#endif /* AURAL_X86 */
+
 void aural__layer_norm(float *x, size_t n, int d, const float *g,
                        const float *b, float eps) {
   /* As in the mix, widths that are not a multiple of 16 take the plain
@@ -740,6 +766,7 @@ void aural__relu(float *x, size_t n) {
 static const kernel_set kernel_sets[] = {
     {AURAL__ISA_SCALAR, "aural scalar reference (slow)", aural__linear_ref,
      aural__attention_scores_ref, mix_ref, layer_norm_row_ref, gelu_ref},
+#if AURAL_X86
     {AURAL__ISA_AVX2,
      "aural AVX2 FMA (register tiles of 3-6 rows x 16 columns over "
      "L1-sized weight blocks; f16 weights via F16C)",
@@ -750,6 +777,7 @@ static const kernel_set kernel_sets[] = {
      "L1-sized weight blocks; f16 weights via F16C)",
      linear_avx512, scores_avx512, mix_avx512, layer_norm_row_avx512,
      gelu_avx512},
+#endif
 };
 static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
 
@@ -759,6 +787,7 @@ static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
 /* The extensions isa needs that this CPU (and its OS) lack, as a list for
  * a message; "" when it has them all. */
 static const char *isa_missing(aural__isa isa, char *buf, size_t cap) {
+#if AURAL_X86
   __builtin_cpu_init();
   int avx512f = isa == AURAL__ISA_AVX512 && !__builtin_cpu_supports("avx512f");
   int avx2 = isa == AURAL__ISA_AVX2 && !__builtin_cpu_supports("avx2");
@@ -768,6 +797,10 @@ static const char *isa_missing(aural__isa isa, char *buf, size_t cap) {
   snprintf(buf, cap, "%s%s%s%s", avx512f ? " AVX-512F" : "",
            avx2 ? " AVX2" : "", fma ? " FMA" : "", f16c ? " F16C" : "");
   return buf;
+#else
+  snprintf(buf, cap, "%s", isa == AURAL__ISA_SCALAR ? "" : " x86 (not this CPU)");
+  return buf;
+#endif
 }
 
 bool aural__isa_supported(aural__isa isa) {

@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <aural.h>
 #include <aural/proto.h>
@@ -163,6 +165,7 @@ static int bench_frontend_case(frontend_case *bc, double seconds, int repeat) {
   return 0;
 }
 
+#if defined(__x86_64__)
 /* This core's fp32 FMA peak with the vectors of one instruction set: 12
  * independent chains of fused multiply-adds, enough to cover the FMA
  * latency on both units. */
@@ -196,13 +199,19 @@ DEFINE_PEAK(peak_gflops_avx512, "avx512f,fma", __m512, 16, _mm512_set1_ps,
 DEFINE_PEAK(peak_gflops_avx2, "avx2,fma", __m256, 8, _mm256_set1_ps,
             _mm256_fmadd_ps, _mm256_storeu_ps)
 
+#endif
+
 /* The FMA peaks of this core: AVX-512 (0 without it) and AVX2 (0 without
- * AVX2 and FMA). */
+ * AVX2 and FMA; both 0 on other CPUs, whose kernels are scalar). */
 static void peak_gflops(double *avx512, double *avx2) {
+#if defined(__x86_64__)
   __builtin_cpu_init();
   int fma = __builtin_cpu_supports("fma");
   *avx512 = fma && __builtin_cpu_supports("avx512f") ? peak_gflops_avx512() : 0.0;
   *avx2 = fma && __builtin_cpu_supports("avx2") ? peak_gflops_avx2() : 0.0;
+#else
+  *avx512 = *avx2 = 0.0;
+#endif
 }
 
 typedef struct enc_result {
