@@ -58,3 +58,11 @@ void test_write_file(const char *path, const void *data, size_t len) {
   assert_int_equal(fwrite(data, 1, len, f), len);
   assert_int_equal(fclose(f), 0);
 }
+
+float test_frand(void) {
+  static uint32_t rng = 2463534242u;
+  rng ^= rng << 13;
+  rng ^= rng >> 17;
+  rng ^= rng << 5;
+  return (float)((double)rng / 4294967296.0 * 2.0 - 1.0);
+}

@@ -7,6 +7,10 @@
 /* $AURAL_TEST_DATA/rel, in a static buffer (tests are single-threaded). */
 const char *test_data_path(const char *rel);
 
+/* Uniform in [-1, 1): a xorshift generator with a fixed seed, so each
+ * test program draws the same sequence every run. */
+float test_frand(void);
+
 /* A fresh temporary directory (removed with everything in it by
  * test_rmtree); the returned string is malloc'ed. */
 char *test_tmpdir(void);

@@ -24,13 +24,6 @@
 #include "npy.h"
 #include "synth_model.h"
 
-static uint32_t rng = 2463534242u;
-static float frand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 17;
-  rng ^= rng << 5;
-  return (float)((double)rng / 4294967296.0 * 2.0 - 1.0);
-}
 
 /* Both vector sets run here; else the test is skipped with the reason. */
 static void need_both(void) {
@@ -134,10 +127,10 @@ static void test_layer_norm_bits(void **state) {
           *b = malloc(n * (size_t)d * sizeof *b), *g = malloc((size_t)d * sizeof *g),
           *be = malloc((size_t)d * sizeof *be);
     for (size_t i = 0; i < n * (size_t)d; i++)
-      x[i] = frand() * (float)(1 + i % 7 * 40) + (float)(i / (size_t)d) * 75.0f;
+      x[i] = test_frand() * (float)(1 + i % 7 * 40) + (float)(i / (size_t)d) * 75.0f;
     for (int i = 0; i < d; i++) {
-      g[i] = 1.0f + 0.1f * frand();
-      be[i] = frand();
+      g[i] = 1.0f + 0.1f * test_frand();
+      be[i] = test_frand();
     }
     memcpy(a, x, n * (size_t)d * sizeof *x);
     memcpy(b, x, n * (size_t)d * sizeof *x);
@@ -174,9 +167,9 @@ static void test_attention_bits(void **state) {
       double *sa = malloc(n_rows * w_pad * sizeof *sa),
              *sb = malloc(n_rows * w_pad * sizeof *sb);
       float *oa = malloc(hs * sizeof *oa), *ob = malloc(hs * sizeof *ob);
-      for (size_t i = 0; i < hs * w_pad; i++) kt[i] = frand();
-      for (size_t i = 0; i < n_rows * ldq; i++) q[i] = frand() * 3;
-      for (size_t i = 0; i < w * ldv; i++) v[i] = frand();
+      for (size_t i = 0; i < hs * w_pad; i++) kt[i] = test_frand();
+      for (size_t i = 0; i < n_rows * ldq; i++) q[i] = test_frand() * 3;
+      for (size_t i = 0; i < w * ldv; i++) v[i] = test_frand();
       use(AURAL__ISA_AVX2);
       aural__attention_scores(q, ldq, n_rows, kt, w_pad, hs, 0.17, sa);
       use(AURAL__ISA_AVX512);
@@ -186,7 +179,7 @@ static void test_attention_bits(void **state) {
         for (size_t first = 0; first < w; first += w > 10 ? 5 : 1)
           for (size_t n = 1; n <= w; n += w > 10 ? 6 : 1) {
             for (size_t s = 0; s < w_pad; s++)
-              sa[s] = sb[s] = (double)frand() * spreads[si];
+              sa[s] = sb[s] = (double)test_frand() * spreads[si];
             use(AURAL__ISA_AVX2);
             aural__attention_mix(sa, v, ldv, hs, w, first, n, oa);
             use(AURAL__ISA_AVX512);
@@ -222,9 +215,9 @@ static void test_linear_bits(void **state) {
         for (size_t c = 0; c < C; c++) {
           size_t at = aural__packed_at(r, c, C);
           if (f16)
-            ((uint16_t *)mem)[at] = aural__f32_to_f16(frand());
+            ((uint16_t *)mem)[at] = aural__f32_to_f16(test_frand());
           else
-            ((float *)mem)[at] = frand();
+            ((float *)mem)[at] = test_frand();
         }
       if (f16)
         w.f16 = mem;
@@ -233,8 +226,8 @@ static void test_linear_bits(void **state) {
       float *b = malloc(R * sizeof *b), *x = malloc(n_max * C * sizeof *x),
             *ya = malloc(n_max * R * sizeof *ya),
             *yb = malloc(n_max * R * sizeof *yb);
-      for (size_t r = 0; r < R; r++) b[r] = frand();
-      for (size_t i = 0; i < n_max * C; i++) x[i] = frand() * 4;
+      for (size_t r = 0; r < R; r++) b[r] = test_frand();
+      for (size_t i = 0; i < n_max * C; i++) x[i] = test_frand() * 4;
       for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
         use(AURAL__ISA_AVX2);
         aural__linear(&w, b, x, ns[ni], ya);

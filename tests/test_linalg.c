@@ -14,15 +14,9 @@
 
 #include <cmocka.h>
 
+#include "helpers.h"
 #include "internal.h"
 
-static uint32_t rng = 2463534242u;
-static float frand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 17;
-  rng ^= rng << 5;
-  return (float)((double)rng / 4294967296.0 * 2.0 - 1.0);
-}
 
 /* A random (rows, cols) matrix, packed, as f32 or f16, with its row-major
  * values (as the kernels see them) in `plain`. */
@@ -34,7 +28,7 @@ static aural__mat make_mat(size_t rows, size_t cols, int f16, float *plain,
     uint16_t *p = calloc(n, sizeof *p);
     for (size_t r = 0; r < rows; r++)
       for (size_t c = 0; c < cols; c++) {
-        uint16_t h = aural__f32_to_f16(frand());
+        uint16_t h = aural__f32_to_f16(test_frand());
         p[aural__packed_at(r, c, cols)] = h;
         plain[r * cols + c] = aural__f16_to_f32(h);
       }
@@ -44,7 +38,7 @@ static aural__mat make_mat(size_t rows, size_t cols, int f16, float *plain,
     float *p = calloc(n, sizeof *p);
     for (size_t r = 0; r < rows; r++)
       for (size_t c = 0; c < cols; c++)
-        p[aural__packed_at(r, c, cols)] = plain[r * cols + c] = frand();
+        p[aural__packed_at(r, c, cols)] = plain[r * cols + c] = test_frand();
     m.f32 = p;
     *mem = p;
   }
@@ -73,9 +67,9 @@ static void test_kernel_matches_oracle_bit_for_bit(void **state) {
         void *mem;
         aural__mat w = make_mat(R, C, f16, plain, &mem);
         float *b = malloc(R * sizeof *b);
-        for (size_t r = 0; r < R; r++) b[r] = frand();
+        for (size_t r = 0; r < R; r++) b[r] = test_frand();
         float *x = malloc(n_max * C * sizeof *x);
-        for (size_t i = 0; i < n_max * C; i++) x[i] = frand() * 4;
+        for (size_t i = 0; i < n_max * C; i++) x[i] = test_frand() * 4;
         float *fast = malloc(n_max * R * sizeof *fast);
         float *ref = malloc(n_max * R * sizeof *ref);
         for (size_t ni = 0; ni < n_ns; ni++) {
@@ -133,8 +127,8 @@ static void test_odd_model_shapes_match_oracle(void **state) {
       void *mem;
       aural__mat w = make_mat(R, C, f16, plain, &mem);
       float *b = malloc(R * sizeof *b), *x = malloc(n_max * C * sizeof *x);
-      for (size_t r = 0; r < R; r++) b[r] = frand();
-      for (size_t i = 0; i < n_max * C; i++) x[i] = frand() * 4;
+      for (size_t r = 0; r < R; r++) b[r] = test_frand();
+      for (size_t i = 0; i < n_max * C; i++) x[i] = test_frand() * 4;
       float *fast = malloc(n_max * R * sizeof *fast),
             *ref = malloc(n_max * R * sizeof *ref),
             *one = malloc(R * sizeof *one);
@@ -168,7 +162,7 @@ static void test_activation_bits_independent_of_length(void **state) {
   enum { N_MAX = 50 * 200 };
   float *x = malloc(N_MAX * sizeof *x), *all = malloc(N_MAX * sizeof *all),
         *part = malloc(N_MAX * sizeof *part);
-  for (size_t i = 0; i < N_MAX; i++) x[i] = frand() * 5;
+  for (size_t i = 0; i < N_MAX; i++) x[i] = test_frand() * 5;
   for (int relu = 0; relu < 2; relu++) {
     void (*act)(float *, size_t) = relu ? aural__relu : aural__gelu;
     memcpy(all, x, N_MAX * sizeof *x);
@@ -212,8 +206,8 @@ static void test_zero_rows_write_nothing(void **state) {
     void *mem;
     aural__mat w = make_mat(R, C, f16, plain, &mem);
     float b[33], x[8 * 40];
-    for (size_t r = 0; r < R; r++) b[r] = frand();
-    for (size_t i = 0; i < sizeof x / sizeof *x; i++) x[i] = frand();
+    for (size_t r = 0; r < R; r++) b[r] = test_frand();
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++) x[i] = test_frand();
     float *y = malloc(n_canary * sizeof *y);
     for (size_t i = 0; i < n_canary; i++) y[i] = canary;
     aural__linear(&w, b, x, 0, y);
@@ -284,7 +278,7 @@ static void test_activations(void **state) {
   /* Layer norm: zero mean, unit variance before the affine part. */
   float row[64], g[64], b[64];
   for (int i = 0; i < 64; i++) {
-    row[i] = frand() * 10 + 3;
+    row[i] = test_frand() * 10 + 3;
     g[i] = 1;
     b[i] = 0;
   }
@@ -311,8 +305,8 @@ static void test_attention_scores_bits(void **state) {
       double *all = malloc(n_rows * w_pad * sizeof *all),
              *one = malloc(w_pad * sizeof *one),
              *ref = malloc(n_rows * w_pad * sizeof *ref);
-      for (size_t i = 0; i < hs * w_pad; i++) kt[i] = frand() * 2 - 1;
-      for (size_t i = 0; i < n_rows * ldq; i++) q[i] = frand() * 3 - 1.5f;
+      for (size_t i = 0; i < hs * w_pad; i++) kt[i] = test_frand() * 2 - 1;
+      for (size_t i = 0; i < n_rows * ldq; i++) q[i] = test_frand() * 3 - 1.5f;
       aural__attention_scores(q, ldq, n_rows, kt, w_pad, hs, 0.3, all);
       aural__attention_scores_ref(q, ldq, n_rows, kt, w_pad, hs, 0.3, ref);
       assert_memory_equal(all, ref, n_rows * w_pad * sizeof *all);
@@ -345,9 +339,9 @@ static void test_attention_matches_oracle(void **state) {
       float *q = malloc(d * sizeof *q), *o1 = malloc(d * sizeof *o1),
             *o2 = malloc(d * sizeof *o2);
       double *sc = malloc(w_pad * sizeof *sc);
-      for (size_t i = 0; i < d * w_pad; i++) kt[i] = frand();
-      for (size_t i = 0; i < w * d; i++) v[i] = frand();
-      for (size_t i = 0; i < d; i++) q[i] = frand() * 3;
+      for (size_t i = 0; i < d * w_pad; i++) kt[i] = test_frand();
+      for (size_t i = 0; i < w * d; i++) v[i] = test_frand();
+      for (size_t i = 0; i < d; i++) q[i] = test_frand() * 3;
       for (size_t first = 0; first < w; first += (w > 10 ? 7 : 1))
         for (size_t n = 1; n <= w; n += (w > 10 ? 9 : 1)) {
           for (size_t h = 0; h < heads; h++) {
@@ -386,8 +380,8 @@ static void test_long_products_keep_precision(void **state) {
   for (size_t r = 0; r < R; r++)
     for (size_t c = 0; c < C; c++)
       packed[aural__packed_at(r, c, C)] = plain[r * C + c] =
-          1.0f + 0.5f * frand();
-  for (size_t i = 0; i < n * C; i++) x[i] = 1.0f + 0.5f * frand();
+          1.0f + 0.5f * test_frand();
+  for (size_t i = 0; i < n * C; i++) x[i] = 1.0f + 0.5f * test_frand();
   aural__mat w = {.rows = (int)R, .cols = (int)C, .f32 = packed};
   const size_t ns[] = {1, 5, n};
   for (int path = 0; path < 4; path++) {

@@ -7,6 +7,7 @@
 #include <aural.h>
 
 #include "cli.h"
+#include "words.h"
 
 static void usage(FILE *to) {
   fprintf(to,
@@ -55,11 +56,7 @@ int cmd_pronounce(int argc, char **argv) {
   if (model_path == NULL) model_path = cli_default_model();
   char path_buf[4096];
   if (g2p_path == NULL) {
-    size_t n = strlen(model_path);
-    const char *ext = ".safetensors";
-    if (n > strlen(ext) && strcmp(model_path + n - strlen(ext), ext) == 0)
-      n -= strlen(ext);
-    snprintf(path_buf, sizeof path_buf, "%.*s.g2p.txt", (int)n, model_path);
+    words_beside(path_buf, sizeof path_buf, model_path, ".g2p.txt");
     g2p_path = path_buf;
   }
   aural_err err = {0};

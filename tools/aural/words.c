@@ -21,10 +21,8 @@ int words_format_parse(const char *name) {
   return -1;
 }
 
-/* PATH.safetensors -> PATH + suffix (PATH.safetensors + suffix when the
- * model's name ends otherwise). */
-static void beside(char *out, size_t cap, const char *model_path,
-                   const char *suffix) {
+void words_beside(char *out, size_t cap, const char *model_path,
+                  const char *suffix) {
   size_t n = strlen(model_path);
   const char *ext = ".safetensors";
   size_t k = strlen(ext);
@@ -38,11 +36,11 @@ int words_load(words_res *r, const aural_model *model, const char *model_path,
   *r = (words_res){0};
   char lex_buf[4096], lm_buf[4096];
   if (lexicon_path == NULL) {
-    beside(lex_buf, sizeof lex_buf, model_path, ".lexicon.txt");
+    words_beside(lex_buf, sizeof lex_buf, model_path, ".lexicon.txt");
     lexicon_path = lex_buf;
   }
   if (lm_path == NULL) {
-    beside(lm_buf, sizeof lm_buf, model_path, ".lm.arpa");
+    words_beside(lm_buf, sizeof lm_buf, model_path, ".lm.arpa");
     lm_path = lm_buf;
   }
   aural_err e = {0};
@@ -84,7 +82,7 @@ int words_custom(words_res *r, const aural_model *model, const char *model_path,
     return -1;
   }
   if (g2p_path == NULL) {
-    beside(path_buf, sizeof path_buf, model_path, ".g2p.txt");
+    words_beside(path_buf, sizeof path_buf, model_path, ".g2p.txt");
     g2p_path = path_buf;
   }
   aural_err e = {0};

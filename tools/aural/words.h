@@ -14,6 +14,11 @@ extern const char *const words_format_names[4]; /* "txt", "json", ... */
 /* "txt", "json", "srt" or "vtt"; -1 when unknown. */
 int words_format_parse(const char *name);
 
+/* PATH.safetensors -> PATH + suffix (PATH.safetensors + suffix when the
+ * model's name ends otherwise): the files that ship beside a model. */
+void words_beside(char *out, size_t cap, const char *model_path,
+                  const char *suffix);
+
 /* The resources, shared by any number of transcripts. */
 typedef struct words_res {
   aural_lexicon *lex;
