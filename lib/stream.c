@@ -45,7 +45,8 @@ struct aural_stream {
   float *out_logits;      /* (out_cap, v) or NULL (logits or text) */
   float *out_feats;       /* (out_cap, mels) or NULL */
   int *ids;               /* (C) tokens of one chunk, for text */
-  uint64_t n_in, n_made, n_encoded, n_chunks;
+  uint64_t n_in, n_made, n_encoded, n_chunks; /* since the stream's first */
+  uint64_t chunk0, frame0; /* its first chunk and frame (first_chunk) */
   size_t batch_k;         /* rows of this stream in the current batch */
   int prev_token;         /* CTC collapse state across chunks */
   int ended, done, marked;
@@ -148,9 +149,16 @@ static int setup(aural_stream *s, const aural_model *model,
   if (rc == 0)
     rc = check_frames("encoder_batch_frames", cfg->encoder_batch_frames, err);
   if (rc < 0) return rc;
+  if (cfg->first_chunk > AURAL_STREAM_MAX_FIRST_CHUNK)
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "stream: first_chunk %llu is above %llu",
+                          (unsigned long long)cfg->first_chunk,
+                          (unsigned long long)AURAL_STREAM_MAX_FIRST_CHUNK);
   s->model = model;
   s->outputs = (unsigned)outputs;
   s->C = cfg->chunk_frames;
+  s->chunk0 = cfg->first_chunk;
+  s->frame0 = cfg->first_chunk * cfg->chunk_frames;
   s->mels = (size_t)c->fbank.num_mel_bins;
   s->d = (size_t)c->d_model;
   s->v = (size_t)c->vocab_size;
@@ -225,6 +233,11 @@ static void chunk_words(aural_stream *s, size_t n, bool final,
   ch->n_final_words = nw;
   ch->n_partial_words =
       w != NULL ? aural_decoder_partial(s->dec, w + nw, cap - nw) : 0;
+  /* The decoder counts frames from its own first. */
+  for (size_t i = 0; w != NULL && i < nw + ch->n_partial_words; i++) {
+    w[i].start_frame += s->frame0;
+    w[i].end_frame += s->frame0;
+  }
 }
 
 int aural_stream_create(const aural_model *model,
@@ -267,6 +280,7 @@ int aural_stream_create(const aural_model *model,
     aural_encoder_config ec;
     aural_encoder_config_default(&ec);
     ec.max_batch_frames = cfg->encoder_batch_frames;
+    ec.first_frame = s->frame0;
     rc = aural_encoder_create(model, &ec, &s->enc, err);
   }
   if (rc < 0) {
@@ -540,8 +554,8 @@ int aural_stream_pull(aural_stream *s, aural_chunk *ch) {
   if (s->outputs & AURAL_STREAM_TEXT) ch->text_len = chunk_text(s, n, ch->text);
   ch->n_segments = ch->n_final_words = ch->n_partial_words = 0;
   if (s->dec != NULL) chunk_words(s, n, final, ch);
-  ch->seq = s->n_chunks++;
-  ch->first_frame = s->n_encoded - s->n_ready;
+  ch->seq = s->chunk0 + s->n_chunks++;
+  ch->first_frame = s->frame0 + s->n_encoded - s->n_ready;
   ch->n_frames = n;
   ch->final = final;
   s->out_head += n;
@@ -591,7 +605,7 @@ void aural_stream_get_stats(const aural_stream *s, aural_stream_stats *st) {
 
 int aural_stream_reset(aural_stream *s) {
   int rc = aural_frontend_reset(s->fe);
-  if (s->enc != NULL) aural_encoder_reset(s->enc, 0);
+  if (s->enc != NULL) aural_encoder_reset(s->enc, s->frame0);
   s->n_pending = s->out_head = s->n_ready = 0;
   s->n_in = s->n_made = s->n_encoded = s->n_chunks = 0;
   s->prev_token = -1;

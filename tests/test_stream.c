@@ -60,6 +60,7 @@ typedef struct result {
   char text[65536];
   size_t chunk_n[256];
   int final_seen;
+  uint64_t chunk0; /* the stream's first chunk (config.first_chunk) */
 } result;
 
 static void result_free(result *r) {
@@ -99,8 +100,8 @@ static void drain(aural_stream *s, result *r) {
     assert_true(rc == 0 || rc == 1);
     if (rc == 0) return;
     assert_false(r->final_seen);
-    assert_int_equal(ch.seq, r->n_chunks);
-    assert_int_equal(ch.first_frame, r->n_chunks * C);
+    assert_int_equal(ch.seq, r->chunk0 + r->n_chunks);
+    assert_int_equal(ch.first_frame, (r->chunk0 + r->n_chunks) * C);
     assert_true(ch.final || ch.n_frames == C);
     assert_true(ch.n_frames <= C);
     if (ch.text != NULL) {
@@ -151,6 +152,7 @@ static result *run_stream(const aural_model *m, const aural_stream_config *cfg,
   aural_err err = {0};
   if (aural_stream_create(m, cfg, &s, &err) != 0) fail_msg("%s", err.msg);
   result *r = calloc(1, sizeof *r);
+  r->chunk0 = cfg->first_chunk;
   feed(s, pcm, n, cfg->n_channels, step, r);
   finish(s, r);
   aural_stream_destroy(s);
@@ -302,6 +304,55 @@ static void test_split_invariance(void **state) {
     result_free(f);
     check_against_plain(m, 16000, 1, n, 160);
     if (v) printf("  %s: text \"%.60s...\"\n", models[mi], whole->text);
+    result_free(whole);
+    free(pcm);
+    aural_model_free(m);
+  }
+}
+
+/* A stream resumed from chunk k (its audio from that chunk's first
+ * sample, as a cluster node takes a stream over) numbers its chunks and
+ * frames from k and, once the window of every layer has filled again
+ * (n_layers * (window - 1) frames), gives the bits of the whole stream. */
+static void test_resume_from_chunk(void **state) {
+  (void)state;
+  const char *models[] = {"prenorm_gelu_rope", "tiny"};
+  for (size_t mi = 0; mi < 2; mi++) {
+    aural_model *m = load_model(models[mi]);
+    const aural_model_config *c = aural_model_get_config(m);
+    size_t d = (size_t)c->d_model, v = (size_t)c->vocab_size;
+    size_t n = 400 + 399 * 160; /* 400 frames */
+    float *pcm = make_audio(n, 1, 16000);
+    aural_stream_config sc;
+    aural_stream_config_default(&sc);
+    sc.chunk_frames = 20;
+    sc.outputs = AURAL_STREAM_EMBEDDINGS | (v ? AURAL_STREAM_LOGITS : 0);
+    result *whole = run_stream(m, &sc, pcm, n, 777);
+    size_t settle = (size_t)(c->n_layers * (c->window - 1));
+    size_t k0 = 3, C = sc.chunk_frames, f0 = k0 * C;
+    size_t same_from = (settle + C - 1) / C * C; /* frames after f0 */
+    assert_true(f0 + same_from < whole->n_frames);
+    sc.first_chunk = k0;
+    result *r = run_stream(m, &sc, pcm + f0 * 160, n - f0 * 160, 555);
+    assert_int_equal(r->n_frames, whole->n_frames - f0);
+    size_t rows = whole->n_frames - f0 - same_from;
+    assert_memory_equal(r->emb + same_from * d,
+                        whole->emb + (f0 + same_from) * d,
+                        rows * d * sizeof(float));
+    if (v)
+      assert_memory_equal(r->logits + same_from * v,
+                          whole->logits + (f0 + same_from) * v,
+                          rows * v * sizeof(float));
+    /* Before the windows fill again the first frames differ. */
+    assert_memory_not_equal(r->emb, whole->emb + f0 * d, d * sizeof(float));
+    printf("  %s: resumed at chunk %zu, identical after %zu frames\n",
+           models[mi], k0, same_from);
+    sc.first_chunk = AURAL_STREAM_MAX_FIRST_CHUNK + 1;
+    aural_stream *bad = NULL;
+    aural_err err = {0};
+    assert_int_equal(aural_stream_create(m, &sc, &bad, &err), AURAL_ECONFIG);
+    assert_non_null(strstr(err.msg, "first_chunk"));
+    result_free(r);
     result_free(whole);
     free(pcm);
     aural_model_free(m);
@@ -883,6 +934,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_invariance),
       cmocka_unit_test(test_chunk_boundaries),
+      cmocka_unit_test(test_resume_from_chunk),
       cmocka_unit_test(test_chunk_size_odd_shapes),
       cmocka_unit_test(test_rates_and_channels),
       cmocka_unit_test(test_batch_equals_alone),

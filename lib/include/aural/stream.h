@@ -81,6 +81,8 @@ extern "C" {
 
 /* Bound on chunk_frames, max_pending_frames and encoder_batch_frames. */
 #define AURAL_STREAM_MAX_FRAMES 1000000
+/* Bound on first_chunk: 2^40 chunks of 500 ms are 17,000 years. */
+#define AURAL_STREAM_MAX_FIRST_CHUNK (1ull << 40)
 
 typedef struct aural_stream_config {
   double input_rate_hz;   /* rate of the pushed PCM; 0 (default): the
@@ -99,6 +101,14 @@ typedef struct aural_stream_config {
   size_t encoder_batch_frames; /* rows of the encoder's own scratch for
                                   aural_stream_compute (default 64); more
                                   are encoded in several passes */
+  uint64_t first_chunk;   /* 0 (default): the stream from its start. Else
+                             the rest of a longer stream, from this chunk
+                             on (a stream resumed elsewhere): chunks number
+                             from it and frames from first_chunk *
+                             chunk_frames (positions, first_frame and word
+                             times too), and the first sample pushed is
+                             that frame's first. At most
+                             AURAL_STREAM_MAX_FIRST_CHUNK. */
   /* AURAL_STREAM_WORDS: the resources (which must outlive the stream; lm
    * may be NULL) and the search's settings. */
   const aural_lexicon *lexicon;
