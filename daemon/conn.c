@@ -479,7 +479,7 @@ static void do_audio_open(conn *c, const aural_msg_audio_open *req) {
   stream *s = stream_create(srv, m.name, SRC_CLIENT, m.sample_rate,
                             (int)m.channels, custom,
                             m.vocabulary.has_boost ? m.vocabulary.boost : -1,
-                            why, sizeof why);
+                            0, why, sizeof why);
   if (s == NULL) {
     conn_send_error(c, 0, AURAL_PROTO_EAUDIO, false, "%s", why);
     return;

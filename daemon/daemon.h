@@ -16,6 +16,8 @@
  *   conn.c     accepting clients, reading and answering their requests,
  *              reaping dead connections (the `later` pass)
  *   mic.c      the microphone source
+ *   cluster.c  cluster mode: streams from Redis, chunks back to it
+ *              (docs/CLUSTER.md)
  *   compute.c  the workers: each round's input, aural_stream batches,
  *              chunks handed back
  *   fanout.c   streams meet subscribers: announcements, deliveries,
@@ -110,6 +112,19 @@ typedef struct aurald_options {
   bool f16_weights;
   size_t max_model_bytes; /* --max-model-memory: weights, one stream and
                              one compute thread's batch together */
+  /* Cluster mode (cluster.c); cluster_url NULL: off. */
+  const char *cluster_url;
+  const char *cluster_password_file;
+  const char *cluster_node;   /* NULL: HOST-PID */
+  bool cluster_optional;      /* serve locally while Redis is unreachable */
+  int cluster_capacity;       /* streams this node takes from the cluster */
+  long cluster_retention;     /* chunks kept per output stream (MAXLEN ~) */
+  double cluster_ttl_s;       /* heartbeat expiry: a silent node's streams
+                                 are taken over this long after it stops */
+  double cluster_timeout_s;   /* no reply for this long: reconnect */
+  double cluster_expire_s;    /* an ended stream's keys live this long */
+  uint32_t cluster_outputs;   /* AURAL_OUT_* of the published chunks */
+  uint8_t cluster_dtype;
 } aurald_options;
 
 /* Rows of the batch each compute thread makes (aural_batch_create); the
@@ -190,6 +205,12 @@ typedef struct stream_loop {
   /* A source's start when the stream is released (the microphone's
    * capture), or NULL; a negative return ends the stream (device_lost). */
   int (*on_release)(struct stream *s);
+  /* A cluster stream's (cluster.c), or NULL: each chunk before its
+   * subscribers get it (false: they do not), and the stream's end before
+   * they hear of it. ext is cluster.c's own state of the stream. */
+  bool (*on_chunk)(struct stream *s, struct chunk_out *co);
+  void (*on_end)(struct stream *s);
+  void *ext;
   uint64_t overruns;      /* input lost: the microphone's, moved here by
                              the loop, and its pushes that found no room */
   uint64_t chunks_emitted;
@@ -445,6 +466,7 @@ typedef struct server {
   int n_workers;
 
   struct mic_source *mic;
+  struct cluster *cluster; /* cluster mode, or NULL */
   uint64_t fail_call;          /* test hook: this encoder call fails */
   _Atomic uint64_t n_calls;    /* encoder calls so far (with fail_call) */
   int exit_code;
@@ -463,10 +485,13 @@ void server_close_handles(server *srv);
 
 /* stream.c */
 /* custom: the stream's custom words (the stream owns them from here on,
- * even when it fails), or NULL; boost: theirs, or < 0 for the default. */
+ * even when it fails), or NULL; boost: theirs, or < 0 for the default.
+ * first_chunk: 0, or where a stream resumed from the middle begins
+ * (aural_stream_config.first_chunk). */
 stream *stream_create(server *srv, const char *name, stream_source src,
                       double rate_hz, int channels, aural_lexicon *custom,
-                      double boost, char *why, size_t why_len);
+                      double boost, uint64_t first_chunk, char *why,
+                      size_t why_len);
 /* Sets server.words_max and segments_max from a stream of words (one made
  * and freed at start-up). Returns 0 or -1 with why. */
 int stream_words_limits(server *srv, char *why, size_t why_len);
@@ -537,6 +562,12 @@ void server_on_done(uv_async_t *a); /* drains finished chunks */
 void deliveries_attach(server *srv, subscription *sub, stream *s);
 void delivery_remove_sub(server *srv, subscription *sub);
 void fanout_chunk(server *srv, chunk_out *co);
+/* The chunk's CHUNK message with these outputs and dtype, and its WORDS
+ * message (words on), each encoded once per chunk and owned by it; NULL
+ * when out of memory. */
+msgbuf *chunk_variant(server *srv, chunk_out *co, uint32_t outputs,
+                      uint8_t dtype);
+msgbuf *chunk_words_message(chunk_out *co);
 void fanout_ended(server *srv, stream *s);
 void send_stream_started(delivery *d);
 
@@ -556,6 +587,18 @@ void mic_stop(server *srv);
 /* Devices still closing on their own threads (each lets go of its source
  * before it is counted out). */
 int mic_closers_running(void);
+
+/* cluster.c */
+/* Connects to the cluster (--cluster) and starts taking streams from it.
+ * Returns 0, or -1 with why when Redis cannot be reached (unless
+ * --cluster-optional, when it retries in the background). */
+int cluster_start(server *srv, char *why, size_t why_len);
+/* The shutdown's start: takes no more streams, publishes nothing more of
+ * the ones it has, and hands them back as they end. */
+void cluster_stop(server *srv);
+/* The shutdown's end: the connections close (their last replies awaited
+ * for at most a second). */
+void cluster_close(server *srv);
 
 /* config.c */
 typedef struct config_words {

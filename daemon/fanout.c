@@ -130,6 +130,18 @@ static msgbuf *decode_for(server *srv, delivery *d, const chunk_out *co) {
                          d->dec_first_frame);
 }
 
+msgbuf *chunk_variant(server *srv, chunk_out *co, uint32_t outputs,
+                      uint8_t dtype) {
+  msgbuf **slot = &co->variants[dtype][outputs];
+  if (*slot == NULL) *slot = encode_variant(srv, co, outputs, dtype);
+  return *slot;
+}
+
+msgbuf *chunk_words_message(chunk_out *co) {
+  if (co->words_msg == NULL) co->words_msg = encode_words(co);
+  return co->words_msg;
+}
+
 /* Sends the GAP a delivery owes, if any. */
 static void flush_gap(delivery *d) {
   if (d->gap_n == 0) return;
@@ -181,16 +193,11 @@ void fanout_chunk(server *srv, chunk_out *co) {
     /* A decoder of its own runs on every chunk, delivered or not, so that
      * its hypothesis stays whole. */
     if (d->dec != NULL && co->logits != NULL) own = decode_for(srv, d, co);
-    if (out != 0) {
-      msgbuf **slot = &co->variants[dt][out];
-      if (*slot == NULL) *slot = encode_variant(srv, co, out, dt);
-      m[n_msgs++] = *slot;
-    }
+    if (out != 0) m[n_msgs++] = chunk_variant(srv, co, out, dt);
     if (want_words && d->dec != NULL) {
       m[n_msgs++] = own;
     } else if (want_words) {
-      if (co->words_msg == NULL) co->words_msg = encode_words(co);
-      m[n_msgs++] = co->words_msg;
+      m[n_msgs++] = chunk_words_message(co);
     }
     for (size_t i = 0; i < n_msgs; i++) {
       made = made && m[i] != NULL;
@@ -334,6 +341,7 @@ static void free_chunk(chunk_out *co) {
  * cleared `sched.busy` before queueing this event, and an ended stream is
  * never queued again, so nobody else holds it. */
 static void finish_stream(server *srv, stream *s) {
+  if (s->loop.on_end != NULL) s->loop.on_end(s);
   log_info("stream %u \"%s\": ended (%s%s%s), %llu frames, %llu chunks",
            s->id, s->name, end_reason_name(s->sched.reason),
            s->sched.message[0] ? ": " : "", s->sched.message,
@@ -373,7 +381,8 @@ void server_on_done(uv_async_t *a) {
       finish_stream(srv, s);
       continue;
     }
-    fanout_chunk(srv, co);
+    if (s->loop.on_chunk == NULL || s->loop.on_chunk(s, co))
+      fanout_chunk(srv, co);
     free_chunk(co);
     /* Its client may be waiting for the backlog to drain: it reads on at
      * the next iteration's `later` pass (conn.c). */

@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <aural/cluster.h>
+
 #include "daemon.h"
 
 #define TICK_MS 10
@@ -28,7 +30,11 @@ enum {
   OPT_CHUNK_MS = 256, OPT_MIC, OPT_LIST, OPT_FILE, OPT_REALTIME, OPT_EXIT,
   OPT_HOLD, OPT_THREADS, OPT_MAX_CLIENTS, OPT_MAX_STREAMS, OPT_HARD, OPT_SOFT,
   OPT_SOFT_S, OPT_HELLO_TIMEOUT, OPT_GROUP, OPT_F16, OPT_MAX_MODEL_MEM, OPT_LOG,
-  OPT_CONFIG, OPT_NO_CONFIG, OPT_LEXICON, OPT_LM,
+  OPT_CONFIG, OPT_NO_CONFIG, OPT_LEXICON, OPT_LM, OPT_CLUSTER,
+  OPT_CLUSTER_OPTIONAL, OPT_CLUSTER_PASSWORD, OPT_CLUSTER_NODE,
+  OPT_CLUSTER_CAPACITY, OPT_CLUSTER_RETENTION, OPT_CLUSTER_TTL,
+  OPT_CLUSTER_TIMEOUT, OPT_CLUSTER_EXPIRE, OPT_CLUSTER_OUTPUTS,
+  OPT_CLUSTER_DTYPE,
 };
 
 /* Every option once: getopt's table and --help are made from this list,
@@ -97,6 +103,38 @@ static const option_doc options[] = {
      "refuse a model whose weights, one stream and\n"
      "one compute thread's scratch need more than B\n"
      "bytes; suffixes K, M, G (default 2G)"},
+    {"cluster", required_argument, OPT_CLUSTER, " URL",
+     "also take streams from a Redis cluster:\n"
+     "redis://[USER@]HOST[:PORT][/DB] or unix:PATH\n"
+     "(docs/CLUSTER.md); exits if it is unreachable"},
+    {"cluster-optional", no_argument, OPT_CLUSTER_OPTIONAL, "",
+     "serve locally while the cluster is unreachable,\n"
+     "and join it when it answers"},
+    {"cluster-password-file", required_argument, OPT_CLUSTER_PASSWORD,
+     " PATH", "the Redis password, first line of PATH (mode\n"
+     "0600); else $AURAL_REDIS_PASSWORD"},
+    {"cluster-node", required_argument, OPT_CLUSTER_NODE, " ID",
+     "this node's name in the cluster (default\n"
+     "HOST-PID)"},
+    {"cluster-capacity", required_argument, OPT_CLUSTER_CAPACITY, " N",
+     "take at most N cluster streams (default 64)"},
+    {"cluster-retention", required_argument, OPT_CLUSTER_RETENTION, " N",
+     "keep about N chunks of each stream's output in\n"
+     "Redis (default 1200: 10 minutes)"},
+    {"cluster-ttl", required_argument, OPT_CLUSTER_TTL, " S",
+     "heartbeat expiry: a node silent for S seconds\n"
+     "loses its streams to the others (default 3)"},
+    {"cluster-timeout", required_argument, OPT_CLUSTER_TIMEOUT, " S",
+     "reconnect when Redis has not answered for S\n"
+     "seconds (default 10)"},
+    {"cluster-expire", required_argument, OPT_CLUSTER_EXPIRE, " S",
+     "an ended stream's outputs stay S seconds\n"
+     "(default 86400)"},
+    {"cluster-outputs", required_argument, OPT_CLUSTER_OUTPUTS, " LIST",
+     "what each published chunk carries: embeddings,\n"
+     "logits, text (default: all the model has)"},
+    {"cluster-dtype", required_argument, OPT_CLUSTER_DTYPE, " T",
+     "f32 (default) or f16 for published chunks"},
     {"log-level", required_argument, OPT_LOG, " L",
      "error, warn, info (default) or debug"},
     {"config", required_argument, OPT_CONFIG, " PATH",
@@ -181,6 +219,43 @@ static const char *default_model(void) {
   if (env != NULL && env[0] != '\0') return env;
   if (access(AURAL_INSTALLED_MODEL, R_OK) == 0) return AURAL_INSTALLED_MODEL;
   return AURAL_SOURCE_MODEL;
+}
+
+/* --cluster-ttl, --cluster-timeout or --cluster-expire. */
+static int parse_seconds(const char *s, int which, aurald_options *o) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  const char *name = which == OPT_CLUSTER_TTL       ? "cluster-ttl"
+                     : which == OPT_CLUSTER_TIMEOUT ? "cluster-timeout"
+                                                    : "cluster-expire";
+  double lo = which == OPT_CLUSTER_TTL ? 0.5 : 1;
+  double hi = which == OPT_CLUSTER_EXPIRE ? 3.2e7 : 3600;
+  if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+    fprintf(stderr, "aurald: --%s must be %g to %g seconds\n", name, lo, hi);
+    return -1;
+  }
+  if (which == OPT_CLUSTER_TTL) o->cluster_ttl_s = v;
+  else if (which == OPT_CLUSTER_TIMEOUT) o->cluster_timeout_s = v;
+  else o->cluster_expire_s = v;
+  return 0;
+}
+
+/* "embeddings,logits,text" (any of them, once each) as AURAL_OUT_* bits. */
+static int parse_outputs(const char *s, uint32_t *out) {
+  static const char *names[] = {"embeddings", "logits", "text"};
+  *out = 0;
+  for (const char *p = s; *p != '\0';) {
+    size_t n = strcspn(p, ",");
+    uint32_t bit = 0;
+    for (uint32_t i = 0; i < 3; i++)
+      if (strlen(names[i]) == n && strncmp(p, names[i], n) == 0)
+        bit = 1u << i;
+    if (bit == 0 || (*out & bit)) return -1;
+    *out |= bit;
+    p += n + (p[n] == ',');
+  }
+  return *out != 0 ? 0 : -1;
 }
 
 static int parse_options(int argc, char **argv, aurald_options *o,
@@ -279,6 +354,47 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       break;
     }
     case OPT_F16: o->f16_weights = true; break;
+    case OPT_CLUSTER: o->cluster_url = optarg; break;
+    case OPT_CLUSTER_OPTIONAL: o->cluster_optional = true; break;
+    case OPT_CLUSTER_PASSWORD: o->cluster_password_file = optarg; break;
+    case OPT_CLUSTER_NODE:
+      if (!aural_cluster_valid_name(optarg)) {
+        fprintf(stderr, "aurald: --cluster-node \"%s\": 1-64 printable "
+                        "ASCII characters, without / \\ { }\n", optarg);
+        return 2;
+      }
+      o->cluster_node = optarg;
+      break;
+    case OPT_CLUSTER_CAPACITY:
+    case OPT_CLUSTER_RETENTION:
+      if (parse_long(optarg, 1, 100000000, &v) < 0) {
+        fprintf(stderr, "aurald: --%s must be a whole number >= 1\n",
+                ch == OPT_CLUSTER_CAPACITY ? "cluster-capacity"
+                                           : "cluster-retention");
+        return 2;
+      }
+      if (ch == OPT_CLUSTER_CAPACITY) o->cluster_capacity = (int)v;
+      else o->cluster_retention = v;
+      break;
+    case OPT_CLUSTER_TTL:
+    case OPT_CLUSTER_TIMEOUT:
+    case OPT_CLUSTER_EXPIRE:
+      if (parse_seconds(optarg, ch, o) < 0) return 2;
+      break;
+    case OPT_CLUSTER_OUTPUTS:
+      if (parse_outputs(optarg, &o->cluster_outputs) < 0) {
+        fprintf(stderr, "aurald: --cluster-outputs \"%s\": a comma-separated "
+                        "list of embeddings, logits, text\n", optarg);
+        return 2;
+      }
+      break;
+    case OPT_CLUSTER_DTYPE:
+      if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "f16") != 0) {
+        fprintf(stderr, "aurald: --cluster-dtype must be f32 or f16\n");
+        return 2;
+      }
+      o->cluster_dtype = optarg[1] == '1' ? AURAL_DTYPE_F16 : AURAL_DTYPE_F32;
+      break;
     case OPT_MAX_MODEL_MEM:
       if (parse_bytes(optarg, &o->max_model_bytes) < 0) {
         fprintf(stderr, "aurald: --max-model-memory: bad byte count \"%s\" "
@@ -328,6 +444,13 @@ static const aurald_options option_defaults = {
      * small file whose dimensions ask for gigabytes per stream or per
      * compute thread is refused at start. */
     .max_model_bytes = (size_t)AURAL_MODEL_DEFAULT_MAX_MEMORY,
+    .cluster_capacity = 64,
+    .cluster_retention = 1200,
+    .cluster_ttl_s = 3,
+    .cluster_timeout_s = 10,
+    .cluster_expire_s = 86400,
+    .cluster_outputs = AURAL_OUT_ALL,
+    .cluster_dtype = AURAL_DTYPE_F32,
 };
 
 /* The config file named on the command line, or the default one when it
@@ -502,7 +625,7 @@ static int open_files(server *srv, char *why, size_t why_len) {
     for (int k = 2; stream_find(srv, name) != NULL; k++)
       snprintf(name, sizeof name, "%.56s#%d", clean, k % 100000);
     stream *s = stream_create(srv, name, SRC_FILE, info.rate_hz,
-                              info.n_channels, NULL, -1, why, why_len);
+                              info.n_channels, NULL, -1, 0, why, why_len);
     if (s == NULL) {
       aural_audiofile_close(af);
       return -1;
@@ -619,6 +742,8 @@ int main(int argc, char **argv) {
   if (rc == 0) rc = workers_start(&srv, o.n_threads, why, sizeof why);
   if (rc == 0) rc = open_files(&srv, why, sizeof why);
   if (rc == 0 && o.mic) rc = mic_start(&srv, o.mic_device, why, sizeof why);
+  if (rc == 0 && o.cluster_url != NULL)
+    rc = cluster_start(&srv, why, sizeof why);
   if (rc < 0) {
     log_error("%s", why);
     srv.exit_code = 1;

@@ -183,7 +183,8 @@ int mic_start(server *srv, const char *device, char *why, size_t why_len) {
   if (dev < 0) goto fail;
   const PaDeviceInfo *info = Pa_GetDeviceInfo(dev);
   double rate = info->defaultSampleRate;
-  m->s = stream_create(srv, "mic", SRC_MIC, rate, 1, NULL, -1, why, why_len);
+  m->s = stream_create(srv, "mic", SRC_MIC, rate, 1, NULL, -1, 0, why,
+                       why_len);
   if (m->s == NULL) goto fail;
   m->s->loop.on_release = on_release;
   uv_async_init(srv->loop, &m->async, on_mic_async);

@@ -228,6 +228,7 @@ void server_close_handles(server *srv) {
   /* Its callers are loop callbacks and main: nothing below holds a
    * connection's subscriptions. */
   conn_reap_all(srv);
+  cluster_close(srv);
   close_if_open((uv_handle_t *)&srv->later);
   close_if_open((uv_handle_t *)&srv->tick);
   close_if_open((uv_handle_t *)&srv->deadline);
@@ -257,6 +258,7 @@ void server_stop(server *srv, const char *why) {
     if (!srv->activated) unlink(srv->opt->socket_path); /* else systemd's */
   }
   mic_stop(srv);
+  cluster_stop(srv);
   for (stream *s = srv->streams; s != NULL; s = s->loop.next)
     stream_end_input(s, END_SHUTDOWN, "");
   for (conn *c = srv->conns; c != NULL; c = c->next)

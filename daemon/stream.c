@@ -50,8 +50,10 @@ static size_t backlog_frames(const stream *s) {
  * that its finals do not depend on when a subscriber asked for them. */
 static void stream_config(server *srv, stream_source src, double rate_hz,
                           int channels, const aural_lexicon *custom,
-                          double boost, aural_stream_config *sc) {
+                          double boost, uint64_t first_chunk,
+                          aural_stream_config *sc) {
   aural_stream_config_default(sc);
+  sc->first_chunk = first_chunk;
   sc->input_rate_hz = rate_hz;
   sc->n_channels = channels;
   /* A microphone glitch must not end the stream; files and clients are
@@ -73,7 +75,7 @@ static void stream_config(server *srv, stream_source src, double rate_hz,
 
 int stream_words_limits(server *srv, char *why, size_t why_len) {
   aural_stream_config sc;
-  stream_config(srv, SRC_FILE, 0, 1, NULL, -1, &sc);
+  stream_config(srv, SRC_FILE, 0, 1, NULL, -1, 0, &sc);
   aural_stream *as = NULL;
   aural_err err = {0};
   if (aural_stream_create(srv->model, &sc, &as, &err) < 0) {
@@ -90,7 +92,8 @@ int stream_words_limits(server *srv, char *why, size_t why_len) {
 
 stream *stream_create(server *srv, const char *name, stream_source src,
                       double rate_hz, int channels, aural_lexicon *custom,
-                      double boost, char *why, size_t why_len) {
+                      double boost, uint64_t first_chunk, char *why,
+                      size_t why_len) {
   stream *s = calloc(1, sizeof *s);
   if (s == NULL) {
     aural_lexicon_destroy(custom);
@@ -106,7 +109,7 @@ stream *stream_create(server *srv, const char *name, stream_source src,
   s->start_us = aurald_now_us();
 
   aural_stream_config sc;
-  stream_config(srv, src, rate_hz, channels, custom, boost, &sc);
+  stream_config(srv, src, rate_hz, channels, custom, boost, first_chunk, &sc);
   aural_err err = {0};
   if (aural_stream_create(srv->model, &sc, &s->work.as, &err) < 0) {
     snprintf(why, why_len, "%s", err.msg);

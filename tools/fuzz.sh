@@ -48,7 +48,7 @@ for t in "${targets[@]}"; do
     # The daemon's connection handling, without its main().
     # shellcheck disable=SC2207
     extra=($(ls daemon/*.c | grep -v 'daemon/main.c')
-           $(pkg-config --cflags --libs libuv portaudio-2.0))
+           $(pkg-config --cflags --libs libuv portaudio-2.0 hiredis))
   fi
   "$cc" "${cflags[@]}" "tests/fuzz/fuzz_$t.c" "${srcs[@]}" "${extra[@]}" \
     -o "$out/fuzz_$t" "${libs[@]}" -lfftw3_threads -lmvec -lm -lpthread

@@ -1,0 +1,267 @@
+#!/usr/bin/python3
+"""Cluster mode (docs/CLUSTER.md): aurald nodes sharing streams through a
+real redis-server on a private Unix socket.
+
+Run by meson (`meson test -C build cluster`) with AURALD_BIN, AURAL_BIN and
+AURAL_TEST_DATA set, like test_daemon.py, whose helpers it uses. Streams
+are produced here with the layout of docs/CLUSTER.md §1 (the producer the
+CLI has is tested in test_cluster_clients.py and used here once), and every
+chunk read back from Redis is compared with `aural encode` of the same
+audio.
+"""
+
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import wave
+
+import numpy as np
+import redis
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_daemon as td  # noqa: E402
+
+CHUNK = struct.Struct("<QQIIqqqqIIHBBI")  # PROTOCOL.md §5, 72 bytes
+FINAL = 1
+
+
+class Redis:
+    """A private redis-server: Unix socket only, in the test's folder."""
+
+    def __init__(self, folder, aof=False):
+        self.folder = folder
+        self.sock = os.path.join(folder, "redis.sock")
+        self.aof = aof
+        self.start()
+
+    def start(self):
+        args = ["redis-server", "--port", "0", "--unixsocket", self.sock,
+                "--unixsocketperm", "700", "--dir", self.folder,
+                "--save", "", "--appendonly", "yes" if self.aof else "no",
+                "--appendfsync", "always"]
+        self.log = open(os.path.join(self.folder, "redis.log"), "a")
+        self.proc = subprocess.Popen(args, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.client().ping()
+                return
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise AssertionError("redis-server did not start")
+                time.sleep(0.02)
+
+    def client(self):
+        return redis.Redis(unix_socket_path=self.sock, socket_timeout=30)
+
+    def url(self):
+        return "unix:" + self.sock
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+def read_wav(path):
+    with wave.open(path) as w:
+        assert w.getsampwidth() == 2
+        return w.getframerate(), w.getnchannels(), w.readframes(w.getnframes())
+
+
+def produce(r, name, path, block_ms=100, realtime=True, stop=None):
+    """Announces a stream and writes its audio as a producer does (ID
+    FIRST_SAMPLE-1, then the end entry), paced at 1x when realtime."""
+    rate, channels, pcm = read_wav(path)
+    frame_bytes = 2 * channels
+    n = len(pcm) // frame_bytes
+    key = "aural:{%s}:audio" % name
+    r.hset("aural:{%s}:meta" % name,
+           mapping={"rate": rate, "channels": channels, "format": "s16",
+                    "created_us": int(time.time() * 1e6)})
+    r.xadd("aural:announce", {"name": name, "rate": rate,
+                              "channels": channels, "format": "s16"})
+    block = rate * block_ms // 1000
+    t0 = time.monotonic()
+    for at in range(0, n, block):
+        if stop is not None and stop.is_set():
+            return
+        k = min(block, n - at)
+        if realtime:
+            wait = t0 + at / rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        r.xadd(key, {"pcm": pcm[at * frame_bytes:(at + k) * frame_bytes]},
+               id="%d-1" % at)
+    r.xadd(key, {"end": "1"}, id="%d-1" % n)
+
+
+def produce_all(r_factory, streams, **kw):
+    """Produces every (name, path) at once, one thread each."""
+    threads = [threading.Thread(target=produce,
+                                args=(r_factory(), name, path), kwargs=kw)
+               for name, path in streams]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def decode_chunk(payload):
+    (seq, first, n, flags, _start, _cap, _ready, _emit, d, v, outputs,
+     dtype, _res, text_bytes) = CHUNK.unpack_from(payload)
+    assert dtype == 0, dtype
+    at = CHUNK.size
+    emb = logits = None
+    if outputs & 1:
+        emb = np.frombuffer(payload, np.float32, n * d, at).reshape(n, d)
+        at += 4 * n * d
+    if outputs & 2:
+        logits = np.frombuffer(payload, np.float32, n * v, at).reshape(n, v)
+        at += 4 * n * v
+    text = payload[at:at + text_bytes].decode() if outputs & 4 else None
+    at += text_bytes if outputs & 4 else 0
+    assert at == len(payload), (at, len(payload))
+    return {"seq": seq, "first_frame": first, "n": n,
+            "final": bool(flags & FINAL), "emb": emb, "logits": logits,
+            "text": text}
+
+
+def read_outputs(r, name):
+    """Every chunk of the stream in Redis, by entry ID."""
+    out = []
+    for eid, fields in r.xrange("aural:{%s}:out" % name):
+        c = decode_chunk(fields[b"chunk"])
+        ms, seq = eid.decode().split("-")
+        assert int(ms) == c["seq"] and seq == "1", eid
+        c["final_field"] = fields.get(b"final") == b"1"
+        out.append(c)
+    return out
+
+
+def wait_finished(r, names, timeout):
+    """Waits until each stream's final chunk is in Redis."""
+    deadline = time.monotonic() + timeout
+    left = set(names)
+    while left and time.monotonic() < deadline:
+        for name in list(left):
+            last = r.xrevrange("aural:{%s}:out" % name, count=1)
+            if last and last[0][1].get(b"final") == b"1":
+                left.discard(name)
+        time.sleep(0.1)
+    return left
+
+
+class ClusterTest(td.DaemonTest):
+    model = td.CTC
+
+    def setUp(self):
+        super().setUp()
+        self.redis = Redis(self.tmp, aof=getattr(self, "aof", False))
+        self.r = self.redis.client()
+
+    def tearDown(self):
+        try:
+            super().tearDown()
+        finally:
+            self.redis.kill()
+
+    def node(self, name, *args):
+        folder = os.path.join(self.tmp, name)
+        os.makedirs(folder, exist_ok=True)
+        return self.start("--cluster", self.redis.url(), "--cluster-node",
+                          name, "--no-config", *args, model=self.model,
+                          socket_path=os.path.join(folder, "aural.sock"))
+
+    def whole(self, path):
+        """`aural encode` of the file: embeddings and logits."""
+        return (self.encode(path, model=self.model),
+                self.encode(path, model=self.model, output="logits"))
+
+    def check_stream(self, name, path, tol=0.0, want=None):
+        """The stream's outputs in Redis: seqs 0..n-1 once each, the last
+        final, embeddings and logits those of `aural encode`."""
+        chunks = read_outputs(self.r, name)
+        seqs = [c["seq"] for c in chunks]
+        self.assertEqual(seqs, list(range(len(chunks))), name)
+        self.assertTrue(chunks[-1]["final"] and chunks[-1]["final_field"])
+        self.assertFalse(any(c["final"] for c in chunks[:-1]))
+        emb = np.concatenate([c["emb"] for c in chunks])
+        logits = np.concatenate([c["logits"] for c in chunks])
+        want_emb, want_logits = want or self.whole(path)
+        self.assertEqual(emb.shape, want_emb.shape, name)
+        if tol == 0:
+            np.testing.assert_array_equal(emb, want_emb, name)
+            np.testing.assert_array_equal(logits, want_logits, name)
+        else:
+            np.testing.assert_allclose(emb, want_emb, rtol=0, atol=tol)
+            np.testing.assert_allclose(logits, want_logits, rtol=0, atol=tol)
+        return chunks
+
+
+class TestCluster(ClusterTest):
+    def test_streams_across_nodes(self):
+        """Three nodes, 30 streams at real time: every stream whole, its
+        chunks once each, bit-identical to `aural encode`."""
+        nodes = [self.node("n%d" % i) for i in range(3)]
+        files = [self.wav(4 + 0.37 * k, name="f%d.wav" % k) for k in range(5)]
+        paths = [files[i % 5] for i in range(30)]
+        names = ["s%d" % i for i in range(30)]
+        threads = produce_all(self.redis.client, list(zip(names, paths)))
+        for t in threads:
+            t.join()
+        self.assertEqual(wait_finished(self.r, names, 60), set())
+        owners = set()
+        wants = {}
+        owners = set()
+        wants = {}
+        bad = []
+        for name, path in zip(names, paths):
+            try:
+                self.check_stream(name, path)
+            except AssertionError as e:
+                bad.append((name, str(e)[:300]))
+        print(bad, [self.r.hget("aural:{%s}:meta" % n, "node") for n in names])
+        for name, path in zip(names, paths):
+            key = os.path.getsize(path)
+            if key not in wants:
+                wants[key] = self.whole(path)
+            self.check_stream(name, path, want=wants[key])
+            owners.add(self.r.hget("aural:{%s}:meta" % name, "node"))
+        self.assertEqual(len(owners), 3, owners)  # every node took some
+        events = self.r.xrange("aural:events")
+        ended = [f for _, f in events if f[b"type"] == b"ended"]
+        self.assertEqual(len(ended), 30)
+        self.assertEqual(self.r.xlen("aural:announce"), 0)  # all done
+        for n in nodes:
+            self.stop_clean(n)
+        self.assertEqual(self.r.zcard("aural:nodes"), 0)
+
+    def test_unreachable_at_start(self):
+        """Redis not there: a clear error and exit 1, or local service with
+        --cluster-optional, joining once Redis answers."""
+        missing = "unix:" + os.path.join(self.tmp, "nothing.sock")
+        p = td.run(td.AURALD, "-m", self.model, "-s",
+                   os.path.join(self.tmp, "x.sock"), "--no-config",
+                   "--cluster", missing, check=False, timeout=30)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("cannot connect", p.stderr)
+        self.assertIn("nothing.sock", p.stderr)
+        d = self.start("--no-config", "--cluster", missing,
+                       "--cluster-optional", model=self.model)
+        self.assertIn("serving locally", d.text())
+        out = td.run(td.AURAL, "send", "-q", "-s", d.path, "--name", "local",
+                     self.wav(2))
+        self.assertEqual(out.returncode, 0)
+        self.stop_clean(d)
+
+
+if __name__ == "__main__":
+    td.main(__name__)
