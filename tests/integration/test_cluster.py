@@ -77,6 +77,21 @@ def read_wav(path):
         return w.getframerate(), w.getnchannels(), w.readframes(w.getnframes())
 
 
+def patient(call, *args, **kw):
+    """A Redis write retried while Redis is away (a producer that outlives
+    a Redis restart); an entry already stored counts as written."""
+    while True:
+        try:
+            return call(*args, **kw)
+        except (redis.exceptions.ConnectionError,
+                redis.exceptions.TimeoutError):
+            time.sleep(0.1)
+        except redis.exceptions.ResponseError as e:
+            if "equal or smaller" in str(e):
+                return None
+            raise
+
+
 def produce(r, name, path, block_ms=100, realtime=True, stop=None):
     """Announces a stream and writes its audio as a producer does (ID
     FIRST_SAMPLE-1, then the end entry), paced at 1x when realtime."""
@@ -99,9 +114,10 @@ def produce(r, name, path, block_ms=100, realtime=True, stop=None):
             wait = t0 + at / rate - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-        r.xadd(key, {"pcm": pcm[at * frame_bytes:(at + k) * frame_bytes]},
-               id="%d-1" % at)
-    r.xadd(key, {"end": "1"}, id="%d-1" % n)
+        patient(r.xadd, key,
+                {"pcm": pcm[at * frame_bytes:(at + k) * frame_bytes]},
+                id="%d-1" % at)
+    patient(r.xadd, key, {"end": "1"}, id="%d-1" % n)
 
 
 def produce_all(r_factory, streams, **kw):
@@ -243,6 +259,97 @@ class TestCluster(ClusterTest):
         for n in nodes:
             self.stop_clean(n)
         self.assertEqual(self.r.zcard("aural:nodes"), 0)
+
+    def test_failover(self):
+        """kill -9 of a node with 10 live streams: the others take each
+        over within 3 s of its heartbeat's expiry, and every stream's
+        chunks are there once each, bit-identical to `aural encode` (the
+        issue asks 1e-4; the windows refilled give the same bits)."""
+        a = self.node("a", "--cluster-ttl", "2")
+        # At the model's rate: a resumed stream then restarts no resampler
+        # (docs/CLUSTER.md §3, on streams at other rates).
+        files = [self.wav(14, name="f0.wav"), self.wav(12.5, name="f1.wav")]
+        names = ["v%d" % i for i in range(10)]
+        paths = [files[i % 2] for i in range(10)]
+        threads = produce_all(self.redis.client, list(zip(names, paths)))
+        deadline = time.monotonic() + 10
+        while (self.r.hget("aural:{v9}:meta", "node") != b"a" and
+               time.monotonic() < deadline):
+            time.sleep(0.1)
+        others = [self.node("b", "--cluster-ttl", "2"),
+                  self.node("c", "--cluster-ttl", "2")]
+        time.sleep(3)
+        for name in names:  # all live on a, with chunks out
+            self.assertEqual(self.r.hget("aural:{%s}:meta" % name, "node"),
+                             b"a")
+            self.assertGreater(self.r.xlen("aural:{%s}:out" % name), 2)
+        expiry = time.time() + self.r.pttl("aural:node:a") / 1000
+        a.proc.kill()
+        a.proc.wait()
+        a.log.close()
+        self.daemons.remove(a)
+        for t in threads:
+            t.join()
+        self.assertEqual(wait_finished(self.r, names, 60), set())
+        took = {}
+        for eid, f in self.r.xrange("aural:events"):
+            if f[b"type"] == b"resumed":
+                took[f[b"stream"].decode()] = int(eid.split(b"-")[0]) / 1000
+        self.assertEqual(sorted(took), sorted(names))
+        late = max(took.values()) - expiry
+        print("  taken over %.2f s after the heartbeat expired at most" %
+              late)
+        self.assertLess(late, 3.0)
+        wants = {path: self.whole(path) for path in files}
+        for name, path in zip(names, paths):
+            self.check_stream(name, path, want=wants[path])  # bit-identical
+        for d in others:
+            self.stop_clean(d)
+
+    def test_redis_restart(self):
+        """Redis stopped for 5 s, then killed and restarted from its AOF:
+        the nodes survive and reconnect, the cluster streams finish whole,
+        and a local stream's subscriber sees nothing of it."""
+        self.redis.kill()
+        self.redis = Redis(self.tmp, aof=True)
+        self.r = self.redis.client()
+        nodes = [self.node("a"), self.node("b")]
+        files = [self.wav(14, name="f0.wav"), self.wav(13, name="f1.wav")]
+        names = ["w%d" % i for i in range(6)]
+        paths = [files[i % 2] for i in range(6)]
+        threads = produce_all(self.redis.client, list(zip(names, paths)))
+        local_in = self.wav(16, name="local.wav")
+        local_out = os.path.join(self.tmp, "local.npy")
+        sub = subprocess.Popen([td.AURAL, "sub", "-s", nodes[0].path,
+                                "--stream", "here", "-o", local_out],
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        send = subprocess.Popen([td.AURAL, "send", "-q", "-s",
+                                 nodes[0].path, "--name", "here",
+                                 "--realtime", local_in])
+        time.sleep(3)
+        self.redis.proc.send_signal(signal.SIGSTOP)
+        time.sleep(5)
+        self.redis.kill()  # SIGKILL, stopped or not
+        time.sleep(0.5)
+        self.redis.start()
+        self.r = self.redis.client()
+        for t in threads:
+            t.join()
+        self.assertEqual(wait_finished(self.r, names, 60), set())
+        self.assertEqual(send.wait(60), 0)
+        _, err = sub.communicate(timeout=60)
+        self.assertEqual(sub.returncode, 0, err)
+        np.testing.assert_array_equal(np.load(local_out),
+                                      self.encode(local_in, model=self.model))
+        wants = {path: self.whole(path) for path in files}
+        for name, path in zip(names, paths):
+            self.check_stream(name, path, want=wants[path])
+        for d in nodes:
+            text = d.text()
+            self.assertEqual(text.count("cluster: reconnected"), 1, text)
+            self.stop_clean(d)
 
     def test_unreachable_at_start(self):
         """Redis not there: a clear error and exit 1, or local service with
