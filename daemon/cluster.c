@@ -972,16 +972,19 @@ static void on_refresh(redisAsyncContext *ac, void *r, void *priv) {
 
 static void heartbeat(cluster *cl) {
   server *srv = cl->srv;
-  char json[16384];
-  snprintf(json, sizeof json, "{\"id\":");
-  json_str(json, sizeof json, cl->node);
+  /* Names are at most 64 bytes, each of which may be escaped. */
+  size_t cap = 1024 + (size_t)cl->n_streams * (2 * AURAL_PROTO_NAME_MAX + 4);
+  char *json = malloc(cap);
+  if (json == NULL) return;
+  snprintf(json, cap, "{\"id\":");
+  json_str(json, cap, cl->node);
   size_t n = strlen(json);
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  snprintf(json + n, sizeof json - n, ",\"host\":");
-  json_str(json, sizeof json, host);
+  snprintf(json + n, cap - n, ",\"host\":");
+  json_str(json, cap, host);
   n = strlen(json);
-  snprintf(json + n, sizeof json - n,
+  snprintf(json + n, cap - n,
            ",\"pid\":%d,\"capacity\":%d,\"load\":%.3f,\"started_us\":%" PRId64
            ",\"published\":%" PRIu64 ",\"streams\":[",
            (int)getpid(), srv->opt->cluster_capacity, srv->load, cl->started_us,
@@ -989,11 +992,11 @@ static void heartbeat(cluster *cl) {
   bool first = true;
   for (cstream *cs = cl->streams; cs != NULL; cs = cs->next) {
     if (cs->cut) continue;
-    if (!first) strncat(json, ",", sizeof json - strlen(json) - 1);
-    json_str(json, sizeof json, cs->name);
+    if (!first) strncat(json, ",", cap - strlen(json) - 1);
+    json_str(json, cap, cs->name);
     first = false;
   }
-  strncat(json, "]}", sizeof json - strlen(json) - 1);
+  strncat(json, "]}", cap - strlen(json) - 1);
   char key[256], ttl[32], ms[32];
   snprintf(key, sizeof key, "%s%s", AURAL_CLUSTER_NODE_PREFIX, cl->node);
   snprintf(ttl, sizeof ttl, "%lld",
@@ -1001,6 +1004,7 @@ static void heartbeat(cluster *cl) {
   snprintf(ms, sizeof ms, "%" PRId64, aurald_now_us() / 1000);
   const char *set[] = {"SET", key, json, "PX", ttl};
   command(cl->cmd, ignore_reply, NULL, 5, set);
+  free(json);
   const char *zadd[] = {"ZADD", AURAL_CLUSTER_NODES, ms, cl->node};
   command(cl->cmd, ignore_reply, NULL, 4, zadd);
   int k = 0;

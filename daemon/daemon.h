@@ -561,6 +561,7 @@ int stream_start(stream *s); /* announce to subscribers */
 void server_on_done(uv_async_t *a); /* drains finished chunks */
 void deliveries_attach(server *srv, subscription *sub, stream *s);
 void delivery_remove_sub(server *srv, subscription *sub);
+/* One chunk (its emitted_us set) to every subscriber of its stream. */
 void fanout_chunk(server *srv, chunk_out *co);
 /* The chunk's CHUNK message with these outputs and dtype, and its WORDS
  * message (words on), each encoded once per chunk and owned by it; NULL

@@ -177,7 +177,6 @@ static void record_latency(stream *s, int64_t ready_us, int64_t emitted_us) {
 
 void fanout_chunk(server *srv, chunk_out *co) {
   stream *s = co->s;
-  co->h.emitted_us = aurald_now_us();
   record_latency(s, co->h.ready_us, co->h.emitted_us);
   for (delivery *d = s->loop.deliveries; d != NULL; d = d->next_in_stream) {
     conn *c = d->sub->c;
@@ -381,6 +380,7 @@ void server_on_done(uv_async_t *a) {
       finish_stream(srv, s);
       continue;
     }
+    co->h.emitted_us = aurald_now_us();
     if (s->loop.on_chunk == NULL || s->loop.on_chunk(s, co))
       fanout_chunk(srv, co);
     free_chunk(co);
