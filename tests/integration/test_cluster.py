@@ -10,6 +10,7 @@ chunk read back from Redis is compared with `aural encode` of the same
 audio.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -350,6 +351,88 @@ class TestCluster(ClusterTest):
             text = d.text()
             self.assertEqual(text.count("cluster: reconnected"), 1, text)
             self.stop_clean(d)
+
+    def test_hostile_entries(self):
+        """Bad announcements and bad audio end only their own stream, with
+        an `ended` event naming what was wrong; a good stream beside them
+        is untouched and the node stays up."""
+        d = self.node("a")
+        good = self.wav(3, name="good.wav")
+        threads = produce_all(self.redis.client, [("good", good)])
+        r = self.r
+
+        def announce(name, **fields):
+            f = {"name": name, "rate": 16000, "channels": 1, "format": "s16"}
+            f.update(fields)
+            r.xadd("aural:announce", f)
+
+        announce("badrate", rate="fast")
+        announce("badfmt", format="u8")
+        announce("bad{name}")
+        cases = {
+            "gap": [("0-1", {"pcm": b"\0" * 3200}),
+                    ("3200-1", {"pcm": b"\0" * 3200})],
+            "odd": [("0-1", {"pcm": b"\0" * 3})],
+            "huge": [("0-1", {"pcm": b"\0" * 2 * 16001})],
+            "noid": [("0-2", {"pcm": b"\0" * 320})],
+            "early_end": [("0-1", {"pcm": b"\0" * 320}), ("5-1", {"end": "1"})],
+            "nothing": [("0-1", {"what": "1"})],
+        }
+        for name, entries in cases.items():
+            announce(name)
+            for eid, fields in entries:
+                r.xadd("aural:{%s}:audio" % name, fields, id=eid)
+        announce("nan", format="f32")
+        r.xadd("aural:{nan}:audio",
+               {"pcm": struct.pack("<4f", 0, 0, float("nan"), 0)}, id="0-1")
+        for t in threads:
+            t.join()
+        self.assertEqual(wait_finished(r, ["good"], 30), set())
+        self.check_stream("good", good)
+        deadline = time.monotonic() + 10
+        want = set(cases) | {"nan", "badrate", "badfmt"}
+        while time.monotonic() < deadline:
+            ended = {f[b"stream"].decode(): f for _, f in
+                     r.xrange("aural:events") if f[b"type"] == b"ended"}
+            if want <= set(ended):
+                break
+            time.sleep(0.1)
+        for name in want:
+            self.assertIn(name, ended)
+            self.assertEqual(ended[name][b"reason"], b"error", name)
+        self.assertIn(b"expected audio from frame 1600",
+                      ended["gap"][b"message"])
+        self.assertIn(b"non-finite", ended["nan"][b"message"])
+        self.assertIn(b"rate", ended["badrate"][b"message"])
+        self.assertIn(b"bad{name}", d.text().encode())
+        # Nothing is left pending: bad streams are not retried forever.
+        self.assertEqual(r.xpending("aural:announce", "nodes")["pending"], 0)
+        self.stop_clean(d)
+
+    def test_words_and_text(self):
+        """With the bundled model and its lexicon, each entry carries the
+        chunk's text and WORDS payload: the same words `aural encode
+        --output words` finds."""
+        self.model = td.DEFAULT
+        d = self.node("a")
+        path = self.wav(7.4, name="w.wav")
+        for t in produce_all(self.redis.client, [("talk", path)]):
+            t.join()
+        self.assertEqual(wait_finished(self.r, ["talk"], 60), set())
+        words, texts = [], []
+        for _, f in self.r.xrange("aural:{talk}:out"):
+            w = json.loads(f[b"words"])
+            words += [x["word"] for seg in w["segments"] for x in seg]
+            texts.append(f[b"text"].decode())
+            self.assertEqual(decode_chunk(f[b"chunk"])["text"], texts[-1])
+        out = os.path.join(self.tmp, "w.txt")
+        td.run(td.AURAL, "encode", "-q", "-m", td.DEFAULT, "--output",
+               "words", "-o", out, path)
+        with open(out) as f:
+            want = f.read().split()
+        self.assertGreater(len(want), 5)
+        self.assertEqual(words, want)
+        self.stop_clean(d)
 
     def test_unreachable_at_start(self):
         """Redis not there: a clear error and exit 1, or local service with
