@@ -122,6 +122,8 @@ typedef struct starting {
   int64_t start_us;
   uint64_t first_chunk;  /* where recomputing begins */
   uint64_t first_sample; /* its audio frame */
+  aural_lexicon *custom; /* the announcement's vocabulary, or NULL */
+  double boost;          /* its boost, or -1 for the default */
 } starting;
 
 static void go_down(cluster *cl, const char *why);
@@ -616,6 +618,7 @@ static int on_release(stream *s) {
 
 static void starting_done(starting *st) {
   st->cl->n_starting--;
+  aural_lexicon_destroy(st->custom);
   free(st);
 }
 
@@ -669,8 +672,9 @@ static void create_stream(starting *st, uint64_t from, uint64_t skip) {
   cstream *cs = calloc(1, sizeof *cs);
   stream *s = NULL;
   if (cs != NULL)
-    s = stream_create(srv, st->name, SRC_CLIENT, st->rate, st->channels, NULL,
-                      -1, st->first_chunk, why, sizeof why);
+    s = stream_create(srv, st->name, SRC_CLIENT, st->rate, st->channels,
+                      st->custom, st->boost, st->first_chunk, why, sizeof why);
+  st->custom = NULL; /* the stream's now, even when it failed */
   if (s == NULL) {
     log_warn("cluster stream \"%s\": %s; handed back", st->name,
              cs != NULL ? why : "out of memory");
@@ -812,6 +816,47 @@ static bool parse_announcement(const redisReply *fields, starting *st,
   return true;
 }
 
+/* The announcement's custom words (`vocabulary`, comma-separated, and
+ * `boost`), pronounced as a client's AUDIO_OPEN's are; false (with why)
+ * when they are bad. Without words on this node they are ignored. */
+static bool parse_vocabulary(server *srv, const redisReply *fields,
+                             starting *st, char *why, size_t why_len) {
+  char list[AURAL_PROTO_VOCAB_MAX * (AURAL_PROTO_VOCAB_WORD_MAX + 1) + 1];
+  char buf[64], *end;
+  st->boost = -1;
+  str_of(field(fields, "vocabulary"), list, sizeof list);
+  if (list[0] == '\0') return true;
+  if (srv->lexicon == NULL || srv->g2p == NULL) {
+    log_warn("cluster stream \"%s\": custom words ignored: this node has "
+             "no %s", st->name, srv->lexicon == NULL ? "lexicon" : "g2p map");
+    return true;
+  }
+  if (str_of(field(fields, "boost"), buf, sizeof buf)[0] != '\0') {
+    st->boost = strtod(buf, &end);
+    if (*end != '\0' || !(st->boost >= 0 && st->boost <= 100)) {
+      snprintf(why, why_len, "boost \"%s\" is not 0..100", buf);
+      return false;
+    }
+  }
+  const char *words[AURAL_PROTO_VOCAB_MAX];
+  size_t n = 0;
+  for (char *save = NULL, *w = strtok_r(list, ",", &save); w != NULL;
+       w = strtok_r(NULL, ",", &save)) {
+    if (n == AURAL_PROTO_VOCAB_MAX) {
+      snprintf(why, why_len, "more than %d custom words",
+               AURAL_PROTO_VOCAB_MAX);
+      return false;
+    }
+    words[n++] = w;
+  }
+  aural_err err = {0};
+  if (n > 0 && aural_g2p_lexicon(srv->g2p, words, n, &st->custom, &err) < 0) {
+    snprintf(why, why_len, "%s", err.msg);
+    return false;
+  }
+  return true;
+}
+
 /* One claimed announcement entry [id, fields]: a stream to start or
  * resume. */
 static void take_entry(cluster *cl, const redisReply *entry) {
@@ -822,12 +867,13 @@ static void take_entry(cluster *cl, const redisReply *entry) {
   cl->n_starting++;
   str_of(entry->element[0], st->entry, sizeof st->entry);
   const redisReply *fields = entry->element[1];
-  char why[160];
+  char why[600];
   if (fields->type != REDIS_REPLY_ARRAY) {
     starting_done(st);
     return;
   } /* gone */
-  if (!parse_announcement(fields, st, why, sizeof why)) {
+  if (!parse_announcement(fields, st, why, sizeof why) ||
+      !parse_vocabulary(cl->srv, fields, st, why, sizeof why)) {
     log_warn("cluster: announcement %s refused: %s", st->entry, why);
     if (aural_cluster_valid_name(st->name))
       send_event(cl, "ended", NULL, st->name, 0, "error", why);

@@ -432,6 +432,21 @@ class TestCluster(ClusterTest):
             want = f.read().split()
         self.assertGreater(len(want), 5)
         self.assertEqual(words, want)
+        # Custom words come with the announcement, checked like a client's.
+        self.r.xadd("aural:announce", {
+            "name": "many", "rate": 16000, "channels": 1, "format": "s16",
+            "vocabulary": ",".join("w%d" % i for i in range(65))})
+        self.r.xadd("aural:announce", {
+            "name": "named", "rate": 16000, "channels": 1, "format": "s16",
+            "vocabulary": "Dashwood,Kubernetes", "boost": "4"})
+        self.r.xadd("aural:{named}:audio", {"pcm": b"\0" * 32000}, id="0-1")
+        self.r.xadd("aural:{named}:audio", {"end": "1"}, id="16000-1")
+        self.assertEqual(wait_finished(self.r, ["named"], 30), set())
+        ended = {f[b"stream"]: f for _, f in self.r.xrange("aural:events")
+                 if f[b"type"] == b"ended"}
+        self.assertEqual(ended[b"named"][b"reason"], b"eof")
+        self.assertEqual(ended[b"many"][b"reason"], b"error")
+        self.assertIn(b"more than 64", ended[b"many"][b"message"])
         self.stop_clean(d)
 
     def test_unreachable_at_start(self):
