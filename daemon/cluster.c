@@ -1032,9 +1032,9 @@ static void heartbeat(cluster *cl) {
   n = strlen(json);
   snprintf(json + n, cap - n,
            ",\"pid\":%d,\"capacity\":%d,\"load\":%.3f,\"started_us\":%" PRId64
-           ",\"published\":%" PRIu64 ",\"streams\":[",
+           ",\"published\":%" PRIu64 ",\"sample_rate\":%g,\"streams\":[",
            (int)getpid(), srv->opt->cluster_capacity, srv->load, cl->started_us,
-           cl->published);
+           cl->published, srv->mc->fbank.sample_rate_hz);
   bool first = true;
   for (cstream *cs = cl->streams; cs != NULL; cs = cs->next) {
     if (cs->cut) continue;
