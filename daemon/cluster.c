@@ -415,11 +415,14 @@ static void on_audio(redisAsyncContext *ac, void *r, void *priv) {
   read_audio(cl);
 }
 
-/* Whether the stream wants more audio now: room for a whole read. */
+/* Whether the stream wants more audio now: room for a whole read, or
+ * for half its input buffer when that is smaller (many channels at a high
+ * rate); what does not fit waits in `rest`. */
 static bool wants_audio(const cstream *cs) {
   if (cs->cut || cs->failed || cs->end_seen || cs->rest_n > 0) return false;
-  return stream_room(cs->s) >=
-         (size_t)cs->rate * AURAL_CLUSTER_ENTRY_MAX_S * READ_COUNT;
+  size_t need = (size_t)cs->rate * AURAL_CLUSTER_ENTRY_MAX_S * READ_COUNT;
+  if (need > cs->s->in.cap_frames / 2) need = cs->s->in.cap_frames / 2;
+  return stream_room(cs->s) >= need;
 }
 
 /* One blocking XREAD of every stream that has room, unless one is out. */

@@ -449,6 +449,23 @@ class TestCluster(ClusterTest):
         self.assertIn(b"more than 64", ended[b"many"][b"message"])
         self.stop_clean(d)
 
+    def test_rates_and_channels(self):
+        """Streams at other rates and channel counts (8 channels at 96 kHz
+        fill a node's input buffer in under a second) come out as `aural
+        encode` gives them."""
+        d = self.node("a")
+        wide = os.path.join(self.tmp, "wide.wav")
+        td.run("sox", "-n", "-r", "96000", "-c", "8", "-b", "16", "-t",
+               "wavpcm", wide, "synth", "3", "pinknoise", "vol", "0.3")
+        cd = self.wav(4, rate=44100, name="cd.wav")
+        for t in produce_all(self.redis.client, [("wide", wide),
+                                                 ("cd", cd)]):
+            t.join()
+        self.assertEqual(wait_finished(self.r, ["wide", "cd"], 60), set())
+        self.check_stream("wide", wide)
+        self.check_stream("cd", cd)
+        self.stop_clean(d)
+
     def test_unreachable_at_start(self):
         """Redis not there: a clear error and exit 1, or local service with
         --cluster-optional, joining once Redis answers."""
