@@ -1,7 +1,10 @@
 /*
  * aural send: pushes an audio file to a running aurald as a client stream
  * (AUDIO_OPEN, AUDIO_DATA blocks, AUDIO_CLOSE) and waits until the server
- * has encoded all of it.
+ * has encoded all of it; or, with --cluster, writes it to Redis as a new
+ * cluster stream (docs/CLUSTER.md): the stream's meta hash, an
+ * announcement, audio entries whose IDs are their first frame, and an end
+ * entry, which one node encodes.
  *
  * The file is sent at its own rate and channel count; the server converts.
  * With --realtime, block k leaves when its last sample would have been
@@ -20,11 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <aural.h>
 
 #include "cli.h"
 #include "client.h"
+#include "redis.h"
 #include "words.h"
 
 static volatile sig_atomic_t interrupted;
@@ -34,28 +39,44 @@ static void usage(FILE *to) {
   char sock[128];
   fprintf(to,
           "Usage: aural send [OPTIONS] INPUT\n"
+          "       aural send --cluster URL [OPTIONS] INPUT\n"
           "\n"
           "Pushes INPUT (WAV, FLAC, Ogg/Vorbis, AIFF or anything else\n"
-          "libsndfile opens) to a running aurald as a new stream, at the\n"
-          "file's own sample rate and channel count, waits until the server\n"
-          "has encoded all of it and prints a summary. Subscribers (see\n"
-          "'aural sub') receive the stream's chunks under its name.\n"
+          "libsndfile opens; '-' reads the whole of standard input first)\n"
+          "to a running aurald as a new stream, at the file's own sample\n"
+          "rate and channel count, waits until the server has encoded all\n"
+          "of it and prints a summary. Subscribers (see 'aural sub') receive\n"
+          "the stream's chunks under its name. With --cluster, INPUT is\n"
+          "written to Redis as a new cluster stream instead, which one of\n"
+          "the cluster's aurald nodes encodes; the command ends when all of\n"
+          "the audio is stored.\n"
           "\n"
           "Options:\n"
           "  -s, --socket PATH  aurald's socket (default: $AURAL_SOCKET,\n"
           "                     else $XDG_RUNTIME_DIR/aural.sock, else\n"
           "                     /run/aural/aural.sock for root, else\n"
           "                     /tmp/aural-UID/aural.sock; here %s)\n"
+          "      --cluster URL  the cluster's Redis instead of aurald:\n"
+          "                     redis://[USER@]HOST[:PORT][/DB] or\n"
+          "                     unix:PATH (no password in the URL)\n"
+          "      --cluster-password-file FILE\n"
+          "                     Redis' password: FILE's first line (FILE\n"
+          "                     mode 0600 or stricter); without it,\n"
+          "                     $AURAL_REDIS_PASSWORD if set\n"
           "  -n, --name NAME    stream name: 1-64 printable ASCII characters,\n"
-          "                     no spaces, '/' or '\\' (default: INPUT's base\n"
-          "                     name, with other characters replaced by '_')\n"
+          "                     no spaces, '/' or '\\' (in a cluster, no '{'\n"
+          "                     or '}' either; a name already in the cluster\n"
+          "                     is refused) (default: INPUT's base name,\n"
+          "                     with other characters replaced by '_';\n"
+          "                     'stdin' for '-')\n"
           "      --realtime     send at the pace of a live source (1x real\n"
           "                     time) instead of as fast as aurald takes it\n"
           "      --format FMT   sample format on the wire: f32 (default;\n"
           "                     exactly what the file decodes to) or s16\n"
           "                     (half the bytes; exact for 16-bit files)\n"
           "      --block-ms N   milliseconds of audio per AUDIO_DATA message\n"
-          "                     (1..10000, default 100)\n"
+          "                     or audio entry (1..10000, default 100; at\n"
+          "                     most 1000 with --cluster)\n"
           "      --vocabulary W1,W2,...\n"
           "                     custom words (names, terms) the server's\n"
           "                     lexicon lacks, for the stream's words (every\n"
@@ -69,21 +90,40 @@ static void usage(FILE *to) {
           "  aural send speech.wav\n"
           "  aural send -s /tmp/x/aural.sock --name call-17 --realtime "
           "call.flac\n"
+          "  aural send --cluster redis://10.0.0.5/0 --name call-17 call.flac\n"
           "\n"
-          "Exit status: 0 when the whole file was encoded, 1 on an error\n"
-          "(unreadable file, aurald unreachable or refusing the audio), 2\n"
-          "for a bad command line, 130 when interrupted.\n",
+          "Exit status: 0 when the whole file was encoded (with --cluster:\n"
+          "stored), 1 on an error (unreadable file, aurald or Redis\n"
+          "unreachable or refusing the audio, a cluster stream of that name\n"
+          "already there), 2 for a bad command line, 130 when interrupted\n"
+          "(a cluster stream then ends where it was).\n",
           client_default_socket(sock, sizeof sock));
 }
 
+/* The audio to send: INPUT decoded to float, then converted block by
+ * block into the wire format. */
+typedef struct send_audio {
+  aural_audiofile *af;
+  void *stdin_bytes;     /* INPUT "-": standard input, read whole, for af */
+  uint32_t rate;         /* Hz */
+  size_t channels;
+  size_t bytes_per_frame; /* on the wire */
+  size_t block;          /* frames per block */
+  float *pcm;            /* (block, channels) */
+  uint8_t *wire;         /* block * bytes_per_frame */
+} send_audio;
+
 typedef struct send_job {
   const char *in_path, *sock_path;
+  const char *cluster_url, *password_file; /* --cluster */
   char name[AURAL_PROTO_NAME_MAX + 1];
   int realtime, quiet;
   uint8_t format;      /* aural_sample_format */
   size_t block_ms;
   aural_msg_vocabulary vocabulary; /* --vocabulary, --boost */
-  aural_client *cl;
+  send_audio audio;
+  aural_client *cl;    /* aurald, or ... */
+  cluster_conn redis;  /* ... the cluster's Redis */
   uint32_t stream_id;
   int stream_failed;   /* the server rejected our audio */
   char err[512];
@@ -187,55 +227,138 @@ static void sleep_until(double t_s) {
   }
 }
 
-static int run(send_job *job) {
-  aural_err aerr = {0};
-  aural_audiofile *af = NULL;
-  float *pcm = NULL;
-  uint8_t *wire = NULL;
-  int rc = -1;
+/* INPUT for messages. */
+static const char *input_name(const send_job *job) {
+  return strcmp(job->in_path, "-") == 0 ? "standard input" : job->in_path;
+}
 
-  if (aural_audiofile_open(job->in_path, &af, &aerr) < 0) {
+/* --- the audio -------------------------------------------------------------- */
+
+/* Most bytes of standard input read as one file ("-"). */
+#define STDIN_MAX_BYTES ((size_t)1 << 30)
+
+/* Standard input, read whole into a->stdin_bytes (libsndfile needs to
+ * seek in most formats, so a pipe is held in memory); *n its size. */
+static int read_stdin(send_job *job, size_t *n) {
+  size_t cap = 0;
+  *n = 0;
+  for (;;) {
+    if (*n == cap) {
+      size_t want = cap ? 2 * cap : 1 << 20;
+      char *p = want <= STDIN_MAX_BYTES ? realloc(job->audio.stdin_bytes, want)
+                                        : NULL;
+      if (p == NULL) {
+        snprintf(job->err, sizeof job->err, "standard input: %s",
+                 want > STDIN_MAX_BYTES
+                     ? "more than 1 GiB (give a file instead)"
+                     : "out of memory");
+        return -1;
+      }
+      job->audio.stdin_bytes = p;
+      cap = want;
+    }
+    ssize_t k = read(STDIN_FILENO, (char *)job->audio.stdin_bytes + *n,
+                     cap - *n);
+    if (k < 0 && errno == EINTR && !interrupted) continue;
+    if (k < 0) {
+      snprintf(job->err, sizeof job->err, "standard input: %s",
+               interrupted ? "interrupted" : strerror(errno));
+      return -1;
+    }
+    if (k == 0) return 0;
+    *n += (size_t)k;
+  }
+}
+
+/* Opens INPUT (a file, or "-" for standard input) and checks that its
+ * rate can be sent. */
+static int audio_open(send_job *job) {
+  send_audio *a = &job->audio;
+  aural_err aerr = {0};
+  int rc;
+  if (strcmp(job->in_path, "-") == 0) {
+    size_t n;
+    if (read_stdin(job, &n) < 0) return -1;
+    rc = aural_audiofile_open_memory(a->stdin_bytes, n, "standard input",
+                                     &a->af, &aerr);
+  } else {
+    rc = aural_audiofile_open(job->in_path, &a->af, &aerr);
+  }
+  if (rc < 0) {
     snprintf(job->err, sizeof job->err, "%s", aerr.msg);
-    goto done;
+    return -1;
   }
   aural_audiofile_info info;
-  aural_audiofile_get_info(af, &info);
-  uint32_t rate = (uint32_t)info.rate_hz;
-  if ((double)rate != info.rate_hz || rate < 4000 || rate > 768000) {
+  aural_audiofile_get_info(a->af, &info);
+  a->rate = (uint32_t)info.rate_hz;
+  if ((double)a->rate != info.rate_hz || a->rate < 4000 || a->rate > 768000) {
     snprintf(job->err, sizeof job->err,
              "%s: sample rate %g Hz cannot be sent (the protocol takes "
              "whole rates of 4000..768000 Hz)",
-             job->in_path, info.rate_hz);
-    goto done;
+             input_name(job), info.rate_hz);
+    return -1;
   }
+  a->channels = (size_t)info.n_channels;
+  a->bytes_per_frame =
+      a->channels * (job->format == AURAL_SAMPLE_F32 ? 4 : 2);
+  return 0;
+}
 
-  if (client_connect(job->sock_path, "aural send", &job->cl, job->err,
-                     sizeof job->err) < 0)
-    goto done;
-  aural_client *cl = job->cl;
-
-  /* The block: block_ms of audio, but never over the request limit. */
-  size_t channels = (size_t)info.n_channels;
-  size_t bytes_per_frame = channels * (job->format == AURAL_SAMPLE_F32 ? 4 : 2);
-  size_t block = (size_t)rate * job->block_ms / 1000;
-  if (block == 0) block = 1;
-  if (block * bytes_per_frame > cl->max_request_bytes)
-    block = cl->max_request_bytes / bytes_per_frame;
-  if (block == 0) {
+/* Sizes the blocks: block_ms of audio, but never over max_bytes. */
+static int audio_blocks(send_job *job, size_t max_bytes, const char *limit) {
+  send_audio *a = &job->audio;
+  a->block = (size_t)a->rate * job->block_ms / 1000;
+  if (a->block == 0) a->block = 1;
+  if (a->block * a->bytes_per_frame > max_bytes)
+    a->block = max_bytes / a->bytes_per_frame;
+  if (a->block == 0) {
     snprintf(job->err, sizeof job->err,
-             "one frame of %zu channels is over aurald's request limit",
-             channels);
-    goto done;
+             "one frame of %zu channels is over %s", a->channels, limit);
+    return -1;
   }
-  pcm = malloc(block * channels * sizeof *pcm);
-  wire = malloc(block * bytes_per_frame);
-  if (pcm == NULL || wire == NULL) {
+  a->pcm = malloc(a->block * a->channels * sizeof *a->pcm);
+  a->wire = malloc(a->block * a->bytes_per_frame);
+  if (a->pcm == NULL || a->wire == NULL) {
     snprintf(job->err, sizeof job->err, "out of memory");
-    goto done;
+    return -1;
   }
+  return 0;
+}
 
-  aural_msg_audio_open ao = {.sample_rate = rate,
-                             .channels = (uint32_t)channels,
+/* Reads the next block into a->wire; *got frames, 0 at the end. */
+static int audio_next(send_job *job, size_t *got) {
+  send_audio *a = &job->audio;
+  aural_err aerr = {0};
+  *got = 0;
+  while (*got < a->block) {
+    size_t k = 0;
+    if (aural_audiofile_read(a->af, a->pcm + *got * a->channels,
+                             a->block - *got, &k, &aerr) < 0) {
+      snprintf(job->err, sizeof job->err, "%s", aerr.msg);
+      return -1;
+    }
+    if (k == 0) break;
+    *got += k;
+  }
+  convert(a->pcm, *got * a->channels, job->format, a->wire);
+  return 0;
+}
+
+static void audio_close(send_audio *a) {
+  aural_audiofile_close(a->af);
+  free(a->stdin_bytes);
+  free(a->pcm);
+  free(a->wire);
+  *a = (send_audio){0};
+}
+
+/* --- aurald --------------------------------------------------------------- */
+
+/* Opens the stream with AUDIO_OPEN; job->stream_id and name as the server
+ * says. */
+static int open_stream(send_job *job) {
+  aural_msg_audio_open ao = {.sample_rate = job->audio.rate,
+                             .channels = (uint32_t)job->audio.channels,
                              .format = job->format,
                              .vocabulary = job->vocabulary};
   snprintf(ao.name, sizeof ao.name, "%s", job->name);
@@ -243,92 +366,281 @@ static int run(send_job *job) {
   size_t n = aural_proto_encode_audio_open(msg, sizeof msg, &ao);
   if (n == 0) {
     snprintf(job->err, sizeof job->err, "cannot encode AUDIO_OPEN");
-    goto done;
+    return -1;
   }
   client_msg m;
-  if (client_send(cl, msg, n, job->err, sizeof job->err) < 0 ||
+  if (client_send(job->cl, msg, n, job->err, sizeof job->err) < 0 ||
       wait_reply(job, AURAL_MSG_AUDIO_OPENED, &m) < 0) {
     char e[512];
     snprintf(e, sizeof e, "%s", job->err);
     snprintf(job->err, sizeof job->err, "cannot open stream '%s': %.400s",
              job->name, e);
-    goto done;
+    return -1;
   }
   job->stream_id = m.h.stream_id;
   snprintf(job->name, sizeof job->name, "%s", m.u.opened.name);
+  return 0;
+}
+
+static int run_local(send_job *job) {
+  if (client_connect(job->sock_path, "aural send", &job->cl, job->err,
+                     sizeof job->err) < 0 ||
+      audio_blocks(job, job->cl->max_request_bytes,
+                   "aurald's request limit") < 0 ||
+      open_stream(job) < 0)
+    return -1;
+  aural_client *cl = job->cl;
+  send_audio *a = &job->audio;
 
   double t0 = cli_now_s();
   uint64_t sent = 0;
   for (;;) {
-    size_t got = 0;
-    while (got < block) {
-      size_t k = 0;
-      if (aural_audiofile_read(af, pcm + got * channels, block - got, &k,
-                               &aerr) < 0) {
-        snprintf(job->err, sizeof job->err, "%s", aerr.msg);
-        goto done;
-      }
-      if (k == 0) break;
-      got += k;
-    }
+    size_t got;
+    if (audio_next(job, &got) < 0) return -1;
     if (got == 0) break;
-    if (job->realtime) sleep_until(t0 + (double)(sent + got) / rate);
-    if (interrupted) goto done;
-    convert(pcm, got * channels, job->format, wire);
-    int r = client_send_raw(cl, AURAL_MSG_AUDIO_DATA, job->stream_id, wire,
-                            got * bytes_per_frame, job->err,
+    if (job->realtime) sleep_until(t0 + (double)(sent + got) / a->rate);
+    if (interrupted) return -1;
+    int r = client_send_raw(cl, AURAL_MSG_AUDIO_DATA, job->stream_id, a->wire,
+                            got * a->bytes_per_frame, job->err,
                             sizeof job->err);
     if (r < 0 && !interrupted) explain_failure(job);
-    if (r < 0 || interrupted) goto done;
+    if (r < 0 || interrupted) return -1;
     sent += got;
-    if (drain(job) < 0) goto done;
+    if (drain(job) < 0) return -1;
   }
 
   if (client_send_raw(cl, AURAL_MSG_AUDIO_CLOSE, job->stream_id, NULL, 0,
                       job->err, sizeof job->err) < 0) {
     if (!interrupted) explain_failure(job);
-    goto done;
+    return -1;
   }
+  client_msg m;
   for (;;) {
-    if (wait_reply(job, AURAL_MSG_AUDIO_CLOSED, &m) < 0) goto done;
+    if (wait_reply(job, AURAL_MSG_AUDIO_CLOSED, &m) < 0) return -1;
     if (m.h.stream_id == job->stream_id) break;
   }
   int64_t frames = (int64_t)m.u.closed.frames,
           chunks = (int64_t)m.u.closed.chunks;
-  double wall = cli_now_s() - t0, secs = (double)sent / rate;
+  double wall = cli_now_s() - t0, secs = (double)sent / a->rate;
   if (!job->quiet)
     printf("%s: %.2f s of %u Hz, %zu channel%s as %s -> stream %u '%s'\n"
            "  %lld frames, %lld chunks in %.2f s (%.1fx real time)\n",
-           job->in_path, secs, rate, channels, channels == 1 ? "" : "s",
+           input_name(job), secs, a->rate, a->channels,
+           a->channels == 1 ? "" : "s",
            aural_sample_format_name(job->format), job->stream_id, job->name,
            (long long)frames, (long long)chunks, wall,
            wall > 0 ? secs / wall : 0.0);
-  rc = 0;
-done:
-  if (interrupted) snprintf(job->err, sizeof job->err, "interrupted");
-  if (rc < 0) fprintf(stderr, "aural send: %s\n", job->err);
-  client_close(job->cl);
-  free(pcm);
-  free(wire);
-  aural_audiofile_close(af);
+  return 0;
+}
+
+/* --- the cluster ------------------------------------------------------------ */
+
+/* Most bytes of one audio entry (which holds at most a second besides). */
+#define ENTRY_MAX_BYTES ((size_t)8 << 20)
+
+/* Claims NAME by creating its meta hash; refused when it exists. */
+static int claim_stream(send_job *job, const char *meta) {
+  cluster_args a;
+  cluster_args_init(&a, "HSETNX");
+  cluster_arg(&a, meta);
+  cluster_arg(&a, "created_us");
+  cluster_arg_fmt(&a, "%lld", (long long)client_realtime_us());
+  redisReply *r = cluster_run(&job->redis, &a, job->err, sizeof job->err);
+  if (r == NULL) return -1;
+  bool taken = r->type == REDIS_REPLY_INTEGER && r->integer == 0;
+  freeReplyObject(r);
+  if (taken)
+    snprintf(job->err, sizeof job->err,
+             "stream %s already exists in the cluster (%s)", job->name,
+             job->redis.url_text);
+  return taken ? -1 : 0;
+}
+
+/* Appends the fields rate, channels and format. */
+static void format_fields(const send_job *job, cluster_args *a) {
+  cluster_arg(a, "rate");
+  cluster_arg_fmt(a, "%u", job->audio.rate);
+  cluster_arg(a, "channels");
+  cluster_arg_fmt(a, "%zu", job->audio.channels);
+  cluster_arg(a, "format");
+  cluster_arg(a, aural_sample_format_name(job->format));
+}
+
+/* The stream's format in its meta hash, then its announcement, which one
+ * node takes up. words: room for the comma-separated vocabulary. */
+static int announce(send_job *job, const char *meta) {
+  cluster_args a;
+  cluster_args_init(&a, "HSET");
+  cluster_arg(&a, meta);
+  format_fields(job, &a);
+  if (cluster_do(&job->redis, &a, job->err, sizeof job->err) < 0) return -1;
+
+  cluster_args_init(&a, "XADD");
+  cluster_arg(&a, AURAL_CLUSTER_ANNOUNCE);
+  cluster_arg(&a, "*");
+  cluster_arg(&a, "name");
+  cluster_arg(&a, job->name);
+  format_fields(job, &a);
+  const aural_msg_vocabulary *v = &job->vocabulary;
+  char words[AURAL_PROTO_VOCAB_MAX * (AURAL_PROTO_VOCAB_WORD_MAX + 1) + 1];
+  size_t at = 0;
+  for (uint32_t i = 0; i < v->n_words; i++)
+    at += (size_t)snprintf(words + at, sizeof words - at, "%s%s",
+                           i > 0 ? "," : "", v->words[i]);
+  if (v->n_words > 0) {
+    cluster_arg(&a, "vocabulary");
+    cluster_arg(&a, words);
+  }
+  if (v->has_boost) {
+    cluster_arg(&a, "boost");
+    cluster_arg_fmt(&a, "%g", v->boost);
+  }
+  return cluster_do(&job->redis, &a, job->err, sizeof job->err);
+}
+
+/* Stores one entry of the audio stream with ID first-1. Lost replies are
+ * retried; an ID Redis finds taken was stored by an earlier try
+ * (CLUSTER.md, "Why these IDs"). */
+static int add_audio(send_job *job, const char *key, uint64_t first,
+                     const char *field, const void *p, size_t n) {
+  cluster_args a;
+  cluster_args_init(&a, "XADD");
+  cluster_arg(&a, key);
+  cluster_arg_fmt(&a, "%llu-1", (unsigned long long)first);
+  cluster_arg(&a, field);
+  cluster_arg_bin(&a, p, n);
+  redisReply *r =
+      cluster_run_again(&job->redis, &a, 3, job->err, sizeof job->err);
+  if (r == NULL && !cluster_said_id_taken(&job->redis)) return -1;
+  freeReplyObject(r);
+  return 0;
+}
+
+/* Writes the audio as entries of at most a second, then the end entry.
+ * An interruption or a file that turns out bad ends the stream where it
+ * is (its node then finishes it), and fails. *sent: frames stored. */
+static int store_audio(send_job *job, const char *key, uint64_t *sent,
+                       uint64_t *entries) {
+  send_audio *a = &job->audio;
+  double t0 = cli_now_s();
+  size_t got;
+  int rc;
+  while ((rc = audio_next(job, &got)) == 0 && got > 0) {
+    if (job->realtime) sleep_until(t0 + (double)(*sent + got) / a->rate);
+    if (interrupted) {
+      rc = -1;
+      break;
+    }
+    if (add_audio(job, key, *sent, "pcm", a->wire,
+                  got * a->bytes_per_frame) < 0)
+      goto lost;
+    *sent += got;
+    (*entries)++;
+  }
+  char why[sizeof job->err];
+  snprintf(why, sizeof why, "%s", job->err);
+  if (add_audio(job, key, *sent, "end", "1", 1) < 0) goto lost;
+  if (rc < 0) {
+    fprintf(stderr, "aural send: stream '%s' ended after %.2f s of audio\n",
+            job->name, (double)*sent / a->rate);
+    snprintf(job->err, sizeof job->err, "%s", why);
+  }
+  return rc;
+lost:;
+  size_t n = strlen(job->err);
+  snprintf(job->err + n, sizeof job->err - n,
+           "; stream '%s' holds %.2f s of audio and no end", job->name,
+           (double)*sent / a->rate);
+  return -1;
+}
+
+static int run_cluster(send_job *job) {
+  char meta[AURAL_CLUSTER_KEY_MAX], audio[AURAL_CLUSTER_KEY_MAX];
+  aural_cluster_key(meta, sizeof meta, job->name, AURAL_CLUSTER_META);
+  aural_cluster_key(audio, sizeof audio, job->name, AURAL_CLUSTER_AUDIO);
+  if (cluster_connect(&job->redis, job->cluster_url, job->password_file,
+                      job->err, sizeof job->err) < 0 ||
+      audio_blocks(job, ENTRY_MAX_BYTES, "the largest audio entry") < 0 ||
+      claim_stream(job, meta) < 0 || announce(job, meta) < 0)
+    return -1;
+  const send_audio *a = &job->audio;
+  double t0 = cli_now_s();
+  uint64_t sent = 0, entries = 0;
+  int rc = store_audio(job, audio, &sent, &entries);
+  double wall = cli_now_s() - t0, secs = (double)sent / a->rate;
+  if (rc == 0 && !job->quiet)
+    printf("%s: %.2f s of %u Hz, %zu channel%s as %s -> cluster stream "
+           "'%s' at %s\n"
+           "  %llu audio entries in %.2f s (%.1fx real time)\n",
+           input_name(job), secs, a->rate, a->channels,
+           a->channels == 1 ? "" : "s",
+           aural_sample_format_name(job->format), job->name,
+           job->redis.url_text, (unsigned long long)entries, wall,
+           wall > 0 ? secs / wall : 0.0);
   return rc;
 }
 
-/* The default stream name: INPUT's base name, with the characters a name
- * may not hold replaced by '_', cut to the longest name. */
-static void default_name(const char *path, char *out, size_t len) {
+/* --- the command ---------------------------------------------------------- */
+
+static int run(send_job *job) {
+  int rc = audio_open(job);
+  if (rc == 0) rc = job->cluster_url ? run_cluster(job) : run_local(job);
+  if (interrupted) snprintf(job->err, sizeof job->err, "interrupted");
+  if (rc < 0) fprintf(stderr, "aural send: %s\n", job->err);
+  client_close(job->cl);
+  cluster_close(&job->redis);
+  audio_close(&job->audio);
+  return rc;
+}
+
+/* The default stream name: INPUT's base name ("stdin" for "-"), with the
+ * characters a name may not hold replaced by '_' (and the braces a
+ * cluster name may not hold), cut to the longest name. */
+static void default_name(const char *path, bool cluster, char *out,
+                         size_t len) {
   char *copy = strdup(path);
   const char *base = copy ? basename(copy) : path;
-  snprintf(out, len, "%s", base);
+  snprintf(out, len, "%s", strcmp(path, "-") == 0 ? "stdin" : base);
   for (char *p = out; *p; p++)
-    if (*p < 0x21 || *p > 0x7e || *p == '/' || *p == '\\') *p = '_';
+    if (*p < 0x21 || *p > 0x7e || *p == '/' || *p == '\\' ||
+        (cluster && (*p == '{' || *p == '}')))
+      *p = '_';
   if (out[0] == '\0') snprintf(out, len, "audio");
   free(copy);
+}
+
+/* What is wrong with the command line beyond each option's own value, or
+ * NULL; fills in the name. why: room for a message. */
+static const char *check_options(send_job *job, const char *name, char *why,
+                                 size_t why_len) {
+  bool cluster = job->cluster_url != NULL;
+  const char *bad = cluster_options(job->cluster_url, job->password_file,
+                                    job->sock_path, why, why_len);
+  if (bad != NULL) return bad;
+  if (cluster && job->block_ms > 1000 * AURAL_CLUSTER_ENTRY_MAX_S)
+    return "--block-ms: at most 1000 with --cluster (an audio entry holds "
+           "at most a second)";
+  if (name == NULL) {
+    default_name(job->in_path, cluster, job->name, sizeof job->name);
+    return NULL;
+  }
+  if (!(cluster ? aural_cluster_valid_name(name)
+                : aural_proto_valid_name(name))) {
+    snprintf(why, why_len,
+             "--name '%s': a stream name is 1-64 printable ASCII characters "
+             "without spaces, '/' or '\\'%s",
+             name, cluster ? " (or, in a cluster, '{' or '}')" : "");
+    return why;
+  }
+  snprintf(job->name, sizeof job->name, "%s", name);
+  return NULL;
 }
 
 int cmd_send(int argc, char **argv) {
   static const struct option opts[] = {
       {"socket", required_argument, NULL, 's'},
+      {"cluster", required_argument, NULL, 'C'},
+      {"cluster-password-file", required_argument, NULL, 'P'},
       {"name", required_argument, NULL, 'n'},
       {"realtime", no_argument, NULL, 'R'},
       {"format", required_argument, NULL, 'F'},
@@ -346,6 +658,8 @@ int cmd_send(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "s:n:qh", opts, NULL)) != -1) {
     switch (c) {
     case 's': job.sock_path = optarg; break;
+    case 'C': job.cluster_url = optarg; break;
+    case 'P': job.password_file = optarg; break;
     case 'n': name = optarg; break;
     case 'R': job.realtime = 1; break;
     case 'F':
@@ -375,7 +689,7 @@ int cmd_send(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
-  char why[200];
+  char why[600];
   if (boost != NULL && vocabulary == NULL) {
     fprintf(stderr, "aural send: --boost needs --vocabulary\n");
     return EXIT_USAGE;
@@ -391,17 +705,10 @@ int cmd_send(int argc, char **argv) {
     return EXIT_USAGE;
   }
   job.in_path = argv[optind];
-  if (name != NULL) {
-    if (!aural_proto_valid_name(name)) {
-      fprintf(stderr,
-              "aural send: --name '%s': a stream name is 1-64 printable "
-              "ASCII characters without spaces, '/' or '\\'\n",
-              name);
-      return EXIT_USAGE;
-    }
-    snprintf(job.name, sizeof job.name, "%s", name);
-  } else {
-    default_name(job.in_path, job.name, sizeof job.name);
+  const char *bad = check_options(&job, name, why, sizeof why);
+  if (bad != NULL) {
+    fprintf(stderr, "aural send: %s\n(see 'aural send --help')\n", bad);
+    return EXIT_USAGE;
   }
 
   struct sigaction sa = {.sa_handler = on_signal};
