@@ -1,6 +1,8 @@
 /*
  * aural stats: asks a running aurald for its statistics (STATS) and prints
- * them as two tables, streams and subscribers, or as the raw JSON reply.
+ * them as two tables, streams and subscribers, or as the raw JSON reply;
+ * with --cluster, lists the cluster's nodes from Redis instead (their
+ * heartbeats, docs/CLUSTER.md).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -11,34 +13,50 @@
 
 #include "cli.h"
 #include "client.h"
+#include "redis.h"
 
 static void usage(FILE *to) {
   char sock[128];
   fprintf(to,
           "Usage: aural stats [-s SOCKET] [--json]\n"
+          "       aural stats --cluster URL [--json]\n"
           "\n"
           "Asks a running aurald for its statistics and prints, per stream,\n"
           "the audio, frames and chunks it has processed, the compute time,\n"
           "the latency percentiles (audio available -> chunk queued) and the\n"
           "capture overruns; per subscriber, the bytes queued for it and the\n"
-          "chunks sent and dropped.\n"
+          "chunks sent and dropped. With --cluster, lists the cluster's\n"
+          "nodes instead: id, host, pid, alive (its heartbeat has not\n"
+          "expired; 'dead' once it has), streams/capacity, load, seconds\n"
+          "since its last heartbeat and the names of its streams.\n"
           "\n"
           "Options:\n"
           "  -s, --socket PATH  aurald's socket (default: $AURAL_SOCKET,\n"
           "                     else $XDG_RUNTIME_DIR/aural.sock, else\n"
           "                     /run/aural/aural.sock for root, else\n"
           "                     /tmp/aural-UID/aural.sock; here %s)\n"
+          "      --cluster URL  the cluster's Redis instead of aurald:\n"
+          "                     redis://[USER@]HOST[:PORT][/DB] or\n"
+          "                     unix:PATH (no password in the URL)\n"
+          "      --cluster-password-file FILE\n"
+          "                     Redis' password: FILE's first line (FILE\n"
+          "                     mode 0600 or stricter); without it,\n"
+          "                     $AURAL_REDIS_PASSWORD if set\n"
           "      --json         print the statistics as one JSON object\n"
           "                     (PROTOCOL.md section 4.15; the pages of a\n"
-          "                     large server's reply joined into one)\n"
+          "                     large server's reply joined into one; with\n"
+          "                     --cluster: {\"cluster\": URL, \"nodes\": [...]},\n"
+          "                     each node its heartbeat's fields with \"alive\"\n"
+          "                     and \"last_heartbeat_ms\")\n"
           "  -h, --help         show this help\n"
           "\n"
           "Examples:\n"
           "  aural stats\n"
           "  aural stats -s /tmp/x/aural.sock --json | python3 -m json.tool\n"
+          "  aural stats --cluster redis://10.0.0.5\n"
           "\n"
-          "Exit status: 0 on success, 1 if aurald could not be reached or\n"
-          "answered with an error, 2 for a bad command line.\n",
+          "Exit status: 0 on success, 1 if aurald or Redis could not be\n"
+          "reached or answered with an error, 2 for a bad command line.\n",
           client_default_socket(sock, sizeof sock));
 }
 
@@ -210,19 +228,273 @@ static int stats_all_pages(aural_client *cl, stats_all *a, char *err,
   }
 }
 
+/* --- the cluster ------------------------------------------------------------ */
+
+/* A node of the set aural:nodes: the time of its last heartbeat and the
+ * heartbeat key's value, a string while the node lives, nil once it
+ * expired. */
+typedef struct node {
+  const char *id;   /* in the ZRANGE reply */
+  double last_ms;   /* the set's score */
+  redisReply *beat; /* GET aural:node:ID */
+} node;
+
+/* A heartbeat decoded (CLUSTER.md: aural:node:ID). */
+typedef struct heartbeat {
+  aural_json js;
+  char host[256];
+  int64_t pid, capacity, started_us;
+  double load;
+  aural_json_list streams; /* the names, strings */
+} heartbeat;
+
+static bool alive(const node *n) { return n->beat->type == REDIS_REPLY_STRING; }
+
+/* Decodes a live node's heartbeat. Returns 0, or -1 with why naming the
+ * field at fault. */
+static int parse_heartbeat(const node *n, heartbeat *hb, char *why,
+                           size_t why_len) {
+  aural_json *js = &hb->js;
+  char e[160];
+  if (aural_json_parse_lists(js, n->beat->str, n->beat->len, e, sizeof e) <
+      0) {
+    snprintf(why, why_len, "heartbeat is not JSON: %s", e);
+    return -1;
+  }
+  const char *field = NULL;
+  if (aural_json_string(js, aural_json_get(js, 0, "host"), hb->host,
+                        sizeof hb->host) < 0)
+    field = "host";
+  else if (aural_json_int(js, aural_json_get(js, 0, "pid"), 1, INT32_MAX,
+                          &hb->pid) < 0)
+    field = "pid";
+  else if (aural_json_int(js, aural_json_get(js, 0, "capacity"), 0,
+                          INT32_MAX, &hb->capacity) < 0)
+    field = "capacity";
+  else if (aural_json_double(js, aural_json_get(js, 0, "load"), &hb->load) <
+           0)
+    field = "load";
+  else if (aural_json_int(js, aural_json_get(js, 0, "started_us"), 0,
+                          INT64_MAX, &hb->started_us) < 0)
+    field = "started_us";
+  else if (aural_json_list_init(js, aural_json_get(js, 0, "streams"),
+                                &hb->streams) < 0)
+    field = "streams";
+  if (field != NULL)
+    snprintf(why, why_len, "heartbeat lacks a valid \"%s\"", field);
+  return field != NULL ? -1 : 0;
+}
+
+/* The next stream name of a heartbeat into out: 1, 0 after the last, -1. */
+static int next_stream(aural_json_list *l, char *out, size_t cap) {
+  aural_json item;
+  int rc = aural_json_list_next(l, &item, NULL, 0);
+  if (rc != 1) return rc < 0 ? -1 : 0;
+  return aural_json_string(&item, 0, out, cap) < 0 ? -1 : 1;
+}
+
+/* s for a terminal, cut to fit out: anything unprintable as '?'. */
+static const char *printable(const char *s, char *out, size_t cap) {
+  size_t i = 0;
+  for (; s[i] != '\0' && i + 1 < cap; i++)
+    out[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+  out[i] = '\0';
+  return out;
+}
+
+static void print_node(const node *n, heartbeat *hb, double now_ms) {
+  char id[64], host[32], why[200], names[1024] = "",
+                                   name[AURAL_PROTO_TEXT_MAX + 1];
+  double age_s = (now_ms - n->last_ms) / 1000;
+  printf("%-24s ", printable(n->id, id, sizeof id));
+  if (!alive(n)) {
+    printf("%-20s %8s %-5s %9s %6s %10.1f\n", "-", "-", "dead", "-", "-",
+           age_s);
+    return;
+  }
+  if (parse_heartbeat(n, hb, why, sizeof why) < 0) {
+    printf("%-20s %8s %-5s %9s %6s %10.1f  (%s)\n", "-", "-", "yes", "-",
+           "-", age_s, why);
+    return;
+  }
+  aural_json_list l = hb->streams;
+  size_t at = 0;
+  while (next_stream(&l, name, sizeof name) == 1 && at + 1 < sizeof names)
+    at += (size_t)snprintf(names + at, sizeof names - at, "%s%s",
+                           at ? " " : "", printable(name, name, sizeof name));
+  char used[32];
+  snprintf(used, sizeof used, "%u/%lld", hb->streams.n_items,
+           (long long)hb->capacity);
+  printf("%-20s %8lld %-5s %9s %6.2f %10.1f  %s\n",
+         printable(hb->host, host, sizeof host), (long long)hb->pid, "yes",
+         used, hb->load, age_s, names);
+}
+
+static int by_id(const void *a, const void *b) {
+  return strcmp(((const node *)a)->id, ((const node *)b)->id);
+}
+
+static int print_nodes(const node *nodes, size_t n, const char *url) {
+  heartbeat *hb = malloc(sizeof *hb);
+  if (hb == NULL) return -1;
+  double now_ms = (double)client_realtime_us() / 1000;
+  size_t n_alive = 0;
+  for (size_t i = 0; i < n; i++) n_alive += alive(&nodes[i]);
+  printf("cluster at %s: %zu node%s, %zu alive\n\n", url, n,
+         n == 1 ? "" : "s", n_alive);
+  printf("%-24s %-20s %8s %-5s %9s %6s %10s  %s\n", "node", "host", "pid",
+         "alive", "streams", "load", "beat_age_s", "stream names");
+  for (size_t i = 0; i < n; i++) print_node(&nodes[i], hb, now_ms);
+  free(hb);
+  return 0;
+}
+
+/* One node as a JSON object: alive, the time of its last heartbeat, and
+ * the heartbeat's fields (or "error" when it does not decode). */
+static void node_json(aural_jw *w, const node *n, heartbeat *hb) {
+  char why[200], name[AURAL_PROTO_TEXT_MAX + 1];
+  aural_jw_begin_object(w);
+  aural_jw_key(w, "id");
+  aural_jw_string(w, n->id);
+  aural_jw_key(w, "alive");
+  aural_jw_bool(w, alive(n));
+  aural_jw_key(w, "last_heartbeat_ms");
+  aural_jw_int(w, (int64_t)n->last_ms);
+  if (alive(n) && parse_heartbeat(n, hb, why, sizeof why) < 0) {
+    aural_jw_key(w, "error");
+    aural_jw_string(w, why);
+  } else if (alive(n)) {
+    aural_jw_key(w, "host");
+    aural_jw_string(w, hb->host);
+    aural_jw_key(w, "pid");
+    aural_jw_int(w, hb->pid);
+    aural_jw_key(w, "capacity");
+    aural_jw_int(w, hb->capacity);
+    aural_jw_key(w, "load");
+    aural_jw_double(w, hb->load);
+    aural_jw_key(w, "started_us");
+    aural_jw_int(w, hb->started_us);
+    aural_jw_key(w, "streams");
+    aural_jw_begin_array(w);
+    aural_json_list l = hb->streams;
+    while (next_stream(&l, name, sizeof name) == 1) aural_jw_string(w, name);
+    aural_jw_end_array(w);
+  }
+  aural_jw_end_object(w);
+}
+
+static int print_nodes_json(const node *nodes, size_t n, const char *url) {
+  size_t cap = 4096;
+  for (size_t i = 0; i < n; i++)
+    cap += 1024 + 6 * (strlen(nodes[i].id) +
+                       (alive(&nodes[i]) ? nodes[i].beat->len : 0));
+  char *buf = malloc(cap);
+  heartbeat *hb = malloc(sizeof *hb);
+  long len = -1;
+  if (buf != NULL && hb != NULL) {
+    aural_jw w;
+    aural_jw_init(&w, buf, cap);
+    aural_jw_begin_object(&w);
+    aural_jw_key(&w, "cluster");
+    aural_jw_string(&w, url);
+    aural_jw_key(&w, "nodes");
+    aural_jw_begin_array(&w);
+    for (size_t i = 0; i < n; i++) node_json(&w, &nodes[i], hb);
+    aural_jw_end_array(&w);
+    aural_jw_end_object(&w);
+    len = aural_jw_finish(&w);
+  }
+  if (len >= 0) printf("%.*s\n", (int)len, buf);
+  free(buf);
+  free(hb);
+  return len >= 0 ? 0 : -1;
+}
+
+/* The set aural:nodes into *zr and each node with its heartbeat key's
+ * value into *nodes (n of them, ids pointing into *zr). */
+static int read_nodes(cluster_conn *c, redisReply **zr, node **nodes,
+                      size_t *n, char *err, size_t err_len) {
+  cluster_args a;
+  cluster_args_init(&a, "ZRANGE");
+  cluster_arg(&a, AURAL_CLUSTER_NODES);
+  cluster_arg(&a, "0");
+  cluster_arg(&a, "-1");
+  cluster_arg(&a, "WITHSCORES");
+  if ((*zr = cluster_run(c, &a, err, err_len)) == NULL) return -1;
+  const redisReply *r = *zr;
+  if (r->type != REDIS_REPLY_ARRAY) {
+    snprintf(err, err_len, "Redis at %s: ZRANGE %s: not an array",
+             c->url_text, AURAL_CLUSTER_NODES);
+    return -1;
+  }
+  if ((*nodes = calloc(r->elements / 2 + 1, sizeof **nodes)) == NULL) {
+    snprintf(err, err_len, "out of memory");
+    return -1;
+  }
+  for (; *n < r->elements / 2; (*n)++) {
+    node *d = &(*nodes)[*n];
+    const redisReply *id = r->element[2 * *n], *score = r->element[2 * *n + 1];
+    d->id = id->type == REDIS_REPLY_STRING ? id->str : "?";
+    d->last_ms = score->type == REDIS_REPLY_STRING ? strtod(score->str, NULL)
+                                                   : 0;
+    char key[sizeof AURAL_CLUSTER_NODE_PREFIX + 512];
+    snprintf(key, sizeof key, "%s%s", AURAL_CLUSTER_NODE_PREFIX, d->id);
+    cluster_args_init(&a, "GET");
+    cluster_arg(&a, key);
+    if ((d->beat = cluster_run(c, &a, err, err_len)) == NULL) return -1;
+  }
+  return 0;
+}
+
+/* aural stats --cluster: the nodes, alive or dead, their load and their
+ * streams. */
+static int stats_cluster(const char *url, const char *password_file,
+                         bool json) {
+  char err[600];
+  cluster_conn c;
+  if (cluster_connect(&c, url, password_file, err, sizeof err) < 0) {
+    fprintf(stderr, "aural stats: %s\n", err);
+    return EXIT_FAIL;
+  }
+  redisReply *zr = NULL;
+  node *nodes = NULL;
+  size_t n = 0;
+  int rc = read_nodes(&c, &zr, &nodes, &n, err, sizeof err);
+  if (rc == 0) qsort(nodes, n, sizeof *nodes, by_id);
+  if (rc == 0 && (json ? print_nodes_json(nodes, n, c.url_text)
+                        : print_nodes(nodes, n, c.url_text)) < 0) {
+    snprintf(err, sizeof err, "out of memory");
+    rc = -1;
+  }
+  if (rc == 0 && fflush(stdout) != 0) {
+    snprintf(err, sizeof err, "standard output: %s", strerror(errno));
+    rc = -1;
+  }
+  if (rc < 0) fprintf(stderr, "aural stats: %s\n", err);
+  for (size_t i = 0; i < n; i++) freeReplyObject(nodes[i].beat);
+  free(nodes);
+  freeReplyObject(zr);
+  cluster_close(&c);
+  return rc < 0 ? EXIT_FAIL : EXIT_OK;
+}
+
 int cmd_stats(int argc, char **argv) {
   static const struct option opts[] = {
       {"socket", required_argument, NULL, 's'},
+      {"cluster", required_argument, NULL, 'C'},
+      {"cluster-password-file", required_argument, NULL, 'P'},
       {"json", no_argument, NULL, 'J'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
-  const char *sock = NULL;
+  const char *sock = NULL, *cluster = NULL, *password_file = NULL;
   int json = 0, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "s:h", opts, NULL)) != -1) {
     switch (c) {
     case 's': sock = optarg; break;
+    case 'C': cluster = optarg; break;
+    case 'P': password_file = optarg; break;
     case 'J': json = 1; break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
@@ -235,6 +507,14 @@ int cmd_stats(int argc, char **argv) {
                     "(see 'aural stats --help')\n", argv[optind]);
     return EXIT_USAGE;
   }
+  char why[600];
+  const char *bad = cluster_options(cluster, password_file, sock, why,
+                                    sizeof why);
+  if (bad != NULL) {
+    fprintf(stderr, "aural stats: %s\n(see 'aural stats --help')\n", bad);
+    return EXIT_USAGE;
+  }
+  if (cluster != NULL) return stats_cluster(cluster, password_file, json);
 
   char err[512];
   aural_client *cl;
