@@ -25,10 +25,11 @@
 #include "client.h"
 #include "npy.h"
 #include "outfile.h"
+#include "sub.h"
 #include "words.h"
 
-static volatile sig_atomic_t interrupted;
-static void on_signal(int sig) { interrupted = sig; }
+volatile sig_atomic_t sub_interrupted;
+static void on_signal(int sig) { sub_interrupted = sig; }
 
 static void usage(FILE *to) {
   char sock[128];
@@ -120,52 +121,6 @@ static void usage(FILE *to) {
           "disconnected this subscriber (it fell too far behind, or the\n"
           "server shut down or went away); 130 when interrupted.\n");
 }
-
-/* A growing string. */
-typedef struct strbuf {
-  char *p;
-  size_t len, cap;
-} strbuf;
-
-typedef struct sub_stream {
-  uint32_t id;
-  char name[AURAL_PROTO_NAME_MAX + 1];
-  int ended;
-  uint64_t next_seq;       /* the seq expected next */
-  uint64_t first_chunk;    /* next_chunk of its STREAM_STARTED */
-  uint64_t n_chunks;       /* chunks received */
-  uint64_t n_lost;         /* chunks reported lost by GAPs */
-  strbuf text;             /* the whole text so far */
-  strbuf words;            /* the final words so far, space-separated */
-} sub_stream;
-
-typedef struct sub_job {
-  const char *sock_path, *stream, *out_path;
-  int all, until_end, json, quiet;
-  uint32_t outputs; /* AURAL_OUT_* */
-  uint8_t dtype;
-  aural_msg_vocabulary vocabulary; /* --vocabulary, --boost */
-  aural_client *cl;
-  sub_stream *streams;
-  size_t n_streams, cap_streams;
-
-  /* -o */
-  uint32_t out_kind;  /* AURAL_OUT_EMBEDDINGS, _LOGITS or _WORDS */
-  uint32_t out_stream; /* the stream being written, 0 before its start */
-  outfile of;          /* opened before connecting */
-  size_t out_rows, out_dim; /* out_dim is 0 until the header is written */
-  float *row_buf;
-  size_t row_cap;
-  int written;
-
-  uint64_t n_gaps, n_lost;
-  int tty;          /* stdout is a terminal: the partial is rewritten */
-  int partial_shown; /* a partial caption is on the current line */
-  strbuf caption;    /* the partial's words, for the terminal */
-  char *line; /* JSON output buffer */
-  size_t line_cap;
-  char err[512];
-} sub_job;
 
 /* --- streams ------------------------------------------------------------ */
 
@@ -261,8 +216,8 @@ static int finish_output(sub_job *job) {
   if (job->out_dim == 0) {
     /* The stream ended without a single chunk: an empty array. */
     size_t dim = job->out_kind == AURAL_OUT_EMBEDDINGS
-                     ? job->cl->model.d_model
-                     : job->cl->model.vocab_size;
+                     ? job->model->d_model
+                     : job->model->vocab_size;
     if (begin_output(job, dim) < 0) return -1;
   }
   if (npy_write_end(job->of.f, job->out_rows, job->out_dim) < 0) {
@@ -307,14 +262,13 @@ static double mean_norm(const float *x, size_t rows, size_t dim) {
 
 /* --- events --------------------------------------------------------------- */
 
-static int on_started(sub_job *job, const client_msg *m) {
-  sub_stream *s = get_stream(job, m->h.stream_id);
+int sub_on_started(sub_job *job, uint32_t id,
+                   const aural_msg_stream_started *st, const char *source) {
+  sub_stream *s = get_stream(job, id);
   if (s == NULL) goto oom;
-  const aural_msg_stream_started *st = &m->u.started;
   snprintf(s->name, sizeof s->name, "%s", st->name);
   int64_t next = (int64_t)st->next_chunk, rate = (int64_t)st->sample_rate,
           channels = st->channels, start_us = st->start_us;
-  const char *source = aural_source_name(st->source);
   s->ended = 0;
   s->next_seq = s->first_chunk = (uint64_t)next;
   s->n_chunks = s->n_lost = 0;
@@ -335,7 +289,7 @@ static int on_started(sub_job *job, const client_msg *m) {
               "aural sub: joined '%s' at chunk %lld: %s starts at frame "
               "%lld, not 0\n",
               s->name, (long long)next, job->out_path,
-              (long long)next * job->cl->model.chunk_frames);
+              (long long)next * job->model->chunk_frames);
   }
 
   if (job->json) {
@@ -365,12 +319,11 @@ oom:
   return -1;
 }
 
-static int on_gap(sub_job *job, const client_msg *m) {
-  sub_stream *s = get_stream(job, m->h.stream_id);
+int sub_on_gap(sub_job *job, uint32_t id, uint64_t first_chunk,
+               uint64_t n_chunks, const char *reason) {
+  sub_stream *s = get_stream(job, id);
   if (s == NULL) return -1;
-  int64_t first = (int64_t)m->u.gap.first_chunk,
-          n = (int64_t)m->u.gap.n_chunks;
-  const char *reason = aural_gap_reason_name(m->u.gap.reason);
+  int64_t first = (int64_t)first_chunk, n = (int64_t)n_chunks;
   job->n_gaps++;
   job->n_lost += (uint64_t)n;
   s->n_lost += (uint64_t)n;
@@ -397,101 +350,92 @@ static int on_gap(sub_job *job, const client_msg *m) {
   return 0;
 }
 
-static int on_chunk(sub_job *job, const client_msg *m) {
+int sub_on_chunk(sub_job *job, uint32_t id, const aural_chunk_header *ch,
+                 const uint8_t *emb, const uint8_t *logits, const char *text) {
   int64_t now_us = client_realtime_us();
-  sub_stream *s = get_stream(job, m->h.stream_id);
-  aural_chunk_header ch;
-  const uint8_t *emb, *logits;
-  const char *text;
+  sub_stream *s = get_stream(job, id);
   if (s == NULL) return -1;
-  if (aural_chunk_decode(m->payload, m->h.payload_bytes, &ch, &emb, &logits,
-                         &text) < 0) {
-    snprintf(job->err, sizeof job->err,
-             "%s: malformed CHUNK from aurald (%u bytes)", s->name,
-             m->h.payload_bytes);
-    return -1;
-  }
   if ((job->outputs & AURAL_OUT_EMBEDDINGS && emb == NULL) ||
       (job->outputs & AURAL_OUT_LOGITS && logits == NULL) ||
       (job->outputs & AURAL_OUT_TEXT && text == NULL)) {
     snprintf(job->err, sizeof job->err,
              "%s: chunk %llu lacks an output that was subscribed to",
-             s->name, (unsigned long long)ch.seq);
+             s->name, (unsigned long long)ch->seq);
     return -1;
   }
-  if (ch.seq != s->next_seq)
+  if (ch->seq != s->next_seq)
     fprintf(stderr, "aural sub: %s: chunk %llu arrived where %llu was "
-            "expected\n", s->name, (unsigned long long)ch.seq,
+            "expected\n", s->name, (unsigned long long)ch->seq,
             (unsigned long long)s->next_seq);
-  s->next_seq = ch.seq + 1;
+  s->next_seq = ch->seq + 1;
   s->n_chunks++;
-  double latency_ms = (double)(now_us - ch.ready_us) / 1e3;
-  int final = (ch.flags & AURAL_CHUNK_FINAL) != 0;
-  if (text != NULL && text_append(&s->text, text, ch.text_bytes) < 0)
+  double latency_ms = (double)(now_us - ch->ready_us) / 1e3;
+  int final = (ch->flags & AURAL_CHUNK_FINAL) != 0;
+  if (text != NULL && text_append(&s->text, text, ch->text_bytes) < 0)
     goto oom;
 
   double emb_norm = 0, logit_norm = 0;
   if (emb != NULL) {
-    const float *x = to_f32(job, emb, (size_t)ch.n_frames * ch.d_model,
-                            ch.dtype);
+    const float *x = to_f32(job, emb, (size_t)ch->n_frames * ch->d_model,
+                            ch->dtype);
     if (x == NULL) goto oom;
-    emb_norm = mean_norm(x, ch.n_frames, ch.d_model);
+    emb_norm = mean_norm(x, ch->n_frames, ch->d_model);
     if (job->out_stream == s->id && job->out_kind == AURAL_OUT_EMBEDDINGS) {
-      if (job->out_dim == 0 && begin_output(job, ch.d_model) < 0) return -1;
-      if (ch.d_model != job->out_dim) goto width;
-      if (fwrite(x, sizeof *x * ch.d_model, ch.n_frames, job->of.f) !=
-          ch.n_frames)
+      if (job->out_dim == 0 && begin_output(job, ch->d_model) < 0) return -1;
+      if (ch->d_model != job->out_dim) goto width;
+      if (fwrite(x, sizeof *x * ch->d_model, ch->n_frames, job->of.f) !=
+          ch->n_frames)
         goto write_fail;
-      job->out_rows += ch.n_frames;
+      job->out_rows += ch->n_frames;
     }
   }
   if (logits != NULL) {
-    const float *x = to_f32(job, logits, (size_t)ch.n_frames * ch.vocab_size,
-                            ch.dtype);
+    const float *x = to_f32(job, logits, (size_t)ch->n_frames * ch->vocab_size,
+                            ch->dtype);
     if (x == NULL) goto oom;
-    logit_norm = mean_norm(x, ch.n_frames, ch.vocab_size);
+    logit_norm = mean_norm(x, ch->n_frames, ch->vocab_size);
     if (job->out_stream == s->id && job->out_kind == AURAL_OUT_LOGITS) {
-      if (job->out_dim == 0 && begin_output(job, ch.vocab_size) < 0) return -1;
-      if (ch.vocab_size != job->out_dim) goto width;
-      if (fwrite(x, sizeof *x * ch.vocab_size, ch.n_frames, job->of.f) !=
-          ch.n_frames)
+      if (job->out_dim == 0 && begin_output(job, ch->vocab_size) < 0) return -1;
+      if (ch->vocab_size != job->out_dim) goto width;
+      if (fwrite(x, sizeof *x * ch->vocab_size, ch->n_frames, job->of.f) !=
+          ch->n_frames)
         goto write_fail;
-      job->out_rows += ch.n_frames;
+      job->out_rows += ch->n_frames;
     }
   }
 
   if (job->json) {
     aural_jw w;
-    if (jw_start(job, &w, ch.text_bytes, "chunk", s) < 0) goto oom;
+    if (jw_start(job, &w, ch->text_bytes, "chunk", s) < 0) goto oom;
     aural_jw_key(&w, "seq");
-    aural_jw_uint(&w, ch.seq);
+    aural_jw_uint(&w, ch->seq);
     aural_jw_key(&w, "first_frame");
-    aural_jw_uint(&w, ch.first_frame);
+    aural_jw_uint(&w, ch->first_frame);
     aural_jw_key(&w, "n_frames");
-    aural_jw_uint(&w, ch.n_frames);
+    aural_jw_uint(&w, ch->n_frames);
     aural_jw_key(&w, "final");
     aural_jw_bool(&w, final);
     aural_jw_key(&w, "latency_ms");
     aural_jw_double(&w, round(latency_ms * 1000) / 1000);
     if (text != NULL) {
       aural_jw_key(&w, "text");
-      aural_jw_string_n(&w, text, ch.text_bytes);
+      aural_jw_string_n(&w, text, ch->text_bytes);
     }
     jw_print(&w);
   } else if (!job->quiet) {
-    printf("%s  #%llu  ", s->name, (unsigned long long)ch.seq);
-    if (ch.n_frames > 0) /* an empty FINAL chunk only ends the stream */
-      printf("frames %llu-%llu", (unsigned long long)ch.first_frame,
-             (unsigned long long)(ch.first_frame + ch.n_frames - 1));
+    printf("%s  #%llu  ", s->name, (unsigned long long)ch->seq);
+    if (ch->n_frames > 0) /* an empty FINAL chunk only ends the stream */
+      printf("frames %llu-%llu", (unsigned long long)ch->first_frame,
+             (unsigned long long)(ch->first_frame + ch->n_frames - 1));
     else
       printf("no frames");
     printf("  latency %.1f ms", latency_ms);
-    if (emb != NULL && ch.n_frames > 0) printf("  |emb| %.2f", emb_norm);
-    if (logits != NULL && ch.n_frames > 0)
+    if (emb != NULL && ch->n_frames > 0) printf("  |emb| %.2f", emb_norm);
+    if (logits != NULL && ch->n_frames > 0)
       printf("  |logits| %.2f", logit_norm);
     if (final) printf("  final");
-    if (text != NULL && ch.text_bytes > 0)
-      printf("  %.*s", (int)ch.text_bytes, text);
+    if (text != NULL && ch->text_bytes > 0)
+      printf("  %.*s", (int)ch->text_bytes, text);
     putchar('\n');
     fflush(stdout);
   }
@@ -499,7 +443,7 @@ static int on_chunk(sub_job *job, const client_msg *m) {
 width:
   snprintf(job->err, sizeof job->err,
            "%s: chunk %llu has rows of another width than the ones before",
-           s->name, (unsigned long long)ch.seq);
+           s->name, (unsigned long long)ch->seq);
   return -1;
 write_fail:
   snprintf(job->err, sizeof job->err, "%s: write failed: %s", job->out_path,
@@ -511,7 +455,7 @@ oom:
 }
 
 /* Takes the partial caption off the terminal's current line. */
-static void clear_partial(sub_job *job) {
+void sub_clear_partial(sub_job *job) {
   if (!job->partial_shown) return;
   fputs("\r\033[K", stdout);
   job->partial_shown = 0;
@@ -539,10 +483,10 @@ static int put_words_json(aural_jw *w, aural_json_list words, char *why,
   return rc;
 }
 
-static int words_json(sub_job *job, sub_stream *s, const client_msg *m) {
-  const aural_msg_words *mw = &m->u.words;
+static int words_json(sub_job *job, sub_stream *s, const aural_msg_words *mw,
+                      size_t payload_bytes) {
   aural_jw w;
-  if (jw_start(job, &w, m->h.payload_bytes, "words", s) < 0) return -1;
+  if (jw_start(job, &w, payload_bytes, "words", s) < 0) return -1;
   aural_jw_key(&w, "seq");
   aural_jw_uint(&w, mw->seq);
   aural_jw_key(&w, "final");
@@ -583,10 +527,10 @@ static void show_partial(sub_job *job, const sub_stream *s) {
 
 /* A WORDS event: the finals become lines of the caption and of the
  * transcript, the partial is shown in place on a terminal. */
-static int on_words(sub_job *job, const client_msg *m) {
-  sub_stream *s = get_stream(job, m->h.stream_id);
+int sub_on_words(sub_job *job, uint32_t id, const aural_msg_words *mw,
+                 size_t payload_bytes) {
+  sub_stream *s = get_stream(job, id);
   if (s == NULL) goto oom;
-  const aural_msg_words *mw = &m->u.words;
   if ((job->outputs & AURAL_OUT_ALL) == 0) {
     /* Words alone: no CHUNK arrives, WORDS counts the chunks. */
     s->next_seq = mw->seq + 1;
@@ -599,12 +543,12 @@ static int on_words(sub_job *job, const client_msg *m) {
     while (aural_proto_words_word_next(&w, &x, NULL, 0) == 1)
       if (text_append(&s->words, x.word, strlen(x.word)) < 0) goto oom;
   }
-  if (job->json) return words_json(job, s, m) < 0 ? -1 : 0;
+  if (job->json) return words_json(job, s, mw, payload_bytes) < 0 ? -1 : 0;
   if (job->quiet) return 0;
-  clear_partial(job);
+  sub_clear_partial(job);
   segs = mw->segments;
   while (aural_proto_words_segment_next(&segs, &words, NULL, 0) == 1) {
-    double frame_s = job->cl->model.frame_ms / 1000.0;
+    double frame_s = job->model->frame_ms / 1000.0;
     aural_json_list w = words;
     uint64_t start = 0, end = 0;
     size_t n = 0;
@@ -648,10 +592,9 @@ static int finish_transcript(sub_job *job, const sub_stream *s) {
 }
 
 /* Returns 1 when the command is done (--until-end), 0 to go on, -1. */
-static int on_ended(sub_job *job, const client_msg *m) {
-  sub_stream *s = get_stream(job, m->h.stream_id);
+int sub_on_ended(sub_job *job, uint32_t id, const aural_msg_stream_ended *e) {
+  sub_stream *s = get_stream(job, id);
   if (s == NULL) return -1;
-  const aural_msg_stream_ended *e = &m->u.ended;
   snprintf(s->name, sizeof s->name, "%s", e->name);
   const char *reason = aural_end_reason_name(e->reason);
   const char *message = e->message;
@@ -659,7 +602,7 @@ static int on_ended(sub_job *job, const client_msg *m) {
   s->ended = 1;
   int want_text = (job->outputs & AURAL_OUT_TEXT) != 0;
   int want_words = (job->outputs & AURAL_OUT_WORDS) != 0;
-  clear_partial(job);
+  sub_clear_partial(job);
 
   /* Every chunk from the first one we were promised to the last must have
    * been received or reported lost (PROTOCOL.md 4.9). */
@@ -750,6 +693,22 @@ oom:
   return -1;
 }
 
+/* A CHUNK from aurald. */
+static int on_chunk(sub_job *job, const client_msg *m) {
+  aural_chunk_header ch;
+  const uint8_t *emb, *logits;
+  const char *text;
+  if (aural_chunk_decode(m->payload, m->h.payload_bytes, &ch, &emb, &logits,
+                         &text) < 0) {
+    sub_stream *s = get_stream(job, m->h.stream_id);
+    snprintf(job->err, sizeof job->err,
+             "%s: malformed CHUNK from aurald (%u bytes)",
+             s ? s->name : "?", m->h.payload_bytes);
+    return -1;
+  }
+  return sub_on_chunk(job, m->h.stream_id, &ch, emb, logits, text);
+}
+
 /* --- the session ----------------------------------------------------------- */
 
 static int subscribe(sub_job *job) {
@@ -771,12 +730,13 @@ static int run(sub_job *job) {
   if (client_connect(job->sock_path, "aural sub", &job->cl, job->err,
                      sizeof job->err) < 0)
     return EXIT_FAIL;
-  if (subscribe(job) < 0) return interrupted ? EXIT_SIGNAL : EXIT_FAIL;
+  job->model = &job->cl->model;
+  if (subscribe(job) < 0) return sub_interrupted ? EXIT_SIGNAL : EXIT_FAIL;
   int subscribed = 0;
   for (;;) {
     client_msg m;
     int rc = client_read(job->cl, &m, job->err, sizeof job->err);
-    if (interrupted) return EXIT_SIGNAL;
+    if (sub_interrupted) return EXIT_SIGNAL;
     if (rc == 1) {
       snprintf(job->err, sizeof job->err,
                "aurald closed the connection (%s)", job->cl->path);
@@ -805,20 +765,27 @@ static int run(sub_job *job) {
       break;
     }
     case AURAL_MSG_STREAM_STARTED:
-      if (on_started(job, &m) < 0) return EXIT_FAIL;
+      if (sub_on_started(job, m.h.stream_id, &m.u.started,
+                         aural_source_name(m.u.started.source)) < 0)
+        return EXIT_FAIL;
       break;
     case AURAL_MSG_CHUNK:
       if (on_chunk(job, &m) < 0) return EXIT_FAIL;
       break;
     case AURAL_MSG_WORDS:
-      if (on_words(job, &m) < 0) return EXIT_FAIL;
+      if (sub_on_words(job, m.h.stream_id, &m.u.words, m.h.payload_bytes) <
+          0)
+        return EXIT_FAIL;
       break;
     case AURAL_MSG_GAP:
-      clear_partial(job);
-      if (on_gap(job, &m) < 0) return EXIT_FAIL;
+      sub_clear_partial(job);
+      if (sub_on_gap(job, m.h.stream_id, m.u.gap.first_chunk,
+                     m.u.gap.n_chunks,
+                     aural_gap_reason_name(m.u.gap.reason)) < 0)
+        return EXIT_FAIL;
       break;
     case AURAL_MSG_STREAM_ENDED:
-      rc = on_ended(job, &m);
+      rc = sub_on_ended(job, m.h.stream_id, &m.u.ended);
       if (rc < 0) return EXIT_FAIL;
       if (rc == 1) return EXIT_OK;
       break;
@@ -956,7 +923,7 @@ int cmd_sub(int argc, char **argv) {
                    sizeof job.err) < 0)
     rc = EXIT_FAIL;
   if (rc == EXIT_OK) rc = run(&job);
-  if (interrupted) rc = EXIT_SIGNAL;
+  if (sub_interrupted) rc = EXIT_SIGNAL;
   if (rc != EXIT_OK) {
     if (rc == EXIT_SIGNAL)
       fprintf(stderr, "aural sub: interrupted%s%s%s\n",
@@ -972,7 +939,7 @@ int cmd_sub(int argc, char **argv) {
             (unsigned long long)job.n_gaps, job.n_gaps == 1 ? "" : "s",
             (unsigned long long)job.n_lost, job.n_lost == 1 ? "" : "s");
   outfile_discard(&job.of);
-  clear_partial(&job);
+  sub_clear_partial(&job);
   fflush(stdout);
   free(job.caption.p);
   for (size_t i = 0; i < job.n_streams; i++) {
