@@ -25,6 +25,7 @@
 #include "client.h"
 #include "npy.h"
 #include "outfile.h"
+#include "redis.h"
 #include "sub.h"
 #include "words.h"
 
@@ -35,6 +36,8 @@ static void usage(FILE *to) {
   char sock[128];
   fprintf(to,
           "Usage: aural sub [OPTIONS]\n"
+          "       aural sub --cluster URL --stream NAME [--from SEQ|start|now]\n"
+          "                 [OPTIONS]\n"
           "\n"
           "Subscribes to a stream of a running aurald (or to every stream)\n"
           "and prints one line per 500 ms chunk as it arrives: stream name,\n"
@@ -43,12 +46,31 @@ static void usage(FILE *to) {
           "embeddings or logits, or the chunk's text. Events without chunks\n"
           "(stream started, ended) get a line too; chunks the server had to\n"
           "drop because this subscriber fell behind are reported on stderr.\n"
+          "With --cluster, reads one stream's chunks from the cluster's\n"
+          "Redis instead, from any chunk it still retains, until the\n"
+          "stream's final chunk; chunks the stream's node trimmed before\n"
+          "they were read are reported on stderr as lost, and when\n"
+          "interrupted the command tells the --from that resumes.\n"
           "\n"
           "Options:\n"
           "  -s, --socket PATH  aurald's socket (default: $AURAL_SOCKET,\n"
           "                     else $XDG_RUNTIME_DIR/aural.sock, else\n"
           "                     /run/aural/aural.sock for root, else\n"
           "                     /tmp/aural-UID/aural.sock; here %s)\n"
+          "      --cluster URL  the cluster's Redis instead of aurald:\n"
+          "                     redis://[USER@]HOST[:PORT][/DB] or\n"
+          "                     unix:PATH (no password in the URL); needs\n"
+          "                     --stream, implies --until-end\n"
+          "      --cluster-password-file FILE\n"
+          "                     Redis' password: FILE's first line (FILE\n"
+          "                     mode 0600 or stricter); without it,\n"
+          "                     $AURAL_REDIS_PASSWORD if set\n"
+          "      --from WHERE   with --cluster, the first chunk: SEQ (that\n"
+          "                     chunk; lost if no longer retained), start\n"
+          "                     (the first one retained; the default) or\n"
+          "                     now (the chunks stored from now on)\n",
+          client_default_socket(sock, sizeof sock));
+  fprintf(to,
           "      --stream NAME  the stream to follow, by name (a file's base\n"
           "                     name, 'mic', or the name given to 'aural\n"
           "                     send'); it need not have started yet\n"
@@ -70,7 +92,8 @@ static void usage(FILE *to) {
           "                     (logits and text need a model with a head,\n"
           "                     words a server with a lexicon)\n"
           "      --dtype TYPE   f32 (default) or f16 on the wire; -o always\n"
-          "                     writes float32\n"
+          "                     writes float32 (not with --cluster: the\n"
+          "                     stream's node chose the dtype)\n"
           "  -o, --out PATH     write the stream's embeddings (or logits) as\n"
           "                     a float32 .npy [n_frames, dim] when it ends\n"
           "                     (with --output words alone: its transcript,\n"
@@ -91,8 +114,7 @@ static void usage(FILE *to) {
           "                     latency_ms and text (with --output text);\n"
           "                     \"words\" events carry seq, final, segments\n"
           "                     and partial, words with start and end frames\n"
-          "                     and confidence\n",
-          client_default_socket(sock, sizeof sock));
+          "                     and confidence\n");
   fprintf(to,
           "      --vocabulary W1,W2,...\n"
           "                     custom words (names, terms) the server's\n"
@@ -114,12 +136,14 @@ static void usage(FILE *to) {
           "Dashwood,Kubernetes\n"
           "  aural sub -s /tmp/x/aural.sock --all --json\n"
           "  aural sub --stream speech.wav --dtype f16 -o speech-emb.npy\n"
+          "  aural sub --cluster redis://10.0.0.5 --stream call-17 --from 40\n"
           "\n"
           "Exit status: 0 after the end of the stream(s) with --until-end or\n"
-          "-o; 1 on an error (aurald unreachable, refused subscription, lost\n"
-          "chunks with -o); 2 for a bad command line; 3 when aurald\n"
-          "disconnected this subscriber (it fell too far behind, or the\n"
-          "server shut down or went away); 130 when interrupted.\n");
+          "-o (with --cluster, after the final chunk); 1 on an error (aurald\n"
+          "or Redis unreachable, refused subscription, lost chunks with -o);\n"
+          "2 for a bad command line; 3 when aurald disconnected this\n"
+          "subscriber (it fell too far behind, or the server shut down or\n"
+          "went away); 130 when interrupted.\n");
 }
 
 /* --- streams ------------------------------------------------------------ */
@@ -795,6 +819,41 @@ static int run(sub_job *job) {
   }
 }
 
+/* What is wrong with the --cluster options, or NULL; sets job->from. */
+static const char *check_cluster(sub_job *job, const char *from,
+                                 bool dtype, bool vocabulary, char *why,
+                                 size_t why_len) {
+  const char *bad = cluster_options(job->cluster_url, job->password_file,
+                                    job->sock_path, why, why_len);
+  if (bad != NULL) return bad;
+  if (job->cluster_url == NULL)
+    return from != NULL ? "--from needs --cluster" : NULL;
+  if (job->stream == NULL || job->all)
+    return "--cluster needs --stream NAME (one stream, not --all)";
+  if (!aural_cluster_valid_name(job->stream))
+    return "--stream: a cluster stream's name holds no '{' or '}'";
+  if (dtype)
+    return "--dtype: not with --cluster (the stream's node chose it)";
+  if (vocabulary)
+    return "--vocabulary: not with --cluster (a node decodes a stream's "
+           "words once, for every consumer: give them to 'aural send "
+           "--cluster')";
+  size_t seq;
+  if (from == NULL || strcmp(from, "start") == 0) {
+    job->from = SUB_FROM_START;
+  } else if (strcmp(from, "now") == 0) {
+    job->from = SUB_FROM_NOW;
+  } else if (cli_parse_size(from, 0, (size_t)INT64_MAX, &seq) == 0) {
+    job->from = SUB_FROM_SEQ;
+    job->from_seq = seq;
+  } else {
+    snprintf(why, why_len, "--from %s: expected a chunk number, start or now",
+             from);
+    return why;
+  }
+  return NULL;
+}
+
 /* Parses a comma-separated list of output kinds into AURAL_OUT_* bits. */
 static int parse_outputs(const char *s, uint32_t *out) {
   static const char *const names[] = {"embeddings", "logits", "text",
@@ -818,6 +877,9 @@ static int parse_outputs(const char *s, uint32_t *out) {
 int cmd_sub(int argc, char **argv) {
   static const struct option opts[] = {
       {"socket", required_argument, NULL, 's'},
+      {"cluster", required_argument, NULL, 'C'},
+      {"cluster-password-file", required_argument, NULL, 'P'},
+      {"from", required_argument, NULL, 'F'},
       {"stream", required_argument, NULL, 'S'},
       {"all", no_argument, NULL, 'A'},
       {"output", required_argument, NULL, 'O'},
@@ -832,12 +894,15 @@ int cmd_sub(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   sub_job job = {.outputs = AURAL_OUT_EMBEDDINGS, .dtype = AURAL_DTYPE_F32};
-  const char *vocabulary = NULL, *boost = NULL;
+  const char *vocabulary = NULL, *boost = NULL, *from = NULL, *dtype = NULL;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "s:o:qh", opts, NULL)) != -1) {
     switch (c) {
     case 's': job.sock_path = optarg; break;
+    case 'C': job.cluster_url = optarg; break;
+    case 'P': job.password_file = optarg; break;
+    case 'F': from = optarg; break;
     case 'S': job.stream = optarg; break;
     case 'A': job.all = 1; break;
     case 'O':
@@ -850,6 +915,7 @@ int cmd_sub(int argc, char **argv) {
       }
       break;
     case 'D':
+      dtype = optarg;
       if (strcmp(optarg, "f32") == 0) {
         job.dtype = AURAL_DTYPE_F32;
       } else if (strcmp(optarg, "f16") == 0) {
@@ -873,7 +939,7 @@ int cmd_sub(int argc, char **argv) {
     }
   }
   const char *bad = NULL;
-  char why[200];
+  char why[600];
   if (vocabulary != NULL &&
       words_request(vocabulary, boost, &job.vocabulary, why, sizeof why) < 0)
     bad = why;
@@ -891,6 +957,9 @@ int cmd_sub(int argc, char **argv) {
   else if (job.stream != NULL && !aural_proto_valid_name(job.stream))
     bad = "--stream: a stream name is 1-64 printable ASCII characters "
           "without spaces, '/' or '\\'";
+  if (bad == NULL)
+    bad = check_cluster(&job, from, dtype != NULL, vocabulary != NULL, why,
+                        sizeof why);
   if (bad == NULL && job.out_path != NULL) {
     uint32_t arrays = job.outputs & (AURAL_OUT_EMBEDDINGS | AURAL_OUT_LOGITS);
     if (arrays == 0 && job.outputs == AURAL_OUT_WORDS)
@@ -922,7 +991,8 @@ int cmd_sub(int argc, char **argv) {
       outfile_open(&job.of, "aural sub", job.out_path, NULL, job.err,
                    sizeof job.err) < 0)
     rc = EXIT_FAIL;
-  if (rc == EXIT_OK) rc = run(&job);
+  if (rc == EXIT_OK)
+    rc = job.cluster_url != NULL ? sub_cluster_run(&job) : run(&job);
   if (sub_interrupted) rc = EXIT_SIGNAL;
   if (rc != EXIT_OK) {
     if (rc == EXIT_SIGNAL)

@@ -243,16 +243,34 @@ const redisReply *cluster_field(const redisReply *flat, const char *name) {
   return NULL;
 }
 
-int cluster_field_int(const redisReply *flat, const char *name, int64_t lo,
-                      int64_t hi, int64_t *out) {
+/* The value of field name, NUL-terminated in buf; -1 when it is absent,
+ * empty or longer than cap - 1 bytes. */
+static int field_text(const redisReply *flat, const char *name, char *buf,
+                      size_t cap) {
   const redisReply *v = cluster_field(flat, name);
-  if (v == NULL || v->len == 0 || v->len > 20) return -1;
-  char buf[24], *end;
+  if (v == NULL || v->len == 0 || v->len >= cap) return -1;
   memcpy(buf, v->str, v->len);
   buf[v->len] = '\0';
+  return 0;
+}
+
+int cluster_field_int(const redisReply *flat, const char *name, int64_t lo,
+                      int64_t hi, int64_t *out) {
+  char buf[24], *end;
+  if (field_text(flat, name, buf, sizeof buf) < 0) return -1;
   errno = 0;
   long long x = strtoll(buf, &end, 10);
   if (errno != 0 || *end != '\0' || x < lo || x > hi) return -1;
+  *out = x;
+  return 0;
+}
+
+int cluster_field_double(const redisReply *flat, const char *name, double lo,
+                         double hi, double *out) {
+  char buf[48], *end;
+  if (field_text(flat, name, buf, sizeof buf) < 0) return -1;
+  double x = strtod(buf, &end);
+  if (*end != '\0' || !(x >= lo && x <= hi)) return -1;
   *out = x;
   return 0;
 }

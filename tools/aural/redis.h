@@ -123,6 +123,10 @@ const redisReply *cluster_field(const redisReply *flat, const char *name);
 int cluster_field_int(const redisReply *flat, const char *name, int64_t lo,
                       int64_t hi, int64_t *out);
 
+/* The value of field name as a finite number in lo..hi: 0, or -1. */
+int cluster_field_double(const redisReply *flat, const char *name, double lo,
+                         double hi, double *out);
+
 /* A stream entry ID "MS-SEQ" into its two parts. Returns 0, or -1 when r
  * is not one. */
 int cluster_parse_id(const redisReply *r, uint64_t *ms, uint64_t *seq);

@@ -74,7 +74,7 @@ typedef struct sub_job {
   uint64_t from_seq;    /* --from SEQ */
   client_model cluster_model; /* from the stream's meta hash */
   int64_t last_seq;     /* the last chunk received, -1 before the first */
-  char err[512];
+  char err[1024];
 } sub_job;
 
 /* Set by SIGINT or SIGTERM. */

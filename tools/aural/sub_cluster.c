@@ -1,0 +1,302 @@
+/*
+ * aural sub --cluster: follows one stream's chunks in the cluster's Redis
+ * (docs/CLUSTER.md: aural:{NAME}:out) and feeds them to the handlers local
+ * sub uses (sub.h), so the lines, the JSON events and -o are the same.
+ *
+ * Entry SEQ-1 holds chunk SEQ, so reading above SEQ-0 starts at chunk
+ * SEQ: a consumer resumes from any chunk still retained. A seq that jumps
+ * ahead means the node trimmed chunks (its retention) before they were
+ * read; that is told as a gap, as aurald tells a subscriber's lost chunks.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "redis.h"
+#include "sub.h"
+
+/* The handlers' id for the one stream followed. */
+#define STREAM_ID 1
+/* Entries one XREAD returns at most, and how long it waits for one. */
+#define READ_COUNT "64"
+#define READ_BLOCK_MS "1000"
+/* How often the meta hash is read while the stream has not started. */
+#define META_POLL_MS 200
+
+typedef struct cluster_sub {
+  sub_job *job;
+  cluster_conn redis;
+  char out_key[AURAL_CLUSTER_KEY_MAX], meta_key[AURAL_CLUSTER_KEY_MAX];
+  char after[48];    /* XREAD's ID: the entries above it come next */
+  redisReply *meta;  /* the stream's meta hash, once its node wrote it */
+  bool started;      /* the started event was told */
+  uint64_t next_seq; /* the chunk expected next, once started */
+} cluster_sub;
+
+/* The ID to read above at first: --from's chunk, the start, or the last
+ * entry stored now (not "$", which a later XREAD would take anew, missing
+ * what came in between). */
+static int first_id(cluster_sub *cs) {
+  sub_job *job = cs->job;
+  if (job->from != SUB_FROM_NOW) {
+    snprintf(cs->after, sizeof cs->after, "%llu-0",
+             job->from == SUB_FROM_SEQ ? (unsigned long long)job->from_seq
+                                       : 0ull);
+    return 0;
+  }
+  cluster_args a;
+  cluster_args_init(&a, "XREVRANGE");
+  cluster_arg(&a, cs->out_key);
+  cluster_arg(&a, "+");
+  cluster_arg(&a, "-");
+  cluster_arg(&a, "COUNT");
+  cluster_arg(&a, "1");
+  redisReply *r = cluster_run(&cs->redis, &a, job->err, sizeof job->err);
+  if (r == NULL) return -1;
+  redisReply *const *e;
+  size_t n;
+  int rc = cluster_entries(r, false, &e, &n);
+  if (rc == 0)
+    snprintf(cs->after, sizeof cs->after, "%.*s",
+             n ? (int)e[0]->element[0]->len : 3,
+             n ? e[0]->element[0]->str : "0-0");
+  else
+    snprintf(job->err, sizeof job->err, "%s: XREVRANGE %s: not a stream",
+             cs->redis.url_text, cs->out_key);
+  freeReplyObject(r);
+  return rc;
+}
+
+/* The model's dimensions from the meta hash, as the node wrote them. */
+static int read_model(cluster_sub *cs) {
+  client_model *m = &cs->job->cluster_model;
+  int64_t d_model, vocab_size, chunk_frames;
+  const char *bad = NULL;
+  if (cluster_field_int(cs->meta, "d_model", 1, 1 << 20, &d_model) < 0)
+    bad = "d_model";
+  else if (cluster_field_int(cs->meta, "vocab_size", 0, 1 << 24,
+                             &vocab_size) < 0)
+    bad = "vocab_size";
+  else if (cluster_field_int(cs->meta, "chunk_frames", 1, 1 << 24,
+                             &chunk_frames) < 0)
+    bad = "chunk_frames";
+  else if (cluster_field_double(cs->meta, "frame_ms", 1e-3, 1e5,
+                                &m->frame_ms) < 0)
+    bad = "frame_ms";
+  if (bad != NULL) {
+    snprintf(cs->job->err, sizeof cs->job->err,
+             "%s: %s has no valid \"%s\"", cs->redis.url_text, cs->meta_key,
+             bad);
+    return -1;
+  }
+  m->d_model = (uint32_t)d_model;
+  m->vocab_size = (uint32_t)vocab_size;
+  m->chunk_frames = (uint32_t)chunk_frames;
+  cs->job->model = m;
+  return 0;
+}
+
+/* Waits until the stream's node has written the model into its meta hash
+ * (a stream not yet started, or not yet taken up by a node). */
+static int wait_meta(cluster_sub *cs) {
+  sub_job *job = cs->job;
+  cluster_args a;
+  cluster_args_init(&a, "HGETALL");
+  cluster_arg(&a, cs->meta_key);
+  for (;;) {
+    if (sub_interrupted) return -1;
+    cs->meta = cluster_run(&cs->redis, &a, job->err, sizeof job->err);
+    if (cs->meta == NULL) return -1;
+    if (cluster_field(cs->meta, "d_model") != NULL) return read_model(cs);
+    freeReplyObject(cs->meta);
+    cs->meta = NULL;
+    struct timespec pause = {.tv_nsec = META_POLL_MS * 1000000L};
+    nanosleep(&pause, NULL);
+  }
+}
+
+/* The started event, at the first entry read (chunk seq): the stream
+ * starts where --from asked, or at seq (--from start, now). */
+static int tell_started(cluster_sub *cs, uint64_t seq) {
+  sub_job *job = cs->job;
+  int64_t rate = 0, channels = 0, start_us = 0;
+  cluster_field_int(cs->meta, "rate", 0, INT32_MAX, &rate);
+  cluster_field_int(cs->meta, "channels", 0, INT32_MAX, &channels);
+  cluster_field_int(cs->meta, "start_us", INT64_MIN, INT64_MAX, &start_us);
+  aural_msg_stream_started st = {
+      .sample_rate = (uint32_t)rate,
+      .channels = (uint32_t)channels,
+      .start_us = start_us,
+      .next_chunk = job->from == SUB_FROM_SEQ ? job->from_seq : seq};
+  snprintf(st.name, sizeof st.name, "%s", job->stream);
+  cs->started = true;
+  cs->next_seq = st.next_chunk;
+  return sub_on_started(job, STREAM_ID, &st, "cluster");
+}
+
+/* The chunk's sections that --output asks for; the text from the entry's
+ * field when the payload has none. */
+static int tell_chunk(cluster_sub *cs, const redisReply *fields,
+                      aural_chunk_header *ch, const uint8_t *emb,
+                      const uint8_t *logits, const char *text) {
+  uint32_t out = cs->job->outputs;
+  const redisReply *text_field = cluster_field(fields, "text");
+  if (text == NULL && text_field != NULL) {
+    text = text_field->str;
+    ch->text_bytes = (uint32_t)text_field->len;
+  }
+  if (!(out & AURAL_OUT_TEXT)) {
+    text = NULL;
+    ch->text_bytes = 0;
+  }
+  if (!(out & (AURAL_OUT_EMBEDDINGS | AURAL_OUT_LOGITS | AURAL_OUT_TEXT)))
+    return 0; /* words alone: counted by the words */
+  return sub_on_chunk(cs->job, STREAM_ID, ch,
+                      out & AURAL_OUT_EMBEDDINGS ? emb : NULL,
+                      out & AURAL_OUT_LOGITS ? logits : NULL, text);
+}
+
+/* The entry's words (PROTOCOL.md §4.16), when --output asks for them. */
+static int tell_words(cluster_sub *cs, const redisReply *fields,
+                      uint64_t seq) {
+  sub_job *job = cs->job;
+  if (!(job->outputs & AURAL_OUT_WORDS)) return 0;
+  const redisReply *w = cluster_field(fields, "words");
+  char why[200];
+  aural_msg_words mw;
+  if (w == NULL) {
+    snprintf(job->err, sizeof job->err,
+             "%s: chunk %llu has no words (its node has no lexicon)",
+             job->stream, (unsigned long long)seq);
+    return -1;
+  }
+  if (aural_proto_decode_words((const uint8_t *)w->str, w->len, &mw, why,
+                               sizeof why) < 0) {
+    snprintf(job->err, sizeof job->err, "%s: chunk %llu: malformed words: %s",
+             job->stream, (unsigned long long)seq, why);
+    return -1;
+  }
+  return sub_on_words(job, STREAM_ID, &mw, w->len);
+}
+
+/* After the final chunk: the stream's end. Returns sub_on_ended's 1. */
+static int tell_ended(cluster_sub *cs, const aural_chunk_header *ch) {
+  aural_msg_stream_ended e = {.reason = AURAL_END_EOF,
+                              .frames = ch->first_frame + ch->n_frames,
+                              .chunks = ch->seq + 1};
+  snprintf(e.name, sizeof e.name, "%s", cs->job->stream);
+  return sub_on_ended(cs->job, STREAM_ID, &e);
+}
+
+/* One entry [ID, fields]: its chunk, after the chunks trimmed before it
+ * (a gap) and before its words. Returns 1 after the final chunk, 0, or
+ * -1. */
+static int on_entry(cluster_sub *cs, const redisReply *entry) {
+  sub_job *job = cs->job;
+  const redisReply *fields = entry->element[1];
+  const redisReply *payload = cluster_field(fields, "chunk");
+  uint64_t seq, one;
+  aural_chunk_header ch;
+  const uint8_t *emb, *logits;
+  const char *text;
+  if (cluster_parse_id(entry->element[0], &seq, &one) < 0 || one != 1 ||
+      payload == NULL ||
+      aural_chunk_decode((const uint8_t *)payload->str, payload->len, &ch,
+                         &emb, &logits, &text) < 0 ||
+      ch.seq != seq) {
+    snprintf(job->err, sizeof job->err,
+             "%s: entry %.40s of %s is not a chunk SEQ-1 with a valid "
+             "\"chunk\" of that seq (PROTOCOL.md section 5)",
+             cs->redis.url_text, entry->element[0]->str, cs->out_key);
+    return -1;
+  }
+  if (!cs->started && tell_started(cs, seq) < 0) return -1;
+  if (seq > cs->next_seq) {
+    sub_clear_partial(job);
+    if (sub_on_gap(job, STREAM_ID, cs->next_seq, seq - cs->next_seq,
+                   "trimmed before it was read") < 0)
+      return -1;
+  }
+  cs->next_seq = seq + 1;
+  if (tell_chunk(cs, fields, &ch, emb, logits, text) < 0 ||
+      tell_words(cs, fields, seq) < 0)
+    return -1;
+  job->last_seq = (int64_t)seq;
+  const redisReply *final = cluster_field(fields, "final");
+  if ((ch.flags & AURAL_CHUNK_FINAL) ||
+      (final != NULL && final->len == 1 && final->str[0] == '1'))
+    return tell_ended(cs, &ch);
+  return 0;
+}
+
+/* One XREAD: the entries stored above cs->after, or none within a second.
+ * Returns 1 after the final chunk, 0, or -1. */
+static int read_some(cluster_sub *cs) {
+  cluster_args a;
+  cluster_args_init(&a, "XREAD");
+  cluster_arg(&a, "COUNT");
+  cluster_arg(&a, READ_COUNT);
+  cluster_arg(&a, "BLOCK");
+  cluster_arg(&a, READ_BLOCK_MS);
+  cluster_arg(&a, "STREAMS");
+  cluster_arg(&a, cs->out_key);
+  cluster_arg(&a, cs->after);
+  redisReply *r =
+      cluster_run(&cs->redis, &a, cs->job->err, sizeof cs->job->err);
+  if (r == NULL) return -1;
+  redisReply *const *e;
+  size_t n;
+  int rc = cluster_entries(r, true, &e, &n);
+  if (rc < 0)
+    snprintf(cs->job->err, sizeof cs->job->err,
+             "%s: XREAD %s: a reply of another shape than a stream's",
+             cs->redis.url_text, cs->out_key);
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    rc = on_entry(cs, e[i]);
+    snprintf(cs->after, sizeof cs->after, "%.40s", e[i]->element[0]->str);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+/* After an interruption: the last chunk received and the --from that
+ * resumes after it, from the ID the next XREAD would have read above
+ * (SEQ-1 after chunk SEQ; N-0 before chunk N). */
+static void tell_resume(const cluster_sub *cs) {
+  const char *name = cs->job->stream;
+  unsigned long long id, one;
+  if (sscanf(cs->after, "%llu-%llu", &id, &one) != 2) return;
+  unsigned long long from = one == 1 ? id + 1 : id;
+  if (cs->job->last_seq >= 0)
+    fprintf(stderr, "aural sub: %s: last chunk received %lld; resume after "
+            "it with --from %llu\n",
+            name, (long long)cs->job->last_seq, from);
+  else if (cs->job->from == SUB_FROM_START)
+    fprintf(stderr, "aural sub: %s: no chunk received; resume with --from "
+            "start\n", name);
+  else
+    fprintf(stderr, "aural sub: %s: no chunk received; resume with --from "
+            "%llu\n", name, from);
+}
+
+int sub_cluster_run(sub_job *job) {
+  cluster_sub cs = {.job = job};
+  job->last_seq = -1;
+  job->until_end = 1; /* a cluster stream's name is never used again */
+  aural_cluster_key(cs.out_key, sizeof cs.out_key, job->stream,
+                    AURAL_CLUSTER_OUT);
+  aural_cluster_key(cs.meta_key, sizeof cs.meta_key, job->stream,
+                    AURAL_CLUSTER_META);
+  int rc = cluster_connect(&cs.redis, job->cluster_url, job->password_file,
+                           job->err, sizeof job->err);
+  if (rc == 0) rc = first_id(&cs);
+  if (rc == 0) rc = wait_meta(&cs);
+  while (rc == 0 && !sub_interrupted) rc = read_some(&cs);
+  if (sub_interrupted) tell_resume(&cs);
+  freeReplyObject(cs.meta);
+  cluster_close(&cs.redis);
+  return sub_interrupted ? EXIT_SIGNAL : rc < 0 ? EXIT_FAIL : EXIT_OK;
+}
