@@ -25,12 +25,24 @@ Pushing audio::
         sid = c.open_audio("call-17", rate=8000, channels=1, fmt="s16")
         c.send_audio(sid, samples_int16)
         totals = c.close_audio(sid)          # {"frames": ..., "chunks": ...}
+
+A cluster (docs/CLUSTER.md: aurald nodes sharing streams through Redis;
+needs the redis module, imported only here)::
+
+    from aural_client import cluster_send, cluster_subscribe, Chunk
+
+    cluster_send("redis://10.0.0.5", "call-17", pcm_bytes, rate=8000,
+                 channels=1, fmt="s16")      # password: $AURAL_REDIS_PASSWORD
+    for ev in cluster_subscribe("redis://10.0.0.5", "call-17", start=0):
+        if isinstance(ev, Chunk):            # else a Gap: chunks trimmed
+            print(ev.seq, ev.emb.shape, ev.text, ev.words)
 """
 
 import collections
 import json
 import os
 import pwd
+import re
 import select
 import socket
 import stat
@@ -44,7 +56,9 @@ import numpy as np
 __all__ = [
     "Client", "Chunk", "StreamStarted", "StreamEnded", "Gap", "Error",
     "ServerError", "ProtocolError", "default_socket_path",
-    "check_default_dir", "check_server",
+    "check_default_dir", "check_server", "decode_chunk", "ClusterError",
+    "cluster_send", "cluster_subscribe", "parse_cluster_url",
+    "cluster_valid_name", "cluster_key",
 ]
 
 PROTOCOL_VERSION = 1
@@ -261,7 +275,9 @@ class Chunk:
     vocab_size] (converted from f16 when that was the wire dtype), or None
     when not subscribed; text is the chunk's tokens separated by spaces, or
     None. Times are microseconds since the Unix epoch (server clock);
-    received_us is this client's clock when the chunk was read."""
+    received_us is this client's clock when the chunk was read. words:
+    the chunk's Words, from cluster_subscribe() only (aurald sends them
+    as events of their own)."""
     stream_id: int
     name: str
     seq: int
@@ -279,6 +295,7 @@ class Chunk:
     logits: Optional[np.ndarray] = None
     text: Optional[str] = None
     received_us: int = 0
+    words: Optional["Words"] = None
 
     @property
     def latency_ms(self) -> float:
@@ -331,6 +348,68 @@ def _words_of(items: Any) -> List[Word]:
 
 def _now_us() -> int:
     return time.time_ns() // 1000
+
+
+def decode_chunk(payload: bytes, stream_id: int = 0, name: str = "") -> Chunk:
+    """A CHUNK payload (PROTOCOL.md section 5) as a Chunk; ProtocolError
+    when its sizes do not add up."""
+    if len(payload) < CHUNK_FIXED.size:
+        raise ProtocolError("CHUNK of %d bytes is shorter than its fixed "
+                            "part" % len(payload))
+    (seq, first_frame, n_frames, flags, start_us, capture_us, ready_us,
+     emitted_us, d_model, vocab_size, outputs, dtype, _res,
+     text_bytes) = CHUNK_FIXED.unpack_from(payload)
+    if dtype not in (0, 1):
+        raise ProtocolError("CHUNK with unknown dtype %d" % dtype)
+    np_dtype = np.dtype("<f4") if dtype == 0 else np.dtype("<f2")
+    size = np_dtype.itemsize
+    off = CHUNK_FIXED.size
+    need = off
+    if outputs & 1:
+        need += n_frames * d_model * size
+    if outputs & 2:
+        need += n_frames * vocab_size * size
+    if outputs & 4:
+        need += text_bytes
+    elif text_bytes:
+        raise ProtocolError("CHUNK has text_bytes but no text section")
+    if need != len(payload):
+        raise ProtocolError("CHUNK of %d bytes where its header says %d"
+                            % (len(payload), need))
+    ck = Chunk(stream_id=stream_id, name=name,
+               seq=seq, first_frame=first_frame, n_frames=n_frames,
+               final=bool(flags & 1), start_us=start_us,
+               capture_us=capture_us, ready_us=ready_us,
+               emitted_us=emitted_us, d_model=d_model,
+               vocab_size=vocab_size, dtype="f32" if dtype == 0 else "f16",
+               received_us=_now_us())
+    if outputs & 1:
+        n = n_frames * d_model
+        ck.emb = np.frombuffer(payload, np_dtype, n, off).astype(
+            np.float32).reshape(n_frames, d_model)
+        off += n * size
+    if outputs & 2:
+        n = n_frames * vocab_size
+        ck.logits = np.frombuffer(payload, np_dtype, n, off).astype(
+            np.float32).reshape(n_frames, vocab_size)
+        off += n * size
+    if outputs & 4:
+        ck.text = payload[off:off + text_bytes].decode("utf-8", "replace")
+    return ck
+
+
+def _pcm_bytes(samples: Any, fmt: str, channels: int) -> bytes:
+    """Samples ([n] or [n, channels]) as interleaved little-endian fmt
+    (s16: integers, or floats in +-1 scaled by 32768; f32: floats)."""
+    x = np.asarray(samples)
+    if fmt == "s16" and x.dtype.kind == "f":
+        x = np.clip(np.rint(x * 32768.0), -32768, 32767)
+    x = np.ascontiguousarray(x, dtype=SAMPLE_DTYPES[fmt])
+    if x.ndim == 1 and channels == 1:
+        x = x.reshape(-1, 1)
+    if x.ndim != 2 or x.shape[1] != channels:
+        raise ValueError("samples must be [n, %d]" % channels)
+    return x.tobytes()
 
 
 def _add_vocabulary(req: Dict[str, Any], vocabulary: Optional[Sequence[str]],
@@ -475,49 +554,7 @@ class Client:
     # --- decoding ---------------------------------------------------------
 
     def _decode_chunk(self, stream_id: int, payload: bytes) -> Chunk:
-        if len(payload) < CHUNK_FIXED.size:
-            raise ProtocolError("CHUNK of %d bytes is shorter than its fixed "
-                                "part" % len(payload))
-        (seq, first_frame, n_frames, flags, start_us, capture_us, ready_us,
-         emitted_us, d_model, vocab_size, outputs, dtype, _res,
-         text_bytes) = CHUNK_FIXED.unpack_from(payload)
-        if dtype not in (0, 1):
-            raise ProtocolError("CHUNK with unknown dtype %d" % dtype)
-        np_dtype = np.dtype("<f4") if dtype == 0 else np.dtype("<f2")
-        size = np_dtype.itemsize
-        off = CHUNK_FIXED.size
-        need = off
-        if outputs & 1:
-            need += n_frames * d_model * size
-        if outputs & 2:
-            need += n_frames * vocab_size * size
-        if outputs & 4:
-            need += text_bytes
-        elif text_bytes:
-            raise ProtocolError("CHUNK has text_bytes but no text section")
-        if need != len(payload):
-            raise ProtocolError("CHUNK of %d bytes where its header says %d"
-                                % (len(payload), need))
-        ck = Chunk(stream_id=stream_id, name=self._names.get(stream_id, ""),
-                   seq=seq, first_frame=first_frame, n_frames=n_frames,
-                   final=bool(flags & 1), start_us=start_us,
-                   capture_us=capture_us, ready_us=ready_us,
-                   emitted_us=emitted_us, d_model=d_model,
-                   vocab_size=vocab_size, dtype="f32" if dtype == 0 else "f16",
-                   received_us=_now_us())
-        if outputs & 1:
-            n = n_frames * d_model
-            ck.emb = np.frombuffer(payload, np_dtype, n, off).astype(
-                np.float32).reshape(n_frames, d_model)
-            off += n * size
-        if outputs & 2:
-            n = n_frames * vocab_size
-            ck.logits = np.frombuffer(payload, np_dtype, n, off).astype(
-                np.float32).reshape(n_frames, vocab_size)
-            off += n * size
-        if outputs & 4:
-            ck.text = payload[off:off + text_bytes].decode("utf-8", "replace")
-        return ck
+        return decode_chunk(payload, stream_id, self._names.get(stream_id, ""))
 
     def _event(self, mtype: int, stream_id: int, payload: bytes):
         """The typed event of an event message."""
@@ -736,16 +773,7 @@ class Client:
         fmt = self._audio.get(stream_id)
         if fmt is None:
             raise ValueError("stream %d was not opened here" % stream_id)
-        channels = self._audio_channels[stream_id]
-        x = np.asarray(samples)
-        if fmt == "s16" and x.dtype.kind == "f":
-            x = np.clip(np.rint(x * 32768.0), -32768, 32767)
-        x = np.ascontiguousarray(x, dtype=SAMPLE_DTYPES[fmt])
-        if x.ndim == 1 and channels == 1:
-            x = x.reshape(-1, 1)
-        if x.ndim != 2 or x.shape[1] != channels:
-            raise ValueError("samples must be [n, %d]" % channels)
-        data = x.tobytes()
+        data = _pcm_bytes(samples, fmt, self._audio_channels[stream_id])
         frame_bytes = channels * SAMPLE_DTYPES[fmt].itemsize
         step = max(1, self.max_request_bytes // frame_bytes) * frame_bytes
         out = bytearray()
@@ -830,3 +858,279 @@ class Client:
                 continue
             if mtype == ERROR:
                 self._events.append(self._error(sid, pay))
+
+
+# --- cluster mode (docs/CLUSTER.md) -------------------------------------------
+
+CLUSTER_ANNOUNCE = "aural:announce"
+CLUSTER_TIMEOUT_S = 10.0        # one Redis command; above XREAD's block
+CLUSTER_CONNECT_TIMEOUT_S = 5.0
+_DIGITS = re.compile(r"[0-9]{1,9}\Z")
+
+
+class ClusterError(Exception):
+    """A cluster operation failed: Redis unreachable or refusing a command,
+    or a stream name already in the cluster. The message names the URL."""
+
+
+def parse_cluster_url(url: str) -> Dict[str, Any]:
+    """Parses redis://[USER@]HOST[:PORT][/DB] or unix:PATH as the C tools do
+    (aural/cluster.h): {"unix": PATH, "user": "", "db": 0} or {"host",
+    "port" (default 6379), "user" ("" for none), "db" (default 0)}.
+    ValueError names the problem; a password in the URL is refused (it
+    would show in ps and in logs)."""
+    def bad(what: str) -> ValueError:
+        return ValueError("cluster URL '%s': %s" % (url, what))
+
+    if url.startswith("unix:"):
+        path = url[5:]
+        path = path[2:] if path.startswith("//") else path
+        if not path.startswith("/"):
+            raise bad("expected unix:/absolute/path")
+        if len(path.encode()) >= 108:
+            raise bad("the socket path is too long")
+        return {"unix": path, "user": "", "db": 0}
+    if not url.startswith("redis://"):
+        raise bad("expected redis://[USER@]HOST[:PORT][/DB] or unix:PATH")
+    rest, user, db, port = url[8:], "", 0, 6379
+    at, slash = rest.find("@"), rest.find("/")
+    if at >= 0 and (slash < 0 or at < slash):
+        user, rest = rest[:at], rest[at + 1:]
+        if ":" in user:
+            raise bad("a password in the URL is refused (it shows in ps and "
+                      "logs): use a password argument or "
+                      "$AURAL_REDIS_PASSWORD")
+        if not user or len(user) >= 128:
+            raise bad("bad user name")
+    rest, slash, dbs = rest.partition("/")
+    if slash:
+        if not _DIGITS.match(dbs) or int(dbs) > 1 << 20:
+            raise bad("the database after '/' is not a number")
+        db = int(dbs)
+    if rest.startswith("["):
+        host, close, tail = rest[1:].partition("]")
+        if not close:
+            raise bad("unclosed '['")
+    else:
+        host, colon, tail = rest.partition(":")
+        tail = colon + tail
+    if tail:
+        if (not tail.startswith(":") or not _DIGITS.match(tail[1:]) or
+                not 1 <= int(tail[1:]) <= 65535):
+            raise bad("the port is not a number in 1..65535")
+        port = int(tail[1:])
+    if not host:
+        raise bad("no host")
+    return {"host": host, "port": port, "user": user, "db": db}
+
+
+def cluster_valid_name(name: str) -> bool:
+    """A cluster stream's name: 1 to 64 bytes of printable ASCII without
+    '/', '\\', '{' or '}' (the braces make the name a Redis hash tag)."""
+    return (isinstance(name, str) and 1 <= len(name) <= 64 and
+            all(0x21 <= ord(c) <= 0x7E and c not in "/\\{}" for c in name))
+
+
+def cluster_key(name: str, part: str) -> str:
+    """A stream's key, aural:{NAME}:PART (PART: meta, audio, out, ckpt)."""
+    if not cluster_valid_name(name):
+        raise ValueError("%r is not a cluster stream name (1-64 printable "
+                         "ASCII characters without '/', '\\', '{' or '}')"
+                         % (name,))
+    return "aural:{%s}:%s" % (name, part)
+
+
+def _cluster_connect(url: str, password: Optional[str]) -> Any:
+    """A redis.Redis for url, authenticated with password, else
+    $AURAL_REDIS_PASSWORD; ClusterError when Redis is unreachable."""
+    import redis  # only cluster mode needs the module
+
+    u = parse_cluster_url(url)
+    if password is None:
+        password = os.environ.get("AURAL_REDIS_PASSWORD") or None
+    if u["user"] and password is None:
+        raise ValueError("cluster URL '%s': user '%s' needs a password"
+                         % (url, u["user"]))
+    kw: Dict[str, Any] = dict(db=u["db"], password=password,
+                              username=u["user"] or None,
+                              socket_timeout=CLUSTER_TIMEOUT_S,
+                              socket_connect_timeout=CLUSTER_CONNECT_TIMEOUT_S)
+    if "unix" in u:
+        r = redis.Redis(unix_socket_path=u["unix"], **kw)
+    else:
+        r = redis.Redis(host=u["host"], port=u["port"], **kw)
+    try:
+        r.ping()
+    except redis.RedisError as e:
+        raise ClusterError("cannot connect to Redis at %s: %s" % (url, e)) \
+            from None
+    return r
+
+
+def _pcm_blocks(pcm: Any, frame_bytes: int, block_bytes: int,
+                fmt: str, channels: int) -> Iterator[bytes]:
+    """The audio in blocks of at most block_bytes, whole frames each: from
+    bytes-like PCM, a binary file of PCM, or an array (_pcm_bytes)."""
+    if isinstance(pcm, np.ndarray):
+        pcm = _pcm_bytes(pcm, fmt, channels)
+    if isinstance(pcm, (bytes, bytearray, memoryview)):
+        data = memoryview(pcm).cast("B")
+        if len(data) % frame_bytes:
+            raise ValueError("PCM of %d bytes is not whole frames of %d"
+                             % (len(data), frame_bytes))
+        for i in range(0, len(data), block_bytes):
+            yield bytes(data[i:i + block_bytes])
+        return
+    while True:
+        block = pcm.read(block_bytes)
+        while block and len(block) % frame_bytes:
+            more = pcm.read(frame_bytes - len(block) % frame_bytes)
+            if not more:
+                raise ValueError("the PCM file ends inside a frame")
+            block += more
+        if not block:
+            return
+        yield block
+
+
+def _xadd_once(r: Any, key: str, entry_id: str, fields: Dict[str, Any]) -> None:
+    """XADD with an explicit ID; an ID Redis finds taken was stored by an
+    earlier try (CLUSTER.md, "Why these IDs")."""
+    import redis
+
+    try:
+        r.xadd(key, fields, id=entry_id)
+    except redis.ResponseError as e:
+        if "equal or smaller than the target stream top item" not in str(e):
+            raise
+
+
+def cluster_send(url: str, name: str, pcm_bytes_or_file: Any, rate: int,
+                 channels: int, fmt: str = "s16", block_ms: int = 100,
+                 realtime: bool = False,
+                 vocabulary: Optional[Sequence[str]] = None,
+                 boost: Optional[float] = None,
+                 password: Optional[str] = None) -> Dict[str, int]:
+    """Writes a new cluster stream to Redis, as `aural send --cluster`: its
+    meta hash (refused with ClusterError when the name is already in the
+    cluster), an announcement that one aurald node takes up, the audio as
+    entries of block_ms (1..1000) with IDs S-1 (S: the entry's first
+    frame), and the end entry T-1 (T: all frames).
+
+    pcm_bytes_or_file: interleaved little-endian samples of fmt ("s16" or
+    "f32") as bytes, a binary file object of them, or an array ([n] or
+    [n, channels], converted as Client.send_audio converts). realtime
+    paces the entries at 1x. vocabulary (at most 64 words) and boost go to
+    the announcement for the stream's words. password: Redis' (else
+    $AURAL_REDIS_PASSWORD). Returns {"frames": T, "entries": audio
+    entries}."""
+    import redis
+
+    if fmt not in SAMPLE_DTYPES:
+        raise ValueError("fmt is s16 or f32")
+    if not 4000 <= int(rate) <= 768000 or not 1 <= int(channels) <= 256:
+        raise ValueError("rate is 4000..768000 Hz, channels 1..256")
+    if not 1 <= int(block_ms) <= 1000:
+        raise ValueError("block_ms is 1..1000 (an entry holds at most 1 s)")
+    ann: Dict[str, Any] = {}
+    _add_vocabulary(ann, vocabulary, boost)
+    if "vocabulary" in ann:
+        ann["vocabulary"] = ",".join(ann["vocabulary"])
+    meta, audio = cluster_key(name, "meta"), cluster_key(name, "audio")
+    frame_bytes = channels * SAMPLE_DTYPES[fmt].itemsize
+    block_frames = max(1, rate * block_ms // 1000)
+    r = _cluster_connect(url, password)
+    try:
+        if not r.hsetnx(meta, "created_us", _now_us()):
+            raise ClusterError("stream %s already exists in the cluster (%s)"
+                               % (name, url))
+        fields = {"rate": int(rate), "channels": int(channels), "format": fmt}
+        r.hset(meta, mapping=fields)
+        r.xadd(CLUSTER_ANNOUNCE, dict(name=name, **fields, **ann))
+        t0, sent, entries = time.monotonic(), 0, 0
+        for block in _pcm_blocks(pcm_bytes_or_file, frame_bytes,
+                                 block_frames * frame_bytes, fmt, channels):
+            got = len(block) // frame_bytes
+            if realtime:
+                time.sleep(max(0.0, t0 + (sent + got) / rate -
+                               time.monotonic()))
+            _xadd_once(r, audio, "%d-1" % sent, {"pcm": block})
+            sent, entries = sent + got, entries + 1
+        _xadd_once(r, audio, "%d-1" % sent, {"end": "1"})
+    except redis.RedisError as e:
+        raise ClusterError("Redis at %s: %s" % (url, e)) from None
+    finally:
+        r.close()
+    return {"frames": sent, "entries": entries}
+
+
+def _cluster_chunk(name: str, entry_id: bytes, fields: Dict[bytes, bytes]
+                   ) -> Chunk:
+    """A Chunk from one entry of aural:{NAME}:out, its words attached."""
+    seq_s, _, one = entry_id.decode().partition("-")
+    if one != "1" or b"chunk" not in fields:
+        raise ProtocolError("%s: entry %s is not a chunk SEQ-1"
+                            % (name, entry_id.decode()))
+    ck = decode_chunk(fields[b"chunk"], 0, name)
+    if ck.seq != int(seq_s):
+        raise ProtocolError("%s: entry %s holds chunk %d"
+                            % (name, entry_id.decode(), ck.seq))
+    if ck.text is None and b"text" in fields:
+        ck.text = fields[b"text"].decode("utf-8", "replace")
+    if b"words" in fields:
+        try:
+            obj = json.loads(fields[b"words"].decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ProtocolError("%s: chunk %d: words are not JSON: %s"
+                                % (name, ck.seq, e)) from None
+        if not isinstance(obj, dict) or not isinstance(
+                obj.get("segments"), list):
+            raise ProtocolError("%s: chunk %d: malformed words"
+                                % (name, ck.seq))
+        ck.words = Words(0, name, ck.seq, bool(obj.get("final", False)),
+                         [_words_of(seg) for seg in obj["segments"]],
+                         _words_of(obj.get("partial", [])))
+    ck.final = ck.final or fields.get(b"final") == b"1"
+    return ck
+
+
+def cluster_subscribe(url: str, name: str, start: Any = "start",
+                      password: Optional[str] = None) -> Iterator[Any]:
+    """Follows a cluster stream's chunks in Redis, as `aural sub
+    --cluster`, until its final chunk. start: "start" (the first chunk
+    still retained), "now" (chunks stored from now on) or a chunk number
+    (that chunk on). Yields Chunk objects (stream_id 0; seq, first_frame,
+    n_frames, final, emb and logits as float32 arrays when the node wrote
+    them, text, words as a Words or None) and, where chunks were trimmed
+    by the node's retention before they were read, a Gap (reason
+    "trimmed") before the chunk that follows them. password: Redis' (else
+    $AURAL_REDIS_PASSWORD)."""
+    import redis
+
+    out = cluster_key(name, "out")
+    r = _cluster_connect(url, password)
+    try:
+        if start == "now":
+            top = r.xrevrange(out, "+", "-", count=1)
+            after, expect = (top[0][0] if top else b"0-0"), None
+        elif start == "start":
+            after, expect = b"0-0", None
+        elif isinstance(start, int) and start >= 0:
+            after, expect = ("%d-0" % start).encode(), start
+        else:
+            raise ValueError("start is 'start', 'now' or a chunk number")
+        while True:
+            reply = r.xread({out: after}, count=64, block=1000)
+            for entry_id, fields in (reply[0][1] if reply else []):
+                after = entry_id
+                ck = _cluster_chunk(name, entry_id, fields)
+                if expect is not None and ck.seq > expect:
+                    yield Gap(0, name, expect, ck.seq - expect, "trimmed")
+                expect = ck.seq + 1
+                yield ck
+                if ck.final:
+                    return
+    except redis.RedisError as e:
+        raise ClusterError("Redis at %s: %s" % (url, e)) from None
+    finally:
+        r.close()
