@@ -217,7 +217,7 @@ static int on_entry(cluster_sub *cs, const redisReply *entry) {
   if (seq > cs->next_seq) {
     sub_clear_partial(job);
     if (sub_on_gap(job, STREAM_ID, cs->next_seq, seq - cs->next_seq,
-                   "trimmed before it was read") < 0)
+                   "trimmed before being read") < 0)
       return -1;
   }
   cs->next_seq = seq + 1;
