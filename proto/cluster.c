@@ -54,11 +54,16 @@ int aural_cluster_url_parse(const char *url, aural_cluster_url *u, char *why,
   const char *slash = strchr(p, '/');
   if (at != NULL && (slash == NULL || at < slash)) {
     size_t n = (size_t)(at - p);
-    if (memchr(p, ':', n) != NULL)
-      return fail(why, why_len, url,
-                  "a password in the URL is refused (it shows in ps and "
-                  "logs): use --cluster-password-file or "
-                  "$AURAL_REDIS_PASSWORD");
+    const char *colon = memchr(p, ':', n);
+    if (colon != NULL) {
+      /* The message must not show the password it refuses. */
+      snprintf(why, why_len,
+               "cluster URL 'redis://%.*s:***@%s': a password in the URL is "
+               "refused (it shows in ps and logs): use "
+               "--cluster-password-file or $AURAL_REDIS_PASSWORD",
+               (int)(colon - p), p, at + 1);
+      return -1;
+    }
     if (n == 0 || n >= sizeof u->user)
       return fail(why, why_len, url, "bad user name");
     memcpy(u->user, p, n);
@@ -145,7 +150,7 @@ int aural_cluster_password(const char *file, char *out, size_t cap,
   buf[n] = '\0';
   buf[strcspn(buf, "\r\n")] = '\0';
   size_t len = strlen(buf);
-  if (len == 0 || len >= cap || (size_t)n > AURAL_CLUSTER_PASSWORD_MAX) {
+  if (len == 0 || len >= cap || len > AURAL_CLUSTER_PASSWORD_MAX) {
     snprintf(why, why_len, "password file %s: %s", file,
              len == 0 ? "empty first line" : "the password is too long");
     return -1;

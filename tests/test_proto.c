@@ -15,10 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include <aural/cluster.h>
 #include <aural/proto.h>
 
 #define BUF_BYTES 4096
@@ -2533,6 +2535,211 @@ static void test_json_lists(void **state) {
   assert_non_null(strstr(why, "trailing comma"));
 }
 
+/* --- the cluster layout (aural/cluster.h) ------------------------------- */
+
+static void test_cluster_url_accepted(void **state) {
+  (void)state;
+  static const struct {
+    const char *url;
+    bool is_unix;
+    const char *path, *host, *user;
+    int port, db;
+    const char *formatted; /* aural_cluster_url_format */
+  } cases[] = {
+      {"unix:/run/redis.sock", true, "/run/redis.sock", "", "", 6379, 0,
+       "unix:/run/redis.sock"},
+      {"unix:///tmp/r.sock", true, "/tmp/r.sock", "", "", 6379, 0,
+       "unix:/tmp/r.sock"},
+      {"redis://cache", false, "", "cache", "", 6379, 0,
+       "redis://cache:6379/0"},
+      {"redis://aural@10.0.0.5:6380/2", false, "", "10.0.0.5", "aural", 6380,
+       2, "redis://aural@10.0.0.5:6380/2"},
+      {"redis://[::1]:7000/15", false, "", "::1", "", 7000, 15,
+       "redis://[::1]:7000/15"},
+      {"redis://[fe80::1]", false, "", "fe80::1", "", 6379, 0,
+       "redis://[fe80::1]:6379/0"},
+      {"redis://h:65535/1048576", false, "", "h", "", 65535, 1048576,
+       "redis://h:65535/1048576"},
+      {"redis://h:1/0", false, "", "h", "", 1, 0, "redis://h:1/0"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aural_cluster_url u;
+    char why[256] = "", text[512];
+    assert_int_equal(aural_cluster_url_parse(cases[i].url, &u, why,
+                                             sizeof why), 0);
+    assert_int_equal(u.is_unix, cases[i].is_unix);
+    assert_string_equal(u.path, cases[i].path);
+    assert_string_equal(u.host, cases[i].host);
+    assert_string_equal(u.user, cases[i].user);
+    assert_int_equal(u.port, cases[i].port);
+    assert_int_equal(u.db, cases[i].db);
+    aural_cluster_url_format(&u, text, sizeof text);
+    assert_string_equal(text, cases[i].formatted);
+  }
+}
+
+#define PATH108                                                              \
+  "/0123456789012345678901234567890123456789012345678901234567890123456789" \
+  "0123456789012345678901234567890123456"
+
+static void test_cluster_url_refused(void **state) {
+  (void)state;
+  static const struct {
+    const char *url;
+    const char *why; /* a part of the message */
+  } cases[] = {
+      {"redis://aural:hunter2@h", "a password in the URL is refused"},
+      {"redis://:hunter2@h:6379/1", "a password in the URL is refused"},
+      {"redis://aural:@h", "a password in the URL is refused"},
+      {"redis://@h", "bad user name"},
+      {"redis://h:0", "the port is not a number in 1..65535"},
+      {"redis://h:65536", "the port is not a number"},
+      {"redis://h:x", "the port is not a number"},
+      {"redis://h:", "the port is not a number"},
+      {"redis://h:6379:1", "the port is not a number"},
+      {"redis://[::1]x", "the port is not a number"},
+      {"redis://[::1", "unclosed '['"},
+      {"redis://h/x", "the database after '/' is not a number"},
+      {"redis://h/", "the database after '/' is not a number"},
+      {"redis://h/1048577", "the database after '/' is not a number"},
+      {"redis://h/-1", "the database after '/' is not a number"},
+      {"redis://", "no host"},
+      {"redis://:6379", "no host"},
+      {"redis:///0", "no host"},
+      {"unix:relative.sock", "expected unix:/absolute/path"},
+      {"unix:", "expected unix:/absolute/path"},
+      {"unix:" PATH108, "the socket path is too long"},
+      {"http://h", "expected redis://[USER@]HOST[:PORT][/DB] or unix:PATH"},
+      {"REDIS://h", "expected redis://"},
+      {"", "expected redis://"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aural_cluster_url u;
+    char why[256] = "";
+    assert_int_equal(aural_cluster_url_parse(cases[i].url, &u, why,
+                                             sizeof why), -1);
+    if (strstr(why, cases[i].why) == NULL)
+      fail_msg("%s: \"%s\" lacks \"%s\"", cases[i].url, why, cases[i].why);
+    /* The message names the URL, but never shows a password. */
+    assert_non_null(strstr(why, "cluster URL '"));
+    assert_null(strstr(why, "hunter2"));
+  }
+}
+
+static void test_cluster_valid_name(void **state) {
+  (void)state;
+  static const char *const good[] = {"call-17", "a", NAME64, "mic",
+                                     "x.wav#2", "~!@$%^&*()_+=[]|;:'\",.<>?"};
+  static const char *const bad[] = {"",    NAME65, "a{b", "}",   "{x}",
+                                    "a b", "a/b",  "a\\b", "\x7f", "caf\xc3\xa9",
+                                    "tab\t"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+    if (!aural_cluster_valid_name(good[i])) fail_msg("refused '%s'", good[i]);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    if (aural_cluster_valid_name(bad[i])) fail_msg("accepted '%s'", bad[i]);
+  /* A protocol name with a brace is still one, just not a cluster's. */
+  assert_true(aural_proto_valid_name("a{b"));
+}
+
+static void test_cluster_key(void **state) {
+  (void)state;
+  char key[AURAL_CLUSTER_KEY_MAX];
+  assert_int_equal(aural_cluster_key(key, sizeof key, "call-17",
+                                     AURAL_CLUSTER_OUT),
+                   strlen("aural:{call-17}:out"));
+  assert_string_equal(key, "aural:{call-17}:out");
+  aural_cluster_key(key, sizeof key, "m", AURAL_CLUSTER_META);
+  assert_string_equal(key, "aural:{m}:meta");
+  aural_cluster_key(key, sizeof key, "m", AURAL_CLUSTER_AUDIO);
+  assert_string_equal(key, "aural:{m}:audio");
+  aural_cluster_key(key, sizeof key, "m", AURAL_CLUSTER_CKPT);
+  assert_string_equal(key, "aural:{m}:ckpt");
+
+  /* The longest name and part fit AURAL_CLUSTER_KEY_MAX. */
+  size_t n = aural_cluster_key(key, sizeof key, NAME64, AURAL_CLUSTER_AUDIO);
+  assert_int_equal(n, strlen("aural:{" NAME64 "}:audio"));
+  assert_string_equal(key, "aural:{" NAME64 "}:audio");
+
+  /* Names that are not a cluster's, and a buffer one byte short. */
+  assert_int_equal(aural_cluster_key(key, sizeof key, "a{b", "out"), 0);
+  assert_int_equal(aural_cluster_key(key, sizeof key, "", "out"), 0);
+  assert_int_equal(aural_cluster_key(key, sizeof key, NAME65, "out"), 0);
+  char small[sizeof "aural:{ab}:out" - 1];
+  assert_int_equal(aural_cluster_key(small, sizeof small, "ab", "out"), 0);
+  char exact[sizeof "aural:{ab}:out"];
+  assert_int_equal(aural_cluster_key(exact, sizeof exact, "ab", "out"),
+                   strlen("aural:{ab}:out"));
+}
+
+/* Writes text into a new file of the given mode in /tmp; its path into
+ * path. */
+static void password_file(char *path, size_t cap, const char *text,
+                          mode_t mode) {
+  static int n;
+  snprintf(path, cap, "/tmp/aural-test-pw-%d-%d", (int)getpid(), n++);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  assert_int_equal(chmod(path, mode), 0);
+}
+
+static void test_cluster_password(void **state) {
+  (void)state;
+  char path[128], pw[AURAL_CLUSTER_PASSWORD_MAX + 1], why[256];
+  char long_line[AURAL_CLUSTER_PASSWORD_MAX + 3];
+  memset(long_line, 'x', sizeof long_line - 2);
+  long_line[sizeof long_line - 2] = '\n';
+  long_line[sizeof long_line - 1] = '\0';
+  char comment[1200];
+  memset(comment, '#', sizeof comment - 1);
+  comment[sizeof comment - 1] = '\0';
+  char short_then_long[1300];
+  snprintf(short_then_long, sizeof short_then_long, "s3cret\n%s\n", comment);
+  static const struct {
+    int text; /* 0: texts[] below */
+    mode_t mode;
+    int rc;
+    const char *want; /* the password, or a part of why */
+  } cases[] = {
+      {0, 0600, 1, "s3cret"}, {1, 0400, 1, "pass word"},
+      {2, 0600, 1, "s3cret"}, {0, 0644, -1, "others may read or write it"},
+      {0, 0640, -1, "others may read"}, {0, 0602, -1, "others may"},
+      {3, 0600, -1, "empty first line"}, {4, 0600, -1, "too long"},
+  };
+  const char *texts[] = {"s3cret\n", "pass word\r\nnext", short_then_long,
+                         "\nlater", long_line};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    password_file(path, sizeof path, texts[cases[i].text], cases[i].mode);
+    why[0] = '\0';
+    int rc = aural_cluster_password(path, pw, sizeof pw, why, sizeof why);
+    unlink(path);
+    if (rc != cases[i].rc) fail_msg("case %zu: rc %d (%s)", i, rc, why);
+    if (rc == 1) {
+      assert_string_equal(pw, cases[i].want);
+    } else {
+      if (strstr(why, cases[i].want) == NULL)
+        fail_msg("case %zu: \"%s\" lacks \"%s\"", i, why, cases[i].want);
+      assert_non_null(strstr(why, path));
+    }
+  }
+  /* A missing file is named; without a file, the environment decides. */
+  assert_int_equal(aural_cluster_password("/nonexistent/pw", pw, sizeof pw,
+                                          why, sizeof why), -1);
+  assert_non_null(strstr(why, "/nonexistent/pw"));
+  assert_int_equal(setenv("AURAL_REDIS_PASSWORD", "from-env", 1), 0);
+  assert_int_equal(aural_cluster_password(NULL, pw, sizeof pw, why,
+                                          sizeof why), 1);
+  assert_string_equal(pw, "from-env");
+  assert_int_equal(setenv("AURAL_REDIS_PASSWORD", "", 1), 0);
+  assert_int_equal(aural_cluster_password(NULL, pw, sizeof pw, why,
+                                          sizeof why), 0);
+  assert_string_equal(pw, "");
+  assert_int_equal(unsetenv("AURAL_REDIS_PASSWORD"), 0);
+  assert_int_equal(aural_cluster_password(NULL, pw, sizeof pw, why,
+                                          sizeof why), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_header_round_trip_every_type),
@@ -2581,6 +2788,11 @@ int main(void) {
       cmocka_unit_test(test_server_field_errors),
       cmocka_unit_test(test_server_encoders_short_buffer),
       cmocka_unit_test(test_json_lists),
+      cmocka_unit_test(test_cluster_url_accepted),
+      cmocka_unit_test(test_cluster_url_refused),
+      cmocka_unit_test(test_cluster_valid_name),
+      cmocka_unit_test(test_cluster_key),
+      cmocka_unit_test(test_cluster_password),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
