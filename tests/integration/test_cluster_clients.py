@@ -524,7 +524,14 @@ class TestErrors(ClusterTest):
     def test_password_in_the_url_is_refused(self):
         p = self.aural("stats", "--cluster", "redis://me:secret@localhost")
         self.assertEqual(p.returncode, 2)
-        self.assertIn(b"a password in the URL is refused", p.stderr)
+        self.assertIn(b"'redis://me:***@localhost': a password in the URL "
+                      b"is refused", p.stderr)
+        self.assertNotIn(b"secret", p.stderr)
+        with self.assertRaises(ValueError) as e:
+            ac.cluster_send("redis://me:secret@localhost", "t1", b"", 16000,
+                            1)
+        self.assertIn("redis://me:***@localhost", str(e.exception))
+        self.assertNotIn("secret", str(e.exception))
 
     def test_password_file_others_may_read_is_refused(self):
         pw = os.path.join(self.tmp, "pw")

@@ -897,9 +897,11 @@ def parse_cluster_url(url: str) -> Dict[str, Any]:
     if at >= 0 and (slash < 0 or at < slash):
         user, rest = rest[:at], rest[at + 1:]
         if ":" in user:
-            raise bad("a password in the URL is refused (it shows in ps and "
-                      "logs): use a password argument or "
-                      "$AURAL_REDIS_PASSWORD")
+            # The message must not show the password it refuses.
+            raise ValueError(
+                "cluster URL 'redis://%s:***@%s': a password in the URL is "
+                "refused (it shows in ps and logs): use a password argument "
+                "or $AURAL_REDIS_PASSWORD" % (user.partition(":")[0], rest))
         if not user or len(user) >= 128:
             raise bad("bad user name")
     rest, slash, dbs = rest.partition("/")
