@@ -35,13 +35,7 @@ static void usage(FILE *to) {
           "                     else $XDG_RUNTIME_DIR/aural.sock, else\n"
           "                     /run/aural/aural.sock for root, else\n"
           "                     /tmp/aural-UID/aural.sock; here %s)\n"
-          "      --cluster URL  the cluster's Redis instead of aurald:\n"
-          "                     redis://[USER@]HOST[:PORT][/DB] or\n"
-          "                     unix:PATH (no password in the URL)\n"
-          "      --cluster-password-file FILE\n"
-          "                     Redis' password: FILE's first line (FILE\n"
-          "                     mode 0600 or stricter); without it,\n"
-          "                     $AURAL_REDIS_PASSWORD if set\n"
+          CLUSTER_HELP
           "      --json         print the statistics as one JSON object\n"
           "                     (PROTOCOL.md section 4.15; the pages of a\n"
           "                     large server's reply joined into one; with\n"
@@ -415,11 +409,8 @@ static int print_nodes_json(const node *nodes, size_t n, const char *url) {
 static int read_nodes(cluster_conn *c, redisReply **zr, node **nodes,
                       size_t *n, char *err, size_t err_len) {
   cluster_args a;
-  cluster_args_init(&a, "ZRANGE");
-  cluster_arg(&a, AURAL_CLUSTER_NODES);
-  cluster_arg(&a, "0");
-  cluster_arg(&a, "-1");
-  cluster_arg(&a, "WITHSCORES");
+  cluster_args_list(&a, "ZRANGE", AURAL_CLUSTER_NODES, "0", "-1",
+                    "WITHSCORES", NULL);
   if ((*zr = cluster_run(c, &a, err, err_len)) == NULL) return -1;
   const redisReply *r = *zr;
   if (r->type != REDIS_REPLY_ARRAY) {
@@ -439,8 +430,7 @@ static int read_nodes(cluster_conn *c, redisReply **zr, node **nodes,
                                                    : 0;
     char key[sizeof AURAL_CLUSTER_NODE_PREFIX + 512];
     snprintf(key, sizeof key, "%s%s", AURAL_CLUSTER_NODE_PREFIX, d->id);
-    cluster_args_init(&a, "GET");
-    cluster_arg(&a, key);
+    cluster_args_list(&a, "GET", key, NULL);
     if ((d->beat = cluster_run(c, &a, err, err_len)) == NULL) return -1;
   }
   return 0;

@@ -57,18 +57,12 @@ static void usage(FILE *to) {
           "                     else $XDG_RUNTIME_DIR/aural.sock, else\n"
           "                     /run/aural/aural.sock for root, else\n"
           "                     /tmp/aural-UID/aural.sock; here %s)\n"
-          "      --cluster URL  the cluster's Redis instead of aurald:\n"
-          "                     redis://[USER@]HOST[:PORT][/DB] or\n"
-          "                     unix:PATH (no password in the URL); needs\n"
-          "                     --stream, implies --until-end\n"
-          "      --cluster-password-file FILE\n"
-          "                     Redis' password: FILE's first line (FILE\n"
-          "                     mode 0600 or stricter); without it,\n"
-          "                     $AURAL_REDIS_PASSWORD if set\n"
-          "      --from WHERE   with --cluster, the first chunk: SEQ (that\n"
-          "                     chunk; lost if no longer retained), start\n"
-          "                     (the first one retained; the default) or\n"
-          "                     now (the chunks stored from now on)\n",
+          CLUSTER_HELP
+          "      --from WHERE   with --cluster (which needs --stream and\n"
+          "                     implies --until-end), the first chunk: SEQ\n"
+          "                     (that chunk; lost if no longer retained),\n"
+          "                     start (the first one retained; the default)\n"
+          "                     or now (the chunks stored from now on)\n",
           client_default_socket(sock, sizeof sock));
   fprintf(to,
           "      --stream NAME  the stream to follow, by name (a file's base\n"

@@ -25,6 +25,15 @@ void cluster_args_init(cluster_args *a, const char *command) {
   cluster_arg(a, command);
 }
 
+void cluster_args_list(cluster_args *a, const char *command, ...) {
+  va_list ap;
+  va_start(ap, command);
+  cluster_args_init(a, command);
+  for (const char *s; (s = va_arg(ap, const char *)) != NULL;)
+    cluster_arg(a, s);
+  va_end(ap);
+}
+
 static void add(cluster_args *a, const void *p, size_t n, bool secret) {
   /* More arguments than any command here sends is a bug of this file's
    * callers, not something input can cause. */

@@ -47,6 +47,17 @@ typedef struct cluster_conn {
   char said[256]; /* Redis' error reply to the last failed command, or "" */
 } cluster_conn;
 
+/* The help of --cluster and --cluster-password-file, the same in every
+ * command's. */
+#define CLUSTER_HELP                                                     \
+  "      --cluster URL  the cluster's Redis instead of aurald:\n"        \
+  "                     redis://[USER@]HOST[:PORT][/DB] or\n"            \
+  "                     unix:PATH (no password in the URL)\n"            \
+  "      --cluster-password-file FILE\n"                                 \
+  "                     Redis' password: FILE's first line (FILE\n"      \
+  "                     mode 0600 or stricter); without it,\n"           \
+  "                     $AURAL_REDIS_PASSWORD if set\n"
+
 /* The command-line checks every --cluster command makes: url (or NULL:
  * no --cluster) parses, --cluster-password-file comes with it and
  * --socket does not. Returns NULL, or what is wrong (in why, or static). */
@@ -79,6 +90,10 @@ typedef struct cluster_args {
 } cluster_args;
 
 void cluster_args_init(cluster_args *a, const char *command);
+/* The command and its arguments, all NUL-terminated strings, at once:
+ * cluster_args_list(&a, "ZRANGE", key, "0", "-1", NULL). */
+void cluster_args_list(cluster_args *a, const char *command, ...)
+    __attribute__((sentinel));
 /* Appends a NUL-terminated argument. */
 void cluster_arg(cluster_args *a, const char *s);
 /* Appends n bytes (binary safe). */

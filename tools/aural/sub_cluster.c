@@ -48,12 +48,8 @@ static int first_id(cluster_sub *cs) {
     return 0;
   }
   cluster_args a;
-  cluster_args_init(&a, "XREVRANGE");
-  cluster_arg(&a, cs->out_key);
-  cluster_arg(&a, "+");
-  cluster_arg(&a, "-");
-  cluster_arg(&a, "COUNT");
-  cluster_arg(&a, "1");
+  cluster_args_list(&a, "XREVRANGE", cs->out_key, "+", "-", "COUNT", "1",
+                    NULL);
   redisReply *r = cluster_run(&cs->redis, &a, job->err, sizeof job->err);
   if (r == NULL) return -1;
   redisReply *const *e;
@@ -104,8 +100,7 @@ static int read_model(cluster_sub *cs) {
 static int wait_meta(cluster_sub *cs) {
   sub_job *job = cs->job;
   cluster_args a;
-  cluster_args_init(&a, "HGETALL");
-  cluster_arg(&a, cs->meta_key);
+  cluster_args_list(&a, "HGETALL", cs->meta_key, NULL);
   for (;;) {
     if (sub_interrupted) return -1;
     cs->meta = cluster_run(&cs->redis, &a, job->err, sizeof job->err);
@@ -236,14 +231,8 @@ static int on_entry(cluster_sub *cs, const redisReply *entry) {
  * Returns 1 after the final chunk, 0, or -1. */
 static int read_some(cluster_sub *cs) {
   cluster_args a;
-  cluster_args_init(&a, "XREAD");
-  cluster_arg(&a, "COUNT");
-  cluster_arg(&a, READ_COUNT);
-  cluster_arg(&a, "BLOCK");
-  cluster_arg(&a, READ_BLOCK_MS);
-  cluster_arg(&a, "STREAMS");
-  cluster_arg(&a, cs->out_key);
-  cluster_arg(&a, cs->after);
+  cluster_args_list(&a, "XREAD", "COUNT", READ_COUNT, "BLOCK", READ_BLOCK_MS,
+                    "STREAMS", cs->out_key, cs->after, NULL);
   redisReply *r =
       cluster_run(&cs->redis, &a, cs->job->err, sizeof cs->job->err);
   if (r == NULL) return -1;
