@@ -246,6 +246,43 @@ class TestSend(ClusterTest):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertGreaterEqual(time.monotonic() - t0, 0.45)
 
+    def test_interrupted_send_ends_the_stream_where_it_was(self):
+        path, _ = self.wav(48000)
+        proc = subprocess.Popen(
+            [AURAL, "send", "--cluster", self.url, "--name", "cut",
+             "--realtime", path], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+        self.assertEqual(proc.returncode, 130, err)
+        entries = self.audio_entries("cut")
+        end_id, end = entries[-1]
+        stored = sum(len(f[b"pcm"]) // 4 for _, f in entries[:-1])
+        self.assertEqual(end, {b"end": b"1"})
+        self.assertEqual(end_id, b"%d-1" % stored)
+        self.assertTrue(8000 <= stored < 48000, stored)
+        self.assertIn(b"stream 'cut' ended after", err)
+
+    def test_bad_audio_ends_the_stream_and_fails(self):
+        """A sample the reader refuses (NaN) ends the stream after the
+        entries before it, and the command fails naming the problem."""
+        x = np.zeros(3200, "<f4")
+        x[2000] = np.nan
+        data = x.tobytes()
+        fmt = struct.pack("<HHIIHH", 3, 1, 16000, 64000, 4, 32)
+        body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt +
+                b"data" + struct.pack("<I", len(data)) + data)
+        path = os.path.join(self.tmp, "nan.wav")
+        with open(path, "wb") as f:
+            f.write(b"RIFF" + struct.pack("<I", len(body)) + body)
+        p = self.aural("send", "--cluster", self.url, "--name", "nan", path)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"nan.wav", p.stderr)
+        self.assertEqual([e[0] for e in self.audio_entries("nan")],
+                         [b"0-1", b"1600-1"])
+        self.assertEqual(self.audio_entries("nan")[-1][1], {b"end": b"1"})
+
     def test_bad_command_lines(self):
         path, _ = self.wav(160)
         for args, what in [
