@@ -336,6 +336,21 @@ class TestSub(ClusterTest):
         self.assertEqual(events[0]["next_chunk"], 3)
         self.assertEqual(events[-1]["event"], "ended")
 
+    def test_nothing_after_the_final_chunk_is_waited_for(self):
+        self.node_meta("done")
+        self.publish("done", range(3), 2)
+        for where in ("now", "3"):
+            p = self.sub("done", "--from", where, timeout=10)
+            self.assertEqual(p.returncode, 1, where)
+            self.assertIn(b"done has ended: its final chunk is 2", p.stderr)
+        p = self.sub("done", "--from", "2", "-q")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for where in ("now", 3):
+            with self.assertRaises(ac.ClusterError):
+                next(ac.cluster_subscribe(self.url, "done", start=where))
+        self.assertEqual([c.seq for c in ac.cluster_subscribe(
+            self.url, "done", start=2)], [2])
+
     def test_waits_for_a_stream_not_started_yet(self):
         proc = self.start_sub("late", "--output", "text", "-q")
         time.sleep(0.8)

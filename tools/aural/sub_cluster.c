@@ -36,17 +36,18 @@ typedef struct cluster_sub {
   uint64_t next_seq; /* the chunk expected next, once started */
 } cluster_sub;
 
+/* Whether an entry's fields mark the stream's final chunk. */
+static bool final_field(const redisReply *fields) {
+  const redisReply *f = cluster_field(fields, "final");
+  return f != NULL && f->len == 1 && f->str[0] == '1';
+}
+
 /* The ID to read above at first: --from's chunk, the start, or the last
  * entry stored now (not "$", which a later XREAD would take anew, missing
- * what came in between). */
+ * what came in between). After a stream's final chunk nothing comes: --from
+ * now, or a chunk past the final one, fails rather than wait for ever. */
 static int first_id(cluster_sub *cs) {
   sub_job *job = cs->job;
-  if (job->from != SUB_FROM_NOW) {
-    snprintf(cs->after, sizeof cs->after, "%llu-0",
-             job->from == SUB_FROM_SEQ ? (unsigned long long)job->from_seq
-                                       : 0ull);
-    return 0;
-  }
   cluster_args a;
   cluster_args_list(&a, "XREVRANGE", cs->out_key, "+", "-", "COUNT", "1",
                     NULL);
@@ -54,15 +55,29 @@ static int first_id(cluster_sub *cs) {
   if (r == NULL) return -1;
   redisReply *const *e;
   size_t n;
+  uint64_t top = 0, one;
   int rc = cluster_entries(r, false, &e, &n);
-  if (rc == 0)
-    snprintf(cs->after, sizeof cs->after, "%.*s",
-             n ? (int)e[0]->element[0]->len : 3,
-             n ? e[0]->element[0]->str : "0-0");
+  if (rc == 0 && n > 0 && cluster_parse_id(e[0]->element[0], &top, &one) < 0)
+    rc = -1;
+  if (rc < 0)
+    snprintf(job->err, sizeof job->err, "%s: XREVRANGE %s: not a stream of "
+             "chunks", cs->redis.url_text, cs->out_key);
+  bool ended = rc == 0 && n > 0 && final_field(e[0]->element[1]);
+  if (job->from == SUB_FROM_NOW)
+    snprintf(cs->after, sizeof cs->after, "%llu-%llu",
+             (unsigned long long)top, n > 0 ? 1ull : 0ull);
   else
-    snprintf(job->err, sizeof job->err, "%s: XREVRANGE %s: not a stream",
-             cs->redis.url_text, cs->out_key);
+    snprintf(cs->after, sizeof cs->after, "%llu-0",
+             (unsigned long long)job->from_seq);
   freeReplyObject(r);
+  if (rc == 0 && ended &&
+      (job->from == SUB_FROM_NOW || job->from_seq > top)) {
+    snprintf(job->err, sizeof job->err,
+             "%s has ended: its final chunk is %llu (read it with --from "
+             "start or --from 0..%llu)",
+             job->stream, (unsigned long long)top, (unsigned long long)top);
+    return -1;
+  }
   return rc;
 }
 
@@ -220,9 +235,7 @@ static int on_entry(cluster_sub *cs, const redisReply *entry) {
       tell_words(cs, fields, seq) < 0)
     return -1;
   job->last_seq = (int64_t)seq;
-  const redisReply *final = cluster_field(fields, "final");
-  if ((ch.flags & AURAL_CHUNK_FINAL) ||
-      (final != NULL && final->len == 1 && final->str[0] == '1'))
+  if ((ch.flags & AURAL_CHUNK_FINAL) || final_field(fields))
     return tell_ended(cs, &ch);
   return 0;
 }

@@ -1106,14 +1106,20 @@ def cluster_subscribe(url: str, name: str, start: Any = "start",
     them, text, words as a Words or None) and, where chunks were trimmed
     by the node's retention before they were read, a Gap (reason
     "trimmed") before the chunk that follows them. password: Redis' (else
-    $AURAL_REDIS_PASSWORD)."""
+    $AURAL_REDIS_PASSWORD). ClusterError when Redis fails, or when start
+    is "now" or past the final chunk of a stream that has ended."""
     import redis
 
     out = cluster_key(name, "out")
     r = _cluster_connect(url, password)
     try:
+        top = r.xrevrange(out, "+", "-", count=1)
+        last = int(top[0][0].split(b"-")[0]) if top else -1
+        if top and top[0][1].get(b"final") == b"1" and (
+                start == "now" or (isinstance(start, int) and start > last)):
+            raise ClusterError("%s has ended: its final chunk is %d"
+                               % (name, last))
         if start == "now":
-            top = r.xrevrange(out, "+", "-", count=1)
             after, expect = (top[0][0] if top else b"0-0"), None
         elif start == "start":
             after, expect = b"0-0", None
