@@ -773,7 +773,8 @@ class Client:
         fmt = self._audio.get(stream_id)
         if fmt is None:
             raise ValueError("stream %d was not opened here" % stream_id)
-        data = _pcm_bytes(samples, fmt, self._audio_channels[stream_id])
+        channels = self._audio_channels[stream_id]
+        data = _pcm_bytes(samples, fmt, channels)
         frame_bytes = channels * SAMPLE_DTYPES[fmt].itemsize
         step = max(1, self.max_request_bytes // frame_bytes) * frame_bytes
         out = bytearray()
