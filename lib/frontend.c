@@ -161,25 +161,35 @@ static size_t first_nonfinite(const float *pcm, size_t n_values) {
   return n_values;
 }
 
-/* Averages the channels of n frames into fe->mono, replacing non-finite
- * samples by 0 and clamping huge ones; both are counted. */
-static void downmix(aural_frontend *fe, const float *pcm, size_t n) {
-  size_t ch = (size_t)fe->cfg.n_channels;
+void aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
+                            float *mono, uint64_t *n_nonfinite,
+                            uint64_t *n_clamped) {
+  size_t ch = (size_t)n_channels;
+  uint64_t bad = 0, clamped = 0;
   for (size_t i = 0; i < n; i++) {
     float acc = 0.0f;
     for (size_t c = 0; c < ch; c++) {
       float v = pcm[i * ch + c];
       if (!isfinite(v)) {
         v = 0.0f;
-        fe->stats.n_nonfinite++;
+        bad++;
       } else if (fabsf(v) > AURAL_SAMPLE_ABS_MAX) {
         v = copysignf(AURAL_SAMPLE_ABS_MAX, v);
-        fe->stats.n_clamped++;
+        clamped++;
       }
       acc += v;
     }
-    fe->mono[i] = ch == 1 ? acc : acc / (float)ch;
+    mono[i] = ch == 1 ? acc : acc / (float)ch;
   }
+  if (n_nonfinite != NULL) *n_nonfinite += bad;
+  if (n_clamped != NULL) *n_clamped += clamped;
+}
+
+/* Averages the channels of n frames into fe->mono, counting what was
+ * replaced or clamped. */
+static void downmix(aural_frontend *fe, const float *pcm, size_t n) {
+  aural_frontend_downmix(pcm, n, fe->cfg.n_channels, fe->mono,
+                         &fe->stats.n_nonfinite, &fe->stats.n_clamped);
 }
 
 int aural_frontend_push(aural_frontend *fe, const float *pcm, size_t n,

@@ -124,7 +124,8 @@ int aural_cluster_password(const char *file, char *out, size_t cap,
     snprintf(out, cap, "%s", env);
     return 1;
   }
-  int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  /* O_NONBLOCK: a FIFO must not hold the open; it is refused below. */
+  int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) < 0) {
     snprintf(why, why_len, "password file %s: %s", file, strerror(errno));

@@ -12,6 +12,7 @@ audio.
 
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -197,6 +198,19 @@ class ClusterTest(td.DaemonTest):
                           name, "--no-config", *args, model=self.model,
                           socket_path=os.path.join(folder, "aural.sock"))
 
+    def send(self, name, path, *args):
+        """`aural send --cluster` of path as stream name, at 1x."""
+        return subprocess.Popen([td.AURAL, "send", "-q", "--cluster",
+                                 self.redis.url(), "--name", name,
+                                 "--realtime", *args, path],
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def sent(self, procs):
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err)
+
     def whole(self, path):
         """`aural encode` of the file: embeddings and logits."""
         return (self.encode(path, model=self.model),
@@ -225,15 +239,15 @@ class ClusterTest(td.DaemonTest):
 
 class TestCluster(ClusterTest):
     def test_streams_across_nodes(self):
-        """Three nodes, 30 streams at real time: every stream whole, its
-        chunks once each, bit-identical to `aural encode`."""
+        """Three nodes, 30 streams sent at real time by `aural send
+        --cluster` (some at 22.05 kHz): every stream whole, its chunks once
+        each, bit-identical to `aural encode`."""
         nodes = [self.node("n%d" % i) for i in range(3)]
-        files = [self.wav(4 + 0.37 * k, name="f%d.wav" % k) for k in range(5)]
+        files = [self.wav(4 + 0.37 * k, rate=22050 if k % 2 else 16000,
+                          name="f%d.wav" % k) for k in range(5)]
         paths = [files[i % 5] for i in range(30)]
         names = ["s%d" % i for i in range(30)]
-        threads = produce_all(self.redis.client, list(zip(names, paths)))
-        for t in threads:
-            t.join()
+        self.sent([self.send(n, p) for n, p in zip(names, paths)])
         self.assertEqual(wait_finished(self.r, names, 60), set())
         owners = set()
         wants = {}
@@ -267,12 +281,19 @@ class TestCluster(ClusterTest):
         chunks are there once each, bit-identical to `aural encode` (the
         issue asks 1e-4; the windows refilled give the same bits)."""
         a = self.node("a", "--cluster-ttl", "2")
-        # At the model's rate: a resumed stream then restarts no resampler
-        # (docs/CLUSTER.md §3, on streams at other rates).
-        files = [self.wav(14, name="f0.wav"), self.wav(12.5, name="f1.wav")]
+        # At the model's rate, or sent by `aural send`, which converts to
+        # it: a resumed stream then restarts no resampler (docs/CLUSTER.md
+        # §3, on streams at other rates).
+        stereo = os.path.join(self.tmp, "f2.wav")
+        td.run("sox", td.SAMPLE, "-r", "22050", "-c", "2", "-b", "16",
+               stereo, "repeat", "1", "trim", "0", "13")
+        files = [self.wav(14, name="f0.wav"), self.wav(12.5, name="f1.wav"),
+                 stereo]
         names = ["v%d" % i for i in range(10)]
-        paths = [files[i % 2] for i in range(10)]
-        threads = produce_all(self.redis.client, list(zip(names, paths)))
+        paths = [files[i % 2] for i in range(6)] + [stereo] * 4
+        threads = produce_all(self.redis.client,
+                              list(zip(names[:6], paths[:6])))
+        procs = [self.send(n, p) for n, p in zip(names[6:], paths[6:])]
         deadline = time.monotonic() + 10
         while (self.r.hget("aural:{v9}:meta", "node") != b"a" and
                time.monotonic() < deadline):
@@ -291,6 +312,7 @@ class TestCluster(ClusterTest):
         self.daemons.remove(a)
         for t in threads:
             t.join()
+        self.sent(procs)
         self.assertEqual(wait_finished(self.r, names, 60), set())
         took = {}
         for eid, f in self.r.xrange("aural:events"):
@@ -464,6 +486,35 @@ class TestCluster(ClusterTest):
         self.assertEqual(wait_finished(self.r, ["wide", "cd"], 60), set())
         self.check_stream("wide", wide)
         self.check_stream("cd", cd)
+        self.stop_clean(d)
+
+    def test_consumer_resumes(self):
+        """A consumer that goes away for 10 s and comes back with the
+        --from its interruption named misses nothing."""
+        d = self.node("a")
+        path = self.wav(16, name="talk.wav")
+        producer = self.send("talk", path)
+        first = subprocess.Popen([td.AURAL, "sub", "--cluster",
+                                  self.redis.url(), "--stream", "talk"],
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        first.send_signal(signal.SIGINT)
+        out, err = first.communicate(timeout=30)
+        m = re.search(r"--from (\d+)", err)
+        self.assertIsNotNone(m, err)
+        resume = int(m.group(1))
+        self.assertGreater(resume, 2)
+        seqs = [int(x) for x in re.findall(r"#(\d+) +frames", out)]
+        self.assertEqual(seqs, list(range(resume)), out)
+        time.sleep(10)
+        tail = os.path.join(self.tmp, "tail.npy")
+        td.run(td.AURAL, "sub", "--cluster", self.redis.url(), "--stream",
+               "talk", "--from", str(resume), "-o", tail, timeout=120)
+        self.sent([producer])
+        want = self.encode(path, model=self.model)
+        C = 50
+        np.testing.assert_array_equal(np.load(tail), want[resume * C:])
         self.stop_clean(d)
 
     def test_unreachable_at_start(self):

@@ -77,6 +77,11 @@ static void usage(FILE *to) {
           "                     subscriber's): pronounced by espeak-ng; at\n"
           "                     most 64\n"
           "      --boost X      score added per custom word (default 5)\n"
+          "      --native       with --cluster: send the audio at its own\n"
+          "                     rate and channels; by default it goes as\n"
+          "                     mono at the model's rate (from a live node),\n"
+          "                     converted as aurald would, so that a stream\n"
+          "                     another node resumes is bit-identical\n"
           "  -q, --quiet        print nothing but errors\n"
           "  -h, --help         show this help\n"
           "\n"
@@ -107,6 +112,20 @@ typedef struct send_audio {
   uint8_t *wire;         /* block * bytes_per_frame */
 } send_audio;
 
+/* Audio converted as aurald's frontend would (downmix, then resampling)
+ * to mono at the cluster's model rate, so that the node runs neither and
+ * a stream it resumes is bit-identical to one never interrupted
+ * (docs/CLUSTER.md §3). */
+typedef struct send_convert {
+  bool on;
+  uint32_t rate;         /* the model's */
+  aural_resampler *rs;   /* NULL when the rate is already the model's */
+  float *mono;           /* (block) */
+  float *out;            /* converted samples not yet stored */
+  size_t n, cap;
+  uint8_t *wire;         /* (cap) samples in the wire format */
+} send_convert;
+
 typedef struct send_job {
   const char *in_path, *sock_path;
   const char *cluster_url, *password_file; /* --cluster */
@@ -115,7 +134,9 @@ typedef struct send_job {
   uint8_t format;      /* aural_sample_format */
   size_t block_ms;
   aural_msg_vocabulary vocabulary; /* --vocabulary, --boost */
+  int native;          /* --native: no conversion to the model's rate */
   send_audio audio;
+  send_convert conv;   /* --cluster: to mono at the model's rate */
   aural_client *cl;    /* aurald, or ... */
   cluster_conn redis;  /* ... the cluster's Redis */
   uint32_t stream_id;
@@ -432,6 +453,102 @@ static int run_local(send_job *job) {
 /* Most bytes of one audio entry (which holds at most a second besides). */
 #define ENTRY_MAX_BYTES ((size_t)8 << 20)
 
+/* The model's sample rate from a live node's heartbeat, or 0 when no
+ * node is alive (or none says). */
+static double cluster_model_rate(send_job *job) {
+  cluster_args a;
+  cluster_args_init(&a, "ZRANGE");
+  cluster_arg(&a, AURAL_CLUSTER_NODES);
+  cluster_arg(&a, "0");
+  cluster_arg(&a, "-1");
+  redisReply *ids = cluster_run(&job->redis, &a, job->err, sizeof job->err);
+  double rate = 0;
+  for (size_t i = 0; ids != NULL && ids->type == REDIS_REPLY_ARRAY &&
+                     i < ids->elements && rate == 0;
+       i++) {
+    cluster_args_init(&a, "GET");
+    cluster_arg_fmt(&a, "%s%s", AURAL_CLUSTER_NODE_PREFIX,
+                    ids->element[i]->str);
+    redisReply *beat =
+        cluster_run(&job->redis, &a, job->err, sizeof job->err);
+    const char *at = beat != NULL && beat->type == REDIS_REPLY_STRING
+                         ? strstr(beat->str, "\"sample_rate\":")
+                         : NULL;
+    if (at != NULL) rate = strtod(at + strlen("\"sample_rate\":"), NULL);
+    freeReplyObject(beat);
+  }
+  freeReplyObject(ids);
+  job->err[0] = '\0';
+  return rate >= 4000 && rate <= 768000 ? rate : 0;
+}
+
+/* Converts when a node says the model's rate and the audio is not mono at
+ * it already (unless --native). */
+static int convert_setup(send_job *job) {
+  send_convert *cv = &job->conv;
+  const send_audio *a = &job->audio;
+  double rate = job->native ? 0 : cluster_model_rate(job);
+  if (rate == 0 || (rate == a->rate && a->channels == 1)) return 0;
+  aural_err aerr = {0};
+  if (rate != a->rate &&
+      aural_resampler_create(a->rate, rate, &cv->rs, &aerr) < 0) {
+    snprintf(job->err, sizeof job->err, "%s", aerr.msg);
+    return -1;
+  }
+  cv->on = true;
+  cv->rate = (uint32_t)rate;
+  cv->mono = malloc(a->block * sizeof *cv->mono);
+  if (cv->mono == NULL) {
+    snprintf(job->err, sizeof job->err, "out of memory");
+    return -1;
+  }
+  return 0;
+}
+
+static int keep_samples(void *user, const float *x, size_t n) {
+  send_convert *cv = user;
+  if (cv->n + n > cv->cap) {
+    size_t cap = 2 * (cv->n + n);
+    float *out = realloc(cv->out, cap * sizeof *out);
+    uint8_t *wire = realloc(cv->wire, cap * 4);
+    if (out != NULL) cv->out = out;
+    if (wire != NULL) cv->wire = wire;
+    if (out == NULL || wire == NULL) return AURAL_ENOMEM;
+    cv->cap = cap;
+  }
+  memcpy(cv->out + cv->n, x, n * sizeof *x);
+  cv->n += n;
+  return 0;
+}
+
+/* got frames of a->pcm through the downmix and the resampler (none: the
+ * resampler's tail) into conv.out. */
+static int convert_block(send_job *job, size_t got, bool last) {
+  send_convert *cv = &job->conv;
+  const send_audio *a = &job->audio;
+  int rc = 0;
+  if (got > 0) {
+    aural_frontend_downmix(a->pcm, got, (int)a->channels, cv->mono, NULL,
+                           NULL);
+    rc = cv->rs != NULL
+             ? aural_resampler_push(cv->rs, cv->mono, got, keep_samples, cv)
+             : keep_samples(cv, cv->mono, got);
+  }
+  if (rc == 0 && last && cv->rs != NULL)
+    rc = aural_resampler_finish(cv->rs, keep_samples, cv);
+  if (rc < 0) snprintf(job->err, sizeof job->err, "converting: %s",
+                       aural_strerror(rc));
+  return rc;
+}
+
+static void convert_free(send_convert *cv) {
+  aural_resampler_destroy(cv->rs);
+  free(cv->mono);
+  free(cv->out);
+  free(cv->wire);
+  *cv = (send_convert){0};
+}
+
 /* Claims NAME by creating its meta hash; refused when it exists. */
 static int claim_stream(send_job *job, const char *meta) {
   cluster_args a;
@@ -452,10 +569,11 @@ static int claim_stream(send_job *job, const char *meta) {
 
 /* Appends the fields rate, channels and format. */
 static void format_fields(const send_job *job, cluster_args *a) {
+  const send_convert *cv = &job->conv;
   cluster_arg(a, "rate");
-  cluster_arg_fmt(a, "%u", job->audio.rate);
+  cluster_arg_fmt(a, "%u", cv->on ? cv->rate : job->audio.rate);
   cluster_arg(a, "channels");
-  cluster_arg_fmt(a, "%zu", job->audio.channels);
+  cluster_arg_fmt(a, "%zu", cv->on ? (size_t)1 : job->audio.channels);
   cluster_arg(a, "format");
   cluster_arg(a, aural_sample_format_name(job->format));
 }
@@ -510,33 +628,72 @@ static int add_audio(send_job *job, const char *key, uint64_t first,
   return 0;
 }
 
+/* The converted samples waiting, stored in entries of at most a second
+ * (the node refuses longer ones). *stored: frames stored. */
+static int store_converted(send_job *job, const char *key, uint64_t *stored,
+                           uint64_t *entries) {
+  send_convert *cv = &job->conv;
+  size_t bytes = job->format == AURAL_SAMPLE_F32 ? 4 : 2;
+  for (size_t at = 0, k; at < cv->n; at += k) {
+    k = cv->n - at < cv->rate ? cv->n - at : cv->rate;
+    convert(cv->out + at, k, job->format, cv->wire);
+    if (add_audio(job, key, *stored, "pcm", cv->wire, k * bytes) < 0)
+      return -1;
+    *stored += k;
+    (*entries)++;
+  }
+  cv->n = 0;
+  return 0;
+}
+
+/* One block of got frames (0: the end of the file), as it is or
+ * converted. */
+static int store_block(send_job *job, const char *key, size_t got,
+                       uint64_t *stored, uint64_t *entries) {
+  if (job->conv.on)
+    return convert_block(job, got, got == 0) < 0
+               ? -1
+               : store_converted(job, key, stored, entries);
+  if (got == 0) return 0;
+  if (add_audio(job, key, *stored, "pcm", job->audio.wire,
+                got * job->audio.bytes_per_frame) < 0)
+    return -1;
+  *stored += got;
+  (*entries)++;
+  return 0;
+}
+
+/* The rate of the audio stored. */
+static double stored_rate(const send_job *job) {
+  return job->conv.on ? job->conv.rate : job->audio.rate;
+}
+
 /* Writes the audio as entries of at most a second, then the end entry.
  * An interruption or a file that turns out bad ends the stream where it
- * is (its node then finishes it), and fails. *sent: frames stored. */
-static int store_audio(send_job *job, const char *key, uint64_t *sent,
+ * is (its node then finishes it), and fails. *stored: frames stored. */
+static int store_audio(send_job *job, const char *key, uint64_t *stored,
                        uint64_t *entries) {
   send_audio *a = &job->audio;
   double t0 = cli_now_s();
+  uint64_t read = 0;
   size_t got;
   int rc;
   while ((rc = audio_next(job, &got)) == 0 && got > 0) {
-    if (job->realtime) sleep_until(t0 + (double)(*sent + got) / a->rate);
+    read += got;
+    if (job->realtime) sleep_until(t0 + (double)read / a->rate);
     if (interrupted) {
       rc = -1;
       break;
     }
-    if (add_audio(job, key, *sent, "pcm", a->wire,
-                  got * a->bytes_per_frame) < 0)
-      goto lost;
-    *sent += got;
-    (*entries)++;
+    if (store_block(job, key, got, stored, entries) < 0) goto lost;
   }
+  if (rc == 0 && store_block(job, key, 0, stored, entries) < 0) goto lost;
   char why[sizeof job->err];
   snprintf(why, sizeof why, "%s", job->err);
-  if (add_audio(job, key, *sent, "end", "1", 1) < 0) goto lost;
+  if (add_audio(job, key, *stored, "end", "1", 1) < 0) goto lost;
   if (rc < 0) {
     fprintf(stderr, "aural send: stream '%s' ended after %.2f s of audio\n",
-            job->name, (double)*sent / a->rate);
+            job->name, (double)*stored / stored_rate(job));
     snprintf(job->err, sizeof job->err, "%s", why);
   }
   return rc;
@@ -544,7 +701,7 @@ lost:;
   size_t n = strlen(job->err);
   snprintf(job->err + n, sizeof job->err - n,
            "; stream '%s' holds %.2f s of audio and no end", job->name,
-           (double)*sent / a->rate);
+           (double)*stored / stored_rate(job));
   return -1;
 }
 
@@ -555,20 +712,22 @@ static int run_cluster(send_job *job) {
   if (cluster_connect(&job->redis, job->cluster_url, job->password_file,
                       job->err, sizeof job->err) < 0 ||
       audio_blocks(job, ENTRY_MAX_BYTES, "the largest audio entry") < 0 ||
-      claim_stream(job, meta) < 0 || announce(job, meta) < 0)
+      convert_setup(job) < 0 || claim_stream(job, meta) < 0 ||
+      announce(job, meta) < 0)
     return -1;
   const send_audio *a = &job->audio;
   double t0 = cli_now_s();
-  uint64_t sent = 0, entries = 0;
-  int rc = store_audio(job, audio, &sent, &entries);
-  double wall = cli_now_s() - t0, secs = (double)sent / a->rate;
+  uint64_t stored = 0, entries = 0;
+  int rc = store_audio(job, audio, &stored, &entries);
+  double wall = cli_now_s() - t0, secs = (double)stored / stored_rate(job);
   if (rc == 0 && !job->quiet)
-    printf("%s: %.2f s of %u Hz, %zu channel%s as %s -> cluster stream "
+    printf("%s: %.2f s of %u Hz, %zu channel%s as %s%s -> cluster stream "
            "'%s' at %s\n"
            "  %llu audio entries in %.2f s (%.1fx real time)\n",
            input_name(job), secs, a->rate, a->channels,
            a->channels == 1 ? "" : "s",
-           aural_sample_format_name(job->format), job->name,
+           aural_sample_format_name(job->format),
+           job->conv.on ? " (mono at the model's rate)" : "", job->name,
            job->redis.url_text, (unsigned long long)entries, wall,
            wall > 0 ? secs / wall : 0.0);
   return rc;
@@ -584,6 +743,7 @@ static int run(send_job *job) {
   client_close(job->cl);
   cluster_close(&job->redis);
   audio_close(&job->audio);
+  convert_free(&job->conv);
   return rc;
 }
 
@@ -611,6 +771,7 @@ static const char *check_options(send_job *job, const char *name, char *why,
   const char *bad = cluster_options(job->cluster_url, job->password_file,
                                     job->sock_path, why, why_len);
   if (bad != NULL) return bad;
+  if (!cluster && job->native) return "--native goes with --cluster";
   if (cluster && job->block_ms > 1000 * AURAL_CLUSTER_ENTRY_MAX_S)
     return "--block-ms: at most 1000 with --cluster (an audio entry holds "
            "at most a second)";
@@ -642,6 +803,7 @@ int cmd_send(int argc, char **argv) {
       {"quiet", no_argument, NULL, 'q'},
       {"vocabulary", required_argument, NULL, 'V'},
       {"boost", required_argument, NULL, 'X'},
+      {"native", no_argument, NULL, 'N'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -677,6 +839,7 @@ int cmd_send(int argc, char **argv) {
     case 'q': job.quiet = 1; break;
     case 'V': vocabulary = optarg; break;
     case 'X': boost = optarg; break;
+    case 'N': job.native = 1; break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
       fprintf(stderr, "(see 'aural send --help')\n");

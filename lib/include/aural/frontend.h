@@ -105,6 +105,17 @@ int aural_frontend_dim(const aural_frontend *fe);
 /* NULL-safe. */
 void aural_frontend_destroy(aural_frontend *fe);
 
+/* The frontend's first step on its own: n frames of n_channels interleaved
+ * samples averaged into mono (n values), a non-finite sample taken as 0
+ * and one beyond +-AURAL_SAMPLE_ABS_MAX clamped, each counted into the
+ * counter given (either may be NULL). A program that converts audio to
+ * mono at the model's rate before sending it (aural send --cluster)
+ * computes with this and aural_resampler exactly the samples a frontend
+ * would. */
+void aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
+                            float *mono, uint64_t *n_nonfinite,
+                            uint64_t *n_clamped);
+
 #ifdef __cplusplus
 }
 #endif
