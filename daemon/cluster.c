@@ -136,8 +136,7 @@ static redisAsyncContext **conns(cluster *cl, int i) {
 }
 #define N_CONNS 3
 
-/* ---- small helpers --------------------------------------------------------
- */
+/* ---- small helpers ------------------------------------------------------- */
 
 static bool reply_ok(const redisReply *r) {
   return r != NULL && r->type != REDIS_REPLY_ERROR;
@@ -218,8 +217,7 @@ static void ignore_reply(redisAsyncContext *ac, void *r, void *priv) {
     log_warn("cluster: Redis said: %s", rep->str);
 }
 
-/* ---- events and the end of a stream's ownership ---------------------------
- */
+/* ---- events and the end of a stream's ownership -------------------------- */
 
 static void send_event(cluster *cl, const char *type, const cstream *cs,
                        const char *name, uint64_t chunks, const char *reason,
@@ -284,8 +282,7 @@ static void cut(cstream *cs, const char *why) {
   stream_end_input(cs->s, END_ERROR, why);
 }
 
-/* ---- audio in -------------------------------------------------------------
- */
+/* ---- audio in ------------------------------------------------------------ */
 
 /* Pushes what the stream has room for of the frames waiting; ends its
  * input once the end has been read and everything is in. */
@@ -452,8 +449,7 @@ static void read_audio(cluster *cl) {
   free(argv);
 }
 
-/* ---- chunks out -----------------------------------------------------------
- */
+/* ---- chunks out ---------------------------------------------------------- */
 
 static void on_published(redisAsyncContext *ac, void *r, void *priv) {
   cluster *cl = priv;
@@ -521,9 +517,10 @@ static void publish(cstream *cs, chunk_out *co) {
   if (co->logits == NULL) outputs &= AURAL_OUT_EMBEDDINGS;
   msgbuf *m = chunk_variant(srv, co, outputs, srv->opt->cluster_dtype);
   msgbuf *w = srv->lexicon != NULL ? chunk_words_message(co) : NULL;
-  if (m == NULL) {
+  if (m == NULL) { /* out of memory: resumed from its checkpoint */
     log_error("cluster stream \"%s\": chunk %" PRIu64 " did not encode",
               cs->name, co->h.seq);
+    cut(cs, "out of memory publishing a chunk");
     return;
   }
   char id[32], retention[32], chunks[32], frames[32], samples[32], now[32];
@@ -616,8 +613,7 @@ static int on_release(stream *s) {
   return 0;
 }
 
-/* ---- taking streams -------------------------------------------------------
- */
+/* ---- taking streams ------------------------------------------------------ */
 
 static void starting_done(starting *st) {
   st->cl->n_starting--;
@@ -980,8 +976,7 @@ static void claim(cluster *cl) {
   if (command(cl->cmd, on_orphans, cl, 8, argv) == 0) cl->claim_busy = true;
 }
 
-/* ---- the heartbeat --------------------------------------------------------
- */
+/* ---- the heartbeat ------------------------------------------------------- */
 
 /* Re-claims the given entries that are still pending in this node's name
  * (which resets their idle time) and returns those that are not. */
@@ -1072,8 +1067,7 @@ static void heartbeat(cluster *cl) {
   free(argv);
 }
 
-/* ---- connections ----------------------------------------------------------
- */
+/* ---- connections --------------------------------------------------------- */
 
 static void became_up(cluster *cl) {
   cl->state = CL_UP;
@@ -1266,8 +1260,7 @@ static void on_timer(uv_timer_t *t) {
   read_announcements(cl);
 }
 
-/* ---- start and stop -------------------------------------------------------
- */
+/* ---- start and stop ------------------------------------------------------ */
 
 /* Whether Redis answers now, as the node would talk to it. */
 static int check_reachable(cluster *cl, char *why, size_t why_len) {
