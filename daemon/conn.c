@@ -69,6 +69,7 @@ static void conn_reap(conn *c) {
         stream_end_input(s, END_DISCONNECTED, "its client disconnected");
       }
   log_debug("client %u: closed", c->id);
+  if (c->tr != NULL) c->tr->detach(c);
   uv_close((uv_handle_t *)&c->pipe, on_close);
 }
 
@@ -132,10 +133,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 static void pause_reading(conn *c) {
   c->paused = true;
-  if (c->reading) {
-    uv_read_stop((uv_stream_t *)&c->pipe);
-    c->reading = false;
-  }
+  conn_read_stop(c);
 }
 
 static size_t handle_message(conn *c, const aural_msg_header *h,
@@ -178,10 +176,7 @@ static void process_input(conn *c) {
     if (c->rlen - at < total) break;
     if (turn_requests >= TURN_REQUESTS || turn_bytes >= TURN_BYTES) {
       c->yielded = true;
-      if (c->reading) {
-        uv_read_stop((uv_stream_t *)&c->pipe);
-        c->reading = false;
-      }
+      conn_read_stop(c);
       conn_later(c);
       break;
     }
@@ -229,6 +224,11 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
 static void start_reading(conn *c) {
   if (c->reading || c->closing || c->fatal_sent || c->paused || c->yielded)
     return;
+  if (c->tr != NULL) {
+    c->tr->read_start(c);
+    c->reading = true;
+    return;
+  }
   if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) == 0)
     c->reading = true;
 }
@@ -773,6 +773,37 @@ int conn_adopt(server *srv, int fd) {
   }
   conn_admit(c);
   return 0;
+}
+
+conn *conn_open(server *srv, const conn_transport *tr, void *data) {
+  conn *c = conn_new(srv);
+  if (c == NULL) return NULL;
+  c->tr = tr;
+  c->tr_data = data;
+  c->reading = true; /* the transport reads from the start */
+  log_debug("client %u: connected over a WebSocket", c->id);
+  return c;
+}
+
+/* Input of another transport: appended as a Unix socket's reads are, and
+ * handled once a whole message of the transport is in (a WebSocket
+ * message is one protocol message). */
+void conn_input(conn *c, const void *p, size_t n, bool message_end) {
+  if (c->closing || c->fatal_sent) return;
+  if (c->rcap - c->rlen < n) {
+    size_t cap = c->rlen + n > READ_CHUNK ? c->rlen + n : READ_CHUNK;
+    uint8_t *q = realloc(c->rbuf, cap);
+    if (q == NULL) {
+      log_error("client %u: out of memory for input", c->id);
+      conn_kill(c);
+      return;
+    }
+    c->rbuf = q;
+    c->rcap = cap;
+  }
+  memcpy(c->rbuf + c->rlen, p, n);
+  c->rlen += n;
+  if (message_end && c->reading) process_input(c);
 }
 
 /* Runs from the tick timer: disconnects clients that never said HELLO in

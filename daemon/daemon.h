@@ -13,6 +13,8 @@
  * checks that no call goes up):
  *   main.c     options, signals, sources at start, the tick
  *   server.c   start-up, shutdown and teardown of the whole
+ *   http.c     HTTP and WebSocket (--http): the page, /metrics, /healthz,
+ *              and /ws clients served as connections of conn.c
  *   conn.c     accepting clients, reading and answering their requests,
  *              reaping dead connections (the `later` pass)
  *   mic.c      the microphone source
@@ -22,11 +24,14 @@
  *              chunks handed back
  *   fanout.c   streams meet subscribers: announcements, deliveries,
  *              chunks and ends sent to every receiver
+ *   metrics.c  the Prometheus text of /metrics
  *   stats.c    STATS and STREAMS replies
  *   out.c      the write queue of every connection; marking one dead
  *   stream.c   the stream registry and each stream's input ring
  *   socket.c, config.c, log.c   the listening socket, the config file,
  *              logs, clocks and message buffers
+ *   webguard.c what of HTTP and WebSocket aurald checks itself: addresses,
+ *              tokens, origins, one message per frame (no I/O: fuzzed)
  */
 #ifndef AURALD_DAEMON_H
 #define AURALD_DAEMON_H
@@ -79,6 +84,63 @@ void msgbuf_unref(msgbuf *m);
  * (len at most m->len). */
 void msgbuf_trim(msgbuf *m, size_t len);
 
+/* ---- HTTP and WebSocket checks (webguard.c) ------------------------------ */
+
+#define HTTP_MAX_ORIGINS 16
+#define HTTP_ORIGIN_MAX 255
+
+/* --http ADDR:PORT, parsed: a numeric IPv4 or IPv6 address ("[::1]:8080")
+ * or "localhost"; port 0 picks a free one. */
+typedef struct http_addr {
+  char host[64];    /* as lws binds it: "127.0.0.1", "::1" */
+  int port;
+  bool v6;
+  bool loopback;    /* 127.0.0.0/8, ::1 or localhost */
+} http_addr;
+
+typedef struct http_options {
+  bool on;                 /* --http given */
+  http_addr addr;
+  const char *token_file;  /* --http-token-file */
+  const char *cert, *key;  /* --http-cert, --http-key: TLS */
+  const char *root;        /* --http-root: the page's files, or NULL */
+  const char *origins[HTTP_MAX_ORIGINS]; /* --http-origin, repeatable */
+  int n_origins;
+} http_options;
+
+/* Parses ADDR:PORT into a. Returns 0, or -1 with why naming what is
+ * wrong. */
+int http_parse_addr(const char *s, http_addr *a, char *why, size_t why_len);
+/* Whether an Authorization header value is "Bearer TOKEN" for this token,
+ * compared in time independent of where they differ. */
+bool http_bearer_ok(const char *header, const char *token);
+/* Whether s (an Origin, case-insensitive in scheme and host) is one of
+ * the n allowed origins. "null" and empty never are. */
+bool http_origin_allowed(const char *s, const char *const *allowed, int n);
+/* Whether a Host header names the authority of one of the allowed
+ * origins (what they are with the scheme taken off). */
+bool http_host_allowed(const char *host, const char *const *allowed, int n);
+/* Whether a token read from a file is usable: 16 to 4096 printable
+ * ASCII bytes. */
+bool http_token_valid(const char *t);
+
+/* One protocol message per WebSocket message: checks the bytes of each
+ * message as its fragments arrive. */
+typedef struct ws_framer {
+  uint8_t head[16];        /* AURAL_PROTO_HEADER_BYTES */
+  size_t have;             /* bytes of the current message so far */
+  size_t want;             /* its protocol message's length, once known */
+  uint32_t max_payload;    /* max_request_bytes */
+} ws_framer;
+
+/* Takes the next n bytes of a WebSocket message (final: they end it).
+ * Returns 1 when they complete one protocol message, 0 when more must
+ * come, or a negative AURAL_PROTO_E* code with why: the header's own
+ * (FRAMING, VERSION, UNKNOWN_TYPE, TOO_LARGE) or FRAMING when the message
+ * holds less or more than one protocol message. */
+int ws_framer_feed(ws_framer *f, const uint8_t *p, size_t n, bool final,
+                   char *why, size_t why_len);
+
 /* ---- options ------------------------------------------------------------- */
 
 typedef struct file_opt {
@@ -125,6 +187,7 @@ typedef struct aurald_options {
   double cluster_expire_s;    /* an ended stream's keys live this long */
   uint32_t cluster_outputs;   /* AURAL_OUT_* of the published chunks */
   uint8_t cluster_dtype;
+  http_options http;      /* --http and its companions */
 } aurald_options;
 
 /* Rows of the batch each compute thread makes (aural_batch_create); the
@@ -351,6 +414,20 @@ typedef struct delivery {
  * thread, about a fifth of an encoder's work per stream. */
 #define AURALD_VOCAB_SUBS 16
 
+/* How a connection's bytes move when it is not a Unix socket (a WebSocket
+ * of http.c): conn.c and out.c call these where they would read, stop
+ * reading or write the pipe. */
+typedef struct conn_transport {
+  void (*read_start)(struct conn *c);
+  void (*read_stop)(struct conn *c);
+  /* Messages are queued and none is in flight: write some, then call
+   * conn_write_done() with how many went (n_inflight). */
+  void (*write)(struct conn *c);
+  /* The connection is reaped: the transport lets go of it (and closes
+   * its end); the memory goes in the pipe's close callback. */
+  void (*detach)(struct conn *c);
+} conn_transport;
+
 /* A connection's life: live, then marked dead by conn_kill() wherever it
  * fails (closing: nothing more is read, queued or attached to it, but its
  * subscriptions, deliveries and memory stay valid), then reaped by the
@@ -358,7 +435,10 @@ typedef struct delivery {
  * any of them (its subscriptions go and uv_close is asked), then freed in
  * the close callback. */
 typedef struct conn {
-  uv_pipe_t pipe;
+  uv_pipe_t pipe;      /* a WebSocket's is initialised, never opened */
+  const conn_transport *tr; /* NULL: the pipe */
+  void *tr_data;       /* the transport's own, for its functions */
+  int fatal_code;      /* the code of the fatal ERROR, once fatal_sent */
   struct server *srv;
   uint32_t id;
   bool hello_done;
@@ -393,6 +473,17 @@ typedef struct conn {
 } conn;
 
 /* ---- the server ---------------------------------------------------------- */
+
+/* What /metrics counts that STATS does not keep (metrics.c): chunk
+ * latencies in buckets, chunks lost to slow subscribers and GAPs sent. */
+#define METRICS_LATENCY_BUCKETS 12
+typedef struct metrics_counters {
+  uint64_t latency_n[METRICS_LATENCY_BUCKETS + 1]; /* per bucket, +Inf */
+  uint64_t latency_count;
+  double latency_sum_s;
+  uint64_t chunks_dropped;
+  uint64_t gaps_sent;
+} metrics_counters;
 
 typedef struct worker worker;
 
@@ -467,6 +558,8 @@ typedef struct server {
 
   struct mic_source *mic;
   struct cluster *cluster; /* cluster mode, or NULL */
+  struct http_server *http; /* --http (http.c), or NULL */
+  metrics_counters counters;
   uint64_t fail_call;          /* test hook: this encoder call fails */
   _Atomic uint64_t n_calls;    /* encoder calls so far (with fail_call) */
   int exit_code;
@@ -482,6 +575,16 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
 int server_teardown(server *srv);
 void server_stop(server *srv, const char *why);
 void server_close_handles(server *srv);
+
+/* http.c */
+/* Listens on --http (srv->opt->http) on the server's loop. Returns 0 or
+ * -1 with why. */
+int http_start(server *srv, char *why, size_t why_len);
+/* Closes the listener and every HTTP connection; their handles close as
+ * the loop runs on. */
+void http_stop(server *srv);
+/* Frees what http_start made, once the loop has run down. */
+void http_free(server *srv);
 
 /* stream.c */
 /* custom: the stream's custom words (the stream owns them from here on,
@@ -541,6 +644,12 @@ void conn_kill(conn *c);
 /* Puts c on the `later` list, which conn.c drains at the start of the
  * next loop iteration (to reap it, or read on). */
 void conn_later(conn *c);
+/* Stops reading c (flow control, a fatal error, shutdown). */
+void conn_read_stop(conn *c);
+/* The n_inflight messages at the head of c's queue were written (status
+ * 0) or failed (a libuv error): they leave the queue, and what waits on
+ * that (the next write, a paused reader, a fatal close) goes on. */
+void conn_write_done(conn *c, int status);
 
 /* conn.c */
 /* Reaps every dead connection now; only where nothing up the stack holds
@@ -555,6 +664,12 @@ void on_connection(uv_stream_t *listener, int status);
  * socketpair). Returns 0 or -1. */
 int conn_adopt(server *srv, int fd);
 void conn_check_limits(server *srv);
+/* A connection over another transport (tr, with its data), reading;
+ * NULL when out of memory. It is subject to --max-clients like any. */
+conn *conn_open(server *srv, const conn_transport *tr, void *data);
+/* Bytes that arrived for c; message_end: they end a whole message of the
+ * transport, which is then handled (unless reading has stopped). */
+void conn_input(conn *c, const void *p, size_t n, bool message_end);
 
 /* fanout.c */
 int stream_start(stream *s); /* announce to subscribers */
@@ -578,6 +693,17 @@ void send_stream_started(delivery *d);
 size_t build_stats(server *srv, uint8_t *out, size_t cap,
                    const aural_msg_stats *req);
 size_t build_stream_list(server *srv, uint8_t *out, size_t cap);
+/* The 50th and 99th percentiles of a stream's recent chunk latencies in
+ * ms (0 before its first chunk), as STATS reports them. */
+void stream_latency_pcts(stream *s, double *p50, double *p99);
+
+/* metrics.c */
+/* Counts one chunk's latency (ready to emitted) in the histogram. */
+void metrics_observe_latency(server *srv, double seconds);
+/* The Prometheus text exposition of the server's state, in a buffer the
+ * caller frees: its length, or 0 (*out NULL) when out of memory. Linear
+ * in the streams and subscriptions. */
+size_t metrics_render(server *srv, char **out);
 
 /* mic.c */
 int mic_list_devices(void);

@@ -152,6 +152,7 @@ static void flush_gap(delivery *d) {
   conn_send_bytes(d->sub->c, buf,
                   aural_proto_encode_gap(buf, sizeof buf, d->s->id, &g));
   d->gap_n = 0;
+  d->s->srv->counters.gaps_sent++;
 }
 
 void send_stream_started(delivery *d) {
@@ -173,6 +174,7 @@ static void record_latency(stream *s, int64_t ready_us, int64_t emitted_us) {
   s->loop.latency_ms[s->loop.n_latency % LATENCY_RING] =
       (float)((double)(emitted_us - ready_us) * 1e-3);
   s->loop.n_latency++;
+  metrics_observe_latency(s->srv, (double)(emitted_us - ready_us) * 1e-6);
 }
 
 void fanout_chunk(server *srv, chunk_out *co) {
@@ -208,6 +210,7 @@ void fanout_chunk(server *srv, chunk_out *co) {
       if (d->gap_n == 0) d->gap_first = co->h.seq;
       d->gap_n++;
       d->sub->dropped++;
+      srv->counters.chunks_dropped++;
       msgbuf_unref(own);
       continue;
     }

@@ -35,6 +35,8 @@ enum {
   OPT_CLUSTER_CAPACITY, OPT_CLUSTER_RETENTION, OPT_CLUSTER_TTL,
   OPT_CLUSTER_TIMEOUT, OPT_CLUSTER_EXPIRE, OPT_CLUSTER_OUTPUTS,
   OPT_CLUSTER_DTYPE,
+  OPT_HTTP, OPT_HTTP_TOKEN, OPT_HTTP_ORIGIN, OPT_HTTP_CERT, OPT_HTTP_KEY,
+  OPT_HTTP_ROOT,
 };
 
 /* Every option once: getopt's table and --help are made from this list,
@@ -135,6 +137,22 @@ static const option_doc options[] = {
      "logits, text (default: all the model has)"},
     {"cluster-dtype", required_argument, OPT_CLUSTER_DTYPE, " T",
      "f32 (default) or f16 for published chunks"},
+    {"http", required_argument, OPT_HTTP, " ADDR:PORT",
+     "serve the page, /ws, /metrics and /healthz over\n"
+     "HTTP (off by default; e.g. 127.0.0.1:8080)"},
+    {"http-token-file", required_argument, OPT_HTTP_TOKEN, " PATH",
+     "require \"Authorization: Bearer TOKEN\" on every\n"
+     "HTTP request, TOKEN read from PATH (required\n"
+     "when ADDR is not a loopback address)"},
+    {"http-origin", required_argument, OPT_HTTP_ORIGIN, " ORIGIN",
+     "allow WebSockets and requests from ORIGIN\n"
+     "(repeatable; default: the server's own)"},
+    {"http-cert", required_argument, OPT_HTTP_CERT, " PATH",
+     "serve HTTPS with this certificate (PEM)"},
+    {"http-key", required_argument, OPT_HTTP_KEY, " PATH",
+     "and this private key (PEM)"},
+    {"http-root", required_argument, OPT_HTTP_ROOT, " DIR",
+     "the page's files (default: the installed page)"},
     {"log-level", required_argument, OPT_LOG, " L",
      "error, warn, info (default) or debug"},
     {"config", required_argument, OPT_CONFIG, " PATH",
@@ -256,6 +274,33 @@ static int parse_outputs(const char *s, uint32_t *out) {
     p += n + (p[n] == ',');
   }
   return *out != 0 ? 0 : -1;
+}
+
+/* The --http options (http.c checks how they go together at start). */
+static int parse_http_option(int ch, const char *arg, http_options *h) {
+  char why[256];
+  switch (ch) {
+  case OPT_HTTP:
+    if (http_parse_addr(arg, &h->addr, why, sizeof why) < 0) {
+      fprintf(stderr, "aurald: %s\n", why);
+      return -1;
+    }
+    h->on = true;
+    return 0;
+  case OPT_HTTP_ORIGIN:
+    if (h->n_origins == HTTP_MAX_ORIGINS || strlen(arg) > HTTP_ORIGIN_MAX ||
+        strstr(arg, "://") == NULL) {
+      fprintf(stderr, "aurald: --http-origin \"%s\": give at most %d, each "
+              "SCHEME://HOST[:PORT]\n", arg, HTTP_MAX_ORIGINS);
+      return -1;
+    }
+    h->origins[h->n_origins++] = arg;
+    return 0;
+  case OPT_HTTP_TOKEN: h->token_file = arg; return 0;
+  case OPT_HTTP_CERT: h->cert = arg; return 0;
+  case OPT_HTTP_KEY: h->key = arg; return 0;
+  default: h->root = arg; return 0;
+  }
 }
 
 static int parse_options(int argc, char **argv, aurald_options *o,
@@ -409,6 +454,14 @@ static int parse_options(int argc, char **argv, aurald_options *o,
                         "debug\n");
         return 2;
       }
+      break;
+    case OPT_HTTP:
+    case OPT_HTTP_TOKEN:
+    case OPT_HTTP_ORIGIN:
+    case OPT_HTTP_CERT:
+    case OPT_HTTP_KEY:
+    case OPT_HTTP_ROOT:
+      if (parse_http_option(ch, optarg, &o->http) < 0) return 2;
       break;
     case OPT_CONFIG:
     case OPT_NO_CONFIG:
@@ -739,6 +792,7 @@ int main(int argc, char **argv) {
   } else {
     rc = socket_prepare(&srv, why, sizeof why);
   }
+  if (rc == 0) rc = http_start(&srv, why, sizeof why);
   if (rc == 0) rc = workers_start(&srv, o.n_threads, why, sizeof why);
   if (rc == 0) rc = open_files(&srv, why, sizeof why);
   if (rc == 0 && o.mic) rc = mic_start(&srv, o.mic_device, why, sizeof why);

@@ -21,8 +21,7 @@
 
 static void kick_write(conn *c);
 
-static void on_write(uv_write_t *req, int status) {
-  conn *c = req->data;
+void conn_write_done(conn *c, int status) {
   for (size_t i = 0; i < c->n_inflight; i++) {
     msgbuf *m = c->q[c->q_head];
     c->q_bytes -= m->len;
@@ -49,8 +48,16 @@ static void on_write(uv_write_t *req, int status) {
   }
 }
 
+static void on_write(uv_write_t *req, int status) {
+  conn_write_done(req->data, status);
+}
+
 static void kick_write(conn *c) {
   if (c->closing || c->n_inflight > 0 || c->q_len == 0) return;
+  if (c->tr != NULL) {
+    c->tr->write(c);
+    return;
+  }
   size_t n = c->q_len < CONN_WRITE_BATCH ? c->q_len : CONN_WRITE_BATCH;
   for (size_t i = 0; i < n; i++) {
     msgbuf *m = c->q[(c->q_head + i) % CONN_QUEUE_CAP];
@@ -119,11 +126,9 @@ void conn_send_error(conn *c, uint32_t stream_id, int code, bool fatal,
   if (n > 0) conn_send_bytes(c, buf, n);
   if (fatal) {
     c->fatal_sent = true;
+    c->fatal_code = code;
     c->fatal_at = aurald_mono_s();
-    if (c->reading) {
-      uv_read_stop((uv_stream_t *)&c->pipe);
-      c->reading = false;
-    }
+    conn_read_stop(c);
     if (c->q_len == 0) conn_kill(c);
   }
 }
@@ -138,13 +143,17 @@ void conn_later(conn *c) {
     uv_idle_start(&srv->later, srv->on_later);
 }
 
+void conn_read_stop(conn *c) {
+  if (!c->reading) return;
+  if (c->tr != NULL) c->tr->read_stop(c);
+  else uv_read_stop((uv_stream_t *)&c->pipe);
+  c->reading = false;
+}
+
 void conn_kill(conn *c) {
   if (c->closing) return;
   c->closing = true;
-  if (c->reading) {
-    uv_read_stop((uv_stream_t *)&c->pipe);
-    c->reading = false;
-  }
+  conn_read_stop(c);
   conn_later(c);
 }
 

@@ -203,6 +203,7 @@ int server_teardown(server *srv) {
   srv->lexicon = NULL;
   aural_model_free(srv->model);
   srv->model = NULL;
+  http_free(srv);
   if (srv->handles_ready) {
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cv);
@@ -237,6 +238,7 @@ void server_close_handles(server *srv) {
   close_if_open((uv_handle_t *)&srv->sighup);
   close_if_open((uv_handle_t *)&srv->wake);
   if (srv->listening) close_if_open((uv_handle_t *)&srv->listener);
+  http_stop(srv);
 }
 
 static void on_deadline(uv_timer_t *t) {
@@ -263,8 +265,7 @@ void server_stop(server *srv, const char *why) {
     stream_end_input(s, END_SHUTDOWN, "");
   for (conn *c = srv->conns; c != NULL; c = c->next)
     if (c->reading) {
-      uv_read_stop((uv_stream_t *)&c->pipe);
-      c->reading = false;
+      conn_read_stop(c);
       c->paused = true; /* no resume */
     }
   uv_timer_start(&srv->deadline, on_deadline,

@@ -18,7 +18,7 @@ static int cmp_float(const void *a, const void *b) {
 /* The 50th and 99th percentiles of the stream's recent chunk latencies,
  * sorted again only when chunks came since the last STATS: a flood of
  * STATS costs one sort per stream per chunk at most. */
-static void latency_pcts(stream *s, double *p50, double *p99) {
+void stream_latency_pcts(stream *s, double *p50, double *p99) {
   size_t n = s->loop.n_latency < LATENCY_RING ? (size_t)s->loop.n_latency
                                               : LATENCY_RING;
   if (s->loop.lat_seen != s->loop.n_latency && n > 0) {
@@ -115,7 +115,7 @@ size_t build_stats(server *srv, uint8_t *out, size_t cap,
     e.compute_s = s->sched.stat_compute_s;
     e.audio_s = s->sched.stat_audio_s;
     pthread_mutex_unlock(&srv->mu);
-    latency_pcts(s, &e.latency_ms_p50, &e.latency_ms_p99);
+    stream_latency_pcts(s, &e.latency_ms_p50, &e.latency_ms_p99);
     aural_proto_stats_reply_add_stream(&mw, &e);
   }
   r.next_clients_before = list_subscribers(srv, &mw, req->clients_before);

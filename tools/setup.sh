@@ -17,6 +17,7 @@ packages=(
   libuv1-dev portaudio19-dev libcmocka-dev libespeak-ng-dev
   python3 python3-numpy sox util-linux systemd man-db groff-base espeak-ng
   libhiredis-dev redis-server python3-redis
+  libwebsockets-dev chromium nodejs python3-prometheus-client openssl curl
 )
 arch=()
 if [[ "${1:-}" == "--reference" ]]; then

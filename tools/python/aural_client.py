@@ -441,7 +441,11 @@ class Client:
     """
 
     def __init__(self, path: Optional[str] = None, client_name: str =
-                 "aural_client.py 1", timeout: Optional[float] = None):
+                 "aural_client.py 1", timeout: Optional[float] = None,
+                 headers: Optional[Dict[str, str]] = None):
+        if path and path.startswith(("ws://", "wss://")):
+            self._connect_ws(path, client_name, timeout, headers)
+            return
         if path:
             self.path = path
         else:
@@ -473,6 +477,28 @@ class Client:
                 % self.path) from None
         try:
             check_server(self._sock, self.path)
+            self.hello(client_name)
+        except BaseException:
+            self._sock.close()
+            raise
+
+    def _connect_ws(self, url: str, client_name: str,
+                    timeout: Optional[float],
+                    headers: Optional[Dict[str, str]]) -> None:
+        """The same client over aurald's /ws (aurald --http): url is
+        ws://HOST:PORT/ws or wss://...; headers such as Authorization go
+        with the upgrade."""
+        from aural_ws import MessageSocket, WebSocket
+        self.path = url
+        self._events = collections.deque()
+        self._names = {}
+        self._audio = {}
+        self._audio_channels = {}
+        self._closed_replies = {}
+        self.max_message_bytes = WELCOME_MAX_BYTES
+        self.max_request_bytes = 0
+        self._sock = MessageSocket(WebSocket(url, headers, timeout))
+        try:
             self.hello(client_name)
         except BaseException:
             self._sock.close()
@@ -847,7 +873,9 @@ class Client:
         while True:
             while self._events:
                 yield self._events.popleft()
-            if timeout is not None:
+            # Over a WebSocket, messages already read may wait in its buffer.
+            buffered = getattr(self._sock, "pending", lambda: False)()
+            if timeout is not None and not buffered:
                 r, _, _ = select.select([self._sock], [], [], timeout)
                 if not r:
                     return

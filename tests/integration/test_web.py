@@ -1,0 +1,273 @@
+#!/usr/bin/python3
+"""aurald --http: /healthz, /metrics against STATS, the access checks
+(Host, bearer token, Origin, TLS), and /ws clients against Unix-socket
+subscribers.
+
+Run by meson (`meson test -C build web`) with AURALD_BIN, AURAL_BIN and
+AURAL_TEST_DATA set; prints `integration: N passed, M failed` at the end.
+Every daemon must exit 0 (under ASan that includes the leak check).
+"""
+
+import http.client
+import os
+import re
+import ssl
+import subprocess
+import sys
+import time
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_daemon  # noqa: E402
+from test_daemon import SAMPLE, DaemonTest, run  # noqa: E402
+
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "python"))
+import aural_client as ac  # noqa: E402
+import aural_ws  # noqa: E402
+
+
+def http_port(d):
+    m = re.search(r"http: listening on https?://[^ ]*:(\d+)/", d.text())
+    assert m, d.text()
+    return int(m.group(1))
+
+
+def get(port, path, headers=None, tls=False, host="127.0.0.1"):
+    """(status, headers, body) of one GET."""
+    if tls:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        c = http.client.HTTPSConnection(host, port, timeout=10, context=ctx)
+    else:
+        c = http.client.HTTPConnection(host, port, timeout=10)
+    c.request("GET", path, headers=headers or {})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, {k.lower(): v for k, v in r.getheaders()}, body
+
+
+def metrics(port, headers=None):
+    status, _, body = get(port, "/metrics", headers)
+    assert status == 200, body
+    out = {}
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+class WebTest(DaemonTest):
+    def start_http(self, *args, addr="127.0.0.1:0", **kw):
+        d = self.start("--http", addr, *args, **kw)
+        d.port = http_port(d)
+        d.url = "ws://127.0.0.1:%d/ws" % d.port
+        return d
+
+    def token_file(self, token="s3cret-token-0123456789"):
+        path = os.path.join(self.tmp, "token")
+        with open(path, "w") as f:
+            f.write(token + "\n")
+        os.chmod(path, 0o600)
+        return path
+
+
+class TestHttp(WebTest):
+    def test_healthz_and_security_headers(self):
+        d = self.start_http()
+        status, headers, body = get(d.port, "/healthz")
+        self.assertEqual((status, body), (200, b"ok\n"))
+        csp = headers["content-security-policy"]
+        self.assertIn("script-src 'self'", csp)
+        self.assertNotIn("unsafe-inline", csp)
+        self.assertEqual(headers["x-content-type-options"], "nosniff")
+        self.assertEqual(get(d.port, "/nothing")[0], 404)
+        self.stop_clean(d)
+
+    def test_page_is_served_with_its_scripts(self):
+        d = self.start_http()
+        status, headers, body = get(d.port, "/")
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["content-type"].startswith("text/html"))
+        self.assertNotIn(b"<script>", body)  # no inline script
+        for path in re.findall(rb'src="([^"]+)"', body):
+            self.assertEqual(get(d.port, path.decode())[0], 200, path)
+        self.stop_clean(d)
+
+    def test_metrics_match_stats(self):
+        d = self.start_http()
+        with ac.Client(d.path) as c:
+            sid = c.open_audio("talk", rate=16000)
+            c.subscribe("talk", outputs=["embeddings"])
+            x = np.sin(np.arange(16000 * 3) * 0.05).astype(np.float32) * 0.3
+            c.send_audio(sid, x)
+            n = 0
+            for ev in c.events(timeout=30):
+                if isinstance(ev, ac.Chunk):
+                    n += 1
+                    if n == 5:
+                        break
+            time.sleep(0.3)  # the last round's counters
+            stats = c.stats()
+            m = metrics(d.port)
+        st = stats["streams"][0]
+        lab = (("id", str(st["id"])), ("source", "client"),
+               ("stream", "talk"))
+        self.assertEqual(m[("aurald_stream_frames_total", lab)], st["frames"])
+        self.assertEqual(m[("aurald_stream_chunks_total", lab)], st["chunks"])
+        self.assertAlmostEqual(m[("aurald_stream_compute_seconds_total", lab)],
+                               st["compute_s"], places=5)
+        self.assertAlmostEqual(m[("aurald_stream_audio_seconds_total", lab)],
+                               st["audio_s"], places=5)
+        self.assertAlmostEqual(
+            m[("aurald_stream_latency_p99_seconds", lab)] * 1e3,
+            st["latency_ms_p99"], places=2)
+        self.assertEqual(m[("aurald_streams", ())], stats["streams_total"])
+        self.assertEqual(m[("aurald_subscribers", ())],
+                         stats["subscribers_total"])
+        self.assertEqual(m[("aurald_clients", ())], stats["clients"])
+        sub = stats["subscribers"][0]
+        key = (("client", str(sub["client"])),
+               ("subscription", str(sub["subscription"])))
+        self.assertEqual(m[("aurald_subscription_chunks_sent_total", key)],
+                         sub["chunks_sent"])
+        self.assertEqual(m[("aurald_chunk_latency_seconds_count", ())],
+                         st["chunks"])
+        self.assertEqual(m[("aurald_chunk_latency_seconds_bucket",
+                            (("le", "+Inf"),))], st["chunks"])
+        self.stop_clean(d)
+
+    def test_host_and_origin_are_checked(self):
+        d = self.start_http()
+        own = "http://127.0.0.1:%d" % d.port
+        self.assertEqual(get(d.port, "/healthz", {"Origin": own})[0], 200)
+        self.assertEqual(get(d.port, "/healthz",
+                             {"Origin": "http://localhost:%d" % d.port})[0],
+                         200)
+        self.assertEqual(get(d.port, "/healthz",
+                             {"Origin": "http://evil.example"})[0], 403)
+        self.assertEqual(get(d.port, "/healthz", {"Origin": "null"})[0], 403)
+        # DNS rebinding: a name that resolves here but is not the server's.
+        self.assertEqual(get(d.port, "/metrics",
+                             {"Host": "evil.example:%d" % d.port})[0], 403)
+        with self.assertRaises(aural_ws.HandshakeError) as e:
+            aural_ws.WebSocket(d.url, {"Origin": "http://evil.example"})
+        self.assertEqual(e.exception.status, 403)
+        ws = aural_ws.WebSocket(d.url, {"Origin": own})
+        ws.close()
+        self.stop_clean(d)
+
+    def test_origin_allow_list_replaces_the_default(self):
+        d = self.start_http("--http-origin", "https://app.example")
+        self.assertEqual(get(d.port, "/healthz",
+                             {"Origin": "https://app.example"})[0], 200)
+        self.assertEqual(get(d.port, "/healthz", {
+            "Origin": "http://127.0.0.1:%d" % d.port})[0], 403)
+        self.stop_clean(d)
+
+    def test_non_loopback_bind_needs_a_token(self):
+        p = subprocess.run([test_daemon.AURALD, "-m", test_daemon.TINY, "-s",
+                            os.path.join(self.tmp, "x.sock"), "--http",
+                            "0.0.0.0:0"], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("--http-token-file", p.stderr)
+
+    def test_bearer_token_on_every_request_and_upgrade(self):
+        token = "s3cret-token-0123456789"
+        d = self.start_http("--http-token-file", self.token_file(token),
+                            addr="0.0.0.0:0")
+        good = {"Authorization": "Bearer " + token}
+        status, headers, _ = get(d.port, "/healthz")
+        self.assertEqual(status, 401)
+        self.assertIn("Bearer", headers["www-authenticate"])
+        self.assertEqual(get(d.port, "/metrics",
+                             {"Authorization": "Bearer wrong"})[0], 401)
+        self.assertEqual(get(d.port, "/metrics",
+                             {"Authorization": "Bearer " + token + "x"})[0],
+                         401)
+        self.assertEqual(get(d.port, "/metrics", good)[0], 200)
+        for hdrs in ({}, {"Authorization": "Bearer nope"}):
+            with self.assertRaises(aural_ws.HandshakeError) as e:
+                aural_ws.WebSocket(d.url, hdrs)
+            self.assertEqual(e.exception.status, 401)
+        with ac.Client(d.url, headers=good) as c:
+            self.assertEqual(c.list_streams(), [])
+        self.stop_clean(d)
+
+    def test_tls(self):
+        cert = os.path.join(self.tmp, "cert.pem")
+        key = os.path.join(self.tmp, "key.pem")
+        run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+            "-keyout", key, "-out", cert, "-days", "1", "-subj",
+            "/CN=127.0.0.1")
+        d = self.start("--http", "127.0.0.1:0", "--http-cert", cert,
+                       "--http-key", key)
+        port = http_port(d)
+        self.assertIn("https://127.0.0.1:%d/" % port, d.text())
+        self.assertEqual(get(port, "/healthz", tls=True)[:3:2], (200, b"ok\n"))
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ws = aural_ws.WebSocket("wss://127.0.0.1:%d/ws" % port,
+                                ssl_context=ctx)
+        ws.close()
+        self.stop_clean(d)
+
+
+class TestWebSocket(WebTest):
+    def collect(self, client, stream):
+        """Chunks (seq -> (embeddings, logits, text)) of one stream until
+        it ends."""
+        out = {}
+        for ev in client.events(timeout=60):
+            if isinstance(ev, ac.Chunk) and ev.name == stream:
+                out[ev.seq] = ev
+            if isinstance(ev, ac.StreamEnded) and ev.name == stream:
+                return out
+        raise AssertionError("no end of %s" % stream)
+
+    def test_python_ws_subscriber_equals_unix_subscriber(self):
+        d = self.start_http(model=test_daemon.CTC)
+        inp = self.wav(4.0)
+        outs = ["embeddings", "logits", "text"]
+        unix = ac.Client(d.path, timeout=30)
+        ws = ac.Client(d.url, timeout=30)
+        unix.subscribe("talk", outputs=outs)
+        ws.subscribe("talk", outputs=outs)
+        # The audio comes over the WebSocket too.
+        pusher = ac.Client(d.url, timeout=30)
+        sid = pusher.open_audio("talk", rate=16000)
+        import wave
+        with wave.open(inp) as w:
+            x = np.frombuffer(w.readframes(w.getnframes()), np.int16)
+        pusher.send_audio(sid, x)
+        pusher.close_audio(sid)
+        a, b = self.collect(unix, "talk"), self.collect(ws, "talk")
+        self.assertEqual(sorted(a), sorted(b))
+        self.assertGreater(len(a), 5)
+        for seq in a:
+            self.assertTrue(np.array_equal(a[seq].emb, b[seq].emb))
+            self.assertTrue(np.array_equal(a[seq].logits, b[seq].logits))
+            self.assertEqual(a[seq].text, b[seq].text)
+        for c in (unix, ws, pusher):
+            c.close()
+        self.stop_clean(d)
+
+    def test_shutdown_with_websocket_clients_exits_zero(self):
+        d = self.start_http("--file", SAMPLE, "--realtime")
+        clients = [ac.Client(d.url, timeout=10) for _ in range(3)]
+        for c in clients:
+            c.subscribe(all=True)
+        time.sleep(1.0)
+        self.stop_clean(d)
+        for c in clients:
+            c.close()
+
+
+if __name__ == "__main__":
+    test_daemon.main(__name__)
