@@ -8,7 +8,9 @@ AURAL_TEST_DATA set; prints `integration: N passed, M failed` at the end.
 Every daemon must exit 0 (under ASan that includes the leak check).
 """
 
+import hashlib
 import http.client
+import json
 import os
 import re
 import ssl
@@ -27,6 +29,9 @@ from test_daemon import SAMPLE, DaemonTest, run  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "python"))
 import aural_client as ac  # noqa: E402
 import aural_ws  # noqa: E402
+
+
+NODE_DUMP = os.path.join(HERE, "..", "..", "tools", "js", "ws-dump.mjs")
 
 
 def http_port(d):
@@ -256,6 +261,34 @@ class TestWebSocket(WebTest):
             self.assertEqual(a[seq].text, b[seq].text)
         for c in (unix, ws, pusher):
             c.close()
+        self.stop_clean(d)
+
+    def test_node_ws_subscriber_equals_unix_subscriber(self):
+        d = self.start_http(model=test_daemon.CTC)
+        inp = self.wav(3.0)
+        unix = ac.Client(d.path, timeout=30)
+        unix.subscribe("talk", outputs=["embeddings", "logits", "text"])
+        node = subprocess.Popen(
+            ["node", "--experimental-websocket", "--no-warnings", NODE_DUMP,
+             d.url, "talk"], stdout=subprocess.PIPE, text=True)
+        self.assertEqual(node.stdout.readline().strip(), "ready")
+        run(test_daemon.AURAL, "send", "-q", "-s", d.path, "--name", "talk",
+            inp)
+        lines = [json.loads(x) for x in node.communicate(timeout=60)[0]
+                 .splitlines()]
+        self.assertEqual(node.returncode, 0)
+        self.assertEqual(lines[-1], {"ended": "closed"})
+        want = [{"seq": ch.seq,
+                 "emb": hashlib.sha256(ch.emb.astype("<f4").tobytes())
+                 .hexdigest(),
+                 "logits": hashlib.sha256(ch.logits.astype("<f4").tobytes())
+                 .hexdigest(),
+                 "text": ch.text}
+                for ch in sorted(self.collect(unix, "talk").values(),
+                                 key=lambda c: c.seq)]
+        self.assertGreater(len(want), 3)
+        self.assertEqual(lines[:-1], want)
+        unix.close()
         self.stop_clean(d)
 
     def test_shutdown_with_websocket_clients_exits_zero(self):
