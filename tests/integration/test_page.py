@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""The live page of aurald --http in headless Chromium (driven over the
+DevTools protocol by cdp.py):
+
+  - with a fake microphone fed from a WAV file, pressing "use my
+    microphone" pushes the audio as a stream of the page's own, whose
+    transcript on the page is what `aural encode --output text` gives for
+    the same file; a screenshot is saved for a person to look at
+    ($AURAL_SCREENSHOT_DIR, which meson sets to BUILD/web-screenshots);
+  - a file stream is listed, and its posteriorgram and embeddings are
+    drawn (the canvases are not blank).
+
+Run by meson (`meson test -C build page`); skipped without chromium.
+"""
+
+import os
+import shutil
+import sys
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import cdp  # noqa: E402
+import test_daemon  # noqa: E402
+from test_daemon import AURAL, SAMPLE, DaemonTest, run  # noqa: E402
+from test_web import http_port  # noqa: E402
+
+DEFAULT_MODEL = os.path.join(HERE, "..", "..", "models", "default.safetensors")
+SHOTS = os.environ.get("AURAL_SCREENSHOT_DIR")
+
+READY = "document.body && document.body.dataset.ready === '1'"
+MINE = "document.querySelector('section.stream.mine')"
+
+
+def card_field(card, field):
+    return "(c => c ? c.querySelector('.%s').textContent : '')(%s)" % (
+        field, card)
+
+
+# The share of a canvas's pixels that are not black.
+LIT = """(sel => {
+  const c = document.querySelector(sel);
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let lit = 0;
+  for (let i = 0; i < d.length; i += 4) if (d[i] + d[i+1] + d[i+2] > 30) lit++;
+  return lit / (d.length / 4);
+})(%r)"""
+
+
+@unittest.skipUnless(shutil.which(cdp.CHROMIUM), "no chromium")
+class TestPage(DaemonTest):
+    def shot(self, browser, name):
+        folder = SHOTS or self.tmp
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, name)
+        browser.screenshot(path)
+        print("screenshot: %s" % os.path.abspath(path))
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_microphone_transcript_equals_aural_encode(self):
+        wav = os.path.join(self.tmp, "mic.wav")
+        run("sox", SAMPLE, "-r", "48000", "-c", "1", "-b", "16", wav, "pad",
+            "0.5", "1.0")
+        want = run(AURAL, "encode", "-q", "-m", DEFAULT_MODEL, "--output",
+                   "text", wav).stdout.strip().split("\n")[-1]
+        d = self.start("--http", "127.0.0.1:0", model=DEFAULT_MODEL)
+        args = ["--use-fake-device-for-media-stream",
+                "--use-fake-ui-for-media-stream",
+                "--use-file-for-fake-audio-capture=%s%%noloop" % wav]
+        with cdp.Chromium(args) as b:
+            b.send("Runtime.enable")
+            b.navigate("http://127.0.0.1:%d/" % http_port(d))
+            b.wait_for(READY, 30, "the page to connect")
+            b.evaluate("document.querySelector('#mic').click()")
+            state = b.wait_for("document.querySelector('#mic-state')"
+                               ".textContent", 20, "the microphone")
+            self.assertIn("sending as", state)
+            b.wait_for("!!" + MINE, 20, "the page's own stream")
+            # The file (8.9 s) plays once in real time, then silence.
+            time.sleep(6.0)
+            self.shot(b, "page-microphone.png")
+            time.sleep(4.5)
+            b.evaluate("document.querySelector('#mic').click()")
+            b.wait_for(card_field(MINE, "state") + ".startsWith('ended')", 30,
+                       "the stream to end")
+            have = b.evaluate(card_field(MINE, "tokens"))
+            words = b.evaluate(card_field(MINE, "words"))
+            self.assertEqual(have, want)
+            self.assertIn("quick brown fox", words)
+            self.assertEqual(b.evaluate(card_field(MINE, "state")),
+                             "ended (closed)")
+            self.shot(b, "page-microphone-ended.png")
+            self.assertEqual([e for e in b.console_messages()
+                              if e["method"] == "Runtime.exceptionThrown"], [])
+        self.stop_clean(d)
+
+    def test_file_stream_is_listed_and_drawn(self):
+        d = self.start("--http", "127.0.0.1:0", "--hold", "--file", SAMPLE,
+                       "--realtime", model=DEFAULT_MODEL)
+        card = "document.querySelector('section.stream[data-name=\"%s\"]')" \
+            % os.path.basename(SAMPLE)
+        with cdp.Chromium() as b:
+            b.navigate("http://127.0.0.1:%d/" % http_port(d))
+            b.wait_for(READY, 30, "the page to connect")
+            b.wait_for("!!" + card, 20, "the file's stream")
+            b.wait_for(card_field(card, "seq") + " >= 5", 30, "5 chunks")
+            lit_post = b.evaluate(LIT % "section.stream canvas.posteriorgram")
+            lit_emb = b.evaluate(LIT % "section.stream canvas.embeddings")
+            # 550 frames wide; after 3 s of chunks part of it is drawn.
+            self.assertGreater(lit_post, 0.01)
+            self.assertGreater(lit_emb, 0.2)
+            self.assertTrue(b.evaluate(card_field(card, "tokens"))
+                            .startswith("DH AH K W IH K"))
+            self.shot(b, "page-file-stream.png")
+        self.stop_clean(d)
+
+
+if __name__ == "__main__":
+    test_daemon.main(__name__)

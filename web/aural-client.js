@@ -1,0 +1,1 @@
+../tools/js/aural-client.js
