@@ -29,6 +29,10 @@
 #define HTTP_HEADER_POOL 64   /* connections whose headers are being read */
 #define WS_RX_BYTES 65536     /* what one receive callback may hand over */
 #define WS_MAX_PARTS 65536    /* receive callbacks in one message */
+/* A close frame written by hand: libwebsockets 4.1 hangs up without one
+ * when a callback returns -1 after lws_close_reason(), and keeps the
+ * opcode (its internal LWS_WRITE_CLOSE, 4) out of its public header. */
+#define WS_WRITE_CLOSE ((enum lws_write_protocol)4)
 
 typedef struct http_server {
   server *srv;
@@ -316,8 +320,11 @@ static void ws_detach(conn *c) {
   if (ps == NULL) return; /* the WebSocket closed first */
   ps->c = NULL;
   if (ps->close_status == 0) ps->close_status = close_status_of(c->fatal_code);
+  lws_rx_flow_control(ps->wsi, 1); /* to read the peer's close */
   lws_callback_on_writable(ps->wsi); /* which sends the close frame */
-  lws_set_timeout(ps->wsi, PENDING_TIMEOUT_CLOSE_SEND, HTTP_TIMEOUT_S);
+  /* A peer that never lets it be written is dropped (a timeout of the
+   * close's own kind would make libwebsockets hang up without one). */
+  lws_set_timeout(ps->wsi, PENDING_TIMEOUT_USER_OK, HTTP_TIMEOUT_S);
 }
 
 static const conn_transport ws_transport = {
@@ -366,8 +373,11 @@ static int ws_writeable(http_session *ps, struct lws *wsi) {
   conn *c = ps->c;
   if (c == NULL) {
     static const char bye[] = "aurald closed the connection";
-    lws_close_reason(wsi, (enum lws_close_status)ps->close_status,
-                     (uint8_t *)bye, sizeof bye - 1);
+    uint8_t frame[LWS_PRE + 2 + sizeof bye];
+    frame[LWS_PRE] = (uint8_t)(ps->close_status >> 8);
+    frame[LWS_PRE + 1] = (uint8_t)ps->close_status;
+    memcpy(frame + LWS_PRE + 2, bye, sizeof bye - 1);
+    lws_write(wsi, frame + LWS_PRE, 2 + sizeof bye - 1, WS_WRITE_CLOSE);
     return -1;
   }
   if (c->closing || c->n_inflight > 0) return 0;
@@ -412,6 +422,10 @@ static int on_event(struct lws *wsi, enum lws_callback_reasons reason,
                     void *user, void *in, size_t len) {
   http_session *ps = user;
   http_server *hs = server_of(wsi);
+  /* Session memory comes with the protocol's binding: none yet for a
+   * connection closed while its headers were read. */
+  if (ps == NULL && reason != LWS_CALLBACK_HTTP_CONFIRM_UPGRADE)
+    return reason == LWS_CALLBACK_HTTP ? -1 : 0;
   switch (reason) {
   case LWS_CALLBACK_HTTP:
     return http_request(hs, wsi, ps);
