@@ -37,6 +37,10 @@
 typedef struct http_server {
   server *srv;
   struct lws_context *ctx;
+  /* The context until libwebsockets has freed it wholly (its pcontext):
+   * with a foreign loop the last of that waits for its handles' close
+   * callbacks, and then for one more lws_context_destroy(). */
+  struct lws_context *ctx_alive;
   char token[4097];           /* "" when none is required */
   char root[4096];            /* the page's files */
   char scheme[8];             /* "http" or "https" */
@@ -560,6 +564,7 @@ static struct lws_context *create_context(http_server *hs) {
   info.vhost_name = "aurald";
   info.protocols = protocols;
   info.user = hs;
+  info.pcontext = &hs->ctx_alive;
   info.timeout_secs = HTTP_TIMEOUT_S;
   info.keepalive_timeout = HTTP_TIMEOUT_S;
   info.max_http_header_data = HTTP_HEADER_BYTES;
@@ -585,7 +590,7 @@ int http_start(server *srv, char *why, size_t why_len) {
   find_root(hs);
   int level = LLL_ERR | (aurald_log_level >= LOG_DEBUG ? LLL_WARN : 0);
   lws_set_log_level(level, lws_log_line);
-  hs->ctx = create_context(hs);
+  hs->ctx = hs->ctx_alive = create_context(hs);
   if (hs->ctx == NULL) {
     snprintf(why, why_len, "--http %s:%d: cannot listen (in use, or a TLS "
              "file unreadable?)", o->addr.host, o->addr.port);
@@ -610,6 +615,8 @@ void http_stop(server *srv) {
 }
 
 void http_free(server *srv) {
+  http_server *hs = srv->http;
+  if (hs != NULL && hs->ctx_alive != NULL) lws_context_destroy(hs->ctx_alive);
   free(srv->http);
   srv->http = NULL;
 }

@@ -86,7 +86,10 @@ int http_parse_addr(const char *s, http_addr *a, char *why, size_t why_len) {
     return -1;
   }
   a->loopback = is_loopback(a->host, a->v6);
-  if (strcmp(a->host, "localhost") == 0) strcpy(a->host, "127.0.0.1");
+  if (strcmp(a->host, "localhost") == 0) { /* also written [localhost] */
+    strcpy(a->host, "127.0.0.1");
+    a->v6 = false;
+  }
   return 0;
 }
 

@@ -48,9 +48,16 @@ for t in "${targets[@]}"; do
     # The daemon's connection handling, without its main().
     # shellcheck disable=SC2207
     extra=($(ls daemon/*.c | grep -v 'daemon/main.c')
-           $(pkg-config --cflags --libs libuv portaudio-2.0 hiredis))
+           -DAURAL_SOURCE_WEB='"web"' -DAURAL_INSTALLED_WEB='"web"'
+           $(pkg-config --cflags --libs libuv portaudio-2.0 libwebsockets hiredis))
+  elif [[ $t == web ]]; then
+    # What the daemon checks of HTTP and WebSocket peers itself.
+    # shellcheck disable=SC2207
+    extra=(daemon/webguard.c -Idaemon $(pkg-config --cflags libuv))
   fi
-  "$cc" "${cflags[@]}" "tests/fuzz/fuzz_$t.c" "${srcs[@]}" "${extra[@]}" \
+  tsrcs=("${srcs[@]}")
+  [[ $t == web ]] && tsrcs=(proto/*.c) # the codec's header decoder only
+  "$cc" "${cflags[@]}" "tests/fuzz/fuzz_$t.c" "${tsrcs[@]}" "${extra[@]}" \
     -o "$out/fuzz_$t" "${libs[@]}" -lfftw3_threads -lmvec -lm -lpthread
 done
 
