@@ -37,16 +37,10 @@
 
 #include <aural/proto.h>
 
+#include "fuzz_check.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,       \
-              #cond);                                                         \
-      abort();                                                                \
-    }                                                                         \
-  } while (0)
 
 /* Bytes for decoded strings and written JSON: large enough for any input
  * libFuzzer is given here (-max_len=65536) with its worst-case growth. */

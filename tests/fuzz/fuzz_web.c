@@ -29,16 +29,10 @@
 
 #include "daemon.h"
 
+#include "fuzz_check.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,       \
-              #cond);                                                         \
-      abort();                                                                \
-    }                                                                         \
-  } while (0)
 
 #define MAX_PAYLOAD 64
 

@@ -28,13 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static aural_model *model;
 static aural_lexicon *fixed_lex;
 
-#define CHECK(c)                                                           \
-  do {                                                                     \
-    if (!(c)) {                                                            \
-      fprintf(stderr, "fuzz_words: check failed: %s\n", #c);              \
-      abort();                                                             \
-    }                                                                      \
-  } while (0)
+#include "fuzz_check.h"
 
 static void init(void) {
   aural_err err;
