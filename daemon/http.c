@@ -88,8 +88,7 @@ static const char *const security_headers[][2] = {
     {"permissions-policy:", "microphone=(self)"},
 };
 
-static int add_headers(struct lws *wsi, const char *extra_name,
-                       const char *extra_value, uint8_t **p, uint8_t *end) {
+static int add_security_headers(struct lws *wsi, uint8_t **p, uint8_t *end) {
   size_t n = sizeof security_headers / sizeof security_headers[0];
   for (size_t i = 0; i < n; i++) {
     const char *v = security_headers[i][1];
@@ -98,30 +97,37 @@ static int add_headers(struct lws *wsi, const char *extra_name,
             (int)strlen(v), p, end))
       return -1;
   }
-  if (extra_name != NULL &&
-      lws_add_http_header_by_name(wsi, (const uint8_t *)extra_name,
-                                  (const uint8_t *)extra_value,
-                                  (int)strlen(extra_value), p, end))
-    return -1;
   return 0;
+}
+
+/* The status line and headers of a response: the security headers, and
+ * how to authenticate for a 401. Returns 0 or -1. */
+static int write_head(struct lws *wsi, unsigned code, const char *type,
+                      size_t len) {
+  uint8_t buf[LWS_PRE + 2048], *start = buf + LWS_PRE, *p = start;
+  uint8_t *end = buf + sizeof buf - 1;
+  if (lws_add_http_common_headers(wsi, code, type, len, &p, end) ||
+      add_security_headers(wsi, &p, end))
+    return -1;
+  static const char auth[] = "Bearer realm=\"aurald\"";
+  if (code == HTTP_STATUS_UNAUTHORIZED &&
+      lws_add_http_header_by_name(wsi, (const uint8_t *)"www-authenticate:",
+                                  (const uint8_t *)auth, sizeof auth - 1, &p,
+                                  end))
+    return -1;
+  return lws_finalize_write_http_header(wsi, start, &p, end) ? -1 : 0;
 }
 
 /* Answers with code and a body (its len bytes are copied), written when
  * the connection is writable. Returns what the callback returns. */
 static int respond(struct lws *wsi, http_session *ps, unsigned code,
-                   const char *type, const char *body, size_t len,
-                   const char *extra_name, const char *extra_value) {
-  uint8_t buf[LWS_PRE + 2048], *start = buf + LWS_PRE, *p = start;
-  uint8_t *end = buf + sizeof buf - 1;
+                   const char *type, const char *body, size_t len) {
   free(ps->body);
   ps->body = malloc(LWS_PRE + len + 1);
   if (ps->body == NULL) return -1;
   memcpy(ps->body + LWS_PRE, body, len);
   ps->body_len = len;
-  if (lws_add_http_common_headers(wsi, code, type, len, &p, end) ||
-      add_headers(wsi, extra_name, extra_value, &p, end) ||
-      lws_finalize_write_http_header(wsi, start, &p, end))
-    return -1;
+  if (write_head(wsi, code, type, len) < 0) return -1;
   lws_callback_on_writable(wsi);
   return 0;
 }
@@ -136,30 +142,22 @@ static int write_body(struct lws *wsi, http_session *ps) {
   return lws_http_transaction_completed(wsi) ? -1 : 0;
 }
 
-/* A refusal: a short plain-text body saying why (and how to
- * authenticate, for 401). */
+#define REFUSAL_TYPE "text/plain; charset=utf-8"
+
+/* A refusal: a short plain-text body saying why. */
 static int refuse(struct lws *wsi, http_session *ps, unsigned code,
                   const char *why) {
   char body[256];
   int n = snprintf(body, sizeof body, "%u: %s\n", code, why);
-  const char *name = code == 401 ? "www-authenticate:" : NULL;
-  return respond(wsi, ps, code, "text/plain; charset=utf-8", body,
-                 (size_t)n, name, "Bearer realm=\"aurald\"");
+  return respond(wsi, ps, code, REFUSAL_TYPE, body, (size_t)n);
 }
 
-/* The same, written at once (where no session memory is there yet). */
+/* The same, written at once (an upgrade: no session memory yet). */
 static int refuse_now(struct lws *wsi, unsigned code, const char *why) {
-  uint8_t buf[LWS_PRE + 2048], *start = buf + LWS_PRE, *p = start;
-  uint8_t *end = buf + sizeof buf - 1;
   char body[LWS_PRE + 256];
   int n = snprintf(body + LWS_PRE, sizeof body - LWS_PRE, "%u: %s\n", code,
                    why);
-  const char *name = code == 401 ? "www-authenticate:" : NULL;
-  if (lws_add_http_common_headers(wsi, code, "text/plain; charset=utf-8",
-                                  (lws_filepos_t)n, &p, end) ||
-      add_headers(wsi, name, "Bearer realm=\"aurald\"", &p, end) ||
-      lws_finalize_write_http_header(wsi, start, &p, end))
-    return -1;
+  if (write_head(wsi, code, REFUSAL_TYPE, (size_t)n) < 0) return -1;
   return lws_write(wsi, (uint8_t *)body + LWS_PRE, (size_t)n,
                    LWS_WRITE_HTTP_FINAL) < 0 ? -1 : 0;
 }
@@ -219,7 +217,7 @@ static int confirm_upgrade(http_server *hs, struct lws *wsi) {
     why = "the server's connection limit is reached";
   }
   if (code == 0) return 0;
-  log_warn("http: WebSocket upgrade refused (%u): %s", code, why);
+  log_info("http: WebSocket upgrade refused (%u): %s", code, why);
   return refuse_now(wsi, code, why) < 0 ? -1 : 1;
 }
 
@@ -245,7 +243,7 @@ static int serve_file(http_server *hs, struct lws *wsi, http_session *ps,
     return refuse(wsi, ps, HTTP_STATUS_NOT_FOUND, "the page is not installed");
   }
   uint8_t hdr[2048], *p = hdr, *end = hdr + sizeof hdr;
-  if (add_headers(wsi, NULL, NULL, &p, end) < 0) return -1;
+  if (add_security_headers(wsi, &p, end) < 0) return -1;
   int n = lws_serve_http_file(wsi, path, type, (const char *)hdr,
                               (int)(p - hdr));
   if (n < 0 || (n > 0 && lws_http_transaction_completed(wsi))) return -1;
@@ -258,7 +256,7 @@ static int serve_metrics(http_server *hs, struct lws *wsi, http_session *ps) {
   if (text == NULL)
     return refuse(wsi, ps, HTTP_STATUS_INTERNAL_SERVER_ERROR, "out of memory");
   int rc = respond(wsi, ps, HTTP_STATUS_OK, "text/plain; version=0.0.4",
-                   text, n, NULL, NULL);
+                   text, n);
   free(text);
   return rc;
 }
@@ -276,9 +274,9 @@ static int http_request(http_server *hs, struct lws *wsi, http_session *ps) {
   header(wsi, WSI_TOKEN_GET_URI, uri, sizeof uri);
   if (strcmp(uri, "/healthz") == 0) {
     bool up = !hs->srv->stopping;
-    return respond(wsi, ps, up ? HTTP_STATUS_OK : HTTP_STATUS_SERVICE_UNAVAILABLE,
-                   "text/plain", up ? "ok\n" : "stopping\n", up ? 3 : 9, NULL,
-                   NULL);
+    return respond(wsi, ps,
+                   up ? HTTP_STATUS_OK : HTTP_STATUS_SERVICE_UNAVAILABLE,
+                   "text/plain", up ? "ok\n" : "stopping\n", up ? 3 : 9);
   }
   if (strcmp(uri, "/metrics") == 0) return serve_metrics(hs, wsi, ps);
   for (size_t i = 0; i < sizeof page_files / sizeof page_files[0]; i++)
