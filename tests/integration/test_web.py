@@ -291,6 +291,28 @@ class TestWebSocket(WebTest):
         unix.close()
         self.stop_clean(d)
 
+    def test_push_faster_than_real_time_is_flow_controlled(self):
+        # 120 s of audio sent at once over a WebSocket: the server stops
+        # reading it while the stream's input is full and reads on as the
+        # workers catch up; nothing is lost.
+        d = self.start_http()
+        with ac.Client(d.url, timeout=60) as c:
+            sid = c.open_audio("fast", rate=16000, fmt="f32")
+            c.subscribe("fast", outputs=["text"])
+            x = (np.sin(np.arange(16000 * 120) * 0.01) * 0.3).astype(
+                np.float32)
+            c.send_audio(sid, x)
+            done = c.close_audio(sid)
+            seqs = []
+            for ev in c.events(timeout=30):
+                if isinstance(ev, ac.Chunk):
+                    seqs.append(ev.seq)
+                elif isinstance(ev, ac.StreamEnded):
+                    break
+        self.assertEqual(done["frames"], 1 + (16000 * 120 - 400) // 160)
+        self.assertEqual(seqs, list(range(done["chunks"])))
+        self.stop_clean(d)
+
     def test_shutdown_with_websocket_clients_exits_zero(self):
         d = self.start_http("--file", SAMPLE, "--realtime")
         clients = [ac.Client(d.url, timeout=10) for _ in range(3)]

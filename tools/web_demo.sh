@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The live page on the bundled recording: builds, starts aurald with
+# --http on a loopback port and models/sample.flac as a stream paced at
+# real time that starts when the page subscribes (--hold), and opens the
+# page in the default browser (or prints its address). The page also
+# offers "use my microphone". Ctrl-C stops aurald.
+#
+#   tools/web_demo.sh [PORT]        # default 8080
+set -euo pipefail
+cd "$(dirname "$0")/.."
+port=${1:-8080}
+tools/setup.sh
+TARGETS="daemon/aurald tools/aural" tools/build.sh build
+
+dir=$(mktemp -d)
+build/daemon/aurald -s "$dir/aural.sock" --http "127.0.0.1:$port" --hold \
+  --file models/sample.flac --realtime &
+daemon_pid=$!
+cleanup() {
+  kill -TERM "$daemon_pid" 2>/dev/null || true
+  wait "$daemon_pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
+  sleep 0.1
+done
+url="http://127.0.0.1:$port/"
+echo "the page: $url (Ctrl-C stops aurald)"
+if command -v xdg-open >/dev/null && [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]]; then
+  xdg-open "$url" >/dev/null 2>&1 || true
+fi
+wait "$daemon_pid"
