@@ -15,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "daemon.h"
+#include "web.h"
 
 /* ---- --http ADDR:PORT ---------------------------------------------------- */
 

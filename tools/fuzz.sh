@@ -53,7 +53,7 @@ for t in "${targets[@]}"; do
   elif [[ $t == web ]]; then
     # What the daemon checks of HTTP and WebSocket peers itself.
     # shellcheck disable=SC2207
-    extra=(daemon/webguard.c -Idaemon $(pkg-config --cflags libuv))
+    extra=(daemon/webguard.c -Idaemon)
   fi
   tsrcs=("${srcs[@]}")
   [[ $t == web ]] && tsrcs=(proto/*.c) # the codec's header decoder only

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "daemon.h"
+#include "web.h"
 
 #include "fuzz_check.h"
 
