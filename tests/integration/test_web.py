@@ -269,7 +269,7 @@ class TestWebSocket(WebTest):
         unix = ac.Client(d.path, timeout=30)
         unix.subscribe("talk", outputs=["embeddings", "logits", "text"])
         node = subprocess.Popen(
-            ["node", "--experimental-websocket", "--no-warnings", NODE_DUMP,
+            ["node", "--no-warnings", NODE_DUMP,
              d.url, "talk"], stdout=subprocess.PIPE, text=True)
         self.assertEqual(node.stdout.readline().strip(), "ready")
         run(test_daemon.AURAL, "send", "-q", "-s", d.path, "--name", "talk",

@@ -2,14 +2,17 @@
 // chunk (seq, sha256 of its embeddings and logits as float32 bytes, text)
 // until the stream ends; tests/integration/test_web.py compares them with
 // a Unix-socket subscriber's. Prints "ready" once subscribed.
-//   node --experimental-websocket ws-dump.mjs ws://HOST:PORT/ws STREAM
+//   node ws-dump.mjs ws://HOST:PORT/ws STREAM
 import { createHash } from "node:crypto";
 
 import { AuralClient } from "./aural-client.js";
+import { NodeWebSocket } from "./node-websocket.mjs";
 
 const [url, stream] = process.argv.slice(2);
 const sha = (a) => (a ? createHash("sha256").update(Buffer.from(a.buffer)).digest("hex") : null);
-const c = await AuralClient.connect(url);
+const c = await AuralClient.connect(url, {
+  WebSocket: globalThis.WebSocket ?? NodeWebSocket,
+});
 c.on("chunk", (ch) => {
   if (ch.name !== stream) return;
   console.log(JSON.stringify({ seq: ch.seq, emb: sha(ch.embeddings),

@@ -1,13 +1,16 @@
 // Tests of tools/js/aural-client.js under Node (`node --test`): the codec
 // against hand-made bytes, the client's request/reply/event logic against
-// a fake WebSocket, and, when AURALD_BIN is set (meson sets it) and Node
-// has a WebSocket (--experimental-websocket), a live aurald --http.
+// a fake WebSocket, and, when AURALD_BIN is set (meson sets it), a live
+// aurald --http (through Node's WebSocket, or node-websocket.mjs where
+// Node has none).
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+
+import { NodeWebSocket } from "../node-websocket.mjs";
 
 import {
   AuralClient, MSG, ProtocolError, ServerError, decodeChunk, decodeMessage,
@@ -196,11 +199,13 @@ async function startAurald(dir) {
 }
 
 test("a live aurald: push audio over /ws and receive its chunks",
-     { skip: !AURALD || !MODEL || !globalThis.WebSocket }, async () => {
+     { skip: !AURALD || !MODEL }, async () => {
   const dir = mkdtempSync(join(tmpdir(), "aural-js-"));
   const d = await startAurald(dir);
   try {
-    const c = await AuralClient.connect(`ws://127.0.0.1:${d.port}/ws`);
+    const c = await AuralClient.connect(`ws://127.0.0.1:${d.port}/ws`, {
+      WebSocket: globalThis.WebSocket ?? NodeWebSocket,
+    });
     assert.equal(c.welcome.version, 1);
     const chunks = [];
     const ended = new Promise((resolve) => c.on("ended", resolve));
