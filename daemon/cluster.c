@@ -425,27 +425,29 @@ static bool wants_audio(const cstream *cs) {
 /* One blocking XREAD of every stream that has room, unless one is out. */
 static void read_audio(cluster *cl) {
   if (cl->state != CL_UP || cl->read_busy || cl->stopping) return;
+  /* Which streams want audio is decided once: their room grows as the
+   * workers take input, so asking twice could give two answers. */
+  const char **argv = malloc((size_t)(6 + 2 * cl->n_streams) * sizeof *argv);
+  cstream **want = malloc((size_t)cl->n_streams * sizeof *want + 1);
   int n = 0;
-  for (cstream *cs = cl->streams; cs != NULL; cs = cs->next)
-    n += wants_audio(cs);
-  if (n == 0) return;
-  const char **argv = malloc((size_t)(6 + 2 * n) * sizeof *argv);
-  if (argv == NULL) return;
+  for (cstream *cs = cl->streams; want != NULL && cs != NULL; cs = cs->next)
+    if (wants_audio(cs)) want[n++] = cs;
   char count[16], block[16];
   snprintf(count, sizeof count, "%d", READ_COUNT);
   snprintf(block, sizeof block, "%d", READ_BLOCK_MS);
   int k = 0;
-  argv[k++] = "XREAD";
-  argv[k++] = "COUNT";
-  argv[k++] = count;
-  argv[k++] = "BLOCK";
-  argv[k++] = block;
-  argv[k++] = "STREAMS";
-  for (cstream *cs = cl->streams; cs != NULL; cs = cs->next)
-    if (wants_audio(cs)) argv[k++] = cs->k_audio;
-  for (cstream *cs = cl->streams; cs != NULL; cs = cs->next)
-    if (wants_audio(cs)) argv[k++] = cs->from_id;
-  if (command(cl->rd, on_audio, cl, k, argv) == 0) cl->read_busy = true;
+  if (argv != NULL && n > 0) {
+    argv[k++] = "XREAD";
+    argv[k++] = "COUNT";
+    argv[k++] = count;
+    argv[k++] = "BLOCK";
+    argv[k++] = block;
+    argv[k++] = "STREAMS";
+    for (int i = 0; i < n; i++) argv[k++] = want[i]->k_audio;
+    for (int i = 0; i < n; i++) argv[k++] = want[i]->from_id;
+    if (command(cl->rd, on_audio, cl, k, argv) == 0) cl->read_busy = true;
+  }
+  free(want);
   free(argv);
 }
 

@@ -283,8 +283,8 @@ static void pull_chunks(worker *w, stream *s, uint64_t computed_before,
   /* The chunk being filled now: begun this round, or earlier. */
   aural_stream_stats st;
   aural_stream_get_stats(s->work.as, &st);
-  uint64_t C = srv->chunk_frames, open_first = st.n_encoded_frames / C * C;
-  if (st.n_encoded_frames % C != 0 && open_first >= computed_before)
+  uint64_t C = srv->chunk_frames, done = st.first_frame + st.n_encoded_frames;
+  if (done % C != 0 && done / C * C >= computed_before)
     s->work.open_capture_us = capture_us;
   s->work.next_frame = st.n_encoded_frames;
 }
@@ -327,7 +327,7 @@ static void run_round(worker *w, int n_taken) {
     ending[i] = take_input(w, s, &ready[i], &capture[i]);
     aural_stream_stats st;
     aural_stream_get_stats(s->work.as, &st);
-    before[i] = st.n_encoded_frames;
+    before[i] = st.first_frame + st.n_encoded_frames;
     pending[i] = st.n_pending_frames;
     total_rows += pending[i];
     /* An aborted stream is not computed: what it has comes out as it is. */

@@ -279,7 +279,8 @@ typedef struct stream_work {
   uint64_t read_frames;   /* input frames read from it so far */
   bool aborted;           /* ended on an error: pulled, never computed */
   int64_t open_capture_us; /* capture time of the chunk being filled */
-  uint64_t next_frame;    /* frames computed so far */
+  uint64_t next_frame;    /* frames computed so far (by this node: a
+                             resumed stream's start at its first chunk) */
   double compute_s;
   chunk_out end_event;    /* handed to the loop when the stream ends */
 } stream_work;

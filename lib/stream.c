@@ -590,6 +590,7 @@ void aural_stream_get_stats(const aural_stream *s, aural_stream_stats *st) {
   st->n_input_frames = s->n_in;
   st->n_feature_frames = s->n_made;
   st->n_encoded_frames = s->n_encoded;
+  st->first_frame = s->frame0;
   st->n_chunks = s->n_chunks;
   st->n_pending_frames = s->n_pending;
   st->n_ready_frames = s->n_ready;

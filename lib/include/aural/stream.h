@@ -139,6 +139,9 @@ typedef struct aural_stream_stats {
   uint64_t n_input_frames;   /* PCM frames taken by push */
   uint64_t n_feature_frames; /* frames the frontend made */
   uint64_t n_encoded_frames; /* frames computed */
+  uint64_t first_frame;      /* the stream's first frame (first_chunk *
+                                chunk_frames): frame numbers are this plus
+                                the counts here */
   uint64_t n_chunks;         /* chunks pulled */
   size_t n_pending_frames;   /* features awaiting compute */
   size_t n_ready_frames;     /* computed frames not yet pulled */
