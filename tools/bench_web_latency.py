@@ -102,7 +102,13 @@ def measure(aurald, model, addr_of, n, seconds, block_ms):
             port = int(text.split("http: listening on http://127.0.0.1:")[1]
                        .split("/")[0])
             break
+        if d.poll() is not None:
+            break
         time.sleep(0.05)
+    if port is None:
+        d.kill()
+        log.seek(0)
+        sys.exit("bench_web_latency: aurald did not start:\n" + log.read())
     addr = addr_of(sock, port)
     probe = ac.Client(addr, timeout=10)
     m = probe.model
