@@ -173,21 +173,16 @@ static const char *header(struct lws *wsi, enum lws_token_indexes h,
   return buf;
 }
 
-/* Whether a request (or upgrade) may go on: 0, or the HTTP status that
- * refuses it with why. */
-static unsigned admit(http_server *hs, struct lws *wsi, const char **why) {
+/* Whether a request's Host and Origin are this server's: 0, or the HTTP
+ * status that refuses it with why. */
+static unsigned admit_host_origin(http_server *hs, struct lws *wsi,
+                                  const char **why) {
   char v[HTTP_HEADER_BYTES];
   if (hs->n_own > 0 &&
       !http_host_allowed(header(wsi, WSI_TOKEN_HOST, v, sizeof v), hs->own,
                          hs->n_own)) {
     *why = "the Host header does not name this server";
     return HTTP_STATUS_FORBIDDEN;
-  }
-  if (hs->token[0] != '\0' &&
-      !http_bearer_ok(header(wsi, WSI_TOKEN_HTTP_AUTHORIZATION, v, sizeof v),
-                      hs->token)) {
-    *why = "a bearer token is required (Authorization: Bearer TOKEN)";
-    return HTTP_STATUS_UNAUTHORIZED;
   }
   if (lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) > 0 &&
       !http_origin_allowed(header(wsi, WSI_TOKEN_ORIGIN, v, sizeof v),
@@ -196,6 +191,23 @@ static unsigned admit(http_server *hs, struct lws *wsi, const char **why) {
     return HTTP_STATUS_FORBIDDEN;
   }
   return 0;
+}
+
+/* Whether a request (or upgrade) may go on: its Host and Origin, and
+ * the token when one is required. 0, or the refusal's status and why. */
+static unsigned admit(http_server *hs, struct lws *wsi, const char **why) {
+  char v[HTTP_HEADER_BYTES];
+  unsigned code = admit_host_origin(hs, wsi, why);
+  if (code == 0 && hs->token[0] != '\0' &&
+      !http_bearer_ok(header(wsi, WSI_TOKEN_HTTP_AUTHORIZATION, v, sizeof v),
+                      hs->token) &&
+      !http_cookie_ok(header(wsi, WSI_TOKEN_HTTP_COOKIE, v, sizeof v),
+                      hs->token)) {
+    *why = "a bearer token is required (Authorization: Bearer TOKEN, or "
+           "the cookie of GET /login?token=TOKEN)";
+    return HTTP_STATUS_UNAUTHORIZED;
+  }
+  return code;
 }
 
 /* The upgrade to a WebSocket: /ws only, admitted, within the limits. A
@@ -261,8 +273,46 @@ static int serve_metrics(http_server *hs, struct lws *wsi, http_session *ps) {
   return rc;
 }
 
+/* GET /login?token=TOKEN: a browser, which cannot add an Authorization
+ * header to the page's requests or its WebSocket, gets the token as an
+ * HttpOnly, SameSite=Strict cookie and is sent to the page. */
+static int login(http_server *hs, struct lws *wsi, http_session *ps) {
+  char arg[HTTP_TOKEN_MAX + 16];
+  const char *t = lws_get_urlarg_by_name(wsi, "token=", arg, sizeof arg);
+  if (hs->token[0] != '\0' &&
+      (t == NULL || !http_token_same(t, hs->token))) {
+    log_info("http: login refused: %s", t ? "a wrong token" : "no token");
+    return refuse(wsi, ps, HTTP_STATUS_UNAUTHORIZED, "not this token");
+  }
+  char cookie[HTTP_TOKEN_MAX + 128];
+  snprintf(cookie, sizeof cookie, "%s=%s; Path=/; HttpOnly; SameSite=Strict%s",
+           HTTP_COOKIE, hs->token, strcmp(hs->scheme, "https") == 0
+                                        ? "; Secure" : "");
+  uint8_t buf[LWS_PRE + HTTP_TOKEN_MAX + 2048], *start = buf + LWS_PRE;
+  uint8_t *p = start, *end = buf + sizeof buf - 1;
+  if (lws_add_http_common_headers(wsi, HTTP_STATUS_SEE_OTHER, REFUSAL_TYPE, 0,
+                                  &p, end) ||
+      add_security_headers(wsi, &p, end) ||
+      (hs->token[0] != '\0' &&
+       lws_add_http_header_by_name(wsi, (const uint8_t *)"set-cookie:",
+                                   (const uint8_t *)cookie,
+                                   (int)strlen(cookie), &p, end)) ||
+      lws_add_http_header_by_name(wsi, (const uint8_t *)"location:",
+                                  (const uint8_t *)"/", 1, &p, end) ||
+      lws_finalize_write_http_header(wsi, start, &p, end))
+    return -1;
+  return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
 static int http_request(http_server *hs, struct lws *wsi, http_session *ps) {
   const char *why = NULL;
+  char path[256];
+  if (strcmp(header(wsi, WSI_TOKEN_GET_URI, path, sizeof path), "/login") ==
+      0) {
+    unsigned refused = admit_host_origin(hs, wsi, &why);
+    if (refused != 0) return refuse(wsi, ps, refused, why);
+    return login(hs, wsi, ps);
+  }
   unsigned code = admit(hs, wsi, &why);
   if (code != 0) {
     log_info("http: request refused (%u): %s", code, why);

@@ -43,6 +43,15 @@ int http_parse_addr(const char *s, http_addr *a, char *why, size_t why_len);
 /* Whether an Authorization header value is "Bearer TOKEN" for this token,
  * compared in time independent of where they differ. */
 bool http_bearer_ok(const char *header, const char *token);
+/* Whether s is the token, compared in the same way. */
+bool http_token_same(const char *s, const char *token);
+/* The cookie a browser keeps the token in (a browser's WebSocket cannot
+ * send an Authorization header): set by GET /login?token=TOKEN. */
+#define HTTP_COOKIE "aural_token"
+#define HTTP_TOKEN_MAX 4096
+/* Whether a Cookie header value holds HTTP_COOKIE=TOKEN for this token
+ * (the first such cookie counts), compared as http_bearer_ok does. */
+bool http_cookie_ok(const char *header, const char *token);
 /* Whether s (an Origin, case-insensitive in scheme and host) is one of
  * the n allowed origins. "null" and empty never are. */
 bool http_origin_allowed(const char *s, const char *const *allowed, int n);

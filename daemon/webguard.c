@@ -116,12 +116,35 @@ static bool same_secret(const char *a, const char *b) {
   return diff == 0;
 }
 
+bool http_token_same(const char *s, const char *token) {
+  return s != NULL && token != NULL && same_secret(s, token);
+}
+
 bool http_bearer_ok(const char *header, const char *token) {
   if (header == NULL || token == NULL) return false;
   if (strncasecmp(header, "Bearer ", 7) != 0) return false;
   const char *t = header + 7;
   while (*t == ' ') t++;
   return same_secret(t, token);
+}
+
+bool http_cookie_ok(const char *header, const char *token) {
+  if (header == NULL || token == NULL) return false;
+  const size_t name = strlen(HTTP_COOKIE "=");
+  for (const char *p = header; *p != '\0';) {
+    while (*p == ' ' || *p == ';') p++;
+    size_t n = strcspn(p, ";");
+    if (n > name && strncmp(p, HTTP_COOKIE "=", name) == 0) {
+      char value[HTTP_TOKEN_MAX + 1];
+      size_t k = n - name;
+      if (k > HTTP_TOKEN_MAX) return false;
+      memcpy(value, p + name, k);
+      value[k] = '\0';
+      return same_secret(value, token);
+    }
+    p += n;
+  }
+  return false;
 }
 
 /* ---- origins and hosts ------------------------------------------------------ */

@@ -86,10 +86,24 @@ static bool spaces_then(const char *s, const char *token) {
   return strcmp(s, token) == 0;
 }
 
+/* The cookie check from scratch: the first "aural_token=" cookie of the
+ * ';'-separated list (leading spaces and ';' skipped) holds the token. */
+static bool cookie_holds(const char *s, const char *token) {
+  while (*s != '\0') {
+    while (*s == ' ' || *s == ';') s++;
+    size_t n = strcspn(s, ";");
+    if (n > 12 && strncmp(s, "aural_token=", 12) == 0)
+      return n - 12 == strlen(token) && strncmp(s + 12, token, n - 12) == 0;
+    s += n;
+  }
+  return false;
+}
+
 static void fuzz_headers(const char *s) {
   static const char token[] = "0123456789abcdefXYZ";
   bool ok = http_bearer_ok(s, token);
   CHECK(ok == (strncasecmp(s, "Bearer ", 7) == 0 && spaces_then(s + 7, token)));
+  CHECK(http_cookie_ok(s, token) == cookie_holds(s, token));
   static const char *const allowed[] = {"http://127.0.0.1:8080",
                                         "https://App.example"};
   bool origin = http_origin_allowed(s, allowed, 2);

@@ -204,6 +204,41 @@ class TestHttp(WebTest):
             self.assertEqual(c.list_streams(), [])
         self.stop_clean(d)
 
+    def test_browser_login_cookie(self):
+        # A browser cannot put the token in an Authorization header (not on
+        # a page load, not on its WebSocket): /login?token= hands it over as
+        # an HttpOnly, SameSite=Strict cookie, which then admits the page,
+        # its files and its WebSocket like the header does.
+        token = "s3cret-token-0123456789"
+        d = self.start_http("--http-token-file", self.token_file(token),
+                            addr="0.0.0.0:0")
+        self.assertEqual(get(d.port, "/login")[0], 401)
+        self.assertEqual(get(d.port, "/login?token=nope")[0], 401)
+        self.assertEqual(get(d.port, "/login?token=" + token + "x")[0], 401)
+        status, headers, _ = get(d.port, "/login?token=" + token)
+        self.assertEqual(status, 303)
+        self.assertEqual(headers["location"], "/")
+        cookie = headers["set-cookie"]
+        for attr in ("aural_token=" + token, "HttpOnly", "SameSite=Strict",
+                     "Path=/"):
+            self.assertIn(attr, cookie)
+        self.assertNotIn("Secure", cookie)  # plain HTTP here
+        jar = {"Cookie": "theme=dark; aural_token=" + token}
+        self.assertEqual(get(d.port, "/", jar)[0], 200)
+        self.assertEqual(get(d.port, "/app.js", jar)[0], 200)
+        for bad in ("aural_token=" + token + "x", "aural_token=",
+                    "other=" + token, "xaural_token=" + token):
+            self.assertEqual(get(d.port, "/", {"Cookie": bad})[0], 401, bad)
+        with self.assertRaises(aural_ws.HandshakeError) as e:
+            aural_ws.WebSocket(d.url, {"Cookie": "aural_token=wrong-token-123456"})
+        self.assertEqual(e.exception.status, 401)
+        with ac.Client(d.url, headers=jar) as c:
+            self.assertEqual(c.list_streams(), [])
+        # A foreign origin is refused at the login too.
+        self.assertEqual(get(d.port, "/login?token=" + token,
+                             {"Origin": "https://evil.example"})[0], 403)
+        self.stop_clean(d)
+
     def test_tls(self):
         cert = os.path.join(self.tmp, "cert.pem")
         key = os.path.join(self.tmp, "key.pem")
