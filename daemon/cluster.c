@@ -79,7 +79,7 @@ typedef struct cluster {
   uv_timer_t timer;
   cstream *streams;
   int n_streams, n_starting;
-  uint64_t published, duplicates;
+  uint64_t published, duplicates, disconnects;
   int64_t started_us;
 } cluster;
 
@@ -128,6 +128,7 @@ typedef struct starting {
 
 static void go_down(cluster *cl, const char *why);
 static void read_audio(cluster *cl);
+static void update_stats(cluster *cl);
 static void read_announcements(cluster *cl);
 
 /* The three connections, for what is done to each alike. */
@@ -471,6 +472,7 @@ static void on_published(redisAsyncContext *ac, void *r, void *priv) {
   } else {
     log_warn("cluster: publishing a chunk: %s", x->str);
   }
+  update_stats(cl);
 }
 
 /* The audio frame where frame f starts. */
@@ -1214,6 +1216,7 @@ static void go_down(cluster *cl, const char *why) {
   int was = cl->state;
   cl->state = CL_DOWN;
   if (was == CL_UP) {
+    cl->disconnects++;
     cl->down_since = now_s();
     log_warn("cluster: %s: %s; local streams go on, cluster streams resume "
              "from their checkpoints once it is back",
@@ -1228,10 +1231,21 @@ static void go_down(cluster *cl, const char *why) {
   cl->backoff_s = fmin(cl->backoff_s * 2, BACKOFF_MAX_S);
 }
 
+/* server.cluster_stats from the cluster's state. */
+static void update_stats(cluster *cl) {
+  cluster_stats *st = &cl->srv->cluster_stats;
+  st->up = cl->state == CL_UP;
+  st->streams = cl->n_streams;
+  st->published = cl->published;
+  st->duplicates = cl->duplicates;
+  st->disconnects = cl->disconnects;
+}
+
 static void on_timer(uv_timer_t *t) {
   cluster *cl = t->data;
   double now = now_s();
   if (cl->closing) return;
+  update_stats(cl);
   if (cl->state == CL_DOWN) {
     if (now >= cl->retry_at && !cl->stopping) try_connect(cl);
     return;

@@ -431,6 +431,16 @@ typedef struct metrics_counters {
   uint64_t gaps_sent;
 } metrics_counters;
 
+/* What /metrics reports of cluster mode (server.cluster_stats, kept up
+ * to date by cluster.c on the loop). */
+typedef struct cluster_stats {
+  bool up;                 /* connected to Redis */
+  int streams;             /* cluster streams owned */
+  uint64_t published;      /* chunks stored */
+  uint64_t duplicates;     /* chunks Redis had already (after a resume) */
+  uint64_t disconnects;    /* times the connection to Redis was lost */
+} cluster_stats;
+
 typedef struct worker worker;
 
 typedef struct server {
@@ -504,6 +514,7 @@ typedef struct server {
 
   struct mic_source *mic;
   struct cluster *cluster; /* cluster mode, or NULL */
+  cluster_stats cluster_stats;
   struct http_server *http; /* --http (http.c), or NULL */
   metrics_counters counters;
   uint64_t fail_call;          /* test hook: this encoder call fails */
@@ -672,6 +683,7 @@ void cluster_stop(server *srv);
 /* The shutdown's end: the connections close (their last replies awaited
  * for at most a second). */
 void cluster_close(server *srv);
+
 
 /* config.c */
 typedef struct config_words {

@@ -250,6 +250,28 @@ static void subscriber_metrics(server *srv, text *t) {
   }
 }
 
+static void cluster_metrics(server *srv, text *t) {
+  if (srv->cluster == NULL) return;
+  const cluster_stats st = srv->cluster_stats;
+  family(t, "aurald_cluster_up", "gauge",
+         "1 while connected to the cluster's Redis (docs/CLUSTER.md).");
+  put(t, "aurald_cluster_up %d\n", st.up ? 1 : 0);
+  family(t, "aurald_cluster_streams", "gauge", "Cluster streams owned.");
+  put(t, "aurald_cluster_streams %d\n", st.streams);
+  family(t, "aurald_cluster_chunks_published_total", "counter",
+         "Chunks stored in the cluster.");
+  put(t, "aurald_cluster_chunks_published_total %llu\n",
+      (unsigned long long)st.published);
+  family(t, "aurald_cluster_chunks_duplicate_total", "counter",
+         "Chunks Redis already held (published again after a resume).");
+  put(t, "aurald_cluster_chunks_duplicate_total %llu\n",
+      (unsigned long long)st.duplicates);
+  family(t, "aurald_cluster_disconnects_total", "counter",
+         "Times the connection to the cluster's Redis was lost.");
+  put(t, "aurald_cluster_disconnects_total %llu\n",
+      (unsigned long long)st.disconnects);
+}
+
 size_t metrics_render(server *srv, char **out) {
   text t = {.cap = 16384};
   t.p = malloc(t.cap);
@@ -262,6 +284,7 @@ size_t metrics_render(server *srv, char **out) {
   latency_histogram(srv, &t);
   stream_metrics(srv, &t);
   subscriber_metrics(srv, &t);
+  cluster_metrics(srv, &t);
   if (t.failed) {
     free(t.p);
     *out = NULL;

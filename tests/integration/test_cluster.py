@@ -20,10 +20,12 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import wave
 
 import numpy as np
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -490,8 +492,9 @@ class TestCluster(ClusterTest):
 
     def test_consumer_resumes(self):
         """A consumer that goes away for 10 s and comes back with the
-        --from its interruption named misses nothing."""
-        d = self.node("a")
+        --from its interruption named misses nothing; the node's /metrics
+        count what it published."""
+        d = self.node("a", "--http", "127.0.0.1:0")
         path = self.wav(16, name="talk.wav")
         producer = self.send("talk", path)
         first = subprocess.Popen([td.AURAL, "sub", "--cluster",
@@ -515,6 +518,17 @@ class TestCluster(ClusterTest):
         want = self.encode(path, model=self.model)
         C = 50
         np.testing.assert_array_equal(np.load(tail), want[resume * C:])
+        port = re.search(r"http: listening on http://127.0.0.1:(\d+)/",
+                         d.text()).group(1)
+        with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port,
+                                    timeout=10) as r:
+            metrics = {s.name: s.value for f in
+                       text_string_to_metric_families(r.read().decode())
+                       for s in f.samples}
+        self.assertEqual(metrics["aurald_cluster_up"], 1)
+        self.assertEqual(metrics["aurald_cluster_chunks_published_total"],
+                         len(want) // C + 1)
+        self.assertEqual(metrics["aurald_cluster_disconnects_total"], 0)
         self.stop_clean(d)
 
     def test_unreachable_at_start(self):
