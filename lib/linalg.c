@@ -19,6 +19,7 @@
  * elsewhere (aarch64) the scalar set is the only one. */
 #if defined(__x86_64__)
 #define AURAL_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define AURAL_X86 0
@@ -784,6 +785,15 @@ static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
 static const kernel_set *active_set;
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
 
+#if AURAL_X86
+/* F16C, from CPUID leaf 1 (ECX bit 29): clang before 15 has no "f16c"
+ * for __builtin_cpu_supports. */
+static bool has_f16c(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 /* The extensions isa needs that this CPU (and its OS) lack, as a list for
  * a message; "" when it has them all. */
 static const char *isa_missing(aural__isa isa, char *buf, size_t cap) {
@@ -793,7 +803,7 @@ static const char *isa_missing(aural__isa isa, char *buf, size_t cap) {
   int avx2 = isa == AURAL__ISA_AVX2 && !__builtin_cpu_supports("avx2");
   int vec = isa != AURAL__ISA_SCALAR;
   int fma = vec && !__builtin_cpu_supports("fma");
-  int f16c = vec && !__builtin_cpu_supports("f16c");
+  int f16c = vec && !has_f16c();
   snprintf(buf, cap, "%s%s%s%s", avx512f ? " AVX-512F" : "",
            avx2 ? " AVX2" : "", fma ? " FMA" : "", f16c ? " F16C" : "");
   return buf;

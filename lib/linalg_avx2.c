@@ -468,7 +468,7 @@ DEFINE_PV(pv_block4, 4)
 DEFINE_PV(pv_block2, 2)
 
 /* exp of 4 doubles: libmvec's AVX2 variant, as in linalg.c. */
-__m256d _ZGVdN4v_exp(__m256d x);
+KERNEL __m256d _ZGVdN4v_exp(__m256d x);
 
 /* linalg.c's mix_avx512(): the max and the exps over the context's slots
  * in 8 double lanes (two vectors of 4 here), each 16-slot group as two

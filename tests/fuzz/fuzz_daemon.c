@@ -36,7 +36,7 @@ static void setup(void) {
   opt = (aurald_options){
       .model_path = model ? model : "tests/data/encoder/tiny.safetensors",
       .socket_path = "(fuzz)",
-      .chunk_frames = 50,
+      .chunk_ms = 500,
       .n_threads = 1,
       .max_request_bytes = 1u << 20,
       .max_message_bytes = 64u << 20,
