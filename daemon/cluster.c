@@ -320,15 +320,8 @@ static bool take_pcm(cstream *cs, const uint8_t *p, size_t n, size_t from) {
   }
   float *x = cs->rest + (cs->rest_at + cs->rest_n) * ch;
   size_t bytes = cs->format == AURAL_SAMPLE_S16 ? 2 : 4;
-  for (size_t i = from * ch; i < (from + n) * ch; i++, x++) {
-    if (bytes == 2) {
-      *x = (float)(int16_t)aural_get_u16(p + 2 * i) * (1.0f / 32768.0f);
-    } else {
-      uint32_t u = aural_get_u32(p + 4 * i);
-      memcpy(x, &u, 4);
-      if (!isfinite(*x)) return false;
-    }
-  }
+  if (pcm_decode(cs->format, p + from * ch * bytes, n * ch, x) < n * ch)
+    return false;
   cs->rest_n += n;
   return true;
 }

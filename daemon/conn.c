@@ -9,7 +9,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <malloc.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -538,25 +537,16 @@ static size_t do_audio_data(conn *c, uint32_t id, const uint8_t *p,
   if (n_frames > room) n_frames = room;
   size_t n_values = n_frames * (size_t)s->channels;
   float *x = srv->scratch;
-  if (s->loop.format == AURAL_SAMPLE_S16) {
-    for (size_t i = 0; i < n_values; i++)
-      x[i] = (float)(int16_t)aural_get_u16(p + 2 * i) * (1.0f / 32768.0f);
-  } else {
-    for (size_t i = 0; i < n_values; i++) {
-      uint32_t u = aural_get_u32(p + 4 * i);
-      memcpy(&x[i], &u, 4);
-      if (!isfinite(x[i])) {
-        size_t frame =
-            (size_t)s->loop.frames_received + i / (size_t)s->channels;
-        conn_send_error(c, id, AURAL_PROTO_EAUDIO, false,
-                        "non-finite sample at frame %zu, channel %zu; the "
-                        "stream ends",
-                        frame, i % (size_t)s->channels);
-        stream_end_input(s, END_ERROR, "non-finite sample in client audio");
-        s->loop.closed_by_client = true;
-        return n;
-      }
-    }
+  size_t good = pcm_decode(s->loop.format, p, n_values, x);
+  if (good < n_values) {
+    size_t frame = (size_t)s->loop.frames_received + good / (size_t)s->channels;
+    conn_send_error(c, id, AURAL_PROTO_EAUDIO, false,
+                    "non-finite sample at frame %zu, channel %zu; the "
+                    "stream ends",
+                    frame, good % (size_t)s->channels);
+    stream_end_input(s, END_ERROR, "non-finite sample in client audio");
+    s->loop.closed_by_client = true;
+    return n;
   }
   /* The loop is the only producer: the room seen above is still there. */
   size_t took = stream_push(s, x, n_frames, aurald_now_us());

@@ -560,6 +560,10 @@ void stream_release(stream *s); /* start processing a held stream */
  * its input buffer has room for; returns how many it took. */
 size_t stream_push(stream *s, const float *pcm, size_t n_frames,
                    int64_t arrival_us);
+/* Decodes n little-endian samples of an aural_sample_format (s16 scaled
+ * to +-1, f32 as they are) into x; returns n, or the index of the first
+ * non-finite f32 sample (decoding stops there). */
+size_t pcm_decode(uint8_t format, const uint8_t *p, size_t n, float *x);
 /* Frames stream_push would take now (0 once input is done). */
 size_t stream_room(stream *s);
 /* Worker: copies out the n frames just counted out of in_frames. */

@@ -3,6 +3,7 @@
  * by workers), and the hand-back of finished chunks to the loop.
  */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,19 @@ const char *source_name(stream_source s) {
  * always find several rounds' worth. */
 #define BACKLOG_S 2.0
 #define BACKLOG_BYTES (1u << 20)
+
+size_t pcm_decode(uint8_t format, const uint8_t *p, size_t n, float *x) {
+  for (size_t i = 0; i < n; i++) {
+    if (format == AURAL_SAMPLE_S16) {
+      x[i] = (float)(int16_t)aural_get_u16(p + 2 * i) * (1.0f / 32768.0f);
+      continue;
+    }
+    uint32_t u = aural_get_u32(p + 4 * i);
+    memcpy(&x[i], &u, 4);
+    if (!isfinite(x[i])) return i;
+  }
+  return n;
+}
 
 static size_t backlog_frames(const stream *s) {
   size_t by_time = (size_t)(s->rate_hz * BACKLOG_S);
