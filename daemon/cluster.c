@@ -468,11 +468,11 @@ static void on_published(redisAsyncContext *ac, void *r, void *priv) {
   update_stats(cl);
 }
 
-/* The audio frame where frame f starts. */
-static uint64_t frame_sample(const cstream *cs, uint64_t f) {
-  const aural_fbank_opts *fb = &cs->cl->srv->mc->fbank;
+/* The audio frame (at rate) where frame f starts. */
+static uint64_t frame_sample(const server *srv, double rate, uint64_t f) {
+  const aural_fbank_opts *fb = &srv->mc->fbank;
   double hop = fb->sample_rate_hz * fb->frame_shift_ms / 1000.0;
-  return (uint64_t)llround((double)f * hop * cs->rate / fb->sample_rate_hz);
+  return (uint64_t)llround((double)f * hop * rate / fb->sample_rate_hz);
 }
 
 /* The chunk to recompute from so that chunk k comes out as in an
@@ -497,7 +497,7 @@ static uint64_t resume_chunk(const server *srv, double rate, uint64_t k) {
 static void trim_audio(cstream *cs, uint64_t next_chunk) {
   server *srv = cs->cl->srv;
   uint64_t k0 = resume_chunk(srv, cs->rate, next_chunk);
-  uint64_t keep = frame_sample(cs, k0 * srv->chunk_frames);
+  uint64_t keep = frame_sample(srv, cs->rate, k0 * srv->chunk_frames);
   uint64_t entry_max = (uint64_t)cs->rate * AURAL_CLUSTER_ENTRY_MAX_S;
   if (keep <= entry_max) return;
   char min[48];
@@ -770,9 +770,8 @@ static void on_checkpoint(redisAsyncContext *ac, void *r, void *priv) {
   }
   st->resumed = true;
   st->first_chunk = resume_chunk(cl->srv, st->rate, st->chunks);
-  cstream probe = {.cl = cl, .rate = st->rate};
-  st->first_sample =
-      frame_sample(&probe, st->first_chunk * cl->srv->chunk_frames);
+  st->first_sample = frame_sample(cl->srv, st->rate,
+                                  st->first_chunk * cl->srv->chunk_frames);
   char key[AURAL_CLUSTER_KEY_MAX], end[48];
   aural_cluster_key(key, sizeof key, st->name, AURAL_CLUSTER_AUDIO);
   snprintf(end, sizeof end, "%" PRIu64 "-1", st->first_sample);
@@ -1025,10 +1024,13 @@ static void heartbeat(cluster *cl) {
   snprintf(json + n, cap - n, ",\"host\":");
   json_str(json, cap, host);
   n = strlen(json);
+  pthread_mutex_lock(&srv->mu); /* the workers write it */
+  double load = srv->load;
+  pthread_mutex_unlock(&srv->mu);
   snprintf(json + n, cap - n,
            ",\"pid\":%d,\"capacity\":%d,\"load\":%.3f,\"started_us\":%" PRId64
            ",\"published\":%" PRIu64 ",\"sample_rate\":%g,\"streams\":[",
-           (int)getpid(), srv->opt->cluster_capacity, srv->load, cl->started_us,
+           (int)getpid(), srv->opt->cluster_capacity, load, cl->started_us,
            cl->published, srv->mc->fbank.sample_rate_hz);
   bool first = true;
   for (cstream *cs = cl->streams; cs != NULL; cs = cs->next) {
