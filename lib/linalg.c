@@ -36,8 +36,8 @@ typedef struct kernel_set {
                  size_t, double, double *);
   void (*mix)(double *, const float *, size_t, size_t, size_t, size_t, size_t,
               float *); /* head sizes that are a multiple of 16 */
-  void (*layer_norm_row)(float *, int, const float *, const float *,
-                         float); /* widths that are a multiple of 16 */
+  void (*layer_norm)(float *, size_t, int, const float *, const float *,
+                     float); /* n rows of a width that is a multiple of 16 */
   void (*gelu)(float *, size_t);
 } kernel_set;
 static const kernel_set *kernels(void);
@@ -775,44 +775,79 @@ static void layer_norm_row_ref(float *r, int d, const float *g,
 
 #if AURAL_X86
 /* The same in 8 double lanes (a row of 16 floats at a time, as two
- * halves): the sums go in lanes rather than in order, so the bits may
- * differ from the oracle's by a rounding. */
-__attribute__((target("avx512f,fma"))) static void layer_norm_row_avx512(
-    float *r, int d, const float *g, const float *b, float eps) {
-  __m512d acc[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
-  __m512d c[2], gw[2], bw[2];
-  for (int k = 0; k < d; k += 16) widen_add(acc, _mm512_loadu_ps(r + k));
-  __m512d vm = _mm512_set1_pd(sum8(_mm512_add_pd(acc[0], acc[1])) / d);
-  acc[0] = acc[1] = _mm512_setzero_pd();
-  for (int k = 0; k < d; k += 16) {
-    widen(c, _mm512_loadu_ps(r + k));
-    for (int h = 0; h < 2; h++) {
-      c[h] = _mm512_sub_pd(c[h], vm);
-      acc[h] = _mm512_fmadd_pd(c[h], c[h], acc[h]);
-    }
+ * halves), R rows side by side: each row's sums are chains of dependent
+ * adds, so one row at a time waits on their latency. Each row's
+ * operations are the same whatever R is. The sums go in lanes rather than
+ * in order, so the bits may differ from the oracle's by a rounding. */
+#define DEFINE_LN(NAME, R)                                                     \
+  __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
+  NAME(float *x, size_t ld, int d, const float *g, const float *b,            \
+       float eps) {                                                            \
+    __m512d acc[R][2], vm[R], inv[R], c[2], gw[2], bw[2];                      \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r][0] =            \
+        acc[r][1] = _mm512_setzero_pd();                                       \
+    for (int k = 0; k < d; k += 16)                                            \
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                      \
+        widen_add(acc[r], _mm512_loadu_ps(x + r * ld + k));                    \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                      \
+      vm[r] = _mm512_set1_pd(sum8(_mm512_add_pd(acc[r][0], acc[r][1])) / d);   \
+      acc[r][0] = acc[r][1] = _mm512_setzero_pd();                             \
+    }                                                                          \
+    for (int k = 0; k < d; k += 16)                                            \
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                    \
+        widen(c, _mm512_loadu_ps(x + r * ld + k));                             \
+        for (int h = 0; h < 2; h++) {                                          \
+          c[h] = _mm512_sub_pd(c[h], vm[r]);                                   \
+          acc[r][h] = _mm512_fmadd_pd(c[h], c[h], acc[r][h]);                  \
+        }                                                                      \
+      }                                                                        \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                      \
+      double var = sum8(_mm512_add_pd(acc[r][0], acc[r][1])) / d;              \
+      inv[r] = _mm512_set1_pd(1.0 / sqrt(var + (double)eps));                  \
+    }                                                                          \
+    for (int k = 0; k < d; k += 16) {                                          \
+      widen(gw, _mm512_loadu_ps(g + k));                                       \
+      widen(bw, _mm512_loadu_ps(b + k));                                       \
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                    \
+        widen(c, _mm512_loadu_ps(x + r * ld + k));                             \
+        for (int h = 0; h < 2; h++)                                            \
+          c[h] = _mm512_fmadd_pd(                                              \
+              _mm512_mul_pd(_mm512_sub_pd(c[h], vm[r]), inv[r]), gw[h], bw[h]); \
+        _mm512_storeu_ps(x + r * ld + k, narrow(c));                           \
+      }                                                                        \
+    }                                                                          \
   }
-  double var = sum8(_mm512_add_pd(acc[0], acc[1])) / d;
-  __m512d inv = _mm512_set1_pd(1.0 / sqrt(var + (double)eps));
-  for (int k = 0; k < d; k += 16) {
-    widen(c, _mm512_loadu_ps(r + k));
-    widen(gw, _mm512_loadu_ps(g + k));
-    widen(bw, _mm512_loadu_ps(b + k));
-    for (int h = 0; h < 2; h++)
-      c[h] = _mm512_fmadd_pd(_mm512_mul_pd(_mm512_sub_pd(c[h], vm), inv), gw[h],
-                             bw[h]);
-    _mm512_storeu_ps(r + k, narrow(c));
-  }
+DEFINE_LN(layer_norm4, 4)
+DEFINE_LN(layer_norm1, 1)
+
+__attribute__((target("avx512f,fma"))) static void layer_norm_avx512(
+    float *x, size_t n, int d, const float *g, const float *b, float eps) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) layer_norm4(x + i * (size_t)d, (size_t)d, d, g, b, eps);
+  for (; i < n; i++) layer_norm1(x + i * (size_t)d, (size_t)d, d, g, b, eps);
+}
+
+static void layer_norm_avx2(float *x, size_t n, int d, const float *g,
+                            const float *b, float eps) {
+  for (size_t i = 0; i < n; i++)
+    aural__layer_norm_row_avx2(x + i * (size_t)d, d, g, b, eps);
 }
 
 #endif /* AURAL_X86 */
+
+static void layer_norm_ref(float *x, size_t n, int d, const float *g,
+                           const float *b, float eps) {
+  for (size_t i = 0; i < n; i++) layer_norm_row_ref(x + i * (size_t)d, d, g, b, eps);
+}
 
 void aural__layer_norm(float *x, size_t n, int d, const float *g,
                        const float *b, float eps) {
   /* As in the mix, widths that are not a multiple of 16 take the plain
    * way on every path. */
-  void (*row)(float *, int, const float *, const float *, float) =
-      d % 16 == 0 ? kernels()->layer_norm_row : layer_norm_row_ref;
-  for (size_t i = 0; i < n; i++) row(x + i * (size_t)d, d, g, b, eps);
+  if (d % 16 == 0)
+    kernels()->layer_norm(x, n, d, g, b, eps);
+  else
+    layer_norm_ref(x, n, d, g, b, eps);
 }
 
 void aural__relu(float *x, size_t n) {
@@ -824,17 +859,17 @@ void aural__relu(float *x, size_t n) {
 /* Indexed by aural__isa. */
 static const kernel_set kernel_sets[] = {
     {AURAL__ISA_SCALAR, "aural scalar reference (slow)", aural__linear_ref,
-     aural__attention_scores_ref, mix_ref, layer_norm_row_ref, gelu_ref},
+     aural__attention_scores_ref, mix_ref, layer_norm_ref, gelu_ref},
 #if AURAL_X86
     {AURAL__ISA_AVX2,
      "aural AVX2 FMA (register tiles of 3-6 rows x 16 columns over "
      "L1-sized weight blocks; f16 weights via F16C)",
      aural__linear_avx2, aural__scores_avx2, aural__mix_avx2,
-     aural__layer_norm_row_avx2, aural__gelu_avx2},
+     layer_norm_avx2, aural__gelu_avx2},
     {AURAL__ISA_AVX512,
      "aural AVX-512 FMA (register tiles of 3-6 rows x 32 columns over "
      "L1-sized weight blocks; f16 weights via F16C)",
-     linear_avx512, scores_avx512, mix_avx512, layer_norm_row_avx512,
+     linear_avx512, scores_avx512, mix_avx512, layer_norm_avx512,
      gelu_avx512},
 #endif
 };
