@@ -7,7 +7,7 @@
  * the same operations on each value in the same order, only in narrower
  * registers. Matrix products and attention scores also equal the scalar
  * oracle; gelu, layer norm and the attention mix equal the AVX-512 path
- * but not the oracle (their sums go in lanes, their exp is libmvec's).
+ * but not the oracle (their sums go in lanes, their exp is AURAL__EXP's).
  */
 #ifndef AURAL_KERNELS_H
 #define AURAL_KERNELS_H
@@ -19,6 +19,26 @@
 /* The coefficients of the vector erf (gelu): erf on [k/4, (k+1)/4) is
  * sum_d aural__erf_c[d][k] t^d, t = z - (k + 1/2) / 4 (linalg.c). */
 extern const float aural__erf_c[7][16];
+
+/* exp(x) in double for x <= 0 (the softmax's score minus its largest),
+ * the same operations in both vector paths: x below -708 is taken as
+ * -708 (whose exp, 3e-308, is 0 once a weight is rounded to float);
+ * n = x / ln 2 rounded to the nearest integer by adding 1.5 * 2^52
+ * (whose low bits then hold n); r = x - n ln 2 in two steps (|r| <=
+ * 0.347); e^r by its Taylor polynomial of degree 12 in Horner's form
+ * (relative error below 1e-15); times 2^n built from n's bits. Within a
+ * few units in the last place of libm's exp. */
+#define AURAL__EXP_MIN (-708.0)
+#define AURAL__EXP_SHIFT 6755399441055744.0 /* 1.5 * 2^52 */
+#define AURAL__EXP_LOG2E 1.4426950408889634
+#define AURAL__EXP_LN2_HI 0.693145751953125 /* ln 2's first 32 bits */
+#define AURAL__EXP_LN2_LO 1.4286068203094173e-06 /* ln 2 - LN2_HI */
+#define AURAL__EXP_DEGREE 12
+/* 1 / d! for d = 0 .. AURAL__EXP_DEGREE. */
+static const double aural__exp_c[AURAL__EXP_DEGREE + 1] = {
+    1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040,
+    1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800,
+    1.0 / 479001600};
 
 /* The cached frames of an attention row as at most two runs of
  * consecutive ring slots, oldest first: [slot_first, end of ring) and

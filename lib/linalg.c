@@ -490,9 +490,24 @@ static double softmax_ref(double *scores, const slot_runs *runs) {
 }
 
 #if AURAL_X86
-/* exp of 4 doubles (libmvec's AVX2 variant): both vector paths take it,
- * so that their softmax weights have the same bits. */
-__attribute__((target("avx2"))) __m256d _ZGVdN4v_exp(__m256d x);
+/* exp of 8 doubles <= 0, as kernels.h's AURAL__EXP says (the AVX2 path
+ * does the same in 4 lanes, so their softmax weights have the same
+ * bits). */
+__attribute__((target("avx512f,fma"), always_inline)) static inline __m512d
+exp8(__m512d x) {
+  const __m512d shift = _mm512_set1_pd(AURAL__EXP_SHIFT);
+  x = _mm512_max_pd(x, _mm512_set1_pd(AURAL__EXP_MIN));
+  __m512d t = _mm512_fmadd_pd(x, _mm512_set1_pd(AURAL__EXP_LOG2E), shift);
+  __m512d n = _mm512_sub_pd(t, shift);
+  __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(AURAL__EXP_LN2_HI), x);
+  r = _mm512_fnmadd_pd(n, _mm512_set1_pd(AURAL__EXP_LN2_LO), r);
+  __m512d p = _mm512_set1_pd(aural__exp_c[AURAL__EXP_DEGREE]);
+  for (int d = AURAL__EXP_DEGREE - 1; d >= 0; d--)
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(aural__exp_c[d]));
+  __m512i scale = _mm512_slli_epi64(
+      _mm512_add_epi64(_mm512_castpd_si512(t), _mm512_set1_epi64(1023)), 52);
+  return _mm512_mul_pd(p, _mm512_castsi512_pd(scale));
+}
 
 /* The sum of the 8 lanes of t in the order the AVX2 kernels take too: the
  * upper four lanes onto the lower four, the upper two of those onto the
@@ -518,22 +533,21 @@ static inline __mmask16 ctx_mask(const slot_runs *runs, size_t g) {
   return (__mmask16)aural__ctx_mask(runs, g);
 }
 
-/* o (NV vectors) = sum over the cached slots s of p_s times the NV
- * vectors at v + s * ldv, p_s = e[s] * inv rounded to float: even and odd
+/* o (NV vectors) = sum over the cached slots s of p[s] times the NV
+ * vectors at v + s * ldv (p[s]: slot s's weight, rounded to float): even and odd
  * slots of each run in separate float chains (at most W / 2 long), added
  * in double at the end and rounded once. */
 #define DEFINE_PV(NAME, NV)                                                    \
   __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
-  NAME(const slot_runs *runs, const double *e, double inv, const float *v,     \
-       size_t ldv, float *o) {                                                 \
+  NAME(const slot_runs *runs, const float *p, const float *v, size_t ldv,     \
+       float *o) {                                                             \
     __m512 acc[2][NV];                                                         \
     _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =           \
         acc[1][i] = _mm512_setzero_ps();                                       \
     for (int ri = 0; ri < runs->n; ri++) {                                     \
       size_t s = runs->start[ri], end = s + runs->len[ri];                     \
       for (; s + 2 <= end; s += 2) {                                           \
-        __m512 p0 = _mm512_set1_ps((float)(e[s] * inv)),                       \
-               p1 = _mm512_set1_ps((float)(e[s + 1] * inv));                   \
+        __m512 p0 = _mm512_set1_ps(p[s]), p1 = _mm512_set1_ps(p[s + 1]);        \
         const float *v0 = v + s * ldv, *v1 = v0 + ldv;                         \
         _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) {                 \
           acc[0][i] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + 16 * i), acc[0][i]); \
@@ -541,7 +555,7 @@ static inline __mmask16 ctx_mask(const slot_runs *runs, size_t g) {
         }                                                                      \
       }                                                                        \
       if (s < end) {                                                           \
-        __m512 p0 = _mm512_set1_ps((float)(e[s] * inv));                       \
+        __m512 p0 = _mm512_set1_ps(p[s]);                                      \
         _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =       \
             _mm512_fmadd_ps(p0, _mm512_loadu_ps(v + s * ldv + 16 * i), acc[0][i]); \
       }                                                                        \
@@ -694,7 +708,7 @@ void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
 }
 
 #if AURAL_X86
-/* The same 8 slots at a time: max and exp (libmvec, double) over the
+/* The same 8 slots at a time: max and exp (exp8, double) over the
  * context's lanes, then the values, 16 lanes of the head at a time, each
  * slot's weight rounded to float. */
 __attribute__((target("avx512f,fma"))) static void mix_avx512(
@@ -720,20 +734,27 @@ __attribute__((target("avx512f,fma"))) static void mix_avx512(
       if (!mh) continue;
       double *sp = scores + 16 * g + 8 * h;
       __m512d x = _mm512_sub_pd(_mm512_mask_loadu_pd(vbest, mh, sp), vbest);
-      __m512d e = _mm512_insertf64x4(
-          _mm512_castpd256_pd512(_ZGVdN4v_exp(_mm512_castpd512_pd256(x))),
-          _ZGVdN4v_exp(_mm512_extractf64x4_pd(x, 1)), 1);
-      e = _mm512_maskz_mov_pd(mh, e);
+      __m512d e = _mm512_maskz_mov_pd(mh, exp8(x));
       _mm512_mask_storeu_pd(sp, mh, e);
       vsum = _mm512_add_pd(vsum, e);
     }
   }
-  double inv = 1.0 / sum8(vsum);
+  /* The weights e * (1 / sum), rounded to float, written over the
+   * scores as floats: group g's 16 floats take the bytes of doubles 8 g
+   * to 8 g + 7, which no later group reads. */
+  __m512d inv = _mm512_set1_pd(1.0 / sum8(vsum));
+  float *p = (float *)scores;
+  for (size_t g = 0; g < n_grp; g++) {
+    __m512d e[2];
+    for (int h = 0; h < 2; h++) e[h] = _mm512_loadu_pd(scores + 16 * g + 8 * h);
+    for (int h = 0; h < 2; h++) e[h] = _mm512_mul_pd(e[h], inv);
+    _mm512_storeu_ps(p + 16 * g, narrow(e));
+  }
   /* Values: four vectors of the head at once (then one), even and odd
    * slots of each run in separate chains. */
   size_t v0 = 0;
-  for (; v0 + 4 <= nv; v0 += 4) pv_block4(&runs, scores, inv, v + 16 * v0, ldv, o + 16 * v0);
-  for (; v0 < nv; v0++) pv_block1(&runs, scores, inv, v + 16 * v0, ldv, o + 16 * v0);
+  for (; v0 + 4 <= nv; v0 += 4) pv_block4(&runs, p, v + 16 * v0, ldv, o + 16 * v0);
+  for (; v0 < nv; v0++) pv_block1(&runs, p, v + 16 * v0, ldv, o + 16 * v0);
 }
 
 #endif /* AURAL_X86 */

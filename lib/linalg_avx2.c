@@ -433,16 +433,15 @@ KERNEL void aural__scores_avx2(const float *q, size_t ldq, size_t n_rows,
  * even and odd slots of each run in separate float chains, added in
  * double at the end and rounded once. */
 #define DEFINE_PV(NAME, NV)                                                    \
-  KERNEL_INLINE void NAME(const aural__slot_runs *runs, const double *e,       \
-                          double inv, const float *v, size_t ldv, float *o) {  \
+  KERNEL_INLINE void NAME(const aural__slot_runs *runs, const float *p,        \
+                          const float *v, size_t ldv, float *o) {              \
     __m256 acc[2][NV];                                                         \
     _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =           \
         acc[1][i] = _mm256_setzero_ps();                                       \
     for (int ri = 0; ri < runs->n; ri++) {                                     \
       size_t s = runs->start[ri], end = s + runs->len[ri];                     \
       for (; s + 2 <= end; s += 2) {                                           \
-        __m256 p0 = _mm256_set1_ps((float)(e[s] * inv)),                       \
-               p1 = _mm256_set1_ps((float)(e[s + 1] * inv));                   \
+        __m256 p0 = _mm256_set1_ps(p[s]), p1 = _mm256_set1_ps(p[s + 1]);        \
         const float *v0 = v + s * ldv, *v1 = v0 + ldv;                         \
         _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) {                 \
           acc[0][i] = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v0 + 8 * i), acc[0][i]); \
@@ -450,7 +449,7 @@ KERNEL void aural__scores_avx2(const float *q, size_t ldq, size_t n_rows,
         }                                                                      \
       }                                                                        \
       if (s < end) {                                                           \
-        __m256 p0 = _mm256_set1_ps((float)(e[s] * inv));                       \
+        __m256 p0 = _mm256_set1_ps(p[s]);                                      \
         _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =       \
             _mm256_fmadd_ps(p0, _mm256_loadu_ps(v + s * ldv + 8 * i), acc[0][i]); \
       }                                                                        \
@@ -467,12 +466,25 @@ KERNEL void aural__scores_avx2(const float *q, size_t ldq, size_t n_rows,
 DEFINE_PV(pv_block4, 4)
 DEFINE_PV(pv_block2, 2)
 
-/* exp of 4 doubles: libmvec's AVX2 variant, as in linalg.c. */
-KERNEL __m256d _ZGVdN4v_exp(__m256d x);
+/* linalg.c's exp8() in 4 lanes. */
+KERNEL_INLINE __m256d exp4(__m256d x) {
+  const __m256d shift = _mm256_set1_pd(AURAL__EXP_SHIFT);
+  x = _mm256_max_pd(x, _mm256_set1_pd(AURAL__EXP_MIN));
+  __m256d t = _mm256_fmadd_pd(x, _mm256_set1_pd(AURAL__EXP_LOG2E), shift);
+  __m256d n = _mm256_sub_pd(t, shift);
+  __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(AURAL__EXP_LN2_HI), x);
+  r = _mm256_fnmadd_pd(n, _mm256_set1_pd(AURAL__EXP_LN2_LO), r);
+  __m256d p = _mm256_set1_pd(aural__exp_c[AURAL__EXP_DEGREE]);
+  for (int d = AURAL__EXP_DEGREE - 1; d >= 0; d--)
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(aural__exp_c[d]));
+  __m256i scale = _mm256_slli_epi64(
+      _mm256_add_epi64(_mm256_castpd_si256(t), _mm256_set1_epi64x(1023)), 52);
+  return _mm256_mul_pd(p, _mm256_castsi256_pd(scale));
+}
 
 /* linalg.c's mix_avx512(): the max and the exps over the context's slots
  * in 8 double lanes (two vectors of 4 here), each 16-slot group as two
- * halves of 8, exp four lanes at a time as there; then the values. */
+ * halves of 8, exp (exp4) four lanes at a time; then the values. */
 KERNEL void aural__mix_avx2(double *scores, const float *v, size_t ldv,
                             size_t hs, size_t n_slots, size_t slot_first,
                             size_t n_ctx, float *o) {
@@ -503,18 +515,26 @@ KERNEL void aural__mix_avx2(double *scores, const float *v, size_t ldv,
             _mm256_blendv_pd(vbest, _mm256_maskload_pd(sp, in),
                              _mm256_castsi256_pd(in)),
             vbest);
-        __m256d e = _mm256_and_pd(_ZGVdN4v_exp(x), _mm256_castsi256_pd(in));
+        __m256d e = _mm256_and_pd(exp4(x), _mm256_castsi256_pd(in));
         _mm256_maskstore_pd(sp, in, e);
         sum[i] = _mm256_add_pd(sum[i], e);
       }
     }
   }
-  double inv = 1.0 / sum8(sum[0], sum[1]);
+  /* The weights as floats over the scores, as in linalg.c. */
+  __m256d inv = _mm256_set1_pd(1.0 / sum8(sum[0], sum[1]));
+  float *p = (float *)scores;
+  for (size_t g = 0; g < n_grp; g++) {
+    __m256d e[4];
+    for (int i = 0; i < 4; i++) e[i] = _mm256_loadu_pd(scores + 16 * g + 4 * i);
+    for (int i = 0; i < 4; i++) e[i] = _mm256_mul_pd(e[i], inv);
+    for (int i = 0; i < 2; i++) _mm256_storeu_ps(p + 16 * g + 8 * i, narrow(e + 2 * i));
+  }
   size_t v0 = 0;
   for (; v0 + 4 <= nv; v0 += 4)
-    pv_block4(&runs, scores, inv, v + 8 * v0, ldv, o + 8 * v0);
+    pv_block4(&runs, p, v + 8 * v0, ldv, o + 8 * v0);
   for (; v0 + 2 <= nv; v0 += 2)
-    pv_block2(&runs, scores, inv, v + 8 * v0, ldv, o + 8 * v0);
+    pv_block2(&runs, p, v + 8 * v0, ldv, o + 8 * v0);
 }
 
 /* ---- layer norm ---------------------------------------------------------- */

@@ -58,7 +58,7 @@ for t in "${targets[@]}"; do
   tsrcs=("${srcs[@]}")
   [[ $t == web ]] && tsrcs=(proto/*.c) # the codec's header decoder only
   "$cc" "${cflags[@]}" "tests/fuzz/fuzz_$t.c" "${tsrcs[@]}" "${extra[@]}" \
-    -o "$out/fuzz_$t" "${libs[@]}" -lfftw3_threads -lmvec -lm -lpthread
+    -o "$out/fuzz_$t" "${libs[@]}" -lfftw3_threads -lm -lpthread
 done
 
 failed=0
