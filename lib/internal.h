@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "aural/error.h"
 
@@ -189,14 +190,38 @@ void aural__fbank_free(aural__fbank *fb);
  * p * aural__panel_stride(cols) + k*16 + j; rows past the end are zero.
  * Panels are one 64-byte line further apart than their size, so that the
  * panels a kernel streams side by side (whose size is often a multiple of
- * 4 KB) do not all fall into the same cache sets. One of f32 / f16 is
- * set. */
+ * 4 KB) do not all fall into the same cache sets. One of f32 / f16 /
+ * bf16 is set.
+ *
+ * bf16 matrices (precision bf16) pair the k: panel p holds W[p*16 + j]
+ * [2i + h] at p * aural__bf16_panel_stride(cols) + i*32 + j*2 + h, so that
+ * one 64-byte line holds k = 2i and 2i + 1 of the panel's 16 rows (the
+ * pairs a bfloat16 dot product takes); an odd cols gets a zero k. */
 #define AURAL__PANEL 16
 typedef struct aural__mat {
   const float *f32;    /* (n_panels, cols, 16) or NULL */
   const uint16_t *f16; /* (n_panels, cols, 16) IEEE half, or NULL */
+  const uint16_t *bf16; /* (n_panels, (cols + 1) / 2, 16, 2) or NULL */
   int rows, cols;
 } aural__mat;
+
+/* Elements from one bf16 panel to the next: its pairs of k, plus one
+ * line, as for f32. */
+static inline size_t aural__bf16_panel_stride(size_t cols) {
+  return ((cols + 1) / 2 + 1) * 2 * AURAL__PANEL;
+}
+
+/* Elements a packed bf16 (rows, cols) matrix occupies. */
+static inline size_t aural__bf16_packed_size(size_t rows, size_t cols) {
+  return (rows + AURAL__PANEL - 1) / AURAL__PANEL *
+         aural__bf16_panel_stride(cols);
+}
+
+/* Offset of W[r][c] in the packed bf16 layout. */
+static inline size_t aural__bf16_packed_at(size_t r, size_t c, size_t cols) {
+  return r / AURAL__PANEL * aural__bf16_panel_stride(cols) +
+         c / 2 * 2 * AURAL__PANEL + r % AURAL__PANEL * 2 + c % 2;
+}
 
 /* Elements from one panel to the next. */
 static inline size_t aural__panel_stride(size_t cols) {
@@ -237,7 +262,9 @@ struct aural_model {
   const float *cmvn_mean, *cmvn_std; /* (n_mels) or NULL */
   char **vocab;             /* (V) token strings */
   float *f32;               /* arena: every f32 tensor */
-  uint16_t *f16;            /* arena: matrices kept in half precision */
+  uint16_t *f16;            /* arena: matrices kept in half precision or
+                               (precision bf16) in bfloat16 */
+  aural_precision precision;
   uint64_t n_params;
   uint64_t weight_bytes;
 };
@@ -272,6 +299,24 @@ aural_batch_item *aural__batch_items(aural_batch *b, size_t *cap);
 /* IEEE half <-> float, exact / round-to-nearest-even. */
 float aural__f16_to_f32(uint16_t h);
 uint16_t aural__f32_to_f16(float f);
+
+/* float -> bfloat16 as AVX512-BF16's conversion does it: zeros and
+ * denormals to a zero of their sign, infinities kept, NaN kept quiet,
+ * others rounded to nearest even. And back (exact). */
+static inline uint16_t aural__f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+  if ((u & 0x7f800000u) == 0x7f800000u)
+    return (uint16_t)((u >> 16) | ((u & 0x7fffffu) ? 0x40u : 0u));
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float aural__bf16_to_f32(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
 
 
 /* ---- linear algebra (linalg.c) ----------------------------------------- */
@@ -333,6 +378,11 @@ void aural__layer_norm(float *x, size_t n, int d, const float *g,
  * depend on how many frames were computed with it. */
 void aural__gelu(float *x, size_t n);
 void aural__relu(float *x, size_t n);
+
+/* For tests that compare the bf16 paths in one process: on, products of
+ * bf16 matrices take the emulation even where the CPU has AVX512-BF16.
+ * Not thread-safe: call it while no other thread computes. */
+void aural__bf16_emulate(bool on);
 
 /* Name of the kernel aural__linear uses on this CPU. */
 const char *aural__gemm_kernel(void);

@@ -4,6 +4,7 @@
  * the choice among the kernel sets (at the end); the AVX2 kernels, which
  * give the AVX-512 kernels' bits, are in linalg_avx2.c.
  */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -42,8 +43,15 @@ typedef struct kernel_set {
 } kernel_set;
 static const kernel_set *kernels(void);
 
+static void linear_bf16_ref(const aural__mat *w, const float *b,
+                            const float *x, size_t n, float *y);
+
 void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
                        size_t n, float *y) {
+  if (w->bf16 != NULL) {
+    linear_bf16_ref(w, b, x, n, y);
+    return;
+  }
   size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
   for (size_t i = 0; i < n; i++) {
     for (size_t r = 0; r < rows; r++) {
@@ -262,6 +270,8 @@ tile_chain(int mr, const float *w0, size_t w1_off, const float *x,
                               last ? _mm512_add_ps(tot[r][q], bs[q])           \
                                    : tot[r][q]);                               \
   }
+DEFINE_TILE(tile1, 1)
+DEFINE_TILE(tile2, 2)
 DEFINE_TILE(tile3, 3)
 DEFINE_TILE(tile4, 4)
 DEFINE_TILE(tile5, 5)
@@ -399,11 +409,325 @@ static void linear_avx512(const aural__mat *w, const float *b, const float *x,
     linear_f16(w->f16, N, K, b, x, M, y);
 }
 
+/*
+ * Precision bf16 (model.h): y = x W^T + b with W in bfloat16 and each
+ * input rounded to bfloat16, summed in float as AVX512-BF16's dot product
+ * sums: for each pair of k (2i, 2i + 1), k = 2i + 1's product is added to
+ * the running sum and then k = 2i's, each add rounded once (a product of
+ * two bfloat16 is exact in float), with denormal inputs taken as zero and
+ * denormal results flushed to zero. The chains, their totals and the bias
+ * go as in f32: chains of AURAL__CHAIN k (whole pairs) from zero, added
+ * in order, then the bias; also with denormals flushed, so that the CPUs
+ * with the dot product and those without give the same bits.
+ *
+ * Without AVX512-BF16 (or with AURAL_BF16=emulate), the float kernels
+ * above do it: each k block of weights is widened to float, and of the
+ * inputs rounded, with the two k of each pair swapped, so that the f32
+ * tile's chains in k order are the dot product's in its order; MXCSR's
+ * flush-to-zero and denormals-are-zero make their adds the dot product's.
+ * With it, the tile below takes the pairs as they are.
+ */
+#define MXCSR_FTZ_DAZ 0x8040u
+
+/* 16 floats rounded to bfloat16 (aural__f32_to_bf16), as float bits:
+ * zeros and denormals to a signed zero, infinities kept, NaN quiet. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512i
+round_bf16(__m512 v) {
+  const __m512i expo = _mm512_set1_epi32(0x7f800000),
+                hi = _mm512_set1_epi32((int)0xffff0000u);
+  __m512i u = _mm512_castps_si512(v);
+  __mmask16 tiny = _mm512_testn_epi32_mask(u, expo); /* exponent 0 */
+  __m512i r = _mm512_add_epi32(
+      u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                          _mm512_and_si512(_mm512_srli_epi32(u, 16),
+                                           _mm512_set1_epi32(1))));
+  __mmask16 special = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, expo), expo);
+  __mmask16 nan = _mm512_mask_test_epi32_mask(special, u, _mm512_set1_epi32(0x7fffff));
+  r = _mm512_and_si512(_mm512_mask_mov_epi32(r, special, u), hi);
+  r = _mm512_mask_or_epi32(r, nan, r, _mm512_set1_epi32(0x400000)); /* quiet */
+  return _mm512_mask_and_epi32(r, tiny, u, _mm512_set1_epi32((int)0x80000000u));
+}
+
+/* Rows [0, m) of x (K apart), k in [k0, k0 + kc) (kc even), rounded to
+ * bfloat16 into xs (KC apart) as floats, each pair's two k swapped; k
+ * past K is zero. */
+__attribute__((target("avx512f"))) static void round_rows_swapped(
+    const float *x, size_t K, size_t m, size_t k0, size_t kc, float *xs) {
+  for (size_t i = 0; i < m; i++)
+    for (size_t k = 0; k < kc; k += 16) {
+      size_t left = k0 + k < K ? K - (k0 + k) : 0;
+      __mmask16 in = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+      __m512 v = _mm512_maskz_loadu_ps(in, x + i * K + k0 + k);
+      __m512 r = _mm512_castsi512_ps(round_bf16(v));
+      __mmask16 out = kc - k >= 16 ? 0xffff : (__mmask16)((1u << (kc - k)) - 1);
+      _mm512_mask_storeu_ps(xs + i * KC + k, out, _mm512_permute_ps(r, 0xb1));
+    }
+}
+
+/* The same rows as bfloat16 pairs (k = 2i low, 2i + 1 high), the dot
+ * product's input: xp (KC / 2 apart). */
+__attribute__((target("avx512f"))) static void round_rows_pairs(
+    const float *x, size_t K, size_t m, size_t k0, size_t kc, uint32_t *xp) {
+  const __m512i lo16 = _mm512_set1_epi64(0xffff),
+                hi16 = _mm512_set1_epi64(0xffff0000);
+  for (size_t i = 0; i < m; i++)
+    for (size_t k = 0; k < kc; k += 16) {
+      size_t left = k0 + k < K ? K - (k0 + k) : 0;
+      __mmask16 in = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+      __m512i r = round_bf16(_mm512_maskz_loadu_ps(in, x + i * K + k0 + k));
+      /* Each 64-bit lane: k even's bfloat16 at bits 16-31, odd's at 48-63. */
+      __m512i pair = _mm512_or_si512(
+          _mm512_and_si512(_mm512_srli_epi64(r, 16), lo16),
+          _mm512_and_si512(_mm512_srli_epi64(r, 32), hi16));
+      size_t n_pairs = (kc - k) / 2 < 8 ? (kc - k) / 2 : 8;
+      _mm512_mask_cvtepi64_storeu_epi32(xp + i * (KC / 2) + k / 2,
+                                        (__mmask8)((1u << n_pairs) - 1), pair);
+    }
+}
+
+/* A k block (kp pairs from pair j0) of a bf16 panel widened to floats in
+ * the swapped order of round_rows_swapped: dst[2 i] is k = 2 (j0 + i) + 1,
+ * dst[2 i + 1] is k = 2 (j0 + i), 16 lanes each. */
+__attribute__((target("avx512f"))) static void widen_bf16_swapped(
+    const uint16_t *panel, size_t j0, size_t kp, float *dst) {
+  const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+  for (size_t i = 0; i < kp; i++) {
+    __m512i line = _mm512_loadu_si512(panel + (j0 + i) * 2 * AURAL__PANEL);
+    _mm512_store_ps(dst + 32 * i, _mm512_castsi512_ps(_mm512_and_si512(line, hi)));
+    _mm512_store_ps(dst + 32 * i + 16,
+                    _mm512_castsi512_ps(_mm512_slli_epi32(line, 16)));
+  }
+}
+
+/* One chain of the native tile: as tile_chain(), over n pairs, each k
+ * step a dot product of the pairs of both panels with each row's pair
+ * (broadcast). x is ldx pairs apart; w1 is w0 plus w1_off elements. */
+#define CHAIN_ROW_DP(R, X, OFF)                                                \
+  ".if %c[mr] > " #R "\n\t"                                                    \
+  "vpbroadcastd " OFF "(%[" X "]), %%zmm29\n\t"                                \
+  "vdpbf16ps %%zmm30, %%zmm29, %[a" #R "0]\n\t"                                \
+  "vdpbf16ps %%zmm31, %%zmm29, %[a" #R "1]\n\t"                                \
+  ".endif\n\t"
+#define CHAIN_ROW_DP_LD(R, X, SCALE)                                           \
+  ".if %c[mr] > " #R "\n\t"                                                    \
+  "vpbroadcastd (%[" X "],%[ld]," #SCALE "), %%zmm29\n\t"                      \
+  "vdpbf16ps %%zmm30, %%zmm29, %[a" #R "0]\n\t"                                \
+  "vdpbf16ps %%zmm31, %%zmm29, %[a" #R "1]\n\t"                                \
+  ".endif\n\t"
+
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
+tile_chain_dp(int mr, const uint16_t *w0, size_t w1_off, const uint32_t *x,
+              size_t ldx, size_t n, __m512 acc[MR_MAX][2]) {
+  const uint32_t *x3 = x + 3 * ldx;
+  size_t ld = ldx * sizeof(uint32_t), woff = w1_off * sizeof(uint16_t);
+  __asm__ volatile(
+      ZERO2(0) ZERO2(1) ZERO2(2) ZERO2(3) ZERO2(4) ZERO2(5)
+      "1:\n\t"
+      "vmovups (%[w]), %%zmm30\n\t"
+      "vmovups (%[w],%[woff],1), %%zmm31\n\t"
+      CHAIN_ROW_DP(0, "x", "") CHAIN_ROW_DP_LD(1, "x", 1)
+      CHAIN_ROW_DP_LD(2, "x", 2) CHAIN_ROW_DP(3, "x3", "")
+      CHAIN_ROW_DP_LD(4, "x3", 1) CHAIN_ROW_DP_LD(5, "x3", 2)
+      "add $64, %[w]\n\t"
+      "add $4, %[x]\n\t"
+      "add $4, %[x3]\n\t"
+      "dec %[n]\n\t"
+      "jnz 1b\n\t"
+      : [a00] "=&v"(acc[0][0]), [a01] "=&v"(acc[0][1]),
+        [a10] "=&v"(acc[1][0]), [a11] "=&v"(acc[1][1]),
+        [a20] "=&v"(acc[2][0]), [a21] "=&v"(acc[2][1]),
+        [a30] "=&v"(acc[3][0]), [a31] "=&v"(acc[3][1]),
+        [a40] "=&v"(acc[4][0]), [a41] "=&v"(acc[4][1]),
+        [a50] "=&v"(acc[5][0]), [a51] "=&v"(acc[5][1]),
+        [w] "+r"(w0), [x] "+r"(x), [x3] "+r"(x3), [n] "+r"(n)
+      : [ld] "r"(ld), [woff] "r"(woff), [mr] "i"(mr)
+      : "xmm29", "xmm30", "xmm31", "memory", "cc");
+}
+
+/* DEFINE_TILE's tile over bf16 pairs with the dot product: kp pairs, y
+ * and the totals as there. */
+#define DEFINE_TILE_DP(NAME, MR)                                               \
+  __attribute__((target("avx512f,avx512bf16"), always_inline)) static inline  \
+  void NAME(const uint16_t *w0, const uint16_t *w1, const uint32_t *x,         \
+            size_t ldx, size_t kp, float *y, size_t N, const __m512 *bs,       \
+            const __mmask16 *ms, int first, int last) {                        \
+    __m512 tot[MR][2];                                                         \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
+      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) tot[r][q] =          \
+          first ? _mm512_setzero_ps()                                          \
+                : _mm512_maskz_loadu_ps(ms[q], y + (size_t)r * N + 16 * q);    \
+    for (size_t j0 = 0; j0 < kp; j0 += AURAL__CHAIN / 2) {                     \
+      size_t n = kp - j0 < AURAL__CHAIN / 2 ? kp - j0 : AURAL__CHAIN / 2;      \
+      __m512 acc[MR_MAX][2];                                                   \
+      tile_chain_dp(MR, w0 + 32 * j0, (size_t)(w1 - w0), x + j0, ldx, n, acc); \
+      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                     \
+        _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) tot[r][q] =        \
+            _mm512_add_ps(tot[r][q], acc[r][q]);                               \
+    }                                                                          \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
+      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++)                      \
+        _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],               \
+                              last ? _mm512_add_ps(tot[r][q], bs[q])           \
+                                   : tot[r][q]);                               \
+  }
+DEFINE_TILE_DP(tile_dp1, 1)
+DEFINE_TILE_DP(tile_dp2, 2)
+DEFINE_TILE_DP(tile_dp3, 3)
+DEFINE_TILE_DP(tile_dp4, 4)
+DEFINE_TILE_DP(tile_dp5, 5)
+DEFINE_TILE_DP(tile_dp6, 6)
+
+/*
+ * Either way, rows in blocks of 1 to 6 (as linear_f32's many-row path)
+ * and chunks of blocks; for each chunk and k block the chunk's inputs are
+ * rounded once, then each panel pair's block of weights is used by every
+ * row block (widened once first, when emulating).
+ */
+__attribute__((target("avx512f,fma,avx512bf16"))) static void linear_bf16_avx512(
+    const aural__mat *mat, const float *b, const float *x, size_t M, float *y,
+    bool native) {
+  size_t N = (size_t)mat->rows, K = (size_t)mat->cols, Kp = (K + 1) / 2 * 2;
+  size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL, np = 2, k0 = 0;
+  size_t ps = aural__bf16_panel_stride(K);
+  const uint16_t *w = mat->bf16;
+  size_t nb = (M + MR_MAX - 1) / MR_MAX, mr_lo = M / nb, n_hi = M % nb;
+  size_t n_ch = (nb + MC_BLOCKS - 1) / MC_BLOCKS, ch = (nb + n_ch - 1) / n_ch;
+  /* Inputs of one chunk and k block, rounded (as floats, or as pairs),
+   * and (emulating) one panel pair's weights widened. */
+  _Static_assert(MC_BLOCKS * MR_MAX * KC * sizeof(float) <= 80 * 1024,
+                 "the rounded inputs stay a modest stack frame");
+  float xs[MC_BLOCKS * MR_MAX * KC] __attribute__((aligned(64)));
+  float wide[2 * KC * AURAL__PANEL] __attribute__((aligned(64)));
+  unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | MXCSR_FTZ_DAZ);
+  for (size_t j0 = 0; j0 < nb; j0 += ch) {
+    size_t j1 = nb - j0 < ch ? nb : j0 + ch;
+    size_t i0 = j0 * mr_lo + (j0 < n_hi ? j0 : n_hi);
+    size_t i1 = j1 * mr_lo + (j1 < n_hi ? j1 : n_hi);
+    for (k0 = 0; k0 < Kp; k0 += KC) {
+      size_t kc = Kp - k0 < KC ? Kp - k0 : KC;
+      int first = k0 == 0, last = k0 + kc == Kp;
+      if (native)
+        round_rows_pairs(x + i0 * K, K, i1 - i0, k0, kc, (uint32_t *)xs);
+      else
+        round_rows_swapped(x + i0 * K, K, i1 - i0, k0, kc, xs);
+      for (size_t p = 0; p < n_panels; p += np) {
+        PANEL_SETUP(uint16_t)
+        /* Pair k0 / 2 is k0 * AURAL__PANEL elements in, as an f32
+         * panel's k0: PANEL_SETUP's pointers are right for bf16 too. */
+        const uint16_t *w0 = ws[0], *w1 = ws[1];
+        if (!native) {
+          widen_bf16_swapped(w0, 0, kc / 2, wide);
+          widen_bf16_swapped(w1, 0, kc / 2, wide + KC * AURAL__PANEL);
+        }
+        float *yp = y + i0 * N + p * AURAL__PANEL;
+        size_t at = 0; /* row of xs */
+        for (size_t j = j0; j < j1; j++) {
+          size_t mr = mr_lo + (j < n_hi);
+          if (native) {
+            const uint32_t *xj = (const uint32_t *)xs + at * (KC / 2);
+            switch (mr) {
+            case 1: tile_dp1(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
+            case 2: tile_dp2(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
+            case 3: tile_dp3(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
+            case 4: tile_dp4(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
+            case 5: tile_dp5(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
+            default: tile_dp6(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
+            }
+          } else {
+            const float *xj = xs + at * KC, *v0 = wide, *v1 = wide + KC * AURAL__PANEL;
+            switch (mr) {
+            case 1: tile1(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+            case 2: tile2(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+            case 3: tile3(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+            case 4: tile4(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+            case 5: tile5(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+            default: tile6(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+            }
+          }
+          at += mr;
+          yp += mr * N;
+        }
+      }
+    }
+  }
+  _mm_setcsr(csr);
+}
+
 #endif /* AURAL_X86 */
+
+/* A float as the bf16 kernels take it: a denormal is a zero of its sign. */
+static inline float flush(float v) {
+  return fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
+}
+
+/* Precision bf16 the plain way: the oracle. */
+static void linear_bf16_ref(const aural__mat *w, const float *b,
+                            const float *x, size_t n, float *y) {
+  size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
+  for (size_t i = 0; i < n; i++) {
+    const float *xi = x + i * cols;
+    for (size_t r = 0; r < rows; r++) {
+      float total = 0.0f;
+      for (size_t c0 = 0; c0 < cols; c0 += AURAL__CHAIN) {
+        float chain = 0.0f;
+        for (size_t c = c0; c < cols && c < c0 + AURAL__CHAIN; c += 2) {
+          float x_lo = aural__bf16_to_f32(aural__f32_to_bf16(xi[c])),
+                w_lo = aural__bf16_to_f32(w->bf16[aural__bf16_packed_at(r, c, cols)]),
+                x_hi = 0.0f, w_hi = 0.0f;
+          if (c + 1 < cols) {
+            x_hi = aural__bf16_to_f32(aural__f32_to_bf16(xi[c + 1]));
+            w_hi = aural__bf16_to_f32(w->bf16[aural__bf16_packed_at(r, c + 1, cols)]);
+          }
+          chain = flush(fmaf(x_hi, w_hi, chain));
+          chain = flush(fmaf(x_lo, w_lo, chain));
+        }
+        total = flush(total + chain);
+      }
+      y[i * rows + r] = b != NULL ? flush(total + flush(b[r])) : total;
+    }
+  }
+}
+
+#if AURAL_X86
+/* AVX512-BF16: CPUID leaf 7, subleaf 1, EAX bit 5 (with AVX-512 in use),
+ * unless AURAL_BF16=emulate asks for the emulation; read once. */
+static bool bf16_cpu;
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static void detect_bf16(void) {
+  unsigned a, b, c, d;
+  const char *want = getenv("AURAL_BF16");
+  bf16_cpu = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) &&
+             !(want != NULL && strcmp(want, "emulate") == 0);
+}
+#endif
+
+static bool bf16_emulated_forced; /* aural__bf16_emulate() */
+
+void aural__bf16_emulate(bool on) { bf16_emulated_forced = on; }
+
+static bool bf16_native(void) {
+#if AURAL_X86
+  pthread_once(&bf16_once, detect_bf16);
+  return bf16_cpu && !bf16_emulated_forced &&
+         kernels()->isa == AURAL__ISA_AVX512;
+#else
+  return false;
+#endif
+}
+
+bool aural_model_bf16_native(void) { return bf16_native(); }
 
 void aural__linear(const aural__mat *w, const float *b, const float *x,
                    size_t n, float *y) {
-  kernels()->linear(w, b, x, n, y);
+  if (w->bf16 == NULL)
+    kernels()->linear(w, b, x, n, y);
+#if AURAL_X86
+  else if (kernels()->isa == AURAL__ISA_AVX512)
+    linear_bf16_avx512(w, b, x, n, y, bf16_native());
+#endif
+  else
+    linear_bf16_ref(w, b, x, n, y);
 }
 
 /* Exact-erf gelu, 16 at a time. erf(z) for |z| < 4 is a degree-6

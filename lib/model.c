@@ -47,6 +47,13 @@ static uint64_t max_memory_of(const aural_model_load_config *lc) {
                               : AURAL_MODEL_DEFAULT_MAX_MEMORY;
 }
 
+/* How the matrices are held: bf16 under precision bf16 (or weights bf16),
+ * else as weights says. */
+static aural_weight_type held_type(const aural_model_load_config *lc) {
+  return lc->precision == AURAL_PRECISION_BF16 ? AURAL_WEIGHTS_BF16
+                                               : lc->weights;
+}
+
 static size_t batch_rows_of(const aural_model_load_config *lc) {
   return lc->batch_rows ? lc->batch_rows : AURAL_MODEL_DEFAULT_BATCH_ROWS;
 }
@@ -98,12 +105,6 @@ uint16_t aural__f32_to_f16(float f) {
   return sign | (uint16_t)h;
 }
 
-static float bf16_to_f32(uint16_t b) {
-  uint32_t bits = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
 
 /* ---- strict JSON ------------------------------------------------------ */
 
@@ -619,7 +620,7 @@ static float elem_f32(const unsigned char *src, dtype t, size_t i) {
     return f;
   }
   memcpy(&h, src + 2 * i, 2);
-  return t == DT_F16 ? aural__f16_to_f32(h) : bf16_to_f32(h);
+  return t == DT_F16 ? aural__f16_to_f32(h) : aural__bf16_to_f32(h);
 }
 
 /* Element i as IEEE half: F16 bits pass through unchanged. */
@@ -647,13 +648,24 @@ static void pack(const unsigned char *src, dtype t, size_t rows, size_t cols,
     }
 }
 
+/* The same into the bf16 layout (internal.h): each weight rounded to the
+ * nearest bfloat16 (a denormal to zero, as the dot products take it). */
+static void pack_bf16(const unsigned char *src, dtype t, size_t rows,
+                      size_t cols, uint16_t *dst) {
+  memset(dst, 0, aural__bf16_packed_size(rows, cols) * sizeof *dst);
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++)
+      dst[aural__bf16_packed_at(r, c, cols)] =
+          aural__f32_to_bf16(elem_f32(src, t, r * cols + c));
+}
+
 /* ---- memory ------------------------------------------------------------ */
 
 /* Elements of the two weight arenas, counted as the loader fills them:
  * each tensor rounded up to 16 elements, matrices packed in panels. */
 typedef struct arena_count {
   uint64_t f32, f16;
-  int f16_mats; /* matrices go to the f16 arena */
+  aural_weight_type mats; /* matrices go to the f16 arena unless F32 */
   int ok;       /* no overflow so far */
 } arena_count;
 
@@ -669,11 +681,14 @@ static void count_add(arena_count *a, uint64_t *acc, uint64_t n,
 static void count_mat(arena_count *a, uint64_t rows, uint64_t cols,
                       uint64_t times) {
   uint64_t panels = rows / AURAL__PANEL + (rows % AURAL__PANEL != 0), n;
-  if (__builtin_mul_overflow(panels, (cols + 1) * AURAL__PANEL, &n)) {
+  uint64_t stride = a->mats == AURAL_WEIGHTS_BF16
+                        ? ((cols + 1) / 2 + 1) * 2 * AURAL__PANEL
+                        : (cols + 1) * AURAL__PANEL;
+  if (cols > MAX_DIM || __builtin_mul_overflow(panels, stride, &n)) {
     a->ok = 0;
     return;
   }
-  count_add(a, a->f16_mats ? &a->f16 : &a->f32, n, times);
+  count_add(a, a->mats != AURAL_WEIGHTS_F32 ? &a->f16 : &a->f32, n, times);
 }
 
 static void count_vec(arena_count *a, uint64_t n, uint64_t times) {
@@ -693,7 +708,10 @@ int aural_model_memory_need(const aural_model_config *c,
            mels = (uint64_t)c->fbank.num_mel_bins,
            v = (uint64_t)c->vocab_size, n_layers = (uint64_t)c->n_layers;
   /* The tensors list_wanted() calls for, in the same shapes. */
-  arena_count a = {.f16_mats = weights == AURAL_WEIGHTS_F16, .ok = 1};
+  if (weights != AURAL_WEIGHTS_F32 && weights != AURAL_WEIGHTS_F16 &&
+      weights != AURAL_WEIGHTS_BF16)
+    return AURAL_EINVAL;
+  arena_count a = {.mats = weights, .ok = 1};
   count_mat(&a, d, mels, 1);
   count_vec(&a, d, 1);
   count_mat(&a, 3 * d, d, n_layers);
@@ -766,9 +784,22 @@ static int check_memory(const aural_model_config *c,
   if (rows > 65536)
     return aural__err_set(err, AURAL_EINVAL,
                           "%s: batch_rows %zu is above 65536", where, rows);
+  if ((lc->precision != AURAL_PRECISION_F32 &&
+       lc->precision != AURAL_PRECISION_BF16) ||
+      (unsigned)lc->weights > AURAL_WEIGHTS_BF16)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "%s: the load config's precision (%d) or weights "
+                          "(%d) is not one this library knows",
+                          where, (int)lc->precision, (int)lc->weights);
+  if (lc->precision == AURAL_PRECISION_BF16 &&
+      lc->weights == AURAL_WEIGHTS_F16)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "%s: precision bf16 holds its weights as bfloat16; "
+                          "weights f16 does not go with it",
+                          where);
   aural_model_memory mm;
   char lim[32], a[32], b[32], e[32], s[32], dim[48], what[160];
-  if (aural_model_memory_need(c, lc->weights, rows, &mm) < 0)
+  if (aural_model_memory_need(c, held_type(lc), rows, &mm) < 0)
     return aural__err_set(err, AURAL_ECONFIG,
                           "%s: aural.config: the memory the model needs "
                           "overflows (d_model %d, d_ff %d, n_layers %d)",
@@ -898,7 +929,12 @@ static int convert_weights(aural_model *m, const want_list *wl,
     const want *w = &wl->w[i];
     const entry *e = w->found;
     const unsigned char *src = tensor_data + e->begin;
-    if (w->is_matrix && lcfg->weights == AURAL_WEIGHTS_F16) {
+    if (w->is_matrix && held_type(lcfg) == AURAL_WEIGHTS_BF16) {
+      pack_bf16(src, e->type, w->rows, w->cols, m->f16 + o16);
+      *w->mat = (aural__mat){.bf16 = m->f16 + o16, .rows = (int)w->rows,
+                             .cols = (int)w->cols};
+      o16 += round16(aural__bf16_packed_size(w->rows, w->cols));
+    } else if (w->is_matrix && held_type(lcfg) == AURAL_WEIGHTS_F16) {
       pack(src, e->type, w->rows, w->cols, m->f16 + o16, true);
       *w->mat = (aural__mat){.f16 = m->f16 + o16, .rows = (int)w->rows,
                              .cols = (int)w->cols};
@@ -1118,9 +1154,12 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
     }
     rc = check_shape(w, e, where, err);
     if (rc < 0) goto done;
-    uint64_t n = round16(w->is_matrix ? aural__packed_size(w->rows, w->cols)
-                                      : w->rows);
-    if (w->is_matrix && lcfg->weights == AURAL_WEIGHTS_F16)
+    aural_weight_type held = held_type(lcfg);
+    uint64_t n = round16(
+        !w->is_matrix                ? w->rows
+        : held == AURAL_WEIGHTS_BF16 ? aural__bf16_packed_size(w->rows, w->cols)
+                                     : aural__packed_size(w->rows, w->cols));
+    if (w->is_matrix && held != AURAL_WEIGHTS_F32)
       n_f16 += n;
     else
       n_f32 += n;
@@ -1141,7 +1180,9 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   if (m->cfg.has_cmvn) m->n_params -= 2u * (uint64_t)m->cfg.fbank.num_mel_bins;
   m->weight_bytes = n_f32 * 4 + n_f16 * 2;
   aural_model_memory mm;
-  assert(aural_model_memory_need(&m->cfg, lcfg->weights, batch_rows_of(lcfg),
+  m->precision = held_type(lcfg) == AURAL_WEIGHTS_BF16 ? AURAL_PRECISION_BF16
+                                                       : AURAL_PRECISION_F32;
+  assert(aural_model_memory_need(&m->cfg, held_type(lcfg), batch_rows_of(lcfg),
                                  &mm) == 0 &&
          mm.weight_bytes == m->weight_bytes);
 
@@ -1228,6 +1269,15 @@ uint64_t aural_model_n_params(const aural_model *m) { return m->n_params; }
 
 uint64_t aural_model_weight_bytes(const aural_model *m) {
   return m->weight_bytes;
+}
+
+aural_precision aural_model_precision(const aural_model *m) {
+  return m->precision;
+}
+
+const char *aural_model_precision_name(aural_precision p) {
+  return p == AURAL_PRECISION_BF16 ? "bf16" : p == AURAL_PRECISION_F32 ? "f32"
+                                                                       : "?";
 }
 
 uint64_t aural_model_flops_per_frame(const aural_model *m) {

@@ -220,6 +220,65 @@ static void test_default_model_parity(void **state) {
   free(gold_l);
 }
 
+/* Precision bf16 on the bundled model against the float64 reference on
+ * the streams of tests/data/default: its error (README, "Precision bf16")
+ * within BF16_LOGIT_TOL of the reference's logits, the frames' best tokens
+ * the reference's on at least BF16_ARGMAX_AGREE of frames, and 50-frame
+ * chunks and single frames bit-identical to each other. */
+#define BF16_LOGIT_TOL 0.5
+#define BF16_ARGMAX_AGREE 0.97
+static void test_default_model_bf16(void **state) {
+  (void)state;
+  const char *path = getenv("AURAL_DEFAULT_MODEL");
+  assert_non_null(path);
+  size_t t, mels, t_l, v;
+  float *feats = load_npy("default/input.npy", &t, &mels);
+  float *gold_l = load_npy("default/logits.npy", &t_l, &v);
+  assert_true(t_l == t);
+  aural_model *m = load_model_at(path, AURAL_WEIGHTS_BF16);
+  assert_int_equal(aural_model_precision(m), AURAL_PRECISION_BF16);
+  const aural_model_config *c = aural_model_get_config(m);
+  size_t d = (size_t)c->d_model;
+  float *emb = malloc(t * d * sizeof *emb), *emb1 = malloc(t * d * sizeof *emb1);
+  float *lg = malloc(t * v * sizeof *lg), *lg1 = malloc(t * v * sizeof *lg1);
+  FILE *spans = fopen(test_data_path("default/spans.txt"), "r");
+  assert_non_null(spans);
+  char name[128];
+  size_t first, n, n_streams = 0;
+  while (fscanf(spans, "%127s %zu %zu", name, &first, &n) == 3) {
+    run(m, 0, feats + first * mels, n, 50, 0, emb, lg);
+    run(m, 0, feats + first * mels, n, 1, 0, emb1, lg1);
+    assert_memory_equal(emb, emb1, n * d * sizeof *emb);
+    assert_memory_equal(lg, lg1, n * v * sizeof *lg);
+    const float *g = gold_l + first * v;
+    double dl = max_diff(lg, g, n * v);
+    size_t agree = 0;
+    for (size_t i = 0; i < n; i++) {
+      size_t a = 0, b = 0;
+      for (size_t j = 1; j < v; j++) {
+        if (lg[i * v + j] > lg[i * v + a]) a = j;
+        if (g[i * v + j] > g[i * v + b]) b = j;
+      }
+      agree += a == b;
+    }
+    printf("  default model, %-20s %4zu frames, bf16: max |C - torch| logits "
+           "%.3f; best token the reference's on %.1f%% of frames\n",
+           name, n, dl, 100.0 * (double)agree / (double)n);
+    assert_true(dl <= BF16_LOGIT_TOL);
+    assert_true((double)agree >= BF16_ARGMAX_AGREE * (double)n);
+    n_streams++;
+  }
+  assert_true(n_streams >= 2);
+  fclose(spans);
+  aural_model_free(m);
+  free(emb);
+  free(emb1);
+  free(lg);
+  free(lg1);
+  free(feats);
+  free(gold_l);
+}
+
 /* Runs t frames of feats through m grouped several ways — frame by frame,
  * calls of 7, 17, 50 and t - 1 frames, passes of 13 rows — and fails
  * unless each gives the bits of one call over all t frames: embeddings,
@@ -292,6 +351,10 @@ static void test_chunk_invariance(void **state) {
     aural_model *m = load_model(cases[i].name, AURAL_WEIGHTS_F32);
     check_groupings(m, cases[i].name, cases[i].start, feats, t);
     aural_model_free(m);
+    /* Precision bf16 keeps the contract of groupings too. */
+    m = load_model(cases[i].name, AURAL_WEIGHTS_BF16);
+    check_groupings(m, cases[i].name, cases[i].start, feats, t);
+    aural_model_free(m);
   }
   const struct {
     const char *name;
@@ -318,6 +381,16 @@ static void test_chunk_invariance(void **state) {
         .pos_encoding = "none", .activation = "relu", .norm_first = 1,
         .vocab_size = 29, .seed = 10},
        AURAL_WEIGHTS_F32},
+      {"d96_postnorm_gelu_bf16",
+       {.d_model = 96, .n_heads = 3, .n_layers = 2, .d_ff = 200, .window = 50,
+        .pos_encoding = "rope", .activation = "gelu", .norm_first = 0,
+        .vocab_size = 29, .seed = 11},
+       AURAL_WEIGHTS_BF16},
+      {"d72_prenorm_gelu_bf16",
+       {.d_model = 72, .n_heads = 3, .n_layers = 2, .d_ff = 136, .window = 37,
+        .pos_encoding = "sinusoidal", .activation = "gelu", .norm_first = 1,
+        .final_norm = 1, .vocab_size = 29, .seed = 12},
+       AURAL_WEIGHTS_BF16},
   };
   for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
     aural_model *m = load_synth(&odd[i].spec, odd[i].name, odd[i].wt);
@@ -584,6 +657,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parity_with_pytorch),
       cmocka_unit_test(test_default_model_parity),
+      cmocka_unit_test(test_default_model_bf16),
       cmocka_unit_test(test_chunk_invariance),
       cmocka_unit_test(test_reset_repeats_exactly),
       cmocka_unit_test(test_ctc_greedy),

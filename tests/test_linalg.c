@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "helpers.h"
+#include "aural/model.h"
 #include "internal.h"
 
 
@@ -150,6 +151,118 @@ static void test_odd_model_shapes_match_oracle(void **state) {
       free(ref);
       free(one);
     }
+}
+
+/* Precision bf16: a random (rows, cols) matrix in the paired bf16 layout,
+ * its weights (as bfloat16 values) row-major in plain. */
+static aural__mat make_bf16_mat(size_t rows, size_t cols, float *plain,
+                                uint16_t **mem) {
+  uint16_t *p = calloc(aural__bf16_packed_size(rows, cols), sizeof *p);
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++) {
+      uint16_t h = aural__f32_to_bf16(test_frand());
+      p[aural__bf16_packed_at(r, c, cols)] = h;
+      plain[r * cols + c] = aural__bf16_to_f32(h);
+    }
+  *mem = p;
+  return (aural__mat){.bf16 = p, .rows = (int)rows, .cols = (int)cols};
+}
+
+/* The bf16 kernel (AVX512-BF16's dot products, or their emulation) against
+ * the bf16 oracle bit for bit, for the shapes and row counts of the f32
+ * test, inputs with denormals and values that round up to the next
+ * exponent among them; each row of a batch as it is alone; the oracle
+ * within float rounding of a double product of the bf16-rounded inputs.
+ * Where the CPU has AVX512-BF16, its dot products against the emulation
+ * too. */
+static void test_bf16_kernel_matches_oracle(void **state) {
+  (void)state;
+  const size_t rows[] = {1, 16, 17, 33, 100};
+  const size_t cols[] = {1, 2, 3, 7, 64, 257, 600};
+  const size_t ns[] = {1, 2, 5, 6, 7, 13, 50, 73, 150};
+  const size_t n_max = 150;
+  int native = aural_model_bf16_native(), n_checked = 0;
+  for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++)
+    for (size_t ci = 0; ci < sizeof cols / sizeof *cols; ci++) {
+      size_t R = rows[ri], C = cols[ci];
+      float *plain = malloc(R * C * sizeof *plain);
+      uint16_t *mem;
+      aural__mat w = make_bf16_mat(R, C, plain, &mem);
+      float *b = malloc(R * sizeof *b), *x = malloc(n_max * C * sizeof *x);
+      for (size_t r = 0; r < R; r++) b[r] = test_frand();
+      b[0] = 1e-40f; /* a denormal bias: zero to the dot product's adds */
+      for (size_t i = 0; i < n_max * C; i++) {
+        x[i] = test_frand() * 4;
+        if (i % 97 == 5) x[i] = 3e-39f;        /* denormal */
+        if (i % 89 == 7) x[i] = 1.0f + 0x1.ffp-9f; /* rounds up to 2^0 + 2^-7 */
+        if (i % 83 == 3) x[i] = -0.0f;
+      }
+      float *fast = malloc(n_max * R * sizeof *fast),
+            *ref = malloc(n_max * R * sizeof *ref);
+      for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        size_t n = ns[ni];
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+          const float *bb = with_bias ? b : NULL;
+          aural__linear(&w, bb, x, n, fast);
+          aural__linear_ref(&w, bb, x, n, ref);
+          assert_memory_equal(fast, ref, n * R * sizeof *fast);
+          if (native) {
+            aural__bf16_emulate(true);
+            aural__linear(&w, bb, x, n, ref);
+            aural__bf16_emulate(false);
+            assert_memory_equal(fast, ref, n * R * sizeof *fast);
+          }
+          n_checked++;
+          aural__linear_ref(&w, bb, x, n, ref);
+          for (size_t i = 0; i < n; i++)
+            for (size_t r = 0; r < R; r++) {
+              double acc = with_bias && r > 0 ? b[r] : 0, mag = fabs(acc);
+              for (size_t c = 0; c < C; c++) {
+                double xv = aural__bf16_to_f32(aural__f32_to_bf16(x[i * C + c]));
+                acc += xv * plain[r * C + c];
+                mag += fabs(xv * plain[r * C + c]);
+              }
+              assert_true(fabs(ref[i * R + r] - acc) <= 1e-6 * (1 + mag));
+            }
+        }
+        if (n > 1) {
+          aural__linear(&w, b, x + (n - 1) * C, 1, ref);
+          aural__linear(&w, b, x, n, fast);
+          assert_memory_equal(fast + (n - 1) * R, ref, R * sizeof *ref);
+        }
+      }
+      free(plain);
+      free(mem);
+      free(b);
+      free(x);
+      free(fast);
+      free(ref);
+    }
+  printf("  %d shapes: the bf16 %s equal the oracle\n", n_checked,
+         native ? "dot products (AVX512-BF16) and their emulation"
+                : "kernels (this CPU has no AVX512-BF16: emulated, or the "
+                  "oracle off AVX-512)");
+}
+
+/* bfloat16 rounding: to nearest, ties to even; denormals to signed zero;
+ * infinities kept and NaN quiet (as AVX512-BF16's conversion). */
+static void test_bf16_conversion(void **state) {
+  (void)state;
+  assert_int_equal(aural__f32_to_bf16(1.0f), 0x3f80);
+  assert_int_equal(aural__f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);  /* tie, even */
+  assert_int_equal(aural__f32_to_bf16(1.0f + 0x3p-8f), 0x3f82);  /* tie, up */
+  assert_int_equal(aural__f32_to_bf16(1.0f + 0x1.2p-8f), 0x3f81);
+  assert_int_equal(aural__f32_to_bf16(-2.0f), 0xc000);
+  assert_int_equal(aural__f32_to_bf16(1e-40f), 0x0000);
+  assert_int_equal(aural__f32_to_bf16(-1e-40f), 0x8000);
+  assert_int_equal(aural__f32_to_bf16(INFINITY), 0x7f80);
+  assert_int_equal(aural__f32_to_bf16(3.4e38f), 0x7f80); /* rounds past max */
+  assert_true((aural__f32_to_bf16(NAN) & 0x7fc0) == 0x7fc0);
+  for (int i = 0; i < 10000; i++) {
+    float f = test_frand() * 1000.0f;
+    float back = aural__bf16_to_f32(aural__f32_to_bf16(f));
+    assert_true(fabsf(back - f) <= fabsf(f) * 0x1p-8f);
+  }
 }
 
 /* An activation gives each value the same bits wherever it sits in the
@@ -412,6 +525,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernel_matches_oracle_bit_for_bit),
       cmocka_unit_test(test_odd_model_shapes_match_oracle),
+      cmocka_unit_test(test_bf16_kernel_matches_oracle),
+      cmocka_unit_test(test_bf16_conversion),
       cmocka_unit_test(test_zero_rows_write_nothing),
       cmocka_unit_test(test_long_products_keep_precision),
       cmocka_unit_test(test_attention_scores_bits),

@@ -44,7 +44,27 @@ typedef enum aural_pos_encoding {
 typedef enum aural_weight_type {
   AURAL_WEIGHTS_F32 = 0, /* float32 (default) */
   AURAL_WEIGHTS_F16,     /* IEEE half: half the bytes, fp32 arithmetic */
+  AURAL_WEIGHTS_BF16,    /* bfloat16, as precision bf16 holds them (for
+                            aural_model_memory_need; in a load config it
+                            is the same as precision bf16) */
 } aural_weight_type;
+
+/* How the matrix products compute (DESIGN.md section 11). */
+typedef enum aural_precision {
+  /* The exact contract (default): float32 products, bit-identical to the
+   * scalar oracle whatever the row count, within 1e-4 of a float64
+   * forward. */
+  AURAL_PRECISION_F32 = 0,
+  /* Opt-in, approximate: weights held as bfloat16 and every matrix
+   * product's inputs rounded to bfloat16 (to nearest even), products
+   * summed in float32 (AVX512-BF16's dot products where the CPU has them,
+   * the same sums emulated bit for bit where it has AVX-512 without them,
+   * the scalar oracle elsewhere). Attention, norms and activations stay
+   * as in f32. The README states its error and its effect on the
+   * default model's phoneme error rate. Still independent of the row
+   * count: chunk and frame mode give the same bits. */
+  AURAL_PRECISION_BF16,
+} aural_precision;
 
 /* The model's aural.config, parsed and validated. */
 typedef struct aural_model_config {
@@ -74,12 +94,15 @@ typedef struct aural_model_config {
 #define AURAL_MODEL_DEFAULT_BATCH_ROWS 1024
 
 typedef struct aural_model_load_config {
-  aural_weight_type weights; /* in-memory type of the matrices */
+  aural_weight_type weights; /* in-memory type of the matrices (f32 or f16
+                                under precision f32) */
   uint64_t max_memory_bytes; /* refuse a model whose weights, one stream
                                 and one batch of batch_rows rows need more
                                 (aural_model_memory_need); 0: the default */
   size_t batch_rows;         /* rows of the largest aural_batch the caller
                                 will make; 0: the default */
+  aural_precision precision; /* f32 (default) or bf16; bf16 with weights
+                                f16 is refused (AURAL_EINVAL) */
 } aural_model_load_config;
 
 /* What a model needs in memory, from its config alone. */
@@ -136,6 +159,15 @@ uint64_t aural_model_n_params(const aural_model *model);
 
 /* Bytes the weights occupy in memory. */
 uint64_t aural_model_weight_bytes(const aural_model *model);
+
+/* The precision the model was loaded with, and its name ("f32", "bf16"). */
+aural_precision aural_model_precision(const aural_model *model);
+const char *aural_model_precision_name(aural_precision precision);
+
+/* Whether this CPU computes precision bf16 with its own bfloat16 dot
+ * products (AVX512-BF16); when it does not, bf16 is emulated with the
+ * same bits and runs slower than f32. */
+bool aural_model_bf16_native(void);
 
 /* Floating-point operations (multiply and add counted apart) to encode one
  * frame once its window is full: matrix products and attention. */
