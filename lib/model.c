@@ -684,7 +684,7 @@ static void count_mat(arena_count *a, uint64_t rows, uint64_t cols,
   uint64_t stride = a->mats == AURAL_WEIGHTS_BF16
                         ? ((cols + 1) / 2 + 1) * 2 * AURAL__PANEL
                         : (cols + 1) * AURAL__PANEL;
-  if (cols > MAX_DIM || __builtin_mul_overflow(panels, stride, &n)) {
+  if (__builtin_mul_overflow(panels, stride, &n)) {
     a->ok = 0;
     return;
   }
