@@ -117,6 +117,7 @@ typedef struct aurald_options {
   bool exit_when_done; /* stop once every --file stream has ended */
   bool hold;           /* sources wait for their first subscriber */
   bool f16_weights;
+  aural_precision precision; /* --precision: f32 (default) or bf16 */
   size_t max_model_bytes; /* --max-model-memory: weights, one stream and
                              one compute thread's batch together */
   /* Cluster mode (cluster.c); cluster_url NULL: off. */

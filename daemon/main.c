@@ -29,7 +29,7 @@
 enum {
   OPT_CHUNK_MS = 256, OPT_MIC, OPT_LIST, OPT_FILE, OPT_REALTIME, OPT_EXIT,
   OPT_HOLD, OPT_THREADS, OPT_MAX_CLIENTS, OPT_MAX_STREAMS, OPT_HARD, OPT_SOFT,
-  OPT_SOFT_S, OPT_HELLO_TIMEOUT, OPT_GROUP, OPT_F16, OPT_MAX_MODEL_MEM, OPT_LOG,
+  OPT_SOFT_S, OPT_HELLO_TIMEOUT, OPT_GROUP, OPT_F16, OPT_PRECISION, OPT_MAX_MODEL_MEM, OPT_LOG,
   OPT_CONFIG, OPT_NO_CONFIG, OPT_LEXICON, OPT_LM, OPT_CLUSTER,
   OPT_CLUSTER_OPTIONAL, OPT_CLUSTER_PASSWORD, OPT_CLUSTER_NODE,
   OPT_CLUSTER_CAPACITY, OPT_CLUSTER_RETENTION, OPT_CLUSTER_TTL,
@@ -101,6 +101,10 @@ static const option_doc options[] = {
     {"group", required_argument, OPT_GROUP, " NAME",
      "also accept clients whose group is NAME"},
     {"f16", no_argument, OPT_F16, "", "keep weights in half precision in memory"},
+    {"precision", required_argument, OPT_PRECISION, " P",
+     "f32 (default: exact) or bf16 (opt-in and\n"
+     "approximate: bfloat16 products, faster only on\n"
+     "CPUs with AVX512-BF16; see the README)"},
     {"max-model-memory", required_argument, OPT_MAX_MODEL_MEM, " B",
      "refuse a model whose weights, one stream and\n"
      "one compute thread's scratch need more than B\n"
@@ -399,6 +403,17 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       break;
     }
     case OPT_F16: o->f16_weights = true; break;
+    case OPT_PRECISION:
+      if (strcmp(optarg, "f32") == 0) {
+        o->precision = AURAL_PRECISION_F32;
+      } else if (strcmp(optarg, "bf16") == 0) {
+        o->precision = AURAL_PRECISION_BF16;
+      } else {
+        fprintf(stderr, "aurald: --precision must be f32 or bf16, not \"%s\"\n",
+                optarg);
+        return 2;
+      }
+      break;
     case OPT_CLUSTER: o->cluster_url = optarg; break;
     case OPT_CLUSTER_OPTIONAL: o->cluster_optional = true; break;
     case OPT_CLUSTER_PASSWORD: o->cluster_password_file = optarg; break;
@@ -630,6 +645,7 @@ static void reload(server *srv) {
                  n.chunk_ms != o->chunk_ms || n.mic != o->mic ||
                  n.n_files != o->n_files || n.hold != o->hold ||
                  n.f16_weights != o->f16_weights ||
+                 n.precision != o->precision ||
                  n.max_model_bytes != o->max_model_bytes ||
                  (n.n_threads && n.n_threads != srv->n_workers) ||
                  str_differs(n.group, o->group);

@@ -141,7 +141,13 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
   aural_err err = {0};
   aural_model_load_config lc;
   aural_model_load_config_default(&lc);
+  if (o->f16_weights && o->precision == AURAL_PRECISION_BF16) {
+    snprintf(why, why_len, "--f16 and --precision bf16 exclude each other "
+                           "(bf16 holds the weights as bfloat16)");
+    return -1;
+  }
   if (o->f16_weights) lc.weights = AURAL_WEIGHTS_F16;
+  lc.precision = o->precision;
   lc.max_memory_bytes = o->max_model_bytes;
   lc.batch_rows = AURALD_BATCH_ROWS;
   if (aural_model_load(o->model_path, &lc, &srv->model, &err) < 0) {
@@ -149,6 +155,12 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
     return -1;
   }
   srv->mc = aural_model_get_config(srv->model);
+  if (o->precision == AURAL_PRECISION_BF16)
+    log_info("precision bf16 (approximate): %s",
+             aural_model_bf16_native()
+                 ? "bfloat16 dot products (AVX512-BF16)"
+                 : "this CPU has no AVX512-BF16: emulated, the same results "
+                   "but slower than f32");
   /* Chunks in whole frames of the model's frontend. */
   double frame_ms = srv->mc->fbank.frame_shift_ms;
   double frames = o->chunk_ms / frame_ms;

@@ -53,7 +53,9 @@ static void usage(FILE *to) {
           "             (default: the 'base' model),\n"
           "             streaming with the KV cache: chunk mode (50 frames\n"
           "             per call) and frame mode (1 frame per call), with\n"
-          "             f32 and with f16 weights in memory; then several\n"
+          "             f32 and with f16 weights in memory, and in\n"
+          "             precision bf16 (AVX512-BF16, or emulated: the line\n"
+          "             says which); then several\n"
           "             streams batched into one pass; achieved\n"
           "             GFLOP/s against this core's measured FMA peak\n"
           "             for the kernels in use (AVX-512, AVX2 or scalar:\n"
@@ -322,6 +324,8 @@ typedef struct enc_bench {
   double peak_avx512, peak_avx2;
   uint64_t flops_per_frame, n_params;
   enc_result chunk_f32, frame_f32, chunk_f16, frame_f16;
+  enc_result chunk_bf16, frame_bf16; /* precision bf16 */
+  int bf16_native;                   /* with AVX512-BF16 (else emulated) */
   size_t streams;         /* streams per batched pass */
   enc_result batched_f32; /* all of them together, chunk mode */
 } enc_bench;
@@ -332,10 +336,13 @@ static int bench_encoder(enc_bench *b) {
   if (b->model_path == NULL && (file = synth_model(&b->spec, &size)) == NULL)
     return -1;
   size_t frames = (size_t)(b->seconds * 100);
-  for (int half = 0; half < 2; half++) {
+  /* f32 weights, f16 weights, then precision bf16. */
+  for (int pass = 0; pass < 3; pass++) {
+    int half = pass == 1;
     aural_model_load_config lc;
     aural_model_load_config_default(&lc);
     lc.weights = half ? AURAL_WEIGHTS_F16 : AURAL_WEIGHTS_F32;
+    if (pass == 2) lc.precision = AURAL_PRECISION_BF16;
     aural_model *m;
     aural_err err;
     int lrc = b->model_path != NULL
@@ -359,12 +366,16 @@ static int bench_encoder(enc_bench *b) {
     b->flops_per_frame = aural_model_flops_per_frame(m);
     b->n_params = aural_model_n_params(m);
     /* Frame mode is slower; a fifth of the frames measures it as well. */
-    int rc = bench_encoder_mode(m, b->chunk, frames, b->repeat,
-                                half ? &b->chunk_f16 : &b->chunk_f32);
+    enc_result *chunk = pass == 0   ? &b->chunk_f32
+                        : pass == 1 ? &b->chunk_f16
+                                    : &b->chunk_bf16,
+               *frame = pass == 0   ? &b->frame_f32
+                        : pass == 1 ? &b->frame_f16
+                                    : &b->frame_bf16;
+    int rc = bench_encoder_mode(m, b->chunk, frames, b->repeat, chunk);
     if (rc == 0)
-      rc = bench_encoder_mode(m, 1, frames / 5 + 1, b->repeat,
-                              half ? &b->frame_f16 : &b->frame_f32);
-    if (rc == 0 && !half && b->streams > 1)
+      rc = bench_encoder_mode(m, 1, frames / 5 + 1, b->repeat, frame);
+    if (rc == 0 && pass == 0 && b->streams > 1)
       rc = bench_batched(m, b->chunk, b->streams, frames, b->repeat,
                          &b->batched_f32);
     aural_model_free(m);
@@ -374,6 +385,7 @@ static int bench_encoder(enc_bench *b) {
     }
   }
   free(file);
+  b->bf16_native = aural_model_bf16_native();
   peak_gflops(&b->peak_avx512, &b->peak_avx2);
   const char *isa = aural_isa_name();
   b->peak = strcmp(isa, "avx512") == 0 ? b->peak_avx512
@@ -425,6 +437,9 @@ static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
            "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f, "
            "\"f16\": {\"chunk_frames_per_s\": %.1f, \"chunk_gflops\": %.2f, "
            "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f}, "
+           "\"bf16\": {\"native\": %s, \"chunk_frames_per_s\": %.1f, "
+           "\"chunk_gflops\": %.2f, \"frame_frames_per_s\": %.1f, "
+           "\"frame_gflops\": %.2f}, "
            "\"batched\": {\"streams\": %zu, \"frames_per_s\": %.1f, "
            "\"gflops\": %.2f}%s",
            aural_isa_name(), aural_gemm_name(), eb->peak, eb->peak_avx512,
@@ -436,7 +451,10 @@ static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
            eb->chunk_f32.frames_per_s, eb->chunk_f32.gflops,
            eb->frame_f32.frames_per_s, eb->frame_f32.gflops,
            eb->chunk_f16.frames_per_s, eb->chunk_f16.gflops,
-           eb->frame_f16.frames_per_s, eb->frame_f16.gflops, eb->streams,
+           eb->frame_f16.frames_per_s, eb->frame_f16.gflops,
+           eb->bf16_native ? "true" : "false", eb->chunk_bf16.frames_per_s,
+           eb->chunk_bf16.gflops, eb->frame_bf16.frames_per_s,
+           eb->frame_bf16.gflops, eb->streams,
            eb->batched_f32.frames_per_s, eb->batched_f32.gflops,
            run_fe ? ", " : "");
   if (run_fe) {
@@ -477,13 +495,18 @@ static void print_bench_table(const enc_bench *eb,
       const char *name;
       const enc_result *r;
     } rows[] = {{"chunk f32", &eb->chunk_f32}, {"frame f32", &eb->frame_f32},
-                {"chunk f16", &eb->chunk_f16}, {"frame f16", &eb->frame_f16}};
-    for (size_t i = 0; i < 4; i++)
+                {"chunk f16", &eb->chunk_f16}, {"frame f16", &eb->frame_f16},
+                {"chunk bf16", &eb->chunk_bf16}, {"frame bf16", &eb->frame_bf16}};
+    for (size_t i = 0; i < 6; i++)
       printf("  %s: %8.0f frames/s  %6.1f GFLOP/s (%2.0f%% of peak), "
              "%.0f real-time streams\n",
              rows[i].name, rows[i].r->frames_per_s, rows[i].r->gflops,
              eb->peak > 0 ? 100 * rows[i].r->gflops / eb->peak : 0.0,
              rows[i].r->frames_per_s / 100);
+    printf("  (bf16: precision bf16, %s; %% of peak counts its products as "
+           "f32's)\n",
+           eb->bf16_native ? "AVX512-BF16 dot products"
+                           : "emulated: this CPU has no AVX512-BF16");
     if (eb->streams > 1)
       printf("  %zu streams batched, chunk f32: %8.0f frames/s  %6.1f GFLOP/s "
              "(%2.0f%% of peak), %.0f real-time streams\n",

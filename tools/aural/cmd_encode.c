@@ -71,6 +71,10 @@ static void usage(FILE *to) {
           "                                     segment, then the transcript)\n"
           "      --chunk-frames N frames per encoder call (default 50); only\n"
           "                       changes how work is grouped, not results\n"
+          "      --precision P    f32 (default: exact) or bf16 (opt-in and\n"
+          "                       approximate: bfloat16 matrix products,\n"
+          "                       faster only on CPUs with AVX512-BF16;\n"
+          "                       README, \"Precision bf16\")\n"
           "      --show           print a coarse text picture of the result\n"
           "  -q, --quiet          print nothing but errors (and text output)\n"
           "  -j, --jobs N         with several inputs: files encoded at once\n"
@@ -122,6 +126,7 @@ static const char *const kind_names[] = {"embeddings", "logits", "features",
 
 typedef struct encode_job {
   const char *in_path, *out_path, *model_path;
+  aural_precision precision; /* --precision */
   out_kind kind;
   int quiet, show;
   size_t chunk_frames;
@@ -351,7 +356,10 @@ static int open_input(const encode_job *job, aural_audiofile **af,
 static int prepare(encode_job *job, aural_err *err) {
   int rc = 0;
   if (!job->shared_model) {
-    rc = aural_model_load(job->model_path, NULL, &job->model, err);
+    aural_model_load_config lc;
+    aural_model_load_config_default(&lc);
+    lc.precision = job->precision;
+    rc = aural_model_load(job->model_path, &lc, &job->model, err);
     if (rc < 0) return rc;
   }
   const aural_model_config *mc = aural_model_get_config(job->model);
@@ -764,7 +772,10 @@ static int run_batch(encode_job *proto, char **args, int n_args,
                                               : "npy") < 0)
     goto out;
   aural_err err = {0};
-  if (aural_model_load(proto->model_path, NULL, &proto->model, &err) < 0) {
+  aural_model_load_config lc;
+  aural_model_load_config_default(&lc);
+  lc.precision = proto->precision;
+  if (aural_model_load(proto->model_path, &lc, &proto->model, &err) < 0) {
     fprintf(stderr, "aural encode: %s\n", err.msg);
     goto out;
   }
@@ -893,6 +904,7 @@ int cmd_encode(int argc, char **argv) {
       {"vocabulary", required_argument, NULL, 'V'},
       {"boost", required_argument, NULL, 'X'},
       {"g2p", required_argument, NULL, 'Y'},
+      {"precision", required_argument, NULL, 'R'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -939,6 +951,17 @@ int cmd_encode(int argc, char **argv) {
     }
     case 'V': job.vocabulary = optarg; break;
     case 'Y': job.g2p_path = optarg; break;
+    case 'R':
+      if (strcmp(optarg, "f32") == 0) {
+        job.precision = AURAL_PRECISION_F32;
+      } else if (strcmp(optarg, "bf16") == 0) {
+        job.precision = AURAL_PRECISION_BF16;
+      } else {
+        fprintf(stderr, "aural encode: --precision %s: expected f32 or bf16\n",
+                optarg);
+        return EXIT_USAGE;
+      }
+      break;
     case 'B':
     case 'W':
     case 'X':
@@ -996,6 +1019,12 @@ int cmd_encode(int argc, char **argv) {
   job.in_path = argv[optind];
   job.t_start = cli_now_s();
   job.progress = !job.quiet && isatty(STDERR_FILENO);
+  if (job.precision == AURAL_PRECISION_BF16 && !job.quiet)
+    fprintf(stderr, "aural encode: precision bf16 (approximate)%s\n",
+            aural_model_bf16_native()
+                ? ": AVX512-BF16 dot products"
+                : ": emulated, this CPU has no AVX512-BF16 (the same results, "
+                  "slower than f32)");
 
   struct sigaction sa = {.sa_handler = on_signal};
   sigemptyset(&sa.sa_mask);

@@ -20,6 +20,8 @@ static void usage(FILE *to) {
           "\n"
           "Options:\n"
           "      --f16      report weight memory with matrices held as f16\n"
+          "      --precision P  load in precision P (f32 or bf16) and report\n"
+          "                 its weight memory\n"
           "  -h, --help     show this help\n"
           "\n"
           "Exit status: 0 if the model is valid, 1 if not, 2 for a bad\n"
@@ -67,6 +69,7 @@ static void print_words(const aural_model *m, const char *path) {
 int cmd_info(int argc, char **argv) {
   static const struct option opts[] = {
       {"f16", no_argument, NULL, 'F'},
+      {"precision", required_argument, NULL, 'P'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -77,6 +80,17 @@ int cmd_info(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case 'F': lc.weights = AURAL_WEIGHTS_F16; break;
+    case 'P':
+      if (strcmp(optarg, "f32") == 0) {
+        lc.precision = AURAL_PRECISION_F32;
+      } else if (strcmp(optarg, "bf16") == 0) {
+        lc.precision = AURAL_PRECISION_BF16;
+      } else {
+        fprintf(stderr, "aural info: --precision %s: expected f32 or bf16\n",
+                optarg);
+        return EXIT_USAGE;
+      }
+      break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
       fprintf(stderr, "(see 'aural info --help')\n");
@@ -131,7 +145,16 @@ int cmd_info(int argc, char **argv) {
          (double)aural_model_n_params(m) / 1e6);
   printf("weights      %.2f MB in memory (%s matrices)\n",
          (double)aural_model_weight_bytes(m) / 1e6,
-         lc.weights == AURAL_WEIGHTS_F16 ? "f16" : "f32");
+         aural_model_precision(m) == AURAL_PRECISION_BF16 ? "bf16"
+         : lc.weights == AURAL_WEIGHTS_F16                 ? "f16"
+                                                           : "f32");
+  printf("precision    %s; modes on this CPU: f32 (default, exact), bf16 "
+         "(opt-in, approximate: %s)\n",
+         aural_model_precision_name(aural_model_precision(m)),
+         aural_model_bf16_native() ? "AVX512-BF16 dot products"
+         : strcmp(aural_isa_name(), "avx512") == 0
+             ? "emulated, no AVX512-BF16: slower than f32"
+             : "scalar products without AVX-512: much slower than f32");
   printf("per stream   %zu bytes (%.2f MB): KV rings %zu bytes, scratch for "
          "%zu-frame batches %zu bytes\n",
          state, (double)state / 1e6, ring, ec.max_batch_frames, state - ring);
