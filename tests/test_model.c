@@ -1412,9 +1412,11 @@ static void test_memory_limit_config(void **state) {
   base_spec(&sp);
   b = synth_model(&sp, &size);
   assert_non_null(b);
-  for (int wt = 0; wt < 2; wt++) {
+  const aural_weight_type wts[] = {AURAL_WEIGHTS_F32, AURAL_WEIGHTS_F16,
+                                   AURAL_WEIGHTS_BF16};
+  for (int wt = 0; wt < 3; wt++) {
     aural_model_load_config_default(&lc);
-    lc.weights = wt ? AURAL_WEIGHTS_F16 : AURAL_WEIGHTS_F32;
+    lc.weights = wts[wt];
     assert_int_equal(aural_model_load_buffer(b, size, "base", &lc, &m, &err),
                      0);
     assert_int_equal(aural_model_memory_need(aural_model_get_config(m),
@@ -1734,6 +1736,50 @@ static void test_committed_models_load(void **state) {
   assert_true(n_models >= 8);
 }
 
+/* Load configs that ask for what cannot be: precision bf16 with f16
+ * weights, a precision or a weight type this library does not know. */
+static void test_precision_config_refused(void **state) {
+  (void)state;
+  synth_spec s;
+  synth_spec_base(&s);
+  s.n_layers = 1;
+  size_t size;
+  unsigned char *buf = synth_model(&s, &size);
+  assert_non_null(buf);
+  aural_model_load_config lc;
+  aural_model *m = NULL;
+  aural_err err = {0};
+  aural_model_load_config_default(&lc);
+  lc.precision = AURAL_PRECISION_BF16;
+  lc.weights = AURAL_WEIGHTS_F16;
+  assert_int_equal(aural_model_load_buffer(buf, size, "m", &lc, &m, &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "weights f16 does not go with it");
+  aural_model_load_config_default(&lc);
+  lc.precision = (aural_precision)7;
+  assert_int_equal(aural_model_load_buffer(buf, size, "m", &lc, &m, &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "precision (7)");
+  aural_model_load_config_default(&lc);
+  lc.weights = (aural_weight_type)9;
+  assert_int_equal(aural_model_load_buffer(buf, size, "m", &lc, &m, &err),
+                   AURAL_EINVAL);
+  aural_model_memory mm;
+  assert_int_equal(aural_model_memory_need(&(aural_model_config){.d_model = 4,
+                       .n_heads = 1, .n_layers = 1, .d_ff = 4, .window = 2,
+                       .fbank = {.num_mel_bins = 4}},
+                                           (aural_weight_type)9, 1, &mm),
+                   AURAL_EINVAL);
+  /* And precision bf16 alone loads, named so. */
+  aural_model_load_config_default(&lc);
+  lc.precision = AURAL_PRECISION_BF16;
+  assert_int_equal(aural_model_load_buffer(buf, size, "m", &lc, &m, &err), 0);
+  assert_string_equal(aural_model_precision_name(aural_model_precision(m)),
+                      "bf16");
+  aural_model_free(m);
+  free(buf);
+}
+
 static aural_model *load_base(aural_weight_type wt) {
   synth_spec s;
   synth_spec_base(&s);
@@ -1788,6 +1834,14 @@ static void test_base_counts(void **state) {
   assert_int_equal(aural_model_weight_bytes(h),
                    2 * (params - vec + pad) + 4 * vec);
   assert_int_equal(aural_model_weight_bytes(h), 9589248);
+  /* bf16: the matrices at 2 bytes with k in pairs, a panel being
+   * (cols / 2 + 1) lines of 32: two lines of padding per panel. */
+  aural_model *bf = load_base(AURAL_WEIGHTS_BF16);
+  assert_int_equal(aural_model_precision(bf), AURAL_PRECISION_BF16);
+  assert_int_equal(aural_model_weight_bytes(bf),
+                   2 * (params - vec + 2 * pad) + 4 * vec);
+  assert_int_equal(aural_model_n_params(bf), params);
+  aural_model_free(bf);
   double ratio = (double)aural_model_weight_bytes(h) /
                  (double)aural_model_weight_bytes(m);
   printf("  base: %" PRIu64 " params, %" PRIu64 " flops/frame, weights %" PRIu64
@@ -1888,6 +1942,7 @@ int main(void) {
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_nonfinite_weights);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_committed_models_load);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_base_counts);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_precision_config_refused);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_encoder_state_bytes);
   assert(n <= sizeof tests / sizeof tests[0]);
   return _cmocka_run_group_tests("model", tests, n, group_setup,
