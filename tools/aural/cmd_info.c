@@ -152,9 +152,9 @@ int cmd_info(int argc, char **argv) {
          "(opt-in, approximate: %s)\n",
          aural_model_precision_name(aural_model_precision(m)),
          aural_model_bf16_native() ? "AVX512-BF16 dot products"
-         : strcmp(aural_isa_name(), "avx512") == 0
+         : strcmp(aural_isa_name(), "scalar") != 0
              ? "emulated, no AVX512-BF16: slower than f32"
-             : "scalar products without AVX-512: much slower than f32");
+             : "the scalar oracle: much slower than f32");
   printf("per stream   %zu bytes (%.2f MB): KV rings %zu bytes, scratch for "
          "%zu-frame batches %zu bytes\n",
          state, (double)state / 1e6, ring, ec.max_batch_frames, state - ring);

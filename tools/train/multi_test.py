@@ -4,6 +4,7 @@ through the C path.
 
     multi_test.py make  --out DIR [--count N] [--seed S]
     multi_test.py score --test DIR [--model M] [--aural BIN] [--json OUT]
+                        [--precision f32|bf16]
 
 `make` writes, for held-out test sentences only (corpus.split_sentences),
 N utterances in each of four groups:
@@ -140,6 +141,7 @@ def cmd_score(args):
     def run(job):
         r, cond = job
         p = subprocess.run([args.aural, "encode", "-q", "-m", args.model, "--output", "text",
+                            "--precision", args.precision,
                             os.path.join(args.test, cond, r["file"])],
                            check=True, capture_output=True, text=True)
         hyp = p.stdout.split()
@@ -182,6 +184,8 @@ def main():
     ap.add_argument("--aural", default=os.path.join(ROOT, "build", "tools", "aural"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--precision", default="f32", choices=("f32", "bf16"),
+                    help="score: aural encode's --precision")
     args = ap.parse_args()
     sys.path.insert(0, os.path.join(HERE, "..", "reference"))
     if args.what == "make":

@@ -58,8 +58,8 @@ typedef enum aural_precision {
   /* Opt-in, approximate: weights held as bfloat16 and every matrix
    * product's inputs rounded to bfloat16 (to nearest even), products
    * summed in float32 (AVX512-BF16's dot products where the CPU has them,
-   * the same sums emulated bit for bit where it has AVX-512 without them,
-   * the scalar oracle elsewhere). Attention, norms and activations stay
+   * the same sums emulated bit for bit by the AVX-512 or AVX2 float
+   * kernels where it has not, the scalar oracle on other CPUs). Attention, norms and activations stay
    * as in f32. The README states its error and its effect on the
    * default model's phoneme error rate. Still independent of the row
    * count: chunk and frame mode give the same bits. */
