@@ -6,10 +6,10 @@
 # the run kept every stream's p99 within the limit with nothing lost.
 #
 #   tools/bench_load.sh [-m MODEL] [--seconds S] [--threads T]
-#                       [--limit-ms L] [N...]
+#                       [--limit-ms L] [--precision f32|bf16] [N...]
 #
 # Defaults: 60 s per run, aurald's own thread count (one worker per CPU),
-# limit 250 ms, N = 1 10 50 100 200. Input: the bundled recording
+# limit 250 ms, precision f32, N = 1 10 50 100 200. Input: the bundled recording
 # (22.05 kHz FLAC, so every stream runs the resampler too). Each run's full
 # JSON goes to /tmp/aural-load-K-N.json (K: the run's place in the list, so
 # a count may be given more than once).
@@ -19,6 +19,7 @@ cd "$(dirname "$0")/.."
 model=""
 seconds=60
 threads=""
+precision=f32
 limit_ms=250
 counts=()
 while [[ $# -gt 0 ]]; do
@@ -27,6 +28,7 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --limit-ms) limit_ms=$2; shift 2 ;;
+    --precision) precision=$2; shift 2 ;;
     -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "bench_load.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) counts+=("$1"); shift ;;
@@ -53,7 +55,7 @@ if [[ -z "$model" ]]; then
   build/tools/aural bench --save-model "$model" >/dev/null
 fi
 sock=$work/aural.sock
-daemon_args=(-m "$model" -s "$sock" --no-config)
+daemon_args=(-m "$model" -s "$sock" --no-config --precision "$precision")
 [[ -n "$threads" ]] && daemon_args+=(--threads "$threads")
 build/daemon/aurald "${daemon_args[@]}" 2>"$work/aurald.log" &
 daemon_pid=$!

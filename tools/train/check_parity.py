@@ -4,6 +4,7 @@
     check_parity.py --test DIR [--count 50] [--condition clean|snr20]
                     [--model models/default.safetensors]
                     [--aural build/tools/aural] [--tol 1e-4]
+                    [--precision f32|bf16]
 
 For the first --count held-out utterances of each group of DIR (written by
 `synth.py test`; --count 300 takes them all), clean or with noise at 20 dB
@@ -45,9 +46,10 @@ import evaluate  # noqa: E402
 import export  # noqa: E402
 
 
-def run_c(aural, model, wav, kind, out):
+def run_c(aural, model, wav, kind, out, precision="f32"):
     subprocess.run([aural, "encode", "-q", "-m", model, "--output", kind,
-                    "--chunk-frames", "50", "-o", out, wav], check=True)
+                    "--chunk-frames", "50", "--precision", precision, "-o", out, wav],
+                   check=True)
     return np.load(out)
 
 
@@ -71,6 +73,9 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "default.safetensors"))
     ap.add_argument("--aural", default=os.path.join(ROOT, "build", "tools", "aural"))
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--precision", choices=("f32", "bf16"), default="f32",
+                    help="the C encoder's --precision (bf16 is approximate: its "
+                         "README bound is 0.5 on the logits)")
     args = ap.parse_args()
 
     model = export.load(args.model).double()
@@ -87,8 +92,10 @@ def main():
             wav = os.path.join(tmp, "in.wav")
             to_16k_wav(src, wav)
             feats = run_c(args.aural, args.model, wav, "features", os.path.join(tmp, "f.npy"))
-            emb = run_c(args.aural, args.model, wav, "embeddings", os.path.join(tmp, "e.npy"))
-            logits = run_c(args.aural, args.model, wav, "logits", os.path.join(tmp, "l.npy"))
+            emb = run_c(args.aural, args.model, wav, "embeddings", os.path.join(tmp, "e.npy"),
+                        args.precision)
+            logits = run_c(args.aural, args.model, wav, "logits", os.path.join(tmp, "l.npy"),
+                           args.precision)
             with torch.no_grad():
                 want_emb, want = model(torch.from_numpy(feats).double())
                 _, want32 = model32(torch.from_numpy(feats).float())
