@@ -694,11 +694,44 @@ static void linear_bf16_ref(const aural__mat *w, const float *b,
  * unless AURAL_BF16=emulate asks for the emulation; read once. */
 static bool bf16_cpu;
 static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static bool bf16_self_check(void);
 static void detect_bf16(void) {
   unsigned a, b, c, d;
   const char *want = getenv("AURAL_BF16");
   bf16_cpu = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) &&
-             !(want != NULL && strcmp(want, "emulate") == 0);
+             !(want != NULL && strcmp(want, "emulate") == 0) &&
+             __builtin_cpu_supports("avx512f");
+  if (bf16_cpu && !bf16_self_check()) {
+    fprintf(stderr, "aural: this CPU's AVX512-BF16 dot products disagree "
+                    "with their emulation; precision bf16 is emulated\n");
+    bf16_cpu = false;
+  }
+}
+
+/* Before the dot products are trusted: a product of 7 rows and 20
+ * outputs over 67 k (two chains, an odd k, a partial panel) done both
+ * ways must give the same bits. */
+static bool bf16_self_check(void) {
+  enum { M = 7, N = 20, K = 67 };
+  static uint16_t w[2 * ((K + 1) / 2 + 1) * 2 * AURAL__PANEL];
+  float x[M * K], bias[N], y0[M * N], y1[M * N];
+  uint32_t rng = 12345u;
+  for (size_t i = 0; i < sizeof w / sizeof *w; i++) w[i] = 0;
+  for (int r = 0; r < N; r++)
+    for (int k = 0; k < K; k++) {
+      rng = rng * 1664525u + 1013904223u;
+      w[aural__bf16_packed_at((size_t)r, (size_t)k, K)] =
+          aural__f32_to_bf16((float)(int32_t)rng / 2147483648.0f);
+    }
+  for (int i = 0; i < M * K; i++) {
+    rng = rng * 1664525u + 1013904223u;
+    x[i] = (float)(int32_t)rng / 1073741824.0f;
+  }
+  for (int r = 0; r < N; r++) bias[r] = (float)r / 7.0f;
+  aural__mat m = {.bf16 = w, .rows = N, .cols = K};
+  linear_bf16_avx512(&m, bias, x, M, y0, true);
+  linear_bf16_avx512(&m, bias, x, M, y1, false);
+  return memcmp(y0, y1, sizeof y0) == 0;
 }
 #endif
 
