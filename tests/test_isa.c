@@ -380,6 +380,12 @@ static void test_odd_and_bundled_models_bits(void **state) {
         .cmvn = 1, .seed = 8},
        AURAL_WEIGHTS_F32},
       {"base (random)", {0}, AURAL_WEIGHTS_F32},
+      {"d96 gelu rope (bf16)",
+       {.d_model = 96, .n_heads = 3, .n_layers = 2, .d_ff = 200, .window = 50,
+        .pos_encoding = "rope", .activation = "gelu", .norm_first = 1,
+        .final_norm = 1, .vocab_size = 29, .seed = 7},
+       AURAL_WEIGHTS_BF16},
+      {"base (random, bf16)", {0}, AURAL_WEIGHTS_BF16},
   };
   for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
     synth_spec spec = odd[i].spec;
@@ -403,10 +409,13 @@ static void test_odd_and_bundled_models_bits(void **state) {
   assert_non_null(path);
   size_t t, d_mels;
   float *dfeats = load_npy("default/input.npy", &t, &d_mels);
-  for (int half = 0; half < 2; half++) {
-    aural_model *m = load_file(path, half ? AURAL_WEIGHTS_F16 : AURAL_WEIGHTS_F32);
-    check_model(m, half ? "bundled model (f16)" : "bundled model", 0, dfeats,
-                t < 400 ? t : 400);
+  const aural_weight_type wts[] = {AURAL_WEIGHTS_F32, AURAL_WEIGHTS_F16,
+                                   AURAL_WEIGHTS_BF16};
+  const char *const labels[] = {"bundled model", "bundled model (f16)",
+                                "bundled model (bf16)"};
+  for (int wi = 0; wi < 3; wi++) {
+    aural_model *m = load_file(path, wts[wi]);
+    check_model(m, labels[wi], 0, dfeats, t < 400 ? t : 400);
     aural_model_free(m);
   }
   free(dfeats);
