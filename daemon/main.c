@@ -404,11 +404,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     }
     case OPT_F16: o->f16_weights = true; break;
     case OPT_PRECISION:
-      if (strcmp(optarg, "f32") == 0) {
-        o->precision = AURAL_PRECISION_F32;
-      } else if (strcmp(optarg, "bf16") == 0) {
-        o->precision = AURAL_PRECISION_BF16;
-      } else {
+      if (aural_model_precision_parse(optarg, &o->precision) < 0) {
         fprintf(stderr, "aurald: --precision must be f32 or bf16, not \"%s\"\n",
                 optarg);
         return 2;

@@ -235,6 +235,27 @@ tile_chain(int mr, const float *w0, size_t w1_off, const float *x,
       : "xmm29", "xmm30", "xmm31", "memory", "cc");
 }
 
+/* A tile's running totals of its MR rows x 32 outputs: from zero in the
+ * first k block, else from y; each chain added in; stored (with the bias
+ * after the last k block). The tiles' variables: y, N, ms, bs, first,
+ * last, acc. */
+#define TILE_TOTALS(MR)                                                        \
+  __m512 tot[MR][2];                                                           \
+  _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                         \
+    _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) tot[r][q] =            \
+        first ? _mm512_setzero_ps()                                            \
+              : _mm512_maskz_loadu_ps(ms[q], y + (size_t)r * N + 16 * q);
+#define TILE_ADD_CHAIN(MR)                                                     \
+  _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                         \
+    _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) tot[r][q] =            \
+        _mm512_add_ps(tot[r][q], acc[r][q]);
+#define TILE_STORE(MR)                                                         \
+  _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                         \
+    _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++)                        \
+      _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],                 \
+                            last ? _mm512_add_ps(tot[r][q], bs[q])             \
+                                 : tot[r][q]);
+
 /* Many rows: MR rows of x (ldx apart) against two float panels w0, w1
  * over kc values of k. y points at the tile's first output, rows N apart.
  * The first k block starts from zero, later ones from the totals left in
@@ -247,11 +268,7 @@ tile_chain(int mr, const float *w0, size_t w1_off, const float *x,
   NAME(const float *w0, const float *w1, const float *x, size_t ldx,           \
        size_t kc, float *y, size_t N, const __m512 *bs, const __mmask16 *ms,   \
        int first, int last, const char *pf, size_t pf_lines, size_t pf_n) {    \
-    __m512 tot[MR][2];                                                         \
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
-      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) tot[r][q] =          \
-          first ? _mm512_setzero_ps()                                          \
-                : _mm512_maskz_loadu_ps(ms[q], y + (size_t)r * N + 16 * q);    \
+    TILE_TOTALS(MR)                                                            \
     for (size_t k0 = 0; k0 < kc; k0 += AURAL__CHAIN) {                         \
       size_t n = kc - k0 < AURAL__CHAIN ? kc - k0 : AURAL__CHAIN;              \
       size_t n_pf = (n / 4) * pf_n;                                            \
@@ -260,15 +277,9 @@ tile_chain(int mr, const float *w0, size_t w1_off, const float *x,
       pf_lines -= n_pf;                                                        \
       __m512 acc[MR_MAX][2];                                                   \
       tile_chain(MR, w0 + 16 * k0, (size_t)(w1 - w0), x + k0, ldx, n, acc);    \
-      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                     \
-        _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) tot[r][q] =        \
-            _mm512_add_ps(tot[r][q], acc[r][q]);                               \
+      TILE_ADD_CHAIN(MR)                                                       \
     }                                                                          \
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
-      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++)                      \
-        _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],               \
-                              last ? _mm512_add_ps(tot[r][q], bs[q])           \
-                                   : tot[r][q]);                               \
+    TILE_STORE(MR)                                                             \
   }
 DEFINE_TILE(tile1, 1)
 DEFINE_TILE(tile2, 2)
@@ -551,24 +562,14 @@ tile_chain_dp(int mr, const uint16_t *w0, size_t w1_off, const uint32_t *x,
   void NAME(const uint16_t *w0, const uint16_t *w1, const uint32_t *x,         \
             size_t ldx, size_t kp, float *y, size_t N, const __m512 *bs,       \
             const __mmask16 *ms, int first, int last) {                        \
-    __m512 tot[MR][2];                                                         \
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
-      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) tot[r][q] =          \
-          first ? _mm512_setzero_ps()                                          \
-                : _mm512_maskz_loadu_ps(ms[q], y + (size_t)r * N + 16 * q);    \
+    TILE_TOTALS(MR)                                                            \
     for (size_t j0 = 0; j0 < kp; j0 += AURAL__CHAIN / 2) {                     \
       size_t n = kp - j0 < AURAL__CHAIN / 2 ? kp - j0 : AURAL__CHAIN / 2;      \
       __m512 acc[MR_MAX][2];                                                   \
       tile_chain_dp(MR, w0 + 32 * j0, (size_t)(w1 - w0), x + j0, ldx, n, acc); \
-      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                     \
-        _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) tot[r][q] =        \
-            _mm512_add_ps(tot[r][q], acc[r][q]);                               \
+      TILE_ADD_CHAIN(MR)                                                       \
     }                                                                          \
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                       \
-      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++)                      \
-        _mm512_mask_storeu_ps(y + (size_t)r * N + 16 * q, ms[q],               \
-                              last ? _mm512_add_ps(tot[r][q], bs[q])           \
-                                   : tot[r][q]);                               \
+    TILE_STORE(MR)                                                             \
   }
 DEFINE_TILE_DP(tile_dp1, 1)
 DEFINE_TILE_DP(tile_dp2, 2)

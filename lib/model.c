@@ -1275,6 +1275,16 @@ aural_precision aural_model_precision(const aural_model *m) {
   return m->precision;
 }
 
+int aural_model_precision_parse(const char *name, aural_precision *out) {
+  if (strcmp(name, "f32") == 0)
+    *out = AURAL_PRECISION_F32;
+  else if (strcmp(name, "bf16") == 0)
+    *out = AURAL_PRECISION_BF16;
+  else
+    return -1;
+  return 0;
+}
+
 const char *aural_model_precision_name(aural_precision p) {
   return p == AURAL_PRECISION_BF16 ? "bf16" : p == AURAL_PRECISION_F32 ? "f32"
                                                                        : "?";

@@ -952,11 +952,7 @@ int cmd_encode(int argc, char **argv) {
     case 'V': job.vocabulary = optarg; break;
     case 'Y': job.g2p_path = optarg; break;
     case 'R':
-      if (strcmp(optarg, "f32") == 0) {
-        job.precision = AURAL_PRECISION_F32;
-      } else if (strcmp(optarg, "bf16") == 0) {
-        job.precision = AURAL_PRECISION_BF16;
-      } else {
+      if (aural_model_precision_parse(optarg, &job.precision) < 0) {
         fprintf(stderr, "aural encode: --precision %s: expected f32 or bf16\n",
                 optarg);
         return EXIT_USAGE;

@@ -81,11 +81,7 @@ int cmd_info(int argc, char **argv) {
     switch (c) {
     case 'F': lc.weights = AURAL_WEIGHTS_F16; break;
     case 'P':
-      if (strcmp(optarg, "f32") == 0) {
-        lc.precision = AURAL_PRECISION_F32;
-      } else if (strcmp(optarg, "bf16") == 0) {
-        lc.precision = AURAL_PRECISION_BF16;
-      } else {
+      if (aural_model_precision_parse(optarg, &lc.precision) < 0) {
         fprintf(stderr, "aural info: --precision %s: expected f32 or bf16\n",
                 optarg);
         return EXIT_USAGE;

@@ -160,9 +160,11 @@ uint64_t aural_model_n_params(const aural_model *model);
 /* Bytes the weights occupy in memory. */
 uint64_t aural_model_weight_bytes(const aural_model *model);
 
-/* The precision the model was loaded with, and its name ("f32", "bf16"). */
+/* The precision the model was loaded with, and its name ("f32", "bf16");
+ * parse: the precision of a name, or -1 (*out unchanged) for another. */
 aural_precision aural_model_precision(const aural_model *model);
 const char *aural_model_precision_name(aural_precision precision);
+int aural_model_precision_parse(const char *name, aural_precision *out);
 
 /* Whether this CPU computes precision bf16 with its own bfloat16 dot
  * products (AVX512-BF16); when it does not, bf16 is emulated with the
