@@ -46,6 +46,9 @@ static int build_welcome(server *srv) {
                 .vocab_size = (uint32_t)mc->vocab_size,
                 .chunk_frames = (uint32_t)srv->chunk_frames,
                 .words = srv->lexicon != NULL}};
+  if (aural_model_precision(srv->model) != AURAL_PRECISION_F32)
+    snprintf(w->model.precision, sizeof w->model.precision, "%s",
+             aural_model_precision_name(aural_model_precision(srv->model)));
   uint8_t *buf = malloc(cap);
   if (buf == NULL) return -1;
   srv->welcome =

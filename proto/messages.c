@@ -83,6 +83,8 @@ typedef struct field {
 #define BOOL_OPT(st, k) FIELD(st, k, F_BOOL, F_OMIT_ZERO, 0, 0, 0, NULL)
 #define TEXT(st, k) FIELD(st, k, F_TEXT, 0, sizeof(((st *)0)->k), 0, 0, NULL)
 #define NAME(st, k) FIELD(st, k, F_NAME, 0, 0, 0, 0, NULL)
+#define TEXT_OPT(st, k)                                                        \
+  FIELD(st, k, F_TEXT, F_OMIT_ZERO, sizeof(((st *)0)->k), 0, 0, NULL)
 #define NAME_NULL(st, k) FIELD(st, k, F_NAME_NULL, 0, 0, 0, 0, NULL)
 #define ENUM(st, k, names) FIELD(st, k, F_ENUM, 0, 0, 0, 0, names)
 #define OUTPUTS(st, k) FIELD(st, k, F_OUTPUTS, 0, 0, 0, 0, NULL)
@@ -102,6 +104,7 @@ static void put_fields(aural_jw *w, const field *f, size_t n, const void *p) {
     if ((f[i].flags & F_OMIT_ZERO) &&
         (f[i].kind == F_DOUBLE ? *(const double *)v == 0
          : f[i].kind == F_BOOL ? !*(const bool *)v
+         : f[i].kind == F_TEXT ? *(const char *)v == '\0'
                                : *(const uint32_t *)v == 0))
       continue;
     aural_jw_key(w, f[i].key);
@@ -435,6 +438,7 @@ static const field model_fields[] = {
 static const field model_tail_fields[] = {
     U32(aural_msg_model, chunk_frames, 0, UINT32_MAX),
     BOOL_OPT(aural_msg_model, words),
+    TEXT_OPT(aural_msg_model, precision),
 };
 
 static const field welcome_tail_fields[] = {

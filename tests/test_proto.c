@@ -1615,7 +1615,7 @@ static void test_welcome_round_trip(void **state) {
                                    .d_model = UINT32_MAX,
                                    .n_layers = 0, .window = 1,
                                    .vocab_size = V, .chunk_frames = 7,
-                                   .words = true},
+                                   .words = true, .precision = "bf16"},
                          .client = UINT32_MAX};
   size_t n = aural_proto_encode_welcome(b, cap, &w, vocab), pn;
   const uint8_t *p = payload_of(b, n, AURAL_MSG_WELCOME, 0, &pn);
@@ -1636,6 +1636,7 @@ static void test_welcome_round_trip(void **state) {
   assert_int_equal(d.model.vocab_size, V);
   assert_int_equal(d.model.chunk_frames, 7);
   assert_true(d.model.words);
+  assert_string_equal(d.model.precision, "bf16");
   assert_int_equal(d.client, UINT32_MAX);
   assert_int_equal(d.model.vocab.n_items, V);
   char tok[AURAL_PROTO_TEXT_MAX + 1];
@@ -1652,6 +1653,7 @@ static void test_welcome_round_trip(void **state) {
   w.client = 0;
   w.model.frame_length_ms = 0;
   w.model.words = false;
+  w.model.precision[0] = '\0';
   n = aural_proto_encode_welcome(b, cap, &w, NULL);
   p = payload_of(b, n, AURAL_MSG_WELCOME, 0, &pn);
   char text[1024];
@@ -1660,7 +1662,9 @@ static void test_welcome_round_trip(void **state) {
   text[pn] = '\0';
   assert_null(strstr(text, "frame_length_ms"));
   assert_null(strstr(text, "words"));
+  assert_null(strstr(text, "precision")); /* f32: left out, as before */
   assert_int_equal(aural_proto_decode_welcome(p, pn, &d, why, sizeof why), 0);
+  assert_string_equal(d.model.precision, "");
   assert_int_equal(d.client, 0);
   assert_true(d.model.frame_length_ms == 0);
   assert_int_equal(d.model.vocab.n_items, 0);

@@ -244,6 +244,37 @@ class TestPushedStreams(DaemonTest):
     def test_logits_equal_offline_encoding(self):
         self.pushed_equals_encode(CTC, "logits")
 
+    def test_bf16_precision_is_said_and_equals_offline_encoding(self):
+        """aurald --precision bf16 says so in WELCOME (the default says
+        nothing), and its logits are aural encode --precision bf16's, bit
+        for bit; they are not f32's."""
+        d = self.start("--precision", "bf16", model=CTC)
+        c = ac.Client(d.path, timeout=10)
+        self.assertEqual(c.welcome["model"].get("precision"), "bf16")
+        c.close()
+        inp = self.wav(6.1, rate=22050)
+        got = os.path.join(self.tmp, "sub-bf16.npy")
+        self.sub_while_sending(d, inp, "-q", "--output", "logits", "-o", got)
+        self.stop_clean(d)
+        want = os.path.join(self.tmp, "enc-bf16.npy")
+        run(AURAL, "encode", "-q", "-m", CTC, "--output", "logits",
+            "--precision", "bf16", "-o", want, inp)
+        have, want = np.load(got), np.load(want)
+        self.assertEqual(have.shape, want.shape)
+        self.assertTrue(np.array_equal(have, want))
+        exact = self.encode(inp, CTC, "logits")
+        self.assertFalse(np.array_equal(have, exact))
+        self.assertLess(float(np.abs(have - exact).max()), 0.5)
+        d = self.start(model=CTC)
+        c = ac.Client(d.path, timeout=10)
+        self.assertNotIn("precision", c.welcome["model"])
+        c.close()
+        self.stop_clean(d)
+        p = run(AURALD, "-m", CTC, "-s", os.path.join(self.tmp, "p.sock"),
+                "--no-config", "--precision", "int8", check=False, timeout=20)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--precision must be f32 or bf16", p.stderr)
+
     def test_text_equals_offline_encoding(self):
         """A pushed stream's transcript and a file stream's are aural
         encode's, token for token."""

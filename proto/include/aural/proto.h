@@ -464,6 +464,8 @@ typedef struct aural_msg_model {
   uint32_t vocab_size;   /* 0 without a CTC head */
   uint32_t chunk_frames; /* frames per chunk */
   bool words;            /* WORDS can be subscribed; false: omitted */
+  char precision[16];    /* "bf16" (approximate: the server's
+                            --precision); "": omitted, meaning f32 */
   aural_json_list vocab; /* decoded: the tokens, aural_proto_vocab_next() */
 } aural_msg_model;
 
