@@ -367,8 +367,8 @@ static void run_pass(const aural_model *m, work *w, seg *segs, size_t n_segs,
     /* Attention sublayer. */
     const float *src = w->x;
     if (c->norm_first) {
-      memcpy(w->a, w->x, n * d * sizeof *w->a);
-      aural__layer_norm(w->a, n, c->d_model, L->ln1_w, L->ln1_b, eps);
+      aural__layer_norm_to(w->x, w->a, n, c->d_model, L->ln1_w, L->ln1_b,
+                           eps);
       src = w->a;
     }
     aural__linear(&L->qkv, L->b_qkv, src, n, w->qkv);
@@ -386,8 +386,8 @@ static void run_pass(const aural_model *m, work *w, seg *segs, size_t n_segs,
     /* Feed-forward sublayer. */
     src = w->x;
     if (c->norm_first) {
-      memcpy(w->a, w->x, n * d * sizeof *w->a);
-      aural__layer_norm(w->a, n, c->d_model, L->ln2_w, L->ln2_b, eps);
+      aural__layer_norm_to(w->x, w->a, n, c->d_model, L->ln2_w, L->ln2_b,
+                           eps);
       src = w->a;
     }
     aural__linear(&L->ff1, L->b_ff1, src, n, w->ff);

@@ -371,6 +371,9 @@ void aural__attention_mix(double *scores, const float *v, size_t ldv,
 /* In place over n rows of width d: y = (x - mean) / sqrt(var + eps) * g + b. */
 void aural__layer_norm(float *x, size_t n, int d, const float *g,
                        const float *b, float eps);
+/* The same from x into y (which may be x). */
+void aural__layer_norm_to(const float *x, float *y, size_t n, int d,
+                          const float *g, const float *b, float eps);
 
 /* In place over n values. A value's result has the same bits whatever n
  * is and wherever the value sits in x: the encoder calls them once over

@@ -95,7 +95,7 @@ void aural__scores_avx2(const float *q, size_t ldq, size_t n_rows,
 void aural__mix_avx2(double *scores, const float *v, size_t ldv, size_t hs,
                      size_t n_slots, size_t slot_first, size_t n_ctx,
                      float *o);
-void aural__layer_norm_row_avx2(float *r, int d, const float *g,
+void aural__layer_norm_row_avx2(const float *s, float *r, int d, const float *g,
                                 const float *b, float eps);
 void aural__gelu_avx2(float *x, size_t n);
 

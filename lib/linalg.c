@@ -37,8 +37,9 @@ typedef struct kernel_set {
                  size_t, double, double *);
   void (*mix)(double *, const float *, size_t, size_t, size_t, size_t, size_t,
               float *); /* head sizes that are a multiple of 16 */
-  void (*layer_norm)(float *, size_t, int, const float *, const float *,
-                     float); /* n rows of a width that is a multiple of 16 */
+  void (*layer_norm)(const float *, float *, size_t, int, const float *,
+                     const float *, float); /* n rows of a width that is a
+                                               multiple of 16 */
   void (*gelu)(float *, size_t);
 } kernel_set;
 static const kernel_set *kernels(void);
@@ -1189,16 +1190,16 @@ void aural__attention(const float *q, const float *kt, size_t w_pad,
  * widths that are not a multiple of 16. Mean, variance and the scaling in
  * double precision (a residual stream with entries in the hundreds loses
  * too much to float sums), rounded to float once per output. */
-static void layer_norm_row_ref(float *r, int d, const float *g,
-                               const float *b, float eps) {
+static void layer_norm_row_ref(const float *s, float *r, int d,
+                               const float *g, const float *b, float eps) {
   double mean = 0.0, var = 0.0;
-  for (int k = 0; k < d; k++) mean += r[k];
+  for (int k = 0; k < d; k++) mean += s[k];
   mean /= (double)d;
-  for (int k = 0; k < d; k++) var += (r[k] - mean) * (r[k] - mean);
+  for (int k = 0; k < d; k++) var += (s[k] - mean) * (s[k] - mean);
   var /= (double)d;
   double inv = 1.0 / sqrt(var + (double)eps);
   for (int k = 0; k < d; k++)
-    r[k] = (float)((r[k] - mean) * inv * g[k] + b[k]);
+    r[k] = (float)((s[k] - mean) * inv * g[k] + b[k]);
 }
 
 #if AURAL_X86
@@ -1209,8 +1210,8 @@ static void layer_norm_row_ref(float *r, int d, const float *g,
  * in order, so the bits may differ from the oracle's by a rounding. */
 #define DEFINE_LN(NAME, R)                                                     \
   __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
-  NAME(float *x, size_t ld, int d, const float *g, const float *b,            \
-       float eps) {                                                            \
+  NAME(const float *x, float *y, size_t ld, int d, const float *g,           \
+       const float *b, float eps) {                                            \
     __m512d acc[R][2], vm[R], inv[R], c[2], gw[2], bw[2];                      \
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r][0] =            \
         acc[r][1] = _mm512_setzero_pd();                                       \
@@ -1241,7 +1242,7 @@ static void layer_norm_row_ref(float *r, int d, const float *g,
         for (int h = 0; h < 2; h++)                                            \
           c[h] = _mm512_fmadd_pd(                                              \
               _mm512_mul_pd(_mm512_sub_pd(c[h], vm[r]), inv[r]), gw[h], bw[h]); \
-        _mm512_storeu_ps(x + r * ld + k, narrow(c));                           \
+        _mm512_storeu_ps(y + r * ld + k, narrow(c));                           \
       }                                                                        \
     }                                                                          \
   }
@@ -1249,33 +1250,41 @@ DEFINE_LN(layer_norm4, 4)
 DEFINE_LN(layer_norm1, 1)
 
 __attribute__((target("avx512f,fma"))) static void layer_norm_avx512(
-    float *x, size_t n, int d, const float *g, const float *b, float eps) {
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) layer_norm4(x + i * (size_t)d, (size_t)d, d, g, b, eps);
-  for (; i < n; i++) layer_norm1(x + i * (size_t)d, (size_t)d, d, g, b, eps);
+    const float *x, float *y, size_t n, int d, const float *g, const float *b,
+    float eps) {
+  size_t i = 0, ld = (size_t)d;
+  for (; i + 4 <= n; i += 4) layer_norm4(x + i * ld, y + i * ld, ld, d, g, b, eps);
+  for (; i < n; i++) layer_norm1(x + i * ld, y + i * ld, ld, d, g, b, eps);
 }
 
-static void layer_norm_avx2(float *x, size_t n, int d, const float *g,
-                            const float *b, float eps) {
+static void layer_norm_avx2(const float *x, float *y, size_t n, int d,
+                            const float *g, const float *b, float eps) {
   for (size_t i = 0; i < n; i++)
-    aural__layer_norm_row_avx2(x + i * (size_t)d, d, g, b, eps);
+    aural__layer_norm_row_avx2(x + i * (size_t)d, y + i * (size_t)d, d, g, b,
+                               eps);
 }
 
 #endif /* AURAL_X86 */
 
-static void layer_norm_ref(float *x, size_t n, int d, const float *g,
-                           const float *b, float eps) {
-  for (size_t i = 0; i < n; i++) layer_norm_row_ref(x + i * (size_t)d, d, g, b, eps);
+static void layer_norm_ref(const float *x, float *y, size_t n, int d,
+                           const float *g, const float *b, float eps) {
+  for (size_t i = 0; i < n; i++)
+    layer_norm_row_ref(x + i * (size_t)d, y + i * (size_t)d, d, g, b, eps);
+}
+
+void aural__layer_norm_to(const float *x, float *y, size_t n, int d,
+                          const float *g, const float *b, float eps) {
+  /* As in the mix, widths that are not a multiple of 16 take the plain
+   * way on every path. */
+  if (d % 16 == 0)
+    kernels()->layer_norm(x, y, n, d, g, b, eps);
+  else
+    layer_norm_ref(x, y, n, d, g, b, eps);
 }
 
 void aural__layer_norm(float *x, size_t n, int d, const float *g,
                        const float *b, float eps) {
-  /* As in the mix, widths that are not a multiple of 16 take the plain
-   * way on every path. */
-  if (d % 16 == 0)
-    kernels()->layer_norm(x, n, d, g, b, eps);
-  else
-    layer_norm_ref(x, n, d, g, b, eps);
+  aural__layer_norm_to(x, x, n, d, g, b, eps);
 }
 
 void aural__relu(float *x, size_t n) {

@@ -542,19 +542,20 @@ KERNEL void aural__mix_avx2(double *scores, const float *v, size_t ldv,
 /* linalg.c's layer_norm_row_avx512(): its two vectors of 8 double lanes
  * (values 0-7 and 8-15 of each 16) are four of 4 here (values 0-3, 4-7,
  * 8-11, 12-15), added pairwise as there before the lanes are summed. */
-KERNEL void aural__layer_norm_row_avx2(float *r, int d, const float *g,
-                                       const float *b, float eps) {
+KERNEL void aural__layer_norm_row_avx2(const float *s, float *r, int d,
+                                       const float *g, const float *b,
+                                       float eps) {
   __m256d acc[4];
   for (int j = 0; j < 4; j++) acc[j] = _mm256_setzero_pd();
   for (int k = 0; k < d; k += 16)
     for (int j = 0; j < 4; j++)
-      acc[j] = _mm256_add_pd(acc[j], _mm256_cvtps_pd(_mm_loadu_ps(r + k + 4 * j)));
+      acc[j] = _mm256_add_pd(acc[j], _mm256_cvtps_pd(_mm_loadu_ps(s + k + 4 * j)));
   __m256d vm = _mm256_set1_pd(sum8(_mm256_add_pd(acc[0], acc[2]),
                                    _mm256_add_pd(acc[1], acc[3])) / d);
   for (int j = 0; j < 4; j++) acc[j] = _mm256_setzero_pd();
   for (int k = 0; k < d; k += 16)
     for (int j = 0; j < 4; j++) {
-      __m256d c = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(r + k + 4 * j)), vm);
+      __m256d c = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(s + k + 4 * j)), vm);
       acc[j] = _mm256_fmadd_pd(c, c, acc[j]);
     }
   double var = sum8(_mm256_add_pd(acc[0], acc[2]),
@@ -563,7 +564,7 @@ KERNEL void aural__layer_norm_row_avx2(float *r, int d, const float *g,
   for (int k = 0; k < d; k += 16)
     for (int j = 0; j < 4; j++) {
       int at = k + 4 * j;
-      __m256d c = _mm256_cvtps_pd(_mm_loadu_ps(r + at)),
+      __m256d c = _mm256_cvtps_pd(_mm_loadu_ps(s + at)),
               gw = _mm256_cvtps_pd(_mm_loadu_ps(g + at)),
               bw = _mm256_cvtps_pd(_mm_loadu_ps(b + at));
       c = _mm256_fmadd_pd(_mm256_mul_pd(_mm256_sub_pd(c, vm), inv), gw, bw);
