@@ -203,6 +203,7 @@ class DaemonTest(unittest.TestCase):
         run(AURAL, "send", "-q", "-s", d.path, "--name", "talk", inp)
         out, err = sub.communicate(timeout=60)
         self.assertEqual(sub.returncode, 0, err)
+        self.last_sub_stderr = err
         return out
 
     def encode(self, inp, model=TINY, output="embeddings"):
@@ -254,7 +255,9 @@ class TestPushedStreams(DaemonTest):
         c.close()
         inp = self.wav(6.1, rate=22050)
         got = os.path.join(self.tmp, "sub-bf16.npy")
-        self.sub_while_sending(d, inp, "-q", "--output", "logits", "-o", got)
+        self.sub_while_sending(d, inp, "--output", "logits", "-o", got)
+        self.assertIn("the server computes in precision bf16",
+                      self.last_sub_stderr)
         self.stop_clean(d)
         want = os.path.join(self.tmp, "enc-bf16.npy")
         run(AURAL, "encode", "-q", "-m", CTC, "--output", "logits",

@@ -281,6 +281,7 @@ static int parse_welcome(aural_client *c, aural_msg_welcome *w, char *err,
   }
   cm->frame_ms = mm->frame_ms;
   cm->words = mm->words;
+  snprintf(cm->precision, sizeof cm->precision, "%s", mm->precision);
   cm->frame_length_ms = mm->frame_length_ms;
   if (cm->vocab_size > 0) {
     cm->vocab = calloc(cm->vocab_size, sizeof *cm->vocab);

@@ -37,6 +37,7 @@ typedef struct client_model {
   uint32_t chunk_frames; /* frames per chunk */
   uint32_t vocab_size;   /* 0 without a CTC head */
   bool words;            /* the server can send words */
+  char precision[16];    /* "bf16" when the server says so; "": f32 */
   char **vocab;          /* (vocab_size) token strings, index 0 = blank */
 } client_model;
 

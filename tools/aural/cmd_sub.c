@@ -749,6 +749,10 @@ static int run(sub_job *job) {
                      sizeof job->err) < 0)
     return EXIT_FAIL;
   job->model = &job->cl->model;
+  if (job->model->precision[0] != '\0' && !job->quiet)
+    fprintf(stderr, "aural sub: the server computes in precision %s "
+                    "(approximate; see aurald --precision)\n",
+            job->model->precision);
   if (subscribe(job) < 0) return sub_interrupted ? EXIT_SIGNAL : EXIT_FAIL;
   int subscribed = 0;
   for (;;) {
