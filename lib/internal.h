@@ -386,6 +386,9 @@ void aural__relu(float *x, size_t n);
  * bf16 matrices take the emulation even where the CPU has AVX512-BF16.
  * Not thread-safe: call it while no other thread computes. */
 void aural__bf16_emulate(bool on);
+/* Whether CPUID reports AVX512-BF16 (with AVX-512), whatever the self-check
+ * at first use and AURAL_BF16 made of it. */
+bool aural__bf16_cpu(void);
 
 /* Name of the kernel aural__linear uses on this CPU. */
 const char *aural__gemm_kernel(void);

@@ -694,15 +694,15 @@ static void linear_bf16_ref(const aural__mat *w, const float *b,
 #if AURAL_X86
 /* AVX512-BF16: CPUID leaf 7, subleaf 1, EAX bit 5 (with AVX-512 in use),
  * unless AURAL_BF16=emulate asks for the emulation; read once. */
-static bool bf16_cpu;
+static bool bf16_cpu, bf16_cpu_has; /* trusted; and what CPUID says */
 static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
 static bool bf16_self_check(void);
 static void detect_bf16(void) {
   unsigned a, b, c, d;
   const char *want = getenv("AURAL_BF16");
-  bf16_cpu = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) &&
-             !(want != NULL && strcmp(want, "emulate") == 0) &&
-             __builtin_cpu_supports("avx512f");
+  bf16_cpu_has = __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+                 (a & (1u << 5)) && __builtin_cpu_supports("avx512f");
+  bf16_cpu = bf16_cpu_has && !(want != NULL && strcmp(want, "emulate") == 0);
   if (bf16_cpu && !bf16_self_check()) {
     fprintf(stderr, "aural: this CPU's AVX512-BF16 dot products disagree "
                     "with their emulation; precision bf16 is emulated\n");
@@ -752,6 +752,15 @@ static bool bf16_native(void) {
 }
 
 bool aural_model_bf16_native(void) { return bf16_native(); }
+
+bool aural__bf16_cpu(void) {
+#if AURAL_X86
+  pthread_once(&bf16_once, detect_bf16);
+  return bf16_cpu_has;
+#else
+  return false;
+#endif
+}
 
 #if AURAL_X86
 /* Precision bf16 on the AVX2 kernels: the emulation of
