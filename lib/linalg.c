@@ -663,24 +663,36 @@ static inline float flush(float v) {
   return fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
 }
 
-/* Precision bf16 the plain way: the oracle. */
+/* Precision bf16 the plain way: the oracle. Each input row is rounded
+ * once into xr (when there is memory for it; else value by value). */
 static void linear_bf16_ref(const aural__mat *w, const float *b,
                             const float *x, size_t n, float *y) {
   size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
+  float *xr = malloc((cols + 1) * sizeof *xr);
   for (size_t i = 0; i < n; i++) {
     const float *xi = x + i * cols;
+    if (xr != NULL) {
+      for (size_t c = 0; c < cols; c++)
+        xr[c] = aural__bf16_to_f32(aural__f32_to_bf16(xi[c]));
+      xr[cols] = 0.0f; /* an odd cols's pair */
+    }
     for (size_t r = 0; r < rows; r++) {
       float total = 0.0f;
       for (size_t c0 = 0; c0 < cols; c0 += AURAL__CHAIN) {
         float chain = 0.0f;
         for (size_t c = c0; c < cols && c < c0 + AURAL__CHAIN; c += 2) {
-          float x_lo = aural__bf16_to_f32(aural__f32_to_bf16(xi[c])),
-                w_lo = aural__bf16_to_f32(w->bf16[aural__bf16_packed_at(r, c, cols)]),
-                x_hi = 0.0f, w_hi = 0.0f;
-          if (c + 1 < cols) {
-            x_hi = aural__bf16_to_f32(aural__f32_to_bf16(xi[c + 1]));
-            w_hi = aural__bf16_to_f32(w->bf16[aural__bf16_packed_at(r, c + 1, cols)]);
+          float x_lo, x_hi = 0.0f, w_hi = 0.0f,
+                w_lo = aural__bf16_to_f32(w->bf16[aural__bf16_packed_at(r, c, cols)]);
+          if (xr != NULL) {
+            x_lo = xr[c];
+            x_hi = xr[c + 1];
+          } else {
+            x_lo = aural__bf16_to_f32(aural__f32_to_bf16(xi[c]));
+            if (c + 1 < cols)
+              x_hi = aural__bf16_to_f32(aural__f32_to_bf16(xi[c + 1]));
           }
+          if (c + 1 < cols)
+            w_hi = aural__bf16_to_f32(w->bf16[aural__bf16_packed_at(r, c + 1, cols)]);
           chain = flush(fmaf(x_hi, w_hi, chain));
           chain = flush(fmaf(x_lo, w_lo, chain));
         }
@@ -689,6 +701,7 @@ static void linear_bf16_ref(const aural__mat *w, const float *b,
       y[i * rows + r] = b != NULL ? flush(total + flush(b[r])) : total;
     }
   }
+  free(xr);
 }
 
 #if AURAL_X86
