@@ -224,7 +224,8 @@ static void test_default_model_parity(void **state) {
  * the streams of tests/data/default: its error (README, "Precision bf16")
  * within BF16_LOGIT_TOL of the reference's logits, the frames' best tokens
  * the reference's on at least BF16_ARGMAX_AGREE of frames, and 50-frame
- * chunks and single frames bit-identical to each other. */
+ * chunks and single frames bit-identical to each other (test_chunk_
+ * invariance covers more groupings). */
 #define BF16_LOGIT_TOL 0.5
 #define BF16_ARGMAX_AGREE 0.97
 static void test_default_model_bf16(void **state) {
@@ -247,9 +248,12 @@ static void test_default_model_bf16(void **state) {
   size_t first, n, n_streams = 0;
   while (fscanf(spans, "%127s %zu %zu", name, &first, &n) == 3) {
     run(m, 0, feats + first * mels, n, 50, 0, emb, lg);
-    run(m, 0, feats + first * mels, n, 1, 0, emb1, lg1);
-    assert_memory_equal(emb, emb1, n * d * sizeof *emb);
-    assert_memory_equal(lg, lg1, n * v * sizeof *lg);
+    /* Frame by frame over the first 200 frames (the encoder is causal:
+     * they do not depend on the frames after them). */
+    size_t n1 = n < 200 ? n : 200;
+    run(m, 0, feats + first * mels, n1, 1, 0, emb1, lg1);
+    assert_memory_equal(emb, emb1, n1 * d * sizeof *emb);
+    assert_memory_equal(lg, lg1, n1 * v * sizeof *lg);
     const float *g = gold_l + first * v;
     double dl = max_diff(lg, g, n * v);
     size_t agree = 0;
@@ -351,7 +355,9 @@ static void test_chunk_invariance(void **state) {
     aural_model *m = load_model(cases[i].name, AURAL_WEIGHTS_F32);
     check_groupings(m, cases[i].name, cases[i].start, feats, t);
     aural_model_free(m);
-    /* Precision bf16 keeps the contract of groupings too. */
+    /* Precision bf16 keeps the contract of groupings too (every third
+     * case: the scalar suites run it with the bf16 oracle). */
+    if (i % 3 != 0) continue;
     m = load_model(cases[i].name, AURAL_WEIGHTS_BF16);
     check_groupings(m, cases[i].name, cases[i].start, feats, t);
     aural_model_free(m);
