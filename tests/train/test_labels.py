@@ -52,6 +52,15 @@ class Labels(unittest.TestCase):
         self.assertEqual(phonemes.tokenize("D|@2 k|w|'I|k _:_ ,oU|v|3\n%aI;"),
                          ["D", "@2", "k", "w", "I", "k", "oU", "v", "3", "aI"])
 
+    def test_tokenize_splits_a_linking_r_run_into_a_vowel(self):
+        # espeak-ng 1.51, en-us-nyc, "Humor in the Court": m|3|r-I|n
+        self.assertEqual(phonemes.tokenize("j|'u:|m|3|r-I|n|D|@2"),
+                         ["j", "u:", "m", "3", "r-", "I", "n", "D", "@2"])
+        self.assertEqual(arpabet.from_espeak(phonemes.tokenize("m|3|r-I|n"),
+                                             "en-us-nyc+m6"),
+                         arpabet.from_espeak(phonemes.tokenize("m|3|r- 'I|n"),
+                                             "en-us-nyc+m6"))
+
     def test_every_dialect_has_a_table(self):
         dialects = set(corpus.TRAIN_DIALECTS) | {phonemes.dialect_of(v)
                                                  for v in corpus.UNSEEN_VOICES}

@@ -33,12 +33,18 @@ DROP_CHARS = "',%=;"
 
 
 def tokenize(phoneme_text):
-    """espeak-ng `-x --sep='|'` output -> list of phoneme token strings."""
+    """espeak-ng `-x --sep='|'` output -> list of phoneme token strings.
+
+    A linking r that espeak-ng runs into the next word's vowel comes without
+    a separator ("Humor in": `m|3|r-I|n`, en-us-nyc): it is split off, as
+    `r-` is the only mnemonic that starts so."""
     tokens = []
     for word in phoneme_text.split():
         for piece in word.split("|"):
             tok = "".join(c for c in piece if c not in DROP_CHARS)
-            if tok and not tok.startswith("_"):
+            if tok.startswith("r-") and len(tok) > 2:
+                tokens += ["r-", tok[2:]]
+            elif tok and not tok.startswith("_"):
                 tokens.append(tok)
     return tokens
 
