@@ -663,45 +663,38 @@ static inline float flush(float v) {
   return fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
 }
 
-/* Precision bf16 the plain way: the oracle. Each input row is rounded
- * once into xr (when there is memory for it; else value by value). */
+/* Precision bf16 the plain way: the oracle. For each chain of k, its
+ * inputs are rounded once into a chain-sized array; y holds the running
+ * totals until the bias is added, so nothing is allocated. */
 static void linear_bf16_ref(const aural__mat *w, const float *b,
                             const float *x, size_t n, float *y) {
   size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
-  float *xr = malloc((cols + 1) * sizeof *xr);
+  float xr[AURAL__CHAIN + 1];
   for (size_t i = 0; i < n; i++) {
-    const float *xi = x + i * cols;
-    if (xr != NULL) {
-      for (size_t c = 0; c < cols; c++)
-        xr[c] = aural__bf16_to_f32(aural__f32_to_bf16(xi[c]));
-      xr[cols] = 0.0f; /* an odd cols's pair */
+    float *yi = y + i * rows;
+    for (size_t c0 = 0; c0 < cols; c0 += AURAL__CHAIN) {
+      size_t c1 = cols - c0 < AURAL__CHAIN ? cols : c0 + AURAL__CHAIN;
+      for (size_t c = c0; c < c1; c++)
+        xr[c - c0] = aural__bf16_to_f32(aural__f32_to_bf16(x[i * cols + c]));
+      xr[c1 - c0] = 0.0f; /* an odd cols's pair */
+      for (size_t r = 0; r < rows; r++) {
+        float chain = 0.0f;
+        for (size_t c = c0; c < c1; c += 2) {
+          float w_lo = aural__bf16_to_f32(w->bf16[aural__bf16_packed_at(r, c, cols)]),
+                w_hi = c + 1 < cols ? aural__bf16_to_f32(w->bf16[aural__bf16_packed_at(r, c + 1, cols)])
+                                    : 0.0f;
+          chain = flush(fmaf(xr[c + 1 - c0], w_hi, chain));
+          chain = flush(fmaf(xr[c - c0], w_lo, chain));
+        }
+        /* From +0, as the vector paths' totals (+0 + -0 is +0). */
+        yi[r] = flush((c0 == 0 ? 0.0f : yi[r]) + chain);
+      }
     }
     for (size_t r = 0; r < rows; r++) {
-      float total = 0.0f;
-      for (size_t c0 = 0; c0 < cols; c0 += AURAL__CHAIN) {
-        float chain = 0.0f;
-        for (size_t c = c0; c < cols && c < c0 + AURAL__CHAIN; c += 2) {
-          float x_lo, x_hi = 0.0f, w_hi = 0.0f,
-                w_lo = aural__bf16_to_f32(w->bf16[aural__bf16_packed_at(r, c, cols)]);
-          if (xr != NULL) {
-            x_lo = xr[c];
-            x_hi = xr[c + 1];
-          } else {
-            x_lo = aural__bf16_to_f32(aural__f32_to_bf16(xi[c]));
-            if (c + 1 < cols)
-              x_hi = aural__bf16_to_f32(aural__f32_to_bf16(xi[c + 1]));
-          }
-          if (c + 1 < cols)
-            w_hi = aural__bf16_to_f32(w->bf16[aural__bf16_packed_at(r, c + 1, cols)]);
-          chain = flush(fmaf(x_hi, w_hi, chain));
-          chain = flush(fmaf(x_lo, w_lo, chain));
-        }
-        total = flush(total + chain);
-      }
-      y[i * rows + r] = b != NULL ? flush(total + flush(b[r])) : total;
+      if (cols == 0) yi[r] = 0.0f;
+      if (b != NULL) yi[r] = flush(yi[r] + flush(b[r]));
     }
   }
-  free(xr);
 }
 
 #if AURAL_X86
