@@ -69,6 +69,8 @@ while True:
             b = c.recv(65536)
             if not b:
                 break
+            if b == b"\0report\0":
+                sys.exit(0)
             n += len(b)
             c.close()
             break
@@ -220,10 +222,15 @@ class SocketSafetyTest(DaemonTest):
         self.assertEqual(p.stdout.readline().strip(), "ready", p.stderr)
         return p
 
-    def listener_report(self, p):
-        """The byte counts the listener saw, one per connection."""
-        p.send_signal(signal.SIGTERM)
-        out, _ = p.communicate(10)
+    def listener_report(self, p, path):
+        """The byte counts the listener saw, one per connection. The clients
+        have exited, so their connections wait in the listen queue ahead of
+        this one, which asks the listener to stop: no connection is missed
+        however slowly the listener got to them."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(path)
+            s.sendall(b"\0report\0")
+            out, _ = p.communicate(10)
         return [int(line.split()[1]) for line in out.splitlines()
                 if line.startswith("got ")]
 
@@ -343,7 +350,7 @@ class SocketSafetyTest(DaemonTest):
         root = subprocess.run([AURAL_ABS, "stats", "-s", path],
                               capture_output=True, text=True, timeout=30,
                               env=user_env())
-        got = self.listener_report(lis)
+        got = self.listener_report(lis, path)
         # Four connections (they did reach B's listener), no byte sent.
         self.assertEqual(got, [0, 0, 0, 0])
         for what, r in runs + [("aural stats as root", root)]:
@@ -363,7 +370,7 @@ class SocketSafetyTest(DaemonTest):
                            env=user_env(AURAL_SERVER_USER=USER_B))
         py = self.client_as(self.a, sys.executable, "-c", PY_CLIENT, path,
                             env=user_env(AURAL_SERVER_USER=USER_B))
-        got = self.listener_report(lis)
+        got = self.listener_report(lis, path)
         self.assertNotEqual(r.returncode, 0)  # no WELCOME from the listener
         self.assertNotIn("uid %d" % self.b.pw_uid, r.stderr)
         self.assertFalse(py.stdout.startswith("refused: ConnectionError: "
@@ -383,7 +390,7 @@ class SocketSafetyTest(DaemonTest):
         stats = self.client_as(self.a, AURAL_ABS, "stats")
         send = self.client_as(self.a, AURAL_ABS, "send", "-q", SAMPLE)
         py = self.client_as(self.a, sys.executable, "-c", PY_CLIENT)
-        got = self.listener_report(lis)
+        got = self.listener_report(lis, path)
         self.assertEqual(got, [], "the clients connected to B's socket")
         for what, r in (("aural stats", stats), ("aural send", send)):
             self.assertNotEqual(r.returncode, 0, what)
