@@ -80,20 +80,29 @@ class Healthy(threading.Thread):
         self.stop = False
 
     def run(self):
+        """Reads until told to stop and then idle for a second: a quiet
+        second before that (a slow start, a stalled daemon) is no end."""
         try:
-            for ev in self.c.events(timeout=1.0):
-                if isinstance(ev, ac.Chunk):
-                    self.seqs.setdefault(ev.stream_id, []).append(ev.seq)
-                elif isinstance(ev, ac.StreamStarted):
-                    self.seqs.setdefault(ev.stream_id, [])
-                elif isinstance(ev, ac.StreamEnded):
-                    self.ended[ev.stream_id] = ev.chunks
-                elif isinstance(ev, ac.Gap):
-                    self.gaps += 1
-                elif isinstance(ev, ac.Error):
-                    self.errors.append(ev.name)
+            while True:
+                for ev in self.c.events(timeout=1.0):
+                    self.on_event(ev)
+                if self.stop:
+                    return
+                time.sleep(0.05)  # (a closed connection returns at once)
         except Exception as e:  # noqa: BLE001 - reported as a failure
             self.errors.append(repr(e))
+
+    def on_event(self, ev):
+        if isinstance(ev, ac.Chunk):
+            self.seqs.setdefault(ev.stream_id, []).append(ev.seq)
+        elif isinstance(ev, ac.StreamStarted):
+            self.seqs.setdefault(ev.stream_id, [])
+        elif isinstance(ev, ac.StreamEnded):
+            self.ended[ev.stream_id] = ev.chunks
+        elif isinstance(ev, ac.Gap):
+            self.gaps += 1
+        elif isinstance(ev, ac.Error):
+            self.errors.append(ev.name)
 
     def lost(self):
         lost = 0
@@ -187,10 +196,16 @@ def main():
         p.join()
     stop.set()
     churner.join()
-    time.sleep(1.0)
+    # Every stream's end reaches each healthy subscriber (or a minute
+    # passes: the report then says what was missing), then they stop.
+    deadline = time.monotonic() + 60
+    while (time.monotonic() < deadline and
+           any(len(h.ended) < state["streams"] for h in healthy)):
+        time.sleep(0.1)
     for h in healthy:
-        h.c.ping(b"")  # flushes what is in flight
-    time.sleep(1.0)
+        h.stop = True
+    for h in healthy:
+        h.join(30)
     wall = time.monotonic() - t0
     samples.append((wall, rss_kb(pid), len(os.listdir("/proc/%d/fd" % pid))))
     with ac.Client(args.socket, timeout=10) as c:

@@ -296,13 +296,20 @@ class TestCluster(ClusterTest):
         threads = produce_all(self.redis.client,
                               list(zip(names[:6], paths[:6])))
         procs = [self.send(n, p) for n, p in zip(names[6:], paths[6:])]
-        deadline = time.monotonic() + 10
-        while (self.r.hget("aural:{v9}:meta", "node") != b"a" and
-               time.monotonic() < deadline):
+        def on_a():
+            return [n for n in names
+                    if self.r.hget("aural:{%s}:meta" % n, "node") == b"a"]
+        deadline = time.monotonic() + 30
+        while len(on_a()) < len(names) and time.monotonic() < deadline:
             time.sleep(0.1)
+        self.assertEqual(on_a(), names)  # all taken by a, the only node
         others = [self.node("b", "--cluster-ttl", "2"),
                   self.node("c", "--cluster-ttl", "2")]
-        time.sleep(3)
+        deadline = time.monotonic() + 30
+        while ((any(self.r.xlen("aural:{%s}:out" % n) <= 2 for n in names)
+                or self.r.exists("aural:node:b", "aural:node:c") < 2)
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
         for name in names:  # all live on a, with chunks out
             self.assertEqual(self.r.hget("aural:{%s}:meta" % name, "node"),
                              b"a")
@@ -349,7 +356,7 @@ class TestCluster(ClusterTest):
                                 "--stream", "here", "-o", local_out],
                                stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-        time.sleep(0.3)
+        td.wait_subscribed(nodes[0].path, "here", sub)
         send = subprocess.Popen([td.AURAL, "send", "-q", "-s",
                                  nodes[0].path, "--name", "here",
                                  "--realtime", local_in])

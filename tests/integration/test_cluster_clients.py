@@ -158,6 +158,25 @@ class ClusterTest(unittest.TestCase):
     def audio_entries(self, name):
         return self.r.xrange("aural:{%s}:audio" % name)
 
+    def wait_until(self, what, cond, proc, deadline_s=30):
+        """Polls cond() until true; fails naming what did not happen (or
+        how proc ended before it did)."""
+        end = time.monotonic() + deadline_s
+        while not cond():
+            if proc.poll() is not None:
+                self.fail("%s: the client exited %d first: %s" %
+                          (what, proc.returncode, proc.stderr.read()))
+            if time.monotonic() > end:
+                self.fail("%s: not after %d s" % (what, deadline_s))
+            time.sleep(0.05)
+
+    def wait_reading(self, proc):
+        """Until a client waits in a blocking XREAD: the subscriber has read
+        everything stored and waits for more."""
+        self.wait_until("a subscriber blocked in XREAD", lambda: any(
+            c.get("cmd") == "xread" and "b" in c.get("flags", "")
+            for c in self.r.client_list()), proc)
+
 
 class TestSend(ClusterTest):
     def test_meta_announce_audio_and_end(self):
@@ -252,7 +271,9 @@ class TestSend(ClusterTest):
             [AURAL, "send", "--cluster", self.url, "--name", "cut",
              "--realtime", path], stdout=subprocess.PIPE,
             stderr=subprocess.PIPE)
-        time.sleep(1.0)
+        self.wait_until("8000 samples stored", lambda: sum(
+            len(f[b"pcm"]) // 4 for _, f in self.audio_entries("cut")
+            if b"pcm" in f) >= 8000, proc)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=10)
         self.assertEqual(proc.returncode, 130, err)
@@ -325,7 +346,7 @@ class TestSub(ClusterTest):
         self.node_meta("t1")
         self.publish("t1", range(3), None)
         proc = self.start_sub("t1", "--from", "now", "--json")
-        time.sleep(1.0)  # it has read the top before the next chunks
+        self.wait_reading(proc)  # it has read the top before the next chunks
         self.publish("t1", range(3, 5), 4)
         out, err = proc.communicate(timeout=20)
         self.assertEqual(proc.returncode, 0, err)
@@ -410,7 +431,7 @@ class TestSub(ClusterTest):
         self.node_meta("t1")
         self.publish("t1", range(3), None)
         proc = self.start_sub("t1", "-q")
-        time.sleep(1.0)
+        self.wait_reading(proc)  # chunks 0-2 read, waiting for more
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=10)
         self.assertEqual(proc.returncode, 130)

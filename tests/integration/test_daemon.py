@@ -121,6 +121,24 @@ def run(*args, check=True, timeout=60, **kw):
     return p
 
 
+def wait_subscribed(path, stream, proc=None, deadline_s=30):
+    """Until the daemon at path lists a subscription to stream (that of
+    proc, an 'aural sub' just started, if given): a stream sent before it
+    would be missed in part, or entirely."""
+    end = time.monotonic() + deadline_s
+    with ac.Client(path, timeout=30) as c:
+        while time.monotonic() < end:
+            if any(e.get("stream") == stream
+                   for e in c.stats()["subscribers"]):
+                return
+            if proc is not None and proc.poll() is not None:
+                raise AssertionError("aural sub exited %d: %s" %
+                                     (proc.returncode, proc.stderr.read()))
+            time.sleep(0.05)
+    raise AssertionError("no subscription to %r after %d s" %
+                         (stream, deadline_s))
+
+
 class Daemon:
     """One aurald on a private socket."""
 
@@ -199,7 +217,7 @@ class DaemonTest(unittest.TestCase):
                                 "talk"] + list(sub_args),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-        time.sleep(0.3)
+        wait_subscribed(d.path, "talk", sub)
         run(AURAL, "send", "-q", "-s", d.path, "--name", "talk", inp)
         out, err = sub.communicate(timeout=60)
         self.assertEqual(sub.returncode, 0, err)
@@ -608,7 +626,7 @@ class TestWords(DaemonTest):
                                 "--output", "words", "--json", "--until-end"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-        time.sleep(0.3)
+        wait_subscribed(d.path, "talk2", sub)
         run(AURAL, "send", "-q", "-s", d.path, "--name", "talk2",
             "--vocabulary", "Fox", inp)
         out, err = sub.communicate(timeout=60)
@@ -847,7 +865,7 @@ class TestSlowSubscriber(DaemonTest):
         slow.sendall(msg(ac.HELLO, {"versions": [1]}))
         slow.sendall(msg(ac.SUBSCRIBE, {"stream": "x", "outputs":
                                         ["embeddings", "logits"]}))
-        time.sleep(0.2)
+        wait_subscribed(d.path, "x")
         run(AURAL, "send", "-q", "-s", d.path, "--name", "x",
             self.wav(60.0, kind="noise"))
         seqs, gaps, ended = [], [], None
