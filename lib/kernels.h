@@ -89,6 +89,10 @@ static inline unsigned aural__ctx_mask(const aural__slot_runs *runs,
  * three extensions. */
 void aural__linear_avx2(const aural__mat *w, const float *b, const float *x,
                         size_t n, float *y);
+/* Precision bf16's products (linalg.c's contract) on these kernels, for
+ * n >= 1 rows: the bits of the AVX-512 paths. */
+void aural__linear_bf16_avx2(const aural__mat *w, const float *b,
+                             const float *x, size_t n, float *y);
 void aural__scores_avx2(const float *q, size_t ldq, size_t n_rows,
                         const float *kt, size_t w_pad, size_t hs,
                         double scale, double *scores);

@@ -768,62 +768,17 @@ bool aural__bf16_cpu(void) {
 #endif
 }
 
-#if AURAL_X86
-/* Precision bf16 on the AVX2 kernels: the emulation of
- * linear_bf16_avx512() with the f32 kernel as it is. The inputs are
- * rounded once into a copy (pairs swapped, k padded to even), and each
- * panel of 16 outputs is widened into a one-panel float matrix, whose
- * product with them goes into y through a scratch of n x 16 (the panel's
- * widening costs about as much as one row's products: this is for chunks,
- * not single frames). Without memory for the copies, the oracle. */
-static void linear_bf16_widened(const aural__mat *w, const float *b,
-                                const float *x, size_t n, float *y) {
-  size_t N = (size_t)w->rows, K = (size_t)w->cols, Kp = (K + 1) / 2 * 2;
-  size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL;
-  float *xs = malloc(n * Kp * sizeof *xs), *yt = malloc(n * 16 * sizeof *yt);
-  float *wp = aligned_alloc(64, (aural__packed_size(16, Kp) * sizeof *wp + 63) /
-                                    64 * 64);
-  if (xs == NULL || yt == NULL || wp == NULL) {
-    free(xs), free(yt), free(wp);
-    linear_bf16_ref(w, b, x, n, y);
-    return;
-  }
-  for (size_t i = 0; i < n; i++)
-    for (size_t k = 0; k < Kp; k++)
-      xs[i * Kp + (k ^ 1)] =
-          k < K ? aural__bf16_to_f32(aural__f32_to_bf16(x[i * K + k])) : 0.0f;
-  unsigned csr = _mm_getcsr();
-  _mm_setcsr(csr | MXCSR_FTZ_DAZ);
-  for (size_t p = 0; p < n_panels; p++) {
-    size_t rows = N - p * AURAL__PANEL < AURAL__PANEL ? N - p * AURAL__PANEL
-                                                      : AURAL__PANEL;
-    const uint16_t *panel = w->bf16 + p * aural__bf16_panel_stride(K);
-    memset(wp, 0, aural__packed_size(16, Kp) * sizeof *wp);
-    for (size_t k = 0; k < Kp; k++)
-      for (size_t j = 0; j < AURAL__PANEL; j++)
-        wp[(k ^ 1) * AURAL__PANEL + j] =
-            aural__bf16_to_f32(panel[k / 2 * 2 * AURAL__PANEL + j * 2 + k % 2]);
-    aural__mat m = {.f32 = wp, .rows = (int)rows, .cols = (int)Kp};
-    kernels()->linear(&m, b != NULL ? b + p * AURAL__PANEL : NULL, xs, n, yt);
-    for (size_t i = 0; i < n; i++)
-      memcpy(y + i * N + p * AURAL__PANEL, yt + i * rows, rows * sizeof *y);
-  }
-  _mm_setcsr(csr);
-  free(xs);
-  free(yt);
-  free(wp);
-}
-#endif
 
 void aural__linear(const aural__mat *w, const float *b, const float *x,
                    size_t n, float *y) {
+  if (n == 0) return; /* (the many-row drivers divide by row blocks) */
   if (w->bf16 == NULL)
     kernels()->linear(w, b, x, n, y);
 #if AURAL_X86
   else if (kernels()->isa == AURAL__ISA_AVX512)
     linear_bf16_avx512(w, b, x, n, y, bf16_native());
   else if (kernels()->isa == AURAL__ISA_AVX2)
-    linear_bf16_widened(w, b, x, n, y);
+    aural__linear_bf16_avx2(w, b, x, n, y);
 #endif
   else
     linear_bf16_ref(w, b, x, n, y);

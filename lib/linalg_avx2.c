@@ -174,6 +174,8 @@ DEFINE_FEW_ALL(f16, F16_W)
                             last ? _mm256_add_ps(tot[r][h], bs[h])             \
                                  : tot[r][h]);                                 \
   }
+DEFINE_TILE(tile1, 1) /* for precision bf16's few rows */
+DEFINE_TILE(tile2, 2)
 DEFINE_TILE(tile3, 3)
 DEFINE_TILE(tile4, 4)
 DEFINE_TILE(tile5, 5)
@@ -303,6 +305,97 @@ void aural__linear_avx2(const aural__mat *w, const float *b, const float *x,
     linear_f32(w->f32, N, K, b, x, n, y);
   else
     linear_f16(w->f16, N, K, b, x, n, y);
+}
+
+/* ---- precision bf16 ------------------------------------------------------ */
+
+/*
+ * linalg.c's emulation of the bfloat16 dot product (linear_bf16_avx512()
+ * without AVX512-BF16) on the tiles above: for each chunk of row blocks
+ * and k block, the chunk's inputs are rounded to bfloat16 once, each pair's
+ * two k swapped, and each panel's block of weights is widened to floats in
+ * the same swapped order, so that the tiles' chains in k order add the
+ * products in the dot product's order; MXCSR's flush-to-zero and
+ * denormals-are-zero make the adds its adds. The same bits as the AVX-512
+ * paths, with stack buffers only. Few rows go through the tiles too (one
+ * to six rows): widening a block costs about what one row's products do,
+ * so this is for chunks more than single frames.
+ */
+#define MXCSR_FTZ_DAZ 0x8040u
+
+/* Rows [0, m) of x (K apart), k in [k0, k0 + kc) (kc even), rounded into
+ * xs (KC apart) with each pair's two k swapped; k past K is zero. */
+static void round_rows_swapped(const float *x, size_t K, size_t m, size_t k0,
+                               size_t kc, float *xs) {
+  for (size_t i = 0; i < m; i++)
+    for (size_t k = 0; k < kc; k++)
+      xs[i * KC + (k ^ 1)] =
+          k0 + k < K ? aural__bf16_to_f32(aural__f32_to_bf16(x[i * K + k0 + k]))
+                     : 0.0f;
+}
+
+/* kp pairs of a bf16 panel (pairs of 16 rows, as internal.h lays them
+ * out) widened to floats in that swapped order: dst[32 i .. 32 i + 15] is
+ * k = 2 i + 1, dst[32 i + 16 ..] is k = 2 i. */
+KERNEL_INLINE void widen_bf16_swapped(const uint16_t *panel, size_t kp,
+                                      float *dst) {
+  const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+  for (size_t i = 0; i < kp; i++)
+    for (size_t h = 0; h < 2; h++) {
+      __m256i line = _mm256_loadu_si256(
+          (const __m256i *)(panel + i * 2 * AURAL__PANEL + 16 * h));
+      _mm256_store_ps(dst + 32 * i + 8 * h,
+                      _mm256_castsi256_ps(_mm256_and_si256(line, hi)));
+      _mm256_store_ps(dst + 32 * i + 16 + 8 * h,
+                      _mm256_castsi256_ps(_mm256_slli_epi32(line, 16)));
+    }
+}
+
+KERNEL void aural__linear_bf16_avx2(const aural__mat *mat, const float *b,
+                                    const float *x, size_t M, float *y) {
+  /* (M >= 1: aural__linear() returns at once for no rows) */
+  size_t N = (size_t)mat->rows, K = (size_t)mat->cols, Kp = (K + 1) / 2 * 2;
+  size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL, np = 1, k0 = 0;
+  size_t ps = aural__bf16_panel_stride(K);
+  const uint16_t *w = mat->bf16;
+  size_t nb = (M + MR_MAX - 1) / MR_MAX, mr_lo = M / nb, n_hi = M % nb;
+  size_t n_ch = (nb + MC_BLOCKS - 1) / MC_BLOCKS, ch = (nb + n_ch - 1) / n_ch;
+  float xs[MC_BLOCKS * MR_MAX * KC] __attribute__((aligned(32)));
+  float wide[KC * AURAL__PANEL] __attribute__((aligned(32)));
+  unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | MXCSR_FTZ_DAZ);
+  for (size_t j0 = 0; j0 < nb; j0 += ch) {
+    size_t j1 = nb - j0 < ch ? nb : j0 + ch;
+    size_t i0 = j0 * mr_lo + (j0 < n_hi ? j0 : n_hi);
+    size_t i1 = j1 * mr_lo + (j1 < n_hi ? j1 : n_hi);
+    for (k0 = 0; k0 < Kp; k0 += KC) {
+      size_t kc = Kp - k0 < KC ? Kp - k0 : KC;
+      int first = k0 == 0, last = k0 + kc == Kp;
+      round_rows_swapped(x + i0 * K, K, i1 - i0, k0, kc, xs);
+      for (size_t p = 0; p < n_panels; p++) {
+        PANEL_SETUP()
+        /* Pair k0 / 2 is k0 * AURAL__PANEL elements in, as an f32
+         * panel's k0: PANEL_SETUP's pointer is right for bf16 too. */
+        widen_bf16_swapped(ws[0], kc / 2, wide);
+        float *yp = y + i0 * N + p * AURAL__PANEL;
+        const float *xj = xs;
+        for (size_t j = j0; j < j1; j++) {
+          size_t mr = mr_lo + (j < n_hi);
+          switch (mr) {
+          case 1: tile1(wide, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+          case 2: tile2(wide, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+          case 3: tile3(wide, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+          case 4: tile4(wide, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+          case 5: tile5(wide, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+          default: tile6(wide, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+          }
+          xj += mr * KC;
+          yp += mr * N;
+        }
+      }
+    }
+  }
+  _mm_setcsr(csr);
 }
 
 /* ---- gelu ---------------------------------------------------------------- */

@@ -179,7 +179,7 @@ static void test_bf16_kernel_matches_oracle(void **state) {
   (void)state;
   const size_t rows[] = {1, 16, 17, 33, 100};
   const size_t cols[] = {1, 2, 3, 7, 64, 257, 600};
-  const size_t ns[] = {1, 2, 5, 6, 7, 13, 50, 73, 150};
+  const size_t ns[] = {0, 1, 2, 5, 6, 7, 13, 50, 73, 150};
   const size_t n_max = 150;
   int native = aural_model_bf16_native(), n_checked = 0;
   /* A CPU with the dot products uses them (unless told to emulate): a
