@@ -3,8 +3,8 @@
 and a word trigram LM, both from Debian packages alone.
 
     build_resources.py [--out-dir models] [--order 3] [--prune-min 2]
-                       [--no-extra-text] [--harvest-min 2] [--linking-r 5]
-                       [--report]
+                       [--no-extra-text] [--extra-words FILE]
+                       [--harvest-min 2] [--linking-r 5] [--report]
 
 Writes, next to the model:
 
@@ -33,7 +33,13 @@ Writes, next to the model:
   sentences of the same fortune files (those corpus.py leaves out: too long
   or too short, or with characters it does not admit; those with digits or
   non-ASCII characters are dropped), minus anything that equals, contains
-  or is contained in a dev or test sentence.
+  or is contained in a dev or test sentence. Its vocabulary: the corpus's
+  words and the words of a word list (--extra-words, by default
+  wamerican's 102,000: names, places, rarer words), which the corpus
+  mostly never says; Kneser-Ney gives each of those its floor, the lowest
+  unigram probability (a share of the discounted mass, as for any word
+  seen in no n-gram), so that a word off the corpus can be recognized at
+  all (each out-of-vocabulary word is at least one word error).
 
 --report prints the LM's perplexity and OOV rate on the dev and test
 references and how often the lexicon holds the pronunciation espeak-ng
@@ -89,6 +95,19 @@ def extra_sentences(exclude_keys):
 
 
 MAX_WORD_LETTERS = 30
+
+
+def extra_words(path):
+    """The words of a word list (one per line), normalized as the corpus
+    is; an entry that normalizes to more or less than one word (a hyphen,
+    a digit) or to a run-together word is left out."""
+    out = set()
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            ws = normalize(line)
+            if len(ws) == 1 and len(ws[0]) <= MAX_WORD_LETTERS and not has_bad(line):
+                out.add(ws[0])
+    return out
 
 
 def has_bad(s):
@@ -378,6 +397,10 @@ def main():
                     help="keep highest-order n-grams seen at least this often")
     ap.add_argument("--extra-text", action=argparse.BooleanOptionalAction, default=True,
                     help="add the fortune sentences corpus.py leaves out to the LM corpus")
+    ap.add_argument("--extra-words", default=corpus.WORDS_FILE,
+                    help="a word list (one per line) whose words join the LM's vocabulary "
+                    "and the lexicon, as unigrams the corpus never saw (default: wamerican's "
+                    "%(default)s; '' for the corpus's words alone)")
     ap.add_argument("--harvest-min", type=int, default=2,
                     help="keep an in-context pronunciation a dialect uses at least this "
                     "often (0: isolated pronunciations only)")
@@ -409,10 +432,16 @@ def main():
     # "thegoddessofthenet..."): the sentence is dropped, and the lexicon
     # stays within what the decoder reads (64 bytes a word).
     sentences = [ws for ws in sentences if max(map(len, ws)) <= MAX_WORD_LETTERS]
-    words = sorted({w for ws in sentences for w in ws})
+    words = {w for ws in sentences for w in ws}
     vocab_tokens = set(wordlib.model_vocab(args.model)[1:])
     print("LM corpus: %d sentences, %d words, %d distinct" % (
         len(sentences), sum(map(len, sentences)), len(words)))
+    if args.extra_words:
+        listed = extra_words(args.extra_words)
+        print("word list %s: %d words, %d new" % (args.extra_words, len(listed),
+                                                  len(listed - words)))
+        words |= listed
+    words = sorted(words)
 
     lex, stats = build_lexicon(words, lm_train, vocab_tokens, args.harvest_min, args.linking_r)
     words = sorted(lex)
