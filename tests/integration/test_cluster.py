@@ -508,9 +508,16 @@ class TestCluster(ClusterTest):
                                   self.redis.url(), "--stream", "talk"],
                                  stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
-        time.sleep(3)
+        seen = ""  # until chunk 2 has arrived (sub flushes each line)
+        deadline = time.monotonic() + 60
+        while not re.search(r"#2 +frames", seen):
+            self.assertLess(time.monotonic(), deadline, seen)
+            line = first.stdout.readline()
+            self.assertTrue(line, "aural sub ended: " + seen)
+            seen += line
         first.send_signal(signal.SIGINT)
         out, err = first.communicate(timeout=30)
+        out = seen + out
         m = re.search(r"--from (\d+)", err)
         self.assertIsNotNone(m, err)
         resume = int(m.group(1))

@@ -367,11 +367,27 @@ class ChangingFileTest(DaemonTest):
         path = os.path.join(self.tmp, "gone.wav")
         good_wav(path, seconds=1.5)
         d = self.start()
-        self.later(0.3, lambda: os.unlink(path))
-        run_p = subprocess.run([AURAL, "send", "-q", "-s", d.path,
-                                "--realtime", path], capture_output=True,
-                               text=True, timeout=30)
-        self.assertEqual(run_p.returncode, 0, run_p.stderr)
+        proc = subprocess.Popen([AURAL, "send", "-q", "-s", d.path,
+                                 "--realtime", path], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+        def has_open():
+            fd_dir = "/proc/%d/fd" % proc.pid
+            try:
+                return any(os.readlink(os.path.join(fd_dir, f)) == path
+                           for f in os.listdir(fd_dir))
+            except OSError:  # an fd closed while listed
+                return False
+        deadline = time.monotonic() + 20
+        while not has_open():  # unlinked once it is being read
+            if proc.poll() is not None:
+                self.fail("aural send ended before it was seen reading: " +
+                          proc.communicate()[1])
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        os.unlink(path)
+        _, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
         with ac.Client(d.path, timeout=10) as c:
             c.ping(b"x")
         self.stop_clean(d)

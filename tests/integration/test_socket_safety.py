@@ -263,9 +263,9 @@ class SocketSafetyTest(DaemonTest):
                                     "--threads", "1"],
             stdout=log, stderr=subprocess.STDOUT, env=user_env(), cwd="/")
         self.procs.append(p)
-        sock = os.path.join(self.a_dir, "aural.sock")
         deadline = time.monotonic() + 20
-        while not os.path.exists(sock):
+        while "aurald info: serving" not in open(log.name).read():
+            # (the socket file exists from bind(), before listen())
             self.assertIsNone(p.poll(), open(log.name).read())
             self.assertLess(time.monotonic(), deadline)
             time.sleep(0.05)

@@ -116,9 +116,17 @@ class TestHttp(WebTest):
                     n += 1
                     if n == 5:
                         break
-            time.sleep(0.3)  # the last round's counters
-            stats = c.stats()
-            m = metrics(d.port)
+            # The last frames may still be computing: a snapshot of the
+            # metrics between two equal STATS is one of the same counters.
+            deadline = time.monotonic() + 10
+            while True:
+                before = c.stats()
+                m = metrics(d.port)
+                stats = c.stats()
+                if (before["streams"] == stats["streams"] or
+                        time.monotonic() > deadline):
+                    break
+                time.sleep(0.05)
         st = stats["streams"][0]
         lab = (("id", str(st["id"])), ("source", "client"),
                ("stream", "talk"))
