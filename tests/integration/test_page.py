@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import time
+import wave
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -89,7 +90,17 @@ class TestPage(DaemonTest):
             # The file (8.9 s) plays once in real time, then silence.
             time.sleep(6.0)
             self.shot(b, "page-microphone.png")
-            time.sleep(4.5)
+            # Stopped once the server has the whole file (a loaded machine
+            # plays it late), and some of the silence after it.
+            with wave.open(wav) as w:
+                file_s = w.getnframes() / w.getframerate()
+            deadline = time.monotonic() + 60
+            with ac.Client(d.path, timeout=10) as c:
+                while not any(st["audio_s"] >= file_s + 0.3
+                              for st in c.stats()["streams"]):
+                    self.assertLess(time.monotonic(), deadline,
+                                    "the page's audio at the server")
+                    time.sleep(0.1)
             b.evaluate("document.querySelector('#mic').click()")
             b.wait_for(card_field(MINE, "state") + ".startsWith('ended')", 30,
                        "the stream to end")
