@@ -82,6 +82,37 @@ static inline unsigned aural__ctx_mask(const aural__slot_runs *runs,
   return m;
 }
 
+/* How the many-row drivers of both vector paths split M >= 1 rows: nb
+ * blocks of at most mr_max rows whose sizes differ by at most one (the
+ * first n_hi blocks have mr_lo + 1 rows, the others mr_lo), so that no
+ * block is left with one or two rows; and chunks of ch blocks (at most mc,
+ * balanced), whose inputs stay in L2 while the chunk goes through every
+ * panel. */
+typedef struct aural__row_blocks {
+  size_t nb, mr_lo, n_hi, ch;
+} aural__row_blocks;
+
+static inline aural__row_blocks aural__row_blocks_of(size_t m, size_t mr_max,
+                                                     size_t mc) {
+  aural__row_blocks rb;
+  rb.nb = (m + mr_max - 1) / mr_max;
+  rb.mr_lo = m / rb.nb;
+  rb.n_hi = m % rb.nb;
+  size_t n_ch = (rb.nb + mc - 1) / mc;
+  rb.ch = (rb.nb + n_ch - 1) / n_ch;
+  return rb;
+}
+
+/* Row block j's first row (j <= nb: nb gives M), and its rows. */
+static inline size_t aural__row_block_start(const aural__row_blocks *rb,
+                                            size_t j) {
+  return j * rb->mr_lo + (j < rb->n_hi ? j : rb->n_hi);
+}
+static inline size_t aural__row_block_rows(const aural__row_blocks *rb,
+                                           size_t j) {
+  return rb->mr_lo + (j < rb->n_hi);
+}
+
 /* The AVX2 + FMA + F16C kernels, with the contracts of the AVX-512 ones
  * in linalg.c: the matrix product (any shape), attention scores (w_pad a
  * multiple of 16), the mix (hs a multiple of 16), one row of layer norm

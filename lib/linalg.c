@@ -350,17 +350,13 @@ _Static_assert(KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
       return;                                                                  \
     }                                                                          \
     const size_t np = 2;                                                       \
-    /* Row block j starts at row j * mr_lo + min(j, n_hi): mr_lo + 1 rows    \
-     * for the first n_hi blocks, mr_lo for the others. */                   \
-    size_t nb = (M + MR_MAX - 1) / MR_MAX, mr_lo = M / nb, n_hi = M % nb;     \
+    aural__row_blocks rb = aural__row_blocks_of(M, MR_MAX, MC_BLOCKS);         \
     /* Half-precision panels are widened once per block into this buffer   \
      * (exactly: every half is a float) and reused by every row block. */   \
     float wide[2 * KC * AURAL__PANEL] __attribute__((aligned(64)));            \
-    size_t n_ch = (nb + MC_BLOCKS - 1) / MC_BLOCKS,                            \
-           ch = (nb + n_ch - 1) / n_ch; /* blocks per chunk, balanced */      \
-    for (size_t j0 = 0; j0 < nb; j0 += ch) {                                   \
-      size_t j1 = nb - j0 < ch ? nb : j0 + ch;                                 \
-      size_t i0 = j0 * mr_lo + (j0 < n_hi ? j0 : n_hi);                        \
+    for (size_t j0 = 0; j0 < rb.nb; j0 += rb.ch) {                             \
+      size_t j1 = rb.nb - j0 < rb.ch ? rb.nb : j0 + rb.ch;                     \
+      size_t i0 = aural__row_block_start(&rb, j0);                             \
       for (size_t k0 = 0; k0 < K; k0 += KC) {                                  \
         size_t kc = K - k0 < KC ? K - k0 : KC;                                 \
         size_t kn = K - k0 - kc < KC ? K - k0 - kc : KC;                       \
@@ -389,7 +385,7 @@ _Static_assert(KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
           float *yp = y + i0 * N + p * AURAL__PANEL;                           \
           const float *xj = x + i0 * K + k0;                                   \
           for (size_t j = j0; j < j1; j++) {                                   \
-            size_t mr = mr_lo + (j < n_hi), q = (j - j0) % 2,                  \
+            size_t mr = aural__row_block_rows(&rb, j), q = (j - j0) % 2,       \
                    at = (j - j0) / 2 * per, n = 0;                             \
             const char *pfj = (const char *)w0;                                \
             if (pn + q < n_panels && at < lp) {                                \
@@ -592,8 +588,7 @@ __attribute__((target("avx512f,fma,avx512bf16"))) static void linear_bf16_avx512
   size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL, np = 2, k0 = 0;
   size_t ps = aural__bf16_panel_stride(K);
   const uint16_t *w = mat->bf16;
-  size_t nb = (M + MR_MAX - 1) / MR_MAX, mr_lo = M / nb, n_hi = M % nb;
-  size_t n_ch = (nb + MC_BLOCKS - 1) / MC_BLOCKS, ch = (nb + n_ch - 1) / n_ch;
+  aural__row_blocks rb = aural__row_blocks_of(M, MR_MAX, MC_BLOCKS);
   /* Inputs of one chunk and k block, rounded (as floats, or as pairs),
    * and (emulating) one panel pair's weights widened. */
   _Static_assert(MC_BLOCKS * MR_MAX * KC * sizeof(float) <= 80 * 1024,
@@ -602,10 +597,10 @@ __attribute__((target("avx512f,fma,avx512bf16"))) static void linear_bf16_avx512
   float wide[2 * KC * AURAL__PANEL] __attribute__((aligned(64)));
   unsigned csr = _mm_getcsr();
   _mm_setcsr(csr | MXCSR_FTZ_DAZ);
-  for (size_t j0 = 0; j0 < nb; j0 += ch) {
-    size_t j1 = nb - j0 < ch ? nb : j0 + ch;
-    size_t i0 = j0 * mr_lo + (j0 < n_hi ? j0 : n_hi);
-    size_t i1 = j1 * mr_lo + (j1 < n_hi ? j1 : n_hi);
+  for (size_t j0 = 0; j0 < rb.nb; j0 += rb.ch) {
+    size_t j1 = rb.nb - j0 < rb.ch ? rb.nb : j0 + rb.ch;
+    size_t i0 = aural__row_block_start(&rb, j0),
+           i1 = aural__row_block_start(&rb, j1);
     for (k0 = 0; k0 < Kp; k0 += KC) {
       size_t kc = Kp - k0 < KC ? Kp - k0 : KC;
       int first = k0 == 0, last = k0 + kc == Kp;
@@ -625,7 +620,7 @@ __attribute__((target("avx512f,fma,avx512bf16"))) static void linear_bf16_avx512
         float *yp = y + i0 * N + p * AURAL__PANEL;
         size_t at = 0; /* row of xs */
         for (size_t j = j0; j < j1; j++) {
-          size_t mr = mr_lo + (j < n_hi);
+          size_t mr = aural__row_block_rows(&rb, j);
           if (native) {
             const uint32_t *xj = (const uint32_t *)xs + at * (KC / 2);
             switch (mr) {
@@ -767,7 +762,6 @@ bool aural__bf16_cpu(void) {
   return false;
 #endif
 }
-
 
 void aural__linear(const aural__mat *w, const float *b, const float *x,
                    size_t n, float *y) {

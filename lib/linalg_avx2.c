@@ -241,15 +241,12 @@ _Static_assert(KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
       return;                                                                  \
     }                                                                          \
     const size_t np = 1;                                                       \
-    /* Row block j starts at row j * mr_lo + min(j, n_hi). */                 \
-    size_t nb = (M + MR_MAX - 1) / MR_MAX, mr_lo = M / nb, n_hi = M % nb;     \
+    aural__row_blocks rb = aural__row_blocks_of(M, MR_MAX, MC_BLOCKS);         \
     /* Half-precision panels are widened once per block (exactly). */        \
     float wide[KC * AURAL__PANEL] __attribute__((aligned(32)));                \
-    size_t n_ch = (nb + MC_BLOCKS - 1) / MC_BLOCKS,                            \
-           ch = (nb + n_ch - 1) / n_ch;                                        \
-    for (size_t j0 = 0; j0 < nb; j0 += ch) {                                   \
-      size_t j1 = nb - j0 < ch ? nb : j0 + ch;                                 \
-      size_t i0 = j0 * mr_lo + (j0 < n_hi ? j0 : n_hi);                        \
+    for (size_t j0 = 0; j0 < rb.nb; j0 += rb.ch) {                             \
+      size_t j1 = rb.nb - j0 < rb.ch ? rb.nb : j0 + rb.ch;                     \
+      size_t i0 = aural__row_block_start(&rb, j0);                             \
       for (size_t k0 = 0; k0 < K; k0 += KC) {                                  \
         size_t kc = K - k0 < KC ? K - k0 : KC;                                 \
         size_t kn = K - k0 - kc < KC ? K - k0 - kc : KC;                       \
@@ -276,7 +273,8 @@ _Static_assert(KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
           float *yp = y + i0 * N + p * AURAL__PANEL;                           \
           const float *xj = x + i0 * K + k0;                                   \
           for (size_t j = j0; j < j1; j++) {                                   \
-            size_t mr = mr_lo + (j < n_hi), at = (j - j0) * per, n = 0;        \
+            size_t mr = aural__row_block_rows(&rb, j), at = (j - j0) * per,    \
+                   n = 0;                                                      \
             const char *pfj = (const char *)w0;                                \
             if (at < lp) {                                                     \
               pfj = (const char *)wn + 64 * at;                                \
@@ -358,16 +356,15 @@ KERNEL void aural__linear_bf16_avx2(const aural__mat *mat, const float *b,
   size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL, np = 1, k0 = 0;
   size_t ps = aural__bf16_panel_stride(K);
   const uint16_t *w = mat->bf16;
-  size_t nb = (M + MR_MAX - 1) / MR_MAX, mr_lo = M / nb, n_hi = M % nb;
-  size_t n_ch = (nb + MC_BLOCKS - 1) / MC_BLOCKS, ch = (nb + n_ch - 1) / n_ch;
+  aural__row_blocks rb = aural__row_blocks_of(M, MR_MAX, MC_BLOCKS);
   float xs[MC_BLOCKS * MR_MAX * KC] __attribute__((aligned(32)));
   float wide[KC * AURAL__PANEL] __attribute__((aligned(32)));
   unsigned csr = _mm_getcsr();
   _mm_setcsr(csr | MXCSR_FTZ_DAZ);
-  for (size_t j0 = 0; j0 < nb; j0 += ch) {
-    size_t j1 = nb - j0 < ch ? nb : j0 + ch;
-    size_t i0 = j0 * mr_lo + (j0 < n_hi ? j0 : n_hi);
-    size_t i1 = j1 * mr_lo + (j1 < n_hi ? j1 : n_hi);
+  for (size_t j0 = 0; j0 < rb.nb; j0 += rb.ch) {
+    size_t j1 = rb.nb - j0 < rb.ch ? rb.nb : j0 + rb.ch;
+    size_t i0 = aural__row_block_start(&rb, j0),
+           i1 = aural__row_block_start(&rb, j1);
     for (k0 = 0; k0 < Kp; k0 += KC) {
       size_t kc = Kp - k0 < KC ? Kp - k0 : KC;
       int first = k0 == 0, last = k0 + kc == Kp;
@@ -380,7 +377,7 @@ KERNEL void aural__linear_bf16_avx2(const aural__mat *mat, const float *b,
         float *yp = y + i0 * N + p * AURAL__PANEL;
         const float *xj = xs;
         for (size_t j = j0; j < j1; j++) {
-          size_t mr = mr_lo + (j < n_hi);
+          size_t mr = aural__row_block_rows(&rb, j);
           switch (mr) {
           case 1: tile1(wide, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
           case 2: tile2(wide, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;

@@ -1281,7 +1281,7 @@ int aural_model_precision_parse(const char *name, aural_precision *out) {
   else if (strcmp(name, "bf16") == 0)
     *out = AURAL_PRECISION_BF16;
   else
-    return -1;
+    return AURAL_EINVAL;
   return 0;
 }
 
