@@ -650,6 +650,10 @@ void fanout_ended(server *srv, stream *s);
 void send_stream_started(delivery *d);
 
 /* stats.c */
+/* Bytes the process holds allocated from malloc, in use (not the free
+ * memory the heap keeps, which RSS counts); 0 where the C library cannot
+ * say. Walks every arena: for STATS and /metrics, not a hot path. */
+size_t heap_bytes(void);
 /* A STATS_REPLY page and a STREAMS message encoded into out: their bytes,
  * or 0 when cap is too small. */
 size_t build_stats(server *srv, uint8_t *out, size_t cap,

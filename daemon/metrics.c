@@ -107,6 +107,12 @@ static void server_gauges(server *srv, text *t) {
   family(t, "aurald_message_bytes", "gauge",
          "Memory held by encoded messages not yet written to every client.");
   put(t, "aurald_message_bytes %zu\n", msgbuf_live_bytes);
+  size_t heap = heap_bytes();
+  if (heap != 0) {
+    family(t, "aurald_heap_bytes", "gauge",
+           "Memory allocated from the heap and in use.");
+    put(t, "aurald_heap_bytes %zu\n", heap);
+  }
   family(t, "aurald_load_ratio", "gauge",
          "Share of the compute threads' time spent in rounds lately.");
   pthread_mutex_lock(&srv->mu);

@@ -4,11 +4,17 @@
  * in what one reply lists, and a page at a time (PROTOCOL.md 4.15).
  */
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+/* The sanitizers' allocator's own count (GCC ships no header for it). */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
 
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
@@ -84,6 +90,17 @@ static uint32_t list_subscribers(server *srv, aural_msg_writer *mw,
   return 0;
 }
 
+size_t heap_bytes(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return __sanitizer_get_current_allocated_bytes(); /* their allocator */
+#elif defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+  struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+#else
+  return 0;
+#endif
+}
+
 /* STATS: linear in the streams and subscriptions it lists, and at most a
  * page of each (AURAL_STATS_PAGE_*), newest first from the request's
  * cursors; "next_streams_before" and "next_clients_before" say where the
@@ -96,6 +113,7 @@ size_t build_stats(server *srv, uint8_t *out, size_t cap,
                              .clients = (uint32_t)srv->n_conns,
                              .workers = (uint32_t)srv->n_workers,
                              .message_bytes = msgbuf_live_bytes,
+                             .heap_bytes = heap_bytes(),
                              .streams_total = (uint32_t)srv->n_streams,
                              .subscribers_total = (uint32_t)n_subs};
   aural_msg_writer mw;

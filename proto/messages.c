@@ -76,6 +76,7 @@ typedef struct field {
 #define U32(st, k, l, h) FIELD(st, k, F_U32, 0, 0, l, h, NULL)
 #define U32_OPT(st, k) FIELD(st, k, F_U32, F_OMIT_ZERO, 0, 0, UINT32_MAX, NULL)
 #define U64(st, k) FIELD(st, k, F_U64, 0, 0, 0, INT64_MAX, NULL)
+#define U64_OPT(st, k) FIELD(st, k, F_U64, F_OMIT_ZERO, 0, 0, INT64_MAX, NULL)
 #define I64(st, k) FIELD(st, k, F_I64, 0, 0, INT64_MIN, INT64_MAX, NULL)
 #define DBL(st, k) FIELD(st, k, F_DOUBLE, 0, 0, 0, 0, NULL)
 #define DBL_OPT(st, k) FIELD(st, k, F_DOUBLE, F_OMIT_ZERO, 0, 0, 0, NULL)
@@ -567,6 +568,7 @@ static const field stats_reply_fields[] = {
     U32(aural_msg_stats_reply, clients, 0, UINT32_MAX),
     U32(aural_msg_stats_reply, workers, 0, UINT32_MAX),
     U64(aural_msg_stats_reply, message_bytes),
+    U64_OPT(aural_msg_stats_reply, heap_bytes),
     U32(aural_msg_stats_reply, streams_total, 0, UINT32_MAX),
     U32(aural_msg_stats_reply, subscribers_total, 0, UINT32_MAX),
 };

@@ -2165,6 +2165,7 @@ static void test_stats_reply_round_trip(void **state) {
     aural_msg_stats_reply m = {.uptime_s = 12.5, .clients = 3,
                                .workers = UINT32_MAX,
                                .message_bytes = INT64_MAX,
+                               .heap_bytes = full ? 9437184 : 0,
                                .streams_total = full ? 1000 : 0,
                                .subscribers_total = full ? 5000 : 0};
     aural_msg_writer mw;
@@ -2185,9 +2186,11 @@ static void test_stats_reply_round_trip(void **state) {
     m.next_clients_before = full ? UINT32_MAX : 0;
     size_t n = aural_proto_stats_reply_end(&mw, &m), pn;
     const uint8_t *p = payload_of(b, n, AURAL_MSG_STATS_REPLY, 0, &pn);
-    if (!full)
+    if (!full) {
       assert_non_null(strstr((const char *)p, "\"streams\":[],"
                                               "\"subscribers\":[]}"));
+      assert_null(strstr((const char *)p, "heap_bytes")); /* 0: left out */
+    }
     aural_msg_stats_reply d;
     assert_int_equal(
         aural_proto_decode_stats_reply(p, pn, &d, why, sizeof why), 0);
@@ -2195,6 +2198,7 @@ static void test_stats_reply_round_trip(void **state) {
     assert_int_equal(d.clients, 3);
     assert_int_equal(d.workers, UINT32_MAX);
     assert_int_equal(d.message_bytes, INT64_MAX);
+    assert_int_equal(d.heap_bytes, m.heap_bytes);
     assert_int_equal(d.streams_total, m.streams_total);
     assert_int_equal(d.subscribers_total, m.subscribers_total);
     assert_int_equal(d.next_streams_before, m.next_streams_before);

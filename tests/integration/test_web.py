@@ -143,6 +143,8 @@ class TestHttp(WebTest):
         self.assertEqual(m[("aurald_subscribers", ())],
                          stats["subscribers_total"])
         self.assertEqual(m[("aurald_clients", ())], stats["clients"])
+        self.assertGreater(stats["heap_bytes"], stats["message_bytes"])
+        self.assertGreater(m[("aurald_heap_bytes", ())], 0)
         sub = stats["subscribers"][0]
         key = (("client", str(sub["client"])),
                ("subscription", str(sub["subscription"])))

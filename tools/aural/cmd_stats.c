@@ -81,9 +81,12 @@ static bool grow(void **p, size_t n, size_t *cap, size_t size) {
 
 static void print_table(const stats_all *a) {
   const aural_msg_stats_reply *r = &a->head;
-  printf("aurald up %.1f s, %u client%s, %u worker%s\n", r->uptime_s,
+  printf("aurald up %.1f s, %u client%s, %u worker%s", r->uptime_s,
          r->clients, r->clients == 1 ? "" : "s", r->workers,
          r->workers == 1 ? "" : "s");
+  if (r->heap_bytes != 0)
+    printf(", %.1f MiB allocated", (double)r->heap_bytes / (1 << 20));
+  printf("\n");
   printf("\nstreams (%zu)\n", a->n_streams);
   printf("%6s  %-20s %-7s %9s %9s %7s %9s %7s %7s %8s\n", "id", "name",
          "source", "audio_s", "frames", "chunks", "compute_s", "p50_ms",

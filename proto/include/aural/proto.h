@@ -646,6 +646,7 @@ typedef struct aural_msg_stats_reply {
   uint32_t clients;
   uint32_t workers;
   uint64_t message_bytes;
+  uint64_t heap_bytes; /* 0: not known (omitted) */
   uint32_t streams_total;
   uint32_t subscribers_total;
   uint32_t next_streams_before; /* 0: no more streams (omitted) */
