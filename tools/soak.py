@@ -10,6 +10,10 @@ monitor samples the daemon's RSS and fd count every second.
 At the end it checks, and reports as JSON:
   - RSS slope after warm-up (the first quarter of the run) in kB per
     minute: must stay below --max-slope-kb-per-min;
+  - the bytes the daemon has allocated (STATS heap_bytes, which leaves out
+    the free memory its allocator keeps, and counts in sanitizer builds
+    too) are back within --max-heap-growth-kb of their level after a
+    warm-up of one recording per pusher;
   - the fd count at the end equals the one before the pushers and the
     churn started;
   - the healthy subscribers lost no chunk (no GAP, sequences complete, and
@@ -164,6 +168,9 @@ def main():
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
         "fbank", "speech.wav"), help="16-bit WAV to loop")
     ap.add_argument("--max-slope-kb-per-min", type=float, default=64.0)
+    ap.add_argument("--max-heap-growth-kb", type=float, default=64.0,
+                    help="allocated bytes left at the end over the start "
+                    "(default 64)")
     args = ap.parse_args()
 
     audio, rate = read_wav(args.input)
@@ -174,16 +181,33 @@ def main():
     for h in healthy:
         h.start()
     time.sleep(0.5)
+    # Warm-up: one recording per pusher at once, so that the buffers the
+    # daemon keeps for its largest batch exist before the baseline.
+    state, lock = {"audio_s": 0.0, "streams": 0}, threading.Lock()
+    warm_s = args.streams * len(audio) / rate
+    warmers = [threading.Thread(target=pusher, args=(
+        args.socket, audio, rate, rate // 10, warm_s, state, lock))
+        for _ in range(args.streams)]
+    for w in warmers:
+        w.start()
+    for w in warmers:
+        w.join()
+    deadline = time.monotonic() + 60
+    while (time.monotonic() < deadline and
+           any(len(h.ended) < state["streams"] for h in healthy)):
+        time.sleep(0.1)
+    warm_audio_s = state["audio_s"]
     fds_base = len(os.listdir("/proc/%d/fd" % pid))  # the healthy ones only
+    with ac.Client(args.socket, timeout=10) as c:
+        heap_base = c.stats().get("heap_bytes")
     stop = threading.Event()
     counts = {"churn": 0, "churn_errors": 0}
     churner = threading.Thread(target=churn, args=(args.socket, stop, counts),
                                daemon=True)
     churner.start()
-    state, lock = {"audio_s": 0.0, "streams": 0}, threading.Lock()
     pushers = [threading.Thread(target=pusher, args=(
-        args.socket, audio, rate, rate // 10, args.hours * 3600, state, lock))
-        for _ in range(args.streams)]
+        args.socket, audio, rate, rate // 10, warm_s + args.hours * 3600,
+        state, lock)) for _ in range(args.streams)]
     t0 = time.monotonic()
     for p in pushers:
         p.start()
@@ -216,6 +240,9 @@ def main():
     r = np.array([s[1] for s in warm], float)
     slope = float(np.polyfit(t, r, 1)[0]) if len(warm) > 2 else 0.0
     fds_start, fds_end = fds_base, samples[-1][2]
+    heap_end = stats.get("heap_bytes")
+    heap_growth_kb = ((heap_end - heap_base) / 1024.0
+                      if heap_base and heap_end else None)
     lost = sum(h.lost() for h in healthy)
     gaps = sum(h.gaps for h in healthy)
     errors = [e for h in healthy for e in h.errors]
@@ -223,13 +250,15 @@ def main():
     leftover = [s for s in stats["subscribers"]
                 if s["chunks_dropped"] != 0]
     report = {
-        "audio_hours": state["audio_s"] / 3600.0, "streams": state["streams"],
-        "wall_s": wall, "x_real_time": state["audio_s"] / wall,
+        "audio_hours": (state["audio_s"] - warm_audio_s) / 3600.0,
+        "streams": state["streams"],  # the warm-up's included
+        "wall_s": wall, "x_real_time": (state["audio_s"] - warm_audio_s) / wall,
         "rss_kb_first": warm[0][1], "rss_kb_last": samples[-1][1],
         "rss_slope_kb_per_min": slope, "fds_before": fds_start,
         "rss_kb_at_quarters": [samples[min(len(samples) - 1,
                                            len(samples) * q // 4)][1]
                                for q in range(5)],
+        "heap_bytes_before": heap_base, "heap_bytes_end": heap_end,
         "fds_end": fds_end, "healthy_lost_chunks": lost, "gaps": gaps,
         "healthy_errors": errors, "streams_ended_seen": streams_seen,
         "churn_connections": counts["churn"],
@@ -238,6 +267,8 @@ def main():
         "stats_subscribers_with_drops": len(leftover),
     }
     ok = (slope < args.max_slope_kb_per_min and fds_end == fds_start and
+          (heap_growth_kb is None or
+           heap_growth_kb < args.max_heap_growth_kb) and
           lost == 0 and gaps == 0 and not errors and
           streams_seen == state["streams"] and not stats["streams"] and
           not leftover)
