@@ -8,12 +8,19 @@
  * head, because row i must see exactly the frames max(first, t_i-W+1) ..
  * t_i of its own stream (a few rows share the loads of the key ring, see
  * attend()).
+ * A model with a lead-in (lead_in_frames K) first runs K frames of
+ * silence through a stream's state, at positions first .. first+K-1, the
+ * first time the stream is computed after create or reset: positions are
+ * then the stream's frame index plus K, and the frames' outputs go
+ * nowhere.
  * Each layer's ring holds the keys and values of the last W frames in slot
  * t mod W. Row i writes its own slot before it mixes values, and rows are
  * taken in order, so the slot it overwrites (frame t_i - W) is one no later
  * row of the batch needs: frame t_i + 1 looks back only to t_i - W + 2.
  */
+#include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +31,9 @@
 #define DEFAULT_BATCH AURAL__DEFAULT_BATCH
 /* Query rows of one head whose scores are computed together (attend()). */
 #define ATT_ROWS 3
+/* Rows of silence an encoder keeps for its lead-in, run in passes of this
+ * many (any split gives the same bits). */
+#define LEAD_ROWS 16
 
 /* Scratch for one pass of up to `cap` rows, which may come from several
  * streams of one model. */
@@ -45,8 +55,11 @@ typedef struct work {
 
 struct aural_encoder {
   const aural_model *model;
-  uint64_t first_frame; /* the stream's first frame */
-  uint64_t next_frame;  /* the next frame to encode */
+  uint64_t first_frame; /* position of the first frame (lead-in included) */
+  uint64_t next_frame;  /* position of the next frame to encode */
+  uint64_t lead;        /* lead-in frames (the model's) */
+  bool primed;          /* the lead-in has run since create or reset */
+  float *silence;       /* (min(lead, LEAD_ROWS), n_mels) its features */
   int d, hs, n_heads, window;
   size_t w_pad;     /* window rounded up to 16 */
   float *k_ring;    /* (n_layers, d, w_pad) keys, rope applied, transposed:
@@ -111,8 +124,12 @@ static float *work_carve(work *w, const aural_model_config *c, size_t cap,
   return p;
 }
 
-/* Floats of an encoder's own state: frequencies (as doubles), rings and
- * scratch for `batch` rows; 0 on overflow. */
+static size_t lead_rows(const aural_model_config *c) {
+  return c->lead_in_frames < LEAD_ROWS ? (size_t)c->lead_in_frames : LEAD_ROWS;
+}
+
+/* Floats of an encoder's own state: frequencies (as doubles), rings, the
+ * lead-in's features and scratch for `batch` rows; 0 on overflow. */
 static size_t encoder_floats(const aural_model_config *c, size_t batch) {
   size_t d = (size_t)c->d_model, hs = d / (size_t)c->n_heads;
   size_t k_ring, freq = 2 * ((d > hs ? d : hs) / 2 + 1);
@@ -120,7 +137,8 @@ static size_t encoder_floats(const aural_model_config *c, size_t batch) {
     return 0;
   size_t v_ring = (size_t)c->n_layers * (size_t)c->window * d; /* <= k_ring */
   size_t scratch = work_floats(c, batch);
-  size_t total = freq + k_ring + v_ring + scratch;
+  size_t silence = lead_rows(c) * (size_t)c->fbank.num_mel_bins;
+  size_t total = freq + k_ring + v_ring + silence + scratch;
   if (scratch == 0 || total < k_ring) return 0;
   return total;
 }
@@ -201,6 +219,12 @@ int aural_encoder_create(const aural_model *model,
   /* Attention reads every slot of a key group, in the context or not, so
    * the slots hold numbers from the start. */
   memset(e->k_ring, 0, (size_t)(p - e->k_ring) * sizeof *p);
+  e->lead = (uint64_t)c->lead_in_frames;
+  e->silence = p;
+  size_t n_silence = lead_rows(c) * (size_t)c->fbank.num_mel_bins;
+  float floor = c->fbank.use_log_fbank ? (float)log((double)FLT_EPSILON) : 0;
+  for (size_t i = 0; i < n_silence; i++) e->silence[i] = floor;
+  p += n_silence;
   work_carve(&e->own, c, batch, p);
 
   /* Sinusoidal: frequency i of the d/2 pairs is 10000^(-2i/d). RoPE: pair
@@ -219,10 +243,11 @@ int aural_encoder_create(const aural_model *model,
 void aural_encoder_reset(aural_encoder *e, uint64_t first_frame) {
   e->first_frame = first_frame;
   e->next_frame = first_frame;
+  e->primed = e->lead == 0;
 }
 
 uint64_t aural_encoder_next_frame(const aural_encoder *e) {
-  return e->next_frame;
+  return e->primed ? e->next_frame - e->lead : e->next_frame;
 }
 
 void aural_encoder_destroy(aural_encoder *e) {
@@ -418,12 +443,10 @@ static void run_pass(const aural_model *m, work *w, seg *segs, size_t n_segs,
   }
 }
 
-int aural_encoder_forward(aural_encoder *e, const float *feats, size_t n,
-                          float *emb, float *logits) {
+/* n frames through e in passes over its own scratch. */
+static void forward_own(aural_encoder *e, const float *feats, size_t n,
+                        float *emb, float *logits) {
   const aural_model_config *c = &e->model->cfg;
-  if (n == 0) return 0;
-  if (feats == NULL || (logits != NULL && c->vocab_size == 0))
-    return AURAL_EINVAL;
   size_t d = (size_t)c->d_model, mels = (size_t)c->fbank.num_mel_bins,
          v = (size_t)c->vocab_size;
   for (size_t done = 0; done < n;) {
@@ -434,6 +457,28 @@ int aural_encoder_forward(aural_encoder *e, const float *feats, size_t n,
     run_pass(e->model, &e->own, &sg, 1, k);
     done += k;
   }
+}
+
+/* The lead-in, once per stream: its silence rows again and again. */
+static void prime(aural_encoder *e) {
+  if (e->primed) return;
+  e->primed = true;
+  for (uint64_t done = 0; done < e->lead;) {
+    size_t k = e->lead - done < LEAD_ROWS ? (size_t)(e->lead - done)
+                                          : LEAD_ROWS;
+    forward_own(e, e->silence, k, NULL, NULL);
+    done += k;
+  }
+}
+
+int aural_encoder_forward(aural_encoder *e, const float *feats, size_t n,
+                          float *emb, float *logits) {
+  const aural_model_config *c = &e->model->cfg;
+  if (n == 0) return 0;
+  if (feats == NULL || (logits != NULL && c->vocab_size == 0))
+    return AURAL_EINVAL;
+  prime(e);
+  forward_own(e, feats, n, emb, logits);
   return 0;
 }
 
@@ -505,6 +550,8 @@ int aural_encoder_forward_batch(aural_batch *b, const aural_batch_item *items,
     for (size_t j = 0; j < i; j++)
       if (items[j].enc == it->enc) return AURAL_EINVAL;
   }
+  for (size_t i = 0; i < n_items; i++)
+    if (items[i].n > 0) prime(items[i].enc);
   size_t d = (size_t)c->d_model, mels = (size_t)c->fbank.num_mel_bins,
          v = (size_t)c->vocab_size;
   size_t item = 0, done = 0; /* the next row to place: items[item], row done */

@@ -32,6 +32,7 @@
 #define MAX_DIM 65536
 #define MAX_LAYERS 1024
 #define MAX_WINDOW 1000000
+#define MAX_LEAD_IN 1000 /* 10 s at 10 ms */
 #define MAX_VOCAB 1000000
 #define AURAL__MAX_KV_BYTES (1024.0 * 1048576) /* per stream */
 
@@ -300,6 +301,7 @@ static int parse_config(const char *json, const char *where,
       (aural_pos_encoding)cfg_enum(&r, "pos_encoding", poss, 3, 0);
   cfg->rope_theta = cfg_pos_number(&r, "rope_theta", 10000.0);
   cfg->final_norm = cfg_bool(&r, "final_norm", false);
+  cfg->lead_in_frames = cfg_int(&r, "lead_in_frames", 0, MAX_LEAD_IN, 1, 0);
   if (r.rc == 0 && cfg->d_model % cfg->n_heads != 0)
     r.rc = aural__err_set(err, AURAL_ECONFIG,
                           "%s: aural.config: n_heads = %d does not divide "

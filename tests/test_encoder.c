@@ -4,6 +4,7 @@
  * are grouped into calls, f16 weights in memory, CTC decoding, and memory
  * that does not grow with the stream.
  */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -397,12 +398,90 @@ static void test_chunk_invariance(void **state) {
         .pos_encoding = "sinusoidal", .activation = "gelu", .norm_first = 1,
         .final_norm = 1, .vocab_size = 29, .seed = 12},
        AURAL_WEIGHTS_BF16},
+      {"d72_lead37_postnorm_sin",
+       {.d_model = 72, .n_heads = 3, .n_layers = 2, .d_ff = 136, .window = 37,
+        .pos_encoding = "sinusoidal", .activation = "gelu", .vocab_size = 29,
+        .cmvn = 1, .lead_in_frames = 37, .seed = 13},
+       AURAL_WEIGHTS_F32},
   };
   for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
     aural_model *m = load_synth(&odd[i].spec, odd[i].name, odd[i].wt);
     check_groupings(m, odd[i].name, 0, feats, 300);
     check_groupings(m, odd[i].name, 360000, feats, 120);
     aural_model_free(m);
+  }
+  free(feats);
+}
+
+/* A model's lead-in (lead_in_frames K) is K rows of silence's features
+ * before the stream's own: the outputs equal, bit for bit, those of the
+ * same weights without a lead-in over those rows and then the frames,
+ * from the K-th on. Whatever the split of calls, through a reset, and in a
+ * batch beside another stream. K = 37 runs in passes of 16 rows; K = 10
+ * in one. */
+static void test_lead_in_is_silence_before_the_stream(void **state) {
+  (void)state;
+  size_t t_in, mels;
+  float *feats = load_npy("encoder/input.npy", &t_in, &mels);
+  const size_t t = 120;
+  const synth_spec specs[] = {
+      {.d_model = 72, .n_heads = 3, .n_layers = 2, .d_ff = 136, .window = 37,
+       .pos_encoding = "sinusoidal", .activation = "gelu", .vocab_size = 29,
+       .cmvn = 1, .lead_in_frames = 37, .seed = 13},
+      {.d_model = 96, .n_heads = 3, .n_layers = 2, .d_ff = 200, .window = 50,
+       .pos_encoding = "rope", .activation = "gelu", .norm_first = 1,
+       .final_norm = 1, .vocab_size = 29, .lead_in_frames = 10, .seed = 14},
+  };
+  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+    synth_spec plain = specs[i];
+    plain.lead_in_frames = 0;
+    aural_model *lead = load_synth(&specs[i], "lead", AURAL_WEIGHTS_F32);
+    aural_model *none = load_synth(&plain, "no lead", AURAL_WEIGHTS_F32);
+    const aural_model_config *c = aural_model_get_config(lead);
+    assert_int_equal(c->lead_in_frames, specs[i].lead_in_frames);
+    assert_int_equal(aural_model_get_config(none)->lead_in_frames, 0);
+    size_t k = (size_t)c->lead_in_frames, d = (size_t)c->d_model,
+           v = (size_t)c->vocab_size;
+    float *in = malloc((k + t) * mels * sizeof *in);
+    float *want = malloc((k + t) * d * sizeof *want);
+    float *want_l = malloc((k + t) * v * sizeof *want_l);
+    float *got = malloc(t * d * sizeof *got);
+    float *got_l = malloc(t * v * sizeof *got_l);
+    assert_true(in && want && want_l && got && got_l);
+    for (size_t j = 0; j < k * mels; j++) in[j] = (float)log((double)FLT_EPSILON);
+    memcpy(in + k * mels, feats, t * mels * sizeof *in);
+    run(none, 1000, in, k + t, 0, 0, want, want_l);
+    for (size_t step = 1; step <= t; step += 49) {
+      run(lead, 1000, feats, t, step, 0, got, got_l);
+      assert_memory_equal(got, want + k * d, t * d * sizeof *got);
+      assert_memory_equal(got_l, want_l + k * v, t * v * sizeof *got_l);
+    }
+    /* A reset runs the lead-in again; a batch primes its streams. */
+    aural_encoder *e, *other;
+    aural_err err;
+    assert_int_equal(aural_encoder_create(lead, NULL, &e, &err), 0);
+    assert_int_equal(aural_encoder_create(lead, NULL, &other, &err), 0);
+    assert_int_equal(aural_encoder_forward(e, feats + 5 * mels, 30, got, NULL), 0);
+    aural_encoder_reset(e, 1000);
+    assert_int_equal(aural_encoder_next_frame(e), 1000);
+    aural_batch *b;
+    assert_int_equal(aural_batch_create(lead, 64, &b, &err), 0);
+    aural_batch_item items[] = {{other, feats, 3, NULL, NULL},
+                                {e, feats, t, got, got_l}};
+    assert_int_equal(aural_encoder_forward_batch(b, items, 2), 0);
+    assert_memory_equal(got, want + k * d, t * d * sizeof *got);
+    assert_memory_equal(got_l, want_l + k * v, t * v * sizeof *got_l);
+    assert_int_equal(aural_encoder_next_frame(e), 1000 + t);
+    aural_batch_destroy(b);
+    aural_encoder_destroy(e);
+    aural_encoder_destroy(other);
+    free(in);
+    free(want);
+    free(want_l);
+    free(got);
+    free(got_l);
+    aural_model_free(lead);
+    aural_model_free(none);
   }
   free(feats);
 }
@@ -665,6 +744,7 @@ int main(void) {
       cmocka_unit_test(test_default_model_parity),
       cmocka_unit_test(test_default_model_bf16),
       cmocka_unit_test(test_chunk_invariance),
+      cmocka_unit_test(test_lead_in_is_silence_before_the_stream),
       cmocka_unit_test(test_reset_repeats_exactly),
       cmocka_unit_test(test_ctc_greedy),
       cmocka_unit_test(test_memory_flat_over_100k_frames),

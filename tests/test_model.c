@@ -543,6 +543,14 @@ static void mut_window_huge(mfile *mf) {
   cfg_edit(mf, "\"window\":8,", "\"window\":1000001,");
 }
 
+static void mut_lead_in_huge(mfile *mf) {
+  cfg_edit(mf, "\"window\":8,", "\"window\":8,\"lead_in_frames\":1001,");
+}
+
+static void mut_lead_in_fraction(mfile *mf) {
+  cfg_edit(mf, "\"window\":8,", "\"window\":8,\"lead_in_frames\":2.5,");
+}
+
 static void mut_norm_first_string(mfile *mf) {
   cfg_edit(mf, "\"norm_first\":true", "\"norm_first\":\"yes\"");
 }
@@ -902,6 +910,10 @@ static bad_case bad_cases[] = {
      E("\"window\" must be an integer in 1..1000000")},
     {"window_too_big", mut_window_huge, NULL, AURAL_ECONFIG,
      E("\"window\" must be an integer in 1..1000000")},
+    {"lead_in_too_long", mut_lead_in_huge, NULL, AURAL_ECONFIG,
+     E("\"lead_in_frames\" must be an integer in 0..1000")},
+    {"lead_in_fraction", mut_lead_in_fraction, NULL, AURAL_ECONFIG,
+     E("\"lead_in_frames\" must be an integer in 0..1000")},
     {"norm_first_string", mut_norm_first_string, NULL, AURAL_ECONFIG,
      E("\"norm_first\" must be true or false")},
     {"eps_negative", mut_eps_negative, NULL, AURAL_ECONFIG,

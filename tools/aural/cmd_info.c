@@ -128,6 +128,10 @@ int cmd_info(int argc, char **argv) {
          cli_pos_name(mc->pos_encoding));
   if (mc->pos_encoding == AURAL_POS_ROPE) printf(" (theta %g)", mc->rope_theta);
   printf("\nfinal norm   %s\n", mc->final_norm ? "yes" : "no");
+  if (mc->lead_in_frames > 0)
+    printf("lead-in      %d frames of silence (%.2f s) before each stream\n",
+           mc->lead_in_frames,
+           mc->lead_in_frames * mc->fbank.frame_shift_ms / 1000);
   if (mc->vocab_size > 0) {
     printf("CTC head     %d tokens:", mc->vocab_size);
     for (int i = 0; i < mc->vocab_size && i < 12; i++)

@@ -101,6 +101,9 @@ unsigned char *synth_model(const synth_spec *s, size_t *size) {
       s->d_model, s->n_heads, s->n_layers, s->d_ff, s->window,
       s->pos_encoding, s->activation, s->norm_first ? "true" : "false",
       s->final_norm ? "true" : "false");
+  if (s->lead_in_frames != 0)
+    h += (size_t)snprintf(hdr + h, hcap - h, ",\\\"lead_in_frames\\\":%d",
+                          s->lead_in_frames);
   if (s->vocab_size > 0) {
     h += (size_t)snprintf(hdr + h, hcap - h, ",\\\"vocab\\\":[");
     for (int v = 0; v < s->vocab_size; v++)

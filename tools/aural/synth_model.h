@@ -13,6 +13,7 @@ typedef struct synth_spec {
   int vocab_size;           /* 0: no CTC head */
   int cmvn;
   int f16;                  /* store weights as F16 (else F32) */
+  int lead_in_frames;       /* written when not 0 */
   uint32_t seed;
 } synth_spec;
 

@@ -77,6 +77,12 @@ ENCODER_DEFAULTS = {
     "final_norm": False,
 }
 
+# lead_in_frames (optional, default 0): frames of digital silence each
+# stream starts from. The encoder runs as if the stream's features were
+# preceded by that many rows of silence_features(), and drops their
+# outputs: a stream's frame t is at position start_frame + lead + t.
+MAX_LEAD_IN = 1000
+
 ACTIVATIONS = ("relu", "gelu")
 POS_ENCODINGS = ("rope", "sinusoidal", "none")
 
@@ -88,7 +94,7 @@ def complete_config(cfg):
     the JSON written to a model file does not depend on how `cfg` was built.
     Unknown keys are rejected: a typo must not silently become a default.
     """
-    known = set(FRONTEND_DEFAULTS) | set(ENCODER_DEFAULTS) | {"vocab"}
+    known = set(FRONTEND_DEFAULTS) | set(ENCODER_DEFAULTS) | {"lead_in_frames", "vocab"}
     unknown = sorted(set(cfg) - known)
     if unknown:
         raise ValueError("unknown config keys: %s" % ", ".join(unknown))
@@ -101,6 +107,14 @@ def complete_config(cfg):
                 raise ValueError("config key %r is required" % key)
             else:
                 out[key] = default
+    # Written only when not 0, so that files of models without one keep
+    # their config as it was.
+    lead = cfg.get("lead_in_frames", 0)
+    if (not isinstance(lead, int) or isinstance(lead, bool) or
+            not 0 <= lead <= MAX_LEAD_IN):
+        raise ValueError("config lead_in_frames must be an integer in 0..%d" % MAX_LEAD_IN)
+    if lead:
+        out["lead_in_frames"] = lead
     if cfg.get("vocab") is not None:
         out["vocab"] = list(cfg["vocab"])
 
@@ -157,6 +171,16 @@ def fbank(samples, cfg, dtype=torch.float64):
         use_log_fbank=cfg["use_log_fbank"], use_energy=cfg["use_energy"],
         sample_frequency=cfg["sample_rate"])
     return feats.to(torch.float32)
+
+
+def silence_features(cfg, n):
+    """[n, num_mel_bins] float32 features of digital silence as the C
+    frontend computes them (and torchaudio in float32, as the models were
+    trained): the log floor ln(FLT_EPSILON) in every bin, or 0 without
+    use_log_fbank. (fbank() above, in float64, floors at float64's
+    epsilon instead.)"""
+    value = math.log(float(np.finfo(np.float32).eps)) if cfg["use_log_fbank"] else 0.0
+    return torch.full((n, cfg["num_mel_bins"]), value, dtype=torch.float32)
 
 
 class CMVN(nn.Module):
@@ -318,6 +342,7 @@ class AuralEncoder(nn.Module):
                                                  enable_nested_tensor=False)
         self.vocab = cfg.get("vocab")
         self.head = nn.Linear(d, len(self.vocab)) if self.vocab else None
+        self.lead_in = cfg.get("lead_in_frames", 0)
         self.eval()
 
     # -- pieces shared by the whole-signal and the streaming paths ---------
@@ -386,6 +411,9 @@ class AuralEncoder(nn.Module):
         for frames start_frame .. start_frame+T-1. Returns (embeddings [T, d],
         logits [T, V] or None); logits are the head's raw outputs."""
         start = int(start_frame)
+        lead = self.lead_in
+        if lead:
+            feats = torch.cat((silence_features(self.config, lead).to(feats.dtype), feats))
         x = self._embed(feats, start)
         t = x.shape[0]
         if self.pos_encoding == "rope":
@@ -399,12 +427,17 @@ class AuralEncoder(nn.Module):
             x = self.encoder(x.unsqueeze(0), mask=band_mask(t, self.window)).squeeze(0)
         elif self.encoder.norm is not None:
             x = self.encoder.norm(x)
+        x = x[lead:]
         logits = self.head(x) if self.head is not None else None
         return x, logits
 
     def init_state(self, start_frame=0):
-        """A fresh stream whose first frame has absolute index start_frame."""
-        return StreamState(len(self.encoder.layers), start_frame)
+        """A fresh stream whose first frame has absolute index start_frame
+        (its lead-in, if any, already run)."""
+        state = StreamState(len(self.encoder.layers), start_frame)
+        if self.lead_in:
+            self.forward_chunk(silence_features(self.config, self.lead_in), state)
+        return state
 
     def forward_chunk(self, feats, state):
         """Streams n >= 0 new frames [n, n_mels] through the encoder using and
@@ -516,6 +549,9 @@ def naive_forward(model, feats, start_frame=0):
         return 0.5 * x * (1 + erf(x / math.sqrt(2)))
 
     x = np.asarray(feats, dtype=np.float64)
+    lead = cfg.get("lead_in_frames", 0)
+    if lead:
+        x = np.concatenate((silence_features(cfg, lead).double().numpy(), x))
     if "frontend.cmvn.mean" in P:
         x = (x - P["frontend.cmvn.mean"]) / P["frontend.cmvn.std"]
     x = lin(x, "input_proj")
@@ -563,5 +599,6 @@ def naive_forward(model, feats, start_frame=0):
             x = ln(hcur + lin(act(lin(hcur, pre + "linear1")), pre + "linear2"), pre + "norm2")
     if cfg["final_norm"]:
         x = ln(x, "encoder.norm")
+    x = x[lead:]
     logits = lin(x, "head") if "head.weight" in P else None
     return x, logits

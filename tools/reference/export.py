@@ -28,7 +28,10 @@ Command line (random weights, for tests and benchmarks):
     /usr/bin/python3 tools/reference/export.py --random CONFIG.json --seed 1 \\
         [--cmvn] --dtype F16 -o out.safetensors
 CONFIG.json holds the config keys (see aural_ref.complete_config); missing
-frontend keys take the DESIGN.md defaults.
+frontend keys take the DESIGN.md defaults. A file's config changed, its
+tensors byte for byte as they were (KEY=JSON, repeatable):
+    /usr/bin/python3 tools/reference/export.py --input in.safetensors \\
+        --set lead_in_frames=10 -o out.safetensors
 """
 
 import argparse
@@ -171,16 +174,65 @@ def load(path):
     return model.eval()
 
 
+def with_config(path, updates, out):
+    """Writes to `out` the file at `path` with its config's keys set to
+    `updates` (the config completed and validated again) and its tensors'
+    bytes unchanged. Returns the new file's size."""
+    read(path)  # the whole layout checked
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    config = json.loads(header["__metadata__"]["aural.config"])
+    config.update(updates)
+    header["__metadata__"]["aural.config"] = config_json(aural_ref.complete_config(config))
+    hjson = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    hjson += b" " * (-len(hjson) % 8)
+    new = struct.pack("<Q", len(hjson)) + hjson + data[8 + n:]
+    tmp = out + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(new)
+    os.replace(tmp, out)
+    return len(new)
+
+
 def main():
     ap = argparse.ArgumentParser(
-        description="Export a random-weight aural model to safetensors.")
-    ap.add_argument("--random", metavar="CONFIG.json", required=True,
-                    help="config JSON (keys of aural_ref.complete_config)")
+        description="Export a random-weight aural model to safetensors, or "
+        "change a model file's config.")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--random", metavar="CONFIG.json",
+                     help="config JSON (keys of aural_ref.complete_config)")
+    src.add_argument("--input", metavar="FILE",
+                     help="a model file whose config --set changes")
+    ap.add_argument("--set", metavar="KEY=JSON", action="append", default=[],
+                    help="with --input: a config key and its JSON value")
     ap.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     ap.add_argument("--cmvn", action="store_true", help="include made-up CMVN stats")
     ap.add_argument("--dtype", choices=DTYPES, default="F32")
     ap.add_argument("-o", "--output", required=True, help="output .safetensors path")
     args = ap.parse_args()
+    if args.input:
+        updates = {}
+        for item in args.set:
+            key, eq, value = item.partition("=")
+            try:
+                updates[key] = json.loads(value) if eq else None
+            except ValueError:
+                updates[key] = None
+            if not key or updates[key] is None:
+                ap.error("--set %r: give KEY=JSON, e.g. lead_in_frames=10" % item)
+        if not updates:
+            ap.error("--input needs at least one --set KEY=JSON")
+        try:
+            size = with_config(args.input, updates, args.output)
+        except (OSError, ValueError) as e:
+            print("export.py: %s" % e, file=sys.stderr)
+            return 1
+        print("%s: config %s, %d bytes" % (args.output, json.dumps(updates), size))
+        return 0
+    if args.set:
+        ap.error("--set goes with --input")
     with open(args.random) as f:
         config = json.load(f)
     model = aural_ref.init_random(aural_ref.AuralEncoder(config, cmvn=args.cmvn), args.seed)

@@ -163,7 +163,10 @@ $py tools/train/train_multi.py --init "$data/stage12b/model.safetensors" --out "
 $py tools/train/train_multi.py --init "$data/stage12c/model.safetensors" --out "$data/stage12d" \
   --minutes "${STAGE12D_MINUTES:-3.2}" --batch-frames 40000 --lr 2e-4 --dev 150 \
   --export-minutes 1 --seed 9
-cp "$data/stage12d/model.safetensors" models/default.safetensors
+# The bundled file: stage 12 (d)'s weights, its streams starting from 10
+# frames of silence (lead_in_frames, models/README.md: "Lead-in").
+$py tools/reference/export.py --input "$data/stage12d/model.safetensors" \
+  --set lead_in_frames=10 -o models/default.safetensors
 $py tools/train/sample_phonemes.py
 $py tools/train/multi_test.py make --out "$data/multi-test" --count 100 --seed "$seed"
 $py tools/train/multi_test.py score --test "$data/multi-test" --json "$data/eval-multi.json"

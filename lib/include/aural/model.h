@@ -80,6 +80,14 @@ typedef struct aural_model_config {
   aural_pos_encoding pos_encoding;
   double rope_theta;
   bool final_norm;
+  /* Frames of digital silence every stream starts from ("lead_in_frames",
+   * default 0): the encoder runs over them before the stream's first
+   * frame, as if the audio had begun with them, and emits nothing for
+   * them. Their features are the log floor of float32 in every bin
+   * (ln FLT_EPSILON; 0 without use_log_fbank), what the frontend gives
+   * for a window of zeros. For a model that was never trained on speech
+   * from the first frame. */
+  int lead_in_frames;
   bool has_cmvn;          /* frontend.cmvn.mean/std present */
   int vocab_size;         /* CTC head outputs; 0 when there is no head */
 } aural_model_config;
