@@ -222,8 +222,8 @@ int aural_encoder_create(const aural_model *model,
   e->lead = (uint64_t)c->lead_in_frames;
   e->silence = p;
   size_t n_silence = lead_rows(c) * (size_t)c->fbank.num_mel_bins;
-  float floor = c->fbank.use_log_fbank ? (float)log((double)FLT_EPSILON) : 0;
-  for (size_t i = 0; i < n_silence; i++) e->silence[i] = floor;
+  float level = c->fbank.use_log_fbank ? (float)log((double)FLT_EPSILON) : 0;
+  for (size_t i = 0; i < n_silence; i++) e->silence[i] = level;
   p += n_silence;
   work_carve(&e->own, c, batch, p);
 

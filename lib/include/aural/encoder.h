@@ -12,7 +12,9 @@
  *
  * Each layer keeps a ring of the keys and values of the last W frames,
  * allocated at create; a call allocates nothing, and memory does not grow
- * with the length of the stream. Outputs do not depend on how frames are
+ * with the length of the stream. A model with a lead-in (its config's
+ * lead_in_frames, aural/model.h) has the first call after create or reset
+ * run that many frames of silence before the caller's. Outputs do not depend on how frames are
  * split into calls beyond the rounding of matrix products of different
  * shapes (well below 1e-5).
  */
@@ -30,7 +32,8 @@ extern "C" {
 #endif
 
 typedef struct aural_encoder_config {
-  uint64_t first_frame;   /* absolute index of the stream's first frame */
+  uint64_t first_frame;   /* absolute index of the stream's first frame
+                             (its position, plus the model's lead-in) */
   size_t max_batch_frames; /* frames computed together; larger calls are
                               split (default 64) */
 } aural_encoder_config;
@@ -54,7 +57,8 @@ int aural_encoder_create(const aural_model *model,
 int aural_encoder_forward(aural_encoder *enc, const float *feats, size_t n,
                           float *emb, float *logits);
 
-/* Starts a new stream at first_frame, forgetting all history. */
+/* Starts a new stream at first_frame, forgetting all history (the next
+ * call runs the lead-in again). */
 void aural_encoder_reset(aural_encoder *enc, uint64_t first_frame);
 
 /* Absolute index of the next frame forward() expects. */
