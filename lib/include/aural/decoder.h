@@ -167,8 +167,8 @@ typedef struct aural_decoder_config {
   float beam_threshold;    /* and only those within this of the best (14) */
   int max_tokens;          /* tokens tried per frame: the most likely (8) */
   float token_threshold;   /* ... within this of the frame's best (10) */
-  float lm_weight;         /* weight of the LM's natural-log score (0.5) */
-  float word_penalty;      /* added per word (0.5) */
+  float lm_weight;         /* weight of the LM's natural-log score (0.6) */
+  float word_penalty;      /* added per word (0) */
   float endpoint_silence_s; /* trailing non-speech that ends a segment (0.8) */
   float endpoint_idle_s;   /* ... when nothing was decoded: a reset (2.4) */
   float endpoint_max_s;    /* longest segment (20) */
