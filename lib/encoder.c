@@ -18,7 +18,6 @@
  * taken in order, so the slot it overwrites (frame t_i - W) is one no later
  * row of the batch needs: frame t_i + 1 looks back only to t_i - W + 2.
  */
-#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,9 +30,6 @@
 #define DEFAULT_BATCH AURAL__DEFAULT_BATCH
 /* Query rows of one head whose scores are computed together (attend()). */
 #define ATT_ROWS 3
-/* Rows of silence an encoder keeps for its lead-in, run in passes of this
- * many (any split gives the same bits). */
-#define LEAD_ROWS 16
 
 /* Scratch for one pass of up to `cap` rows, which may come from several
  * streams of one model. */
@@ -59,7 +55,6 @@ struct aural_encoder {
   uint64_t next_frame;  /* position of the next frame to encode */
   uint64_t lead;        /* lead-in frames (the model's) */
   bool primed;          /* the lead-in has run since create or reset */
-  float *silence;       /* (min(lead, LEAD_ROWS), n_mels) its features */
   int d, hs, n_heads, window;
   size_t w_pad;     /* window rounded up to 16 */
   float *k_ring;    /* (n_layers, d, w_pad) keys, rope applied, transposed:
@@ -124,12 +119,8 @@ static float *work_carve(work *w, const aural_model_config *c, size_t cap,
   return p;
 }
 
-static size_t lead_rows(const aural_model_config *c) {
-  return c->lead_in_frames < LEAD_ROWS ? (size_t)c->lead_in_frames : LEAD_ROWS;
-}
-
-/* Floats of an encoder's own state: frequencies (as doubles), rings, the
- * lead-in's features and scratch for `batch` rows; 0 on overflow. */
+/* Floats of an encoder's own state: frequencies (as doubles), rings and
+ * scratch for `batch` rows; 0 on overflow. */
 static size_t encoder_floats(const aural_model_config *c, size_t batch) {
   size_t d = (size_t)c->d_model, hs = d / (size_t)c->n_heads;
   size_t k_ring, freq = 2 * ((d > hs ? d : hs) / 2 + 1);
@@ -137,8 +128,7 @@ static size_t encoder_floats(const aural_model_config *c, size_t batch) {
     return 0;
   size_t v_ring = (size_t)c->n_layers * (size_t)c->window * d; /* <= k_ring */
   size_t scratch = work_floats(c, batch);
-  size_t silence = lead_rows(c) * (size_t)c->fbank.num_mel_bins;
-  size_t total = freq + k_ring + v_ring + silence + scratch;
+  size_t total = freq + k_ring + v_ring + scratch;
   if (scratch == 0 || total < k_ring) return 0;
   return total;
 }
@@ -220,11 +210,6 @@ int aural_encoder_create(const aural_model *model,
    * the slots hold numbers from the start. */
   memset(e->k_ring, 0, (size_t)(p - e->k_ring) * sizeof *p);
   e->lead = (uint64_t)c->lead_in_frames;
-  e->silence = p;
-  size_t n_silence = lead_rows(c) * (size_t)c->fbank.num_mel_bins;
-  float level = c->fbank.use_log_fbank ? (float)log((double)FLT_EPSILON) : 0;
-  for (size_t i = 0; i < n_silence; i++) e->silence[i] = level;
-  p += n_silence;
   work_carve(&e->own, c, batch, p);
 
   /* Sinusoidal: frequency i of the d/2 pairs is 10000^(-2i/d). RoPE: pair
@@ -459,14 +444,14 @@ static void forward_own(aural_encoder *e, const float *feats, size_t n,
   }
 }
 
-/* The lead-in, once per stream: its silence rows again and again. */
+/* The lead-in, once per stream: the model's silence rows again and again. */
 static void prime(aural_encoder *e) {
   if (e->primed) return;
   e->primed = true;
   for (uint64_t done = 0; done < e->lead;) {
-    size_t k = e->lead - done < LEAD_ROWS ? (size_t)(e->lead - done)
-                                          : LEAD_ROWS;
-    forward_own(e, e->silence, k, NULL, NULL);
+    size_t k = e->lead - done < AURAL__LEAD_ROWS ? (size_t)(e->lead - done)
+                                                 : AURAL__LEAD_ROWS;
+    forward_own(e, e->model->lead_feats, k, NULL, NULL);
     done += k;
   }
 }

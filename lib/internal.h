@@ -260,6 +260,8 @@ struct aural_model {
   aural__mat head;          /* (V, d), rows 0 when absent */
   const float *b_head;      /* (V) */
   const float *cmvn_mean, *cmvn_std; /* (n_mels) or NULL */
+  float *lead_feats;        /* (min(lead_in_frames, AURAL__LEAD_ROWS),
+                               n_mels) features of silence, or NULL */
   char **vocab;             /* (V) token strings */
   float *f32;               /* arena: every f32 tensor */
   uint16_t *f16;            /* arena: matrices kept in half precision or
@@ -295,6 +297,9 @@ aural_batch_item *aural__batch_items(aural_batch *b, size_t *cap);
 
 /* Rows of an encoder's own scratch by default (aural_encoder_config). */
 #define AURAL__DEFAULT_BATCH 64
+/* Rows of silence a model keeps for its lead-in, which an encoder runs in
+ * passes of this many (any split gives the same bits). */
+#define AURAL__LEAD_ROWS 16
 
 /* IEEE half <-> float, exact / round-to-nearest-even. */
 float aural__f16_to_f32(uint16_t h);

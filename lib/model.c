@@ -18,6 +18,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1046,6 +1047,27 @@ static int read_entries(const aural_json *js, uint64_t hlen, uint64_t data_len,
 }
 
 /* Values the encoder divides by must be usable. */
+/* The rows the lead-in runs again and again: what the frontend gives for
+ * a window of zeros, the log floor (ln FLT_EPSILON) in every bin, or 0
+ * without use_log_fbank. */
+static int make_lead_feats(aural_model *m, const char *where,
+                           aural_err *err) {
+  const aural_model_config *c = &m->cfg;
+  if (c->lead_in_frames == 0) return 0;
+  size_t rows = c->lead_in_frames < AURAL__LEAD_ROWS
+                    ? (size_t)c->lead_in_frames
+                    : AURAL__LEAD_ROWS;
+  size_t n = rows * (size_t)c->fbank.num_mel_bins;
+  m->lead_feats = malloc(n * sizeof *m->lead_feats);
+  if (m->lead_feats == NULL)
+    return aural__err_set(err, AURAL_ENOMEM,
+                          "%s: out of memory for the lead-in's features",
+                          where);
+  float level = c->fbank.use_log_fbank ? (float)log((double)FLT_EPSILON) : 0;
+  for (size_t i = 0; i < n; i++) m->lead_feats[i] = level;
+  return 0;
+}
+
 static int check_cmvn(const aural_model *m, const char *where,
                       aural_err *err) {
   for (int i = 0; m->cmvn_std != NULL && i < m->cfg.fbank.num_mel_bins; i++) {
@@ -1189,6 +1211,7 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
          mm.weight_bytes == m->weight_bytes);
 
   rc = check_cmvn(m, where, err);
+  if (rc == 0) rc = make_lead_feats(m, where, err);
 
 done:
   free(have_names);
@@ -1255,6 +1278,7 @@ void aural_model_free(aural_model *m) {
   free(m->layers);
   free(m->f32);
   free(m->f16);
+  free(m->lead_feats);
   free(m);
 }
 

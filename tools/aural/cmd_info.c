@@ -156,10 +156,8 @@ int cmd_info(int argc, char **argv) {
              ? "emulated, no AVX512-BF16: slower than f32"
              : "the scalar oracle: much slower than f32");
   printf("per stream   %zu bytes (%.2f MB): KV rings %zu bytes, scratch for "
-         "%zu-frame batches%s %zu bytes\n",
-         state, (double)state / 1e6, ring, ec.max_batch_frames,
-         mc->lead_in_frames > 0 ? " and the lead-in's features" : "",
-         state - ring);
+         "%zu-frame batches %zu bytes\n",
+         state, (double)state / 1e6, ring, ec.max_batch_frames, state - ring);
   printf("cost         %.3f MFLOP per frame (%.3f GFLOP/s for one real-time "
          "stream)\n",
          (double)flops / 1e6, (double)flops * 100 / 1e9);
