@@ -16,6 +16,7 @@ packages=(
   libsndfile1-dev libsoxr-dev libfftw3-dev
   libuv1-dev portaudio19-dev libcmocka-dev libespeak-ng-dev
   python3 python3-numpy sox util-linux systemd man-db groff-base espeak-ng
+  sphinxbase-utils
   libhiredis-dev redis-server python3-redis
   libwebsockets-dev chromium nodejs python3-prometheus-client openssl curl
 )

@@ -4,6 +4,8 @@ and a word trigram LM, both from Debian packages alone.
 
     build_resources.py [--out-dir models] [--order 3] [--prune-min 2]
                        [--no-extra-text] [--extra-words FILE]
+                       [--general-lm FILE] [--general-weight 0.5]
+                       [--prune-entropy 2e-7]
                        [--harvest-min 2] [--linking-r 5] [--report]
 
 Writes, next to the model:
@@ -40,6 +42,12 @@ Writes, next to the model:
   unigram probability (a share of the discounted mass, as for any word
   seen in no n-gram), so that a word off the corpus can be recognized at
   all (each out-of-vocabulary word is at least one word error).
+  That model is then mixed (--general-lm, --general-weight) with a
+  general US-English trigram LM, CMU Sphinx's `en-us.lm.bin` from Debian
+  `pocketsphinx-en-us` (lmmix.py reads it), restricted to the lexicon's
+  words: P(w | h) = (1 - g) P_fortune(w | h) + g P_general(w | h) on the
+  union of both models' n-grams, then pruned by relative entropy
+  (--prune-entropy) to a size that loads in well under a second.
 
 --report prints the LM's perplexity and OOV rate on the dev and test
 references and how often the lexicon holds the pronunciation espeak-ng
@@ -57,6 +65,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lmmix  # noqa: E402
 import wordlib  # noqa: E402
 from wordlib import arpabet, corpus, normalize, phonemes  # noqa: E402
 
@@ -176,38 +185,33 @@ def kneser_ney(sentences, order, vocab):
 
 def write_arpa(path, prob, raw, order, prune_min):
     """Writes the ARPA file; n-grams of the highest order seen fewer than
-    `prune_min` times are left out and the backoff weights recomputed:
-    bow(h) = (1 - sum of kept P(w|h)) / (1 - sum of P_lower(w|h') over
-    the same w)."""
+    `prune_min` times are left out and the backoff weights recomputed
+    (lmmix.write_arpa)."""
     kept = [None] + [dict(prob[n]) for n in range(1, order + 1)]
     if order > 1 and prune_min > 1:
         kept[order] = {g: p for g, p in prob[order].items() if raw[order][g] >= prune_min}
-    bows = [None] + [{} for _ in range(order + 1)]
-    for n in range(1, order):
-        hi = collections.defaultdict(float)
-        lo = collections.defaultdict(float)
-        for g, p in kept[n + 1].items():
-            hi[g[:-1]] += p
-            lo[g[:-1]] += prob[n][g[1:]]
-        for h in hi:
-            num, den = 1.0 - hi[h], 1.0 - lo[h]
-            bows[n][h] = num / den if num > 0 and den > 0 else 1e-9
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\\data\\\n")
-        for n in range(1, order + 1):
-            f.write("ngram %d=%d\n" % (n, len(kept[n]) + (1 if n == 1 else 0)))
-        for n in range(1, order + 1):
-            f.write("\n\\%d-grams:\n" % n)
-            items = sorted(kept[n].items())
-            if n == 1:
-                items = sorted(items + [(("<s>",), 0.0)])
-            for g, p in items:
-                line = "%.6f\t%s" % (wordlib.log10(p), " ".join(g))
-                if n < order and g in bows[n]:
-                    line += "\t%.6f" % wordlib.log10(bows[n][g])
-                f.write(line + "\n")
-        f.write("\n\\end\\\n")
-    return [len(kept[n]) + (1 if n == 1 else 0) for n in range(1, order + 1)]
+    return lmmix.write_arpa(path, kept, order)
+
+
+GENERAL_LM = "/usr/share/pocketsphinx/model/en-us/en-us.lm.bin"
+
+
+def mix_general(arpa_path, general_path, weight, threshold, vocab, order):
+    """Replaces the fortune LM at `arpa_path` by its mixture with the
+    general LM (restricted to `vocab`), pruned; returns the n-gram counts."""
+    t0 = time.time()
+    _, grams = lmmix.read_sphinx_trie(general_path)
+    general = lmmix.BackoffLM.from_grams(grams, lambda w: w in vocab or w in SPECIAL)
+    del grams
+    fortune = lmmix.BackoffLM.from_arpa(wordlib.Arpa(arpa_path))
+    prob = lmmix.mix([fortune, general], [1.0 - weight, weight], vocab, order)
+    if threshold > 0:
+        prob = lmmix.prune(prob, order, threshold)
+    counts = lmmix.write_arpa(arpa_path, prob, order)
+    print("mixed with %s (weight %g, %d of its n-grams within the vocabulary), pruned at "
+          "%g: n-grams %s (%.0f s)" % (general_path, weight, len(general.prob), threshold,
+                                       counts, time.time() - t0))
+    return counts
 
 
 # ---------------------------------------------------------------- lexicon
@@ -401,6 +405,14 @@ def main():
                     help="a word list (one per line) whose words join the LM's vocabulary "
                     "and the lexicon, as unigrams the corpus never saw (default: wamerican's "
                     "%(default)s; '' for the corpus's words alone)")
+    ap.add_argument("--general-lm", default=GENERAL_LM,
+                    help="a sphinxbase trie LM to mix in (default: pocketsphinx-en-us's "
+                    "%(default)s; '' for the fortune LM alone)")
+    ap.add_argument("--general-weight", type=float, default=0.5,
+                    help="the general LM's weight in the mixture")
+    ap.add_argument("--prune-entropy", type=float, default=2e-7,
+                    help="drop mixed n-grams whose relative-entropy contribution is "
+                    "below this (0: keep all)")
     ap.add_argument("--harvest-min", type=int, default=2,
                     help="keep an in-context pronunciation a dialect uses at least this "
                     "often (0: isolated pronunciations only)")
@@ -464,6 +476,9 @@ def main():
     prob, raw, discounts = kneser_ney(sentences, args.order, set(words))
     arpa_path = os.path.join(args.out_dir, args.name + ".lm.arpa")
     counts = write_arpa(arpa_path, prob, raw, args.order, args.prune_min)
+    if args.general_lm:
+        counts = mix_general(arpa_path, args.general_lm, args.general_weight,
+                             args.prune_entropy, set(words), args.order)
     print("LM: order %d, n-grams %s, discounts %s, %s: %d bytes; %s: %d bytes (%.0f s)" % (
         args.order, counts, ["%.3f/%.3f/%.3f" % d[1:] for d in discounts[1:]],
         arpa_path, os.path.getsize(arpa_path), lex_path, os.path.getsize(lex_path),
