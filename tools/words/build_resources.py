@@ -423,6 +423,10 @@ def main():
     ap.add_argument("--g2p-only", action="store_true",
                     help="write the g2p map alone (it takes a second; the rest takes minutes)")
     args = ap.parse_args()
+    if not 0.0 <= args.general_weight <= 1.0:
+        ap.error("--general-weight must be within 0 and 1")
+    if args.prune_entropy < 0:
+        ap.error("--prune-entropy must not be negative")
     t0 = time.time()
     os.makedirs(args.out_dir, exist_ok=True)
     g2p_path = os.path.join(args.out_dir, args.name + ".g2p.txt")

@@ -36,6 +36,8 @@ import struct
 
 import numpy as np
 
+from wordlib import log10
+
 HEADER = b"Trie Language Model"
 QUANT_ENTRIES = 1 << 16
 LOG_BASE_TO_LOG10 = math.log10(1.0001)
@@ -55,7 +57,7 @@ def _read_fields(buf, bit_offsets, width):
     byte = bit_offsets >> 3
     shift = (bit_offsets & 7).astype(np.uint64)
     value = np.zeros(len(byte), np.uint64)
-    for k in range((width + 7 + 7) // 8):
+    for k in range((7 + width + 7) // 8):     # a shift of up to 7 bits, then the field
         value |= buf[byte + k].astype(np.uint64) << np.uint64(8 * k)
     return ((value >> shift) & np.uint64((1 << width) - 1)).astype(np.int64)
 
@@ -87,9 +89,9 @@ def read_sphinx_trie(path):
         raise BadTrie("%s: n-gram counts %s out of range" % (path, counts))
     take("<i")
     n_tables = (order - 2) * 2 * QUANT_ENTRIES + QUANT_ENTRIES
-    tables = np.frombuffer(data, "<f4", n_tables, at) if at + 4 * n_tables <= len(data) else None
-    if tables is None:
+    if at + 4 * n_tables > len(data):
         raise BadTrie("%s: truncated in the quantization tables" % path)
+    tables = np.frombuffer(data, "<f4", n_tables, at)
     at += 4 * n_tables
     uni_type = np.dtype([("p", "<f4"), ("bo", "<f4"), ("next", "<u4")])
     if at + uni_type.itemsize * (counts[0] + 1) > len(data):
@@ -221,8 +223,8 @@ def mix(lms, weights, vocab, order):
         grams.discard(("<s>",))
         for g in sorted(grams):     # a fixed order: sums, and so the file, repeat exactly
             prob[n][g] = sum(wt * lm.p(g[:-1], g[-1]) for lm, wt in zip(lms, weights))
-        # A listed n-gram keeps its prefix (its history's state) and its
-        # suffix (the lower order it backs off to) listed.
+    # A listed n-gram keeps its prefix (its history's state) and its suffix
+    # (the lower order it backs off to) listed.
     for n in range(order, 1, -1):
         for g in prob[n]:
             for part in (g[:-1], g[1:]):
@@ -302,7 +304,6 @@ def write_arpa(path, prob, order):
     """Writes `prob` (per order, n-gram -> P) as ARPA with fresh backoff
     weights; returns the n-gram counts."""
     bows = backoff_weights(prob, order)
-    from wordlib import log10
     counts = []
     with open(path, "w", encoding="utf-8") as f:
         f.write("\\data\\\n")
