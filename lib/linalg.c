@@ -171,28 +171,65 @@ DEFINE_FEW_ALL(f16, F16_W)
  * because GCC, given the same loop in intrinsics, rotates the accumulators
  * through spare registers with a move per step and spills some: about 10%
  * of the peak lost in the kernel that does 95% of the encoder's work. */
-#define CHAIN_ROW(R, X, OFF)                                                   \
+#define CHAIN_ROW(BC, OP, R, X, OFF)                                           \
   ".if %c[mr] > " #R "\n\t"                                                    \
-  "vbroadcastss " OFF "(%[" X "]), %%zmm29\n\t"                                \
-  "vfmadd231ps %%zmm29, %%zmm30, %[a" #R "0]\n\t"                              \
-  "vfmadd231ps %%zmm29, %%zmm31, %[a" #R "1]\n\t"                              \
+  BC " " OFF "(%[" X "]), %%zmm29\n\t"                                         \
+  OP " %%zmm29, %%zmm30, %[a" #R "0]\n\t"                                      \
+  OP " %%zmm29, %%zmm31, %[a" #R "1]\n\t"                                      \
   ".endif\n\t"
-#define CHAIN_ROW_LD(R, X, OFF, SCALE)                                         \
+#define CHAIN_ROW_LD(BC, OP, R, X, OFF, SCALE)                                 \
   ".if %c[mr] > " #R "\n\t"                                                    \
-  "vbroadcastss " OFF "(%[" X "],%[ld]," #SCALE "), %%zmm29\n\t"               \
-  "vfmadd231ps %%zmm29, %%zmm30, %[a" #R "0]\n\t"                              \
-  "vfmadd231ps %%zmm29, %%zmm31, %[a" #R "1]\n\t"                              \
+  BC " " OFF "(%[" X "],%[ld]," #SCALE "), %%zmm29\n\t"                        \
+  OP " %%zmm29, %%zmm30, %[a" #R "0]\n\t"                                      \
+  OP " %%zmm29, %%zmm31, %[a" #R "1]\n\t"                                      \
   ".endif\n\t"
 /* Step j of a group of four: weights at byte WOFF, inputs at byte XOFF. */
-#define CHAIN_STEP(WOFF, XOFF)                                                 \
+#define CHAIN_STEP(BC, OP, WOFF, XOFF)                                         \
   "vmovups " WOFF "(%[w]), %%zmm30\n\t"                                        \
   "vmovups " WOFF "(%[w],%[woff],1), %%zmm31\n\t"                              \
-  CHAIN_ROW(0, "x", XOFF) CHAIN_ROW_LD(1, "x", XOFF, 1)                        \
-  CHAIN_ROW_LD(2, "x", XOFF, 2) CHAIN_ROW(3, "x3", XOFF)                       \
-  CHAIN_ROW_LD(4, "x3", XOFF, 1) CHAIN_ROW_LD(5, "x3", XOFF, 2)
+  CHAIN_ROW(BC, OP, 0, "x", XOFF) CHAIN_ROW_LD(BC, OP, 1, "x", XOFF, 1)        \
+  CHAIN_ROW_LD(BC, OP, 2, "x", XOFF, 2) CHAIN_ROW(BC, OP, 3, "x3", XOFF)       \
+  CHAIN_ROW_LD(BC, OP, 4, "x3", XOFF, 1) CHAIN_ROW_LD(BC, OP, 5, "x3", XOFF, 2)
 #define ZERO2(R)                                                               \
   "vpxord %[a" #R "0], %[a" #R "0], %[a" #R "0]\n\t"                           \
   "vpxord %[a" #R "1], %[a" #R "1], %[a" #R "1]\n\t"
+/* The whole chain: each step's input is 4 bytes (a float, or a bf16
+ * pair) and its weights 64 (one line of each panel); BC broadcasts an
+ * input and OP accumulates. Four steps per turn of the loop (fewer pointer
+ * updates beside the arithmetic), then the steps left one at a time. */
+#define CHAIN_ASM(BC, OP)                                                      \
+  ZERO2(0) ZERO2(1) ZERO2(2) ZERO2(3) ZERO2(4) ZERO2(5)                        \
+  "test %[n4], %[n4]\n\t"                                                      \
+  "jz 2f\n\t"                                                                  \
+  "1:\n\t"                                                                     \
+  CHAIN_STEP(BC, OP, "", "") CHAIN_STEP(BC, OP, "64", "4")                     \
+  CHAIN_STEP(BC, OP, "128", "8") CHAIN_STEP(BC, OP, "192", "12")               \
+  "add $256, %[w]\n\t"                                                         \
+  "add $16, %[x]\n\t"                                                          \
+  "add $16, %[x3]\n\t"                                                         \
+  "dec %[n4]\n\t"                                                              \
+  "jnz 1b\n\t"                                                                 \
+  "2:\n\t"                                                                     \
+  "test %[n1], %[n1]\n\t"                                                      \
+  "jz 4f\n\t"                                                                  \
+  "3:\n\t"                                                                     \
+  CHAIN_STEP(BC, OP, "", "")                                                   \
+  "add $64, %[w]\n\t"                                                          \
+  "add $4, %[x]\n\t"                                                           \
+  "add $4, %[x3]\n\t"                                                          \
+  "dec %[n1]\n\t"                                                              \
+  "jnz 3b\n\t"                                                                 \
+  "4:\n\t"
+#define CHAIN_OPERANDS                                                         \
+  : [a00] "=&v"(acc[0][0]), [a01] "=&v"(acc[0][1]),                            \
+    [a10] "=&v"(acc[1][0]), [a11] "=&v"(acc[1][1]),                            \
+    [a20] "=&v"(acc[2][0]), [a21] "=&v"(acc[2][1]),                            \
+    [a30] "=&v"(acc[3][0]), [a31] "=&v"(acc[3][1]),                            \
+    [a40] "=&v"(acc[4][0]), [a41] "=&v"(acc[4][1]),                            \
+    [a50] "=&v"(acc[5][0]), [a51] "=&v"(acc[5][1]),                            \
+    [w] "+r"(w0), [x] "+r"(x), [x3] "+r"(x3), [n4] "+r"(n4), [n1] "+r"(n1)     \
+  : [ld] "r"(ld), [woff] "r"(woff), [mr] "i"(mr)                               \
+  : "xmm29", "xmm30", "xmm31", "memory", "cc"
 
 __attribute__((target("avx512f,fma"), always_inline)) static inline void
 tile_chain(int mr, const float *w0, size_t w1_off, const float *x,
@@ -200,40 +237,7 @@ tile_chain(int mr, const float *w0, size_t w1_off, const float *x,
   const float *x3 = x + 3 * ldx;
   size_t ld = ldx * sizeof(float), woff = w1_off * sizeof(float);
   size_t n4 = n / 4, n1 = n % 4;
-  /* Four steps per turn of the loop (fewer pointer updates beside the
-   * multiply-adds), then the steps left one at a time. */
-  __asm__ volatile(
-      ZERO2(0) ZERO2(1) ZERO2(2) ZERO2(3) ZERO2(4) ZERO2(5)
-      "test %[n4], %[n4]\n\t"
-      "jz 2f\n\t"
-      "1:\n\t"
-      CHAIN_STEP("", "") CHAIN_STEP("64", "4") CHAIN_STEP("128", "8")
-      CHAIN_STEP("192", "12")
-      "add $256, %[w]\n\t"
-      "add $16, %[x]\n\t"
-      "add $16, %[x3]\n\t"
-      "dec %[n4]\n\t"
-      "jnz 1b\n\t"
-      "2:\n\t"
-      "test %[n1], %[n1]\n\t"
-      "jz 4f\n\t"
-      "3:\n\t"
-      CHAIN_STEP("", "")
-      "add $64, %[w]\n\t"
-      "add $4, %[x]\n\t"
-      "add $4, %[x3]\n\t"
-      "dec %[n1]\n\t"
-      "jnz 3b\n\t"
-      "4:\n\t"
-      : [a00] "=&v"(acc[0][0]), [a01] "=&v"(acc[0][1]),
-        [a10] "=&v"(acc[1][0]), [a11] "=&v"(acc[1][1]),
-        [a20] "=&v"(acc[2][0]), [a21] "=&v"(acc[2][1]),
-        [a30] "=&v"(acc[3][0]), [a31] "=&v"(acc[3][1]),
-        [a40] "=&v"(acc[4][0]), [a41] "=&v"(acc[4][1]),
-        [a50] "=&v"(acc[5][0]), [a51] "=&v"(acc[5][1]),
-        [w] "+r"(w0), [x] "+r"(x), [x3] "+r"(x3), [n4] "+r"(n4), [n1] "+r"(n1)
-      : [ld] "r"(ld), [woff] "r"(woff), [mr] "i"(mr)
-      : "xmm29", "xmm30", "xmm31", "memory", "cc");
+  __asm__ volatile(CHAIN_ASM("vbroadcastss", "vfmadd231ps") CHAIN_OPERANDS);
 }
 
 /* A tile's running totals of its MR rows x 32 outputs: from zero in the
@@ -317,6 +321,47 @@ DEFINE_TILE(tile6, 6)
 #define MC_BLOCKS 12
 _Static_assert(KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
 
+/* While the row blocks of a chunk go through one panel pair's block of
+ * weights, the next block is prefetched into L2: the next pair's, else the
+ * first pair's at the next k block (none after the last). Row blocks take
+ * turns at its two panels, each fetching a slice of at most `per` lines,
+ * pf_n lines every four k. elem is the weights' element size; kc and kcn
+ * count k (a bf16 pair is two). */
+typedef struct next_block {
+  const char *at[2]; /* each panel's first line (NULL: none) */
+  size_t lines, per, pf_n;
+} next_block;
+
+static inline next_block next_block_of(const void *w, size_t elem, size_t ps,
+                                       size_t n_panels, size_t p, size_t np,
+                                       size_t k0, size_t kc, size_t kn,
+                                       size_t n_blocks) {
+  size_t pn = p + np, k1 = k0, kcn = kc;
+  if (pn >= n_panels) pn = 0, k1 = k0 + kc, kcn = kn;
+  next_block nb;
+  size_t n_sl = n_blocks > 1 ? n_blocks / 2 : 1;
+  nb.lines = kcn * AURAL__PANEL * elem / 64;
+  nb.per = (nb.lines + n_sl - 1) / n_sl;
+  nb.pf_n = kc >= 4 ? (nb.per + kc / 4 - 1) / (kc / 4) : 0;
+  for (size_t q = 0; q < 2; q++)
+    nb.at[q] = pn + q < n_panels
+                   ? (const char *)w + (pn * ps + q * ps + k1 * AURAL__PANEL) * elem
+                   : NULL;
+  return nb;
+}
+
+/* Row block i (from the chunk's first) of the slices: where its slice
+ * starts and how many lines (0: none, pf pointing at dflt). */
+static inline const char *next_block_slice(const next_block *nb, size_t i,
+                                           const void *dflt, size_t *n) {
+  size_t at = i / 2 * nb->per;
+  const char *base = nb->at[i % 2];
+  *n = 0;
+  if (base == NULL || at >= nb->lines) return (const char *)dflt;
+  *n = nb->lines - at < nb->per ? nb->lines - at : nb->per;
+  return base + 64 * at;
+}
+
 /*
  * Few rows (frame mode): the rows stay in registers and the weights stream
  * past them once, np panels at a time. Many rows (chunk mode, batches): the
@@ -372,26 +417,14 @@ _Static_assert(KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
             w0 = wide;                                                         \
             w1 = wide + KC * AURAL__PANEL;                                     \
           }                                                                    \
-          /* The next block of weights: the next pair's, else the first    \
-           * pair's at the next k block (none after the last): lp lines of  \
-           * each panel. Row blocks take turns at the two panels, each      \
-           * fetching a slice of at most `per` lines, pf_n every four k. */ \
-          size_t pn = p + np, k1 = k0, kcn = kc, nbc = j1 - j0;                \
-          if (pn >= n_panels) pn = 0, k1 = k0 + kc, kcn = kn;                  \
-          size_t lp = kcn * AURAL__PANEL * sizeof(ELEM) / 64,                  \
-                 n_sl = nbc > 1 ? nbc / 2 : 1, per = (lp + n_sl - 1) / n_sl,   \
-                 pf_n = kc >= 4 ? (per + kc / 4 - 1) / (kc / 4) : 0;           \
-          const ELEM *wn = w + pn * ps + k1 * AURAL__PANEL;                    \
+          next_block nb = next_block_of(w, sizeof(ELEM), ps, n_panels, p, np,  \
+                                        k0, kc, kn, j1 - j0);                  \
           float *yp = y + i0 * N + p * AURAL__PANEL;                           \
           const float *xj = x + i0 * K + k0;                                   \
           for (size_t j = j0; j < j1; j++) {                                   \
-            size_t mr = aural__row_block_rows(&rb, j), q = (j - j0) % 2,       \
-                   at = (j - j0) / 2 * per, n = 0;                             \
-            const char *pfj = (const char *)w0;                                \
-            if (pn + q < n_panels && at < lp) {                                \
-              pfj = (const char *)(wn + q * ps) + 64 * at;                     \
-              n = lp - at < per ? lp - at : per;                               \
-            }                                                                  \
+            size_t mr = aural__row_block_rows(&rb, j), n;                      \
+            const char *pfj = next_block_slice(&nb, j - j0, w0, &n);           \
+            size_t pf_n = nb.pf_n;                                             \
             switch (mr) {                                                      \
             case 3: tile3(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
             case 4: tile4(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n); break; \
@@ -473,23 +506,25 @@ __attribute__((target("avx512f"))) static void round_rows_swapped(
 }
 
 /* The same rows as bfloat16 pairs (k = 2i low, 2i + 1 high), the dot
- * product's input: xp (KC / 2 apart). */
-__attribute__((target("avx512f"))) static void round_rows_pairs(
+ * product's input: xp (KC / 2 apart). AVX512-BF16's own conversion rounds
+ * as round_bf16() does (to nearest even; zeros and denormals to a signed
+ * zero, infinities kept, NaN quiet with its upper payload), 32 k at once. */
+__attribute__((target("avx512f,avx512bf16"))) static void round_rows_pairs(
     const float *x, size_t K, size_t m, size_t k0, size_t kc, uint32_t *xp) {
-  const __m512i lo16 = _mm512_set1_epi64(0xffff),
-                hi16 = _mm512_set1_epi64(0xffff0000);
   for (size_t i = 0; i < m; i++)
-    for (size_t k = 0; k < kc; k += 16) {
+    for (size_t k = 0; k < kc; k += 32) {
+      const float *xi = x + i * K + k0 + k;
       size_t left = k0 + k < K ? K - (k0 + k) : 0;
-      __mmask16 in = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-      __m512i r = round_bf16(_mm512_maskz_loadu_ps(in, x + i * K + k0 + k));
-      /* Each 64-bit lane: k even's bfloat16 at bits 16-31, odd's at 48-63. */
-      __m512i pair = _mm512_or_si512(
-          _mm512_and_si512(_mm512_srli_epi64(r, 16), lo16),
-          _mm512_and_si512(_mm512_srli_epi64(r, 32), hi16));
-      size_t n_pairs = (kc - k) / 2 < 8 ? (kc - k) / 2 : 8;
-      _mm512_mask_cvtepi64_storeu_epi32(xp + i * (KC / 2) + k / 2,
-                                        (__mmask8)((1u << n_pairs) - 1), pair);
+      __mmask16 in0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1),
+                in1 = left >= 32 ? 0xffff
+                      : left > 16 ? (__mmask16)((1u << (left - 16)) - 1)
+                                  : 0;
+      __m512bh r = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(in1, xi + 16),
+                                       _mm512_maskz_loadu_ps(in0, xi));
+      size_t n_pairs = (kc - k) / 2 < 16 ? (kc - k) / 2 : 16;
+      _mm512_mask_storeu_epi32(xp + i * (KC / 2) + k / 2,
+                               (__mmask16)((1u << n_pairs) - 1),
+                               (__m512i)r);
     }
 }
 
@@ -509,59 +544,32 @@ __attribute__((target("avx512f"))) static void widen_bf16_swapped(
 
 /* One chain of the native tile: as tile_chain(), over n pairs, each k
  * step a dot product of the pairs of both panels with each row's pair
- * (broadcast). x is ldx pairs apart; w1 is w0 plus w1_off elements. */
-#define CHAIN_ROW_DP(R, X, OFF)                                                \
-  ".if %c[mr] > " #R "\n\t"                                                    \
-  "vpbroadcastd " OFF "(%[" X "]), %%zmm29\n\t"                                \
-  "vdpbf16ps %%zmm30, %%zmm29, %[a" #R "0]\n\t"                                \
-  "vdpbf16ps %%zmm31, %%zmm29, %[a" #R "1]\n\t"                                \
-  ".endif\n\t"
-#define CHAIN_ROW_DP_LD(R, X, SCALE)                                           \
-  ".if %c[mr] > " #R "\n\t"                                                    \
-  "vpbroadcastd (%[" X "],%[ld]," #SCALE "), %%zmm29\n\t"                      \
-  "vdpbf16ps %%zmm30, %%zmm29, %[a" #R "0]\n\t"                                \
-  "vdpbf16ps %%zmm31, %%zmm29, %[a" #R "1]\n\t"                                \
-  ".endif\n\t"
-
+ * (broadcast). x is ldx pairs apart; w1 is w0 plus w1_off elements. The
+ * dot product's two factors commute (each product is exact). */
 __attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
 tile_chain_dp(int mr, const uint16_t *w0, size_t w1_off, const uint32_t *x,
               size_t ldx, size_t n, __m512 acc[MR_MAX][2]) {
   const uint32_t *x3 = x + 3 * ldx;
   size_t ld = ldx * sizeof(uint32_t), woff = w1_off * sizeof(uint16_t);
-  __asm__ volatile(
-      ZERO2(0) ZERO2(1) ZERO2(2) ZERO2(3) ZERO2(4) ZERO2(5)
-      "1:\n\t"
-      "vmovups (%[w]), %%zmm30\n\t"
-      "vmovups (%[w],%[woff],1), %%zmm31\n\t"
-      CHAIN_ROW_DP(0, "x", "") CHAIN_ROW_DP_LD(1, "x", 1)
-      CHAIN_ROW_DP_LD(2, "x", 2) CHAIN_ROW_DP(3, "x3", "")
-      CHAIN_ROW_DP_LD(4, "x3", 1) CHAIN_ROW_DP_LD(5, "x3", 2)
-      "add $64, %[w]\n\t"
-      "add $4, %[x]\n\t"
-      "add $4, %[x3]\n\t"
-      "dec %[n]\n\t"
-      "jnz 1b\n\t"
-      : [a00] "=&v"(acc[0][0]), [a01] "=&v"(acc[0][1]),
-        [a10] "=&v"(acc[1][0]), [a11] "=&v"(acc[1][1]),
-        [a20] "=&v"(acc[2][0]), [a21] "=&v"(acc[2][1]),
-        [a30] "=&v"(acc[3][0]), [a31] "=&v"(acc[3][1]),
-        [a40] "=&v"(acc[4][0]), [a41] "=&v"(acc[4][1]),
-        [a50] "=&v"(acc[5][0]), [a51] "=&v"(acc[5][1]),
-        [w] "+r"(w0), [x] "+r"(x), [x3] "+r"(x3), [n] "+r"(n)
-      : [ld] "r"(ld), [woff] "r"(woff), [mr] "i"(mr)
-      : "xmm29", "xmm30", "xmm31", "memory", "cc");
+  size_t n4 = n / 4, n1 = n % 4;
+  __asm__ volatile(CHAIN_ASM("vpbroadcastd", "vdpbf16ps") CHAIN_OPERANDS);
 }
 
-/* DEFINE_TILE's tile over bf16 pairs with the dot product: kp pairs, y
- * and the totals as there. */
+/* DEFINE_TILE's tile over bf16 pairs with the dot product: kp pairs, y,
+ * the totals and the prefetching as there. */
 #define DEFINE_TILE_DP(NAME, MR)                                               \
   __attribute__((target("avx512f,avx512bf16"), always_inline)) static inline  \
   void NAME(const uint16_t *w0, const uint16_t *w1, const uint32_t *x,         \
             size_t ldx, size_t kp, float *y, size_t N, const __m512 *bs,       \
-            const __mmask16 *ms, int first, int last) {                        \
+            const __mmask16 *ms, int first, int last, const char *pf,          \
+            size_t pf_lines, size_t pf_n) {                                    \
     TILE_TOTALS(MR)                                                            \
     for (size_t j0 = 0; j0 < kp; j0 += AURAL__CHAIN / 2) {                     \
       size_t n = kp - j0 < AURAL__CHAIN / 2 ? kp - j0 : AURAL__CHAIN / 2;      \
+      size_t n_pf = (n / 2) * pf_n;                                            \
+      if (n_pf > pf_lines) n_pf = pf_lines;                                    \
+      for (size_t i = 0; i < n_pf; i++, pf += 64) _mm_prefetch(pf, _MM_HINT_T1); \
+      pf_lines -= n_pf;                                                        \
       __m512 acc[MR_MAX][2];                                                   \
       tile_chain_dp(MR, w0 + 32 * j0, (size_t)(w1 - w0), x + j0, ldx, n, acc); \
       TILE_ADD_CHAIN(MR)                                                       \
@@ -603,6 +611,7 @@ __attribute__((target("avx512f,fma,avx512bf16"))) static void linear_bf16_avx512
            i1 = aural__row_block_start(&rb, j1);
     for (k0 = 0; k0 < Kp; k0 += KC) {
       size_t kc = Kp - k0 < KC ? Kp - k0 : KC;
+      size_t kn = Kp - k0 - kc < KC ? Kp - k0 - kc : KC;
       int first = k0 == 0, last = k0 + kc == Kp;
       if (native)
         round_rows_pairs(x + i0 * K, K, i1 - i0, k0, kc, (uint32_t *)xs);
@@ -617,29 +626,33 @@ __attribute__((target("avx512f,fma,avx512bf16"))) static void linear_bf16_avx512
           widen_bf16_swapped(w0, 0, kc / 2, wide);
           widen_bf16_swapped(w1, 0, kc / 2, wide + KC * AURAL__PANEL);
         }
+        next_block nb = next_block_of(w, sizeof *w, ps, n_panels, p, np, k0,
+                                      kc, kn, j1 - j0);
         float *yp = y + i0 * N + p * AURAL__PANEL;
         size_t at = 0; /* row of xs */
         for (size_t j = j0; j < j1; j++) {
-          size_t mr = aural__row_block_rows(&rb, j);
+          size_t mr = aural__row_block_rows(&rb, j), n;
+          const char *pf = next_block_slice(&nb, j - j0, w0, &n);
+          size_t pf_n = nb.pf_n;
           if (native) {
             const uint32_t *xj = (const uint32_t *)xs + at * (KC / 2);
             switch (mr) {
-            case 1: tile_dp1(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
-            case 2: tile_dp2(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
-            case 3: tile_dp3(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
-            case 4: tile_dp4(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
-            case 5: tile_dp5(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
-            default: tile_dp6(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last); break;
+            case 1: tile_dp1(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last, pf, n, pf_n); break;
+            case 2: tile_dp2(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last, pf, n, pf_n); break;
+            case 3: tile_dp3(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last, pf, n, pf_n); break;
+            case 4: tile_dp4(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last, pf, n, pf_n); break;
+            case 5: tile_dp5(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last, pf, n, pf_n); break;
+            default: tile_dp6(w0, w1, xj, KC / 2, kc / 2, yp, N, bs, ms, first, last, pf, n, pf_n); break;
             }
           } else {
             const float *xj = xs + at * KC, *v0 = wide, *v1 = wide + KC * AURAL__PANEL;
             switch (mr) {
-            case 1: tile1(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
-            case 2: tile2(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
-            case 3: tile3(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
-            case 4: tile4(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
-            case 5: tile5(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
-            default: tile6(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, NULL, 0, 0); break;
+            case 1: tile1(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n); break;
+            case 2: tile2(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n); break;
+            case 3: tile3(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n); break;
+            case 4: tile4(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n); break;
+            case 5: tile5(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n); break;
+            default: tile6(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n); break;
             }
           }
           at += mr;

@@ -253,6 +253,48 @@ static void test_bf16_kernel_matches_oracle(void **state) {
 
 /* bfloat16 rounding: to nearest, ties to even; denormals to signed zero;
  * infinities kept and NaN quiet (as AVX512-BF16's conversion). */
+/* Inputs that are not ordinary numbers (NaN with a payload, of either
+ * sign, infinities, the largest float, which rounds to infinity, a negative
+ * denormal), one per row, go through every bf16 path with the same bits:
+ * the kernel in use against the oracle, and where the CPU has AVX512-BF16,
+ * its own conversion and dot products against the emulation. */
+static void test_bf16_special_inputs(void **state) {
+  (void)state;
+  const uint32_t special[] = {0x7fa01234u, 0xffc12345u, 0x7f800000u,
+                              0xff800000u, 0x7f7fffffu, 0x80200000u,
+                              0x7f7f8000u};
+  enum { N_ROWS = sizeof special / sizeof *special };
+  const size_t cols[] = {3, 64, 70, 257};
+  int native = aural_model_bf16_native();
+  for (size_t ci = 0; ci < sizeof cols / sizeof *cols; ci++) {
+    size_t R = 33, C = cols[ci];
+    float *plain = malloc(R * C * sizeof *plain);
+    uint16_t *mem;
+    aural__mat w = make_bf16_mat(R, C, plain, &mem);
+    float *x = malloc(N_ROWS * C * sizeof *x), *fast = malloc(N_ROWS * R * sizeof *fast),
+          *ref = malloc(N_ROWS * R * sizeof *ref);
+    for (size_t i = 0; i < N_ROWS * C; i++) x[i] = test_frand();
+    for (size_t i = 0; i < N_ROWS; i++)
+      memcpy(x + i * C + (i * 13) % C, &special[i], sizeof(float));
+    for (size_t n = 1; n <= N_ROWS; n += N_ROWS - 1) {
+      aural__linear(&w, NULL, x, n, fast);
+      aural__linear_ref(&w, NULL, x, n, ref);
+      assert_memory_equal(fast, ref, n * R * sizeof *fast);
+      if (native) {
+        aural__bf16_emulate(true);
+        aural__linear(&w, NULL, x, n, ref);
+        aural__bf16_emulate(false);
+        assert_memory_equal(fast, ref, n * R * sizeof *fast);
+      }
+    }
+    free(plain);
+    free(mem);
+    free(x);
+    free(fast);
+    free(ref);
+  }
+}
+
 static void test_bf16_conversion(void **state) {
   (void)state;
   assert_int_equal(aural__f32_to_bf16(1.0f), 0x3f80);
@@ -533,6 +575,7 @@ int main(void) {
       cmocka_unit_test(test_kernel_matches_oracle_bit_for_bit),
       cmocka_unit_test(test_odd_model_shapes_match_oracle),
       cmocka_unit_test(test_bf16_kernel_matches_oracle),
+      cmocka_unit_test(test_bf16_special_inputs),
       cmocka_unit_test(test_bf16_conversion),
       cmocka_unit_test(test_zero_rows_write_nothing),
       cmocka_unit_test(test_long_products_keep_precision),
