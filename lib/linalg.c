@@ -325,8 +325,8 @@ _Static_assert(KC % AURAL__CHAIN == 0, "k blocks hold whole chains");
  * weights, the next block is prefetched into L2: the next pair's, else the
  * first pair's at the next k block (none after the last). Row blocks take
  * turns at its two panels, each fetching a slice of at most `per` lines,
- * pf_n lines every four k. elem is the weights' element size; kc and kcn
- * count k (a bf16 pair is two). */
+ * pf_n lines every four k. elem is the weights' element size; kc (this k
+ * block) and kn (the next one) count k, a bf16 pair being two. */
 typedef struct next_block {
   const char *at[2]; /* each panel's first line (NULL: none) */
   size_t lines, per, pf_n;
@@ -350,8 +350,8 @@ static inline next_block next_block_of(const void *w, size_t elem, size_t ps,
   return nb;
 }
 
-/* Row block i (from the chunk's first) of the slices: where its slice
- * starts and how many lines (0: none, pf pointing at dflt). */
+/* The slice of the chunk's row block i (0 for its first): where it starts
+ * and how many lines, *n (none: 0, and dflt returned in its place). */
 static inline const char *next_block_slice(const next_block *nb, size_t i,
                                            const void *dflt, size_t *n) {
   size_t at = i / 2 * nb->per;
