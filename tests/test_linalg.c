@@ -251,13 +251,15 @@ static void test_bf16_kernel_matches_oracle(void **state) {
                   "oracle off AVX-512)");
 }
 
-/* bfloat16 rounding: to nearest, ties to even; denormals to signed zero;
- * infinities kept and NaN quiet (as AVX512-BF16's conversion). */
 /* Inputs that are not ordinary numbers (NaN with a payload, of either
  * sign, infinities, the largest float, which rounds to infinity, a negative
  * denormal), one per row, go through every bf16 path with the same bits:
  * the kernel in use against the oracle, and where the CPU has AVX512-BF16,
- * its own conversion and dot products against the emulation. */
+ * its own conversion and dot products against the emulation. With rows of
+ * 3 and 257 (k padded to a whole pair), a path that rounded a value past
+ * the row's end into the padding would meet the next row's infinity there
+ * and give NaN, which finite inputs cannot show (0 times a finite value
+ * adds nothing). */
 static void test_bf16_special_inputs(void **state) {
   (void)state;
   const uint32_t special[] = {0x7fa01234u, 0xffc12345u, 0x7f800000u,
@@ -276,7 +278,9 @@ static void test_bf16_special_inputs(void **state) {
     for (size_t i = 0; i < N_ROWS * C; i++) x[i] = test_frand();
     for (size_t i = 0; i < N_ROWS; i++)
       memcpy(x + i * C + (i * 13) % C, &special[i], sizeof(float));
-    for (size_t n = 1; n <= N_ROWS; n += N_ROWS - 1) {
+    const size_t ns[] = {1, N_ROWS}; /* a row alone, and all together */
+    for (size_t ni = 0; ni < 2; ni++) {
+      size_t n = ns[ni];
       aural__linear(&w, NULL, x, n, fast);
       aural__linear_ref(&w, NULL, x, n, ref);
       assert_memory_equal(fast, ref, n * R * sizeof *fast);
@@ -295,6 +299,8 @@ static void test_bf16_special_inputs(void **state) {
   }
 }
 
+/* bfloat16 rounding: to nearest, ties to even; denormals to signed zero;
+ * infinities kept and NaN quiet (as AVX512-BF16's conversion). */
 static void test_bf16_conversion(void **state) {
   (void)state;
   assert_int_equal(aural__f32_to_bf16(1.0f), 0x3f80);
