@@ -256,10 +256,10 @@ static void test_bf16_kernel_matches_oracle(void **state) {
  * denormal), one per row, go through every bf16 path with the same bits:
  * the kernel in use against the oracle, and where the CPU has AVX512-BF16,
  * its own conversion and dot products against the emulation. With rows of
- * 3 and 257 (k padded to a whole pair), a path that rounded a value past
- * the row's end into the padding would meet the next row's infinity there
- * and give NaN, which finite inputs cannot show (0 times a finite value
- * adds nothing). */
+ * 3 (k padded to a whole pair), a path that rounded a value past the row's
+ * end into the padding would meet the next row's infinity there and give
+ * NaN, which finite inputs cannot show (0 times a finite value adds
+ * nothing). */
 static void test_bf16_special_inputs(void **state) {
   (void)state;
   const uint32_t special[] = {0x7fa01234u, 0xffc12345u, 0x7f800000u,
