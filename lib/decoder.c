@@ -4,12 +4,14 @@
  * endpoint rules that cut the stream into final segments.
  *
  * A hypothesis is a state (LM history, tree node, last frame's token) with
- * its best score and the words it emitted. Each frame, every hypothesis
- * tries the blank, a repeat of its token (CTC collapses it) and the
- * frame's likely tokens that continue its tree path; reaching a node
- * where words end also emits each of them and returns to the root. The
- * candidates are merged by state (the better kept), and the best `beam`
- * within `beam_threshold` of the best survive. Emitted words live in a
+ * its score and the words it emitted. Each frame, every hypothesis tries
+ * the blank, a repeat of its token (CTC collapses it) and the frame's
+ * likely tokens that continue its tree path; reaching a node where words
+ * end also emits each of them and returns to the root. Candidates in the
+ * same state merge: another alignment of the same words (the same hash of
+ * the segment's words) adds its probability, other words keep the better
+ * (their futures score alike). The best `beam` within `beam_threshold` of
+ * the best survive. Emitted words live in a
  * pool of links (word, times, parent), shared by the hypotheses that
  * descend from them and compacted when it fills.
  *
@@ -43,6 +45,7 @@ typedef struct hyp {
   uint32_t node;      /* place in the tree: 0 between words */
   uint32_t prev;      /* the last frame's token (0: blank) */
   uint32_t link;      /* the last emitted word (index + 1; 0: none) */
+  uint64_t words;     /* a hash of the segment's words, in order */
   float smear;        /* the early LM score included for node */
   uint64_t word_start; /* frame the word in progress began */
   float word_lp;      /* its tokens' log-posteriors, summed */
@@ -105,6 +108,7 @@ void aural_decoder_config_default(aural_decoder_config *cfg) {
       .endpoint_max_s = 20.0f,
       .boost_words = NULL,
       .boost = 6.0f,
+      .sum_alignments = true,
   };
 }
 
@@ -354,7 +358,13 @@ static void add_candidate(aural_decoder *d, const hyp *h) {
     }
     hyp *c = &d->cand[d->slot[i] - 1];
     if (same_state(c, h)) {
+      /* The same words by another alignment: their probabilities add.
+       * Other words: the better is kept (their futures score alike). */
+      bool same_words = d->cfg.sum_alignments && c->words == h->words;
+      double hi = c->score > h->score ? c->score : h->score;
+      double lo = c->score > h->score ? h->score : c->score;
       if (h->score > c->score) *c = *h;
+      if (same_words) c->score = hi + log1p(exp(lo - hi));
       return;
     }
   }
@@ -406,6 +416,8 @@ static void enter_node(aural_decoder *d, const hyp *h, int k, uint32_t node,
     e.node = 0;
     e.smear = 0;
     e.pending_word = (custom ? d->x_word + w : w) + 1;
+    e.words = (h->words ^ e.pending_word) * 0x9e3779b97f4a7c15ull;
+    e.words ^= e.words >> 29;
     e.pending_conf = expf(n.word_lp / (float)n.word_frames);
     add_candidate(d, &e);
   }

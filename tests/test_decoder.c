@@ -304,6 +304,33 @@ static double ctc_best(const double *lp, int T, const int *y, int L) {
   return end;
 }
 
+static double log_add(double a, double b) {
+  if (a == -INFINITY) return b;
+  if (b == -INFINITY) return a;
+  return a > b ? a + log1p(exp(b - a)) : b + log1p(exp(a - b));
+}
+
+/* The summed probability of every CTC alignment of tokens y over lp, as a
+ * log: the forward algorithm. */
+static double ctc_sum(const double *lp, int T, const int *y, int L) {
+  int S = 2 * L + 1;
+  double a[2 * 16 + 1], b[2 * 16 + 1];
+  for (int s = 0; s < S; s++) a[s] = -INFINITY;
+  a[0] = lp[0];
+  if (L > 0) a[1] = lp[y[0]];
+  for (int t = 1; t < T; t++) {
+    for (int s = 0; s < S; s++) {
+      int lab = s % 2 == 0 ? 0 : y[s / 2];
+      double m = a[s];
+      if (s >= 1) m = log_add(m, a[s - 1]);
+      if (s >= 2 && lab != 0 && lab != y[s / 2 - 1]) m = log_add(m, a[s - 2]);
+      b[s] = m + lp[t * V + lab];
+    }
+    memcpy(a, b, sizeof a);
+  }
+  return S >= 2 ? log_add(a[S - 1], a[S - 2]) : a[S - 1];
+}
+
 typedef struct word_def {
   const char *name;
   int prons[2][4]; /* token lists ending with 0 */
@@ -355,7 +382,38 @@ typedef struct search {
   double best_score;
   int best[20], best_n;
   const char *names[20], *best_names[20]; /* the words so far, as output */
+  const word_def *defs[20];               /* ... and as defined */
+  /* The summed score: every alignment of every choice of pronunciations
+   * of the words. The best words by it, and the score of target's. */
+  double best_sum;
+  const char *best_sum_names[20];
+  int best_sum_n;
+  const char *const *target;
+  int target_n;
+  double target_sum;
 } search;
+
+/* log of the summed probability of every alignment of every choice of
+ * pronunciations of the words defs[i..n), after the tokens y[0..L). */
+static double pron_sum(const search *s, int i, int n, int *y, int L) {
+  if (i == n) return ctc_sum(s->lp, s->T, y, L);
+  double total = -INFINITY;
+  for (int k = 0; k < 2; k++) {
+    const int *p = s->defs[i]->prons[k];
+    int len = 0;
+    while (p[len] != 0) len++;
+    if (len == 0 || L + len > s->T) continue;
+    memcpy(y + L, p, (size_t)len * sizeof *p);
+    total = log_add(total, pron_sum(s, i + 1, n, y, L + len));
+  }
+  return total;
+}
+
+static bool same_names(const char *const *a, const char *const *b, int n) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(a[i], b[i]) != 0) return false;
+  return true;
+}
 
 static void extend(search *s, int n) {
   /* This sequence, ended with </s>. */
@@ -371,6 +429,18 @@ static void extend(search *s, int n) {
     memcpy(s->best, s->hist + 1, (size_t)n * sizeof *s->best);
     memcpy(s->best_names, s->names, (size_t)n * sizeof *s->names);
   }
+  /* The summed score (the same at each choice of pronunciations). */
+  int y[20];
+  double sum = pron_sum(s, 0, n, y, 0) +
+               s->lm_weight * log(10.0) * (s->lm_sum + end) +
+               s->penalty * n + s->boost_sum;
+  if (sum > s->best_sum) {
+    s->best_sum = sum;
+    s->best_sum_n = n;
+    memcpy(s->best_sum_names, s->names, (size_t)n * sizeof *s->names);
+  }
+  if (n == s->target_n && same_names(s->names, s->target, n))
+    s->target_sum = sum;
   int n_defs = 4 + s->n_custom;
   for (int k = 0; k < 2 * n_defs; k++) {
     bool custom = k % n_defs >= 4;
@@ -388,6 +458,7 @@ static void extend(search *s, int n) {
     int w = aural_lexicon_find(s->lex, low);
     s->hist[n + 1] = w >= 0 ? w : 1000;
     s->names[n] = wd->name;
+    s->defs[n] = wd;
     size_t f = n + 2 > 4 ? (size_t)n + 2 - 4 : 0;
     double lw = aural_lm_score(s->lm, s->hist + f, (size_t)n + 2 - f);
     double bonus = custom ? s->boost : 0;
@@ -400,20 +471,6 @@ static void extend(search *s, int n) {
     s->boost_sum -= bonus;
     s->L -= len;
   }
-}
-
-/* The best sequence's words as output, and how many (-1: none fits). */
-static int brute_force(const double *lp, int T, const aural_lexicon *lex,
-                       const aural_lm *lm, double lm_weight, double penalty,
-                       const word_def *custom, int n_custom, double boost,
-                       const char *best[20]) {
-  search s = {.lp = lp, .T = T, .lex = lex, .lm = lm, .lm_weight = lm_weight,
-              .penalty = penalty, .custom = custom, .n_custom = n_custom,
-              .boost = boost, .hist = {AURAL_LM_BOS},
-              .best_score = -INFINITY, .best_n = -1};
-  extend(&s, 0);
-  memcpy(best, s.best_names, sizeof s.best_names);
-  return s.best_n;
 }
 
 static void put_frames(float *logits, size_t *at, int k, int n);
@@ -441,16 +498,27 @@ static const word_def custom2[] = {
 };
 static const char *const lex_custom2 = "e\tt2 t4\nB\tt2\nB\tt4 t1\n";
 
-/* 200 trials of random 6-frame posteriors and decoder settings: the
+typedef struct trials {
+  int nonempty;      /* trials whose best words are some */
+  int custom_found;  /* custom words among them */
+  int sum_differs;   /* trials where the summed score's best words are
+                      * not the best alignment's */
+  int sum_found;     /* ... and the decoder found the summed score's */
+} trials;
+
+/* 200 trials of random 6-frame posteriors and decoder settings, the
  * decoder with an exhaustive beam (and custom words xlex, spelled as
- * custom[], when given) must find the brute force's best words. Returns
- * how many trials found words, and adds to *custom_found how many of
- * those words were custom ones. */
-static int compare_with_brute_force(const aural_lexicon *lex,
-                                    const aural_lm *lm,
-                                    const aural_lexicon *xlex,
-                                    const word_def *custom, int n_custom,
-                                    uint32_t seed, int *custom_found) {
+ * custom[], when given). Keeping the better of merged hypotheses
+ * (!sum_alignments), it must find the words of the best alignment.
+ * Summing alignments of the same words, it may find others, but those
+ * words' summed probability (every alignment of every choice of their
+ * pronunciations) is at least the best single alignment's: what it keeps
+ * in a state is at least as good as any one path into it. */
+static trials compare_with_brute_force(const aural_lexicon *lex,
+                                       const aural_lm *lm,
+                                       const aural_lexicon *xlex,
+                                       const word_def *custom, int n_custom,
+                                       bool sum_alignments, uint32_t seed) {
   aural_decoder_config dc;
   aural_decoder_config_default(&dc);
   dc.beam = 4096;
@@ -461,8 +529,9 @@ static int compare_with_brute_force(const aural_lexicon *lex,
   dc.endpoint_idle_s = 1000;
   dc.endpoint_max_s = 600;
   dc.boost_words = xlex;
+  dc.sum_alignments = sum_alignments;
   rng_state = seed;
-  int nonempty = 0;
+  trials out = {0};
   for (int trial = 0; trial < 200; trial++) {
     enum { T = 6 };
     float logits[T * V];
@@ -471,9 +540,6 @@ static int compare_with_brute_force(const aural_lexicon *lex,
     dc.lm_weight = (float)(trial % 3 == 0 ? 0.0 : 0.5 + uniform());
     dc.word_penalty = (float)(2.0 * uniform() - 1.0);
     if (xlex != NULL) dc.boost = (float)(trial % 5 == 0 ? 0.0 : 3.0 * uniform());
-    const char *want[20];
-    int n_want = brute_force(lp, T, lex, lm, dc.lm_weight, dc.word_penalty,
-                             custom, n_custom, dc.boost, want);
     aural_decoder *d;
     aural_err err;
     assert_int_equal(aural_decoder_create(&dc, model, lex, lm, &d, &err), 0);
@@ -483,14 +549,32 @@ static int compare_with_brute_force(const aural_lexicon *lex,
     size_t n_got = 0;
     int has = aural_decoder_final(d, got, 8, &n_got);
     assert_int_equal(has, n_got > 0);
-    bool same = (int)n_got == n_want;
-    for (int i = 0; same && i < n_want; i++)
-      same = strcmp(got[i].text, want[i]) == 0;
-    if (!same) {
-      char a[64] = "", b[64] = "";
-      for (int i = 0; i < n_want; i++) strcat(strcat(a, want[i]), " ");
-      for (size_t i = 0; i < n_got; i++) strcat(strcat(b, got[i].text), " ");
+    const char *got_names[8];
+    for (size_t i = 0; i < n_got; i++) got_names[i] = got[i].text;
+    search s = {.lp = lp, .T = T, .lex = lex, .lm = lm,
+                .lm_weight = dc.lm_weight, .penalty = dc.word_penalty,
+                .custom = custom, .n_custom = n_custom, .boost = dc.boost,
+                .hist = {AURAL_LM_BOS}, .best_score = -INFINITY,
+                .best_n = -1, .best_sum = -INFINITY, .best_sum_n = -1,
+                .target = got_names, .target_n = (int)n_got,
+                .target_sum = -INFINITY};
+    extend(&s, 0);
+    char a[64] = "", b[64] = "";
+    for (int i = 0; i < s.best_n; i++) strcat(strcat(a, s.best_names[i]), " ");
+    for (size_t i = 0; i < n_got; i++) strcat(strcat(b, got[i].text), " ");
+    bool same = (int)n_got == s.best_n &&
+                same_names(got_names, s.best_names, s.best_n);
+    if (!sum_alignments && !same)
       fail_msg("trial %d: brute force \"%s\", decoder \"%s\"", trial, a, b);
+    if (sum_alignments && !(s.target_sum >= s.best_score - 1e-6))
+      fail_msg("trial %d: the decoder's \"%s\" sums to %.9f, below the "
+               "best alignment's (\"%s\") %.9f",
+               trial, b, s.target_sum, a, s.best_score);
+    if (s.best_sum_n != s.best_n ||
+        !same_names(s.best_sum_names, s.best_names, s.best_n)) {
+      out.sum_differs++;
+      out.sum_found += (int)n_got == s.best_sum_n &&
+                       same_names(got_names, s.best_sum_names, s.best_sum_n);
     }
     for (size_t i = 0; i < n_got; i++) {
       assert_true(got[i].start_frame < got[i].end_frame);
@@ -498,23 +582,29 @@ static int compare_with_brute_force(const aural_lexicon *lex,
       assert_true(i == 0 || got[i].start_frame >= got[i - 1].end_frame);
       assert_true(got[i].confidence > 0 && got[i].confidence <= 1);
     }
-    for (int i = 0; i < n_want; i++)
+    for (size_t i = 0; i < n_got; i++)
       for (int k = 0; k < n_custom; k++)
-        *custom_found += strcmp(want[i], custom[k].name) == 0;
-    nonempty += n_want > 0;
+        out.custom_found += strcmp(got[i].text, custom[k].name) == 0;
+    out.nonempty += n_got > 0;
     aural_decoder_destroy(d);
   }
-  return nonempty;
+  return out;
 }
 
 static void test_search_matches_brute_force(void **state) {
   (void)state;
   aural_lexicon *lex = lexicon(lex4);
   aural_lm *lm = lm_of(arpa4, lex);
-  int custom_found = 0;
   /* The trials mostly find words. */
-  assert_true(compare_with_brute_force(lex, lm, NULL, NULL, 0, 12345,
-                                       &custom_found) > 100);
+  trials best = compare_with_brute_force(lex, lm, NULL, NULL, 0, false, 12345);
+  assert_true(best.nonempty > 100);
+  /* The same posteriors, alignments summed: where the summed score prefers
+   * other words than the best alignment, the decoder finds them, often. */
+  trials sum = compare_with_brute_force(lex, lm, NULL, NULL, 0, true, 12345);
+  print_message("alignments summed: %d of %d trials where the best words "
+                "differ found the summed best\n", sum.sum_found,
+                sum.sum_differs);
+  assert_true(sum.sum_found > 0);
   aural_lm_destroy(lm);
   aural_lexicon_destroy(lex);
 }
@@ -530,9 +620,10 @@ static void test_custom_words_match_brute_force(void **state) {
            at);
   memcpy(strstr(arpa, "ngram 1=6"), "ngram 1=7", 9);
   aural_lm *lm = lm_of(arpa, lex);
-  int custom_found = 0;
-  compare_with_brute_force(lex, lm, xlex, custom2, 2, 777, &custom_found);
-  assert_true(custom_found > 20); /* the custom words do win, often */
+  for (int sum = 0; sum < 2; sum++) {
+    trials t = compare_with_brute_force(lex, lm, xlex, custom2, 2, sum, 777);
+    assert_true(t.custom_found > 20); /* the custom words do win, often */
+  }
   aural_lm_destroy(lm);
   aural_lexicon_destroy(xlex);
   aural_lexicon_destroy(lex);

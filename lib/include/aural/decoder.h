@@ -26,8 +26,11 @@
  * over the lexicon's prefix tree, scored in natural-log units: acoustic
  * log-posteriors + lm_weight * LM log-probability + word_penalty per word.
  * Hypotheses that reach the same state (LM context, place in the tree,
- * last token) are merged, keeping the better (Viterbi); the LM's best
- * unigram below each tree node is added early, so that pruning sees it.
+ * last token) are merged: when they hold the same words (another
+ * alignment of them) their probabilities add, else the better is kept
+ * (sum_alignments; with it off, always the better: Viterbi). The LM's
+ * best unigram below each tree node is added early, so that pruning sees
+ * it.
  *
  * Endpoints (DESIGN.md §8) come from the posteriors: a frame is
  * non-speech when blank is its most likely token. A segment ends after
@@ -180,6 +183,10 @@ typedef struct aural_decoder_config {
    * its lowest unigram when it has no <unk>). */
   const aural_lexicon *boost_words;
   float boost;
+  /* Merged hypotheses with the same words add their probabilities (true,
+   * the default: 0.2 points fewer word errors on the dev set than keeping
+   * the better alignment, false). */
+  bool sum_alignments;
 } aural_decoder_config;
 
 void aural_decoder_config_default(aural_decoder_config *cfg);
