@@ -56,6 +56,17 @@ typedef struct hyp {
   float pending_conf;
 } hyp;
 
+/* LM queries repeat: the hypotheses share histories, and a word ends at
+ * several frames in a row. A direct-mapped memo of the last answers per
+ * decoder saves most trips to the LM's large table; the answers are the
+ * LM's own, so outputs do not change. */
+#define LM_MEMO_SLOTS 4096
+typedef struct lm_memo {
+  aural__lm_ctx ctx, next;
+  uint32_t w; /* UINT32_MAX: empty */
+  float logp;
+} lm_memo;
+
 struct aural_decoder {
   aural_decoder_config cfg;
   const aural_lexicon *lex;
@@ -68,6 +79,7 @@ struct aural_decoder {
   uint32_t *x_lm;      /* (xlex words) LM index, or AURAL__LM_NONE: floor */
   float *x_smear;      /* (xlex nodes) early score: best LM score + boost */
   uint64_t silence_frames, idle_frames, max_frames;
+  lm_memo *memo;       /* (LM_MEMO_SLOTS) */
 
   hyp *cur;            /* (beam) this frame's survivors */
   size_t n_cur;
@@ -263,8 +275,11 @@ int aural_decoder_create(const aural_decoder_config *cfg,
   d->pool = malloc(d->pool_cap * sizeof *d->pool);
   d->remap = malloc(d->pool_cap * sizeof *d->remap);
   d->final = malloc(d->pool_cap * sizeof *d->final);
+  d->memo = malloc(LM_MEMO_SLOTS * sizeof *d->memo);
+  if (d->memo != NULL)
+    for (size_t i = 0; i < LM_MEMO_SLOTS; i++) d->memo[i].w = UINT32_MAX;
   if (!d->cur || !d->cand || !d->slot || !d->slot_gen || !d->heap || !d->lp ||
-      !d->tokens || !d->pool || !d->remap || !d->final ||
+      !d->tokens || !d->pool || !d->remap || !d->final || !d->memo ||
       (xlex != NULL && setup_custom(d, xlex) < 0)) {
     aural_decoder_destroy(d);
     return aural__err_set(err, AURAL_ENOMEM, "decoder: out of memory");
@@ -286,6 +301,7 @@ void aural_decoder_destroy(aural_decoder *d) {
   free(d->pool);
   free(d->remap);
   free(d->final);
+  free(d->memo);
   free(d->x_lm);
   free(d->x_smear);
   free(d);
@@ -337,6 +353,19 @@ static uint32_t state_hash(const aural__lm_ctx *c, uint32_t node,
     h ^= h >> 13;
   }
   return h;
+}
+
+/* aural__lm_next through the memo. */
+static float lm_next(aural_decoder *d, const aural__lm_ctx *ctx, uint32_t w,
+                     aural__lm_ctx *next) {
+  lm_memo *m = &d->memo[state_hash(ctx, w, 0) & (LM_MEMO_SLOTS - 1)];
+  if (m->w == w && memcmp(&m->ctx, ctx, sizeof *ctx) == 0) {
+    *next = m->next;
+    return m->logp;
+  }
+  float logp = aural__lm_next(d->lm, ctx, w, next);
+  *m = (lm_memo){.ctx = *ctx, .next = *next, .w = w, .logp = logp};
+  return logp;
 }
 
 static bool same_state(const hyp *a, const hyp *b) {
@@ -404,7 +433,7 @@ static void enter_node(aural_decoder *d, const hyp *h, int k, uint32_t node,
     if (d->lm != NULL) {
       uint32_t lw = custom ? d->x_lm[w] : aural__lm_word(d->lm, w);
       if (lw != AURAL__LM_NONE) {
-        lm += d->lm_scale * aural__lm_next(d->lm, &h->ctx, lw, &e.ctx);
+        lm += d->lm_scale * lm_next(d, &h->ctx, lw, &e.ctx);
       } else if (custom) { /* no <unk>: the floor, and a fresh history */
         lm += d->lm_scale * aural__lm_floor(d->lm);
         e.ctx = (aural__lm_ctx){.n = 0};
@@ -564,7 +593,7 @@ static void step(aural_decoder *d, const float *logits) {
 
 /* The hypothesis a segment ends with: the best between words, </s>
  * scored, else the best of all (its word in progress is lost). */
-static const hyp *segment_best(const aural_decoder *d) {
+static const hyp *segment_best(aural_decoder *d) {
   const hyp *best = NULL;
   double best_score = -INFINITY;
   for (size_t i = 0; i < d->n_cur; i++) {
@@ -573,8 +602,7 @@ static const hyp *segment_best(const aural_decoder *d) {
     double s = h->score;
     if (d->lm != NULL) {
       aural__lm_ctx next;
-      s += d->lm_scale * aural__lm_next(d->lm, &h->ctx, aural__lm_eos(d->lm),
-                                        &next);
+      s += d->lm_scale * lm_next(d, &h->ctx, aural__lm_eos(d->lm), &next);
     }
     if (best == NULL || s > best_score) {
       best = h;
@@ -678,6 +706,7 @@ void aural_decoder_get_info(const aural_decoder *d, aural_decoder_info *info) {
                       d->cand_cap * sizeof *d->cand +
                       d->slot_cap * 2 * sizeof *d->slot +
                       (size_t)d->vocab * sizeof *d->lp +
+                      LM_MEMO_SLOTS * sizeof *d->memo +
                       d->pool_cap * (sizeof *d->pool + sizeof *d->remap +
                                      sizeof *d->final),
       .max_words = d->pool_cap,

@@ -424,6 +424,8 @@ float aural__lm_next(const aural_lm *lm, const aural__lm_ctx *ctx, uint32_t w,
   uint32_t g[AURAL__LM_MAX_ORDER];
   float score = 0;
   float logp = -INFINITY;
+  int found = 0; /* the length of the n-gram found: the longest known
+                  * suffix of (ctx, w) */
   /* Longest history first: P(w | h) = bow(h) P(w | h'), h' without its
    * oldest word, down to the unigram. */
   for (int n = ctx->n; n >= 0; n--) {
@@ -432,6 +434,7 @@ float aural__lm_next(const aural_lm *lm, const aural__lm_ctx *ctx, uint32_t w,
     const float *e = aural__lm_find(lm, g, n + 1);
     if (e != NULL) {
       logp = score + e[0];
+      found = n + 1;
       break;
     }
     if (n > 0) {
@@ -446,7 +449,12 @@ float aural__lm_next(const aural_lm *lm, const aural__lm_ctx *ctx, uint32_t w,
   memcpy(h, ctx->w, (size_t)n * sizeof *h);
   h[n++] = w;
   int keep = n < lm->order - 1 ? n : lm->order - 1;
-  while (keep > 0 && aural__lm_find(lm, h + (n - keep), keep) == NULL) keep--;
+  /* The suffixes longer than the one found are not listed (the loop above
+   * looked them up); the one found is. */
+  if (keep > found) keep = found;
+  while (keep > 0 && keep < found &&
+         aural__lm_find(lm, h + (n - keep), keep) == NULL)
+    keep--;
   next->n = keep;
   memset(next->w, 0, sizeof next->w);
   memcpy(next->w, h + (n - keep), (size_t)keep * sizeof *h);

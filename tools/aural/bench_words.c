@@ -69,7 +69,8 @@ static double encode(const aural_model *m, const float *pcm, size_t n,
 }
 
 int bench_words(const char *model_path, const char *lexicon_path,
-                const char *lm_path, double seconds, int repeat, bool json) {
+                const char *lm_path, int beam, double seconds, int repeat,
+                bool json) {
   aural_err err;
   aural_model *m;
   if (aural_model_load(model_path, NULL, &m, &err) < 0) {
@@ -108,6 +109,7 @@ int bench_words(const char *model_path, const char *lexicon_path,
   free(pcm);
   aural_decoder_config dc;
   aural_decoder_config_default(&dc);
+  if (beam > 0) dc.beam = beam;
   aural_decoder *d = NULL;
   if (enc_s < 0 || lg == NULL ||
       aural_decoder_create(&dc, m, res.lex, res.lm, &d, &err) < 0) {

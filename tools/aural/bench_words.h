@@ -4,8 +4,9 @@
 
 #include <stdbool.h>
 
-/* Prints the measurement; returns 0 or -1 (with a message on stderr). */
+/* beam: the decoder's (0: its default). Prints the measurement; returns 0 or -1 (with a message on stderr). */
 int bench_words(const char *model_path, const char *lexicon_path,
-                const char *lm_path, double seconds, int repeat, bool json);
+                const char *lm_path, int beam, double seconds, int repeat,
+                bool json);
 
 #endif

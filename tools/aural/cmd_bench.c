@@ -68,8 +68,9 @@ static void usage(FILE *to) {
           "  words      (only when named) the words decoder's CPU per\n"
           "             frame beside the encoder's, on the bundled\n"
           "             recording, with the model's lexicon and LM (-m,\n"
-          "             default the bundled model; --lexicon, --lm), and\n"
-          "             its memory per stream\n"
+          "             default the bundled model; --lexicon, --lm,\n"
+          "             --beam N: default the decoder's, 32), and its\n"
+          "             memory per stream\n"
           "\n"
           "Model flags (encoder):\n"
           "      --d-model N   embedding width (default 256)\n"
@@ -553,7 +554,7 @@ static void print_bench_table(const enc_bench *eb,
 int cmd_bench(int argc, char **argv) {
   /* O_D .. O_POS, together, are the random model's flags. */
   enum { O_SECONDS = 256, O_REPEAT, O_JSON, O_D, O_HEADS, O_FF, O_LAYERS,
-         O_WINDOW, O_POS, O_CHUNK, O_STREAMS, O_SAVE, O_LEXICON, O_LM };
+         O_WINDOW, O_POS, O_CHUNK, O_STREAMS, O_SAVE, O_LEXICON, O_LM, O_BEAM };
   static const struct option opts[] = {
       {"seconds", required_argument, NULL, O_SECONDS},
       {"model", required_argument, NULL, 'm'},
@@ -570,6 +571,7 @@ int cmd_bench(int argc, char **argv) {
       {"save-model", required_argument, NULL, O_SAVE},
       {"lexicon", required_argument, NULL, O_LEXICON},
       {"lm", required_argument, NULL, O_LM},
+      {"beam", required_argument, NULL, O_BEAM},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -578,6 +580,7 @@ int cmd_bench(int argc, char **argv) {
   int json = 0, c, model_flags = 0;
   size_t v = 0;
   const char *save = NULL, *lexicon = NULL, *lm = NULL;
+  size_t beam = 0; /* the decoder's default */
   optind = 1;
   while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
     int bad = 0;
@@ -615,6 +618,7 @@ int cmd_bench(int argc, char **argv) {
     case O_SAVE: save = optarg; break;
     case O_LEXICON: lexicon = optarg; break;
     case O_LM: lm = optarg; break;
+    case O_BEAM: bad = cli_parse_size(optarg, 1, 4096, &beam); break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
       fprintf(stderr, "(see 'aural bench --help')\n");
@@ -658,7 +662,7 @@ int cmd_bench(int argc, char **argv) {
 
   if (run_words &&
       bench_words(eb.model_path ? eb.model_path : cli_default_model(),
-                  lexicon, lm, eb.seconds, eb.repeat, json) < 0)
+                  lexicon, lm, (int)beam, eb.seconds, eb.repeat, json) < 0)
     return EXIT_FAIL;
   if (!run_enc && !run_fe) return EXIT_OK;
   frontend_case cases[] = {{16000, 1, 0, 0, 0}, {44100, 2, 0, 0, 0},
