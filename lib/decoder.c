@@ -115,6 +115,7 @@ void aural_decoder_config_default(aural_decoder_config *cfg) {
       .token_threshold = 10.0f,
       .lm_weight = 0.6f,
       .word_penalty = 0.0f,
+      .blank_penalty = 1.5f,
       .endpoint_silence_s = 0.8f,
       .endpoint_idle_s = 2.4f,
       .endpoint_max_s = 20.0f,
@@ -137,6 +138,8 @@ static int check_config(const aural_decoder_config *c, aural_err *err) {
     bad = "lm_weight must be 0 or more";
   else if (!isfinite(c->word_penalty))
     bad = "word_penalty must be finite";
+  else if (!(c->blank_penalty >= 0 && c->blank_penalty <= 100))
+    bad = "blank_penalty must be in [0, 100]";
   else if (!(c->endpoint_silence_s > 0 && c->endpoint_silence_s < 3600))
     bad = "endpoint_silence_s must be in (0, 3600)";
   else if (!(c->endpoint_idle_s > 0 && c->endpoint_idle_s < 3600))
@@ -328,9 +331,15 @@ static int frame_posteriors(aural_decoder *d, const float *logits,
     if (d->lp[k] > d->lp[best]) best = k;
   }
   *argmax = best;
+  /* The search sees the blank penalized; the endpoint rules (argmax) do
+   * not. */
+  d->lp[0] -= d->cfg.blank_penalty;
   /* The most likely non-blank tokens, by insertion into a short list. */
   int n = 0, max = d->cfg.max_tokens;
-  float floor_lp = d->lp[best] - d->cfg.token_threshold;
+  float top = d->lp[0];
+  for (int k = 1; k < d->vocab; k++)
+    if (d->lp[k] > top) top = d->lp[k];
+  float floor_lp = top - d->cfg.token_threshold;
   for (int k = 1; k < d->vocab; k++) {
     if (d->lp[k] < floor_lp) continue;
     if (n == max && d->lp[k] <= d->lp[d->tokens[n - 1]]) continue;

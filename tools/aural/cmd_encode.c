@@ -90,6 +90,8 @@ static void usage(FILE *to) {
           "      --beam N         hypotheses kept per frame (default 32)\n"
           "      --lm-weight X    weight of the language model (default 0.6)\n"
           "      --word-penalty X score added per word (default 0)\n"
+          "      --blank-penalty X  subtracted from the blank's log-\n"
+          "                       posterior in the search (default 1.5)\n"
           "      --vocabulary W1,W2,...  custom words (names, terms) the\n"
           "                       lexicon lacks, pronounced by espeak-ng\n"
           "                       and favoured by --boost\n"
@@ -847,7 +849,7 @@ out:
   return rc;
 }
 
-/* --beam, --lm-weight or --word-penalty. */
+/* --beam, --lm-weight, --word-penalty, --blank-penalty or --boost. */
 static int parse_decoder_option(aural_decoder_config *dc, int c,
                                 const char *arg) {
   char *end;
@@ -869,14 +871,19 @@ static int parse_decoder_option(aural_decoder_config *dc, int c,
     dc->boost = (float)v;
     return 0;
   }
+  if (c == 'K' && ok && v >= 0 && v <= 100) {
+    dc->blank_penalty = (float)v;
+    return 0;
+  }
   fprintf(stderr, "aural encode: %s %s: expected %s\n",
           c == 'B'   ? "--beam"
           : c == 'W' ? "--lm-weight"
           : c == 'X' ? "--boost"
+          : c == 'K' ? "--blank-penalty"
                      : "--word-penalty",
           arg,
           c == 'B'   ? "an integer in 1..4096"
-          : c == 'W' || c == 'X' ? "a number in 0..100"
+          : c == 'W' || c == 'X' || c == 'K' ? "a number in 0..100"
                      : "a number in -100..100");
   return -1;
 }
@@ -901,6 +908,7 @@ int cmd_encode(int argc, char **argv) {
       {"beam", required_argument, NULL, 'B'},
       {"lm-weight", required_argument, NULL, 'W'},
       {"word-penalty", required_argument, NULL, 'P'},
+      {"blank-penalty", required_argument, NULL, 'K'},
       {"vocabulary", required_argument, NULL, 'V'},
       {"boost", required_argument, NULL, 'X'},
       {"g2p", required_argument, NULL, 'Y'},
@@ -962,6 +970,7 @@ int cmd_encode(int argc, char **argv) {
     case 'W':
     case 'X':
     case 'P':
+    case 'K':
       if (parse_decoder_option(&job.dcfg, c, optarg) < 0) return EXIT_USAGE;
       break;
     case 'h': usage(stdout); return EXIT_OK;

@@ -24,7 +24,8 @@
  * up to 4-grams). Both are read-only after loading and shared by any
  * number of decoders. A decoder is one stream's CTC prefix beam search
  * over the lexicon's prefix tree, scored in natural-log units: acoustic
- * log-posteriors + lm_weight * LM log-probability + word_penalty per word.
+ * log-posteriors (the blank's lowered by blank_penalty) + lm_weight * LM
+ * log-probability + word_penalty per word.
  * Hypotheses that reach the same state (LM context, place in the tree,
  * last token) are merged: when they hold the same words (another
  * alignment of them) their probabilities add, else the better is kept
@@ -172,6 +173,10 @@ typedef struct aural_decoder_config {
   float token_threshold;   /* ... within this of the frame's best (10) */
   float lm_weight;         /* weight of the LM's natural-log score (0.6) */
   float word_penalty;      /* added per word (0) */
+  /* Subtracted from the blank's log-posterior in the search, not in the
+   * endpoint rules: CTC's blank takes most frames, and a model unsure
+   * between blank and a token loses the token (1.5). */
+  float blank_penalty;
   float endpoint_silence_s; /* trailing non-speech that ends a segment (0.8) */
   float endpoint_idle_s;   /* ... when nothing was decoded: a reset (2.4) */
   float endpoint_max_s;    /* longest segment (20) */
