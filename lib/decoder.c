@@ -331,15 +331,12 @@ static int frame_posteriors(aural_decoder *d, const float *logits,
     if (d->lp[k] > d->lp[best]) best = k;
   }
   *argmax = best;
-  /* The search sees the blank penalized; the endpoint rules (argmax) do
-   * not. */
+  /* Tokens are tried by the posteriors themselves; the search sees the
+   * blank penalized, and the endpoint rules (argmax) do not. */
+  float floor_lp = d->lp[best] - d->cfg.token_threshold;
   d->lp[0] -= d->cfg.blank_penalty;
   /* The most likely non-blank tokens, by insertion into a short list. */
   int n = 0, max = d->cfg.max_tokens;
-  float top = d->lp[0];
-  for (int k = 1; k < d->vocab; k++)
-    if (d->lp[k] > top) top = d->lp[k];
-  float floor_lp = top - d->cfg.token_threshold;
   for (int k = 1; k < d->vocab; k++) {
     if (d->lp[k] < floor_lp) continue;
     if (n == max && d->lp[k] <= d->lp[d->tokens[n - 1]]) continue;
