@@ -53,12 +53,14 @@ static const option_doc options[] = {
     {"model", required_argument, 'm', " PATH",
      "model file (default: the bundled model)"},
     {"lexicon", required_argument, OPT_LEXICON, " PATH",
-     "lexicon of the words output (default:\n"
-     "MODEL.lexicon.txt beside the model; words are\n"
-     "on when it and the LM are both there)"},
+     "lexicon of the words output, plain or gzipped\n"
+     "(default: MODEL.lexicon.txt, else .txt.gz,\n"
+     "beside the model; words are on when it and\n"
+     "the LM are both there)"},
     {"lm", required_argument, OPT_LM, " PATH",
-     "ARPA language model of the words output\n"
-     "(default: MODEL.lm.arpa beside the model)"},
+     "ARPA language model of the words output,\n"
+     "plain or gzipped (default: MODEL.lm.arpa,\n"
+     "else .arpa.gz, beside the model)"},
     {"socket", required_argument, 's', " PATH",
      "socket path (default: $AURAL_SOCKET, else\n"
      "$XDG_RUNTIME_DIR/aural.sock, /run/aural/aural.sock\n"

@@ -57,24 +57,20 @@ static int build_welcome(server *srv) {
   return srv->welcome != NULL ? 0 : -1;
 }
 
-/* PATH of the model, its ".safetensors" replaced by suffix. */
-static void path_beside_model(const char *model_path, const char *suffix,
-                              char *out, size_t cap) {
-  static const char ext[] = ".safetensors";
-  size_t n = strlen(model_path), k = sizeof ext - 1;
-  if (n > k && memcmp(model_path + n - k, ext, k) == 0) n -= k;
-  snprintf(out, cap, "%.*s%s", (int)n, model_path, suffix);
-}
-
 /* The lexicon and LM that make words: --lexicon and --lm (a missing one
- * is the file beside the model), or, with neither, both files beside the
- * model when both are there. Files named and unreadable stop the start;
- * absent ones only leave words off. */
+ * is the file beside the model, plain or gzipped), or, with neither, both
+ * files beside the model when both are there. Files named and unreadable
+ * stop the start; absent ones only leave words off. */
 static int load_words(server *srv, char *why, size_t why_len) {
   const aurald_options *o = srv->opt;
   char lex_path[4096], lm_path[4096];
-  path_beside_model(o->model_path, ".lexicon.txt", lex_path, sizeof lex_path);
-  path_beside_model(o->model_path, ".lm.arpa", lm_path, sizeof lm_path);
+  if (aural_decoder_resource_path(o->model_path, ".lexicon.txt", lex_path,
+                                  sizeof lex_path) < 0 ||
+      aural_decoder_resource_path(o->model_path, ".lm.arpa", lm_path,
+                                  sizeof lm_path) < 0) {
+    snprintf(why, why_len, "the model's path is too long");
+    return -1;
+  }
   bool named = o->lexicon_path != NULL || o->lm_path != NULL;
   if (o->lexicon_path != NULL)
     snprintf(lex_path, sizeof lex_path, "%s", o->lexicon_path);
@@ -105,7 +101,8 @@ static int load_words(server *srv, char *why, size_t why_len) {
   /* Custom words need the g2p map beside the model; without it requests
    * that name a vocabulary are refused. */
   char g2p_path[4096];
-  path_beside_model(o->model_path, ".g2p.txt", g2p_path, sizeof g2p_path);
+  aural_decoder_resource_path(o->model_path, ".g2p.txt", g2p_path,
+                              sizeof g2p_path); /* fits: the LM's did */
   if (access(g2p_path, R_OK) != 0) {
     log_info("custom words off: no %s", g2p_path);
     return 0;

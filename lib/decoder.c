@@ -731,3 +731,4 @@ void aural_decoder_reset(aural_decoder *d) {
   d->n_final = 0;
   start_segment(d);
 }
+

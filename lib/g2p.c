@@ -169,9 +169,9 @@ static int parse_map_line(aural_g2p *g, char *line, const char *name,
   return 0;
 }
 
-int aural_g2p_load_buffer(const char *text, size_t len, const char *name,
-                          const aural_model *model, aural_g2p **out,
-                          aural_err *err) {
+static int parse_text(const char *text, size_t len, const char *name,
+                      const aural_model *model, aural_g2p **out,
+                      aural_err *err) {
   *out = NULL;
   if (text == NULL || model == NULL)
     return aural__err_set(err, AURAL_EINVAL, "g2p map: no text or no model");
@@ -217,6 +217,18 @@ int aural_g2p_load_buffer(const char *text, size_t len, const char *name,
   }
   *out = g;
   return 0;
+}
+
+int aural_g2p_load_buffer(const char *text, size_t len, const char *name,
+                          const aural_model *model, aural_g2p **out,
+                          aural_err *err) {
+  *out = NULL;
+  unsigned char *plain;
+  int rc = aural__plain_text(&text, &len, name ? name : "g2p map",
+                             MAX_FILE_BYTES, &plain, err);
+  if (rc == 0) rc = parse_text(text, len, name, model, out, err);
+  free(plain);
+  return rc;
 }
 
 int aural_g2p_load(const char *path, const aural_model *model, aural_g2p **out,

@@ -2,6 +2,7 @@
 #ifndef AURAL_INTERNAL_H
 #define AURAL_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -33,6 +34,24 @@ int aural__read_all(int fd, const char *path, size_t size, unsigned char **out,
  * it): aural__open_input, then aural__read_all. */
 int aural__read_file(const char *path, const char *what, size_t max_bytes,
                      unsigned char **out, size_t *size, aural_err *err);
+
+/* ---- gzipped resources (gzip.c) ---------------------------------------- */
+
+/* Whether data starts as gzip data does (1f 8b). */
+bool aural__is_gzip(const void *data, size_t len);
+
+/* The gzip data (RFC 1952, one member or several one after another)
+ * inflated into a new buffer (free it) of at most max_out bytes. Errors
+ * (corrupt, cut short, trailing bytes, larger than max_out) name name. */
+int aural__gunzip(const void *data, size_t len, const char *name,
+                  size_t max_out, unsigned char **out, size_t *out_len,
+                  aural_err *err);
+
+/* For a loader of text that may be gzipped: when *text is, it is inflated
+ * (at most max_out bytes) into *plain (free it; NULL otherwise) and *text
+ * and *len describe that instead. */
+int aural__plain_text(const char **text, size_t *len, const char *name,
+                      size_t max_out, unsigned char **plain, aural_err *err);
 
 /* Length of the valid UTF-8 sequence at p (at most n bytes), or 0 for an
  * invalid, overlong or surrogate one. */

@@ -302,9 +302,9 @@ static int parse_all(loader *ld, aural_lexicon *lex, const char *text,
   return 0;
 }
 
-int aural_lexicon_load_buffer(const char *text, size_t len, const char *name,
-                              const aural_model *model, aural_lexicon **out,
-                              aural_err *err) {
+static int parse_text(const char *text, size_t len, const char *name,
+                      const aural_model *model, aural_lexicon **out,
+                      aural_err *err) {
   *out = NULL;
   if (text == NULL || model == NULL)
     return aural__err_set(err, AURAL_EINVAL, "lexicon: no text or no model");
@@ -345,6 +345,18 @@ int aural_lexicon_load_buffer(const char *text, size_t len, const char *name,
   lex->vocab_size = aural_model_get_config(model)->vocab_size;
   *out = lex;
   return 0;
+}
+
+int aural_lexicon_load_buffer(const char *text, size_t len, const char *name,
+                              const aural_model *model, aural_lexicon **out,
+                              aural_err *err) {
+  *out = NULL;
+  unsigned char *plain;
+  int rc = aural__plain_text(&text, &len, name ? name : "lexicon",
+                             MAX_FILE_BYTES, &plain, err);
+  if (rc == 0) rc = parse_text(text, len, name, model, out, err);
+  free(plain);
+  return rc;
 }
 
 int aural_lexicon_load(const char *path, const aural_model *model,

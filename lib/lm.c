@@ -317,9 +317,9 @@ static void fill_node_best(aural_lm *lm, const aural_lexicon *lex) {
   }
 }
 
-int aural_lm_load_buffer(const char *text, size_t len, const char *name,
-                         const aural_lexicon *lex, aural_lm **out,
-                         aural_err *err) {
+static int parse_text(const char *text, size_t len, const char *name,
+                      const aural_lexicon *lex, aural_lm **out,
+                      aural_err *err) {
   *out = NULL;
   if (text == NULL || lex == NULL)
     return aural__err_set(err, AURAL_EINVAL, "LM: no text or no lexicon");
@@ -366,6 +366,18 @@ int aural_lm_load_buffer(const char *text, size_t len, const char *name,
   fill_node_best(lm, lex);
   *out = lm;
   return 0;
+}
+
+int aural_lm_load_buffer(const char *text, size_t len, const char *name,
+                         const aural_lexicon *lex, aural_lm **out,
+                         aural_err *err) {
+  *out = NULL;
+  unsigned char *plain;
+  int rc = aural__plain_text(&text, &len, name ? name : "LM",
+                             MAX_FILE_BYTES, &plain, err);
+  if (rc == 0) rc = parse_text(text, len, name, lex, out, err);
+  free(plain);
+  return rc;
 }
 
 int aural_lm_load(const char *path, const aural_lexicon *lex, aural_lm **out,

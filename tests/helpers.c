@@ -10,6 +10,10 @@
 
 #include <cmocka.h>
 
+#include <aural.h>
+
+#include "synth_model.h"
+
 const char *test_data_path(const char *rel) {
   static char buf[4096];
   const char *root = getenv("AURAL_TEST_DATA");
@@ -65,4 +69,24 @@ float test_frand(void) {
   rng ^= rng >> 17;
   rng ^= rng << 5;
   return (float)((double)rng / 4294967296.0 * 2.0 - 1.0);
+}
+
+struct aural_model *test_tiny_ctc_model(int vocab_size) {
+  synth_spec s;
+  synth_spec_base(&s);
+  s.d_model = 8;
+  s.n_heads = 1;
+  s.n_layers = 1;
+  s.d_ff = 8;
+  s.window = 4;
+  s.vocab_size = vocab_size;
+  size_t n;
+  unsigned char *bytes = synth_model(&s, &n);
+  assert_non_null(bytes);
+  aural_model *m;
+  aural_err err;
+  int rc = aural_model_load_buffer(bytes, n, "tiny", NULL, &m, &err);
+  free(bytes);
+  if (rc < 0) fail_msg("%s", err.msg);
+  return m;
 }

@@ -32,7 +32,7 @@ else
 fi
 
 # shellcheck disable=SC2207
-libs=($(pkg-config --cflags --libs fftw3 soxr sndfile espeak-ng))
+libs=($(pkg-config --cflags --libs fftw3 soxr sndfile espeak-ng zlib))
 cflags=(-std=c11 -D_DEFAULT_SOURCE -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
         -Ilib -Ilib/include -Iproto/include)

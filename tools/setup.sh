@@ -14,7 +14,7 @@ set -euo pipefail
 packages=(
   build-essential pkg-config meson ninja-build
   libsndfile1-dev libsoxr-dev libfftw3-dev
-  libuv1-dev portaudio19-dev libcmocka-dev libespeak-ng-dev
+  libuv1-dev portaudio19-dev libcmocka-dev libespeak-ng-dev zlib1g-dev
   python3 python3-numpy sox util-linux systemd man-db groff-base espeak-ng
   sphinxbase-utils
   libhiredis-dev redis-server python3-redis
@@ -31,6 +31,7 @@ elif [[ "${1:-}" == "--aarch64" ]]; then
   packages+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
              libfftw3-dev:arm64 libsoxr-dev:arm64 libsndfile1-dev:arm64
              libcmocka-dev:arm64 libespeak-ng-dev:arm64 libuv1-dev:arm64
+             zlib1g-dev:arm64
              portaudio19-dev:arm64)
 elif [[ $# -gt 0 ]]; then
   echo "usage: tools/setup.sh [--reference | --aarch64]" >&2

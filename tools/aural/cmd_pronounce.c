@@ -56,7 +56,12 @@ int cmd_pronounce(int argc, char **argv) {
   if (model_path == NULL) model_path = cli_default_model();
   char path_buf[4096];
   if (g2p_path == NULL) {
-    words_beside(path_buf, sizeof path_buf, model_path, ".g2p.txt");
+    if (aural_decoder_resource_path(model_path, ".g2p.txt", path_buf,
+                                    sizeof path_buf) < 0) {
+      fprintf(stderr, "aural pronounce: %s: the model's path is too long\n",
+              model_path);
+      return EXIT_USAGE;
+    }
     g2p_path = path_buf;
   }
   aural_err err = {0};

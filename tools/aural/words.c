@@ -21,28 +21,22 @@ int words_format_parse(const char *name) {
   return -1;
 }
 
-void words_beside(char *out, size_t cap, const char *model_path,
-                  const char *suffix) {
-  size_t n = strlen(model_path);
-  const char *ext = ".safetensors";
-  size_t k = strlen(ext);
-  if (n > k && strcmp(model_path + n - k, ext) == 0) n -= k;
-  snprintf(out, cap, "%.*s%s", (int)n, model_path, suffix);
-}
-
 int words_load(words_res *r, const aural_model *model, const char *model_path,
                const char *lexicon_path, const char *lm_path, char *err,
                size_t err_len) {
   *r = (words_res){0};
   char lex_buf[4096], lm_buf[4096];
-  if (lexicon_path == NULL) {
-    words_beside(lex_buf, sizeof lex_buf, model_path, ".lexicon.txt");
-    lexicon_path = lex_buf;
+  if ((lexicon_path == NULL &&
+       aural_decoder_resource_path(model_path, ".lexicon.txt", lex_buf,
+                                   sizeof lex_buf) < 0) ||
+      (lm_path == NULL && aural_decoder_resource_path(model_path, ".lm.arpa",
+                                                      lm_buf,
+                                                      sizeof lm_buf) < 0)) {
+    snprintf(err, err_len, "%s: the model's path is too long", model_path);
+    return -1;
   }
-  if (lm_path == NULL) {
-    words_beside(lm_buf, sizeof lm_buf, model_path, ".lm.arpa");
-    lm_path = lm_buf;
-  }
+  if (lexicon_path == NULL) lexicon_path = lex_buf;
+  if (lm_path == NULL) lm_path = lm_buf;
   aural_err e = {0};
   if (aural_lexicon_load(lexicon_path, model, &r->lex, &e) < 0 ||
       aural_lm_load(lm_path, r->lex, &r->lm, &e) < 0) {
@@ -82,7 +76,11 @@ int words_custom(words_res *r, const aural_model *model, const char *model_path,
     return -1;
   }
   if (g2p_path == NULL) {
-    words_beside(path_buf, sizeof path_buf, model_path, ".g2p.txt");
+    if (aural_decoder_resource_path(model_path, ".g2p.txt", path_buf,
+                                    sizeof path_buf) < 0) {
+      snprintf(err, err_len, "%s: the model's path is too long", model_path);
+      return -1;
+    }
     g2p_path = path_buf;
   }
   aural_err e = {0};

@@ -14,11 +14,6 @@ extern const char *const words_format_names[4]; /* "txt", "json", ... */
 /* "txt", "json", "srt" or "vtt"; -1 when unknown. */
 int words_format_parse(const char *name);
 
-/* PATH.safetensors -> PATH + suffix (PATH.safetensors + suffix when the
- * model's name ends otherwise): the files that ship beside a model. */
-void words_beside(char *out, size_t cap, const char *model_path,
-                  const char *suffix);
-
 /* The resources, shared by any number of transcripts. */
 typedef struct words_res {
   aural_lexicon *lex;
@@ -28,7 +23,8 @@ typedef struct words_res {
 } words_res;
 
 /* Loads the lexicon and the LM: the paths given, else those beside the
- * model file (MODEL.lexicon.txt and MODEL.lm.arpa, for MODEL.safetensors).
+ * model file (MODEL.lexicon.txt and MODEL.lm.arpa, for MODEL.safetensors,
+ * each plain or gzipped: aural_decoder_resource_path).
  * Returns 0, or -1 with err set. */
 int words_load(words_res *r, const aural_model *model, const char *model_path,
                const char *lexicon_path, const char *lm_path, char *err,

@@ -10,7 +10,7 @@ and a word trigram LM, both from Debian packages alone.
 
 Writes, next to the model:
 
-* `default.lexicon.txt`: one pronunciation per line, `word<TAB>tok tok ...`,
+* `default.lexicon.txt.gz`: one pronunciation per line, `word<TAB>tok tok ...`,
   each tok a model vocabulary token (never the blank). Pronunciations are
   espeak-ng's (`-x --sep='|' -q`) in every training dialect
   (corpus.TRAIN_DIALECTS), tokenized and merged per dialect exactly as the
@@ -26,7 +26,7 @@ Writes, next to the model:
   vowels where the harvest shows it (--linking-r). Words whose every
   pronunciation has a token outside the vocabulary are dropped from the LM
   too.
-* `default.lm.arpa`: an interpolated modified Kneser-Ney word n-gram LM
+* `default.lm.arpa.gz`: an interpolated modified Kneser-Ney word n-gram LM
   (Chen & Goodman 1998, three discounts per order) in ARPA format, with
   <s>, </s> and <unk>; singleton n-grams of the highest order are pruned
   and the backoff weights recomputed so every distribution sums to one.
@@ -393,7 +393,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("--out-dir", default=os.path.join(wordlib.ROOT, "models"))
-    ap.add_argument("--name", default="default", help="file stem (default.lexicon.txt, ...)")
+    ap.add_argument("--name", default="default", help="file stem (default.lexicon.txt.gz, ...)")
     ap.add_argument("--model", default=wordlib.MODEL,
                     help="the model whose tokens the lexicon uses (its vocab only)")
     ap.add_argument("--order", type=int, default=3)
@@ -487,6 +487,11 @@ def main():
         args.order, counts, ["%.3f/%.3f/%.3f" % d[1:] for d in discounts[1:]],
         arpa_path, os.path.getsize(arpa_path), lex_path, os.path.getsize(lex_path),
         time.time() - t0))
+    # Shipped gzipped (a third of the size; libaural reads either form).
+    for path in (lex_path, arpa_path):
+        gz = wordlib.gzip_file(path)
+        print("%s: %d bytes" % (gz, os.path.getsize(gz)))
+    arpa_path += ".gz"
 
     if args.report:
         lm = wordlib.Arpa(arpa_path)

@@ -10,7 +10,7 @@ them.
 `make` writes two sets, each a directory of 22.05 kHz WAVs and refs.tsv:
 
 * DIR/test: each of TEST_WORDS (names and technical terms that
-  models/default.lexicon.txt lacks; `make` checks) said in 5 held-out test
+  models/default.lexicon.txt.gz lacks; `make` checks) said in 5 held-out test
   sentences (wordlib.split_dev's test split), inserted at a random word
   boundary, and 100 other test sentences without any of them;
 * DIR/dev: each of DEV_WORDS (other such words) in 4 dev sentences, and 50
@@ -59,7 +59,7 @@ AURAL = os.path.join(wordlib.ROOT, "build", "tools", "aural")
 
 
 def make_set(out, words, sentences, per_word, n_without, seed):
-    lexicon = wordlib.read_lexicon(os.path.join(wordlib.ROOT, "models", "default.lexicon.txt"))
+    lexicon = wordlib.read_lexicon(os.path.join(wordlib.ROOT, "models", "default.lexicon.txt.gz"))
     known = [w for w in words if normalize(w)[0] in lexicon]
     if known:
         sys.exit("vocab_eval: the lexicon has %s: not custom words" % ", ".join(known))

@@ -17,6 +17,7 @@ sentence) stay out of the LM corpus and out of the pronunciation harvest,
 so dev can measure the LM and lexicon honestly and tune the decoder.
 """
 
+import gzip
 import json
 import math
 import os
@@ -151,10 +152,31 @@ def cmudict(path=CMUDICT):
     return out
 
 
+def open_text(path):
+    """A UTF-8 text file for reading, inflated when its name ends in .gz
+    (the default model's lexicon and LM are stored gzipped)."""
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def gzip_file(path):
+    """Replaces path by path.gz, reproducibly (no name, no time stamp:
+    the same text gives the same bytes); returns the new path."""
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path + ".gz", "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw,
+                           mtime=0) as z:
+            z.write(data)
+    os.remove(path)
+    return path + ".gz"
+
+
 def read_lexicon(path):
     """{word: [token tuple, ...]} from a lexicon file."""
     lex = {}
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         for line in f:
             w, p = line.rstrip("\n").split("\t")
             lex.setdefault(w, []).append(tuple(p.split()))
@@ -167,7 +189,7 @@ class Arpa:
     def __init__(self, path):
         self.prob, self.bow, self.order = {}, {}, 0
         section = 0
-        with open(path, encoding="utf-8") as f:
+        with open_text(path) as f:
             for line in f:
                 line = line.strip()
                 if not line or line.startswith("ngram ") or line == "\\data\\":

@@ -4,8 +4,8 @@
  *   aural_lexicon *lex;
  *   aural_lm *lm;
  *   aural_decoder *dec;
- *   aural_lexicon_load("default.lexicon.txt", model, &lex, &err);
- *   aural_lm_load("default.lm.arpa", lex, &lm, &err);
+ *   aural_lexicon_load("default.lexicon.txt.gz", model, &lex, &err);
+ *   aural_lm_load("default.lm.arpa.gz", lex, &lm, &err);
  *   aural_decoder_config dc;
  *   aural_decoder_config_default(&dc);
  *   aural_decoder_create(&dc, model, lex, lm, &dec, &err);
@@ -60,6 +60,19 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* --- resources beside a model --------------------------------------------- */
+
+/* A model's words resources live beside it: for MODEL.safetensors,
+ * MODEL.lexicon.txt, MODEL.lm.arpa and MODEL.g2p.txt. Each may be stored
+ * gzipped (the same name + ".gz", as the default model's LM and lexicon
+ * are); every loader below reads either form, from a file or a buffer.
+ * This writes into out the path of the resource named by suffix
+ * (".lexicon.txt", ...): the plain file when it exists, else the gzipped
+ * one when that exists, else the plain name (a loader then says it is
+ * missing). Returns 0, or -1 when the path does not fit in cap. */
+int aural_decoder_resource_path(const char *model_path, const char *suffix,
+                                char *out, size_t cap);
 
 /* --- lexicon -------------------------------------------------------------- */
 
