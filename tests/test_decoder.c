@@ -20,7 +20,7 @@
 #include <aural.h>
 #include <aural/decoder.h>
 
-#include "synth_model.h"
+#include "helpers.h"
 
 #define V 5 /* blank t0 and tokens t1..t4 */
 
@@ -28,21 +28,7 @@ static aural_model *model;
 
 static int setup(void **state) {
   (void)state;
-  synth_spec s;
-  synth_spec_base(&s);
-  s.d_model = 8;
-  s.n_heads = 1;
-  s.n_layers = 1;
-  s.d_ff = 8;
-  s.window = 4;
-  s.vocab_size = V;
-  size_t n;
-  unsigned char *bytes = synth_model(&s, &n);
-  assert_non_null(bytes);
-  aural_err err;
-  int rc = aural_model_load_buffer(bytes, n, "tiny", NULL, &model, &err);
-  free(bytes);
-  if (rc < 0) fail_msg("%s", err.msg);
+  model = test_tiny_ctc_model(V);
   return 0;
 }
 
@@ -281,28 +267,7 @@ static double uniform(void) {
   return (double)(rng_state >> 8) / (double)(1u << 24);
 }
 
-/* The best CTC alignment's log-probability of tokens y over lp (T, V). */
-static double ctc_best(const double *lp, int T, const int *y, int L) {
-  int S = 2 * L + 1;
-  double a[2 * 16 + 1], b[2 * 16 + 1];
-  for (int s = 0; s < S; s++) a[s] = -INFINITY;
-  a[0] = lp[0];
-  if (L > 0) a[1] = lp[y[0]];
-  for (int t = 1; t < T; t++) {
-    for (int s = 0; s < S; s++) {
-      int lab = s % 2 == 0 ? 0 : y[s / 2];
-      double m = a[s];
-      if (s >= 1 && a[s - 1] > m) m = a[s - 1];
-      if (s >= 2 && lab != 0 && lab != y[s / 2 - 1] && a[s - 2] > m)
-        m = a[s - 2];
-      b[s] = m + lp[t * V + lab];
-    }
-    memcpy(a, b, sizeof a);
-  }
-  double end = a[S - 1];
-  if (S >= 2 && a[S - 2] > end) end = a[S - 2];
-  return end;
-}
+static double log_max(double a, double b) { return a > b ? a : b; }
 
 static double log_add(double a, double b) {
   if (a == -INFINITY) return b;
@@ -310,9 +275,11 @@ static double log_add(double a, double b) {
   return a > b ? a + log1p(exp(b - a)) : b + log1p(exp(a - b));
 }
 
-/* The summed probability of every CTC alignment of tokens y over lp, as a
- * log: the forward algorithm. */
-static double ctc_sum(const double *lp, int T, const int *y, int L) {
+/* The CTC forward recursion over lp (T, V) for tokens y, its paths
+ * combined by combine: log_max gives the best alignment's
+ * log-probability (Viterbi), log_add the sum over every alignment. */
+static double ctc_forward(const double *lp, int T, const int *y, int L,
+                          double (*combine)(double, double)) {
   int S = 2 * L + 1;
   double a[2 * 16 + 1], b[2 * 16 + 1];
   for (int s = 0; s < S; s++) a[s] = -INFINITY;
@@ -322,13 +289,21 @@ static double ctc_sum(const double *lp, int T, const int *y, int L) {
     for (int s = 0; s < S; s++) {
       int lab = s % 2 == 0 ? 0 : y[s / 2];
       double m = a[s];
-      if (s >= 1) m = log_add(m, a[s - 1]);
-      if (s >= 2 && lab != 0 && lab != y[s / 2 - 1]) m = log_add(m, a[s - 2]);
+      if (s >= 1) m = combine(m, a[s - 1]);
+      if (s >= 2 && lab != 0 && lab != y[s / 2 - 1]) m = combine(m, a[s - 2]);
       b[s] = m + lp[t * V + lab];
     }
     memcpy(a, b, sizeof a);
   }
-  return S >= 2 ? log_add(a[S - 1], a[S - 2]) : a[S - 1];
+  return S >= 2 ? combine(a[S - 1], a[S - 2]) : a[S - 1];
+}
+
+static double ctc_best(const double *lp, int T, const int *y, int L) {
+  return ctc_forward(lp, T, y, L, log_max);
+}
+
+static double ctc_sum(const double *lp, int T, const int *y, int L) {
+  return ctc_forward(lp, T, y, L, log_add);
 }
 
 typedef struct word_def {
