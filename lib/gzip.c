@@ -6,6 +6,7 @@
  * resources are found beside it (aural_decoder_resource_path).
  */
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ int aural__gunzip(const void *data, size_t len, const char *name,
                   aural_err *err) {
   *out = NULL;
   *out_len = 0;
+  if (max_out > SIZE_MAX / 2) max_out = SIZE_MAX / 2; /* max_out + 1 fits */
   z_stream zs = {0};
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK)
     return aural__err_set(err, AURAL_ENOMEM, "%s: out of memory to inflate",

@@ -41,4 +41,4 @@ ninja -C "$build"
 # The library's own tests (the daemon's and the tools' need a live
 # system around them and are x86-only in CI).
 meson test -C "$build" --no-rebuild --print-errorlogs --timeout-multiplier 10 \
-  frontend audiofile linalg encoder decoder model proto stream g2p_lib
+  frontend audiofile linalg encoder decoder model proto stream g2p_lib resources

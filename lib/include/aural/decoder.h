@@ -70,7 +70,8 @@ extern "C" {
  * This writes into out the path of the resource named by suffix
  * (".lexicon.txt", ...): the plain file when it exists, else the gzipped
  * one when that exists, else the plain name (a loader then says it is
- * missing). Returns 0, or -1 when the path does not fit in cap. */
+ * missing). Returns 0, or -1 when the path does not fit in cap.
+ * Thread-safe; it asks the file system, so not for a real-time path. */
 int aural_decoder_resource_path(const char *model_path, const char *suffix,
                                 char *out, size_t cap);
 
