@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds aural for aarch64 with Debian's cross compiler and the arm64
-# builds of its libraries, and runs the library's unit tests under
-# qemu-user: what an ARM machine gets, the scalar kernels (no NEON path
-# yet; README.md says what one would need). Installs what it needs
+# Builds libaural and the aural CLI for aarch64 with Debian's cross
+# compiler and the arm64 builds of their libraries, and runs the
+# library's unit tests under qemu-user: what an ARM machine gets, the
+# scalar kernels (no NEON path yet; README.md says what one would need). Installs what it needs
 # (tools/setup.sh --aarch64). Under qemu the scalar suites take about
 # half an hour on two cores, so CI leaves this out.
 #
@@ -35,7 +35,10 @@ cpu = 'cortex-a72'
 endian = 'little'
 INI
 if [[ ! -f $build/build.ninja ]]; then
-  meson setup "$build" --cross-file "$build/cross.ini" -Dbuildtype=debugoptimized
+  # Without aurald: Debian's arm64 libwebsockets-dev cannot be installed
+  # beside the native one (they share /usr/include/lws_config.h).
+  meson setup "$build" --cross-file "$build/cross.ini" -Dbuildtype=debugoptimized \
+    -Ddaemon=false
 fi
 ninja -C "$build"
 # The library's own tests (the daemon's and the tools' need a live

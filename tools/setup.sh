@@ -26,13 +26,13 @@ if [[ "${1:-}" == "--reference" ]]; then
              fortunes fortune-mod wamerican espeak-ng sox libsoxr0 pocketsphinx-en-us)
 elif [[ "${1:-}" == "--aarch64" ]]; then
   # The cross compiler, qemu-user and the arm64 builds of the libraries
-  # (tools/cross_aarch64.sh).
+  # that the library and the CLI use (tools/cross_aarch64.sh; aurald is
+  # left out there).
   arch=(arm64)
   packages+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
              libfftw3-dev:arm64 libsoxr-dev:arm64 libsndfile1-dev:arm64
-             libcmocka-dev:arm64 libespeak-ng-dev:arm64 libuv1-dev:arm64
-             zlib1g-dev:arm64
-             portaudio19-dev:arm64)
+             libcmocka-dev:arm64 libespeak-ng-dev:arm64 zlib1g-dev:arm64
+             libhiredis-dev:arm64)
 elif [[ $# -gt 0 ]]; then
   echo "usage: tools/setup.sh [--reference | --aarch64]" >&2
   exit 2
