@@ -731,4 +731,3 @@ void aural_decoder_reset(aural_decoder *d) {
   d->n_final = 0;
   start_segment(d);
 }
-
