@@ -185,8 +185,8 @@ typedef struct aural_decoder_config {
   float beam_threshold;    /* and only those within this of the best (14) */
   int max_tokens;          /* tokens tried per frame: the most likely (8) */
   float token_threshold;   /* ... within this of the frame's best (10) */
-  float lm_weight;         /* weight of the LM's natural-log score (0.6) */
-  float word_penalty;      /* added per word (0) */
+  float lm_weight;         /* weight of the LM's natural-log score (0.7) */
+  float word_penalty;      /* added per word (-1) */
   /* Subtracted from the blank's log-posterior in the search, not in the
    * endpoint rules: CTC's blank takes most frames, and a model unsure
    * between blank and a token loses the token (1.5). */
