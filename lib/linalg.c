@@ -196,14 +196,21 @@ DEFINE_FEW_ALL(f16, F16_W)
 /* The whole chain: each step's input is 4 bytes (a float, or a bf16
  * pair) and its weights 64 (one line of each panel); BC broadcasts an
  * input and OP accumulates. Four steps per turn of the loop (fewer pointer
- * updates beside the arithmetic), then the steps left one at a time. */
+ * updates beside the arithmetic), then the steps left one at a time. Each
+ * turn also prefetches two lines into L2, pf after its first step and pf
+ * after its third, moving pf on by ps0 and ps1 (chain_pf): spread out so,
+ * the prefetches cost nothing, where a burst of them before the chain
+ * stalled the tile for about 5% of its time. */
+#define CHAIN_PF(I)                                                            \
+  "prefetcht1 (%[pf])\n\t"                                                     \
+  "add %[ps" #I "], %[pf]\n\t"
 #define CHAIN_ASM(BC, OP)                                                      \
   ZERO2(0) ZERO2(1) ZERO2(2) ZERO2(3) ZERO2(4) ZERO2(5)                        \
   "test %[n4], %[n4]\n\t"                                                      \
   "jz 2f\n\t"                                                                  \
   "1:\n\t"                                                                     \
-  CHAIN_STEP(BC, OP, "", "") CHAIN_STEP(BC, OP, "64", "4")                     \
-  CHAIN_STEP(BC, OP, "128", "8") CHAIN_STEP(BC, OP, "192", "12")               \
+  CHAIN_STEP(BC, OP, "", "") CHAIN_PF(0) CHAIN_STEP(BC, OP, "64", "4")         \
+  CHAIN_STEP(BC, OP, "128", "8") CHAIN_PF(1) CHAIN_STEP(BC, OP, "192", "12")   \
   "add $256, %[w]\n\t"                                                         \
   "add $16, %[x]\n\t"                                                          \
   "add $16, %[x3]\n\t"                                                         \
@@ -227,13 +234,43 @@ DEFINE_FEW_ALL(f16, F16_W)
     [a30] "=&v"(acc[3][0]), [a31] "=&v"(acc[3][1]),                            \
     [a40] "=&v"(acc[4][0]), [a41] "=&v"(acc[4][1]),                            \
     [a50] "=&v"(acc[5][0]), [a51] "=&v"(acc[5][1]),                            \
-    [w] "+r"(w0), [x] "+r"(x), [x3] "+r"(x3), [n4] "+r"(n4), [n1] "+r"(n1)     \
-  : [ld] "r"(ld), [woff] "r"(woff), [mr] "i"(mr)                               \
+    [w] "+r"(w0), [x] "+r"(x), [x3] "+r"(x3), [n4] "+r"(n4), [n1] "+r"(n1),    \
+    [pf] "+r"(pf.at)                                                           \
+  : [ld] "r"(ld), [woff] "r"(woff), [mr] "i"(mr), [ps0] "r"(pf.step[0]),       \
+    [ps1] "r"(pf.step[1])                                                      \
   : "xmm29", "xmm30", "xmm31", "memory", "cc"
+
+/* A chain's prefetching: the first line, and how far to move on after
+ * each of a turn's two prefetches (64 or 0 bytes). */
+typedef struct chain_pf {
+  const char *at;
+  size_t step[2];
+} chain_pf;
+
+/* Plans the prefetches of a chain of `turns` turns: the next `want` of
+ * the *lines lines from *pf on (fewer if fewer are left), two per turn at
+ * most; any more go at once, here. A turn with nothing to fetch fetches
+ * `idle` (a line the chain reads anyway); when fewer lines are left than
+ * turns, the last turns fetch lines past the slice, which is harmless (a
+ * prefetch never faults). Moves *pf and *lines past what it plans. */
+__attribute__((always_inline)) static inline chain_pf
+chain_pf_of(const char **pf, size_t *lines, size_t want, size_t turns,
+            const void *idle) {
+  if (want > *lines) want = *lines;
+  size_t per_turn = want == 0 ? 0 : want <= turns ? 1 : 2;
+  size_t in_loop = per_turn * turns < want ? per_turn * turns : want;
+  chain_pf c = {.at = per_turn ? *pf : (const char *)idle,
+                .step = {per_turn ? 64 : 0, per_turn == 2 ? 64 : 0}};
+  for (size_t i = in_loop; i < want; i++)
+    _mm_prefetch(*pf + 64 * i, _MM_HINT_T1);
+  *pf += 64 * want;
+  *lines -= want;
+  return c;
+}
 
 __attribute__((target("avx512f,fma"), always_inline)) static inline void
 tile_chain(int mr, const float *w0, size_t w1_off, const float *x,
-           size_t ldx, size_t n, __m512 acc[MR_MAX][2]) {
+           size_t ldx, size_t n, chain_pf pf, __m512 acc[MR_MAX][2]) {
   const float *x3 = x + 3 * ldx;
   size_t ld = ldx * sizeof(float), woff = w1_off * sizeof(float);
   size_t n4 = n / 4, n1 = n % 4;
@@ -276,12 +313,10 @@ tile_chain(int mr, const float *w0, size_t w1_off, const float *x,
     TILE_TOTALS(MR)                                                            \
     for (size_t k0 = 0; k0 < kc; k0 += AURAL__CHAIN) {                         \
       size_t n = kc - k0 < AURAL__CHAIN ? kc - k0 : AURAL__CHAIN;              \
-      size_t n_pf = (n / 4) * pf_n;                                            \
-      if (n_pf > pf_lines) n_pf = pf_lines;                                    \
-      for (size_t i = 0; i < n_pf; i++, pf += 64) _mm_prefetch(pf, _MM_HINT_T1); \
-      pf_lines -= n_pf;                                                        \
+      chain_pf cp = chain_pf_of(&pf, &pf_lines, (n / 4) * pf_n, n / 4,       \
+                                w0 + 16 * k0);                                 \
       __m512 acc[MR_MAX][2];                                                   \
-      tile_chain(MR, w0 + 16 * k0, (size_t)(w1 - w0), x + k0, ldx, n, acc);    \
+      tile_chain(MR, w0 + 16 * k0, (size_t)(w1 - w0), x + k0, ldx, n, cp, acc); \
       TILE_ADD_CHAIN(MR)                                                       \
     }                                                                          \
     TILE_STORE(MR)                                                             \
@@ -548,7 +583,7 @@ __attribute__((target("avx512f"))) static void widen_bf16_swapped(
  * dot product's two factors commute (each product is exact). */
 __attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
 tile_chain_dp(int mr, const uint16_t *w0, size_t w1_off, const uint32_t *x,
-              size_t ldx, size_t n, __m512 acc[MR_MAX][2]) {
+              size_t ldx, size_t n, chain_pf pf, __m512 acc[MR_MAX][2]) {
   const uint32_t *x3 = x + 3 * ldx;
   size_t ld = ldx * sizeof(uint32_t), woff = w1_off * sizeof(uint16_t);
   size_t n4 = n / 4, n1 = n % 4;
@@ -566,12 +601,11 @@ tile_chain_dp(int mr, const uint16_t *w0, size_t w1_off, const uint32_t *x,
     TILE_TOTALS(MR)                                                            \
     for (size_t j0 = 0; j0 < kp; j0 += AURAL__CHAIN / 2) {                     \
       size_t n = kp - j0 < AURAL__CHAIN / 2 ? kp - j0 : AURAL__CHAIN / 2;      \
-      size_t n_pf = (n / 2) * pf_n;                                            \
-      if (n_pf > pf_lines) n_pf = pf_lines;                                    \
-      for (size_t i = 0; i < n_pf; i++, pf += 64) _mm_prefetch(pf, _MM_HINT_T1); \
-      pf_lines -= n_pf;                                                        \
+      chain_pf cp = chain_pf_of(&pf, &pf_lines, (n / 2) * pf_n, n / 4,       \
+                                w0 + 32 * j0);                                 \
       __m512 acc[MR_MAX][2];                                                   \
-      tile_chain_dp(MR, w0 + 32 * j0, (size_t)(w1 - w0), x + j0, ldx, n, acc); \
+      tile_chain_dp(MR, w0 + 32 * j0, (size_t)(w1 - w0), x + j0, ldx, n, cp,   \
+                    acc);                                                      \
       TILE_ADD_CHAIN(MR)                                                       \
     }                                                                          \
     TILE_STORE(MR)                                                             \
