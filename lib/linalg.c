@@ -999,6 +999,8 @@ static inline __mmask16 ctx_mask(const slot_runs *runs, size_t g) {
     }                                                                          \
   }
 DEFINE_PV(pv_block4, 4)
+DEFINE_PV(pv_block3, 3)
+DEFINE_PV(pv_block2, 2)
 DEFINE_PV(pv_block1, 1)
 
 #endif /* AURAL_X86 */
@@ -1181,11 +1183,20 @@ __attribute__((target("avx512f,fma"))) static void mix_avx512(
     for (int h = 0; h < 2; h++) e[h] = _mm512_mul_pd(e[h], inv);
     _mm512_storeu_ps(p + 16 * g, narrow(e));
   }
-  /* Values: four vectors of the head at once (then one), even and odd
-   * slots of each run in separate chains. */
+  /* Values: four vectors of the head at once, then the one to three left
+   * together (a head of 48 is three: one at a time, each vector's two
+   * chains waited on the multiply-add's latency, and the mix took 8% of
+   * the default model's chunk mode), even and odd slots of each run in
+   * separate chains. */
   size_t v0 = 0;
   for (; v0 + 4 <= nv; v0 += 4) pv_block4(&runs, p, v + 16 * v0, ldv, o + 16 * v0);
-  for (; v0 < nv; v0++) pv_block1(&runs, p, v + 16 * v0, ldv, o + 16 * v0);
+  const float *vr = v + 16 * v0;
+  float *orest = o + 16 * v0;
+  switch (nv - v0) {
+  case 3: pv_block3(&runs, p, vr, ldv, orest); break;
+  case 2: pv_block2(&runs, p, vr, ldv, orest); break;
+  case 1: pv_block1(&runs, p, vr, ldv, orest); break;
+  }
 }
 
 #endif /* AURAL_X86 */

@@ -148,13 +148,15 @@ static void test_layer_norm_bits(void **state) {
 }
 
 /* Attention: scores of several rows at once and the mix, over head sizes
- * that take the vector mix (multiples of 16) and that do not, rings that
+ * that take the vector mix (multiples of 16: 1 to 8 vectors of 16, so
+ * every way the AVX-512 mix splits a head into blocks of at most 4) and
+ * that do not, rings that
  * wrap, windows partly filled, and score spreads wide enough that exp
  * underflows (libmvec's special-case lanes). */
 static void test_attention_bits(void **state) {
   (void)state;
   need_both();
-  const size_t head_sizes[] = {1, 7, 16, 24, 32, 48, 64, 80, 128};
+  const size_t head_sizes[] = {1, 7, 16, 24, 32, 48, 64, 80, 96, 112, 128};
   const size_t windows[] = {1, 7, 16, 37, 50, 100};
   const double spreads[] = {1.0, 30.0, 3000.0};
   for (size_t hi = 0; hi < sizeof head_sizes / sizeof *head_sizes; hi++)
