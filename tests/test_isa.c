@@ -150,9 +150,8 @@ static void test_layer_norm_bits(void **state) {
 /* Attention: scores of several rows at once and the mix, over head sizes
  * that take the vector mix (multiples of 16: 1 to 8 vectors of 16, so
  * every way the AVX-512 mix splits a head into blocks of at most 4) and
- * that do not, rings that
- * wrap, windows partly filled, and score spreads wide enough that exp
- * underflows (libmvec's special-case lanes). */
+ * that do not, rings that wrap, windows partly filled, and score spreads
+ * wide enough that exp underflows (libmvec's special-case lanes). */
 static void test_attention_bits(void **state) {
   (void)state;
   need_both();
