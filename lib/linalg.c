@@ -47,28 +47,72 @@ static const kernel_set *kernels(void);
 static void linear_bf16_ref(const aural__mat *w, const float *b,
                             const float *x, size_t n, float *y);
 
-void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
-                       size_t n, float *y) {
-  if (w->bf16 != NULL) {
-    linear_bf16_ref(w, b, x, n, y);
-    return;
-  }
+/* The plain way, and the oracle (f32 and f16 weights). One panel of 16
+ * outputs and one chain's k at a time: the chain's weights are read (f16
+ * widened) once into wc, then every row of x runs its 16 chains through
+ * them, and y holds the running totals until the bias is added. Each
+ * output is still one chain after another, each from zero, so the bits
+ * are the contract's; the 16 chains are independent, so a compiler may
+ * run them side by side in vectors (as it does for aarch64) without
+ * changing one. */
+__attribute__((always_inline)) static inline void
+linear_plain(const aural__mat *w, const float *b, const float *x, size_t n,
+             float *y) {
   size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
-  for (size_t i = 0; i < n; i++) {
-    for (size_t r = 0; r < rows; r++) {
-      float total = 0.0f;
-      for (size_t c0 = 0; c0 < cols; c0 += AURAL__CHAIN) {
-        float chain = 0.0f;
-        for (size_t c = c0; c < cols && c < c0 + AURAL__CHAIN; c++) {
-          size_t at = aural__packed_at(r, c, cols);
-          float wv = w->f32 != NULL ? w->f32[at] : aural__f16_to_f32(w->f16[at]);
-          chain = fmaf(x[i * cols + c], wv, chain);
-        }
-        total += chain;
+  float wc[AURAL__CHAIN][AURAL__PANEL];
+  for (size_t r0 = 0; r0 < rows; r0 += AURAL__PANEL) {
+    size_t nr = rows - r0 < AURAL__PANEL ? rows - r0 : AURAL__PANEL;
+    for (size_t c0 = 0; c0 < cols; c0 += AURAL__CHAIN) {
+      size_t nc = cols - c0 < AURAL__CHAIN ? cols - c0 : AURAL__CHAIN;
+      for (size_t c = 0; c < nc; c++) { /* rows past the end are zeros */
+        size_t at = aural__packed_at(r0, c0 + c, cols);
+        for (size_t l = 0; l < AURAL__PANEL; l++)
+          wc[c][l] = w->f32 != NULL ? w->f32[at + l]
+                                    : aural__f16_to_f32(w->f16[at + l]);
       }
-      y[i * rows + r] = b != NULL ? total + b[r] : total;
+      for (size_t i = 0; i < n; i++) {
+        const float *xi = x + i * cols + c0;
+        float chain[AURAL__PANEL] = {0};
+        for (size_t c = 0; c < nc; c++)
+#pragma GCC unroll 16 /* (so that the chains stay in registers) */
+          for (size_t l = 0; l < AURAL__PANEL; l++)
+            chain[l] = fmaf(xi[c], wc[c][l], chain[l]);
+        float *yi = y + i * rows + r0;
+        for (size_t l = 0; l < nr; l++) /* from +0, as +0 + -0 is +0 */
+          yi[l] = (c0 == 0 ? 0.0f : yi[l]) + chain[l];
+      }
+    }
+    for (size_t i = 0; i < n; i++) {
+      float *yi = y + i * rows + r0;
+      for (size_t l = 0; l < nr; l++) {
+        if (cols == 0) yi[l] = 0.0f;
+        if (b != NULL) yi[l] += b[r0 + l];
+      }
     }
   }
+}
+
+#if AURAL_X86
+/* On x86 a second copy for CPUs with FMA: in the first every fmaf is a
+ * call into libm (7 times slower in chunk mode). A branch, not an ifunc,
+ * whose resolver would run before a sanitizer's runtime is up. */
+__attribute__((target("fma"))) static void
+linear_plain_fma(const aural__mat *w, const float *b, const float *x,
+                 size_t n, float *y) {
+  linear_plain(w, b, x, n, y);
+}
+#endif
+
+void aural__linear_ref(const aural__mat *w, const float *b, const float *x,
+                       size_t n, float *y) {
+  if (w->bf16 != NULL)
+    linear_bf16_ref(w, b, x, n, y);
+#if AURAL_X86
+  else if (__builtin_cpu_supports("fma"))
+    linear_plain_fma(w, b, x, n, y);
+#endif
+  else
+    linear_plain(w, b, x, n, y);
 }
 
 #if AURAL_X86

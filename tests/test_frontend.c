@@ -21,6 +21,17 @@
 
 #define PARITY_TOL 2e-3
 
+/* The golden features of the cases that go through the resampler hold x86
+ * libsoxr's bits. Elsewhere (arm64) its output differs in the last bits
+ * (2e-7 at most on mono8k), that is by rounding noise some 135 dB below
+ * the signal (test_resampler_snr). Where the signal has no energy of its
+ * own, in digital silence and above the band of upsampled audio, that
+ * noise is all a mel bin holds, and its log differs by up to 2.9 between
+ * the two. So in those cases a value may instead be within
+ * RESAMPLED_ENERGY_REL of the file's largest golden mel energy, in energy
+ * (-90 dB; arm64 is within 1e-12). */
+#define RESAMPLED_ENERGY_REL 1e-9
+
 /* Collects every frame a frontend emits, checking they arrive in order. */
 typedef struct sink {
   float *rows;
@@ -141,13 +152,26 @@ static void test_parity_with_torchaudio(void **state) {
     assert_int_equal(s.n_rows, n_expected);
     assert_int_equal(s.n_rows, g_rows);
     assert_int_equal(s.dim, g_cols);
-    double max_diff = 0;
+    double max_diff = 0, top = 0;
+    for (size_t i = 0; i < g_rows * g_cols; i++) top = fmax(top, exp(gold[i]));
+    size_t n_energy = 0; /* values held to RESAMPLED_ENERGY_REL instead */
     for (size_t i = 0; i < g_rows * g_cols; i++) {
       assert_true(isfinite(s.rows[i]));
-      max_diff = fmax(max_diff, fabs((double)s.rows[i] - gold[i]));
+      double diff = fabs((double)s.rows[i] - gold[i]);
+      if (diff > PARITY_TOL && rate != 16000 &&
+          fabs(exp((double)s.rows[i]) - exp((double)gold[i])) <=
+              RESAMPLED_ENERGY_REL * top) {
+        n_energy++;
+        continue;
+      }
+      max_diff = fmax(max_diff, diff);
     }
-    printf("  %-13s %6.0f Hz x%d  %4zu frames  max |C - torchaudio| = %.2e\n",
+    printf("  %-13s %6.0f Hz x%d  %4zu frames  max |C - torchaudio| = %.2e",
            name, rate, n_ch, s.n_rows, max_diff);
+    if (n_energy > 0)
+      printf(" (and %zu values within %.0e of the top energy)", n_energy,
+             RESAMPLED_ENERGY_REL);
+    printf("\n");
     assert_true(max_diff <= PARITY_TOL);
     worst = fmax(worst, max_diff);
     n_cases++;

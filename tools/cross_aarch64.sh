@@ -14,19 +14,20 @@ tools/setup.sh
 tools/setup.sh --aarch64
 mkdir -p "$build"
 build=$(realpath "$build")
-# pkg-config for the arm64 libraries, and meson's description of the host.
-cat >"$build/aarch64-pkg-config" <<'SH'
-#!/bin/sh
-PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig exec pkg-config "$@"
-SH
-chmod +x "$build/aarch64-pkg-config"
-cat >"$build/cross.ini" <<INI
+# meson's description of the host, with pkg-config for the arm64
+# libraries. qemu runs the tests against the arm64 system root (-L /):
+# the arm64 libraries above bring Debian's libc6:arm64, whose loader is
+# /lib/ld-linux-aarch64.so.1. The cross compiler's own copy of glibc in
+# /usr/aarch64-linux-gnu may be another release (2.36-8 beside 2.36-9 on
+# Debian 12): with -L there, its loader took the system's libc.so.6, and
+# the mismatch hung the first pthread_create of every threaded test.
+cross=$(cat <<INI
 [binaries]
 c = 'aarch64-linux-gnu-gcc'
 ar = 'aarch64-linux-gnu-ar'
 strip = 'aarch64-linux-gnu-strip'
 pkgconfig = '$build/aarch64-pkg-config'
-exe_wrapper = ['qemu-aarch64', '-L', '/usr/aarch64-linux-gnu']
+exe_wrapper = ['qemu-aarch64', '-L', '/']
 
 [host_machine]
 system = 'linux'
@@ -34,6 +35,17 @@ cpu_family = 'aarch64'
 cpu = 'cortex-a72'
 endian = 'little'
 INI
+)
+if [[ -f $build/build.ninja && "$(cat "$build/cross.ini")" != "$cross" ]]; then
+  rm -rf "$build" # made with another description: start again
+  mkdir -p "$build"
+fi
+printf '%s\n' "$cross" >"$build/cross.ini"
+cat >"$build/aarch64-pkg-config" <<'SH'
+#!/bin/sh
+PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig exec pkg-config "$@"
+SH
+chmod +x "$build/aarch64-pkg-config"
 if [[ ! -f $build/build.ninja ]]; then
   # Without aurald: Debian's arm64 libwebsockets-dev cannot be installed
   # beside the native one (they share /usr/include/lws_config.h).
