@@ -4,10 +4,10 @@
 # library's unit tests under qemu-user: what an ARM machine gets, the
 # scalar kernels (vectorized by the compiler; no NEON path of its own:
 # README.md says what one would need). Installs what it needs
-# (tools/setup.sh --aarch64). Under qemu the encoder suite alone takes
-# about 12 minutes and the decoder's brute-force scorer longer (2 minutes
-# natively), so CI leaves this out, and the time limits are 30 times
-# meson's.
+# (tools/setup.sh --aarch64). Under qemu on two cores the suites take
+# about an hour (the decoder's 44 minutes, its brute-force scorer 2
+# natively; the encoder's 12), so CI leaves this out, and the time limits
+# are 30 times meson's.
 #
 #   tools/cross_aarch64.sh [BUILD_DIR]     (default build-aarch64)
 set -euo pipefail
