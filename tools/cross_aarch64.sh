@@ -39,8 +39,13 @@ cpu = 'cortex-a72'
 endian = 'little'
 INI
 )
+if [[ -f $build/build.ninja && ! -f $build/cross.ini ]]; then
+  echo "cross_aarch64.sh: $build is a build directory this script did not" \
+       "make; name another" >&2
+  exit 2
+fi
 if [[ -f $build/build.ninja && "$(cat "$build/cross.ini")" != "$cross" ]]; then
-  rm -rf "$build" # made with another description: start again
+  rm -rf "$build" # made by this script with another description: start again
   mkdir -p "$build"
 fi
 printf '%s\n' "$cross" >"$build/cross.ini"
