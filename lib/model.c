@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -918,12 +919,30 @@ static int check_shape(const want *w, const entry *e, const char *where,
  * bytes, times two for half to float, times the padding of matrix rows to
  * panels of 16 and of tensors to 16 elements (at worst 32x, for tiny
  * tensors). */
+/* An arena of `bytes` for weights. One of 2 MB or more starts on a 2 MB
+ * boundary and asks Linux for transparent huge pages (where the system
+ * leaves them to madvise, as Debian does): every chunk streams all the
+ * weights past the kernels, and with 4 KB pages the AVX2 matrix products
+ * of the `base` model (19 MB of weights) ran 7-10% slower on an AMD Zen 4
+ * (README, "Performance"). Where huge pages are off it is an ordinary
+ * allocation. Freed with free(). */
+static void *weight_arena(size_t bytes) {
+  const size_t huge = (size_t)2 << 20;
+  if (bytes < huge) return aligned_alloc(64, (bytes + 63) / 64 * 64);
+  void *p = NULL;
+  if (posix_memalign(&p, huge, bytes) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+  (void)madvise(p, bytes, MADV_HUGEPAGE); /* a hint: failure changes nothing */
+#endif
+  return p;
+}
+
 static int convert_weights(aural_model *m, const want_list *wl,
                            const unsigned char *tensor_data,
                            const aural_model_load_config *lcfg, uint64_t n_f32,
                            uint64_t n_f16, const char *where, aural_err *err) {
-  m->f32 = aligned_alloc(64, ((size_t)n_f32 * sizeof *m->f32 + 127) / 64 * 64);
-  m->f16 = aligned_alloc(64, ((size_t)n_f16 * sizeof *m->f16 + 127) / 64 * 64);
+  m->f32 = weight_arena((size_t)n_f32 * sizeof *m->f32 + 64);
+  m->f16 = weight_arena((size_t)n_f16 * sizeof *m->f16 + 64);
   if (m->f32 == NULL || m->f16 == NULL)
     return aural__err_set(err, AURAL_ENOMEM, "%s: out of memory for weights",
                           where);
