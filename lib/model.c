@@ -922,10 +922,11 @@ static int check_shape(const want *w, const entry *e, const char *where,
 /* An arena of `bytes` for weights. One of 2 MB or more starts on a 2 MB
  * boundary and asks Linux for transparent huge pages (where the system
  * leaves them to madvise, as Debian does): every chunk streams all the
- * weights past the kernels, and with 4 KB pages the AVX2 matrix products
- * of the `base` model (19 MB of weights) ran 7-10% slower on an AMD Zen 4
- * (README, "Performance"). Where huge pages are off it is an ordinary
- * allocation. Freed with free(). */
+ * weights past the kernels, and with 4 KB pages frame mode ran about 7%
+ * slower on an AMD Zen 4 with either vector set, the AVX2 matrix products
+ * a few percent slower too (`base` model, 19 MB of weights; README,
+ * "Performance"). Where huge pages are off it is an ordinary allocation.
+ * Freed with free(). */
 static void *weight_arena(size_t bytes) {
   const size_t huge = (size_t)2 << 20;
   if (bytes < huge) return aligned_alloc(64, (bytes + 63) / 64 * 64);
