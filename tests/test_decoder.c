@@ -358,6 +358,8 @@ typedef struct search {
   int best[20], best_n;
   const char *names[20], *best_names[20]; /* the words so far, as output */
   const word_def *defs[20];               /* ... and as defined */
+  int def_at[20];  /* ... and as their index in words4, then custom */
+  unsigned trial;  /* which trial's posteriors: for pron_sum_of() */
   /* The summed score: every alignment of every choice of pronunciations
    * of the words. The best words by it, and the score of target's. */
   double best_sum;
@@ -385,6 +387,27 @@ static double pron_sum(const search *s, int i, int n, int *y, int L) {
   return total;
 }
 
+/* pron_sum() of the words so far, remembered per trial: the search
+ * reaches the same words once per choice of their pronunciations, and
+ * their summed score is the same at each. Keyed by the words' indices
+ * (1 to 6) as the digits of a number in base 7. */
+enum { SUM_WORDS_MAX = 6, SUM_KEYS = 117649 /* 7^6 */ };
+static double sum_memo[SUM_KEYS];
+static unsigned sum_memo_trial[SUM_KEYS]; /* 0: never */
+
+static double pron_sum_of(const search *s, int n) {
+  assert_true(n <= SUM_WORDS_MAX);
+  size_t key = 0;
+  for (int i = 0; i < n; i++) key = key * 7 + (size_t)s->def_at[i] + 1;
+  assert_true(key < SUM_KEYS);
+  if (sum_memo_trial[key] != s->trial) {
+    int y[20];
+    sum_memo[key] = pron_sum(s, 0, n, y, 0);
+    sum_memo_trial[key] = s->trial;
+  }
+  return sum_memo[key];
+}
+
 static bool same_names(const char *const *a, const char *const *b, int n) {
   for (int i = 0; i < n; i++)
     if (strcmp(a[i], b[i]) != 0) return false;
@@ -406,8 +429,7 @@ static void extend(search *s, int n) {
     memcpy(s->best_names, s->names, (size_t)n * sizeof *s->names);
   }
   /* The summed score (the same at each choice of pronunciations). */
-  int y[20];
-  double sum = pron_sum(s, 0, n, y, 0) +
+  double sum = pron_sum_of(s, n) +
                s->lm_weight * log(10.0) * (s->lm_sum + end) +
                s->penalty * n + s->boost_sum;
   if (sum > s->best_sum) {
@@ -437,6 +459,7 @@ static void extend(search *s, int n) {
     s->hist[n + 1] = w >= 0 ? w : 1000;
     s->names[n] = wd->name;
     s->defs[n] = wd;
+    s->def_at[n] = k % n_defs;
     size_t f = n + 2 > 4 ? (size_t)n + 2 - 4 : 0;
     double lw = aural_lm_score(s->lm, s->hist + f, (size_t)n + 2 - f);
     double bonus = custom ? s->boost : 0;
@@ -510,6 +533,7 @@ static trials compare_with_brute_force(const aural_lexicon *lex,
   dc.sum_alignments = sum_alignments;
   rng_state = seed;
   trials out = {0};
+  static unsigned trials_run; /* every trial's own pron_sum_of() memo */
   for (int trial = 0; trial < 200; trial++) {
     enum { T = 6 };
     float logits[T * V];
@@ -538,7 +562,8 @@ static trials compare_with_brute_force(const aural_lexicon *lex,
                 .hist = {AURAL_LM_BOS}, .best_score = -INFINITY,
                 .best_n = -1, .best_sum = -INFINITY, .best_sum_n = -1,
                 .target = got_names, .target_n = (int)n_got,
-                .target_sum = -INFINITY, .target_best = -INFINITY};
+                .target_sum = -INFINITY, .target_best = -INFINITY,
+                .trial = ++trials_run};
     extend(&s, 0);
     char a[64] = "", b[64] = "";
     for (int i = 0; i < s.best_n; i++) strcat(strcat(a, s.best_names[i]), " ");
