@@ -5,9 +5,8 @@
 # scalar kernels (vectorized by the compiler; no NEON path of its own:
 # README.md says what one would need). Installs what it needs
 # (tools/setup.sh --aarch64). Under qemu on two cores the suites take
-# about an hour (the decoder's 44 minutes, its brute-force scorer 2
-# natively; the encoder's 12), so CI leaves this out, and the time limits
-# are 30 times meson's.
+# about 22 minutes (the encoder's 12, the decoder's 6), so CI leaves this
+# out, and the time limits are 30 times meson's.
 #
 #   tools/cross_aarch64.sh [BUILD_DIR]     (default build-aarch64)
 set -euo pipefail
