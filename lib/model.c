@@ -914,22 +914,20 @@ static int check_shape(const want *w, const entry *e, const char *where,
                         where, w->name, got, exp);
 }
 
-/* Everything is known to fit; allocates the arenas and converts every
- * wanted tensor into them. The arenas are bounded by the file's tensor
- * bytes, times two for half to float, times the padding of matrix rows to
- * panels of 16 and of tensors to 16 elements (at worst 32x, for tiny
- * tensors). */
-/* An arena of `bytes` for weights. One of 2 MB or more starts on a 2 MB
+/* An arena of `bytes` for weights. One of 8 MB or more starts on a 2 MB
  * boundary and asks Linux for transparent huge pages (where the system
  * leaves them to madvise, as Debian does): every chunk streams all the
  * weights past the kernels, and with 4 KB pages frame mode ran about 7%
  * slower on an AMD Zen 4 with either vector set, the AVX2 matrix products
  * a few percent slower too (`base` model, 19 MB of weights; README,
- * "Performance"). Where huge pages are off it is an ordinary allocation.
- * Freed with free(). */
+ * "Performance"); smaller arenas stay within the translation cache's reach
+ * of 4 KB pages. The alignment costs up to 2 MB of address space that is
+ * never touched (not resident, but counted by malloc's statistics, so by
+ * STATS heap_bytes). Where huge pages are off it is an ordinary
+ * allocation. Freed with free(). */
 static void *weight_arena(size_t bytes) {
   const size_t huge = (size_t)2 << 20;
-  if (bytes < huge) return aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (bytes < 4 * huge) return aligned_alloc(64, (bytes + 63) / 64 * 64);
   void *p = NULL;
   if (posix_memalign(&p, huge, bytes) != 0) return NULL;
 #ifdef MADV_HUGEPAGE
@@ -938,6 +936,11 @@ static void *weight_arena(size_t bytes) {
   return p;
 }
 
+/* Everything is known to fit; allocates the arenas and converts every
+ * wanted tensor into them. The arenas are bounded by the file's tensor
+ * bytes, times two for half to float, times the padding of matrix rows to
+ * panels of 16 and of tensors to 16 elements (at worst 32x, for tiny
+ * tensors). */
 static int convert_weights(aural_model *m, const want_list *wl,
                            const unsigned char *tensor_data,
                            const aural_model_load_config *lcfg, uint64_t n_f32,

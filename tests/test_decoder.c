@@ -442,6 +442,7 @@ static void extend(search *s, int n) {
     if (score > s->target_best) s->target_best = score;
   }
   int n_defs = 4 + s->n_custom;
+  assert_true(n_defs <= 6); /* pron_sum_of()'s digits */
   for (int k = 0; k < 2 * n_defs; k++) {
     bool custom = k % n_defs >= 4;
     const word_def *wd = custom ? &s->custom[k % n_defs - 4] : &words4[k % n_defs];
