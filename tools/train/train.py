@@ -283,11 +283,17 @@ def set_weights(params, values):
 def check_against_reference(model, feats, tol):
     """The training forward equals aural_ref's forward (float32, no autocast)
     within tol times the largest logit (rounding grows with the logits of a
-    trained model; a wrong forward is off by far more)."""
+    trained model; a wrong forward is off by far more). A model with a
+    lead-in (config lead_in_frames) gets its silent frames before feats in
+    both forwards, as aural_ref's does by itself; training never adds
+    them."""
+    lead = model.lead_in
     with torch.no_grad():
-        _, want = model(torch.from_numpy(feats.astype(np.float32)))
-        x = model.frontend(torch.from_numpy(feats.astype(np.float32)))[None]
-        got = train_forward(model, x)[0]
+        f = torch.from_numpy(feats.astype(np.float32))
+        _, want = model(f)
+        if lead:
+            f = torch.cat((aural_ref.silence_features(model.config, lead).to(f.dtype), f))
+        got = train_forward(model, model.frontend(f)[None])[0][lead:]
     diff = (got - want).abs().max().item()
     scale = max(1.0, want.abs().max().item())
     print("training forward vs reference: max abs diff %.2e (largest logit %.1f)"

@@ -314,6 +314,14 @@ def main():
     model = export.load(args.init)
     if model.config.get("vocab") != arpabet.VOCAB:
         head_from_espeak(model)
+    # The training forward must be the reference forward: checked before
+    # the budget is spent as well as after (a model with a lead-in once
+    # failed this only at the end).
+    if len(dev_store) == 0:
+        raise SystemExit("no monitoring utterance could be synthesized")
+    with dev_store.lock:
+        longest = max(dev_store.feats, key=len).astype(np.float32)
+    train.check_against_reference(model, longest, 1e-4)
     mean = model.frontend.cmvn.mean.float().to(dev)
     std = model.frontend.cmvn.std.float().to(dev)
     model.to(dev)
