@@ -16,10 +16,17 @@ tools/train/setup_engines.sh
 list=$(mktemp)
 trap 'rm -f "$list"' EXIT
 bins="/usr/bin/espeak-ng /usr/bin/flite /usr/bin/festival /usr/bin/sox"
+# This machine's build of a package, or the architecture-independent one:
+# with another architecture's build also installed (tools/setup.sh
+# --aarch64 brings libespeak-ng1:arm64), the bare name is ambiguous.
+native=$(dpkg --print-architecture)
+files_of() {
+  dpkg -L "$1:$native" 2>/dev/null || dpkg -L "$1:all" 2>/dev/null || dpkg -L "$1"
+}
 {
   for p in flite libflite1 espeak-ng libespeak-ng1 festival festlex-cmu festlex-poslex \
            festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts sox libsox3 libsox-fmt-base; do
-    dpkg -L "$p" | while read -r f; do [[ -f $f ]] && echo "$f"; done
+    files_of "$p" | while read -r f; do [[ -f $f ]] && echo "$f"; done
   done | grep -v -E '/(doc|man|lintian|info)/'
   # espeak-ng's data: English only (and what every language needs).
   find /usr/lib/x86_64-linux-gnu/espeak-ng-data -type f \
