@@ -429,16 +429,16 @@ KERNEL void aural__linear_bf16_avx2(const aural__mat *mat, const float *b,
 /* linalg.c's gelu16() on 8 values: the interval's coefficient is picked
  * from the low 8 (lo) or high 8 (hi) of the 16 with two permutes and a
  * blend instead of one permute (one permute when no lane needs the high
- * 8: the same coefficients either way). All 8 values when full, else the lanes
- * of m alone (the others are neither read nor written). */
-KERNEL_INLINE void gelu8(float *x, int full, __m256i m, const __m256 *lo,
+ * 8: the same coefficients either way). The lanes of m alone (the others are
+ * neither read nor written). */
+KERNEL_INLINE void gelu8(float *x, __m256i m, const __m256 *lo,
                          const __m256 *hi) {
   const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f),
                rsqrt2 = _mm256_set1_ps((float)M_SQRT1_2),
                four = _mm256_set1_ps(4.0f), quarter = _mm256_set1_ps(0.25f),
                sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
   const __m256i last = _mm256_set1_epi32(15), seven = _mm256_set1_epi32(7);
-  __m256 v = full ? _mm256_loadu_ps(x) : _mm256_maskload_ps(x, m);
+  __m256 v = load_lanes(x, m);
   __m256 z = _mm256_mul_ps(v, rsqrt2);
   __m256 a = _mm256_andnot_ps(sign, z);
   __m256i k = _mm256_min_epi32(_mm256_cvttps_epi32(_mm256_mul_ps(a, four)), last);
@@ -464,10 +464,7 @@ KERNEL_INLINE void gelu8(float *x, int full, __m256i m, const __m256 *lo,
   e = _mm256_blendv_ps(e, one, _mm256_cmp_ps(a, four, _CMP_GE_OQ));
   e = _mm256_xor_ps(e, _mm256_and_ps(z, sign)); /* erf(-z) = -erf(z) */
   __m256 y = _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e));
-  if (full)
-    _mm256_storeu_ps(x, y);
-  else
-    _mm256_maskstore_ps(x, m, y);
+  store_lanes(x, m, y);
 }
 
 KERNEL void aural__gelu_avx2(float *x, size_t n) {
@@ -477,8 +474,8 @@ KERNEL void aural__gelu_avx2(float *x, size_t n) {
     hi[d] = _mm256_loadu_ps(aural__erf_c[d] + 8);
   }
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) gelu8(x + i, 1, _mm256_setzero_si256(), lo, hi);
-  if (i < n) gelu8(x + i, 0, first_lanes(n - i), lo, hi);
+  for (; i + 8 <= n; i += 8) gelu8(x + i, first_lanes(8), lo, hi);
+  if (i < n) gelu8(x + i, first_lanes(n - i), lo, hi);
 }
 
 /* ---- attention ----------------------------------------------------------- */
