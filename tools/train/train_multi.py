@@ -157,6 +157,32 @@ def head_from_espeak(model):
     model.config["vocab"] = list(arpabet.VOCAB)
 
 
+def grow_layers(model, count):
+    """Makes the encoder deeper by `count` layers without changing what it
+    computes: each new layer is a copy of the layer before it with its two
+    output projections (attention out_proj, linear2) zeroed, so that it adds
+    nothing to the residual stream until training moves those. The new
+    layers are spread evenly: one after every (n_layers / count)-th layer."""
+    import copy
+    layers = list(model.encoder.layers)
+    n = len(layers)
+    after = {round((j + 1) * n / count) - 1 for j in range(count)}
+    if count < 1 or len(after) != count:
+        raise SystemExit("--grow-layers: between 1 and %d for a %d-layer model" % (n, n))
+    grown = []
+    for i, layer in enumerate(layers):
+        grown.append(layer)
+        if i in after:
+            new = copy.deepcopy(layer)
+            with torch.no_grad():
+                for p in (new.self_attn.out_proj.weight, new.self_attn.out_proj.bias,
+                          new.linear2.weight, new.linear2.bias):
+                    p.zero_()
+            grown.append(new)
+    model.encoder.layers = torch.nn.ModuleList(grown)
+    model.config["n_layers"] = len(grown)
+
+
 def spec_augment(x, lengths, gen):
     """In place on x [B, T, F]: two frequency masks of up to 12 bins and one
     time mask of up to 25 frames per 2 s (train.py's, on the device)."""
@@ -259,6 +285,9 @@ def main():
     ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                     help="bfloat16 matrix products (default: on a GPU, or a CPU with "
                     "AMX or AVX512-BF16; elsewhere they are slower than float32)")
+    ap.add_argument("--grow-layers", type=int, default=0,
+                    help="make the --init model deeper by this many layers, each added "
+                    "as an identity (grow_layers), before training")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -314,6 +343,8 @@ def main():
     model = export.load(args.init)
     if model.config.get("vocab") != arpabet.VOCAB:
         head_from_espeak(model)
+    if args.grow_layers:
+        grow_layers(model, args.grow_layers)
     # The training forward must be the reference forward: checked before
     # the budget is spent as well as after (a model with a lead-in once
     # failed this only at the end), on the longest monitoring utterance
