@@ -75,7 +75,7 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--precision", choices=("f32", "bf16"), default="f32",
                     help="the C encoder's --precision (bf16 is approximate: its "
-                         "README bound is 0.5 on the logits)")
+                         "README states its error on the bundled model)")
     args = ap.parse_args()
 
     model = export.load(args.model).double()

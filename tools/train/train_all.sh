@@ -13,7 +13,8 @@
 # count (2); stage 12 is not (see its comment). Wall time on the 2-core
 # development machines: about 2 to 2.5 h of synthesis and 14 h of training
 # for stages 1 to 11, then stage 12 (4.7 min on a 16-core machine with a
-# GPU, 42 min on two cores, then 8.4 and 3.2 min on the GPU machine) and a
+# GPU, 42 min on two cores, then 8.4, 3.2 and 8.6 min on the GPU
+# machine) and a
 # few minutes of evaluation (see
 # models/README.md). Installs what it needs through tools/setup.sh
 # --reference (espeak-ng, sox, fortunes, fortune-mod, wamerican,
@@ -163,9 +164,15 @@ $py tools/train/train_multi.py --init "$data/stage12b/model.safetensors" --out "
 $py tools/train/train_multi.py --init "$data/stage12c/model.safetensors" --out "$data/stage12d" \
   --minutes "${STAGE12D_MINUTES:-3.2}" --batch-frames 40000 --lr 2e-4 --dev 150 \
   --export-minutes 1 --seed 9
-# The bundled file: stage 12 (d)'s weights, its streams starting from 10
+# Stage 12 (e): 6 augmented copies per utterance instead of 3, 7 synthesis
+# workers (the bundled run shared its 16 cores and its GPU with a 12-layer
+# run of the same data: models/README.md, Training (e)).
+$py tools/train/train_multi.py --init "$data/stage12d/model.safetensors" --out "$data/stage12e" \
+  --minutes "${STAGE12E_MINUTES:-8.6}" --workers 7 --variants 6 --lr 3e-4 --dev 150 \
+  --export-minutes 1.5 --seed 21
+# The bundled file: stage 12 (e)'s weights, its streams starting from 10
 # frames of silence (lead_in_frames, models/README.md: "Lead-in").
-$py tools/reference/export.py --input "$data/stage12d/model.safetensors" \
+$py tools/reference/export.py --input "$data/stage12e/model.safetensors" \
   --set lead_in_frames=10 -o models/default.safetensors
 $py tools/train/sample_phonemes.py
 $py tools/train/multi_test.py make --out "$data/multi-test" --count 100 --seed "$seed"
