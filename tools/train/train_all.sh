@@ -14,9 +14,7 @@
 # development machines: about 2 to 2.5 h of synthesis and 14 h of training
 # for stages 1 to 11, then stage 12 (4.7 min on a 16-core machine with a
 # GPU, 42 min on two cores, then 8.4, 3.2 and 8.6 min on the GPU
-# machine) and a
-# few minutes of evaluation (see
-# models/README.md). Installs what it needs through tools/setup.sh
+# machine) and a few minutes of evaluation (see models/README.md). Installs what it needs through tools/setup.sh
 # --reference (espeak-ng, sox, fortunes, fortune-mod, wamerican,
 # pocketsphinx-en-us, python3-torch, python3-torchaudio, python3-numpy) and
 # tools/train/setup_engines.sh (flite, festival and its voices).
@@ -147,8 +145,8 @@ $py tools/train/evaluate.py --test "$data/test" --model "$data/stage11.safetenso
 # phone. Its budgets are wall-clock minutes: (a) ran on a 16-core machine
 # with a GPU (14 synthesis workers, 40,000-frame batches, 3,861 steps in
 # 4.2 min); on two cores the same steps take many hours, so give --minutes
-# accordingly. (b) continued on two cores, (c) and (d) on a 16-core machine
-# with a GPU again. No part is bit-repeatable (which recent utterances
+# accordingly. (b) continued on two cores, (c), (d) and (e) on a 16-core
+# machine with a GPU again. No part is bit-repeatable (which recent utterances
 # make a worker's babble depends on timing).
 tools/train/setup_engines.sh
 $py tools/train/train_multi.py --init "$data/stage11.safetensors" --out "$data/stage12a" \
@@ -168,8 +166,8 @@ $py tools/train/train_multi.py --init "$data/stage12c/model.safetensors" --out "
 # workers (the bundled run shared its 16 cores and its GPU with a 12-layer
 # run of the same data: models/README.md, Training (e)).
 $py tools/train/train_multi.py --init "$data/stage12d/model.safetensors" --out "$data/stage12e" \
-  --minutes "${STAGE12E_MINUTES:-8.6}" --workers 7 --variants 6 --lr 3e-4 --dev 150 \
-  --export-minutes 1.5 --seed 21
+  --minutes "${STAGE12E_MINUTES:-8.6}" --workers 7 --variants 6 --batch-frames 40000 \
+  --lr 3e-4 --dev 150 --export-minutes 1.5 --seed 21
 # The bundled file: stage 12 (e)'s weights, its streams starting from 10
 # frames of silence (lead_in_frames, models/README.md: "Lead-in").
 $py tools/reference/export.py --input "$data/stage12e/model.safetensors" \

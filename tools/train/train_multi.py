@@ -158,17 +158,25 @@ def head_from_espeak(model):
 
 
 def grow_layers(model, count):
-    """Makes the encoder deeper by `count` layers without changing what it
-    computes: each new layer is a copy of the layer before it with its two
-    output projections (attention out_proj, linear2) zeroed, so that it adds
-    nothing to the residual stream until training moves those. The new
-    layers are spread evenly: one after every (n_layers / count)-th layer."""
+    """Makes a Pre-LN encoder deeper by `count` layers without changing what
+    it computes: each new layer is a copy of the layer before it with its
+    two output projections (attention out_proj, linear2) zeroed, so that it
+    adds nothing to the residual stream until training moves those. The new
+    layers are spread evenly: one after every (n_layers / count)-th layer.
+    Checked on a random input: the logits before and after are equal."""
     import copy
     layers = list(model.encoder.layers)
     n = len(layers)
-    after = {round((j + 1) * n / count) - 1 for j in range(count)}
-    if count < 1 or len(after) != count:
+    if not model.config["norm_first"]:
+        raise SystemExit("--grow-layers: only a Pre-LN model (norm_first) keeps its "
+                         "function when a layer with zero outputs is added")
+    if not 1 <= count <= n:
         raise SystemExit("--grow-layers: between 1 and %d for a %d-layer model" % (n, n))
+    after = {(j + 1) * n // count - 1 for j in range(count)}
+    probe = torch.randn(2 * model.window, model.config["num_mel_bins"],
+                        generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        _, before = model(probe)
     grown = []
     for i, layer in enumerate(layers):
         grown.append(layer)
@@ -181,6 +189,10 @@ def grow_layers(model, count):
             grown.append(new)
     model.encoder.layers = torch.nn.ModuleList(grown)
     model.config["n_layers"] = len(grown)
+    with torch.no_grad():
+        _, now = model(probe)
+    if not torch.equal(before, now):
+        raise SystemExit("--grow-layers: the grown model computes something else")
 
 
 def spec_augment(x, lengths, gen):
