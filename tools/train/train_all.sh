@@ -14,9 +14,10 @@
 # development machines: about 2 to 2.5 h of synthesis and 14 h of training
 # for stages 1 to 11, then stage 12 (4.7 min on a 16-core machine with a
 # GPU, 42 min on two cores, then 8.4, 3.2 and 8.6 min on the GPU
-# machine) and a few minutes of evaluation (see models/README.md). Installs what it needs through tools/setup.sh
-# --reference (espeak-ng, sox, fortunes, fortune-mod, wamerican,
-# pocketsphinx-en-us, python3-torch, python3-torchaudio, python3-numpy) and
+# machine) and a few minutes of evaluation (see models/README.md).
+# Installs what it needs through tools/setup.sh --reference (espeak-ng,
+# sox, fortunes, fortune-mod, wamerican, pocketsphinx-en-us,
+# python3-torch, python3-torchaudio, python3-numpy) and
 # tools/train/setup_engines.sh (flite, festival and its voices).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -146,8 +147,8 @@ $py tools/train/evaluate.py --test "$data/test" --model "$data/stage11.safetenso
 # with a GPU (14 synthesis workers, 40,000-frame batches, 3,861 steps in
 # 4.2 min); on two cores the same steps take many hours, so give --minutes
 # accordingly. (b) continued on two cores, (c), (d) and (e) on a 16-core
-# machine with a GPU again. No part is bit-repeatable (which recent utterances
-# make a worker's babble depends on timing).
+# machine with a GPU again. No part is bit-repeatable (which recent
+# utterances make a worker's babble depends on timing).
 tools/train/setup_engines.sh
 $py tools/train/train_multi.py --init "$data/stage11.safetensors" --out "$data/stage12a" \
   --minutes "${STAGE12A_MINUTES:-4.7}" --batch-frames 40000 --lr 6e-4 --min-examples 1500 \
