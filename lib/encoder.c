@@ -45,8 +45,6 @@ typedef struct work {
   float *rot_sin; /* (cap, hs / 2 + 1) */
   float *logits;  /* (cap, vocab_size) */
   double *scores; /* (ATT_ROWS, w_pad) attention weights of rows of one head */
-  float *kt_new;  /* (hs, 16) keys of a group of rows, transposed */
-  double *scores_new; /* (ATT_ROWS, 16) their scores */
 } work;
 
 struct aural_encoder {
@@ -56,9 +54,10 @@ struct aural_encoder {
   uint64_t lead;        /* lead-in frames (the model's) */
   bool primed;          /* the lead-in has run since create or reset */
   int d, hs, n_heads, window;
-  size_t w_pad;     /* window rounded up to 16 */
+  size_t w_pad;     /* window + ATT_ROWS, rounded up to 16 */
   float *k_ring;    /* (n_layers, d, w_pad) keys, rope applied, transposed:
-                       key c of slot s at c * w_pad + s */
+                       key c of slot s at c * w_pad + s; slots window ..
+                       window + ATT_ROWS - 1 hold a group's new keys */
   float *v_ring;    /* (n_layers, n_heads, window, hs) values: each head's
                        slots together, 256-byte rows rather than d apart,
                        which would crowd a few L1 sets */
@@ -79,8 +78,10 @@ void aural_encoder_config_default(aural_encoder_config *cfg) {
   cfg->max_batch_frames = DEFAULT_BATCH;
 }
 
+/* The key ring's slots: the window's, then room for the new keys of a
+ * group of rows (attend()), rounded up to whole groups of 16 lanes. */
 static size_t window_pad(const aural_model_config *c) {
-  return ((size_t)c->window + 15) / 16 * 16;
+  return ((size_t)c->window + ATT_ROWS + 15) / 16 * 16;
 }
 
 /* Floats of scratch for cap rows (0 on overflow), the attention scores
@@ -94,7 +95,7 @@ static size_t work_floats(const aural_model_config *c, size_t cap) {
                    (size_t)c->vocab_size;
   size_t n;
   if (!aural__mul_ok(per_row, cap, &n)) return 0;
-  return n + 2 * ATT_ROWS * window_pad(c) + hs * 16 + 2 * ATT_ROWS * 16 + 1;
+  return n + 2 * ATT_ROWS * window_pad(c) + 1;
 }
 
 static float *work_carve(work *w, const aural_model_config *c, size_t cap,
@@ -104,7 +105,6 @@ static float *work_carve(work *w, const aural_model_config *c, size_t cap,
   /* The doubles first, aligned. */
   p += ((uintptr_t)p % sizeof(double)) / sizeof *p;
   w->scores = (double *)p, p += 2 * ATT_ROWS * window_pad(c);
-  w->scores_new = (double *)p, p += 2 * ATT_ROWS * 16;
   w->x = p, p += cap * d;
   w->a = p, p += cap * d;
   w->att = p, p += cap * d;
@@ -114,8 +114,6 @@ static float *work_carve(work *w, const aural_model_config *c, size_t cap,
   w->rot_cos = p, p += cap * (hs / 2 + 1);
   w->rot_sin = p, p += cap * (hs / 2 + 1);
   w->logits = p, p += cap * (size_t)c->vocab_size;
-  w->kt_new = p, p += hs * 16;
-  memset(w->kt_new, 0, hs * 16 * sizeof *p); /* lanes past a group: numbers */
   return p;
 }
 
@@ -267,14 +265,16 @@ static void rope_rotate(const work *w, int n_heads, int hs, float *v,
 
 /* Self-attention of layer li for one stream's rows of the pass, head by
  * head, so that one head's slice of the rings stays in L1 across the rows.
- * Rows go ATT_ROWS at a time (frames t .. t+g-1): first every row's score
- * for every ring slot, with the ring as it was before the group (one pass
- * over the keys for all the rows); then row j's scores for the slots its
- * own and the earlier rows' frames will take, from their new keys (the
- * frames those slots still hold are older than row j's window); then, row
- * by row in time order, its key and value go into its slot and it mixes
- * the values of its window, which the ring now holds exactly. A frame's
- * scores have the same bits whatever group it was in (see linalg.c). */
+ * Rows go ATT_ROWS at a time (frames t .. t+g-1): the group's new keys go
+ * into the key ring's slots past the window, then one pass over the keys
+ * scores every row against every slot, the ring's as it was before the
+ * group and the new ones; row j's scores for its own and the earlier
+ * rows' new keys then take the slots those frames will take (the frames
+ * the slots still hold are older than row j's window); then, row by row
+ * in time order, its key and value go into its slot and it mixes the
+ * values of its window, which the ring now holds exactly. A frame's
+ * scores have the same bits whatever group or lane it was in (see
+ * linalg.c). */
 static void attend(work *w, const seg *sg, int li) {
   aural_encoder *e = sg->e;
   size_t d = (size_t)e->d, win = (size_t)e->window, hs = (size_t)e->hs,
@@ -288,18 +288,15 @@ static void attend(work *w, const seg *sg, int li) {
       size_t g = sg->n - i0 < ATT_ROWS ? sg->n - i0 : ATT_ROWS;
       const float *q0 = w->qkv + (sg->row0 + i0) * 3 * d + h * hs;
       uint64_t t0 = e->next_frame + i0;
+      for (size_t c = 0; c < hs; c++)
+        for (size_t jj = 0; jj < g; jj++)
+          kt[c * w_pad + win + jj] = q0[jj * 3 * d + d + c];
       aural__attention_scores(q0, 3 * d, g, kt, w_pad, hs, scale, w->scores);
-      /* The group's new keys, transposed like the ring, in lanes 0 .. g-1
-       * of a 16-slot block, scored the same way. */
-      for (size_t jj = 0; jj < g; jj++)
-        for (size_t c = 0; c < hs; c++)
-          w->kt_new[c * 16 + jj] = q0[jj * 3 * d + d + c];
-      aural__attention_scores(q0, 3 * d, g, w->kt_new, 16, hs, scale,
-                              w->scores_new);
-      for (size_t j = 0; j < g; j++)
+      for (size_t j = 0; j < g; j++) {
+        double *sj = w->scores + j * w_pad;
         for (size_t jj = 0; jj <= j; jj++) /* later frames win a shared slot */
-          w->scores[j * w_pad + (size_t)((t0 + jj) % win)] =
-              w->scores_new[j * 16 + jj];
+          sj[(size_t)((t0 + jj) % win)] = sj[win + jj];
+      }
       for (size_t j = 0; j < g; j++) {
         uint64_t t = t0 + j;
         const float *k = q0 + j * 3 * d + d, *v = k + d;
