@@ -29,7 +29,10 @@
 
 #define DEFAULT_BATCH AURAL__DEFAULT_BATCH
 /* Query rows of one head whose scores are computed together (attend()). */
-#define ATT_ROWS 3
+#define ATT_ROWS AURAL__MIX_ROWS
+/* Groups of rows whose mixing plans a pass works out once for all heads:
+ * enough for the default batch. */
+#define PLANS ((DEFAULT_BATCH + ATT_ROWS - 1) / ATT_ROWS)
 
 /* Scratch for one pass of up to `cap` rows, which may come from several
  * streams of one model. */
@@ -45,6 +48,7 @@ typedef struct work {
   float *rot_sin; /* (cap, hs / 2 + 1) */
   float *logits;  /* (cap, vocab_size) */
   double *scores; /* (ATT_ROWS, w_pad) attention weights of rows of one head */
+  aural__mix_plan *plans; /* (PLANS) of one stream's first groups */
 } work;
 
 struct aural_encoder {
@@ -95,7 +99,8 @@ static size_t work_floats(const aural_model_config *c, size_t cap) {
                    (size_t)c->vocab_size;
   size_t n;
   if (!aural__mul_ok(per_row, cap, &n)) return 0;
-  return n + 2 * ATT_ROWS * window_pad(c) + 1;
+  return n + 2 * ATT_ROWS * window_pad(c) + 1 +
+         PLANS * (sizeof(aural__mix_plan) + sizeof(float) - 1) / sizeof(float);
 }
 
 static float *work_carve(work *w, const aural_model_config *c, size_t cap,
@@ -105,6 +110,8 @@ static float *work_carve(work *w, const aural_model_config *c, size_t cap,
   /* The doubles first, aligned. */
   p += ((uintptr_t)p % sizeof(double)) / sizeof *p;
   w->scores = (double *)p, p += 2 * ATT_ROWS * window_pad(c);
+  w->plans = (aural__mix_plan *)p; /* 8-byte aligned, as the scores */
+  p += PLANS * (sizeof(aural__mix_plan) + sizeof(float) - 1) / sizeof(float);
   w->x = p, p += cap * d;
   w->a = p, p += cap * d;
   w->att = p, p += cap * d;
@@ -248,21 +255,6 @@ typedef struct seg {
   float *logits;      /* (n, V) or NULL */
 } seg;
 
-/* Rotates the pairs (2i, 2i+1) of each head of q (or k) of row r. */
-static void rope_rotate(const work *w, int n_heads, int hs, float *v,
-                        size_t r) {
-  const float *cs = w->rot_cos + r * (size_t)(hs / 2 + 1);
-  const float *sn = w->rot_sin + r * (size_t)(hs / 2 + 1);
-  for (int h = 0; h < n_heads; h++) {
-    float *hv = v + h * hs;
-    for (int i = 0; i < hs / 2; i++) {
-      float a = hv[2 * i], b = hv[2 * i + 1];
-      hv[2 * i] = a * cs[i] - b * sn[i];
-      hv[2 * i + 1] = a * sn[i] + b * cs[i];
-    }
-  }
-}
-
 /* Self-attention of layer li for one stream's rows of the pass, head by
  * head, so that one head's slice of the rings stays in L1 across the rows.
  * Rows go ATT_ROWS at a time (frames t .. t+g-1): the group's new keys go
@@ -275,6 +267,19 @@ static void rope_rotate(const work *w, int n_heads, int hs, float *v,
  * values of its window, which the ring now holds exactly. A frame's
  * scores have the same bits whatever group or lane it was in (see
  * linalg.c). */
+/* The mixing plan of the g rows of frames t0 .. t0+g-1 of stream e. */
+static void plan_group(const aural_encoder *e, uint64_t t0, size_t g,
+                       aural__mix_plan *mp) {
+  size_t win = (size_t)e->window, n_ctx[ATT_ROWS];
+  for (size_t j = 0; j < g; j++) {
+    uint64_t t = t0 + j;
+    uint64_t lo = t - e->first_frame + 1 >= win ? t - win + 1 : e->first_frame;
+    n_ctx[j] = (size_t)(t - lo + 1);
+  }
+  uint64_t lo0 = t0 + 1 - n_ctx[0];
+  aural__mix_plan_of(mp, g, win, (size_t)(lo0 % win), n_ctx[0] - 1, n_ctx);
+}
+
 static void attend(work *w, const seg *sg, int li) {
   aural_encoder *e = sg->e;
   size_t d = (size_t)e->d, win = (size_t)e->window, hs = (size_t)e->hs,
@@ -297,17 +302,21 @@ static void attend(work *w, const seg *sg, int li) {
         for (size_t jj = 0; jj <= j; jj++) /* later frames win a shared slot */
           sj[(size_t)((t0 + jj) % win)] = sj[win + jj];
       }
+      aural__mix_plan one, *mp = &one;
+      if (i0 / ATT_ROWS < PLANS) {
+        mp = &w->plans[i0 / ATT_ROWS];
+        if (h == 0) plan_group(e, t0, g, mp);
+      } else {
+        plan_group(e, t0, g, mp);
+      }
+      aural__attention_mix_rows(mp, w->scores, w_pad, vh, hs, q0 + 2 * d,
+                                3 * d, hs,
+                                w->att + (sg->row0 + i0) * d + h * hs, d);
       for (size_t j = 0; j < g; j++) {
-        uint64_t t = t0 + j;
         const float *k = q0 + j * 3 * d + d, *v = k + d;
-        size_t slot = (size_t)(t % win);
+        size_t slot = (size_t)((t0 + j) % win);
         for (size_t c = 0; c < hs; c++) kt[c * w_pad + slot] = k[c];
         memcpy(vh + slot * hs, v, hs * sizeof *v);
-        uint64_t lo =
-            t - e->first_frame + 1 >= win ? t - win + 1 : e->first_frame;
-        aural__attention_mix(w->scores + j * w_pad, vh, hs, hs, win,
-                             (size_t)(lo % win), (size_t)(t - lo + 1),
-                             w->att + (sg->row0 + i0 + j) * d + h * hs);
       }
     }
   }
@@ -381,8 +390,10 @@ static void run_pass(const aural_model *m, work *w, seg *segs, size_t n_segs,
     aural__linear(&L->qkv, L->b_qkv, src, n, w->qkv);
     if (c->pos_encoding == AURAL_POS_ROPE)
       for (size_t r = 0; r < n; r++) {
-        rope_rotate(w, c->n_heads, hs, w->qkv + r * 3 * d, r);     /* q */
-        rope_rotate(w, c->n_heads, hs, w->qkv + r * 3 * d + d, r); /* k */
+        const float *cs = w->rot_cos + r * (size_t)(hs / 2 + 1),
+                    *sn = w->rot_sin + r * (size_t)(hs / 2 + 1);
+        aural__rope(w->qkv + r * 3 * d, c->n_heads, hs, cs, sn);     /* q */
+        aural__rope(w->qkv + r * 3 * d + d, c->n_heads, hs, cs, sn); /* k */
       }
     for (size_t s = 0; s < n_segs; s++) attend(w, &segs[s], li);
     aural__linear(&L->out, L->b_out, w->att, n, w->a);

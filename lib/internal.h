@@ -387,10 +387,53 @@ void aural__attention_scores_ref(const float *q, size_t ldq, size_t n_rows,
                                  const float *kt, size_t w_pad, size_t hs,
                                  double scale, double *scores);
 /* Softmax over the n_ctx context slots of one row of scores (overwritten)
- * and the weighted sum of their values into o (hs). */
+ * and the weighted sum of their values into o (hs): aural__attention_mix_rows
+ * for one row whose frames are all in the ring, the first of them even. */
 void aural__attention_mix(double *scores, const float *v, size_t ldv,
                           size_t hs, size_t n_slots, size_t slot_first,
                           size_t n_ctx, float *o);
+
+/* Up to AURAL__MIX_ROWS query rows of one head, of consecutive frames,
+ * mixed together so that each value loaded serves every row that sees it.
+ * The group's frames are numbered from the oldest that any row sees:
+ * frames 0 .. n_old - 1 are in the ring, frame i in slot (slot_first + i)
+ * mod n_slots; frame n_old + j is row j's own, whose value is not in the
+ * ring yet (it is at v_new + j * ld_new) but whose score is in slot
+ * (slot_first + n_old + j) mod n_slots like any other. Row j sees the
+ * n_ctx[j] frames that end at its own. aural__mix_plan_of() works out, once
+ * for every head, which rows see which stretches of frames. */
+#define AURAL__MIX_ROWS 3
+typedef struct aural__mix_plan {
+  size_t g, n_slots, slot_first, n_old;
+  size_t lo[AURAL__MIX_ROWS];    /* row j sees frames lo[j] .. n_old + j */
+  size_t n_ctx[AURAL__MIX_ROWS]; /* n_old + j - lo[j] + 1 */
+  int n_seg;
+  struct aural__mix_seg {
+    size_t i0, n;   /* frames i0 .. i0 + n - 1, in slots s0 .. s0 + n - 1 */
+    size_t s0;
+    int is_new;     /* their values are rows of v_new, else ring slots */
+    int all;        /* every row sees each of them */
+    unsigned flip;  /* bit j: row j's even chain takes the odd frames */
+  } seg[10];
+} aural__mix_plan;
+/* g rows (1 .. AURAL__MIX_ROWS) as above; n_ctx[0] = n_old + 1 (row 0
+ * sees frame 0), every n_ctx[j] at most n_slots and n_old + j + 1, and
+ * n_old + j + 1 - n_ctx[j] nondecreasing in j. */
+void aural__mix_plan_of(aural__mix_plan *mp, size_t g, size_t n_slots,
+                        size_t slot_first, size_t n_old, const size_t *n_ctx);
+/* Softmax over each row's context (its scores, row j at scores + j * lds,
+ * overwritten) and the weighted sums of its values into o + j * ldo (hs).
+ * The vector paths: each weight rounded to float; the row's context as
+ * runs of consecutive slots, oldest first (from its first frame to the
+ * ring's end, then from slot 0), the products of each run's 1st, 3rd, ...
+ * frames in one float chain and of its 2nd, 4th, ... in another (both
+ * going on from run to run), the two added in double and rounded once.
+ * The plain path sums every product in double. Either way a row's bits do
+ * not depend on the group it was mixed in. */
+void aural__attention_mix_rows(const aural__mix_plan *mp, double *scores,
+                               size_t lds, const float *v, size_t ldv,
+                               const float *v_new, size_t ld_new, size_t hs,
+                               float *o, size_t ldo);
 
 /* In place over n rows of width d: y = (x - mean) / sqrt(var + eps) * g + b. */
 void aural__layer_norm(float *x, size_t n, int d, const float *g,
@@ -404,6 +447,12 @@ void aural__layer_norm_to(const float *x, float *y, size_t n, int d,
  * all the rows of a pass, so anything else would make a frame's output
  * depend on how many frames were computed with it. */
 void aural__gelu(float *x, size_t n);
+/* Rotary positions of one row: pairs (2i, 2i+1) of each of the n_heads
+ * heads of v (hs each) turned by the angle whose cosine and sine are
+ * cs[i] and sn[i]: (a, b) -> (a cs - b sn, a sn + b cs), each product
+ * rounded, then the sum (the same bits on every path). */
+void aural__rope(float *v, int n_heads, int hs, const float *cs,
+                 const float *sn);
 void aural__relu(float *x, size_t n);
 
 /* For tests that compare the bf16 paths in one process: on, products of

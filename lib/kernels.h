@@ -82,6 +82,48 @@ static inline unsigned aural__ctx_mask(const aural__slot_runs *runs,
   return m;
 }
 
+/* The frames of a mixing plan in the order both vector paths take them
+ * (internal.h, aural__attention_mix_rows) for its ROWS rows (a constant
+ * equal to mp->g): stretch by stretch, each
+ * frame's value at vp and its weights in slot s; where every row sees the
+ * frames, in pairs. FRAME(C, PARTIAL, vp, s, i) adds frame i into chain C
+ * (0: even frames) of each row (PARTIAL: of each row that sees it);
+ * SWAP(j) exchanges row j's two chains, for a row whose run of slots now
+ * begins at an odd frame, so that its chains go on as they were. The sum
+ * of a row's two chains does not depend on which is which. */
+#define AURAL__MIX_WALK(mp, ROWS, v, ldv, v_new, ld_new, FRAME, SWAP)         \
+  do {                                                                         \
+    unsigned flip_ = 0;                                                        \
+    for (int k_ = 0; k_ < (mp)->n_seg; k_++) {                                 \
+      const struct aural__mix_seg *sg_ = &(mp)->seg[k_];                       \
+      size_t i = sg_->i0, s = sg_->s0, end_ = sg_->i0 + sg_->n;                \
+      size_t vs_ = sg_->is_new ? (ld_new) : (ldv);                             \
+      const float *vp = sg_->is_new ? (v_new) + (i - (mp)->n_old) * (ld_new)   \
+                                    : (v) + s * (ldv);                         \
+      _Pragma("GCC unroll 4") for (int j_ = 0; j_ < (ROWS); j_++)              \
+        if ((flip_ ^ sg_->flip) >> j_ & 1) SWAP(j_);                           \
+      flip_ = sg_->flip;                                                       \
+      if (sg_->all) {                                                          \
+        if (i % 2) {                                                           \
+          FRAME(1, 0, vp, s, i);                                               \
+          i++, s++, vp += vs_;                                                 \
+        }                                                                      \
+        for (; i + 2 <= end_; i += 2, s += 2, vp += 2 * vs_) {                 \
+          FRAME(0, 0, vp, s, i);                                               \
+          FRAME(1, 0, vp + vs_, s + 1, i + 1);                                 \
+        }                                                                      \
+        if (i < end_) FRAME(0, 0, vp, s, i);                                   \
+      } else {                                                                 \
+        for (; i < end_; i++, s++, vp += vs_) {                                \
+          if (i % 2)                                                           \
+            FRAME(1, 1, vp, s, i);                                             \
+          else                                                                 \
+            FRAME(0, 1, vp, s, i);                                             \
+        }                                                                      \
+      }                                                                        \
+    }                                                                          \
+  } while (0)
+
 /* How the many-row drivers of both vector paths split M >= 1 rows: nb
  * blocks of at most mr_max rows whose sizes differ by at most one (the
  * first n_hi blocks have mr_lo + 1 rows, the others mr_lo), so that no
@@ -127,9 +169,10 @@ void aural__linear_bf16_avx2(const aural__mat *w, const float *b,
 void aural__scores_avx2(const float *q, size_t ldq, size_t n_rows,
                         const float *kt, size_t w_pad, size_t hs,
                         double scale, double *scores);
-void aural__mix_avx2(double *scores, const float *v, size_t ldv, size_t hs,
-                     size_t n_slots, size_t slot_first, size_t n_ctx,
-                     float *o);
+void aural__mix_rows_avx2(const aural__mix_plan *mp, double *scores,
+                          size_t lds, const float *v, size_t ldv,
+                          const float *v_new, size_t ld_new, size_t hs,
+                          float *o, size_t ldo);
 void aural__layer_norm_row_avx2(const float *s, float *r, int d, const float *g,
                                 const float *b, float eps);
 void aural__gelu_avx2(float *x, size_t n);

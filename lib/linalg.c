@@ -35,12 +35,14 @@ typedef struct kernel_set {
                  float *);
   void (*scores)(const float *, size_t, size_t, const float *, size_t,
                  size_t, double, double *);
-  void (*mix)(double *, const float *, size_t, size_t, size_t, size_t, size_t,
-              float *); /* head sizes that are a multiple of 16 */
+  void (*mix_rows)(const aural__mix_plan *, double *, size_t, const float *,
+                   size_t, const float *, size_t, size_t, float *,
+                   size_t); /* head sizes that are a multiple of 16 */
   void (*layer_norm)(const float *, float *, size_t, int, const float *,
                      const float *, float); /* n rows of a width that is a
                                                multiple of 16 */
   void (*gelu)(float *, size_t);
+  void (*rope)(float *, int, int, const float *, const float *);
 } kernel_set;
 static const kernel_set *kernels(void);
 
@@ -1008,44 +1010,6 @@ static inline __mmask16 ctx_mask(const slot_runs *runs, size_t g) {
   return (__mmask16)aural__ctx_mask(runs, g);
 }
 
-/* o (NV vectors) = sum over the cached slots s of p[s] times the NV
- * vectors at v + s * ldv (p[s]: slot s's weight, rounded to float): even and odd
- * slots of each run in separate float chains (at most W / 2 long), added
- * in double at the end and rounded once. */
-#define DEFINE_PV(NAME, NV)                                                    \
-  __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
-  NAME(const slot_runs *runs, const float *p, const float *v, size_t ldv,     \
-       float *o) {                                                             \
-    __m512 acc[2][NV];                                                         \
-    _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =           \
-        acc[1][i] = _mm512_setzero_ps();                                       \
-    for (int ri = 0; ri < runs->n; ri++) {                                     \
-      size_t s = runs->start[ri], end = s + runs->len[ri];                     \
-      for (; s + 2 <= end; s += 2) {                                           \
-        __m512 p0 = _mm512_set1_ps(p[s]), p1 = _mm512_set1_ps(p[s + 1]);        \
-        const float *v0 = v + s * ldv, *v1 = v0 + ldv;                         \
-        _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) {                 \
-          acc[0][i] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + 16 * i), acc[0][i]); \
-          acc[1][i] = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v1 + 16 * i), acc[1][i]); \
-        }                                                                      \
-      }                                                                        \
-      if (s < end) {                                                           \
-        __m512 p0 = _mm512_set1_ps(p[s]);                                      \
-        _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =       \
-            _mm512_fmadd_ps(p0, _mm512_loadu_ps(v + s * ldv + 16 * i), acc[0][i]); \
-      }                                                                        \
-    }                                                                          \
-    _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) {                     \
-      __m512d t[2];                                                            \
-      widen(t, acc[0][i]);                                                     \
-      widen_add(t, acc[1][i]);                                                 \
-      _mm512_storeu_ps(o + 16 * i, narrow(t));                                 \
-    }                                                                          \
-  }
-DEFINE_PV(pv_block4, 4)
-DEFINE_PV(pv_block3, 3)
-DEFINE_PV(pv_block2, 2)
-DEFINE_PV(pv_block1, 1)
 
 #endif /* AURAL_X86 */
 
@@ -1184,14 +1148,108 @@ void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
   mix_ref(scores, v, ldv, hs, n_slots, slot_first, n_ctx, o);
 }
 
+/* Which frames of a group each row sees, in stretches that are alike for
+ * every row and do not wrap around the ring: cut where the rows that see
+ * a frame change (lo[j] and n_old + j + 1 for each row), where the ring
+ * ends and the new values begin (n_old), and where the slots wrap. */
+void aural__mix_plan_of(aural__mix_plan *mp, size_t g, size_t n_slots,
+                        size_t slot_first, size_t n_old, const size_t *n_ctx) {
+  mp->g = g;
+  mp->n_slots = n_slots;
+  mp->slot_first = slot_first;
+  mp->n_old = n_old;
+  size_t lo_max = 0, end = n_old + g;
+  for (size_t j = 0; j < g; j++) {
+    mp->n_ctx[j] = n_ctx[j];
+    mp->lo[j] = n_old + j + 1 - n_ctx[j];
+    lo_max = mp->lo[j] > lo_max ? mp->lo[j] : lo_max;
+  }
+  /* Frames lo_max .. n_old are seen by every row (none if lo_max is past
+   * n_old: rows whose windows do not overlap). */
+  size_t cuts[2 * AURAL__MIX_ROWS + 4], n_cuts = 0;
+  for (size_t j = 0; j < g; j++) {
+    cuts[n_cuts++] = mp->lo[j];
+    cuts[n_cuts++] = n_old + j + 1;
+  }
+  cuts[n_cuts++] = n_old;
+  for (size_t wrap = n_slots - slot_first; wrap < end; wrap += n_slots)
+    cuts[n_cuts++] = wrap; /* at most twice: end - lo[0] <= n_slots + g - 1 */
+  for (size_t i = 1; i < n_cuts; i++) /* insertion sort: a dozen values */
+    for (size_t k = i; k > 0 && cuts[k - 1] > cuts[k]; k--) {
+      size_t t = cuts[k];
+      cuts[k] = cuts[k - 1];
+      cuts[k - 1] = t;
+    }
+  /* Frame first_wrap (and first_wrap + n_slots) is in slot 0: where a
+   * row's second run of slots begins. */
+  size_t first_wrap = (n_slots - slot_first) % n_slots;
+  mp->n_seg = 0;
+  size_t at = mp->lo[0];
+  for (size_t i = 0; i <= n_cuts; i++) {
+    size_t next = i < n_cuts ? cuts[i] : end;
+    if (next <= at) continue;
+    if (next > end) next = end;
+    struct aural__mix_seg *sg = &mp->seg[mp->n_seg++];
+    sg->i0 = at;
+    sg->n = next - at;
+    sg->s0 = (slot_first + at) % n_slots;
+    sg->is_new = at >= n_old;
+    sg->all = at >= lo_max && at <= n_old;
+    /* Each row's run that holds these frames began at its first frame or
+     * at the last slot 0 before them, if later. */
+    size_t wrap = at >= first_wrap
+                      ? first_wrap + (at - first_wrap) / n_slots * n_slots
+                      : 0;
+    sg->flip = 0;
+    for (size_t j = 0; j < g; j++) {
+      size_t run0 = at >= first_wrap && wrap > mp->lo[j] ? wrap : mp->lo[j];
+      sg->flip |= (unsigned)(run0 % 2) << j;
+    }
+    at = next;
+    if (at == end) break;
+  }
+}
+
+/* Where frame i's value is. */
+static inline const float *mix_value(const aural__mix_plan *mp, size_t i,
+                                     const float *v, size_t ldv,
+                                     const float *v_new, size_t ld_new) {
+  return i < mp->n_old ? v + ((mp->slot_first + i) % mp->n_slots) * ldv
+                       : v_new + (i - mp->n_old) * ld_new;
+}
+
+/* The group the plain way, row by row: softmax over the row's context in
+ * double, then its values oldest first, summed in double. */
+static void mix_rows_ref(const aural__mix_plan *mp, double *scores,
+                         size_t lds, const float *v, size_t ldv,
+                         const float *v_new, size_t ld_new, size_t hs,
+                         float *o, size_t ldo) {
+  for (size_t j = 0; j < mp->g; j++) {
+    double *sj = scores + j * lds;
+    slot_runs runs = aural__runs_of(
+        mp->n_slots, (mp->slot_first + mp->lo[j]) % mp->n_slots, mp->n_ctx[j]);
+    double inv = softmax_ref(sj, &runs);
+    for (size_t c = 0; c < hs; c++) {
+      double acc = 0.0;
+      for (size_t i = mp->lo[j]; i <= mp->n_old + j; i++) {
+        size_t s = (mp->slot_first + i) % mp->n_slots;
+        acc += (double)(float)(sj[s] * inv) *
+               mix_value(mp, i, v, ldv, v_new, ld_new)[c];
+      }
+      o[j * ldo + c] = (float)acc;
+    }
+  }
+}
+
 #if AURAL_X86
-/* The same 8 slots at a time: max and exp (exp8, double) over the
- * context's lanes, then the values, 16 lanes of the head at a time, each
- * slot's weight rounded to float. */
-__attribute__((target("avx512f,fma"))) static void mix_avx512(
-    double *scores, const float *v, size_t ldv, size_t hs, size_t n_slots,
-    size_t slot_first, size_t n_ctx, float *o) {
-  size_t nv = hs / 16, n_grp = (n_slots + 15) / 16;
+/* Softmax of one row's context 8 slots at a time: max and exp (exp8,
+ * double) over the context's lanes, then the weights e * (1 / sum)
+ * rounded to float and written over the scores as floats (group g's 16
+ * floats take the bytes of doubles 8 g to 8 g + 7, which no later group
+ * reads). Returns the floats, slot for slot. */
+__attribute__((target("avx512f,fma"))) static float *softmax_avx512(
+    double *scores, size_t n_slots, size_t slot_first, size_t n_ctx) {
+  size_t n_grp = (n_slots + 15) / 16;
   slot_runs runs = aural__runs_of(n_slots, slot_first, n_ctx);
   __m512d vbest = _mm512_set1_pd(-INFINITY);
   for (size_t g = 0; g < n_grp; g++) {
@@ -1216,9 +1274,6 @@ __attribute__((target("avx512f,fma"))) static void mix_avx512(
       vsum = _mm512_add_pd(vsum, e);
     }
   }
-  /* The weights e * (1 / sum), rounded to float, written over the
-   * scores as floats: group g's 16 floats take the bytes of doubles 8 g
-   * to 8 g + 7, which no later group reads. */
   __m512d inv = _mm512_set1_pd(1.0 / sum8(vsum));
   float *p = (float *)scores;
   for (size_t g = 0; g < n_grp; g++) {
@@ -1227,33 +1282,110 @@ __attribute__((target("avx512f,fma"))) static void mix_avx512(
     for (int h = 0; h < 2; h++) e[h] = _mm512_mul_pd(e[h], inv);
     _mm512_storeu_ps(p + 16 * g, narrow(e));
   }
-  /* Values: four vectors of the head at once, then the one to three left
-   * together, even and odd slots of each run in separate chains. (A head
-   * of 48, the default model's, is three vectors; one at a time, each
-   * vector's two chains waited on the multiply-add's latency. Together,
-   * the default model's chunk mode ran 1.2% faster on an AMD Zen 4.) */
-  size_t v0 = 0;
-  for (; v0 + 4 <= nv; v0 += 4) pv_block4(&runs, p, v + 16 * v0, ldv, o + 16 * v0);
-  const float *vr = v + 16 * v0;
-  float *orest = o + 16 * v0;
-  switch (nv - v0) {
-  case 3: pv_block3(&runs, p, vr, ldv, orest); break;
-  case 2: pv_block2(&runs, p, vr, ldv, orest); break;
-  case 1: pv_block1(&runs, p, vr, ldv, orest); break;
+  return p;
+}
+
+/* One frame's value (NV vectors at vp) times each row's weight for it
+ * (slot s of p[j]) into chain C of the rows: all G rows, or (PARTIAL)
+ * those that see frame i. */
+#define MIX_FRAME(G, NV, C, PARTIAL, vp, s, i)                                 \
+  do {                                                                         \
+    __m512 vv[NV];                                                             \
+    _Pragma("GCC unroll 4") for (int q = 0; q < NV; q++) {                     \
+      vv[q] = _mm512_loadu_ps((vp) + 16 * q);                                  \
+      __asm__("" : "+v"(vv[q])); /* in a register, not loaded per row */       \
+    }                                                                          \
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {                      \
+      if (PARTIAL && ((i) < mp->lo[j] || (i) > mp->n_old + (size_t)j))         \
+        continue;                                                              \
+      __m512 wj = _mm512_set1_ps(p[j][s]);                                     \
+      _Pragma("GCC unroll 4") for (int q = 0; q < NV; q++) acc[j][C][q] =      \
+          _mm512_fmadd_ps(wj, vv[q], acc[j][C][q]);                            \
+    }                                                                          \
+  } while (0)
+
+/* The values of G rows, NV vectors of 16 lanes from v, v_new and o on (a
+ * block of the head), in the order of kernels.h's AURAL__MIX_WALK. */
+#define DEFINE_MIX_PV(NAME, G, NV)                                             \
+  __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
+  NAME(const aural__mix_plan *mp, float *const *p, const float *v,             \
+       size_t ldv, const float *v_new, size_t ld_new, float *o, size_t ldo) {  \
+    enum { G_ = G, NV_ = NV };                                                 \
+    __m512 acc[G][2][NV];                                                      \
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)                        \
+      _Pragma("GCC unroll 4") for (int q = 0; q < NV; q++) acc[j][0][q] =      \
+          acc[j][1][q] = _mm512_setzero_ps();                                  \
+    AURAL__MIX_WALK(mp, G, v, ldv, v_new, ld_new, MIX_FRAME_, MIX_SWAP_);      \
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)                        \
+      _Pragma("GCC unroll 4") for (int q = 0; q < NV; q++) {                   \
+        __m512d t[2];                                                          \
+        widen(t, acc[j][0][q]);                                                \
+        widen_add(t, acc[j][1][q]);                                            \
+        _mm512_storeu_ps(o + (size_t)j * ldo + 16 * q, narrow(t));             \
+      }                                                                        \
+  }
+/* The walk's steps, for the G_ rows and NV_ vectors of DEFINE_MIX_PV. */
+#define MIX_FRAME_(C, PARTIAL, vp, s, i) MIX_FRAME(G_, NV_, C, PARTIAL, vp, s, i)
+#define MIX_SWAP_(j)                                                           \
+  _Pragma("GCC unroll 4") for (int q = 0; q < NV_; q++) {                      \
+    __m512 t = acc[j][0][q];                                                   \
+    acc[j][0][q] = acc[j][1][q];                                               \
+    acc[j][1][q] = t;                                                          \
+  }
+DEFINE_MIX_PV(mix_pv1x2, 1, 2)
+DEFINE_MIX_PV(mix_pv1x1, 1, 1)
+DEFINE_MIX_PV(mix_pv2x2, 2, 2)
+DEFINE_MIX_PV(mix_pv2x1, 2, 1)
+DEFINE_MIX_PV(mix_pv3x2, 3, 2)
+DEFINE_MIX_PV(mix_pv3x1, 3, 1)
+
+/* Each row's softmax, then the values, 32 lanes of the head at a time
+ * (16 for the last when there are 16 left). */
+__attribute__((target("avx512f,fma"))) static void mix_rows_avx512(
+    const aural__mix_plan *mp, double *scores, size_t lds, const float *v,
+    size_t ldv, const float *v_new, size_t ld_new, size_t hs, float *o,
+    size_t ldo) {
+  float *p[AURAL__MIX_ROWS];
+  for (size_t j = 0; j < mp->g; j++)
+    p[j] = softmax_avx512(scores + j * lds, mp->n_slots,
+                          (mp->slot_first + mp->lo[j]) % mp->n_slots,
+                          mp->n_ctx[j]);
+  for (size_t c = 0; c < hs; c += 32) {
+    int two = hs - c >= 32;
+    const float *vc = v + c, *nc = v_new + c;
+    float *oc = o + c;
+    switch (mp->g * 2 - (size_t)two) {
+    case 1: mix_pv1x2(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
+    case 2: mix_pv1x1(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
+    case 3: mix_pv2x2(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
+    case 4: mix_pv2x1(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
+    case 5: mix_pv3x2(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
+    default: mix_pv3x1(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
+    }
   }
 }
 
 #endif /* AURAL_X86 */
 
-void aural__attention_mix(double *scores, const float *v, size_t ldv,
-                          size_t hs, size_t n_slots, size_t slot_first,
-                          size_t n_ctx, float *o) {
+void aural__attention_mix_rows(const aural__mix_plan *mp, double *scores,
+                               size_t lds, const float *v, size_t ldv,
+                               const float *v_new, size_t ld_new, size_t hs,
+                               float *o, size_t ldo) {
   /* Every vector path takes the plain way for the same head sizes, so
    * that they all give the same bits. */
   if (hs % 16 == 0)
-    kernels()->mix(scores, v, ldv, hs, n_slots, slot_first, n_ctx, o);
+    kernels()->mix_rows(mp, scores, lds, v, ldv, v_new, ld_new, hs, o, ldo);
   else
-    mix_ref(scores, v, ldv, hs, n_slots, slot_first, n_ctx, o);
+    mix_rows_ref(mp, scores, lds, v, ldv, v_new, ld_new, hs, o, ldo);
+}
+
+void aural__attention_mix(double *scores, const float *v, size_t ldv,
+                          size_t hs, size_t n_slots, size_t slot_first,
+                          size_t n_ctx, float *o) {
+  aural__mix_plan mp;
+  aural__mix_plan_of(&mp, 1, n_slots, slot_first, n_ctx - 1, &n_ctx);
+  const float *own = v + ((slot_first + n_ctx - 1) % n_slots) * ldv;
+  aural__attention_mix_rows(&mp, scores, 0, v, ldv, own, 0, hs, o, 0);
 }
 
 void aural__attention(const float *q, const float *kt, size_t w_pad,
@@ -1369,23 +1501,73 @@ void aural__relu(float *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
+/* ---- rotary positions ------------------------------------------------ */
+
+static void rope_ref(float *v, int n_heads, int hs, const float *cs,
+                     const float *sn) {
+  for (int h = 0; h < n_heads; h++) {
+    float *hv = v + h * hs;
+    for (int i = 0; i < hs / 2; i++) {
+      float a = hv[2 * i], b = hv[2 * i + 1];
+      hv[2 * i] = a * cs[i] - b * sn[i];
+      hv[2 * i + 1] = a * sn[i] + b * cs[i];
+    }
+  }
+}
+
+#if AURAL_X86
+/* Eight pairs at a time: v times each pair's cosine, plus v with each
+ * pair's two swapped times (-sine, +sine); a product with -sn is the
+ * negated product, so the sum is rope_ref's difference. No fused
+ * multiply-add (not in the target): each product is rounded. */
+__attribute__((target("avx512f"))) static void rope_avx512(
+    float *v, int n_heads, int hs, const float *cs, const float *sn) {
+  if (hs % 16) {
+    rope_ref(v, n_heads, hs, cs, sn);
+    return;
+  }
+  const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1,
+                                       1, 0, 0);
+  const __m512 sign = _mm512_set_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1,
+                                    1, -1, 1, -1);
+  for (int h = 0; h < n_heads; h++) {
+    float *hv = v + h * hs;
+    for (int i = 0; i < hs; i += 16) {
+      __m512 c = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(0xff, cs + i / 2));
+      __m512 s = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(0xff, sn + i / 2));
+      __m512 x = _mm512_loadu_ps(hv + i);
+      __m512 swapped = _mm512_permute_ps(x, 0xb1); /* (b, a) in each pair */
+      _mm512_storeu_ps(hv + i,
+                       _mm512_add_ps(_mm512_mul_ps(x, c),
+                                     _mm512_mul_ps(swapped, _mm512_mul_ps(s, sign))));
+    }
+  }
+}
+#endif /* AURAL_X86 */
+
+void aural__rope(float *v, int n_heads, int hs, const float *cs,
+                 const float *sn) {
+  kernels()->rope(v, n_heads, hs, cs, sn);
+}
+
 /* ---- choosing the kernels ------------------------------------------- */
 
 /* Indexed by aural__isa. */
 static const kernel_set kernel_sets[] = {
     {AURAL__ISA_SCALAR, "aural scalar reference (slow)", aural__linear_ref,
-     aural__attention_scores_ref, mix_ref, layer_norm_ref, gelu_ref},
+     aural__attention_scores_ref, mix_rows_ref, layer_norm_ref, gelu_ref,
+     rope_ref},
 #if AURAL_X86
     {AURAL__ISA_AVX2,
      "aural AVX2 FMA (register tiles of 3-6 rows x 16 columns over "
      "L1-sized weight blocks; f16 weights via F16C)",
-     aural__linear_avx2, aural__scores_avx2, aural__mix_avx2,
-     layer_norm_avx2, aural__gelu_avx2},
+     aural__linear_avx2, aural__scores_avx2, aural__mix_rows_avx2,
+     layer_norm_avx2, aural__gelu_avx2, rope_ref},
     {AURAL__ISA_AVX512,
      "aural AVX-512 FMA (register tiles of 3-6 rows x 32 columns over "
      "L1-sized weight blocks; f16 weights via F16C)",
-     linear_avx512, scores_avx512, mix_avx512, layer_norm_avx512,
-     gelu_avx512},
+     linear_avx512, scores_avx512, mix_rows_avx512, layer_norm_avx512,
+     gelu_avx512, rope_avx512},
 #endif
 };
 static const char *const isa_names[] = {"scalar", "avx2", "avx512"};

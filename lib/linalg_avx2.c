@@ -545,43 +545,6 @@ KERNEL void aural__scores_avx2(const float *q, size_t ldq, size_t n_rows,
   }
 }
 
-/* linalg.c's weighted sums of values: NV vectors of 8 lanes of the head,
- * even and odd slots of each run in separate float chains, added in
- * double at the end and rounded once. */
-#define DEFINE_PV(NAME, NV)                                                    \
-  KERNEL_INLINE void NAME(const aural__slot_runs *runs, const float *p,        \
-                          const float *v, size_t ldv, float *o) {              \
-    __m256 acc[2][NV];                                                         \
-    _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =           \
-        acc[1][i] = _mm256_setzero_ps();                                       \
-    for (int ri = 0; ri < runs->n; ri++) {                                     \
-      size_t s = runs->start[ri], end = s + runs->len[ri];                     \
-      for (; s + 2 <= end; s += 2) {                                           \
-        __m256 p0 = _mm256_set1_ps(p[s]), p1 = _mm256_set1_ps(p[s + 1]);        \
-        const float *v0 = v + s * ldv, *v1 = v0 + ldv;                         \
-        _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) {                 \
-          acc[0][i] = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v0 + 8 * i), acc[0][i]); \
-          acc[1][i] = _mm256_fmadd_ps(p1, _mm256_loadu_ps(v1 + 8 * i), acc[1][i]); \
-        }                                                                      \
-      }                                                                        \
-      if (s < end) {                                                           \
-        __m256 p0 = _mm256_set1_ps(p[s]);                                      \
-        _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) acc[0][i] =       \
-            _mm256_fmadd_ps(p0, _mm256_loadu_ps(v + s * ldv + 8 * i), acc[0][i]); \
-      }                                                                        \
-    }                                                                          \
-    _Pragma("GCC unroll 4") for (int i = 0; i < NV; i++) {                     \
-      __m256d t[2], u[2];                                                      \
-      widen(t, acc[0][i]);                                                     \
-      widen(u, acc[1][i]);                                                     \
-      t[0] = _mm256_add_pd(t[0], u[0]);                                        \
-      t[1] = _mm256_add_pd(t[1], u[1]);                                        \
-      _mm256_storeu_ps(o + 8 * i, narrow(t));                                  \
-    }                                                                          \
-  }
-DEFINE_PV(pv_block4, 4)
-DEFINE_PV(pv_block2, 2)
-
 /* linalg.c's exp8() in 4 lanes. */
 KERNEL_INLINE __m256d exp4(__m256d x) {
   const __m256d shift = _mm256_set1_pd(AURAL__EXP_SHIFT);
@@ -598,13 +561,13 @@ KERNEL_INLINE __m256d exp4(__m256d x) {
   return _mm256_mul_pd(p, _mm256_castsi256_pd(scale));
 }
 
-/* linalg.c's mix_avx512(): the max and the exps over the context's slots
- * in 8 double lanes (two vectors of 4 here), each 16-slot group as two
- * halves of 8, exp (exp4) four lanes at a time; then the values. */
-KERNEL void aural__mix_avx2(double *scores, const float *v, size_t ldv,
-                            size_t hs, size_t n_slots, size_t slot_first,
-                            size_t n_ctx, float *o) {
-  size_t nv = hs / 8, n_grp = (n_slots + 15) / 16;
+/* linalg.c's softmax_avx512(): the max and the exps over the context's
+ * slots in 8 double lanes (two vectors of 4 here), each 16-slot group as
+ * two halves of 8, exp (exp4) four lanes at a time; the weights as floats
+ * over the scores. */
+KERNEL_INLINE float *softmax_rows_avx2(double *scores, size_t n_slots,
+                                       size_t slot_first, size_t n_ctx) {
+  size_t n_grp = (n_slots + 15) / 16;
   aural__slot_runs runs = aural__runs_of(n_slots, slot_first, n_ctx);
   __m256d best[2] = {_mm256_set1_pd(-INFINITY), _mm256_set1_pd(-INFINITY)};
   for (size_t g = 0; g < n_grp; g++) {
@@ -636,7 +599,6 @@ KERNEL void aural__mix_avx2(double *scores, const float *v, size_t ldv,
       }
     }
   }
-  /* The weights as floats over the scores, as in linalg.c. */
   __m256d inv = _mm256_set1_pd(1.0 / sum8(sum[0], sum[1]));
   float *p = (float *)scores;
   for (size_t g = 0; g < n_grp; g++) {
@@ -645,11 +607,72 @@ KERNEL void aural__mix_avx2(double *scores, const float *v, size_t ldv,
     for (int i = 0; i < 4; i++) e[i] = _mm256_mul_pd(e[i], inv);
     for (int i = 0; i < 2; i++) _mm256_storeu_ps(p + 16 * g + 8 * i, narrow(e + 2 * i));
   }
-  size_t v0 = 0;
-  for (; v0 + 4 <= nv; v0 += 4)
-    pv_block4(&runs, p, v + 8 * v0, ldv, o + 8 * v0);
-  for (; v0 + 2 <= nv; v0 += 2)
-    pv_block2(&runs, p, v + 8 * v0, ldv, o + 8 * v0);
+  return p;
+}
+
+/* linalg.c's MIX_FRAME and DEFINE_MIX_PV in 8 lanes: 16 lanes of the head
+ * (two vectors) at a time, so that three rows' chains fit the 16
+ * registers; each lane's chains are linalg.c's. */
+#define MIX_FRAME(G, C, PARTIAL, vp, s, i)                                     \
+  do {                                                                         \
+    __m256 vv[2] = {_mm256_loadu_ps(vp), _mm256_loadu_ps((vp) + 8)};          \
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {                      \
+      if (PARTIAL && ((i) < mp->lo[j] || (i) > mp->n_old + (size_t)j))         \
+        continue;                                                              \
+      __m256 wj = _mm256_set1_ps(p[j][s]);                                     \
+      acc[j][C][0] = _mm256_fmadd_ps(wj, vv[0], acc[j][C][0]);                 \
+      acc[j][C][1] = _mm256_fmadd_ps(wj, vv[1], acc[j][C][1]);                 \
+    }                                                                          \
+  } while (0)
+#define DEFINE_MIX_PV(NAME, G)                                                 \
+  KERNEL_INLINE void NAME(const aural__mix_plan *mp, float *const *p,          \
+                          const float *v, size_t ldv, const float *v_new,      \
+                          size_t ld_new, float *o, size_t ldo) {               \
+    enum { G_ = G };                                                           \
+    __m256 acc[G][2][2];                                                       \
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)                        \
+      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) acc[j][0][q] =       \
+          acc[j][1][q] = _mm256_setzero_ps();                                  \
+    AURAL__MIX_WALK(mp, G, v, ldv, v_new, ld_new, MIX_FRAME_, MIX_SWAP_);      \
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)                        \
+      _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) {                    \
+        __m256d t[2], u[2];                                                    \
+        widen(t, acc[j][0][q]);                                                \
+        widen(u, acc[j][1][q]);                                                \
+        t[0] = _mm256_add_pd(t[0], u[0]);                                      \
+        t[1] = _mm256_add_pd(t[1], u[1]);                                      \
+        _mm256_storeu_ps(o + (size_t)j * ldo + 8 * q, narrow(t));              \
+      }                                                                        \
+  }
+#define MIX_FRAME_(C, PARTIAL, vp, s, i) MIX_FRAME(G_, C, PARTIAL, vp, s, i)
+#define MIX_SWAP_(j)                                                           \
+  _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) {                        \
+    __m256 t = acc[j][0][q];                                                   \
+    acc[j][0][q] = acc[j][1][q];                                               \
+    acc[j][1][q] = t;                                                          \
+  }
+DEFINE_MIX_PV(mix_pv1, 1)
+DEFINE_MIX_PV(mix_pv2, 2)
+DEFINE_MIX_PV(mix_pv3, 3)
+
+KERNEL void aural__mix_rows_avx2(const aural__mix_plan *mp, double *scores,
+                                 size_t lds, const float *v, size_t ldv,
+                                 const float *v_new, size_t ld_new, size_t hs,
+                                 float *o, size_t ldo) {
+  float *p[AURAL__MIX_ROWS];
+  for (size_t j = 0; j < mp->g; j++)
+    p[j] = softmax_rows_avx2(scores + j * lds, mp->n_slots,
+                             (mp->slot_first + mp->lo[j]) % mp->n_slots,
+                             mp->n_ctx[j]);
+  for (size_t c = 0; c < hs; c += 16) {
+    const float *vc = v + c, *nc = v_new + c;
+    float *oc = o + c;
+    switch (mp->g) {
+    case 1: mix_pv1(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
+    case 2: mix_pv2(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
+    default: mix_pv3(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
+    }
+  }
 }
 
 /* ---- layer norm ---------------------------------------------------------- */

@@ -21,6 +21,7 @@
 
 #include "helpers.h"
 #include "internal.h"
+#include "mix_case.h"
 #include "npy.h"
 #include "synth_model.h"
 
@@ -195,6 +196,50 @@ static void test_attention_bits(void **state) {
       free(oa);
       free(ob);
     }
+}
+
+/* The mix of groups of rows (mix_case.h), and rotary positions: the two
+ * sets give the same bits. */
+static void test_mix_rows_and_rope_bits(void **state) {
+  (void)state;
+  need_both();
+  const size_t head_sizes[] = {16, 32, 48, 64, 80, 128};
+  const size_t windows[] = {1, 3, 16, 50, 100};
+  for (size_t hi = 0; hi < sizeof head_sizes / sizeof *head_sizes; hi++)
+    for (size_t wi = 0; wi < sizeof windows / sizeof *windows; wi++)
+      for (size_t g = 1; g <= AURAL__MIX_ROWS; g++) {
+        size_t hs = head_sizes[hi], w = windows[wi];
+        for (uint64_t t0 = 500; t0 < 500 + w + 2; t0 += w > 10 ? 11 : 1)
+          for (uint64_t behind = 0; behind <= w + 1; behind += w > 10 ? 13 : 1) {
+            mix_case mc;
+            mix_case_make(&mc, g, w, hs, t0 - behind, t0, 30.0);
+            float *oa = malloc(g * hs * sizeof *oa),
+                  *ob = malloc(g * hs * sizeof *ob);
+            use(AURAL__ISA_AVX2);
+            mix_case_run(&mc, oa);
+            use(AURAL__ISA_AVX512);
+            mix_case_run(&mc, ob);
+            assert_same_floats(oa, ob, g * hs, "mix of a group of rows");
+            free(oa);
+            free(ob);
+            mix_case_free(&mc);
+          }
+      }
+  const int rope_heads[] = {16, 24, 48, 64};
+  for (size_t i = 0; i < sizeof rope_heads / sizeof *rope_heads; i++) {
+    int hs = rope_heads[i], n_heads = 3;
+    float va[192], vb[192], cs[33], sn[33];
+    for (int k = 0; k < n_heads * hs; k++) va[k] = vb[k] = test_frand() * 5;
+    for (int k = 0; k < hs / 2 + 1; k++) {
+      cs[k] = cosf(0.37f * (float)k + 0.1f);
+      sn[k] = sinf(0.37f * (float)k + 0.1f);
+    }
+    use(AURAL__ISA_AVX2);
+    aural__rope(va, n_heads, hs, cs, sn);
+    use(AURAL__ISA_AVX512);
+    aural__rope(vb, n_heads, hs, cs, sn);
+    assert_same_floats(va, vb, (size_t)(n_heads * hs), "rotary positions");
+  }
 }
 
 /* Matrix products: both sets equal the oracle (test_linalg); here they
@@ -429,6 +474,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_gelu_bits, restore_isa),
       cmocka_unit_test_teardown(test_layer_norm_bits, restore_isa),
       cmocka_unit_test_teardown(test_attention_bits, restore_isa),
+      cmocka_unit_test_teardown(test_mix_rows_and_rope_bits, restore_isa),
       cmocka_unit_test_teardown(test_linear_bits, restore_isa),
       cmocka_unit_test_teardown(test_golden_models_bits, restore_isa),
       cmocka_unit_test_teardown(test_odd_and_bundled_models_bits, restore_isa),

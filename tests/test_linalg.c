@@ -17,6 +17,7 @@
 #include "helpers.h"
 #include "aural/model.h"
 #include "internal.h"
+#include "mix_case.h"
 
 
 /* A random (rows, cols) matrix, packed, as f32 or f16, with its row-major
@@ -533,6 +534,49 @@ static void test_attention_matches_oracle(void **state) {
   }
 }
 
+/* Rows mixed as a group give each row the bits it gets alone (so a
+ * frame's attention does not depend on the chunk it came in), and the
+ * softmax-weighted sums of a double computation: groups of 1 to 3 rows,
+ * head sizes on the vector path and off it, rings that wrap within the
+ * group, windows partly filled (a stream's first frames) and full. */
+static void test_mix_rows_group_invariance(void **state) {
+  (void)state;
+  const size_t head_sizes[] = {16, 24, 48, 64, 80};
+  const size_t windows[] = {1, 2, 5, 16, 50, 64};
+  for (size_t hi = 0; hi < sizeof head_sizes / sizeof *head_sizes; hi++)
+    for (size_t wi = 0; wi < sizeof windows / sizeof *windows; wi++)
+      for (size_t g = 1; g <= AURAL__MIX_ROWS; g++) {
+        size_t hs = head_sizes[hi], w = windows[wi];
+        for (uint64_t t0 = 1000; t0 < 1000 + w + 2; t0 += w > 10 ? 7 : 1) {
+          const uint64_t behind[] = {0, 1, 2, w - 1, w, w + 5};
+          for (size_t bi = 0; bi < sizeof behind / sizeof *behind; bi++) {
+            mix_case mc;
+            mix_case_make(&mc, g, w, hs, t0 - behind[bi], t0, 4.0);
+            float *all = malloc(g * hs * sizeof *all),
+                  *one = malloc(hs * sizeof *one);
+            double *ref = malloc(hs * sizeof *ref);
+            mix_case_run(&mc, all);
+            for (size_t j = 0; j < g; j++) {
+              mix_case_run_row(&mc, j, one);
+              if (memcmp(one, all + j * hs, hs * sizeof *one) != 0)
+                fail_msg("hs %zu, window %zu, row %zu of %zu, t0 %llu, "
+                         "first %llu: not the bits of the row alone",
+                         hs, w, j, g, (unsigned long long)t0,
+                         (unsigned long long)mc.first);
+              mix_case_reference(&mc, j, ref);
+              for (size_t c = 0; c < hs; c++)
+                assert_true(fabs(all[j * hs + c] - ref[c]) <=
+                            1e-5 * (1 + fabs(ref[c])));
+            }
+            free(all);
+            free(one);
+            free(ref);
+            mix_case_free(&mc);
+          }
+        }
+      }
+}
+
 /* Long sums lose little: with 600 positive terms, one float chain over k
  * drifts to a relative RMS error of about 3.8e-7 (its partial sums grow to
  * hundreds; 1.3e-7 with chains of 256), where chains of AURAL__CHAIN = 32
@@ -587,6 +631,7 @@ int main(void) {
       cmocka_unit_test(test_long_products_keep_precision),
       cmocka_unit_test(test_attention_scores_bits),
       cmocka_unit_test(test_attention_matches_oracle),
+      cmocka_unit_test(test_mix_rows_group_invariance),
       cmocka_unit_test(test_f16_conversion),
       cmocka_unit_test(test_activations),
       cmocka_unit_test(test_activation_bits_independent_of_length),
