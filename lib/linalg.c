@@ -1242,48 +1242,67 @@ static void mix_rows_ref(const aural__mix_plan *mp, double *scores,
 }
 
 #if AURAL_X86
-/* Softmax of one row's context 8 slots at a time: max and exp (exp8,
- * double) over the context's lanes, then the weights e * (1 / sum)
+/* Softmax of each of G rows' contexts 8 slots at a time: max and exp
+ * (exp8, double) over the context's lanes, then the weights e * (1 / sum)
  * rounded to float and written over the scores as floats (group g's 16
  * floats take the bytes of doubles 8 g to 8 g + 7, which no later group
- * reads). Returns the floats, slot for slot. */
-__attribute__((target("avx512f,fma"))) static float *softmax_avx512(
-    double *scores, size_t n_slots, size_t slot_first, size_t n_ctx) {
-  size_t n_grp = (n_slots + 15) / 16;
-  slot_runs runs = aural__runs_of(n_slots, slot_first, n_ctx);
-  __m512d vbest = _mm512_set1_pd(-INFINITY);
-  for (size_t g = 0; g < n_grp; g++) {
-    __mmask16 m = ctx_mask(&runs, g);
-    for (int h = 0; h < 2; h++) {
-      __mmask8 mh = (__mmask8)(m >> 8 * h);
-      __m512d sc = _mm512_maskz_loadu_pd(mh, scores + 16 * g + 8 * h);
-      vbest = _mm512_mask_max_pd(vbest, mh, vbest, sc);
-    }
+ * reads). The rows go side by side through each step, so that one row's
+ * sums and division overlap another's work; each row's operations are
+ * the same whatever G is. p[j]: row j's floats, slot for slot. */
+#define DEFINE_SOFTMAX(NAME, G)                                                \
+  __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
+  NAME(const aural__mix_plan *mp, double *scores, size_t lds, float **p) {     \
+    size_t n_grp = (mp->n_slots + 15) / 16;                                    \
+    slot_runs runs[G];                                                         \
+    __m512d vbest[G], vsum[G], inv[G];                                         \
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {                      \
+      runs[j] = aural__runs_of(mp->n_slots,                                    \
+                               (mp->slot_first + mp->lo[j]) % mp->n_slots,     \
+                               mp->n_ctx[j]);                                  \
+      vbest[j] = _mm512_set1_pd(-INFINITY);                                    \
+      vsum[j] = _mm512_setzero_pd();                                           \
+    }                                                                          \
+    for (size_t g = 0; g < n_grp; g++)                                         \
+      _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {                    \
+        __mmask16 m = ctx_mask(&runs[j], g);                                   \
+        for (int h = 0; h < 2; h++) {                                          \
+          __mmask8 mh = (__mmask8)(m >> 8 * h);                                \
+          __m512d sc =                                                         \
+              _mm512_maskz_loadu_pd(mh, scores + j * lds + 16 * g + 8 * h);    \
+          vbest[j] = _mm512_mask_max_pd(vbest[j], mh, vbest[j], sc);           \
+        }                                                                      \
+      }                                                                        \
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) vbest[j] =             \
+        _mm512_set1_pd(max8(vbest[j]));                                        \
+    for (size_t g = 0; g < n_grp; g++)                                         \
+      _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {                    \
+        __mmask16 m = ctx_mask(&runs[j], g);                                   \
+        for (int h = 0; h < 2; h++) {                                          \
+          __mmask8 mh = (__mmask8)(m >> 8 * h);                                \
+          if (!mh) continue;                                                   \
+          double *sp = scores + j * lds + 16 * g + 8 * h;                      \
+          __m512d x = _mm512_sub_pd(_mm512_mask_loadu_pd(vbest[j], mh, sp),    \
+                                    vbest[j]);                                 \
+          __m512d e = _mm512_maskz_mov_pd(mh, exp8(x));                        \
+          _mm512_mask_storeu_pd(sp, mh, e);                                    \
+          vsum[j] = _mm512_add_pd(vsum[j], e);                                 \
+        }                                                                      \
+      }                                                                        \
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {                      \
+      inv[j] = _mm512_set1_pd(1.0 / sum8(vsum[j]));                            \
+      p[j] = (float *)(scores + j * lds);                                      \
+    }                                                                          \
+    for (size_t g = 0; g < n_grp; g++)                                         \
+      _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {                    \
+        const double *sp = scores + j * lds + 16 * g;                          \
+        __m512d e[2] = {_mm512_mul_pd(_mm512_loadu_pd(sp), inv[j]),            \
+                        _mm512_mul_pd(_mm512_loadu_pd(sp + 8), inv[j])};       \
+        _mm512_storeu_ps(p[j] + 16 * g, narrow(e));                            \
+      }                                                                        \
   }
-  vbest = _mm512_set1_pd(max8(vbest));
-  __m512d vsum = _mm512_setzero_pd();
-  for (size_t g = 0; g < n_grp; g++) {
-    __mmask16 m = ctx_mask(&runs, g);
-    for (int h = 0; h < 2; h++) {
-      __mmask8 mh = (__mmask8)(m >> 8 * h);
-      if (!mh) continue;
-      double *sp = scores + 16 * g + 8 * h;
-      __m512d x = _mm512_sub_pd(_mm512_mask_loadu_pd(vbest, mh, sp), vbest);
-      __m512d e = _mm512_maskz_mov_pd(mh, exp8(x));
-      _mm512_mask_storeu_pd(sp, mh, e);
-      vsum = _mm512_add_pd(vsum, e);
-    }
-  }
-  __m512d inv = _mm512_set1_pd(1.0 / sum8(vsum));
-  float *p = (float *)scores;
-  for (size_t g = 0; g < n_grp; g++) {
-    __m512d e[2];
-    for (int h = 0; h < 2; h++) e[h] = _mm512_loadu_pd(scores + 16 * g + 8 * h);
-    for (int h = 0; h < 2; h++) e[h] = _mm512_mul_pd(e[h], inv);
-    _mm512_storeu_ps(p + 16 * g, narrow(e));
-  }
-  return p;
-}
+DEFINE_SOFTMAX(softmax1, 1)
+DEFINE_SOFTMAX(softmax2, 2)
+DEFINE_SOFTMAX(softmax3, 3)
 
 /* One frame's value (NV vectors at vp) times each row's weight for it
  * (slot s of p[j]) into chain C of the rows: all G rows, or (PARTIAL)
@@ -1345,11 +1364,12 @@ __attribute__((target("avx512f,fma"))) static void mix_rows_avx512(
     const aural__mix_plan *mp, double *scores, size_t lds, const float *v,
     size_t ldv, const float *v_new, size_t ld_new, size_t hs, float *o,
     size_t ldo) {
-  float *p[AURAL__MIX_ROWS];
-  for (size_t j = 0; j < mp->g; j++)
-    p[j] = softmax_avx512(scores + j * lds, mp->n_slots,
-                          (mp->slot_first + mp->lo[j]) % mp->n_slots,
-                          mp->n_ctx[j]);
+  float *p[AURAL__MIX_ROWS] = {NULL};
+  switch (mp->g) {
+  case 1: softmax1(mp, scores, lds, p); break;
+  case 2: softmax2(mp, scores, lds, p); break;
+  default: softmax3(mp, scores, lds, p); break;
+  }
   for (size_t c = 0; c < hs; c += 32) {
     int two = hs - c >= 32;
     const float *vc = v + c, *nc = v_new + c;
