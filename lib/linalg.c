@@ -1344,7 +1344,8 @@ DEFINE_SOFTMAX(softmax3, 3)
       }                                                                        \
   }
 /* The walk's steps, for the G_ rows and NV_ vectors of DEFINE_MIX_PV. */
-#define MIX_FRAME_(C, PARTIAL, vp, s, i) MIX_FRAME(G_, NV_, C, PARTIAL, vp, s, i)
+#define MIX_FRAME_(C, PARTIAL, vp, s, i)                                       \
+  MIX_FRAME(G_, NV_, C, PARTIAL, vp, s, i)
 #define MIX_SWAP_(j)                                                           \
   _Pragma("GCC unroll 4") for (int q = 0; q < NV_; q++) {                      \
     __m512 t = acc[j][0][q];                                                   \
@@ -1553,13 +1554,15 @@ __attribute__((target("avx512f"))) static void rope_avx512(
   for (int h = 0; h < n_heads; h++) {
     float *hv = v + h * hs;
     for (int i = 0; i < hs; i += 16) {
-      __m512 c = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(0xff, cs + i / 2));
-      __m512 s = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(0xff, sn + i / 2));
+      __m512 c = _mm512_permutexvar_ps(
+          dup, _mm512_maskz_loadu_ps(0xff, cs + i / 2));
+      __m512 s = _mm512_mul_ps(
+          _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(0xff, sn + i / 2)),
+          sign);
       __m512 x = _mm512_loadu_ps(hv + i);
       __m512 swapped = _mm512_permute_ps(x, 0xb1); /* (b, a) in each pair */
-      _mm512_storeu_ps(hv + i,
-                       _mm512_add_ps(_mm512_mul_ps(x, c),
-                                     _mm512_mul_ps(swapped, _mm512_mul_ps(s, sign))));
+      _mm512_storeu_ps(hv + i, _mm512_add_ps(_mm512_mul_ps(x, c),
+                                             _mm512_mul_ps(swapped, s)));
     }
   }
 }

@@ -210,7 +210,8 @@ static void test_mix_rows_and_rope_bits(void **state) {
       for (size_t g = 1; g <= AURAL__MIX_ROWS; g++) {
         size_t hs = head_sizes[hi], w = windows[wi];
         for (uint64_t t0 = 500; t0 < 500 + w + 2; t0 += w > 10 ? 11 : 1)
-          for (uint64_t behind = 0; behind <= w + 1; behind += w > 10 ? 13 : 1) {
+          for (uint64_t behind = 0; behind <= w + 1;
+               behind += w > 10 ? 13 : 1) {
             mix_case mc;
             mix_case_make(&mc, g, w, hs, t0 - behind, t0, 30.0);
             float *oa = malloc(g * hs * sizeof *oa),
