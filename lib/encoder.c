@@ -83,13 +83,16 @@ void aural_encoder_config_default(aural_encoder_config *cfg) {
 }
 
 /* The key ring's slots: the window's, then room for the new keys of a
- * group of rows (attend()), rounded up to whole groups of 16 lanes. */
+ * group of rows (attend()), rounded up to whole groups of 16 lanes. (For
+ * the windows of 50 of the bundled and base models that is the 64 it
+ * always was; a window of 16 now takes 32, one of 64 takes 80.) */
 static size_t window_pad(const aural_model_config *c) {
   return ((size_t)c->window + ATT_ROWS + 15) / 16 * 16;
 }
 
 /* Floats of scratch for cap rows (0 on overflow), the attention scores
- * (doubles) counted as two floats each, plus one to align them. Small
+ * (doubles) counted as two floats each, plus one to align them, and the
+ * PLANS mixing plans (attend()) in whole floats. Small
  * factors, and cap and the dimensions are bounded, so only the sum needs
  * watching. */
 static size_t work_floats(const aural_model_config *c, size_t cap) {
@@ -255,18 +258,6 @@ typedef struct seg {
   float *logits;      /* (n, V) or NULL */
 } seg;
 
-/* Self-attention of layer li for one stream's rows of the pass, head by
- * head, so that one head's slice of the rings stays in L1 across the rows.
- * Rows go ATT_ROWS at a time (frames t .. t+g-1): the group's new keys go
- * into the key ring's slots past the window, then one pass over the keys
- * scores every row against every slot, the ring's as it was before the
- * group and the new ones; row j's scores for its own and the earlier
- * rows' new keys then take the slots those frames will take (the frames
- * the slots still hold are older than row j's window); then, row by row
- * in time order, its key and value go into its slot and it mixes the
- * values of its window, which the ring now holds exactly. A frame's
- * scores have the same bits whatever group or lane it was in (see
- * linalg.c). */
 /* The mixing plan of the g rows of frames t0 .. t0+g-1 of stream e. */
 static void plan_group(const aural_encoder *e, uint64_t t0, size_t g,
                        aural__mix_plan *mp) {
@@ -280,6 +271,21 @@ static void plan_group(const aural_encoder *e, uint64_t t0, size_t g,
   aural__mix_plan_of(mp, g, win, (size_t)(lo0 % win), n_ctx[0] - 1, n_ctx);
 }
 
+/* Self-attention of layer li for one stream's rows of the pass, head by
+ * head, so that one head's slice of the rings stays in L1 across the rows.
+ * Rows go ATT_ROWS at a time (frames t0 .. t0+g-1): the group's new keys
+ * go into the key ring's slots past the window, then one pass over the
+ * keys scores every row against every slot, the ring's as it was before
+ * the group and the new ones; row j's scores for its own and the earlier
+ * rows' new keys then take the slots those frames will take (the frames
+ * the slots still hold are older than row j's window). The rows then mix
+ * together (aural__attention_mix_rows): older frames' values from the
+ * ring, still as it was before the group, the group's own from the
+ * projection's output. Only then do the group's keys and values go into
+ * their slots, for the groups after it. A frame's scores and mix have the
+ * same bits whatever group or lane it was in (see linalg.c). The mixing
+ * plans of a stream's first PLANS groups are worked out with the first
+ * head and kept for the others. */
 static void attend(work *w, const seg *sg, int li) {
   aural_encoder *e = sg->e;
   size_t d = (size_t)e->d, win = (size_t)e->window, hs = (size_t)e->hs,

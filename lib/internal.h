@@ -388,7 +388,8 @@ void aural__attention_scores_ref(const float *q, size_t ldq, size_t n_rows,
                                  double scale, double *scores);
 /* Softmax over the n_ctx context slots of one row of scores (overwritten)
  * and the weighted sum of their values into o (hs): aural__attention_mix_rows
- * for one row whose frames are all in the ring, the first of them even. */
+ * for one row whose frames are all in the ring (numbered from 0, the
+ * oldest). */
 void aural__attention_mix(double *scores, const float *v, size_t ldv,
                           size_t hs, size_t n_slots, size_t slot_first,
                           size_t n_ctx, float *o);
@@ -422,7 +423,9 @@ typedef struct aural__mix_plan {
 void aural__mix_plan_of(aural__mix_plan *mp, size_t g, size_t n_slots,
                         size_t slot_first, size_t n_old, const size_t *n_ctx);
 /* Softmax over each row's context (its scores, row j at scores + j * lds,
- * overwritten) and the weighted sums of its values into o + j * ldo (hs).
+ * overwritten; each row's first 16 ceil(n_slots / 16) doubles are read,
+ * in the context or not) and the weighted sums of its values into
+ * o + j * ldo (hs).
  * The vector paths: each weight rounded to float; the row's context as
  * runs of consecutive slots, oldest first (from its first frame to the
  * ring's end, then from slot 0), the products of each run's 1st, 3rd, ...

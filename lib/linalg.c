@@ -245,9 +245,10 @@ DEFINE_FEW_ALL(f16, F16_W)
   "vpxord %[a" #R "0], %[a" #R "0], %[a" #R "0]\n\t"                           \
   "vpxord %[a" #R "1], %[a" #R "1], %[a" #R "1]\n\t"
 /* The whole chain: each step's input is 4 bytes (a float, or a bf16
- * pair) and its weights 64 (one line of each panel); OP accumulates,
- * with the input broadcast by BC first, or (BC "") inside OP. Four steps per turn of the loop (fewer pointer
- * updates beside the arithmetic), then the steps left one at a time. Each
+ * pair) and its weights 64 (one line of each panel); OP accumulates, the
+ * input broadcast by BC first, or (BC "") inside OP. Four steps per turn
+ * of the loop (fewer pointer updates beside the arithmetic), then the
+ * steps left one at a time. Each
  * turn also prefetches two lines, pf after its first step and pf after
  * its third, moving pf on by ps0 and ps1 (chain_pf): spread out so, the
  * prefetches cost nothing, where a burst of them before the chain stalled
@@ -268,8 +269,8 @@ DEFINE_FEW_ALL(f16, F16_W)
   "test %[n4], %[n4]\n\t"                                                      \
   "jz 2f\n\t"                                                                  \
   "1:\n\t"                                                                     \
-  CHAIN_STEP(BC, OP, "", "") CHAIN_PF(0) CHAIN_STEP(BC, OP, "64", "4")                 \
-  CHAIN_STEP(BC, OP, "128", "8") CHAIN_PF(1) CHAIN_STEP(BC, OP, "192", "12")           \
+  CHAIN_STEP(BC, OP, "", "") CHAIN_PF(0) CHAIN_STEP(BC, OP, "64", "4")         \
+  CHAIN_STEP(BC, OP, "128", "8") CHAIN_PF(1) CHAIN_STEP(BC, OP, "192", "12")   \
   "add $256, %[w]\n\t"                                                         \
   "add $16, %[x]\n\t"                                                          \
   "add $16, %[x3]\n\t"                                                         \
@@ -279,7 +280,7 @@ DEFINE_FEW_ALL(f16, F16_W)
   "test %[n1], %[n1]\n\t"                                                      \
   "jz 4f\n\t"                                                                  \
   "3:\n\t"                                                                     \
-  CHAIN_STEP(BC, OP, "", "")                                                       \
+  CHAIN_STEP(BC, OP, "", "")                                                   \
   "add $64, %[w]\n\t"                                                          \
   "add $4, %[x]\n\t"                                                           \
   "add $4, %[x3]\n\t"                                                          \
@@ -1157,6 +1158,9 @@ void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
  * every row and do not wrap around the ring: cut where the rows that see
  * a frame change (lo[j] and n_old + j + 1 for each row), where the ring
  * ends and the new values begin (n_old), and where the slots wrap. */
+/* With at most three rows a plan has at most 9 cuts (2 per row, n_old and
+ * two wraps) and so at most 8 stretches; the kernels take 1 to 3 rows. */
+_Static_assert(AURAL__MIX_ROWS == 3, "mixing plans are sized for 3 rows");
 void aural__mix_plan_of(aural__mix_plan *mp, size_t g, size_t n_slots,
                         size_t slot_first, size_t n_old, const size_t *n_ctx) {
   mp->g = g;
@@ -1544,8 +1548,10 @@ static void rope_ref(float *v, int n_heads, int hs, const float *cs,
 #if AURAL_X86
 /* Eight pairs at a time: v times each pair's cosine, plus v with each
  * pair's two swapped times (-sine, +sine); a product with -sn is the
- * negated product, so the sum is rope_ref's difference. No fused
- * multiply-add (not in the target): each product is rounded. */
+ * negated product, so the sum is rope_ref's difference. Each product is
+ * rounded before the sum: the project compiles with -ffp-contract=off
+ * (meson.build), so no multiply and add become one fused multiply-add
+ * here or in rope_ref. */
 __attribute__((target("avx512f"))) static void rope_avx512(
     float *v, int n_heads, int hs, const float *cs, const float *sn) {
   if (hs % 16) {

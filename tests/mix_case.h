@@ -7,6 +7,7 @@
 #ifndef AURAL_TESTS_MIX_CASE_H
 #define AURAL_TESTS_MIX_CASE_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,38 @@ static inline void mix_case_run_row(const mix_case *mc, size_t j, float *o) {
                             mc->v_new + j * mc->ld_new, 0, mc->hs, o, 0);
   free(sc);
   free(ring);
+}
+
+/* Row j as internal.h defines the vector paths' mix, written out: its
+ * float weights (as aural__attention_mix leaves them over a copy of its
+ * scores), then for each lane the products of the 1st, 3rd, ... frames of
+ * each run of slots (from its first frame to the ring's end, then from
+ * slot 0) in one float chain and of the 2nd, 4th, ... in another, oldest
+ * first, the two added in double and rounded once. o (hs). */
+static inline void mix_case_chains(const mix_case *mc, size_t j, float *o) {
+  size_t n = mc->n_ctx[j], w = mc->w;
+  uint64_t lo = mc->t0 + j + 1 - n;
+  size_t first = (size_t)(lo % w);
+  double *sc = malloc(mc->lds * sizeof *sc);
+  float *scratch = malloc(mc->hs * sizeof *scratch);
+  memcpy(sc, mc->scores + j * mc->lds, mc->lds * sizeof *sc);
+  aural__attention_mix(sc, mc->ring, mc->ldv, mc->hs, w, first, n, scratch);
+  const float *p = (const float *)sc;
+  size_t len0 = w - first < n ? w - first : n;
+  size_t start[2] = {first, 0}, len[2] = {len0, n - len0};
+  for (size_t c = 0; c < mc->hs; c++) {
+    float chain[2] = {0.0f, 0.0f};
+    uint64_t f = lo;
+    for (int r = 0; r < 2; r++)
+      for (size_t k = 0; k < len[r]; k++, f++) {
+        const float *v = f < mc->t0 ? mc->ring + (f % w) * mc->ldv
+                                    : mc->v_new + (f - mc->t0) * mc->ld_new;
+        chain[k % 2] = fmaf(p[start[r] + k], v[c], chain[k % 2]);
+      }
+    o[c] = (float)((double)chain[0] + (double)chain[1]);
+  }
+  free(sc);
+  free(scratch);
 }
 
 /* Row j in double: softmax over its frames' scores, values summed. */
