@@ -1128,36 +1128,6 @@ void aural__attention_scores(const float *q, size_t ldq, size_t n_rows,
   kernels()->scores(q, ldq, n_rows, kt, w_pad, hs, scale, scores);
 }
 
-/* Softmax and values the plain way: oldest first, in double, each
- * weight rounded to float as the vector path rounds it. */
-static void mix_ref(double *scores, const float *v, size_t ldv, size_t hs,
-                    size_t n_slots, size_t slot_first, size_t n_ctx,
-                    float *o) {
-  slot_runs runs = aural__runs_of(n_slots, slot_first, n_ctx);
-  double inv = softmax_ref(scores, &runs);
-  for (size_t c = 0; c < hs; c++) {
-    double acc = 0.0;
-    for (int ri = 0; ri < runs.n; ri++)
-      for (size_t s = runs.start[ri]; s < runs.start[ri] + runs.len[ri]; s++)
-        acc += (double)(float)(scores[s] * inv) * v[s * ldv + c];
-    o[c] = (float)acc;
-  }
-}
-
-/* Scalar attention: the oracle, and the path for head sizes that are not
- * a multiple of 16 or CPUs without AVX2. */
-void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
-                          const float *v, size_t ldv, size_t hs,
-                          size_t n_slots, size_t slot_first, size_t n_ctx,
-                          double scale, double *scores, float *o) {
-  aural__attention_scores_ref(q, hs, 1, kt, w_pad, hs, scale, scores);
-  mix_ref(scores, v, ldv, hs, n_slots, slot_first, n_ctx, o);
-}
-
-/* Which frames of a group each row sees, in stretches that are alike for
- * every row and do not wrap around the ring: cut where the rows that see
- * a frame change (lo[j] and n_old + j + 1 for each row), where the ring
- * ends and the new values begin (n_old), and where the slots wrap. */
 /* With at most three rows a plan has at most 9 cuts (2 per row, n_old and
  * two wraps) and so at most 8 stretches; the kernels take 1 to 3 rows. */
 _Static_assert(AURAL__MIX_ROWS == 3, "mixing plans are sized for 3 rows");
@@ -1248,6 +1218,27 @@ static void mix_rows_ref(const aural__mix_plan *mp, double *scores,
       o[j * ldo + c] = (float)acc;
     }
   }
+}
+
+/* One row whose n_ctx frames are all in the ring from slot_first on: its
+ * plan, and where its own (last) frame's value is. */
+static const float *one_row_plan(aural__mix_plan *mp, const float *v,
+                                 size_t ldv, size_t n_slots,
+                                 size_t slot_first, size_t n_ctx) {
+  aural__mix_plan_of(mp, 1, n_slots, slot_first, n_ctx - 1, &n_ctx);
+  return v + ((slot_first + n_ctx - 1) % n_slots) * ldv;
+}
+
+/* Scalar attention: the oracle, and the path for head sizes that are not
+ * a multiple of 16 or CPUs without AVX2. */
+void aural__attention_ref(const float *q, const float *kt, size_t w_pad,
+                          const float *v, size_t ldv, size_t hs,
+                          size_t n_slots, size_t slot_first, size_t n_ctx,
+                          double scale, double *scores, float *o) {
+  aural__attention_scores_ref(q, hs, 1, kt, w_pad, hs, scale, scores);
+  aural__mix_plan mp;
+  const float *own = one_row_plan(&mp, v, ldv, n_slots, slot_first, n_ctx);
+  mix_rows_ref(&mp, scores, 0, v, ldv, own, 0, hs, o, 0);
 }
 
 #if AURAL_X86
@@ -1413,8 +1404,7 @@ void aural__attention_mix(double *scores, const float *v, size_t ldv,
                           size_t hs, size_t n_slots, size_t slot_first,
                           size_t n_ctx, float *o) {
   aural__mix_plan mp;
-  aural__mix_plan_of(&mp, 1, n_slots, slot_first, n_ctx - 1, &n_ctx);
-  const float *own = v + ((slot_first + n_ctx - 1) % n_slots) * ldv;
+  const float *own = one_row_plan(&mp, v, ldv, n_slots, slot_first, n_ctx);
   aural__attention_mix_rows(&mp, scores, 0, v, ldv, own, 0, hs, o, 0);
 }
 

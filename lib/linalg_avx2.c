@@ -565,7 +565,7 @@ KERNEL_INLINE __m256d exp4(__m256d x) {
  * slots in 8 double lanes (two vectors of 4 here), each 16-slot group as
  * two halves of 8, exp (exp4) four lanes at a time; the weights as floats
  * over the scores. */
-KERNEL_INLINE float *softmax_rows_avx2(double *scores, size_t n_slots,
+KERNEL_INLINE float *softmax_avx2(double *scores, size_t n_slots,
                                        size_t slot_first, size_t n_ctx) {
   size_t n_grp = (n_slots + 15) / 16;
   aural__slot_runs runs = aural__runs_of(n_slots, slot_first, n_ctx);
@@ -661,7 +661,7 @@ KERNEL void aural__mix_rows_avx2(const aural__mix_plan *mp, double *scores,
                                  float *o, size_t ldo) {
   float *p[AURAL__MIX_ROWS];
   for (size_t j = 0; j < mp->g; j++)
-    p[j] = softmax_rows_avx2(scores + j * lds, mp->n_slots,
+    p[j] = softmax_avx2(scores + j * lds, mp->n_slots,
                              (mp->slot_first + mp->lo[j]) % mp->n_slots,
                              mp->n_ctx[j]);
   for (size_t c = 0; c < hs; c += 16) {
