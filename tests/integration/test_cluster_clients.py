@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -55,12 +56,22 @@ class RedisServer:
              "--save", "", "--appendonly", "no", "--daemonize", "no",
              "--dir", tmp] + list(args),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Ready when a connection is accepted: the socket's file appears at
+        # bind(), before listen(), and a client in between is refused.
         deadline = time.monotonic() + 10
-        while not os.path.exists(self.path):
+        while not self.accepts():
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.02)
         self.url = "unix:" + self.path
+
+    def accepts(self):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(self.path)
+                return True
+            except OSError:
+                return False
 
     def client(self, password=None):
         return redis.Redis(unix_socket_path=self.path, password=password)
