@@ -58,9 +58,10 @@ static const option_doc options[] = {
      "beside the model; words are on when it and\n"
      "the LM are both there)"},
     {"lm", required_argument, OPT_LM, " PATH",
-     "ARPA language model of the words output,\n"
-     "plain or gzipped (default: MODEL.lm.arpa,\n"
-     "else .arpa.gz, beside the model)"},
+     "language model of the words output, ARPA or\n"
+     "aural's binary form, plain or gzipped (default:\n"
+     "beside the model, MODEL.lm.bin, .lm.bin.gz,\n"
+     ".lm.arpa or .lm.arpa.gz, the first there)"},
     {"socket", required_argument, 's', " PATH",
      "socket path (default: $AURAL_SOCKET, else\n"
      "$XDG_RUNTIME_DIR/aural.sock, /run/aural/aural.sock\n"

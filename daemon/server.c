@@ -66,7 +66,7 @@ static int load_words(server *srv, char *why, size_t why_len) {
   char lex_path[4096], lm_path[4096];
   if (aural_decoder_resource_path(o->model_path, ".lexicon.txt", lex_path,
                                   sizeof lex_path) < 0 ||
-      aural_decoder_resource_path(o->model_path, ".lm.arpa", lm_path,
+      aural_decoder_resource_path(o->model_path, ".lm", lm_path,
                                   sizeof lm_path) < 0) {
     snprintf(why, why_len, "the model's path is too long");
     return -1;

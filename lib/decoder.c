@@ -109,11 +109,11 @@ struct aural_decoder {
 
 void aural_decoder_config_default(aural_decoder_config *cfg) {
   *cfg = (aural_decoder_config){
-      .beam = 32,
+      .beam = 64,
       .beam_threshold = 14.0f,
       .max_tokens = 8,
       .token_threshold = 10.0f,
-      .lm_weight = 0.7f,
+      .lm_weight = 0.8f,
       .word_penalty = -1.0f,
       .blank_penalty = 1.5f,
       .endpoint_silence_s = 0.8f,

@@ -115,8 +115,10 @@ int aural__plain_text(const char **text, size_t *len, const char *name,
 
 /* --- resources beside a model ---------------------------------------------- */
 
-int aural_decoder_resource_path(const char *model_path, const char *suffix,
-                                char *out, size_t cap) {
+/* out = the model's stem + suffix, plain when it exists, else gzipped when
+ * that exists; *found says whether either did. */
+static int one_path(const char *model_path, const char *suffix, char *out,
+                    size_t cap, bool *found) {
   static const char ext[] = ".safetensors";
   size_t n = strlen(model_path), k = sizeof ext - 1;
   if (n > k && memcmp(model_path + n - k, ext, k) == 0) n -= k;
@@ -124,8 +126,24 @@ int aural_decoder_resource_path(const char *model_path, const char *suffix,
   if (len < 0 || (size_t)len >= cap) return -1;
   char *gz = out + len - 3;
   *gz = '\0'; /* the plain name, when it exists or neither does */
+  *found = true;
   if (access(out, F_OK) == 0) return 0;
   *gz = '.';
-  if (access(out, F_OK) != 0) *gz = '\0';
+  if (access(out, F_OK) == 0) return 0;
+  *gz = '\0';
+  *found = false;
   return 0;
+}
+
+int aural_decoder_resource_path(const char *model_path, const char *suffix,
+                                char *out, size_t cap) {
+  bool found;
+  if (strcmp(suffix, ".lm") != 0)
+    return one_path(model_path, suffix, out, cap, &found);
+  /* The LM in either form: binary first, then ARPA, else the binary's name. */
+  if (one_path(model_path, ".lm.bin", out, cap, &found) < 0) return -1;
+  if (found) return 0;
+  if (one_path(model_path, ".lm.arpa", out, cap, &found) < 0) return -1;
+  if (found) return 0;
+  return one_path(model_path, ".lm.bin", out, cap, &found);
 }

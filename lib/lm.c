@@ -1,7 +1,10 @@
 /*
- * The word n-gram language model: an ARPA file read into one hash table of
- * n-grams (orders 1 to 4) over the lexicon's word ids, with the backoff
- * rule of the ARPA format. Scores are log10 probabilities, as in the file.
+ * The word n-gram language model: an ARPA file, or the same model in
+ * aural's binary form (tools/words/lmbin.py: the n-grams as a sorted trie,
+ * probabilities of orders 2 and up quantized to 256 levels), read into one
+ * hash table of n-grams (orders 1 to 4) over the lexicon's word ids, with
+ * the backoff rule of the ARPA format. Scores are log10 probabilities, as
+ * in the file.
  */
 #include <math.h>
 #include <stdint.h>
@@ -23,7 +26,7 @@ typedef struct ngram {
 struct aural_lm {
   int order;
   uint32_t n_lex;    /* the lexicon's words; then <s>, </s>, <unk> */
-  ngram *table;      /* (cap) open addressing */
+  ngram *table;      /* (cap) open addressing, linear probing */
   size_t cap;
   size_t n_grams[AURAL__LM_MAX_ORDER];
   size_t n_dropped;
@@ -44,13 +47,25 @@ static uint32_t hash_ngram(const uint32_t *w, int n) {
   return h;
 }
 
-static ngram *find_slot(const aural_lm *lm, const uint32_t *w, int n) {
-  size_t mask = lm->cap - 1;
-  for (size_t i = hash_ngram(w, n) & mask;; i = (i + 1) & mask) {
+/* The slot a hash starts at: the hash scaled to the table's size (which
+ * need not be a power of two: it is 1.5 times the n-grams). */
+static size_t home_slot(const aural_lm *lm, uint32_t h) {
+  return (size_t)(((uint64_t)h * lm->cap) >> 32);
+}
+
+/* The n-gram w's slot (its hash h), or the empty slot where it goes. */
+static ngram *find_slot_at(const aural_lm *lm, const uint32_t *w, int n,
+                           uint32_t h) {
+  for (size_t i = home_slot(lm, h);;) {
     ngram *g = &lm->table[i];
     if (g->n == 0) return g;
     if (g->n == n && memcmp(g->w, w, (size_t)n * sizeof *w) == 0) return g;
+    if (++i == lm->cap) i = 0;
   }
+}
+
+static ngram *find_slot(const aural_lm *lm, const uint32_t *w, int n) {
+  return find_slot_at(lm, w, n, hash_ngram(w, n));
 }
 
 const float *aural__lm_find(const aural_lm *lm, const uint32_t *w, int n) {
@@ -155,7 +170,7 @@ static bool parse_number(const char *s, size_t n, float *out) {
 
 /* The LM's index of a word: the lexicon's id, or one of the three
  * markers after them; -1 when the lexicon lacks it. */
-static int64_t word_index(const reader *r, const char *s, size_t n,
+static int64_t word_index(const aural_lexicon *lex, const char *s, size_t n,
                           uint32_t n_lex) {
   char w[80];
   if (n >= sizeof w) return -1;
@@ -164,7 +179,7 @@ static int64_t word_index(const reader *r, const char *s, size_t n,
   if (strcmp(w, "<s>") == 0) return n_lex;
   if (strcmp(w, "</s>") == 0) return n_lex + 1;
   if (strcmp(w, "<unk>") == 0) return n_lex + 2;
-  return aural_lexicon_find(r->lex, w);
+  return aural_lexicon_find(lex, w);
 }
 
 /* "\data\" and its "ngram N=COUNT" lines; the counts into want[]. */
@@ -213,6 +228,27 @@ static int read_header(reader *r, size_t want[AURAL__LM_MAX_ORDER],
                         "%s: the file ends in its \\data\\ section", r->name);
 }
 
+/* Puts the k-gram w (words, unused trailing ones 0) into the table; false
+ * when it is there already. */
+static bool add_ngram_at(aural_lm *lm, const uint32_t w[AURAL__LM_MAX_ORDER],
+                         int k, uint32_t h, float logp, float backoff) {
+  ngram *g = find_slot_at(lm, w, k, h);
+  if (g->n != 0) return false;
+  *g = (ngram){.n = (uint8_t)k, .logp = logp, .backoff = backoff};
+  memcpy(g->w, w, sizeof g->w);
+  lm->n_grams[k - 1]++;
+  if (k == 1 && w[0] < lm->n_lex) lm->in_lm[w[0]] = 1;
+  if (k == 1 && w[0] == lm->n_lex + 2) lm->has_unk = true;
+  if (k == 1 && w[0] < lm->n_lex && logp < lm->min_unigram)
+    lm->min_unigram = logp;
+  return true;
+}
+
+static bool add_ngram(aural_lm *lm, const uint32_t w[AURAL__LM_MAX_ORDER],
+                      int k, float logp, float backoff) {
+  return add_ngram_at(lm, w, k, hash_ngram(w, k), logp, backoff);
+}
+
 /* One n-gram line of order k. */
 static int read_ngram(reader *r, aural_lm *lm, int k, const char *s,
                       size_t n) {
@@ -237,25 +273,17 @@ static int read_ngram(reader *r, aural_lm *lm, int k, const char *s,
                           f[k + 1]);
   uint32_t w[AURAL__LM_MAX_ORDER] = {0};
   for (int i = 0; i < k; i++) {
-    int64_t id = word_index(r, f[i + 1], fl[i + 1], lm->n_lex);
+    int64_t id = word_index(r->lex, f[i + 1], fl[i + 1], lm->n_lex);
     if (id < 0) {
       lm->n_dropped++;
       return 0;
     }
     w[i] = (uint32_t)id;
   }
-  ngram *g = find_slot(lm, w, k);
-  if (g->n != 0)
+  if (!add_ngram(lm, w, k, logp, backoff))
     return aural__err_set(r->err, AURAL_EFORMAT,
                           "%s:%zu: this %d-gram is listed twice", r->name,
                           r->line, k);
-  *g = (ngram){.n = (uint8_t)k, .logp = logp, .backoff = backoff};
-  memcpy(g->w, w, sizeof w);
-  lm->n_grams[k - 1]++;
-  if (k == 1 && w[0] < lm->n_lex) lm->in_lm[w[0]] = 1;
-  if (k == 1 && w[0] == lm->n_lex + 2) lm->has_unk = true;
-  if (k == 1 && w[0] < lm->n_lex && logp < lm->min_unigram)
-    lm->min_unigram = logp;
   return 0;
 }
 
@@ -317,20 +345,46 @@ static void fill_node_best(aural_lm *lm, const aural_lexicon *lex) {
   }
 }
 
+/* The table and per-word arrays for total n-grams. */
+static int alloc_lm(aural_lm *lm, const aural_lexicon *lex, size_t total,
+                    aural_err *err) {
+  lm->cap = total + total / 2 + 16; /* always an empty slot */
+  lm->table = calloc(lm->cap, sizeof *lm->table);
+  lm->in_lm = calloc(lm->n_lex + 1, 1);
+  lm->n_nodes = lex->n_nodes;
+  lm->node_best = malloc(lex->n_nodes * sizeof *lm->node_best);
+  if (!lm->table || !lm->in_lm || !lm->node_best)
+    return aural__err_set(err, AURAL_ENOMEM, "out of memory for %zu n-grams",
+                          total);
+  return 0;
+}
+
+/* Either reader's end: the checks on what was read, then *out. */
+static int finish_lm(aural_lm *lm, const aural_lexicon *lex, int rc,
+                     const char *name, aural_lm **out, aural_err *err) {
+  uint32_t bos = lm->n_lex, eos = lm->n_lex + 1;
+  if (rc == 0 && (aural__lm_find(lm, &bos, 1) == NULL ||
+                  aural__lm_find(lm, &eos, 1) == NULL))
+    rc = aural__err_set(err, AURAL_EFORMAT,
+                        "%s: <s> and </s> must be 1-grams", name);
+  if (rc < 0) {
+    aural_lm_destroy(lm);
+    return rc;
+  }
+  fill_node_best(lm, lex);
+  *out = lm;
+  return 0;
+}
+
 static int parse_text(const char *text, size_t len, const char *name,
                       const aural_lexicon *lex, aural_lm **out,
                       aural_err *err) {
-  *out = NULL;
-  if (text == NULL || lex == NULL)
-    return aural__err_set(err, AURAL_EINVAL, "LM: no text or no lexicon");
-  reader r = {.name = name ? name : "LM", .err = err, .lex = lex, .s = text,
-              .len = len};
+  reader r = {.name = name, .err = err, .lex = lex, .s = text, .len = len};
   if (memchr(text, '\0', len) != NULL)
     return aural__err_set(err, AURAL_EFORMAT, "%s: a NUL byte", r.name);
   aural_lm *lm = calloc(1, sizeof *lm);
   if (lm == NULL) return aural__err_set(err, AURAL_ENOMEM, "out of memory");
   lm->n_lex = (uint32_t)lex->n_words;
-  lm->min_unigram = 0;
   size_t want[AURAL__LM_MAX_ORDER] = {0};
   int rc = read_header(&r, want, &lm->order);
   size_t total = 0;
@@ -342,30 +396,323 @@ static int parse_text(const char *text, size_t len, const char *name,
                         "%s: \\data\\ announces %zu n-grams, more than its "
                         "%zu bytes can hold",
                         r.name, total, len);
-  if (rc == 0) {
-    lm->cap = 16;
-    while (lm->cap < total + total / 2) lm->cap *= 2;
-    lm->table = calloc(lm->cap, sizeof *lm->table);
-    lm->in_lm = calloc(lm->n_lex + 1, 1);
-    lm->n_nodes = lex->n_nodes;
-    lm->node_best = malloc(lex->n_nodes * sizeof *lm->node_best);
-    if (!lm->table || !lm->in_lm || !lm->node_best)
-      rc = aural__err_set(err, AURAL_ENOMEM, "out of memory for %zu n-grams",
-                          total);
-  }
+  if (rc == 0) rc = alloc_lm(lm, lex, total, err);
   if (rc == 0) rc = read_sections(&r, lm, want);
-  uint32_t bos = lm->n_lex, eos = lm->n_lex + 1;
-  if (rc == 0 && (aural__lm_find(lm, &bos, 1) == NULL ||
-                  aural__lm_find(lm, &eos, 1) == NULL))
-    rc = aural__err_set(err, AURAL_EFORMAT,
-                        "%s: <s> and </s> must be 1-grams", r.name);
-  if (rc < 0) {
-    aural_lm_destroy(lm);
-    return rc;
+  return finish_lm(lm, lex, rc, r.name, out, err);
+}
+
+/* --- the binary form ------------------------------------------------------ */
+
+#define BIN_MAGIC "AURALLMB"
+#define BIN_VERSION 1u
+#define BIN_LEVELS 256
+
+typedef struct bin {
+  const unsigned char *p;
+  size_t len, at;
+  const char *name;
+  aural_err *err; /* may be NULL */
+  int rc;         /* bin_take's failure */
+} bin;
+
+/* The next n bytes, or NULL (and the error set) when the file ends first. */
+static const unsigned char *bin_take(bin *b, size_t n, const char *what) {
+  if (n > b->len - b->at) {
+    b->rc = aural__err_set(b->err, AURAL_ETRUNCATED,
+                           "%s: the file ends in its %s (byte %zu)", b->name,
+                           what, b->at);
+    return NULL;
   }
-  fill_node_best(lm, lex);
-  *out = lm;
+  const unsigned char *q = b->p + b->at;
+  b->at += n;
+  return q;
+}
+
+static uint32_t le32(const unsigned char *q) {
+  return (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
+         (uint32_t)q[3] << 24;
+}
+
+static uint64_t le64(const unsigned char *q) {
+  return le32(q) | (uint64_t)le32(q + 4) << 32;
+}
+
+static float lef32(const unsigned char *q) {
+  uint32_t u = le32(q);
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* A varint of at most 5 bytes below 2^32 from s[*at..n); false when it
+ * runs past n or is longer or larger. */
+static bool varint(const unsigned char *s, size_t n, size_t *at,
+                   uint32_t *out) {
+  uint64_t v = 0;
+  for (int i = 0; i < 5 && *at < n; i++) {
+    unsigned char c = s[(*at)++];
+    v |= (uint64_t)(c & 0x7f) << (7 * i);
+    if (!(c & 0x80)) {
+      if (v > UINT32_MAX) return false;
+      *out = (uint32_t)v;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* A log10 probability (at most 0, with ARPA's rounding) or a backoff. */
+static bool good_logp(float x) { return isfinite(x) && x <= 1e-4f; }
+
+/* The vocabulary: n NUL-terminated words, each mapped to the lexicon's id
+ * (or a marker's) into map[], AURAL__LM_NONE for a word it lacks. */
+static int bin_vocabulary(bin *b, const aural_lexicon *lex, uint32_t n_lex,
+                          size_t n, uint32_t *map) {
+  const unsigned char *q = bin_take(b, 8, "header");
+  if (q == NULL) return b->rc;
+  uint64_t bytes = le64(q);
+  if (bytes > b->len - b->at || bytes < 2 * (uint64_t)n)
+    return aural__err_set(b->err, AURAL_EFORMAT,
+                          "%s: a vocabulary of %llu bytes for %zu words, in "
+                          "a file of %zu",
+                          b->name, (unsigned long long)bytes, n, b->len);
+  const char *s = (const char *)bin_take(b, (size_t)bytes, "vocabulary");
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *nul = memchr(s + at, '\0', (size_t)bytes - at);
+    if (nul == NULL || nul == s + at)
+      return aural__err_set(b->err, AURAL_EFORMAT,
+                            "%s: word %zu of the vocabulary is %s", b->name,
+                            i, nul == NULL ? "cut short" : "empty");
+    size_t len = (size_t)(nul - (s + at));
+    int64_t id = word_index(lex, s + at, len, n_lex);
+    map[i] = id < 0 ? AURAL__LM_NONE : (uint32_t)id;
+    at += len + 1;
+  }
+  if (at != bytes)
+    return aural__err_set(b->err, AURAL_EFORMAT,
+                          "%s: %llu bytes after the vocabulary's %zu words",
+                          b->name, (unsigned long long)(bytes - at), n);
   return 0;
+}
+
+/* Order k's quantization levels into lev[]: probabilities, then backoffs
+ * when k is below the order. */
+static int bin_levels(bin *b, int k, bool backoffs,
+                      float lev[2][BIN_LEVELS]) {
+  for (int t = 0; t < (backoffs ? 2 : 1); t++) {
+    const unsigned char *q = bin_take(b, 4 * BIN_LEVELS, "levels");
+    if (q == NULL) return b->rc;
+    for (int i = 0; i < BIN_LEVELS; i++) {
+      lev[t][i] = lef32(q + 4 * i);
+      if (t == 0 ? !good_logp(lev[t][i]) : !isfinite(lev[t][i]))
+        return aural__err_set(b->err, AURAL_EFORMAT,
+                              "%s: %d-gram %s level %d is %g", b->name, k,
+                              t == 0 ? "probability" : "backoff", i,
+                              (double)lev[t][i]);
+    }
+  }
+  return 0;
+}
+
+#define PENDING 16
+
+/* The at-th k-gram, g (hash h), with its levels, into the table. */
+static int bin_insert(bin *b, aural_lm *lm, int k, const float *plev,
+                      const float *blev, const unsigned char *ps,
+                      const unsigned char *bs, const uint32_t *g, uint32_t h,
+                      size_t at) {
+  if (!add_ngram_at(lm, g, k, h, plev[ps[at]], bs != NULL ? blev[bs[at]] : 0))
+    return aural__err_set(b->err, AURAL_EFORMAT,
+                          "%s: %d-gram %zu is listed twice", b->name, k, at);
+  return 0;
+}
+
+/* Order k (2 and up): the children of each of the n_ctx (k-1)-grams in
+ * ctx (file word ids, k - 1 per row), n of them, into the table; their
+ * rows into next (k per row) when it is not NULL. */
+static int bin_order(bin *b, aural_lm *lm, int k, const uint32_t *ctx,
+                     size_t n_ctx, size_t n, size_t n_words,
+                     const uint32_t *map, uint32_t *next) {
+  bool backoffs = k < lm->order;
+  float lev[2][BIN_LEVELS];
+  int rc = bin_levels(b, k, backoffs, lev);
+  if (rc < 0) return rc;
+  const unsigned char *q = bin_take(b, 16, "header");
+  if (q == NULL) return b->rc;
+  uint64_t cb = le64(q), wb = le64(q + 8);
+  size_t rest = b->len - b->at, per = backoffs ? 2 : 1;
+  if (cb > rest || wb > rest - cb || n > (rest - cb - wb) / per)
+    return aural__err_set(b->err, AURAL_EFORMAT,
+                          "%s: the %d-grams' streams (%llu and %llu bytes, "
+                          "%zu n-grams) do not fit in the file",
+                          b->name, k, (unsigned long long)cb,
+                          (unsigned long long)wb, n);
+  const unsigned char *cs = bin_take(b, (size_t)cb, "children");
+  const unsigned char *ws = bin_take(b, (size_t)wb, "words");
+  const unsigned char *ps = bin_take(b, n, "probabilities");
+  const unsigned char *bs = backoffs ? bin_take(b, n, "backoffs") : NULL;
+  /* The table is far larger than the caches: each n-gram's slot is
+   * fetched while the ones before it go in (PENDING n-grams later). */
+  struct {
+    uint32_t g[AURAL__LM_MAX_ORDER], h;
+    size_t at;
+  } pend[PENDING];
+  size_t n_pend = 0; /* pend[n_pend % PENDING] is the oldest, when full */
+  size_t ca = 0, wa = 0, done = 0;
+  for (size_t i = 0; i < n_ctx; i++) {
+    uint32_t c, w = 0;
+    if (!varint(cs, (size_t)cb, &ca, &c) || c > n - done)
+      return aural__err_set(b->err, AURAL_EFORMAT,
+                            "%s: the %d-grams' child count %zu is bad or "
+                            "more than the %zu announced",
+                            b->name, k, i, n);
+    for (uint32_t j = 0; j < c; j++, done++) {
+      uint32_t d;
+      if (!varint(ws, (size_t)wb, &wa, &d) || (j > 0 && d == 0) ||
+          d >= n_words - (j > 0 ? w : 0))
+        return aural__err_set(b->err, AURAL_EFORMAT,
+                              "%s: %d-gram %zu: a bad word (ids must rise "
+                              "within a context and stay below %zu)",
+                              b->name, k, done, n_words);
+      w = j > 0 ? w + d : d;
+      const uint32_t *h = ctx != NULL ? ctx + i * (size_t)(k - 1) : NULL;
+      uint32_t g[AURAL__LM_MAX_ORDER] = {0};
+      bool known = true;
+      for (int t = 0; t < k; t++) {
+        uint32_t fw = t < k - 1 ? (h != NULL ? h[t] : (uint32_t)i) : w;
+        g[t] = map[fw];
+        known = known && g[t] != AURAL__LM_NONE;
+        if (next != NULL) next[done * (size_t)k + (size_t)t] = fw;
+      }
+      if (!known) {
+        lm->n_dropped++;
+        continue;
+      }
+      size_t slot = n_pend % PENDING;
+      if (n_pend >= PENDING) {
+        rc = bin_insert(b, lm, k, lev[0], lev[1], ps, bs, pend[slot].g,
+                        pend[slot].h, pend[slot].at);
+        if (rc < 0) return rc;
+      }
+      uint32_t hash = hash_ngram(g, k);
+      __builtin_prefetch(&lm->table[home_slot(lm, hash)], 1);
+      memcpy(pend[slot].g, g, sizeof g);
+      pend[slot].h = hash;
+      pend[slot].at = done;
+      n_pend++;
+    }
+  }
+  for (size_t t = n_pend > PENDING ? n_pend - PENDING : 0; t < n_pend; t++) {
+    size_t slot = t % PENDING;
+    rc = bin_insert(b, lm, k, lev[0], lev[1], ps, bs, pend[slot].g,
+                    pend[slot].h, pend[slot].at);
+    if (rc < 0) return rc;
+  }
+  if (done != n || ca != cb || wa != wb)
+    return aural__err_set(b->err, AURAL_EFORMAT,
+                          "%s: the %d-grams' streams hold %zu n-grams of "
+                          "the %zu announced, or bytes past them",
+                          b->name, k, done, n);
+  return 0;
+}
+
+static int parse_binary(const unsigned char *p, size_t len, const char *name,
+                        const aural_lexicon *lex, aural_lm **out,
+                        aural_err *err) {
+  bin b = {.p = p, .len = len, .at = sizeof BIN_MAGIC - 1, .name = name,
+           .err = err};
+  const unsigned char *q = bin_take(&b, 8, "header");
+  if (q == NULL) return b.rc;
+  uint32_t version = le32(q), order = le32(q + 4);
+  if (version != BIN_VERSION)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: binary LM version %u (this library reads %u)",
+                          name, version, BIN_VERSION);
+  if (order < 1 || order > AURAL__LM_MAX_ORDER)
+    return aural__err_set(err, AURAL_EFORMAT,
+                          "%s: order %u (1 to %d supported)", name, order,
+                          AURAL__LM_MAX_ORDER);
+  size_t count[AURAL__LM_MAX_ORDER], total = 0;
+  if ((q = bin_take(&b, 8 * (size_t)order, "header")) == NULL)
+    return b.rc;
+  for (uint32_t k = 0; k < order; k++) {
+    uint64_t c = le64(q + 8 * k);
+    /* A 1-gram takes 10 bytes at least (its word, its NUL, two floats),
+     * any other 2 (a word and a level): a file cannot make the table
+     * larger than its own size warrants. */
+    if (c > MAX_NGRAMS || c > len / (k == 0 ? 10 : 2) || (k == 0 && c == 0))
+      return aural__err_set(err, AURAL_EFORMAT,
+                            "%s: %llu %u-grams announced (at most %u, and "
+                            "no more than its %zu bytes can hold)",
+                            name, (unsigned long long)c, k + 1, MAX_NGRAMS,
+                            len);
+    count[k] = (size_t)c;
+    total += count[k];
+  }
+  aural_lm *lm = calloc(1, sizeof *lm);
+  uint32_t *map = malloc(count[0] * sizeof *map);
+  uint32_t *ctx = NULL, *next = NULL;
+  int rc = lm && map ? 0 : aural__err_set(err, AURAL_ENOMEM, "out of memory");
+  if (lm != NULL) {
+    lm->n_lex = (uint32_t)lex->n_words;
+    lm->order = (int)order;
+  }
+  if (rc == 0) rc = alloc_lm(lm, lex, total, err);
+  if (rc == 0) rc = bin_vocabulary(&b, lex, lm->n_lex, count[0], map);
+  if (rc == 0 && (q = bin_take(&b, 8 * count[0], "1-grams")) == NULL)
+    rc = b.rc;
+  for (size_t i = 0; rc == 0 && i < count[0]; i++) {
+    float logp = lef32(q + 8 * i), bo = lef32(q + 8 * i + 4);
+    uint32_t g[AURAL__LM_MAX_ORDER] = {map[i]};
+    if (!good_logp(logp) || !isfinite(bo))
+      rc = aural__err_set(err, AURAL_EFORMAT,
+                          "%s: 1-gram %zu has log10 probability %g and "
+                          "backoff %g",
+                          name, i, (double)logp, (double)bo);
+    else if (map[i] == AURAL__LM_NONE)
+      lm->n_dropped++;
+    else if (!add_ngram(lm, g, 1, logp, bo))
+      rc = aural__err_set(err, AURAL_EFORMAT, "%s: 1-gram %zu is listed twice",
+                          name, i);
+  }
+  for (uint32_t k = 2; rc == 0 && k <= order; k++) {
+    if (k < order &&
+        (next = malloc(count[k - 1] * (size_t)k * sizeof *next + 1)) == NULL) {
+      rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
+      break;
+    }
+    rc = bin_order(&b, lm, (int)k, ctx, count[k - 2], count[k - 1],
+                   count[0], map, next);
+    free(ctx);
+    ctx = next;
+    next = NULL;
+  }
+  free(ctx);
+  free(map);
+  if (rc == 0 && b.at != len)
+    rc = aural__err_set(err, AURAL_EFORMAT, "%s: %zu bytes after the %d-grams",
+                        name, len - b.at, (int)order);
+  if (lm == NULL) return rc;
+  return finish_lm(lm, lex, rc, name, out, err);
+}
+
+static int parse(const char *data, size_t len, const char *name,
+                 const aural_lexicon *lex, aural_lm **out, aural_err *err) {
+  *out = NULL;
+  name = name ? name : "LM";
+  if (data == NULL || lex == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "LM: no text or no lexicon");
+  size_t magic = sizeof BIN_MAGIC - 1;
+  if (len > 0 && memcmp(data, BIN_MAGIC, len < magic ? len : magic) == 0) {
+    if (len <= magic)
+      return aural__err_set(err, AURAL_ETRUNCATED,
+                            "%s: the file ends in its header (a binary LM "
+                            "cut short)",
+                            name);
+    return parse_binary((const unsigned char *)data, len, name, lex, out, err);
+  }
+  return parse_text(data, len, name, lex, out, err);
 }
 
 int aural_lm_load_buffer(const char *text, size_t len, const char *name,
@@ -375,7 +722,7 @@ int aural_lm_load_buffer(const char *text, size_t len, const char *name,
   unsigned char *plain;
   int rc = aural__plain_text(&text, &len, name ? name : "LM",
                              MAX_FILE_BYTES, &plain, err);
-  if (rc == 0) rc = parse_text(text, len, name, lex, out, err);
+  if (rc == 0) rc = parse(text, len, name, lex, out, err);
   free(plain);
   return rc;
 }
@@ -385,7 +732,7 @@ int aural_lm_load(const char *path, const aural_lexicon *lex, aural_lm **out,
   *out = NULL;
   unsigned char *buf;
   size_t size;
-  int rc = aural__read_file(path, "an ARPA language model", MAX_FILE_BYTES,
+  int rc = aural__read_file(path, "a language model (ARPA or binary)", MAX_FILE_BYTES,
                             &buf, &size, err);
   if (rc < 0) return rc;
   rc = aural_lm_load_buffer((const char *)buf, size, path, lex, out, err);

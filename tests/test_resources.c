@@ -3,8 +3,13 @@
  * maps load as their plain text does, from a buffer and from a file; bad
  * gzip data (corrupt, cut short, trailing bytes, inflating past the limit)
  * is refused with the input's name; and the path of a resource beside a
- * model prefers the plain file, then the gzipped one.
+ * model prefers the plain file, then the gzipped one (for the LM: binary,
+ * then ARPA). The binary LM (tools/words/lmbin.py's tri.lm.bin, from
+ * tri.lm.arpa) scores every sequence as its ARPA source does; every
+ * prefix of it, and every damaged copy, is refused or loads, never worse;
+ * each kind of damage gets a message that says what it is.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -326,6 +331,24 @@ static void test_resource_path(void **state) {
   aural_lm_destroy(lm1);
   aural_lexicon_destroy(lex1);
 
+  /* ".lm": the ARPA file while there is no binary one, then the binary
+   * (gzipped here); with neither, the binary's plain name. */
+  assert_int_equal(aural_decoder_resource_path(model_path, ".lm", got,
+                                               sizeof got),
+                   0);
+  assert_string_equal(got, lm_gz);
+  char bin_gz[256];
+  snprintf(bin_gz, sizeof bin_gz, "%s/m.lm.bin.gz", dir);
+  test_write_file(bin_gz, zm, nm);
+  assert_int_equal(aural_decoder_resource_path(model_path, ".lm", got,
+                                               sizeof got),
+                   0);
+  assert_string_equal(got, bin_gz);
+  assert_int_equal(aural_decoder_resource_path("x/none.safetensors", ".lm",
+                                               got, sizeof got),
+                   0);
+  assert_string_equal(got, "x/none.lm.bin");
+
   /* Both: the plain one (one a user unpacked to edit). */
   test_write_file(lex_plain, lex_text, strlen(lex_text));
   assert_int_equal(aural_decoder_resource_path(model_path, ".lexicon.txt",
@@ -352,12 +375,236 @@ static void test_resource_path(void **state) {
   free(zm);
 }
 
+/* --- the binary LM -------------------------------------------------------- */
+
+/* tri.lm.arpa's words, each with a pronunciation in the tiny model's
+ * tokens ("zebra" left out: its n-grams are dropped). */
+static const char *const tri_words[] = {"the", "quick", "brown", "fox",
+                                        "jumps", "over", "lazy", "dog",
+                                        "a", "stream", "cat"};
+#define N_TRI (sizeof tri_words / sizeof *tri_words)
+
+static aural_lexicon *tri_lexicon(void) {
+  char text[1024];
+  size_t at = 0;
+  for (size_t i = 0; i < N_TRI; i++)
+    at += (size_t)snprintf(text + at, sizeof text - at, "%s\tt%zu t%zu\n",
+                           tri_words[i], 1 + i % 4, 1 + (i / 4) % 4);
+  aural_lexicon *lex;
+  aural_err err;
+  if (aural_lexicon_load_buffer(text, at, "tri.lex", model, &lex, &err) < 0)
+    fail_msg("%s", err.msg);
+  return lex;
+}
+
+static unsigned char *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  unsigned char *buf = malloc(1 << 16);
+  assert_non_null(buf);
+  *len = fread(buf, 1, 1 << 16, f);
+  assert_true(*len > 0 && *len < (1 << 16));
+  fclose(f);
+  return buf;
+}
+
+/* Every sequence of 1 to 3 of <s>, </s> and the words scores the same
+ * under both LMs (within the decimal digits' rounding). */
+static void assert_same_scores(const aural_lm *a, const aural_lm *b) {
+  int ids[N_TRI + 2];
+  for (size_t i = 0; i < N_TRI; i++) ids[i] = (int)i; /* the lexicon's order */
+  ids[N_TRI] = AURAL_LM_BOS;
+  ids[N_TRI + 1] = AURAL_LM_EOS;
+  size_t n = N_TRI + 2, checked = 0;
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < n; j++)
+      for (size_t k = 0; k < n; k++) {
+        int seq[3] = {ids[i], ids[j], ids[k]};
+        for (size_t len = 1; len <= 3; len++) {
+          double x = aural_lm_score(a, seq + 3 - len, len);
+          double y = aural_lm_score(b, seq + 3 - len, len);
+          if (isinf(x) || isinf(y)) {
+            assert_true(x == y);
+          } else if (fabs(x - y) > 1e-6) {
+            fail_msg("sequence %d %d %d (last %zu): %.7f against %.7f",
+                     seq[0], seq[1], seq[2], len, x, y);
+          }
+          checked++;
+        }
+      }
+  assert_int_equal(checked, 3 * n * n * n);
+}
+
+static void test_binary_lm_equals_arpa(void **state) {
+  (void)state;
+  aural_lexicon *lex = tri_lexicon();
+  aural_lm *arpa, *bin, *bin_gz;
+  aural_err err;
+  if (aural_lm_load(test_data_path("words/tri.lm.arpa"), lex, &arpa, &err) <
+          0 ||
+      aural_lm_load(test_data_path("words/tri.lm.bin"), lex, &bin, &err) < 0)
+    fail_msg("%s", err.msg);
+  aural_lm_info ia, ib;
+  aural_lm_get_info(arpa, &ia);
+  aural_lm_get_info(bin, &ib);
+  assert_int_equal(ia.order, 3);
+  assert_int_equal(ib.order, 3);
+  for (int k = 0; k < 3; k++) assert_int_equal(ia.n_grams[k], ib.n_grams[k]);
+  assert_true(ia.n_dropped > 0); /* zebra's */
+  assert_int_equal(ia.n_dropped, ib.n_dropped);
+  assert_same_scores(arpa, bin);
+
+  size_t len, zlen;
+  unsigned char *raw = read_all(test_data_path("words/tri.lm.bin"), &len);
+  unsigned char *z = gz(raw, len, &zlen);
+  if (aural_lm_load_buffer((const char *)z, zlen, "tri.lm.bin.gz", lex,
+                           &bin_gz, &err) < 0)
+    fail_msg("%s", err.msg);
+  assert_same_scores(bin, bin_gz);
+  aural_lm_destroy(bin_gz);
+  free(z);
+  free(raw);
+  aural_lm_destroy(arpa);
+  aural_lm_destroy(bin);
+  aural_lexicon_destroy(lex);
+}
+
+/* A load that must fail: a code, nothing out, the name in the message. */
+static void assert_refused(const aural_lexicon *lex, const unsigned char *p,
+                           size_t len, const char *want) {
+  aural_lm *lm = (aural_lm *)1;
+  aural_err err = {0};
+  int rc = aural_lm_load_buffer((const char *)p, len, "bad.lm.bin", lex, &lm,
+                                &err);
+  if (rc >= 0) fail_msg("loaded; expected \"%s\"", want ? want : "a failure");
+  assert_null(lm);
+  assert_true(rc == AURAL_EFORMAT || rc == AURAL_ETRUNCATED);
+  assert_non_null(strstr(err.msg, "bad.lm.bin"));
+  if (want != NULL && strstr(err.msg, want) == NULL)
+    fail_msg("\"%s\" lacks \"%s\"", err.msg, want);
+}
+
+/* tri.lm.bin's bytes (raw), a scratch copy of them (p, one byte longer)
+ * and the lexicon of its words. */
+typedef struct tri_bin {
+  aural_lexicon *lex;
+  unsigned char *raw, *p;
+  size_t len;
+} tri_bin;
+
+static tri_bin tri_bin_open(void) {
+  tri_bin t = {.lex = tri_lexicon()};
+  t.raw = read_all(test_data_path("words/tri.lm.bin"), &t.len);
+  t.p = malloc(t.len + 1);
+  assert_non_null(t.p);
+  return t;
+}
+
+static void tri_bin_close(tri_bin *t) {
+  free(t->p);
+  free(t->raw);
+  aural_lexicon_destroy(t->lex);
+}
+
+static void test_binary_lm_prefixes_and_damage(void **state) {
+  (void)state;
+  tri_bin t = tri_bin_open();
+  aural_lexicon *lex = t.lex;
+  unsigned char *raw = t.raw, *p = t.p;
+  size_t len = t.len;
+  /* Each prefix (the magic's own too). */
+  for (size_t n = 1; n < len; n++) {
+    memcpy(p, raw, n);
+    assert_refused(lex, p, n, n <= 8 ? "ends in its header" : NULL);
+  }
+  /* Each byte flipped three ways: refused as above, or loaded. */
+  static const unsigned char flips[] = {0x01, 0x80, 0xff};
+  size_t loaded = 0, refused = 0;
+  for (size_t i = 0; i < len; i++)
+    for (size_t f = 0; f < sizeof flips; f++) {
+      memcpy(p, raw, len);
+      p[i] ^= flips[f];
+      aural_lm *lm = (aural_lm *)1;
+      aural_err err = {0};
+      if (aural_lm_load_buffer((const char *)p, len, "bad.lm.bin", lex, &lm,
+                               &err) == 0) {
+        int seq[3] = {AURAL_LM_BOS, 0, 3};
+        double s = aural_lm_score(lm, seq, 3);
+        assert_false(isnan(s));
+        aural_lm_destroy(lm);
+        loaded++;
+      } else {
+        assert_null(lm);
+        assert_non_null(strstr(err.msg, "bad.lm.bin"));
+        refused++;
+      }
+    }
+  assert_true(loaded > 0 && refused > 0);
+  tri_bin_close(&t);
+}
+
+static void put32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void test_binary_lm_refusals(void **state) {
+  (void)state;
+  tri_bin t = tri_bin_open();
+  aural_lexicon *lex = t.lex;
+  unsigned char *raw = t.raw, *p = t.p;
+  size_t len = t.len;
+  /* The layout: magic, version, order, 3 counts, the vocabulary's size and
+   * words, 15 unigrams, then the 2-grams' levels. */
+  const size_t vocab_at = 8 + 4 + 4 + 3 * 8;
+  uint64_t vocab_bytes = 0;
+  memcpy(&vocab_bytes, raw + vocab_at, 8);
+  const size_t words_at = vocab_at + 8, uni_at = words_at + vocab_bytes;
+  const size_t levels_at = uni_at + 15 * 8;
+  float nan = NAN, one = 1.0f;
+
+#define EDIT(stmt, want)                                                      \
+  do {                                                                        \
+    memcpy(p, raw, len);                                                      \
+    stmt;                                                                     \
+    assert_refused(lex, p, len, want);                                        \
+  } while (0)
+  EDIT(put32(p + 8, 2), "version 2");
+  EDIT(put32(p + 12, 5), "order 5");
+  EDIT(put32(p + 12, 0), "order 0");
+  EDIT(put32(p + 16 + 8, 0x7fffffff), "2-grams announced");
+  EDIT(put32(p + 16, 0), "1-grams announced");
+  EDIT(p[vocab_at + 6] = 1, "vocabulary of");
+  EDIT(p[words_at] = '\0', "empty");
+  EDIT(memcpy(p + uni_at + 8 * 3, &one, 4), "1-gram 3");
+  EDIT(memcpy(p + uni_at + 8 * 3 + 4, &nan, 4), "1-gram 3");
+  EDIT(memcpy(p + levels_at, &nan, 4), "probability level 0");
+  EDIT(memcpy(p + levels_at + 4 * 5, &one, 4), "probability level 5");
+  EDIT(memcpy(p + levels_at + 4 * 256, &nan, 4), "backoff level 0");
+  /* The last word, "cat", renamed "the": the same word twice. */
+  assert_memory_equal(raw + uni_at - 4, "cat", 4);
+  EDIT(memcpy(p + uni_at - 4, "the", 3), "listed twice");
+  memcpy(p, raw, len);
+  p[len] = 0;
+  assert_refused(lex, p, len + 1, "bytes after");
+  /* The error report is optional. */
+  aural_lm *lm = (aural_lm *)1;
+  assert_int_equal(aural_lm_load_buffer((const char *)raw, 20, "x", lex, &lm,
+                                        NULL),
+                   AURAL_ETRUNCATED);
+  assert_null(lm);
+#undef EDIT
+  tri_bin_close(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gzip_buffers),
       cmocka_unit_test(test_gzip_rejects),
       cmocka_unit_test(test_gzip_limit),
       cmocka_unit_test(test_resource_path),
+      cmocka_unit_test(test_binary_lm_equals_arpa),
+      cmocka_unit_test(test_binary_lm_prefixes_and_damage),
+      cmocka_unit_test(test_binary_lm_refusals),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,12 +1,13 @@
 /*
  * libFuzzer target for the words resources (DESIGN.md §8: untrusted input
- * like model files): the lexicon reader and the ARPA reader, and, for
- * inputs that load, a decoder run over a few frames. The first byte picks
- * what the rest is: 2, a g2p map (custom words' pronunciations; when it
- * loads, a few words are pronounced through it and decoded as custom
- * words); else even, a lexicon (an LM of its words' unigrams then loads
- * over it); odd, an ARPA file over a fixed lexicon. Build and run with
- * tools/fuzz.sh (the seeds are tests/fuzz/corpus/words/).
+ * like model files): the lexicon reader, the LM reader (ARPA text and the
+ * binary form) and, for inputs that load, a decoder run over a few
+ * frames. The first byte picks what the rest is: 2, a g2p map (custom
+ * words' pronunciations; when it loads, a few words are pronounced through
+ * it and decoded as custom words); else even, a lexicon (an LM of its
+ * words' unigrams then loads over it); odd, an LM (ARPA or binary) over a
+ * fixed lexicon. Build and run with tools/fuzz.sh (the seeds are
+ * tests/fuzz/corpus/words/).
  *
  * The model is tests/data/encoder/prenorm_gelu_rope.safetensors (run from
  * the repository root): its tokens are a e i o u s t and two more.

@@ -108,7 +108,7 @@ expect=(
   "$includedir/aural.h" "$includedir/aural/proto.h"
   "$includedir/aural/encoder.h" "$includedir/aural/model.h"
   "$datadir/aural/default.safetensors" "$datadir/aural/sample.flac"
-  "$datadir/aural/default.lexicon.txt.gz" "$datadir/aural/default.lm.arpa.gz"
+  "$datadir/aural/default.lexicon.txt.gz" "$datadir/aural/default.lm.bin.gz"
   "$datadir/aural/default.g2p.txt"
   "$datadir/aural/web/index.html" "$datadir/aural/web/app.js"
   "$datadir/aural/web/aural-client.js" "$datadir/aural/web/worklet.js"

@@ -69,7 +69,7 @@ static void usage(FILE *to) {
           "             frame beside the encoder's, on the bundled\n"
           "             recording, with the model's lexicon and LM (-m,\n"
           "             default the bundled model; --lexicon, --lm,\n"
-          "             --beam N: default the decoder's, 32), and its\n"
+          "             --beam N: default the decoder's, 64), and its\n"
           "             memory per stream\n"
           "\n"
           "Model flags (encoder):\n"

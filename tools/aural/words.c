@@ -30,7 +30,7 @@ int words_load(words_res *r, const aural_model *model, const char *model_path,
        aural_decoder_resource_path(model_path, ".lexicon.txt", lex_buf,
                                    sizeof lex_buf) < 0) ||
       (lm_path == NULL &&
-       aural_decoder_resource_path(model_path, ".lm.arpa", lm_buf,
+       aural_decoder_resource_path(model_path, ".lm", lm_buf,
                                    sizeof lm_buf) < 0)) {
     snprintf(err, err_len, "%s: the model's path is too long", model_path);
     return -1;

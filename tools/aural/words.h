@@ -23,8 +23,8 @@ typedef struct words_res {
 } words_res;
 
 /* Loads the lexicon and the LM: the paths given, else those beside the
- * model file (MODEL.lexicon.txt and MODEL.lm.arpa, for MODEL.safetensors,
- * each plain or gzipped: aural_decoder_resource_path).
+ * model file (MODEL.lexicon.txt and MODEL.lm.bin or MODEL.lm.arpa, for
+ * MODEL.safetensors, each plain or gzipped: aural_decoder_resource_path).
  * Returns 0, or -1 with err set. */
 int words_load(words_res *r, const aural_model *model, const char *model_path,
                const char *lexicon_path, const char *lm_path, char *err,

@@ -110,7 +110,7 @@ def main():
     ap.add_argument("--test", required=True, help="a directory written by make_sets.py")
     ap.add_argument("--model", default=os.path.join(models, "default.safetensors"))
     ap.add_argument("--lexicon", default=os.path.join(models, "default.lexicon.txt.gz"))
-    ap.add_argument("--lm", default=os.path.join(models, "default.lm.arpa.gz"))
+    ap.add_argument("--lm", default=os.path.join(models, "default.lm.bin.gz"))
     ap.add_argument("--aural", default=os.path.join(wordlib.ROOT, "build", "tools", "aural"))
     ap.add_argument("--skip-aural", action="store_true")
     ap.add_argument("--skip-pocketsphinx", action="store_true")

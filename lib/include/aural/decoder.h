@@ -5,7 +5,7 @@
  *   aural_lm *lm;
  *   aural_decoder *dec;
  *   aural_lexicon_load("default.lexicon.txt.gz", model, &lex, &err);
- *   aural_lm_load("default.lm.arpa.gz", lex, &lm, &err);
+ *   aural_lm_load("default.lm.bin.gz", lex, &lm, &err);
  *   aural_decoder_config dc;
  *   aural_decoder_config_default(&dc);
  *   aural_decoder_create(&dc, model, lex, lm, &dec, &err);
@@ -64,13 +64,17 @@ extern "C" {
 /* --- resources beside a model --------------------------------------------- */
 
 /* A model's words resources live beside it: for MODEL.safetensors,
- * MODEL.lexicon.txt, MODEL.lm.arpa and MODEL.g2p.txt. Each may be stored
+ * MODEL.lexicon.txt, MODEL.g2p.txt and the LM, MODEL.lm.bin (aural's
+ * binary form, tools/words/lmbin.py) or MODEL.lm.arpa. Each may be stored
  * gzipped (the same name + ".gz", as the default model's LM and lexicon
  * are); every loader below reads either form, from a file or a buffer.
  * This writes into out the path of the resource named by suffix
  * (".lexicon.txt", ...): the plain file when it exists, else the gzipped
  * one when that exists, else the plain name (a loader then says it is
- * missing). Returns 0, or -1 when the path does not fit in cap.
+ * missing). The suffix ".lm" names the LM in either form: the first of
+ * MODEL.lm.bin, MODEL.lm.bin.gz, MODEL.lm.arpa, MODEL.lm.arpa.gz that
+ * exists, else MODEL.lm.bin. Returns 0, or -1 when the path does not fit
+ * in cap.
  * Thread-safe; it asks the file system, so not for a real-time path. */
 int aural_decoder_resource_path(const char *model_path, const char *suffix,
                                 char *out, size_t cap);
@@ -109,11 +113,14 @@ const char *aural_lexicon_word(const aural_lexicon *lex, int id);
 
 typedef struct aural_lm aural_lm;
 
-/* Reads an ARPA n-gram model (orders 1 to 4) over the lexicon's words:
- * n-grams with a word the lexicon lacks are dropped (it cannot be
- * recognized), <s> and </s> are required, <unk> is optional (the LM's
- * probability for lexicon words it does not list). Errors name the file,
- * line and what is wrong. */
+/* Reads an n-gram model (orders 1 to 4) over the lexicon's words, in ARPA
+ * text or aural's binary form (it starts "AURALLMB": tools/words/lmbin.py
+ * writes it from ARPA; it loads several times faster, and its n-grams of
+ * order 2 and up hold one of 256 probability levels per order), either
+ * one plain or gzipped: n-grams with a word the lexicon lacks are dropped
+ * (it cannot be recognized), <s> and </s> are required, <unk> is optional
+ * (the LM's probability for lexicon words it does not list). Errors name
+ * the file, the line or n-gram, and what is wrong. */
 int aural_lm_load(const char *path, const aural_lexicon *lex, aural_lm **out,
                   aural_err *err);
 int aural_lm_load_buffer(const char *text, size_t len, const char *name,
@@ -181,11 +188,11 @@ int aural_g2p_text(const aural_g2p *g, const char *const *words, size_t n,
 typedef struct aural_decoder_config {
   /* Defaults tuned on a dev set of training-split sentences that the LM
    * never saw (tools/words/README.md), never on the test set. */
-  int beam;                /* hypotheses kept after each frame (32) */
+  int beam;                /* hypotheses kept after each frame (64) */
   float beam_threshold;    /* and only those within this of the best (14) */
   int max_tokens;          /* tokens tried per frame: the most likely (8) */
   float token_threshold;   /* ... within this of the frame's best (10) */
-  float lm_weight;         /* weight of the LM's natural-log score (0.7) */
+  float lm_weight;         /* weight of the LM's natural-log score (0.8) */
   float word_penalty;      /* added per word (-1) */
   /* Subtracted from the blank's log-posterior in the search, not in the
    * endpoint rules: CTC's blank takes most frames, and a model unsure

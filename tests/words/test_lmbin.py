@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""The binary LM writer (tools/words/lmbin.py).
+
+* It writes tests/data/words/tri.lm.bin from tri.lm.arpa byte for byte (the
+  C tests read that file against the ARPA text; this pins the writer to
+  it), and the same bytes again.
+* Quantization: 256 or fewer distinct values are kept exactly; more share
+  256 levels, each value's level the mean of its bin, equal values in one
+  bin, the levels rising with the values, every value within its bin's
+  span of its level.
+* Varints as lib/lm.c reads them; a k-gram whose first words are no
+  (k-1)-gram, or a word listed twice, is refused.
+
+    test_lmbin.py
+"""
+
+import os
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "words"))
+import lmbin  # noqa: E402
+
+DATA = os.path.join(ROOT, "tests", "data", "words")
+
+
+class TestLmbin(unittest.TestCase):
+    def test_writes_the_committed_file(self):
+        order, grams = lmbin.read_arpa(os.path.join(DATA, "tri.lm.arpa"))
+        self.assertEqual(order, 3)
+        data = lmbin.convert(order, grams)
+        with open(os.path.join(DATA, "tri.lm.bin"), "rb") as f:
+            self.assertEqual(data, f.read())
+        self.assertEqual(lmbin.convert(order, grams), data)
+        self.assertEqual(data[:8], b"AURALLMB")
+
+    def test_few_values_are_exact(self):
+        v = [-0.5, -1.25, -0.5, -3.0]
+        levels, idx = lmbin.quantize(v)
+        self.assertEqual(len(levels), 256)
+        self.assertEqual([float(levels[i]) for i in idx], [np.float32(x) for x in v])
+
+    def test_many_values_share_levels(self):
+        rng = np.random.default_rng(5)
+        v = np.concatenate([-rng.exponential(2.0, 5000), np.full(700, -1.5)])
+        levels, idx = lmbin.quantize(v)
+        self.assertTrue(np.all(np.diff(levels) >= 0))
+        self.assertEqual(len(set(idx[v == -1.5])), 1)
+        for b in np.unique(idx):
+            sel = v[idx == b]
+            self.assertAlmostEqual(float(levels[b]), sel.mean(), places=5)
+            self.assertLessEqual(abs(levels[b] - sel).max(), sel.max() - sel.min() + 1e-6)
+        self.assertLess(np.abs(levels[idx] - v).mean(), 0.02)
+
+    def test_varints(self):
+        self.assertEqual(lmbin.varints([0, 127, 128, 300, 2**32 - 1]),
+                         bytes([0, 127, 0x80, 1, 0xAC, 2, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F]))
+
+    def test_refuses_inconsistent_models(self):
+        uni = [(("<s>",), -99.0, -0.1), (("</s>",), -1.0, None), (("a",), -1.0, -0.2)]
+        with self.assertRaisesRegex(ValueError, "no 2-gram"):
+            lmbin.convert(3, [uni, [(("<s>", "a"), -0.3, -0.1)],
+                              [(("a", "a", "</s>"), -0.2, None)]])
+        with self.assertRaisesRegex(ValueError, "twice"):
+            lmbin.convert(1, [uni + [(("a",), -2.0, None)]])
+
+    def test_command_line(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "x.lm.bin")
+            rc = os.system("%s %s %s %s > /dev/null" % (
+                sys.executable, os.path.join(ROOT, "tools", "words", "lmbin.py"),
+                os.path.join(DATA, "tri.lm.arpa"), out))
+            self.assertEqual(rc, 0)
+            with open(out, "rb") as f, open(os.path.join(DATA, "tri.lm.bin"), "rb") as g:
+                self.assertEqual(f.read(), g.read())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
