@@ -120,7 +120,7 @@ void aural_decoder_config_default(aural_decoder_config *cfg) {
       .endpoint_idle_s = 2.4f,
       .endpoint_max_s = 20.0f,
       .boost_words = NULL,
-      .boost = 6.0f,
+      .boost = 7.0f,
       .sum_alignments = true,
   };
 }

@@ -97,7 +97,7 @@ static void usage(FILE *to) {
           "      --vocabulary W1,W2,...  custom words (names, terms) the\n"
           "                       lexicon lacks, pronounced by espeak-ng\n"
           "                       and favoured by --boost\n"
-          "      --boost X        score added per custom word (default 6)\n"
+          "      --boost X        score added per custom word (default 7)\n"
           "      --g2p PATH       how espeak-ng's phonemes become the model's\n"
           "                       tokens (default: MODEL.g2p.txt)\n"
           "  -h, --help           show this help\n"

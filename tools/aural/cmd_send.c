@@ -76,7 +76,7 @@ static void usage(FILE *to) {
           "                     lexicon lacks, for the stream's words (every\n"
           "                     subscriber's): pronounced by espeak-ng; at\n"
           "                     most 64\n"
-          "      --boost X      score added per custom word (default 6)\n"
+          "      --boost X      score added per custom word (default 7)\n"
           "      --native       with --cluster: send the audio at its own\n"
           "                     rate and channels; by default it goes as\n"
           "                     mono at the model's rate (from a live node),\n"

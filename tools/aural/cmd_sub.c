@@ -116,7 +116,7 @@ static void usage(FILE *to) {
           "                     pronounced by espeak-ng, decoded by the\n"
           "                     server from the next chunk on (needs\n"
           "                     --stream and --output words; at most 64)\n"
-          "      --boost X      score added per custom word (default 6)\n"
+          "      --boost X      score added per custom word (default 7)\n"
           "  -q, --quiet        no per-chunk or event lines (with --output\n"
           "                     text or words, each stream's whole text or\n"
           "                     transcript is still printed); no effect\n"

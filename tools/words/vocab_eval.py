@@ -4,7 +4,7 @@ named as custom words, and how often they are inserted where nobody said
 them.
 
     vocab_eval.py make --out DIR [--seed 1]
-    vocab_eval.py score --set DIR/test [--boost 6 ...] [--json OUT]
+    vocab_eval.py score --set DIR/test [--boost 7 ...] [--json OUT]
     vocab_eval.py tune --set DIR/dev [--boosts 0,1,2,...]
 
 `make` writes two sets, each a directory of 22.05 kHz WAVs and refs.tsv:
@@ -170,14 +170,14 @@ def main():
         s.add_argument("--json")
         if name == "score":
             s.add_argument("--boost", type=float, action="append",
-                           help="boost to measure (repeatable; default 0 and 6)")
+                           help="boost to measure (repeatable; default 0 and 7)")
         else:
-            s.add_argument("--boosts", default="0,1,2,3,4,5,6,8,10")
+            s.add_argument("--boosts", default="0,1,2,3,4,5,6,7,8,10")
     args = ap.parse_args()
     if args.cmd == "make":
         cmd_make(args)
         return 0
-    boosts = (args.boost or [0.0, 6.0]) if args.cmd == "score" else \
+    boosts = (args.boost or [0.0, 7.0]) if args.cmd == "score" else \
         [float(b) for b in args.boosts.split(",")]
     results = run_conditions(args, boosts)
     if args.json:

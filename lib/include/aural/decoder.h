@@ -203,7 +203,7 @@ typedef struct aural_decoder_config {
   float endpoint_max_s;    /* longest segment (20) */
   /* Custom words (NULL: none), a lexicon such as aural_g2p_lexicon makes,
    * which must outlive the decoder: searched beside the main lexicon, each
-   * word's score raised by boost (natural log, default 6, chosen on a
+   * word's score raised by boost (natural log, default 7, chosen on a
    * dev set: tools/words/vocab_eval.py tune). A word the LM
    * lists (in lower case) gets its LM score; another, the LM's <unk> (or
    * its lowest unigram when it has no <unk>). */
