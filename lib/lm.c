@@ -515,7 +515,7 @@ static int bin_levels(bin *b, int k, bool backoffs,
   return 0;
 }
 
-#define PENDING 16
+#define BIN_PENDING 16
 
 /* The at-th k-gram, g (hash h), with its levels, into the table. */
 static int bin_insert(bin *b, aural_lm *lm, int k, const float *plev,
@@ -553,12 +553,12 @@ static int bin_order(bin *b, aural_lm *lm, int k, const uint32_t *ctx,
   const unsigned char *ps = bin_take(b, n, "probabilities");
   const unsigned char *bs = backoffs ? bin_take(b, n, "backoffs") : NULL;
   /* The table is far larger than the caches: each n-gram's slot is
-   * fetched while the ones before it go in (PENDING n-grams later). */
+   * fetched while the ones before it go in (BIN_PENDING n-grams later). */
   struct {
     uint32_t g[AURAL__LM_MAX_ORDER], h;
     size_t at;
-  } pend[PENDING];
-  size_t n_pend = 0; /* pend[n_pend % PENDING] is the oldest, when full */
+  } pend[BIN_PENDING];
+  size_t n_pend = 0; /* pend[n_pend % BIN_PENDING] is the oldest, when full */
   size_t ca = 0, wa = 0, done = 0;
   for (size_t i = 0; i < n_ctx; i++) {
     uint32_t c, w = 0;
@@ -589,8 +589,8 @@ static int bin_order(bin *b, aural_lm *lm, int k, const uint32_t *ctx,
         lm->n_dropped++;
         continue;
       }
-      size_t slot = n_pend % PENDING;
-      if (n_pend >= PENDING) {
+      size_t slot = n_pend % BIN_PENDING;
+      if (n_pend >= BIN_PENDING) {
         rc = bin_insert(b, lm, k, lev[0], lev[1], ps, bs, pend[slot].g,
                         pend[slot].h, pend[slot].at);
         if (rc < 0) return rc;
@@ -603,8 +603,8 @@ static int bin_order(bin *b, aural_lm *lm, int k, const uint32_t *ctx,
       n_pend++;
     }
   }
-  for (size_t t = n_pend > PENDING ? n_pend - PENDING : 0; t < n_pend; t++) {
-    size_t slot = t % PENDING;
+  for (size_t t = n_pend > BIN_PENDING ? n_pend - BIN_PENDING : 0; t < n_pend; t++) {
+    size_t slot = t % BIN_PENDING;
     rc = bin_insert(b, lm, k, lev[0], lev[1], ps, bs, pend[slot].g,
                     pend[slot].h, pend[slot].at);
     if (rc < 0) return rc;

@@ -28,6 +28,7 @@ with every utterance's normalized hypothesis.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -123,6 +124,9 @@ def main():
                     help="only the first N utterances of each condition (0: all)")
     ap.add_argument("--json", default=None, help="write the results here too")
     args = ap.parse_args()
+    if not args.skip_pocketsphinx and shutil.which("pocketsphinx_batch") is None:
+        ap.error("pocketsphinx_batch not found: install Debian's pocketsphinx "
+                 "(apt-get install pocketsphinx) or pass --skip-pocketsphinx")
 
     refs = read_words(args.test)
     conds = []
