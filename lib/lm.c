@@ -44,6 +44,13 @@ static uint32_t hash_ngram(const uint32_t *w, int n) {
     h *= 16777619u;
     h ^= h >> 15;
   }
+  /* home_slot reads the top bits: mix every bit into them (murmur3's
+   * finalizer), or n-grams of nearby ids crowd into runs of slots. */
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
   return h;
 }
 
@@ -540,16 +547,17 @@ static int bin_order(bin *b, aural_lm *lm, int k, const uint32_t *ctx,
   if (rc < 0) return rc;
   const unsigned char *q = bin_take(b, 16, "header");
   if (q == NULL) return b->rc;
-  uint64_t cb = le64(q), wb = le64(q + 8);
+  uint64_t count_bytes = le64(q), word_bytes = le64(q + 8);
   size_t rest = b->len - b->at, per = backoffs ? 2 : 1;
-  if (cb > rest || wb > rest - cb || n > (rest - cb - wb) / per)
-    return aural__err_set(b->err, AURAL_EFORMAT,
+  if (count_bytes > rest || word_bytes > rest - count_bytes ||
+      n > (rest - count_bytes - word_bytes) / per)
+    return aural__err_set(b->err, AURAL_ETRUNCATED,
                           "%s: the %d-grams' streams (%llu and %llu bytes, "
                           "%zu n-grams) do not fit in the file",
-                          b->name, k, (unsigned long long)cb,
-                          (unsigned long long)wb, n);
-  const unsigned char *cs = bin_take(b, (size_t)cb, "children");
-  const unsigned char *ws = bin_take(b, (size_t)wb, "words");
+                          b->name, k, (unsigned long long)count_bytes,
+                          (unsigned long long)word_bytes, n);
+  const unsigned char *counts = bin_take(b, (size_t)count_bytes, "children");
+  const unsigned char *words = bin_take(b, (size_t)word_bytes, "words");
   const unsigned char *ps = bin_take(b, n, "probabilities");
   const unsigned char *bs = backoffs ? bin_take(b, n, "backoffs") : NULL;
   /* The table is far larger than the caches: each n-gram's slot is
@@ -559,28 +567,28 @@ static int bin_order(bin *b, aural_lm *lm, int k, const uint32_t *ctx,
     size_t at;
   } pend[BIN_PENDING];
   size_t n_pend = 0; /* pend[n_pend % BIN_PENDING] is the oldest, when full */
-  size_t ca = 0, wa = 0, done = 0;
+  size_t count_at = 0, word_at = 0, done = 0;
   for (size_t i = 0; i < n_ctx; i++) {
     uint32_t c, w = 0;
-    if (!varint(cs, (size_t)cb, &ca, &c) || c > n - done)
+    if (!varint(counts, (size_t)count_bytes, &count_at, &c) || c > n - done)
       return aural__err_set(b->err, AURAL_EFORMAT,
-                            "%s: the %d-grams' child count %zu is bad or "
-                            "more than the %zu announced",
-                            b->name, k, i, n);
+                            "%s: the count of %d-grams after %d-gram %zu is "
+                            "bad or more than the %zu announced",
+                            b->name, k, k - 1, i, n);
     for (uint32_t j = 0; j < c; j++, done++) {
       uint32_t d;
-      if (!varint(ws, (size_t)wb, &wa, &d) || (j > 0 && d == 0) ||
-          d >= n_words - (j > 0 ? w : 0))
+      if (!varint(words, (size_t)word_bytes, &word_at, &d) ||
+          (j > 0 && d == 0) || d >= n_words - (j > 0 ? w : 0))
         return aural__err_set(b->err, AURAL_EFORMAT,
                               "%s: %d-gram %zu: a bad word (ids must rise "
                               "within a context and stay below %zu)",
                               b->name, k, done, n_words);
       w = j > 0 ? w + d : d;
-      const uint32_t *h = ctx != NULL ? ctx + i * (size_t)(k - 1) : NULL;
+      const uint32_t *row = ctx != NULL ? ctx + i * (size_t)(k - 1) : NULL;
       uint32_t g[AURAL__LM_MAX_ORDER] = {0};
       bool known = true;
       for (int t = 0; t < k; t++) {
-        uint32_t fw = t < k - 1 ? (h != NULL ? h[t] : (uint32_t)i) : w;
+        uint32_t fw = t < k - 1 ? (row != NULL ? row[t] : (uint32_t)i) : w;
         g[t] = map[fw];
         known = known && g[t] != AURAL__LM_NONE;
         if (next != NULL) next[done * (size_t)k + (size_t)t] = fw;
@@ -603,13 +611,14 @@ static int bin_order(bin *b, aural_lm *lm, int k, const uint32_t *ctx,
       n_pend++;
     }
   }
-  for (size_t t = n_pend > BIN_PENDING ? n_pend - BIN_PENDING : 0; t < n_pend; t++) {
+  size_t first = n_pend > BIN_PENDING ? n_pend - BIN_PENDING : 0;
+  for (size_t t = first; t < n_pend; t++) {
     size_t slot = t % BIN_PENDING;
     rc = bin_insert(b, lm, k, lev[0], lev[1], ps, bs, pend[slot].g,
                     pend[slot].h, pend[slot].at);
     if (rc < 0) return rc;
   }
-  if (done != n || ca != cb || wa != wb)
+  if (done != n || count_at != count_bytes || word_at != word_bytes)
     return aural__err_set(b->err, AURAL_EFORMAT,
                           "%s: the %d-grams' streams hold %zu n-grams of "
                           "the %zu announced, or bytes past them",
@@ -650,6 +659,20 @@ static int parse_binary(const unsigned char *p, size_t len, const char *name,
     count[k] = (size_t)c;
     total += count[k];
   }
+  /* The least a file with these counts takes after its header: each
+   * 1-gram 10 bytes; per order k >= 2 its levels, two stream sizes, a
+   * child count per (k-1)-gram and a word and a level or two per k-gram.
+   * Refused before anything is allocated for them. */
+  uint64_t least = 8 + 10 * (uint64_t)count[0];
+  for (uint32_t k = 2; k <= order; k++)
+    least += 4 * BIN_LEVELS * (k < order ? 2u : 1u) + 16 + count[k - 2] +
+             (k < order ? 3u : 2u) * (uint64_t)count[k - 1];
+  if (least > len - b.at)
+    return aural__err_set(err, AURAL_ETRUNCATED,
+                          "%s: its counts (%zu 1-grams, ...) need %llu bytes "
+                          "after the header, and %zu follow",
+                          name, count[0], (unsigned long long)least,
+                          len - b.at);
   aural_lm *lm = calloc(1, sizeof *lm);
   uint32_t *map = malloc(count[0] * sizeof *map);
   uint32_t *ctx = NULL, *next = NULL;
@@ -715,14 +738,14 @@ static int parse(const char *data, size_t len, const char *name,
   return parse_text(data, len, name, lex, out, err);
 }
 
-int aural_lm_load_buffer(const char *text, size_t len, const char *name,
+int aural_lm_load_buffer(const char *data, size_t len, const char *name,
                          const aural_lexicon *lex, aural_lm **out,
                          aural_err *err) {
   *out = NULL;
   unsigned char *plain;
-  int rc = aural__plain_text(&text, &len, name ? name : "LM",
+  int rc = aural__plain_text(&data, &len, name ? name : "LM",
                              MAX_FILE_BYTES, &plain, err);
-  if (rc == 0) rc = parse(text, len, name, lex, out, err);
+  if (rc == 0) rc = parse(data, len, name, lex, out, err);
   free(plain);
   return rc;
 }
@@ -732,8 +755,8 @@ int aural_lm_load(const char *path, const aural_lexicon *lex, aural_lm **out,
   *out = NULL;
   unsigned char *buf;
   size_t size;
-  int rc = aural__read_file(path, "a language model (ARPA or binary)", MAX_FILE_BYTES,
-                            &buf, &size, err);
+  int rc = aural__read_file(path, "a language model (ARPA or binary)",
+                            MAX_FILE_BYTES, &buf, &size, err);
   if (rc < 0) return rc;
   rc = aural_lm_load_buffer((const char *)buf, size, path, lex, out, err);
   free(buf);

@@ -348,6 +348,21 @@ static void test_resource_path(void **state) {
                                                got, sizeof got),
                    0);
   assert_string_equal(got, "x/none.lm.bin");
+  /* The binary form wins over an unpacked ARPA file; its plain form over
+   * its gzipped one. */
+  char arpa_plain[256], bin_plain[256];
+  snprintf(arpa_plain, sizeof arpa_plain, "%s/m.lm.arpa", dir);
+  snprintf(bin_plain, sizeof bin_plain, "%s/m.lm.bin", dir);
+  test_write_file(arpa_plain, arpa_text, strlen(arpa_text));
+  assert_int_equal(aural_decoder_resource_path(model_path, ".lm", got,
+                                               sizeof got),
+                   0);
+  assert_string_equal(got, bin_gz);
+  test_write_file(bin_plain, zm, nm);
+  assert_int_equal(aural_decoder_resource_path(model_path, ".lm", got,
+                                               sizeof got),
+                   0);
+  assert_string_equal(got, bin_plain);
 
   /* Both: the plain one (one a user unpacked to edit). */
   test_write_file(lex_plain, lex_text, strlen(lex_text));
@@ -435,37 +450,45 @@ static void assert_same_scores(const aural_lm *a, const aural_lm *b) {
   assert_int_equal(checked, 3 * n * n * n);
 }
 
+/* tri (every order more than the loader's queue of 16 n-grams) and tiny
+ * (fewer): the binary form scores as its ARPA source, gzipped too. */
 static void test_binary_lm_equals_arpa(void **state) {
   (void)state;
   aural_lexicon *lex = tri_lexicon();
-  aural_lm *arpa, *bin, *bin_gz;
-  aural_err err;
-  if (aural_lm_load(test_data_path("words/tri.lm.arpa"), lex, &arpa, &err) <
-          0 ||
-      aural_lm_load(test_data_path("words/tri.lm.bin"), lex, &bin, &err) < 0)
-    fail_msg("%s", err.msg);
-  aural_lm_info ia, ib;
-  aural_lm_get_info(arpa, &ia);
-  aural_lm_get_info(bin, &ib);
-  assert_int_equal(ia.order, 3);
-  assert_int_equal(ib.order, 3);
-  for (int k = 0; k < 3; k++) assert_int_equal(ia.n_grams[k], ib.n_grams[k]);
-  assert_true(ia.n_dropped > 0); /* zebra's */
-  assert_int_equal(ia.n_dropped, ib.n_dropped);
-  assert_same_scores(arpa, bin);
+  static const char *const stems[] = {"words/tri", "words/tiny"};
+  for (int f = 0; f < 2; f++) {
+    char arpa_path[64], bin_path[64];
+    snprintf(arpa_path, sizeof arpa_path, "%s.lm.arpa", stems[f]);
+    snprintf(bin_path, sizeof bin_path, "%s.lm.bin", stems[f]);
+    aural_lm *arpa, *bin, *bin_gz;
+    aural_err err;
+    if (aural_lm_load(test_data_path(arpa_path), lex, &arpa, &err) < 0 ||
+        aural_lm_load(test_data_path(bin_path), lex, &bin, &err) < 0)
+      fail_msg("%s", err.msg);
+    aural_lm_info ia, ib;
+    aural_lm_get_info(arpa, &ia);
+    aural_lm_get_info(bin, &ib);
+    assert_int_equal(ia.order, 3);
+    assert_int_equal(ib.order, 3);
+    for (int k = 0; k < 3; k++)
+      assert_int_equal(ia.n_grams[k], ib.n_grams[k]);
+    assert_true(ia.n_dropped > 0); /* zebra's */
+    assert_int_equal(ia.n_dropped, ib.n_dropped);
+    assert_same_scores(arpa, bin);
 
-  size_t len, zlen;
-  unsigned char *raw = read_all(test_data_path("words/tri.lm.bin"), &len);
-  unsigned char *z = gz(raw, len, &zlen);
-  if (aural_lm_load_buffer((const char *)z, zlen, "tri.lm.bin.gz", lex,
-                           &bin_gz, &err) < 0)
-    fail_msg("%s", err.msg);
-  assert_same_scores(bin, bin_gz);
-  aural_lm_destroy(bin_gz);
-  free(z);
-  free(raw);
-  aural_lm_destroy(arpa);
-  aural_lm_destroy(bin);
+    size_t len, zlen;
+    unsigned char *raw = read_all(test_data_path(bin_path), &len);
+    unsigned char *z = gz(raw, len, &zlen);
+    if (aural_lm_load_buffer((const char *)z, zlen, "x.lm.bin.gz", lex,
+                             &bin_gz, &err) < 0)
+      fail_msg("%s", err.msg);
+    assert_same_scores(bin, bin_gz);
+    aural_lm_destroy(bin_gz);
+    free(z);
+    free(raw);
+    aural_lm_destroy(arpa);
+    aural_lm_destroy(bin);
+  }
   aural_lexicon_destroy(lex);
 }
 
@@ -534,6 +557,7 @@ static void test_binary_lm_prefixes_and_damage(void **state) {
         aural_lm_destroy(lm);
         loaded++;
       } else {
+        assert_true(err.code < 0);
         assert_null(lm);
         assert_non_null(strstr(err.msg, "bad.lm.bin"));
         refused++;
@@ -572,6 +596,8 @@ static void test_binary_lm_refusals(void **state) {
   EDIT(put32(p + 12, 5), "order 5");
   EDIT(put32(p + 12, 0), "order 0");
   EDIT(put32(p + 16 + 8, 0x7fffffff), "2-grams announced");
+  /* Within the per-order bound, beyond what the file's bytes hold. */
+  EDIT(put32(p + 16 + 8, (uint32_t)(len / 2)), "need");
   EDIT(put32(p + 16, 0), "1-grams announced");
   EDIT(p[vocab_at + 6] = 1, "vocabulary of");
   EDIT(p[words_at] = '\0', "empty");
@@ -580,6 +606,18 @@ static void test_binary_lm_refusals(void **state) {
   EDIT(memcpy(p + levels_at, &nan, 4), "probability level 0");
   EDIT(memcpy(p + levels_at + 4 * 5, &one, 4), "probability level 5");
   EDIT(memcpy(p + levels_at + 4 * 256, &nan, 4), "backoff level 0");
+  EDIT(p[vocab_at] += 1, "bytes after the vocabulary");
+  /* The 2-grams' streams: child counts (one per 1-gram), then words. */
+  const size_t sizes_at = levels_at + 2 * 4 * 256;
+  uint64_t n_count_bytes = 0;
+  memcpy(&n_count_bytes, raw + sizes_at, 8);
+  const size_t counts_at = sizes_at + 16, words2_at = counts_at + n_count_bytes;
+  assert_true(raw[counts_at] >= 2 && raw[words2_at + 1] >= 1); /* <s>'s */
+  EDIT(p[counts_at] = 0x7f, "count of 2-grams after 1-gram 0");
+  EDIT(p[words2_at] = 15, "a bad word"); /* id 15 of 15 words */
+  EDIT(p[words2_at + 1] = 0, "a bad word"); /* no rise */
+  EDIT(memset(p + words2_at, 0xff, 5), "a bad word"); /* past 32 bits */
+  EDIT(p[sizes_at] -= 1, "2-gram"); /* the streams no longer line up */
   /* The last word, "cat", renamed "the": the same word twice. */
   assert_memory_equal(raw + uni_at - 4, "cat", 4);
   EDIT(memcpy(p + uni_at - 4, "the", 3), "listed twice");

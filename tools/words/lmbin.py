@@ -57,12 +57,17 @@ LEVELS = 256
 def read_arpa(path):
     """(order, [per order: list of (words tuple, log10 p, log10 bow or None)])."""
     grams = {}
+    announced = {}
     order = 0
     section = 0
     with wordlib.open_text(path) as f:
         for line in f:
             line = line.strip()
-            if not line or line.startswith("ngram ") or line == "\\data\\":
+            if line.startswith("ngram "):
+                k, _, n = line[6:].partition("=")
+                announced[int(k)] = int(n)
+                continue
+            if not line or line == "\\data\\":
                 continue
             if line.startswith("\\") and line.endswith("-grams:"):
                 section = int(line[1:-7])
@@ -74,6 +79,10 @@ def read_arpa(path):
             parts = line.split()
             bow = float(parts[1 + section]) if len(parts) > 1 + section else None
             grams[section].append((tuple(parts[1:1 + section]), float(parts[0]), bow))
+    for k in range(1, max([order] + list(announced)) + 1):
+        if len(grams.get(k, ())) != announced.get(k, -1):
+            raise ValueError("%s: %d %d-grams listed, \\data\\ announced %s" % (
+                path, len(grams.get(k, ())), k, announced.get(k, "none")))
     return order, [grams[k] for k in range(1, order + 1)]
 
 
@@ -110,6 +119,12 @@ def varints(values):
 
 def convert(order, grams):
     """The binary file's bytes."""
+    if not 1 <= order <= 4 or len(grams) != order:
+        raise ValueError("order %d (libaural reads 1 to 4)" % order)
+    for k, rows in enumerate(grams, 1):
+        for g, p, _ in rows:
+            if p > 1e-4 and g != ("<s>",):
+                raise ValueError("%d-gram %s: log10 probability %g above 0" % (k, " ".join(g), p))
     words = [g[0][0] for g in grams[0]]
     if len(set(words)) != len(words):
         raise ValueError("a word is listed twice among the 1-grams")
@@ -126,6 +141,8 @@ def convert(order, grams):
     contexts = [(i,) for i in range(len(words))]
     for k in range(2, order + 1):
         rows = sorted((tuple(ids[w] for w in g), p, b) for g, p, b in grams[k - 1])
+        if any(a[0] == b[0] for a, b in zip(rows, rows[1:])):
+            raise ValueError("a %d-gram is listed twice" % k)
         keyed = {}
         for key, _, _ in rows:
             keyed.setdefault(key[:-1], []).append(key[-1])

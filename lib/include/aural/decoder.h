@@ -123,7 +123,7 @@ typedef struct aural_lm aural_lm;
  * the file, the line or n-gram, and what is wrong. */
 int aural_lm_load(const char *path, const aural_lexicon *lex, aural_lm **out,
                   aural_err *err);
-int aural_lm_load_buffer(const char *text, size_t len, const char *name,
+int aural_lm_load_buffer(const char *data, size_t len, const char *name,
                          const aural_lexicon *lex, aural_lm **out,
                          aural_err *err);
 void aural_lm_destroy(aural_lm *lm);
