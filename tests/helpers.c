@@ -63,6 +63,22 @@ void test_write_file(const char *path, const void *data, size_t len) {
   assert_int_equal(fclose(f), 0);
 }
 
+char *test_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  assert_true(n >= 0);
+  rewind(f);
+  char *buf = malloc((size_t)n + 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  buf[n] = '\0';
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
 float test_frand(void) {
   static uint32_t rng = 2463534242u;
   rng ^= rng << 13;

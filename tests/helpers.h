@@ -26,6 +26,10 @@ void assert_contains(const char *text, const char *parts);
 /* Writes len bytes to path; fails the test on error. */
 void test_write_file(const char *path, const void *data, size_t len);
 
+/* The whole file at path (free it), with a NUL after its *len bytes;
+ * fails the test on error. */
+char *test_read_file(const char *path, size_t *len);
+
 /* A one-layer model of random weights, d_model 8, with a CTC head of
  * vocab_size tokens (t0, the blank, then t1, t2, ...): enough for the
  * words resources and decoder. Fails the test on error; free it with

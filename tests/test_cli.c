@@ -632,23 +632,6 @@ static void test_summary_and_show(void **state) {
 
 /* ---- The encoder through the CLI. ---- */
 
-/* Reads a whole file; *len gets its size. */
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  assert_int_equal(fseek(f, 0, SEEK_END), 0);
-  long n = ftell(f);
-  assert_true(n >= 0);
-  rewind(f);
-  char *buf = malloc((size_t)n + 1);
-  assert_non_null(buf);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  buf[n] = '\0';
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
-
 /* Chunk size changes how frames are grouped, never the result: the files
  * are identical byte for byte, for embeddings, logits and text. */
 static void test_encode_chunk_frames_invariance(void **state) {
@@ -668,7 +651,7 @@ static void test_encode_chunk_frames_invariance(void **state) {
                                  NULL),
                        0);
       size_t len;
-      char *got = slurp(out, &len);
+      char *got = test_read_file(out, &len);
       if (first == NULL) {
         first = got;
         first_len = len;
@@ -737,7 +720,7 @@ static void test_encode_bad_model(void **state) {
 /* Copies the test recording to dir/name (the tests below must never risk
  * the shared test data) and returns its bytes. */
 static char *copy_speech(const char *path, size_t *len) {
-  char *bytes = slurp(test_data_path("fbank/speech.wav"), len);
+  char *bytes = test_read_file(test_data_path("fbank/speech.wav"), len);
   test_write_file(path, bytes, *len);
   return bytes;
 }
@@ -745,7 +728,7 @@ static char *copy_speech(const char *path, size_t *len) {
 static void assert_same_bytes(const char *path, const char *want,
                               size_t want_len) {
   size_t len;
-  char *got = slurp(path, &len);
+  char *got = test_read_file(path, &len);
   assert_int_equal(len, want_len);
   assert_memory_equal(got, want, len);
   free(got);
@@ -950,7 +933,7 @@ static void test_encode_fifo_says_it_waits(void **state) {
     free(err);
   }
   size_t len;
-  char *wav = slurp(test_data_path("fbank/speech.wav"), &len);
+  char *wav = test_read_file(test_data_path("fbank/speech.wav"), &len);
   void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
   int fd = open(in, O_WRONLY); /* the tool is waiting in its open */
   assert_true(fd >= 0);

@@ -412,17 +412,6 @@ static aural_lexicon *tri_lexicon(void) {
   return lex;
 }
 
-static unsigned char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  unsigned char *buf = malloc(1 << 16);
-  assert_non_null(buf);
-  *len = fread(buf, 1, 1 << 16, f);
-  assert_true(*len > 0 && *len < (1 << 16));
-  fclose(f);
-  return buf;
-}
-
 /* Every sequence of 1 to 3 of <s>, </s> and the words scores the same
  * under both LMs (within the decimal digits' rounding). */
 static void assert_same_scores(const aural_lm *a, const aural_lm *b) {
@@ -477,7 +466,9 @@ static void test_binary_lm_equals_arpa(void **state) {
     assert_same_scores(arpa, bin);
 
     size_t len, zlen;
-    unsigned char *raw = read_all(test_data_path(bin_path), &len);
+    unsigned char *raw =
+        (unsigned char *)test_read_file(test_data_path(bin_path), &len);
+    assert_true(len > 0);
     unsigned char *z = gz(raw, len, &zlen);
     if (aural_lm_load_buffer((const char *)z, zlen, "x.lm.bin.gz", lex,
                              &bin_gz, &err) < 0)
@@ -517,7 +508,9 @@ typedef struct tri_bin {
 
 static tri_bin tri_bin_open(void) {
   tri_bin t = {.lex = tri_lexicon()};
-  t.raw = read_all(test_data_path("words/tri.lm.bin"), &t.len);
+  t.raw = (unsigned char *)test_read_file(test_data_path("words/tri.lm.bin"),
+                                          &t.len);
+  assert_true(t.len > 0);
   t.p = malloc(t.len + 1);
   assert_non_null(t.p);
   return t;
