@@ -266,6 +266,7 @@ typedef struct stream_sched {
   /* Copies of work's counters for STATS and the scheduler, made by the
    * worker at the end of each round. */
   uint64_t stat_frames;
+  uint64_t stat_rounds;
   double stat_compute_s, stat_audio_s;
 } stream_sched;
 
@@ -283,6 +284,7 @@ typedef struct stream_work {
   uint64_t next_frame;    /* frames computed so far (by this node: a
                              resumed stream's start at its first chunk) */
   double compute_s;
+  uint64_t rounds;        /* rounds that computed frames of it */
   chunk_out end_event;    /* handed to the loop when the stream ends */
 } stream_work;
 
@@ -519,6 +521,7 @@ typedef struct server {
   struct http_server *http; /* --http (http.c), or NULL */
   metrics_counters counters;
   uint64_t fail_call;          /* test hook: this encoder call fails */
+  double assume_load;          /* test hook: the load, when > 0 */
   _Atomic uint64_t n_calls;    /* encoder calls so far (with fail_call) */
   int exit_code;
 } server;

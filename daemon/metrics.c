@@ -169,6 +169,12 @@ static double v_compute(server *srv, stream *s) {
   pthread_mutex_unlock(&srv->mu);
   return v;
 }
+static double v_rounds(server *srv, stream *s) {
+  pthread_mutex_lock(&srv->mu);
+  double v = (double)s->sched.stat_rounds;
+  pthread_mutex_unlock(&srv->mu);
+  return v;
+}
 static double v_audio(server *srv, stream *s) {
   pthread_mutex_lock(&srv->mu);
   double v = s->sched.stat_audio_s;
@@ -206,6 +212,8 @@ static const struct {
      v_chunks},
     {"aurald_stream_compute_seconds", "counter", "_total",
      "Compute time spent on the stream.", v_compute},
+    {"aurald_stream_compute_rounds", "counter", "_total",
+     "Compute rounds that took frames of the stream (as STATS).", v_rounds},
     {"aurald_stream_audio_seconds", "counter", "_total",
      "Seconds of audio computed.", v_audio},
     {"aurald_stream_cpu_ratio", "gauge", "",

@@ -131,6 +131,7 @@ size_t build_stats(server *srv, uint8_t *out, size_t cap,
                             .overruns = s->loop.overruns};
     pthread_mutex_lock(&srv->mu);
     e.compute_s = s->sched.stat_compute_s;
+    e.rounds = s->sched.stat_rounds;
     e.audio_s = s->sched.stat_audio_s;
     pthread_mutex_unlock(&srv->mu);
     stream_latency_pcts(s, &e.latency_ms_p50, &e.latency_ms_p99);

@@ -551,6 +551,7 @@ static const field stats_stream_fields[] = {
     DBL(aural_stats_stream, latency_ms_p50),
     DBL(aural_stats_stream, latency_ms_p99),
     U64(aural_stats_stream, overruns),
+    U64_OPT(aural_stats_stream, rounds),
 };
 
 static const field subscriber_fields[] = {

@@ -2174,7 +2174,8 @@ static void test_stats_reply_round_trip(void **state) {
     for (uint32_t i = 0; i < ns; i++) {
       aural_stats_stream e = {.info = stream_info_of(i), .audio_s = i * 0.1,
                               .compute_s = 1e-9, .latency_ms_p50 = 4.1,
-                              .latency_ms_p99 = 9.8, .overruns = i};
+                              .latency_ms_p99 = 9.8, .overruns = i,
+                              .rounds = 3 * (uint64_t)i};
       aural_proto_stats_reply_add_stream(&mw, &e);
     }
     for (uint32_t i = 0; i < nc; i++) {
@@ -2214,6 +2215,7 @@ static void test_stats_reply_round_trip(void **state) {
       assert_true(se.audio_s == i * 0.1 && se.compute_s == 1e-9);
       assert_true(se.latency_ms_p50 == 4.1 && se.latency_ms_p99 == 9.8);
       assert_int_equal(se.overruns, i);
+      assert_int_equal(se.rounds, 3 * (uint64_t)i); /* 0: left out */
     }
     assert_int_equal(
         aural_proto_stats_stream_next(&d.streams, &se, why, sizeof why), 0);

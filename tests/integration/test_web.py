@@ -136,6 +136,9 @@ class TestHttp(WebTest):
                                st["compute_s"], places=5)
         self.assertAlmostEqual(m[("aurald_stream_audio_seconds_total", lab)],
                                st["audio_s"], places=5)
+        self.assertGreater(st["rounds"], 0)
+        self.assertEqual(m[("aurald_stream_compute_rounds_total", lab)],
+                         st["rounds"])
         self.assertAlmostEqual(
             m[("aurald_stream_latency_p99_seconds", lab)] * 1e3,
             st["latency_ms_p99"], places=2)

@@ -22,12 +22,13 @@ static void usage(FILE *to) {
           "       aural stats --cluster URL [--json]\n"
           "\n"
           "Asks a running aurald for its statistics and prints, per stream,\n"
-          "the audio, frames and chunks it has processed, the compute time,\n"
-          "the latency percentiles (audio available -> chunk queued) and the\n"
-          "capture overruns; per subscriber, the bytes queued for it and the\n"
-          "chunks sent and dropped. With --cluster, lists the cluster's\n"
-          "nodes instead: id, host, pid, alive (its heartbeat has not\n"
-          "expired; 'dead' once it has), streams/capacity, load, seconds\n"
+          "the audio, frames and chunks it has processed, the compute time\n"
+          "and the compute rounds it took (frames / rounds: frames computed\n"
+          "at a time), the latency percentiles (audio available -> chunk\n"
+          "queued) and the capture overruns; per subscriber, the bytes queued\n"
+          "for it and the chunks sent and dropped. With --cluster, lists the\n"
+          "cluster's nodes instead: id, host, pid, alive (its heartbeat has\n"
+          "not expired; 'dead' once it has), streams/capacity, load, seconds\n"
           "since its last heartbeat and the names of its streams.\n"
           "\n"
           "Options:\n"
@@ -88,16 +89,17 @@ static void print_table(const stats_all *a) {
     printf(", %.1f MiB allocated", (double)r->heap_bytes / (1 << 20));
   printf("\n");
   printf("\nstreams (%zu)\n", a->n_streams);
-  printf("%6s  %-20s %-7s %9s %9s %7s %9s %7s %7s %8s\n", "id", "name",
-         "source", "audio_s", "frames", "chunks", "compute_s", "p50_ms",
-         "p99_ms", "overruns");
+  printf("%6s  %-20s %-7s %9s %9s %7s %9s %7s %7s %7s %8s\n", "id", "name",
+         "source", "audio_s", "frames", "chunks", "compute_s", "rounds",
+         "p50_ms", "p99_ms", "overruns");
   for (size_t i = 0; i < a->n_streams; i++) {
     const aural_stats_stream *s = &a->streams[i];
-    printf(" %5u  %-20s %-7s %9.2f %9llu %7llu %9.3f %7.1f %7.1f %8llu\n",
+    printf(" %5u  %-20s %-7s %9.2f %9llu %7llu %9.3f %7llu %7.1f %7.1f "
+           "%8llu\n",
            s->info.id, s->info.name, aural_source_name(s->info.source),
            s->audio_s, (unsigned long long)s->info.frames,
            (unsigned long long)s->info.chunks, s->compute_s,
-           s->latency_ms_p50, s->latency_ms_p99,
+           (unsigned long long)s->rounds, s->latency_ms_p50, s->latency_ms_p99,
            (unsigned long long)s->overruns);
   }
   printf("\nsubscribers (%zu)\n", a->n_subs);

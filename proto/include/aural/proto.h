@@ -662,6 +662,7 @@ typedef struct aural_stats_stream {
   double latency_ms_p50;
   double latency_ms_p99;
   uint64_t overruns;
+  uint64_t rounds; /* compute rounds that took frames of it (0: omitted) */
 } aural_stats_stream;
 
 typedef struct aural_stats_subscriber {
