@@ -10,10 +10,12 @@
  * Batch size against latency. A chunk is sent when its last frame is
  * computed, so computing a stream's frames earlier than that buys no
  * latency; what matters is that the frames still pending when the chunk's
- * last audio arrives are few, and that rounds are large enough for the
- * matrix products to run near the machine's peak (one frame per stream per
- * round runs about five times slower per frame than 25). So a worker waits
- * until one of these holds for the streams that have input:
+ * last audio arrives are few, and that the work is done in pieces large
+ * enough to run near the machine's peak: many rows per round for the
+ * matrix products (one frame per stream per round runs about five times
+ * slower per frame than 25), and many rows per stream for its attention
+ * and the rest of each layer's work per stream. So a worker waits until
+ * one of these holds for the streams that have input:
  *   - a stream is urgent: its input completes its current chunk (or it
  *     has ended, or it is a file read as fast as possible);
  *   - the ready streams hold BATCH_ROWS frames between them;
@@ -22,25 +24,20 @@
  * ROUND_ROWS frames, others in queue order: the round that answers an
  * urgent stream also carries other streams' frames, but stays short.
  * Under load (workers computing more than half of the time over the last
- * second) the rounds get larger: an urgent stream waits up to
- * URGENT_WAIT_BUSY_S, BATCH_ROWS_BUSY and ROUND_ROWS_BUSY apply, and a
- * stream that is not urgent joins a round only with STREAM_ROWS_BUSY
- * frames or more. Without that last rule, at 140 pushed streams on two
- * cores a round held 42 streams of 3 frames each, and each stream's
- * attention and per-layer work over a few rows cost 11-13% more CPU per
- * stream than slices of 32 (measured with tools/bench_load.sh). With
- * dozens of streams a chunk completes every few milliseconds, and answering
- * each at once made rounds of about 15 rows at 60 streams, which run at
- * two thirds of the speed per frame of rounds of a hundred (measured: 3,800
- * against 5,400 frames per second of compute); the wait gathers the rows
- * and the other urgent streams that arrive meanwhile. When the machine is
- * mostly idle nothing waits.
- * At one stream this computes a chunk's frames in a few rounds and the last
- * one when the chunk completes (a few milliseconds); at hundreds of streams
- * urgent streams arrive every few milliseconds and each round holds
- * hundreds of rows. A round takes at most ROUND_S of audio per stream, so a
- * file read as fast as possible cannot hold a worker for long, and streams
- * go back to the end of the ready queue after each round: nobody starves.
+ * second) BATCH_ROWS_BUSY and ROUND_ROWS_BUSY apply instead, and a stream
+ * that is not urgent counts for neither rule nor joins a round until it
+ * brings STREAM_ROWS_BUSY frames (or its waiting input fills half of its
+ * flow-control window, stream_input_half_full(): a connection past the
+ * window is not read, and a microphone overruns). Otherwise, at 140
+ * streams pushed in 20 ms blocks on two cores, a round held about 42
+ * streams of 3 frames each (README.md, Serving, has what that cost). A
+ * stream that does bring them has waited longer than BATCH_WAIT_S, so it
+ * makes a round due at once, as an urgent one does; rounds are then as
+ * large as what arrived while the last ones ran. When the machine is
+ * mostly idle nothing waits for more than BATCH_WAIT_S.
+ * A round takes at most ROUND_S of audio per stream, so a file read as
+ * fast as possible cannot hold a worker for long, and streams go back to
+ * the end of the ready queue after each round: nobody starves.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -58,10 +55,9 @@
 #define MAX_PER_ROUND 512           /* streams one worker takes at once */
 #define BATCH_ROWS 64               /* pending frames worth a round */
 #define ROUND_ROWS 128              /* non-urgent frames one round takes */
-#define BATCH_WAIT_S 0.1            /* longest a frame's input waits */
+#define BATCH_WAIT_S 0.1            /* longest input waits (not under load) */
 #define BATCH_ROWS_BUSY 256         /* the same under load */
 #define ROUND_ROWS_BUSY 384
-#define URGENT_WAIT_BUSY_S 0.03     /* longest a completed chunk waits */
 #define BUSY_LOAD 0.5               /* worker time share that is load */
 #define STREAM_ROWS_BUSY 32         /* least frames a non-urgent stream
                                        brings to a round under load */
@@ -327,6 +323,7 @@ static void run_round(worker *w, int n_taken) {
   uint64_t before[MAX_PER_ROUND];
   size_t pending[MAX_PER_ROUND];
   bool ending[MAX_PER_ROUND], finished[MAX_PER_ROUND];
+  bool computed[MAX_PER_ROUND]; /* its frames went through the encoder */
   double t0 = aurald_mono_s();
   size_t n_batch = 0, total_rows = 0;
   for (int i = 0; i < n_taken; i++) {
@@ -340,6 +337,7 @@ static void run_round(worker *w, int n_taken) {
     pending[i] = st.n_pending_frames;
     total_rows += pending[i];
     /* An aborted stream is not computed: what it has comes out as it is. */
+    computed[i] = !s->work.aborted && pending[i] > 0;
     if (!s->work.aborted && (pending[i] > 0 || st.ended))
       w->batch_streams[n_batch++] = s->work.as;
   }
@@ -353,6 +351,7 @@ static void run_round(worker *w, int n_taken) {
        * was computed before this round. */
       for (int i = 0; i < n_taken; i++) {
         stream *s = w->taken[i];
+        computed[i] = false;
         aural_stream_stats st;
         aural_stream_get_stats(s->work.as, &st);
         if (s->work.aborted || (pending[i] == 0 && !st.ended)) continue;
@@ -373,7 +372,7 @@ static void run_round(worker *w, int n_taken) {
     /* Compute time is shared out by rows. */
     if (total_rows > 0)
       s->work.compute_s += dt * (double)pending[i] / (double)total_rows;
-    if (pending[i] > 0) s->work.rounds++;
+    if (computed[i]) s->work.rounds++;
     aural_stream_stats st;
     aural_stream_get_stats(s->work.as, &st);
     finished[i] = ending[i] && st.done;
@@ -461,25 +460,20 @@ static uint64_t pending_rows(const server *srv, const stream *s) {
  * few frames at a time costs more per frame (attention, and everything
  * done once per stream and layer). */
 static bool too_few_rows(const server *srv, const stream *s, bool busy) {
-  return busy && pending_rows(srv, s) < STREAM_ROWS_BUSY;
+  return busy && pending_rows(srv, s) < STREAM_ROWS_BUSY &&
+         !stream_input_half_full(s);
 }
 
 /* With server.mu held: whether a round is worth starting now; if not,
  * *wait_s is how long until it will be, unless more input comes. */
 static bool round_due(server *srv, double *wait_s) {
-  double now = aurald_mono_s(), oldest = now, due = INFINITY;
+  double now = aurald_mono_s(), oldest = now;
+  update_load(srv, 0.0); /* the load falls while no round runs */
   bool busy = srv->load > BUSY_LOAD;
   uint64_t rows = 0;
   for (stream *s = srv->ready_head; s != NULL; s = s->sched.ready_next) {
-    bool is_urgent = urgent(srv, s);
-    if (is_urgent) {
-      if (!busy) return true;
-      if (s->sched.urgent_since == 0) s->sched.urgent_since = now;
-      if (now - s->sched.urgent_since >= URGENT_WAIT_BUSY_S) return true;
-      if (s->sched.urgent_since + URGENT_WAIT_BUSY_S < due)
-        due = s->sched.urgent_since + URGENT_WAIT_BUSY_S;
-    }
-    if (!is_urgent && too_few_rows(srv, s, busy)) continue;
+    if (urgent(srv, s)) return true;
+    if (too_few_rows(srv, s, busy)) continue;
     rows += pending_rows(srv, s);
     if (s->sched.pending_since > 0 && s->sched.pending_since < oldest)
       oldest = s->sched.pending_since;
@@ -487,8 +481,7 @@ static bool round_due(server *srv, double *wait_s) {
   if (rows >= (busy ? BATCH_ROWS_BUSY : BATCH_ROWS) ||
       now - oldest >= BATCH_WAIT_S)
     return true;
-  if (oldest + BATCH_WAIT_S < due) due = oldest + BATCH_WAIT_S;
-  *wait_s = due - now;
+  *wait_s = oldest + BATCH_WAIT_S - now;
   return false;
 }
 
@@ -521,7 +514,6 @@ static int take_streams(server *srv, worker *w) {
       srv->n_ready--;
       s->sched.queued = false;
       s->sched.busy = true;
-      s->sched.urgent_since = 0;
       rows += pending_rows(srv, s);
       w->taken[n++] = s;
     }

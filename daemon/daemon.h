@@ -254,7 +254,6 @@ typedef struct stream_sched {
   uint64_t in_total;      /* input frames received (or, for a real-time
                              file, released by the pacing) */
   double pending_since;   /* monotonic s of the oldest untaken input */
-  double urgent_since;    /* monotonic s a worker first saw it urgent, or 0 */
   bool input_done;        /* no more input will come */
   end_reason reason;      /* why input is done */
   char message[512];      /* details for STREAM_ENDED (an aural_err) */
@@ -576,6 +575,10 @@ void stream_take(stream *s, float *pcm, size_t n);
 bool stream_input_ended(stream *s);
 /* True when the pending input is above the flow-control mark. */
 bool stream_backlogged(stream *s);
+/* With mu held: true when the pending input has reached half of that
+ * mark (the workers then take it whatever else they wait for: past the
+ * mark its connection is no longer read, and a microphone overruns). */
+bool stream_input_half_full(const stream *s);
 void stream_end_input(stream *s, end_reason r, const char *message);
 void stream_destroy(stream *s);
 stream *stream_find(server *srv, const char *name);

@@ -257,6 +257,10 @@ size_t stream_pending_frames(stream *s) {
   return n;
 }
 
+bool stream_input_half_full(const stream *s) {
+  return s->in.pcm != NULL && 2 * s->sched.in_frames >= backlog_frames(s);
+}
+
 bool stream_backlogged(stream *s) {
   return s->in.pcm != NULL && stream_pending_frames(s) > backlog_frames(s);
 }

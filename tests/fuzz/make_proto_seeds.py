@@ -102,7 +102,7 @@ SEEDS = {
                      "channels": 1, "held": False, "start_us": 1795000000000000,
                      "frames": 1200, "chunks": 24, "audio_s": 12.0,
                      "compute_s": 0.31, "latency_ms_p50": 4.1,
-                     "latency_ms_p99": 9.8, "overruns": 0}],
+                     "latency_ms_p99": 9.8, "overruns": 0, "rounds": 40}],
         "subscribers": [{"client": 7, "subscription": 2, "stream": "mic",
                          "all": False, "queue_bytes": 0, "chunks_sent": 24,
                          "chunks_dropped": 0},
