@@ -323,7 +323,6 @@ static void run_round(worker *w, int n_taken) {
   uint64_t before[MAX_PER_ROUND];
   size_t pending[MAX_PER_ROUND];
   bool ending[MAX_PER_ROUND], finished[MAX_PER_ROUND];
-  bool computed[MAX_PER_ROUND]; /* its frames went through the encoder */
   double t0 = aurald_mono_s();
   size_t n_batch = 0, total_rows = 0;
   for (int i = 0; i < n_taken; i++) {
@@ -337,7 +336,6 @@ static void run_round(worker *w, int n_taken) {
     pending[i] = st.n_pending_frames;
     total_rows += pending[i];
     /* An aborted stream is not computed: what it has comes out as it is. */
-    computed[i] = !s->work.aborted && pending[i] > 0;
     if (!s->work.aborted && (pending[i] > 0 || st.ended))
       w->batch_streams[n_batch++] = s->work.as;
   }
@@ -351,7 +349,6 @@ static void run_round(worker *w, int n_taken) {
        * was computed before this round. */
       for (int i = 0; i < n_taken; i++) {
         stream *s = w->taken[i];
-        computed[i] = false;
         aural_stream_stats st;
         aural_stream_get_stats(s->work.as, &st);
         if (s->work.aborted || (pending[i] == 0 && !st.ended)) continue;
@@ -372,7 +369,8 @@ static void run_round(worker *w, int n_taken) {
     /* Compute time is shared out by rows. */
     if (total_rows > 0)
       s->work.compute_s += dt * (double)pending[i] / (double)total_rows;
-    if (computed[i]) s->work.rounds++;
+    /* Computed this round (a failed round aborted every stream in it). */
+    if (pending[i] > 0 && !s->work.aborted) s->work.rounds++;
     aural_stream_stats st;
     aural_stream_get_stats(s->work.as, &st);
     finished[i] = ending[i] && st.done;
