@@ -271,6 +271,32 @@ static void plan_group(const aural_encoder *e, uint64_t t0, size_t g,
   aural__mix_plan_of(mp, g, win, (size_t)(lo0 % win), n_ctx[0] - 1, n_ctx);
 }
 
+/* Keys k_j (row j of k, rows ld apart) into column col[j] of the head's
+ * transposed key ring kt (one row of w_pad slots per key lane), for the
+ * g <= ATT_ROWS rows of a group: lane by lane, so that the group's writes
+ * to one row of kt come together. */
+_Static_assert(ATT_ROWS == 3, "put_keys takes groups of up to 3 rows");
+static inline void put_keys(float *kt, size_t w_pad, const size_t *col,
+                            const float *k, size_t ld, size_t g, size_t hs) {
+  switch (g) {
+  case 3:
+    for (size_t c = 0; c < hs; c++) {
+      float *r = kt + c * w_pad;
+      r[col[0]] = k[c], r[col[1]] = k[ld + c], r[col[2]] = k[2 * ld + c];
+    }
+    break;
+  case 2:
+    for (size_t c = 0; c < hs; c++) {
+      float *r = kt + c * w_pad;
+      r[col[0]] = k[c], r[col[1]] = k[ld + c];
+    }
+    break;
+  default:
+    for (size_t c = 0; c < hs; c++) kt[c * w_pad + col[0]] = k[c];
+    break;
+  }
+}
+
 /* Self-attention of layer li for one stream's rows of the pass, head by
  * head, so that one head's slice of the rings stays in L1 across the rows.
  * Rows go ATT_ROWS at a time (frames t0 .. t0+g-1): the group's new keys
@@ -299,14 +325,17 @@ static void attend(work *w, const seg *sg, int li) {
       size_t g = sg->n - i0 < ATT_ROWS ? sg->n - i0 : ATT_ROWS;
       const float *q0 = w->qkv + (sg->row0 + i0) * 3 * d + h * hs;
       uint64_t t0 = e->next_frame + i0;
-      for (size_t c = 0; c < hs; c++)
-        for (size_t jj = 0; jj < g; jj++)
-          kt[c * w_pad + win + jj] = q0[jj * 3 * d + d + c];
+      size_t past[ATT_ROWS], slot[ATT_ROWS], slot0 = (size_t)(t0 % win);
+      for (size_t j = 0; j < g; j++) {
+        past[j] = win + j;
+        slot[j] = slot0 + j < win ? slot0 + j : slot0 + j - win;
+      }
+      put_keys(kt, w_pad, past, q0 + d, 3 * d, g, hs);
       aural__attention_scores(q0, 3 * d, g, kt, w_pad, hs, scale, w->scores);
       for (size_t j = 0; j < g; j++) {
         double *sj = w->scores + j * w_pad;
         for (size_t jj = 0; jj <= j; jj++) /* later frames win a shared slot */
-          sj[(size_t)((t0 + jj) % win)] = sj[win + jj];
+          sj[slot[jj]] = sj[win + jj];
       }
       aural__mix_plan one, *mp = &one;
       if (i0 / ATT_ROWS < PLANS) {
@@ -318,12 +347,9 @@ static void attend(work *w, const seg *sg, int li) {
       aural__attention_mix_rows(mp, w->scores, w_pad, vh, hs, q0 + 2 * d,
                                 3 * d, hs,
                                 w->att + (sg->row0 + i0) * d + h * hs, d);
-      for (size_t j = 0; j < g; j++) {
-        const float *k = q0 + j * 3 * d + d, *v = k + d;
-        size_t slot = (size_t)((t0 + j) % win);
-        for (size_t c = 0; c < hs; c++) kt[c * w_pad + slot] = k[c];
-        memcpy(vh + slot * hs, v, hs * sizeof *v);
-      }
+      put_keys(kt, w_pad, slot, q0 + d, 3 * d, g, hs);
+      for (size_t j = 0; j < g; j++)
+        memcpy(vh + slot[j] * hs, q0 + j * 3 * d + 2 * d, hs * sizeof *vh);
     }
   }
 }
