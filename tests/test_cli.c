@@ -1000,16 +1000,31 @@ static void test_info(void **state) {
 }
 
 /* aural bench -m measures a model file: its shape in the report, a clear
- * error for a missing one, and no mixing with the random model's flags. */
+ * error for a missing one, and no mixing with the random model's flags.
+ * --cpus N runs chunk mode on N threads at once as well. */
 static void test_bench_model_file(void **state) {
   fixture *fx = *state;
   const char *model = test_data_path("encoder/f16_head.safetensors");
   assert_int_equal(run_aural(fx, "bench", "-m", model, "encoder", "--json",
-                             "--seconds", "1", "--repeat", "1", NULL),
+                             "--seconds", "1", "--repeat", "1", "--cpus", "2",
+                             NULL),
                    0);
   assert_contains(fx->out, "\"d_model\": 32");
   assert_contains(fx->out, "f16_head.safetensors\"");
   assert_contains(fx->out, "\"chunk_frames_per_s\"");
+  const char *all = strstr(fx->out, "\"all_cpus\": ");
+  assert_non_null(all);
+  double fps = 0, gflops = 0;
+  assert_int_equal(sscanf(all,
+                          "\"all_cpus\": {\"cpus\": 2, \"chunk_frames_per_s\": "
+                          "%lf, \"chunk_gflops\": %lf",
+                          &fps, &gflops),
+                   2);
+  assert_true(fps > 0 && gflops > 0);
+  assert_int_equal(run_aural(fx, "bench", "-m", model, "encoder", "--cpus",
+                             "0", NULL),
+                   2);
+  assert_contains(fx->err, "--cpus");
   char missing[PATH_BYTES];
   snprintf(missing, sizeof missing, "%s/missing.safetensors", fx->in_dir);
   assert_int_equal(run_aural(fx, "bench", "-m", missing, "encoder", NULL), 1);

@@ -48,6 +48,17 @@ print()
 if a["peak_gflops"] > 0:
     print("chunk mode: %.1f GFLOP/s = %.0f%% of the measured %s peak"
           % (a["chunk_gflops"], 100 * a["chunk_gflops"] / a["peak_gflops"], a["isa"]))
+ac = a["all_cpus"]
+if ac["cpus"] > 1:
+    # What serving and 'aural encode -j' can reach: less than CPUs x one
+    # thread where the CPUs share a core's units.
+    print("all %d CPUs at once, a stream each: chunk mode %.0f frames/s (%.2fx one thread)"
+          % (ac["cpus"], ac["chunk_frames_per_s"],
+             ac["chunk_frames_per_s"] / a["chunk_frames_per_s"]), end="")
+    if ac["peak_gflops"] > 0 and a["peak_gflops"] > 0:
+        print("; FMA peak %.0f GFLOP/s (%.2fx one core)"
+              % (ac["peak_gflops"], ac["peak_gflops"] / a["peak_gflops"]), end="")
+    print()
 fe = a["frontend"][0]
 print("frontend, 10 ms per push: aural %.2f us/frame; torchaudio batch %.2f us/frame "
       "(%.1fx), per-frame calls %.1f us (%.0fx)"

@@ -1,7 +1,8 @@
 /*
  * aural bench: how fast the library's stages run, on one thread.
  *
- * encoder: frames per second of a random model, chunk and frame mode.
+ * encoder: frames per second of a random model, chunk and frame mode;
+ * then chunk mode and the FMA peak on every CPU at once.
  * frontend: the cost of one 10 ms feature frame when audio arrives 10 ms at
  * a time, as it does from a microphone: 16 kHz mono straight into the
  * fbank, and 44.1 kHz stereo and 48 kHz mono through downmix and resampler.
@@ -10,9 +11,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -47,7 +51,8 @@ static void usage(FILE *to) {
   fprintf(to,
           "Usage: aural bench [OPTIONS] [SUITE...]\n"
           "\n"
-          "Measures single-thread speed. Suites (default: all):\n"
+          "Measures speed on one thread, and (encoder) on every CPU at\n"
+          "once. Suites (default: all):\n"
           "  encoder    frames per second of a model (-m), or of a\n"
           "             random-weight model built from the flags below\n"
           "             (default: the 'base' model),\n"
@@ -56,7 +61,13 @@ static void usage(FILE *to) {
           "             f32 and with f16 weights in memory, and in\n"
           "             precision bf16 (AVX512-BF16, or emulated: the line\n"
           "             says which); then several\n"
-          "             streams batched into one pass; achieved\n"
+          "             streams batched into one pass; then chunk\n"
+          "             mode f32 on every CPU at once, a stream per\n"
+          "             thread, and the FMA peak of all of them\n"
+          "             together, by wall clock (what serving and\n"
+          "             'aural encode -j' can reach here: less than\n"
+          "             CPUs x one thread where CPUs share a core);\n"
+          "             achieved\n"
           "             GFLOP/s against this core's measured FMA peak\n"
           "             for the kernels in use (AVX-512, AVX2 or scalar:\n"
           "             the best this CPU runs, or AURAL_ISA's choice;\n"
@@ -82,6 +93,9 @@ static void usage(FILE *to) {
           "      --chunk N     frames per call in chunk mode (default 50)\n"
           "      --streams N   streams batched into one pass for the\n"
           "                    batched measurement (default 8; 1: none)\n"
+          "      --cpus N      threads for the every-CPU measurement\n"
+          "                    (default: the CPUs this process may use;\n"
+          "                    1: none)\n"
           "\n"
           "Options:\n"
           "  -m, --model PATH  measure this model file instead (its\n"
@@ -173,22 +187,18 @@ static int bench_frontend_case(frontend_case *bc, double seconds, int repeat) {
 #if defined(__x86_64__)
 /* This core's fp32 FMA peak with the vectors of one instruction set: 12
  * independent chains of fused multiply-adds, enough to cover the FMA
- * latency on both units. */
+ * latency on both units. NAME##_run does PEAK_TURNS turns of the chains
+ * (PEAK_TURNS * 12 * LANES * 2 flops); NAME is the best GFLOP/s of three
+ * runs, by this thread's CPU time. */
+#define PEAK_TURNS 20000000L
 #define DEFINE_PEAK(NAME, TARGET, VEC, LANES, SET1, FMADD, STORE)              \
-  __attribute__((target(TARGET))) static double NAME(void) {                  \
+  __attribute__((target(TARGET))) static void NAME##_run(void) {              \
     VEC acc[12];                                                               \
     for (int j = 0; j < 12; j++) acc[j] = SET1((float)j);                      \
     const VEC m = SET1(0.999999f), a = SET1(1e-6f);                            \
-    const long iters = 20000000;                                               \
-    double best = 0;                                                           \
-    for (int rep = 0; rep < 3; rep++) {                                        \
-      double t0 = cli_thread_cpu_s();                                          \
-      for (long i = 0; i < iters; i++) {                                       \
-        _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) acc[j] =         \
-            FMADD(acc[j], m, a);                                               \
-      }                                                                        \
-      double t = cli_thread_cpu_s() - t0;                                      \
-      best = fmax(best, (double)iters * 12 * LANES * 2 / t / 1e9);             \
+    for (long i = 0; i < PEAK_TURNS; i++) {                                    \
+      _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) acc[j] =           \
+          FMADD(acc[j], m, a);                                                 \
     }                                                                          \
     float sink = 0, lanes[LANES];                                              \
     for (int j = 0; j < 12; j++) {                                             \
@@ -197,6 +207,15 @@ static int bench_frontend_case(frontend_case *bc, double seconds, int repeat) {
     }                                                                          \
     volatile float keep = sink;                                                \
     (void)keep;                                                                \
+  }                                                                            \
+  static double NAME(void) {                                                   \
+    double best = 0;                                                           \
+    for (int rep = 0; rep < 3; rep++) {                                        \
+      double t0 = cli_thread_cpu_s();                                          \
+      NAME##_run();                                                            \
+      double t = cli_thread_cpu_s() - t0;                                      \
+      best = fmax(best, (double)PEAK_TURNS * 12 * LANES * 2 / t / 1e9);        \
+    }                                                                          \
     return best;                                                               \
   }
 DEFINE_PEAK(peak_gflops_avx512, "avx512f,fma", __m512, 16, _mm512_set1_ps,
@@ -329,6 +348,187 @@ static int bench_batched(const aural_model *m, size_t step, size_t n_streams,
   return rc;
 }
 
+/* ---- every CPU at once ---------------------------------------------- */
+
+/* The CPUs this process may run on. */
+static int cpus_available(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+/* Threads that do their shares of a round at the same moment: each round
+ * starts once every thread is ready and ends when the last is done. */
+typedef struct together {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int state; /* 0: threads still being started, 1: go, -1: give up */
+  pthread_barrier_t go, done;
+  int rounds;
+  void (*share)(void *arg); /* one thread's part of a round */
+} together;
+
+typedef struct together_arg {
+  together *t;
+  void *arg;
+} together_arg;
+
+static void *together_main(void *p) {
+  together_arg *ta = p;
+  together *t = ta->t;
+  pthread_mutex_lock(&t->mu);
+  while (t->state == 0) pthread_cond_wait(&t->cv, &t->mu);
+  int state = t->state;
+  pthread_mutex_unlock(&t->mu);
+  if (state < 0) return NULL;
+  for (int r = 0; r < t->rounds; r++) {
+    pthread_barrier_wait(&t->go);
+    t->share(ta->arg);
+    pthread_barrier_wait(&t->done);
+  }
+  return NULL;
+}
+
+/* share(args[i]) on n threads at once (this one takes args[0]), `rounds`
+ * times: the shortest round in wall-clock seconds, or -1 when a thread
+ * cannot be started. */
+static double together_run(int n, int rounds, void (*share)(void *),
+                           void **args) {
+  together t = {.state = 0, .rounds = rounds, .share = share};
+  pthread_mutex_init(&t.mu, NULL);
+  pthread_cond_init(&t.cv, NULL);
+  pthread_barrier_init(&t.go, NULL, (unsigned)n);
+  pthread_barrier_init(&t.done, NULL, (unsigned)n);
+  pthread_t *th = calloc((size_t)n, sizeof *th);
+  together_arg *ta = calloc((size_t)n, sizeof *ta);
+  int started = 1;
+  if (th != NULL && ta != NULL)
+    for (; started < n; started++) {
+      ta[started] = (together_arg){&t, args[started]};
+      if (pthread_create(&th[started], NULL, together_main, &ta[started]) != 0)
+        break;
+    }
+  int ok = th != NULL && ta != NULL && started == n;
+  pthread_mutex_lock(&t.mu);
+  t.state = ok ? 1 : -1;
+  pthread_cond_broadcast(&t.cv);
+  pthread_mutex_unlock(&t.mu);
+  double best = -1;
+  for (int r = 0; ok && r < rounds; r++) {
+    pthread_barrier_wait(&t.go);
+    double t0 = cli_now_s();
+    share(args[0]);
+    pthread_barrier_wait(&t.done);
+    double wall = cli_now_s() - t0;
+    best = best < 0 ? wall : fmin(best, wall);
+  }
+  for (int i = 1; th != NULL && ta != NULL && i < started; i++)
+    pthread_join(th[i], NULL);
+  free(th);
+  free(ta);
+  pthread_barrier_destroy(&t.go);
+  pthread_barrier_destroy(&t.done);
+  pthread_cond_destroy(&t.cv);
+  pthread_mutex_destroy(&t.mu);
+  return best;
+}
+
+/* One thread's stream in chunk mode: n_frames frames, step per call. */
+typedef struct chunk_share {
+  aural_encoder *e;
+  float *feats, *out;
+  size_t step, n_frames;
+} chunk_share;
+
+static void run_chunk_share(void *p) {
+  chunk_share *c = p;
+  for (size_t done = 0; done < c->n_frames; done += c->step)
+    aural_encoder_forward(c->e, c->feats, c->step, c->out, NULL);
+}
+
+#if defined(__x86_64__)
+static void run_peak_avx512(void *p) {
+  (void)p;
+  peak_gflops_avx512_run();
+}
+static void run_peak_avx2(void *p) {
+  (void)p;
+  peak_gflops_avx2_run();
+}
+#endif
+
+/* What every CPU does at once: chunk mode, one stream per thread over the
+ * one model (as aurald's workers and 'aural encode -j' run), and the FMA
+ * peak of the kernels in use, all by wall clock. A core's own figures do
+ * not show what the machine as a whole can do where CPUs share a core's
+ * units or are given less than a whole core. */
+static int bench_all_cpus(const aural_model *m, size_t step, size_t n_frames,
+                          int repeat, int n, enc_result *chunk,
+                          double *peak) {
+  const aural_model_config *c = aural_model_get_config(m);
+  size_t mels = (size_t)c->fbank.num_mel_bins, d = (size_t)c->d_model;
+  chunk_share *sh = calloc((size_t)n, sizeof *sh);
+  void **args = calloc((size_t)n, sizeof *args);
+  int rc = sh != NULL && args != NULL ? 0 : -1;
+  aural_err err = {0};
+  aural_encoder_config ec;
+  aural_encoder_config_default(&ec);
+  ec.max_batch_frames = step;
+  for (int i = 0; rc == 0 && i < n; i++) {
+    sh[i] = (chunk_share){.step = step,
+                          .n_frames = (n_frames + step - 1) / step * step};
+    sh[i].feats = malloc(step * mels * sizeof *sh[i].feats);
+    sh[i].out = malloc(step * d * sizeof *sh[i].out);
+    args[i] = &sh[i];
+    if (sh[i].feats == NULL || sh[i].out == NULL) {
+      rc = -1;
+      break;
+    }
+    rc = aural_encoder_create(m, &ec, &sh[i].e, &err);
+    if (rc < 0) break;
+    fill_signal(sh[i].feats, step * mels, 1, 1000.0);
+    for (size_t k = 0; k < step * mels; k++)
+      sh[i].feats[k] = sh[i].feats[k] * 20.0f + 5.0f;
+    for (size_t done = 0; done < (size_t)c->window + step; done += step)
+      aural_encoder_forward(sh[i].e, sh[i].feats, step, sh[i].out, NULL);
+  }
+  if (rc == 0) {
+    double wall = together_run(n, repeat, run_chunk_share, args);
+    if (wall <= 0) {
+      fprintf(stderr, "aural bench: cannot start %d threads\n", n);
+      rc = -1;
+    } else {
+      chunk->frames_per_s = (double)n * (double)sh[0].n_frames / wall;
+      chunk->gflops =
+          chunk->frames_per_s * (double)aural_model_flops_per_frame(m) / 1e9;
+    }
+  } else {
+    fprintf(stderr, "aural bench: %s\n",
+            err.msg[0] ? err.msg : "out of memory for the streams");
+  }
+  *peak = 0;
+#if defined(__x86_64__)
+  void (*run_peak)(void *) = strcmp(aural_isa_name(), "avx512") == 0 ? run_peak_avx512
+                             : strcmp(aural_isa_name(), "avx2") == 0 ? run_peak_avx2
+                                                                     : NULL;
+  if (rc == 0 && run_peak != NULL) {
+    int lanes = run_peak == run_peak_avx512 ? 16 : 8;
+    double wall = together_run(n, 5, run_peak, args);
+    if (wall > 0)
+      *peak = (double)n * (double)PEAK_TURNS * 12 * lanes * 2 / wall / 1e9;
+  }
+#endif
+  for (int i = 0; sh != NULL && i < n; i++) {
+    aural_encoder_destroy(sh[i].e);
+    free(sh[i].feats);
+    free(sh[i].out);
+  }
+  free(sh);
+  free(args);
+  return rc;
+}
+
 typedef struct enc_bench {
   const char *model_path; /* a model file, or NULL: the random one */
   synth_spec spec;        /* the random model; for a file, its shape */
@@ -344,6 +544,9 @@ typedef struct enc_bench {
   int bf16_native;                   /* with AVX512-BF16 (else emulated) */
   size_t streams;         /* streams per batched pass */
   enc_result batched_f32; /* all of them together, chunk mode */
+  int cpus;               /* threads at once for the next two (1: none) */
+  enc_result all_f32;     /* chunk mode, a stream per thread, all together */
+  double peak_all;        /* the FMA peak of all of them (0: scalar) */
 } enc_bench;
 
 static int bench_encoder(enc_bench *b) {
@@ -394,6 +597,9 @@ static int bench_encoder(enc_bench *b) {
     if (rc == 0 && pass == 0 && b->streams > 1)
       rc = bench_batched(m, b->chunk, b->streams, frames, b->repeat,
                          &b->batched_f32);
+    if (rc == 0 && pass == 0 && b->cpus > 1)
+      rc = bench_all_cpus(m, b->chunk, frames, b->repeat, b->cpus,
+                          &b->all_f32, &b->peak_all);
     aural_model_free(m);
     if (rc < 0) {
       free(file);
@@ -461,7 +667,9 @@ static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
            "\"chunk_gflops\": %.2f, \"frame_frames_per_s\": %.1f, "
            "\"frame_gflops\": %.2f}, "
            "\"batched\": {\"streams\": %zu, \"frames_per_s\": %.1f, "
-           "\"gflops\": %.2f}%s",
+           "\"gflops\": %.2f}, "
+           "\"all_cpus\": {\"cpus\": %d, \"chunk_frames_per_s\": %.1f, "
+           "\"chunk_gflops\": %.2f, \"peak_gflops\": %.1f}%s",
            aural_isa_name(), aural_gemm_name(), eb->peak, eb->peak_avx512,
            eb->peak_avx2, eb->peak_bf16, eb->spec.d_model, eb->spec.n_heads,
            eb->spec.d_ff, eb->spec.n_layers, eb->spec.window,
@@ -475,7 +683,8 @@ static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
            eb->bf16_native ? "true" : "false", eb->chunk_bf16.frames_per_s,
            eb->chunk_bf16.gflops, eb->frame_bf16.frames_per_s,
            eb->frame_bf16.gflops, eb->streams,
-           eb->batched_f32.frames_per_s, eb->batched_f32.gflops,
+           eb->batched_f32.frames_per_s, eb->batched_f32.gflops, eb->cpus,
+           eb->all_f32.frames_per_s, eb->all_f32.gflops, eb->peak_all,
            run_fe ? ", " : "");
   if (run_fe) {
     printf("\"frontend\": [");
@@ -539,6 +748,18 @@ static void print_bench_table(const enc_bench *eb,
              eb->streams, eb->batched_f32.frames_per_s, eb->batched_f32.gflops,
              eb->peak > 0 ? 100 * eb->batched_f32.gflops / eb->peak : 0.0,
              eb->batched_f32.frames_per_s / 100);
+    if (eb->cpus > 1) {
+      printf("  %d CPUs at once, a stream each, chunk f32: %8.0f frames/s "
+             "(%.2fx one thread), %.0f real-time streams\n",
+             eb->cpus, eb->all_f32.frames_per_s,
+             eb->all_f32.frames_per_s / eb->chunk_f32.frames_per_s,
+             eb->all_f32.frames_per_s / 100);
+      if (eb->peak_all > 0)
+        printf("  %d CPUs at once, FMA peak: %.0f GFLOP/s (%.2fx this "
+               "core's; chunk f32 at %.0f%% of it)\n",
+               eb->cpus, eb->peak_all, eb->peak_all / eb->peak,
+               100 * eb->all_f32.gflops / eb->peak_all);
+    }
   }
   if (run_fe) {
     printf("frontend, 10 ms per push, one thread, best of %d over %.0f s of "
@@ -554,7 +775,8 @@ static void print_bench_table(const enc_bench *eb,
 int cmd_bench(int argc, char **argv) {
   /* O_D .. O_POS, together, are the random model's flags. */
   enum { O_SECONDS = 256, O_REPEAT, O_JSON, O_D, O_HEADS, O_FF, O_LAYERS,
-         O_WINDOW, O_POS, O_CHUNK, O_STREAMS, O_SAVE, O_LEXICON, O_LM, O_BEAM };
+         O_WINDOW, O_POS, O_CHUNK, O_STREAMS, O_CPUS, O_SAVE, O_LEXICON, O_LM,
+         O_BEAM };
   static const struct option opts[] = {
       {"seconds", required_argument, NULL, O_SECONDS},
       {"model", required_argument, NULL, 'm'},
@@ -568,6 +790,7 @@ int cmd_bench(int argc, char **argv) {
       {"pos", required_argument, NULL, O_POS},
       {"chunk", required_argument, NULL, O_CHUNK},
       {"streams", required_argument, NULL, O_STREAMS},
+      {"cpus", required_argument, NULL, O_CPUS},
       {"save-model", required_argument, NULL, O_SAVE},
       {"lexicon", required_argument, NULL, O_LEXICON},
       {"lm", required_argument, NULL, O_LM},
@@ -575,7 +798,8 @@ int cmd_bench(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
-  enc_bench eb = {.chunk = 50, .seconds = 20, .repeat = 3, .streams = 8};
+  enc_bench eb = {.chunk = 50, .seconds = 20, .repeat = 3, .streams = 8,
+                  .cpus = cpus_available()};
   synth_spec_base(&eb.spec);
   int json = 0, c, model_flags = 0;
   size_t v = 0;
@@ -609,6 +833,10 @@ int cmd_bench(int argc, char **argv) {
 #undef DIM
     case O_CHUNK: bad = cli_parse_size(optarg, 1, 4096, &eb.chunk); break;
     case O_STREAMS: bad = cli_parse_size(optarg, 1, 64, &eb.streams); break;
+    case O_CPUS:
+      bad = cli_parse_size(optarg, 1, 1024, &v);
+      eb.cpus = (int)v;
+      break;
     case O_POS:
       if (strcmp(optarg, "rope") && strcmp(optarg, "sinusoidal") &&
           strcmp(optarg, "none"))
