@@ -509,11 +509,11 @@ static int bench_all_cpus(const aural_model *m, size_t step, size_t n_frames,
   }
   *peak = 0;
 #if defined(__x86_64__)
-  void (*run_peak)(void *) = strcmp(aural_isa_name(), "avx512") == 0 ? run_peak_avx512
-                             : strcmp(aural_isa_name(), "avx2") == 0 ? run_peak_avx2
-                                                                     : NULL;
-  if (rc == 0 && run_peak != NULL) {
-    int lanes = run_peak == run_peak_avx512 ? 16 : 8;
+  const char *isa = aural_isa_name();
+  int avx512 = strcmp(isa, "avx512") == 0, avx2 = strcmp(isa, "avx2") == 0;
+  if (rc == 0 && (avx512 || avx2)) {
+    void (*run_peak)(void *) = avx512 ? run_peak_avx512 : run_peak_avx2;
+    int lanes = avx512 ? 16 : 8;
     double wall = together_run(n, 5, run_peak, args);
     if (wall > 0)
       *peak = (double)n * (double)PEAK_TURNS * 12 * lanes * 2 / wall / 1e9;
