@@ -1014,13 +1014,14 @@ static void test_bench_model_file(void **state) {
   assert_contains(fx->out, "\"chunk_frames_per_s\"");
   const char *all = strstr(fx->out, "\"all_cpus\": ");
   assert_non_null(all);
-  double fps = 0, gflops = 0;
+  double fps = 0, gflops = 0, peak = -1, bf16_fps = 0;
   assert_int_equal(sscanf(all,
                           "\"all_cpus\": {\"cpus\": 2, \"chunk_frames_per_s\": "
-                          "%lf, \"chunk_gflops\": %lf",
-                          &fps, &gflops),
-                   2);
-  assert_true(fps > 0 && gflops > 0);
+                          "%lf, \"chunk_gflops\": %lf, \"peak_gflops\": %lf, "
+                          "\"bf16_chunk_frames_per_s\": %lf",
+                          &fps, &gflops, &peak, &bf16_fps),
+                   4);
+  assert_true(fps > 0 && gflops > 0 && peak >= 0 && bf16_fps > 0);
   assert_int_equal(run_aural(fx, "bench", "-m", model, "encoder", "--cpus",
                              "0", NULL),
                    2);

@@ -3,7 +3,10 @@
 # 'aural bench' (or -m MODEL) and runs 'aural load' at each stream count in
 # turn, then prints one table: latency p50/p99/max over all chunks, the
 # worst stream's p99, chunks lost, the daemon's CPU per stream, and whether
-# the run kept every stream's p99 within the limit with nothing lost.
+# the run kept every stream's p99 within the limit with nothing lost;
+# beneath it, how many real-time streams the encoder alone carries on the
+# same CPUs ('aural bench', a stream per CPU at once), the most any run
+# could reach.
 #
 #   tools/bench_load.sh [-m MODEL] [--seconds S] [--threads T]
 #                       [--limit-ms L] [--precision f32|bf16] [N...]
@@ -54,6 +57,12 @@ if [[ -z "$model" ]]; then
   model=$work/base.safetensors
   build/tools/aural bench --save-model "$model" >/dev/null
 fi
+# The encoder alone, a stream per CPU at once (aural bench): the most
+# real-time streams aurald could carry here, before any frontend, network
+# or scheduling work. One worker per CPU unless --threads says otherwise.
+build/tools/aural bench encoder -m "$model" \
+  --streams 1 --cpus "${threads:-$(nproc)}" --json >"$work/bench.json"
+
 sock=$work/aural.sock
 daemon_args=(-m "$model" -s "$sock" --no-config --precision "$precision")
 [[ -n "$threads" ]] && daemon_args+=(--threads "$threads")
@@ -78,12 +87,15 @@ for n in "${counts[@]}"; do
   fi
 done
 
-/usr/bin/python3 - "$limit_ms" "${counts[@]}" <<'PY'
+/usr/bin/python3 - "$work/bench.json" "$precision" "$limit_ms" "${counts[@]}" <<'PY'
 import json, sys
-limit = float(sys.argv[1])
+bench = json.load(open(sys.argv[1]))
+precision = sys.argv[2]
+limit = float(sys.argv[3])
+counts = sys.argv[4:]
 print("%6s %22s %15s %6s %10s %8s" % ("N", "p50 / p99 / max (ms)", "worst p99 (ms)",
                                       "lost", "CPU/stream", "p99 ok"))
-for k, n in enumerate(sys.argv[2:], 1):
+for k, n in enumerate(counts, 1):
     r = json.load(open("/tmp/aural-load-%d-%s.json" % (k, n)))
     if r.get("failed"):
         print("%6d %22s %15s %6s %10s %8s" % (r["streams"], "run failed", "-", "-", "-", "NO"))
@@ -94,4 +106,11 @@ for k, n in enumerate(sys.argv[2:], 1):
         r["streams"], "%.0f / %.0f / %.0f" % (lat["p50"], lat["p99"], lat["max"]),
         lat["worst_stream_p99"], r["chunks_lost"], r["cpu_percent_per_stream"],
         "yes" if ok else "NO"))
+ac = bench["all_cpus"]
+one = bench["chunk_frames_per_s"] if precision == "f32" else bench["bf16"]["chunk_frames_per_s"]
+both = ac["chunk_frames_per_s"] if precision == "f32" else ac["bf16_chunk_frames_per_s"]
+cpus = ac["cpus"]
+fps = both if cpus > 1 else one
+print("encoder alone (aural bench, chunk mode, %s, a stream per CPU on %d CPU%s at once): "
+      "%.0f real-time streams at most" % (precision, cpus, "s" if cpus > 1 else "", fps / 100))
 PY

@@ -62,9 +62,9 @@ static void usage(FILE *to) {
           "             precision bf16 (AVX512-BF16, or emulated: the line\n"
           "             says which); then several\n"
           "             streams batched into one pass; then chunk\n"
-          "             mode f32 on every CPU at once, a stream per\n"
-          "             thread, and the FMA peak of all of them\n"
-          "             together, by wall clock (what serving and\n"
+          "             mode, f32 and bf16, on every CPU at once, a\n"
+          "             stream per thread, and the FMA peak of all of\n"
+          "             them together, by wall clock (what serving and\n"
           "             'aural encode -j' can reach here: less than\n"
           "             CPUs x one thread where CPUs share a core);\n"
           "             achieved\n"
@@ -459,10 +459,11 @@ static void run_peak_avx2(void *p) {
 #endif
 
 /* What every CPU does at once: chunk mode, one stream per thread over the
- * one model (as aurald's workers and 'aural encode -j' run), and the FMA
- * peak of the kernels in use, all by wall clock. A core's own figures do
- * not show what the machine as a whole can do where CPUs share a core's
- * units or are given less than a whole core. */
+ * one model (as aurald's workers and 'aural encode -j' run), and (where
+ * peak is not NULL) the FMA peak of the kernels in use, all by wall
+ * clock. A core's own figures do not show what the machine as a whole can
+ * do where CPUs share a core's units or are given less than a whole
+ * core. */
 static int bench_all_cpus(const aural_model *m, size_t step, size_t n_frames,
                           int repeat, int n, enc_result *chunk,
                           double *peak) {
@@ -507,11 +508,11 @@ static int bench_all_cpus(const aural_model *m, size_t step, size_t n_frames,
     fprintf(stderr, "aural bench: %s\n",
             err.msg[0] ? err.msg : "out of memory for the streams");
   }
-  *peak = 0;
+  if (peak != NULL) *peak = 0;
 #if defined(__x86_64__)
   const char *isa = aural_isa_name();
   int avx512 = strcmp(isa, "avx512") == 0, avx2 = strcmp(isa, "avx2") == 0;
-  if (rc == 0 && (avx512 || avx2)) {
+  if (rc == 0 && peak != NULL && (avx512 || avx2)) {
     void (*run_peak)(void *) = avx512 ? run_peak_avx512 : run_peak_avx2;
     int lanes = avx512 ? 16 : 8;
     double wall = together_run(n, 5, run_peak, args);
@@ -544,8 +545,9 @@ typedef struct enc_bench {
   int bf16_native;                   /* with AVX512-BF16 (else emulated) */
   size_t streams;         /* streams per batched pass */
   enc_result batched_f32; /* all of them together, chunk mode */
-  int cpus;               /* threads at once for the next two (1: none) */
+  int cpus;               /* threads at once for the next three (1: none) */
   enc_result all_f32;     /* chunk mode, a stream per thread, all together */
+  enc_result all_bf16;    /* the same in precision bf16 */
   double peak_all;        /* the FMA peak of all of them (0: scalar) */
 } enc_bench;
 
@@ -597,9 +599,10 @@ static int bench_encoder(enc_bench *b) {
     if (rc == 0 && pass == 0 && b->streams > 1)
       rc = bench_batched(m, b->chunk, b->streams, frames, b->repeat,
                          &b->batched_f32);
-    if (rc == 0 && pass == 0 && b->cpus > 1)
+    if (rc == 0 && pass != 1 && b->cpus > 1)
       rc = bench_all_cpus(m, b->chunk, frames, b->repeat, b->cpus,
-                          &b->all_f32, &b->peak_all);
+                          pass == 0 ? &b->all_f32 : &b->all_bf16,
+                          pass == 0 ? &b->peak_all : NULL);
     aural_model_free(m);
     if (rc < 0) {
       free(file);
@@ -669,7 +672,8 @@ static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
            "\"batched\": {\"streams\": %zu, \"frames_per_s\": %.1f, "
            "\"gflops\": %.2f}, "
            "\"all_cpus\": {\"cpus\": %d, \"chunk_frames_per_s\": %.1f, "
-           "\"chunk_gflops\": %.2f, \"peak_gflops\": %.1f}%s",
+           "\"chunk_gflops\": %.2f, \"peak_gflops\": %.1f, "
+           "\"bf16_chunk_frames_per_s\": %.1f}%s",
            aural_isa_name(), aural_gemm_name(), eb->peak, eb->peak_avx512,
            eb->peak_avx2, eb->peak_bf16, eb->spec.d_model, eb->spec.n_heads,
            eb->spec.d_ff, eb->spec.n_layers, eb->spec.window,
@@ -685,6 +689,7 @@ static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
            eb->frame_bf16.gflops, eb->streams,
            eb->batched_f32.frames_per_s, eb->batched_f32.gflops, eb->cpus,
            eb->all_f32.frames_per_s, eb->all_f32.gflops, eb->peak_all,
+           eb->all_bf16.frames_per_s,
            run_fe ? ", " : "");
   if (run_fe) {
     printf("\"frontend\": [");
@@ -754,6 +759,11 @@ static void print_bench_table(const enc_bench *eb,
              eb->cpus, eb->all_f32.frames_per_s,
              eb->all_f32.frames_per_s / eb->chunk_f32.frames_per_s,
              eb->all_f32.frames_per_s / 100);
+      printf("  %d CPUs at once, a stream each, chunk bf16: %7.0f frames/s "
+             "(%.2fx one thread), %.0f real-time streams\n",
+             eb->cpus, eb->all_bf16.frames_per_s,
+             eb->all_bf16.frames_per_s / eb->chunk_bf16.frames_per_s,
+             eb->all_bf16.frames_per_s / 100);
       if (eb->peak_all > 0)
         printf("  %d CPUs at once, FMA peak: %.0f GFLOP/s (%.2fx this "
                "core's; chunk f32 at %.0f%% of it)\n",
