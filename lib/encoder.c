@@ -325,10 +325,10 @@ static void attend(work *w, const seg *sg, int li) {
       size_t g = sg->n - i0 < ATT_ROWS ? sg->n - i0 : ATT_ROWS;
       const float *q0 = w->qkv + (sg->row0 + i0) * 3 * d + h * hs;
       uint64_t t0 = e->next_frame + i0;
-      size_t past[ATT_ROWS], slot[ATT_ROWS], slot0 = (size_t)(t0 % win);
+      size_t past[ATT_ROWS], slot[ATT_ROWS];
       for (size_t j = 0; j < g; j++) {
         past[j] = win + j;
-        slot[j] = slot0 + j < win ? slot0 + j : slot0 + j - win;
+        slot[j] = (size_t)((t0 + j) % win); /* a window may be 1 or 2 */
       }
       put_keys(kt, w_pad, past, q0 + d, 3 * d, g, hs);
       aural__attention_scores(q0, 3 * d, g, kt, w_pad, hs, scale, w->scores);

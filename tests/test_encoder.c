@@ -424,7 +424,8 @@ static aural_model *load_synth(const synth_spec *s, const char *name,
  * changes the result): every golden model, and models of odd widths —
  * d_model 96 in 3 heads of 32 with d_ff 200, d_model 72 in 3 heads of 24
  * with d_ff 136 — with every position encoding, both norms, both
- * activations, a head of 29 tokens, CMVN, and f16 weights. */
+ * activations, a head of 29 tokens, CMVN, f16 weights, and windows of
+ * one and two frames. */
 static void test_chunk_invariance(void **state) {
   (void)state;
   golden_case cases[32];
@@ -483,6 +484,18 @@ static void test_chunk_invariance(void **state) {
        {.d_model = 72, .n_heads = 3, .n_layers = 2, .d_ff = 136, .window = 37,
         .pos_encoding = "sinusoidal", .activation = "gelu", .vocab_size = 29,
         .cmvn = 1, .lead_in_frames = 37, .seed = 13},
+       AURAL_WEIGHTS_F32},
+      /* Windows narrower than a group of attention rows (three): a
+       * group's frames then share ring slots. */
+      {"d96_window1_rope",
+       {.d_model = 96, .n_heads = 3, .n_layers = 2, .d_ff = 200, .window = 1,
+        .pos_encoding = "rope", .activation = "gelu", .norm_first = 1,
+        .final_norm = 1, .vocab_size = 29, .seed = 14},
+       AURAL_WEIGHTS_F32},
+      {"d72_window2_sin",
+       {.d_model = 72, .n_heads = 3, .n_layers = 2, .d_ff = 136, .window = 2,
+        .pos_encoding = "sinusoidal", .activation = "gelu", .vocab_size = 29,
+        .seed = 15},
        AURAL_WEIGHTS_F32},
   };
   for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
