@@ -255,47 +255,80 @@ typedef struct enc_result {
   double gflops;
 } enc_result;
 
+/* Features for the encoder cases: the test signal's samples scaled to
+ * the range of log-mel features. */
+static void fill_feats(float *feats, size_t n) {
+  fill_signal(feats, n, 1, 1000.0);
+  for (size_t i = 0; i < n; i++) feats[i] = feats[i] * 20.0f + 5.0f;
+}
+
+/* One stream fed `step` frames per call: its encoder, input and output,
+ * and the frames a run takes (n_frames rounded up to whole calls). */
+typedef struct chunk_share {
+  aural_encoder *e;
+  float *feats, *out;
+  size_t step, n_frames;
+} chunk_share;
+
+/* Frees what c holds and leaves it empty (so freeing it again is safe). */
+static void chunk_share_free(chunk_share *c) {
+  aural_encoder_destroy(c->e);
+  free(c->feats);
+  free(c->out);
+  *c = (chunk_share){0};
+}
+
+/* c's encoder and buffers, warmed up until the rings are full; -1 (and
+ * why on stderr) when they cannot be made. */
+static int chunk_share_init(chunk_share *c, const aural_model *m, size_t step,
+                            size_t n_frames) {
+  const aural_model_config *mc = aural_model_get_config(m);
+  size_t mels = (size_t)mc->fbank.num_mel_bins, d = (size_t)mc->d_model;
+  *c = (chunk_share){.step = step,
+                     .n_frames = (n_frames + step - 1) / step * step};
+  aural_encoder_config ec;
+  aural_encoder_config_default(&ec);
+  ec.max_batch_frames = step;
+  aural_err err;
+  if (aural_encoder_create(m, &ec, &c->e, &err) < 0) {
+    fprintf(stderr, "aural bench: %s\n", err.msg);
+    return -1;
+  }
+  c->feats = malloc(step * mels * sizeof *c->feats);
+  c->out = malloc(step * d * sizeof *c->out);
+  if (c->feats == NULL || c->out == NULL) {
+    fprintf(stderr, "aural bench: out of memory for a stream\n");
+    chunk_share_free(c);
+    return -1;
+  }
+  fill_feats(c->feats, step * mels);
+  for (size_t done = 0; done < (size_t)mc->window + step; done += step)
+    aural_encoder_forward(c->e, c->feats, step, c->out, NULL);
+  return 0;
+}
+
+/* One run of c: its n_frames frames, step per call. */
+static void run_chunk_share(void *p) {
+  chunk_share *c = p;
+  for (size_t done = 0; done < c->n_frames; done += c->step)
+    aural_encoder_forward(c->e, c->feats, c->step, c->out, NULL);
+}
+
 /* Frames per second of one encoder fed `step` frames per call, best of
  * `repeat` runs over n_frames frames after a warm-up that fills the rings. */
 static int bench_encoder_mode(const aural_model *m, size_t step,
                               size_t n_frames, int repeat, enc_result *res) {
-  const aural_model_config *c = aural_model_get_config(m);
-  size_t mels = (size_t)c->fbank.num_mel_bins, d = (size_t)c->d_model;
-  aural_encoder_config ec;
-  aural_encoder_config_default(&ec);
-  ec.max_batch_frames = step;
-  aural_encoder *e;
-  aural_err err;
-  if (aural_encoder_create(m, &ec, &e, &err) < 0) {
-    fprintf(stderr, "aural bench: %s\n", err.msg);
-    return -1;
-  }
-  float *feats = malloc(step * mels * sizeof *feats);
-  float *out = malloc(step * d * sizeof *out);
-  if (feats == NULL || out == NULL) {
-    free(feats);
-    free(out);
-    aural_encoder_destroy(e);
-    return -1;
-  }
-  fill_signal(feats, step * mels, 1, 1000.0);
-  for (size_t i = 0; i < step * mels; i++) feats[i] = feats[i] * 20.0f + 5.0f;
-  size_t warm = (size_t)c->window + step;
-  for (size_t done = 0; done < warm; done += step)
-    aural_encoder_forward(e, feats, step, out, NULL);
+  chunk_share c;
+  if (chunk_share_init(&c, m, step, n_frames) < 0) return -1;
   res->frames_per_s = 0;
   for (int r = 0; r < repeat; r++) {
     double t0 = cli_thread_cpu_s();
-    for (size_t done = 0; done < n_frames; done += step)
-      aural_encoder_forward(e, feats, step, out, NULL);
+    run_chunk_share(&c);
     double t = cli_thread_cpu_s() - t0;
-    size_t frames = (n_frames + step - 1) / step * step;
-    res->frames_per_s = fmax(res->frames_per_s, (double)frames / t);
+    res->frames_per_s = fmax(res->frames_per_s, (double)c.n_frames / t);
   }
   res->gflops = res->frames_per_s * (double)aural_model_flops_per_frame(m) / 1e9;
-  free(feats);
-  free(out);
-  aural_encoder_destroy(e);
+  chunk_share_free(&c);
   return 0;
 }
 
@@ -317,8 +350,7 @@ static int bench_batched(const aural_model *m, size_t step, size_t n_streams,
   for (size_t s = 0; rc == 0 && s < n_streams; s++)
     rc = aural_encoder_create(m, NULL, &encs[s], &err);
   if (rc == 0) {
-    fill_signal(feats, step * mels, 1, 1000.0);
-    for (size_t i = 0; i < step * mels; i++) feats[i] = feats[i] * 20.0f + 5.0f;
+    fill_feats(feats, step * mels);
     for (size_t s = 0; s < n_streams; s++)
       items[s] = (aural_batch_item){.enc = encs[s], .feats = feats, .n = step,
                                     .emb = out + s * step * d};
@@ -391,15 +423,18 @@ static void *together_main(void *p) {
 }
 
 /* share(args[i]) on n threads at once (this one takes args[0]), `rounds`
- * times: the shortest round in wall-clock seconds, or -1 when a thread
+ * times: the shortest round in wall-clock seconds, or -1 when the threads
  * cannot be started. */
 static double together_run(int n, int rounds, void (*share)(void *),
                            void **args) {
   together t = {.state = 0, .rounds = rounds, .share = share};
+  if (pthread_barrier_init(&t.go, NULL, (unsigned)n) != 0) return -1;
+  if (pthread_barrier_init(&t.done, NULL, (unsigned)n) != 0) {
+    pthread_barrier_destroy(&t.go);
+    return -1;
+  }
   pthread_mutex_init(&t.mu, NULL);
   pthread_cond_init(&t.cv, NULL);
-  pthread_barrier_init(&t.go, NULL, (unsigned)n);
-  pthread_barrier_init(&t.done, NULL, (unsigned)n);
   pthread_t *th = calloc((size_t)n, sizeof *th);
   together_arg *ta = calloc((size_t)n, sizeof *ta);
   int started = 1;
@@ -434,19 +469,6 @@ static double together_run(int n, int rounds, void (*share)(void *),
   return best;
 }
 
-/* One thread's stream in chunk mode: n_frames frames, step per call. */
-typedef struct chunk_share {
-  aural_encoder *e;
-  float *feats, *out;
-  size_t step, n_frames;
-} chunk_share;
-
-static void run_chunk_share(void *p) {
-  chunk_share *c = p;
-  for (size_t done = 0; done < c->n_frames; done += c->step)
-    aural_encoder_forward(c->e, c->feats, c->step, c->out, NULL);
-}
-
 #if defined(__x86_64__)
 static void run_peak_avx512(void *p) {
   (void)p;
@@ -467,32 +489,13 @@ static void run_peak_avx2(void *p) {
 static int bench_all_cpus(const aural_model *m, size_t step, size_t n_frames,
                           int repeat, int n, enc_result *chunk,
                           double *peak) {
-  const aural_model_config *c = aural_model_get_config(m);
-  size_t mels = (size_t)c->fbank.num_mel_bins, d = (size_t)c->d_model;
   chunk_share *sh = calloc((size_t)n, sizeof *sh);
   void **args = calloc((size_t)n, sizeof *args);
-  int rc = sh != NULL && args != NULL ? 0 : -1;
-  aural_err err = {0};
-  aural_encoder_config ec;
-  aural_encoder_config_default(&ec);
-  ec.max_batch_frames = step;
-  for (int i = 0; rc == 0 && i < n; i++) {
-    sh[i] = (chunk_share){.step = step,
-                          .n_frames = (n_frames + step - 1) / step * step};
-    sh[i].feats = malloc(step * mels * sizeof *sh[i].feats);
-    sh[i].out = malloc(step * d * sizeof *sh[i].out);
-    args[i] = &sh[i];
-    if (sh[i].feats == NULL || sh[i].out == NULL) {
-      rc = -1;
-      break;
-    }
-    rc = aural_encoder_create(m, &ec, &sh[i].e, &err);
-    if (rc < 0) break;
-    fill_signal(sh[i].feats, step * mels, 1, 1000.0);
-    for (size_t k = 0; k < step * mels; k++)
-      sh[i].feats[k] = sh[i].feats[k] * 20.0f + 5.0f;
-    for (size_t done = 0; done < (size_t)c->window + step; done += step)
-      aural_encoder_forward(sh[i].e, sh[i].feats, step, sh[i].out, NULL);
+  int rc = sh != NULL && args != NULL ? 0 : -1, made = 0;
+  if (rc < 0) fprintf(stderr, "aural bench: out of memory for %d streams\n", n);
+  for (; rc == 0 && made < n; made++) {
+    rc = chunk_share_init(&sh[made], m, step, n_frames);
+    args[made] = &sh[made];
   }
   if (rc == 0) {
     double wall = together_run(n, repeat, run_chunk_share, args);
@@ -504,9 +507,6 @@ static int bench_all_cpus(const aural_model *m, size_t step, size_t n_frames,
       chunk->gflops =
           chunk->frames_per_s * (double)aural_model_flops_per_frame(m) / 1e9;
     }
-  } else {
-    fprintf(stderr, "aural bench: %s\n",
-            err.msg[0] ? err.msg : "out of memory for the streams");
   }
   if (peak != NULL) *peak = 0;
 #if defined(__x86_64__)
@@ -520,11 +520,7 @@ static int bench_all_cpus(const aural_model *m, size_t step, size_t n_frames,
       *peak = (double)n * (double)PEAK_TURNS * 12 * lanes * 2 / wall / 1e9;
   }
 #endif
-  for (int i = 0; sh != NULL && i < n; i++) {
-    aural_encoder_destroy(sh[i].e);
-    free(sh[i].feats);
-    free(sh[i].out);
-  }
+  for (int i = 0; i < made; i++) chunk_share_free(&sh[i]);
   free(sh);
   free(args);
   return rc;
