@@ -15,7 +15,8 @@ At the end it checks, and reports as JSON:
     too) are back within --max-heap-growth-kb of their level after a
     warm-up of one recording per pusher;
   - the fd count at the end equals the one before the pushers and the
-    churn started;
+    churn started (each taken once the count has held still for a second,
+    so that a connection the daemon is still closing is in neither);
   - the healthy subscribers lost no chunk (no GAP, sequences complete, and
     every stream's chunk count equals what STREAM_ENDED announced);
   - STATS agrees: no stream or subscription left but the healthy ones, and
@@ -68,6 +69,28 @@ def rss_kb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def settled_fd_count(pid, quiet_s=1.0, limit_s=15.0):
+    """The daemon's fd count once it has held still for quiet_s (or limit_s
+    has passed). A client that has closed its end may still have its
+    connection open in the daemon for a moment (the daemon has not read
+    the end yet), in either count that is compared, so neither is taken
+    while one could be closing; a leaked fd stays and still shows."""
+    deadline = time.monotonic() + limit_s
+    n, since = fd_count(pid), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        m = fd_count(pid)
+        if m != n:
+            n, since = m, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            break
+    return n
 
 
 class Healthy(threading.Thread):
@@ -197,7 +220,7 @@ def main():
            any(len(h.ended) < state["streams"] for h in healthy)):
         time.sleep(0.1)
     warm_audio_s = state["audio_s"]
-    fds_base = len(os.listdir("/proc/%d/fd" % pid))  # the healthy ones only
+    fds_base = settled_fd_count(pid)  # the healthy ones only
     with ac.Client(args.socket, timeout=10) as c:
         heap_base = c.stats().get("heap_bytes")
     stop = threading.Event()
@@ -213,8 +236,7 @@ def main():
         p.start()
     samples = []  # (seconds, rss kB, fds)
     while any(p.is_alive() for p in pushers):
-        samples.append((time.monotonic() - t0, rss_kb(pid),
-                        len(os.listdir("/proc/%d/fd" % pid))))
+        samples.append((time.monotonic() - t0, rss_kb(pid), fd_count(pid)))
         time.sleep(1.0)
     for p in pushers:
         p.join()
@@ -231,7 +253,7 @@ def main():
     for h in healthy:
         h.join(30)
     wall = time.monotonic() - t0
-    samples.append((wall, rss_kb(pid), len(os.listdir("/proc/%d/fd" % pid))))
+    samples.append((wall, rss_kb(pid), settled_fd_count(pid)))
     with ac.Client(args.socket, timeout=10) as c:
         stats = c.stats()
 
@@ -266,12 +288,17 @@ def main():
         "stats_streams_left": len(stats["streams"]),
         "stats_subscribers_with_drops": len(leftover),
     }
-    ok = (slope < args.max_slope_kb_per_min and fds_end == fds_start and
-          (heap_growth_kb is None or
-           heap_growth_kb < args.max_heap_growth_kb) and
-          lost == 0 and gaps == 0 and not errors and
-          streams_seen == state["streams"] and not stats["streams"] and
-          not leftover)
+    checks = {
+        "rss_slope": slope < args.max_slope_kb_per_min,
+        "fds": fds_end == fds_start,
+        "heap": (heap_growth_kb is None or
+                 heap_growth_kb < args.max_heap_growth_kb),
+        "lost_chunks": lost == 0, "gaps": gaps == 0, "errors": not errors,
+        "streams_ended": streams_seen == state["streams"],
+        "streams_left": not stats["streams"], "drops": not leftover,
+    }
+    ok = all(checks.values())
+    report["failed"] = [name for name, passed in checks.items() if not passed]
     report["ok"] = ok
     print(json.dumps(report, indent=1))
     return 0 if ok else 1
