@@ -15,8 +15,8 @@ At the end it checks, and reports as JSON:
     too) are back within --max-heap-growth-kb of their level after a
     warm-up of one recording per pusher;
   - the fd count at the end equals the one before the pushers and the
-    churn started (each taken once the count has held still for a second,
-    so that a connection the daemon is still closing is in neither);
+    churn started (each taken when STATS counts no client but the healthy
+    ones, so that a connection the daemon is still closing is in neither);
   - the healthy subscribers lost no chunk (no GAP, sequences complete, and
     every stream's chunk count equals what STREAM_ENDED announced);
   - STATS agrees: no stream or subscription left but the healthy ones, and
@@ -75,22 +75,25 @@ def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
-def settled_fd_count(pid, quiet_s=1.0, limit_s=15.0):
-    """The daemon's fd count once it has held still for quiet_s (or limit_s
-    has passed). A client that has closed its end may still have its
-    connection open in the daemon for a moment (the daemon has not read
-    the end yet), in either count that is compared, so neither is taken
-    while one could be closing; a leaked fd stays and still shows."""
+def settled_fds(path, pid, n_clients, limit_s=30.0):
+    """The daemon's fd count once only n_clients are connected besides the
+    one asking (STATS' clients), the same twice in a row (a loop turn
+    after the last close). A client that has closed its end can have its
+    connection open in the daemon a moment longer, so neither count that
+    is compared is taken while one could be closing; a leaked fd, or a
+    connection never closed (counted after limit_s), stays."""
     deadline = time.monotonic() + limit_s
-    n, since = fd_count(pid), time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        m = fd_count(pid)
-        if m != n:
-            n, since = m, time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            break
-    return n
+    last = None
+    with ac.Client(path, timeout=10) as c:
+        while True:
+            quiet = c.stats()["clients"] == n_clients + 1
+            now = fd_count(pid) if quiet else None
+            if now is not None and now == last:
+                return now
+            if time.monotonic() > deadline:  # compared as it is: a leak
+                return fd_count(pid)
+            last = now
+            time.sleep(0.05)
 
 
 class Healthy(threading.Thread):
@@ -220,7 +223,7 @@ def main():
            any(len(h.ended) < state["streams"] for h in healthy)):
         time.sleep(0.1)
     warm_audio_s = state["audio_s"]
-    fds_base = settled_fd_count(pid)  # the healthy ones only
+    fds_base = settled_fds(args.socket, pid, len(healthy))
     with ac.Client(args.socket, timeout=10) as c:
         heap_base = c.stats().get("heap_bytes")
     stop = threading.Event()
@@ -253,7 +256,8 @@ def main():
     for h in healthy:
         h.join(30)
     wall = time.monotonic() - t0
-    samples.append((wall, rss_kb(pid), settled_fd_count(pid)))
+    samples.append((wall, rss_kb(pid),
+                    settled_fds(args.socket, pid, len(healthy))))
     with ac.Client(args.socket, timeout=10) as c:
         stats = c.stats()
 
