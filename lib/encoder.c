@@ -18,6 +18,7 @@
  * taken in order, so the slot it overwrites (frame t_i - W) is one no later
  * row of the batch needs: frame t_i + 1 looks back only to t_i - W + 2.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -329,6 +330,7 @@ static void attend(work *w, const seg *sg, int li) {
       for (size_t j = 0; j < g; j++) {
         past[j] = win + j;
         slot[j] = (size_t)((t0 + j) % win); /* a window may be 1 or 2 */
+        assert(slot[j] < win); /* a slot past the ring writes another's */
       }
       put_keys(kt, w_pad, past, q0 + d, 3 * d, g, hs);
       aural__attention_scores(q0, 3 * d, g, kt, w_pad, hs, scale, w->scores);
