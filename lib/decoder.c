@@ -703,6 +703,20 @@ size_t aural_decoder_partial(const aural_decoder *d, aural_word *out,
   return chain_words(d, d->cur[0].link, out, cap);
 }
 
+/* The fewest frames a segment that ends with words can last, from the
+ * rules in endpoint(), each counted from the segment's start (every frame
+ * runs step() first, so at least one): the trailing non-speech
+ * (silence_frames; the frame that emits the last word may itself be
+ * non-speech, when a token below the blank wins the search), the longest
+ * segment, and the full pool (a frame adds at most a link per survivor,
+ * so beam per frame from an empty pool). */
+static uint64_t min_segment_frames(const aural_decoder *d) {
+  uint64_t full = d->pool_cap / (size_t)d->cfg.beam, m = d->silence_frames;
+  if (d->max_frames < m) m = d->max_frames;
+  if (full < m) m = full;
+  return m > 0 ? m : 1;
+}
+
 void aural_decoder_get_info(const aural_decoder *d, aural_decoder_info *info) {
   *info = (aural_decoder_info){
       .frames = d->frame,
@@ -716,11 +730,7 @@ void aural_decoder_get_info(const aural_decoder *d, aural_decoder_info *info) {
                       d->pool_cap * (sizeof *d->pool + sizeof *d->remap +
                                      sizeof *d->final),
       .max_words = d->pool_cap,
-      /* A final needs a word and the trailing non-speech after it, or the
-       * longest segment; the pool's own limit comes later still. */
-      .min_segment_frames = d->silence_frames + 1 < d->max_frames
-                                ? d->silence_frames + 1
-                                : d->max_frames};
+      .min_segment_frames = min_segment_frames(d)};
 }
 
 void aural_decoder_reset(aural_decoder *d) {

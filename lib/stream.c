@@ -16,6 +16,7 @@
  * has not come out yet; `pend` has that many frames beyond
  * max_pending_frames, so that an emptied stream always takes input.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,6 +224,8 @@ static void chunk_words(aural_stream *s, size_t n, bool final,
     at += aural_decoder_push(s->dec, lg + at * s->v, n - at);
     if (at == n && final) aural_decoder_end(s->dec);
     if (aural_decoder_final(s->dec, w ? w + nw : NULL, cap - nw, &k) == 1) {
+      /* setup_words() sized the buffers from the decoder's promises. */
+      assert(w == NULL || (nseg < ch->segments_cap && k <= cap - nw));
       if (ch->segments != NULL) ch->segments[nseg] = (uint32_t)k;
       nseg++;
       nw += k;

@@ -841,6 +841,75 @@ static void test_chunking_does_not_matter(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* Where in n frames of logits the decoder's finals come (frames pushed
+ * before each, counted from the first), with silence_s of trailing
+ * non-speech and a beam of `beam`; returns how many, at most cap. */
+static size_t final_frames(const aural_lexicon *lex, const float *logits,
+                           size_t n, float silence_s, int beam, size_t *at,
+                           size_t cap, uint64_t *min_gap) {
+  aural_decoder_config dc;
+  aural_decoder_config_default(&dc);
+  dc.endpoint_silence_s = silence_s;
+  dc.beam = beam;
+  aural_decoder *d;
+  aural_err err;
+  assert_int_equal(aural_decoder_create(&dc, model, lex, NULL, &d, &err), 0);
+  aural_decoder_info info;
+  aural_decoder_get_info(d, &info);
+  *min_gap = info.min_segment_frames;
+  size_t n_finals = 0;
+  for (size_t t = 0; t < n;) {
+    t += aural_decoder_push(d, logits + t * V, n - t);
+    size_t nw;
+    if (aural_decoder_final(d, NULL, 0, &nw) == 1 && n_finals < cap)
+      at[n_finals++] = t;
+  }
+  aural_decoder_destroy(d);
+  return n_finals;
+}
+
+/* Finals end at least min_segment_frames apart, as the stream sizes its
+ * chunks' segment lists by it: also where the word that ends a segment
+ * comes in a frame whose most likely token is the blank (a token just
+ * below it, every frame), so that the frame counts as non-speech, and
+ * where a word every frame fills the pool of links first. */
+static void test_finals_are_min_segment_frames_apart(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("a\tt1\nb\tt2\n");
+  enum { N = 2000 };
+  float *logits = malloc(N * V * sizeof *logits);
+  size_t *at = malloc(N * sizeof *at);
+  rng_state = 4242;
+  for (int pattern = 0; pattern < 3; pattern++) {
+    for (size_t t = 0; t < N; t++)
+      for (int k = 0; k < V; k++)
+        logits[t * V + k] =
+            pattern == 0   ? (k == 0 ? 1.0f : k == 1 ? 0.9f : 0.0f)
+            : pattern == 1 ? (float)(3.0 * uniform() + (k == 0 ? 1.5 : 0))
+                           : (k == 1 + (int)(t % 2) ? 8.0f : 0.0f);
+    const float silences[] = {0.01f, 0.02f, 0.1f, 0.8f};
+    const int beams[] = {1, 4, 64};
+    for (size_t si = 0; si < 4; si++)
+      for (size_t bi = 0; bi < 3; bi++) {
+        uint64_t gap;
+        size_t n_finals = final_frames(lex, logits, N, silences[si],
+                                       beams[bi], at, N, &gap);
+        assert_true(n_finals > 0);
+        for (size_t i = 0; i < n_finals; i++) {
+          size_t since = i == 0 ? at[0] : at[i] - at[i - 1];
+          if (since < gap)
+            fail_msg("pattern %d, silence %.2f s, beam %d: final %zu came "
+                     "%zu frames after the last, min_segment_frames %llu",
+                     pattern, (double)silences[si], beams[bi], i, since,
+                     (unsigned long long)gap);
+        }
+      }
+  }
+  free(at);
+  free(logits);
+  aural_lexicon_destroy(lex);
+}
+
 static void test_config_rejects(void **state) {
   (void)state;
   aural_lexicon *lex = lexicon(lex4);
@@ -883,6 +952,7 @@ int main(void) {
       cmocka_unit_test(test_custom_words_without_unk),
       cmocka_unit_test(test_endpoints),
       cmocka_unit_test(test_chunking_does_not_matter),
+      cmocka_unit_test(test_finals_are_min_segment_frames_apart),
       cmocka_unit_test(test_config_rejects),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
