@@ -25,9 +25,12 @@
  * churn of chunks, and a slow subscriber's queue can leave more. */
 #define CONN_TRIM_BYTES (1u << 20)
 
+static void pronounce_job_let_go(struct pronounce_job *j);
+
 static void on_close(uv_handle_t *h) {
   conn *c = h->data;
   server *srv = c->srv;
+  if (c->pronouncing != NULL) pronounce_job_let_go(c->pronouncing);
   bool trim = c->q_bytes >= CONN_TRIM_BYTES;
   for (size_t i = 0; i < c->q_len; i++)
     msgbuf_unref(c->q[(c->q_head + i) % CONN_QUEUE_CAP]);
@@ -151,11 +154,14 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
  * taken in parts: an AUDIO_DATA larger than its stream's free input room
  * is consumed up to it (c->rskip bytes of its payload so far) and the rest
  * waits, with reading paused, until the workers catch up. */
+static bool pronouncing(const conn *c);
+static void pronounced_unused(conn *c);
+
 static void process_input(conn *c) {
   server *srv = c->srv;
   size_t at = 0, turn_bytes = 0;
   int turn_requests = 0;
-  while (!c->closing && !c->fatal_sent && !c->paused) {
+  while (!c->closing && !c->fatal_sent && !c->paused && !pronouncing(c)) {
     if (c->q_len >= CONN_QUEUE_CAP / 2) {
       /* Requests come faster than their replies are read: stop reading
        * until the queue drains, as with audio backlog. */
@@ -190,6 +196,7 @@ static void process_input(conn *c) {
     }
     c->rskip = 0;
     at += total;
+    pronounced_unused(c);
   }
   if (c->closing || at == 0) return;
   memmove(c->rbuf, c->rbuf + at, c->rlen - at);
@@ -221,7 +228,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
 }
 
 static void start_reading(conn *c) {
-  if (c->reading || c->closing || c->fatal_sent || c->paused || c->yielded)
+  if (c->reading || c->closing || c->fatal_sent || c->paused || c->yielded ||
+      pronouncing(c))
     return;
   if (c->tr != NULL) {
     c->tr->read_start(c);
@@ -322,8 +330,97 @@ static void do_hello(conn *c, const aural_msg_hello *m) {
   send_welcome(c);
 }
 
+/* ---- custom words ---------------------------------------------------------
+ *
+ * espeak-ng takes 5-20 ms to pronounce a request's words, so they are
+ * pronounced on libuv's thread pool (aural_g2p_lexicon is thread-safe):
+ * on the loop, a client pipelining such requests held up every other
+ * client for seconds. Meanwhile the request stays at the head of its
+ * connection's input, which is neither read nor handled; once the words
+ * are done the request is handled again from the start (the server may
+ * have changed in between) and takes the lexicon or the error. */
+typedef struct pronounce_job {
+  uv_work_t req;
+  conn *c; /* NULL once the connection is gone */
+  const aural_g2p *g2p;
+  aural_msg_vocabulary words;
+  bool done;
+  aural_lexicon *lex; /* the words' lexicon, or NULL and err */
+  aural_err err;
+} pronounce_job;
+
+static bool pronouncing(const conn *c) {
+  return c->pronouncing != NULL && !c->pronouncing->done;
+}
+
+static void pronounce_job_free(pronounce_job *j) {
+  aural_lexicon_destroy(j->lex);
+  free(j);
+}
+
+/* The connection is going: a job still on the pool frees itself when
+ * done. */
+static void pronounce_job_let_go(pronounce_job *j) {
+  if (j->done) pronounce_job_free(j);
+  else j->c = NULL;
+}
+
+/* A request handled to its end that did not take its pronounced words
+ * (refused for another reason when handled again). */
+static void pronounced_unused(conn *c) {
+  if (c->pronouncing == NULL || !c->pronouncing->done) return;
+  pronounce_job_free(c->pronouncing);
+  c->pronouncing = NULL;
+}
+
+static void pronounce_work(uv_work_t *req) {
+  pronounce_job *j = req->data;
+  const char *words[AURAL_PROTO_VOCAB_MAX];
+  for (uint32_t i = 0; i < j->words.n_words; i++) words[i] = j->words.words[i];
+  if (aural_g2p_lexicon(j->g2p, words, j->words.n_words, &j->lex, &j->err) <
+      0)
+    j->lex = NULL;
+}
+
+static void pronounce_done(uv_work_t *req, int status) {
+  pronounce_job *j = req->data;
+  j->done = true;
+  if (status != 0 && j->lex == NULL && j->err.msg[0] == '\0')
+    snprintf(j->err.msg, sizeof j->err.msg, "custom words: %s",
+             uv_strerror(status));
+  if (j->c == NULL) {
+    pronounce_job_free(j);
+    return;
+  }
+  if (!j->c->closing) resume_input(j->c);
+}
+
+/* Starts pronouncing v for c's request; false (with the error sent) when
+ * it cannot. */
+static bool pronounce_start(conn *c, const aural_msg_vocabulary *v) {
+  pronounce_job *j = calloc(1, sizeof *j);
+  if (j != NULL) {
+    j->req.data = j;
+    j->c = c;
+    j->g2p = c->srv->g2p;
+    j->words = *v;
+    if (uv_queue_work(c->srv->loop, &j->req, pronounce_work,
+                      pronounce_done) == 0) {
+      c->pronouncing = j;
+      conn_read_stop(c);
+      return true;
+    }
+    free(j);
+  }
+  conn_send_error(c, 0, AURAL_PROTO_EINTERNAL, false,
+                  "cannot pronounce custom words now (out of memory)");
+  return false;
+}
+
 /* The lexicon of a request's custom words, or NULL with the error sent
- * (and NULL, no error, when it names none). *failed says which. */
+ * (and NULL, no error, when it names none). *failed says which; it is
+ * also set while the words are being pronounced (pronouncing(c)), and the
+ * request is handled again when they are. */
 static aural_lexicon *custom_words(conn *c, const aural_msg_vocabulary *v,
                                    bool *failed) {
   server *srv = c->srv;
@@ -336,15 +433,18 @@ static aural_lexicon *custom_words(conn *c, const aural_msg_vocabulary *v,
                     srv->lexicon == NULL ? "lexicon" : "g2p map beside its model");
     return NULL;
   }
-  const char *words[AURAL_PROTO_VOCAB_MAX];
-  for (uint32_t i = 0; i < v->n_words; i++) words[i] = v->words[i];
-  aural_lexicon *lex = NULL;
-  aural_err err = {0};
-  if (aural_g2p_lexicon(srv->g2p, words, v->n_words, &lex, &err) < 0) {
-    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false, "%s", err.msg);
+  pronounce_job *j = c->pronouncing;
+  if (j == NULL) {
+    pronounce_start(c, v);
     return NULL;
   }
-  *failed = false;
+  c->pronouncing = NULL;
+  aural_lexicon *lex = j->lex;
+  j->lex = NULL;
+  if (lex == NULL)
+    conn_send_error(c, 0, AURAL_PROTO_EBAD_PAYLOAD, false, "%s", j->err.msg);
+  pronounce_job_free(j);
+  *failed = lex == NULL;
   return lex;
 }
 
@@ -564,7 +664,8 @@ static void do_audio_close(conn *c, uint32_t id) {
 
 /* Answers one request (payload: its n bytes not yet taken) and returns
  * how many of them it took: n, or fewer for an AUDIO_DATA that waits for
- * room (do_audio_data). */
+ * room (do_audio_data), or none for a request whose custom words are
+ * being pronounced. */
 static size_t handle_message(conn *c, const aural_msg_header *h,
                              const uint8_t *payload, size_t n) {
   server *srv = c->srv;
@@ -620,12 +721,14 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
   }
   case AURAL_MSG_SUBSCRIBE:
     do_subscribe(c, &r.subscribe);
+    if (pronouncing(c)) return 0; /* handled again when its words are */
     break;
   case AURAL_MSG_UNSUBSCRIBE:
     do_unsubscribe(c, r.unsubscribe);
     break;
   case AURAL_MSG_AUDIO_OPEN:
     do_audio_open(c, &r.audio_open);
+    if (pronouncing(c)) return 0;
     break;
   case AURAL_MSG_AUDIO_DATA:
     return do_audio_data(c, h->stream_id, payload, n);

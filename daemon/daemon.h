@@ -403,6 +403,9 @@ typedef struct conn {
   bool paused;         /* reading stopped for flow control */
   uid_t uid;
   pid_t pid;
+  /* The custom words of the request at the head of rbuf, pronounced off
+   * the loop: while not done, that request and the input after it wait. */
+  struct pronounce_job *pronouncing;
   uint8_t *rbuf;       /* partial incoming message */
   size_t rskip;        /* payload bytes of the first message already taken */
   size_t rlen, rcap;
@@ -462,8 +465,9 @@ typedef struct server {
   aural_lm *lm;
   size_t words_max, segments_max;
   /* Custom words (a request's vocabulary), when words are on and the
-   * model's g2p map is there: pronounced on the loop, at most
-   * AURALD_VOCAB_SUBS subscriptions with their own decoders at once. */
+   * model's g2p map is there: pronounced on libuv's thread pool (conn.c),
+   * at most AURALD_VOCAB_SUBS subscriptions with their own decoders at
+   * once. */
   aural_g2p *g2p;
   int n_vocab_subs;
   float *scratch;          /* loop thread: one request's samples */

@@ -695,6 +695,66 @@ class TestWords(DaemonTest):
         c.close()
         self.stop_clean(d)
 
+    def test_custom_words_do_not_hold_up_other_clients(self):
+        """Custom words are pronounced off the loop: a client pipelining
+        SUBSCRIBE with 64 custom words and UNSUBSCRIBE, 64 times (each
+        pronunciation 5-20 ms), does not delay another client's request
+        sent at the same moment. On the loop, the other client was
+        answered only after a turn of the first one's requests (32, or
+        16 pronunciations): its reply came after those 32 replies."""
+        d = self.start(model=self.custom_model())
+        letters = "bcdfghkl"
+        words = ["zo" + letters[i % 8] + "a" + letters[i // 8] + "u"
+                 for i in range(64)]
+        reqs = b"".join(
+            msg(ac.SUBSCRIBE, {"stream": "s%d" % i, "outputs": ["words"],
+                               "vocabulary": words})
+            + msg(ac.UNSUBSCRIBE, {"subscription": i + 1})
+            for i in range(64))
+        x = raw_client(d.path)
+        y = raw_client(d.path)
+        time.sleep(0.2)  # the loop waits in epoll_wait
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            wait_stopped(d.proc.pid)
+            x.sendall(reqs)
+            y.sendall(msg(ac.PING, b"y"))
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        self.assertEqual(read_msg(y)[0], ac.PONG)
+        x.setblocking(False)
+        early = b""
+        try:
+            while True:
+                got = x.recv(1 << 16)
+                if not got:
+                    break
+                early += got
+        except BlockingIOError:
+            pass
+        n_early = 0
+        while len(early) >= HEADER.size:
+            n = HEADER.unpack_from(early)[5]
+            if len(early) < HEADER.size + n:
+                break
+            early = early[HEADER.size + n:]
+            n_early += 1
+        self.assertLessEqual(n_early, 2, "replies to the pipelining client "
+                             "before the other client's PONG")
+        # Every request of the first client is answered, in order.
+        x.setblocking(True)
+        x.settimeout(60)
+        types = []
+        for _ in range(128 - n_early):
+            types.append(read_msg(x)[0])
+        self.assertEqual(types[-2:], [ac.SUBSCRIBED, ac.UNSUBSCRIBED])
+        self.assertEqual(types.count(ac.UNSUBSCRIBED), 64 - (n_early + 1) // 2)
+        y.sendall(msg(ac.PING, b"z"))
+        self.assertEqual(read_msg(y)[0], ac.PONG)
+        x.close()
+        y.close()
+        self.stop_clean(d)
+
     def test_words_without_lexicon(self):
         """Without a lexicon, WELCOME says no words and SUBSCRIBE words is
         refused with NO_WORDS; a lexicon named and unreadable stops the
