@@ -162,9 +162,12 @@ static void process_input(conn *c) {
   size_t at = 0, turn_bytes = 0;
   int turn_requests = 0;
   while (!c->closing && !c->fatal_sent && !c->paused && !pronouncing(c)) {
-    if (c->q_len >= CONN_QUEUE_CAP / 2) {
+    if (c->q_len >= CONN_QUEUE_CAP / 2 ||
+        c->q_bytes >= srv->opt->sub_soft_bytes) {
       /* Requests come faster than their replies are read: stop reading
-       * until the queue drains, as with audio backlog. */
+       * until the queue drains, as with audio backlog. Bytes count as
+       * well as messages: a stream list or a STATS page can be most of a
+       * megabyte, and the replies of half the queue a gigabyte. */
       pause_reading(c);
       break;
     }
@@ -251,7 +254,9 @@ static void resume_input(conn *c) {
  * pile up unread, is not read until the workers or the client have caught
  * up. */
 void conn_resume_if_drained(conn *c) {
-  if (!c->paused || c->closing || c->q_len >= CONN_QUEUE_CAP / 4) return;
+  if (!c->paused || c->closing || c->q_len >= CONN_QUEUE_CAP / 4 ||
+      c->q_bytes >= c->srv->opt->sub_soft_bytes / 2)
+    return;
   if (c->n_streams > 0)
     for (stream *s = c->srv->streams; s != NULL; s = s->loop.next)
       if (s->loop.owner == c && stream_backlogged(s)) return;

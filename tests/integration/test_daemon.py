@@ -1758,6 +1758,33 @@ class TestReviewFindings(DaemonTest):
         y.close()
         self.stop_clean(d)
 
+    def test_unread_stream_lists_are_bounded_in_bytes(self):
+        """A client pipelining LIST_STREAMS without reading the replies
+        is no longer read once they hold the soft limit's bytes, not only
+        once they are 2,048: 64 streams with names of escaped quotes make
+        each reply about 14 KB, and 1,500 of them held 20 MB."""
+        d = self.start("--sub-soft-limit", "1M")
+        openers = [ac.Client(d.path, timeout=20) for _ in range(4)]
+        for i, o in enumerate(openers):
+            for k in range(16):
+                o.open_audio('"' * 50 + "%02d" % (i * 16 + k))
+        one = len(json.dumps(openers[0].list_streams()))
+        x = raw_client(d.path)
+        x.settimeout(0.5)
+        try:
+            x.sendall(msg(ac.LIST_STREAMS) * 1500)
+        except socket.timeout:
+            pass  # not read any more: the point
+        time.sleep(1)
+        held = openers[0].stats()["message_bytes"]
+        self.assertGreater(one, 10000)
+        self.assertLess(held, (1 << 20) + 4 * one,
+                        "bytes of unread replies held for one client")
+        x.close()
+        for o in openers:
+            o.close()
+        self.stop_clean(d)
+
     def test_stats_reply_is_a_page(self):
         """One STATS reply lists at most 256 streams and says where the
         next page starts; the CLI and the Python client join the pages."""
