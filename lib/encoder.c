@@ -259,6 +259,14 @@ typedef struct seg {
   float *logits;      /* (n, V) or NULL */
 } seg;
 
+/* The ring slot of the frame at position t: t mod W, counted from the
+ * stream's first frame so that a position past 2^64 (a first_frame near
+ * the top of its range) keeps the slots in step. */
+static size_t slot_of(const aural_encoder *e, uint64_t t) {
+  uint64_t win = (uint64_t)e->window;
+  return (size_t)((t - e->first_frame + e->first_frame % win) % win);
+}
+
 /* The mixing plan of the g rows of frames t0 .. t0+g-1 of stream e. */
 static void plan_group(const aural_encoder *e, uint64_t t0, size_t g,
                        aural__mix_plan *mp) {
@@ -269,7 +277,7 @@ static void plan_group(const aural_encoder *e, uint64_t t0, size_t g,
     n_ctx[j] = (size_t)(t - lo + 1);
   }
   uint64_t lo0 = t0 + 1 - n_ctx[0];
-  aural__mix_plan_of(mp, g, win, (size_t)(lo0 % win), n_ctx[0] - 1, n_ctx);
+  aural__mix_plan_of(mp, g, win, slot_of(e, lo0), n_ctx[0] - 1, n_ctx);
 }
 
 /* Keys k_j (row j of k, rows ld apart) into column col[j] of the head's
@@ -326,10 +334,10 @@ static void attend(work *w, const seg *sg, int li) {
       size_t g = sg->n - i0 < ATT_ROWS ? sg->n - i0 : ATT_ROWS;
       const float *q0 = w->qkv + (sg->row0 + i0) * 3 * d + h * hs;
       uint64_t t0 = e->next_frame + i0;
-      size_t past[ATT_ROWS], slot[ATT_ROWS];
+      size_t past[ATT_ROWS] = {0}, slot[ATT_ROWS] = {0};
       for (size_t j = 0; j < g; j++) {
         past[j] = win + j;
-        slot[j] = (size_t)((t0 + j) % win); /* a window may be 1 or 2 */
+        slot[j] = slot_of(e, t0 + j); /* a window may be 1 or 2 */
         assert(slot[j] < win); /* a slot past the ring writes another's */
       }
       put_keys(kt, w_pad, past, q0 + d, 3 * d, g, hs);
