@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <malloc.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,12 +213,31 @@ static void process_input(conn *c) {
   }
 }
 
+/* Whether c's client has closed its socket, not only shut its side: a
+ * Unix socket whose peer is gone polls as hung up. */
+static bool peer_closed(conn *c) {
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0) return true;
+  struct pollfd p = {.fd = fd, .events = POLLOUT};
+  return poll(&p, 1, 0) != 1 || (p.revents & (POLLHUP | POLLERR)) != 0;
+}
+
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   conn *c = st->data;
   (void)buf;
   if (nread == UV_ENOBUFS) {
     log_error("client %u: out of memory for input", c->id);
     conn_kill(c);
+    return;
+  }
+  if (nread == UV_EOF && c->tr == NULL && !peer_closed(c)) {
+    /* A half-close (shutdown(SHUT_WR), `nc -N`): the client sends nothing
+     * more but still reads, so what it asked for (its streams' ends, its
+     * subscriptions' chunks) goes on until it is owed nothing. */
+    log_debug("client %u: shut its side", c->id);
+    c->eof = true;
+    conn_read_stop(c);
+    conn_close_if_finished(c);
     return;
   }
   if (nread < 0) {
@@ -232,7 +252,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
 
 static void start_reading(conn *c) {
   if (c->reading || c->closing || c->fatal_sent || c->paused || c->yielded ||
-      pronouncing(c))
+      c->eof || pronouncing(c))
     return;
   if (c->tr != NULL) {
     c->tr->read_start(c);
@@ -905,12 +925,22 @@ void conn_input(conn *c, const void *p, size_t n, bool message_end) {
 }
 
 /* Runs from the tick timer: disconnects clients that never said HELLO in
- * time, and those whose queue stayed above the soft limit (in bytes or in
- * messages) for longer than allowed. */
+ * time, those whose queue stayed above the soft limit (in bytes or in
+ * messages) for longer than allowed, and those that shut their side and
+ * have since closed their socket (nothing is read from them, so only a
+ * look at the socket, four times a second, tells). */
 void conn_check_limits(server *srv) {
   double now = aurald_mono_s();
   for (conn *c = srv->conns; c != NULL; c = c->next) {
     if (c->closing) continue;
+    if (c->eof && now - c->eof_polled_at >= 0.25) {
+      c->eof_polled_at = now;
+      if (peer_closed(c)) {
+        log_debug("client %u: closed its socket", c->id);
+        conn_kill(c);
+        continue;
+      }
+    }
     if (!c->hello_done && !c->fatal_sent &&
         now - c->connected_at >= srv->opt->hello_timeout_s) {
       log_warn("client %u: no HELLO within %.1f s; disconnecting", c->id,

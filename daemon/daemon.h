@@ -401,6 +401,8 @@ typedef struct conn {
   double fatal_at;     /* monotonic s when it was queued */
   bool reading;
   bool paused;         /* reading stopped for flow control */
+  bool eof;            /* the client shut its side: nothing more to read */
+  double eof_polled_at; /* monotonic s, when its socket was last looked at */
   uid_t uid;
   pid_t pid;
   /* The custom words of the request at the head of rbuf, pronounced off
@@ -613,6 +615,10 @@ size_t conn_error_message(conn *c, uint8_t *buf, size_t cap,
  * close callback, so every caller up the stack may go on using c, its
  * subscriptions and their deliveries. */
 void conn_kill(conn *c);
+/* Closes c if its client has shut its side (c->eof) and is owed nothing
+ * more: no stream of its own, no subscription, no request in progress,
+ * nothing queued. */
+void conn_close_if_finished(conn *c);
 /* Puts c on the `later` list, which conn.c drains at the start of the
  * next loop iteration (to reap it, or read on). */
 void conn_later(conn *c);

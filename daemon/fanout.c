@@ -361,6 +361,7 @@ static void finish_stream(server *srv, stream *s) {
                       aural_proto_encode_audio_closed(buf, sizeof buf, s->id,
                                                       &m));
     }
+    conn_close_if_finished(c);
   }
   bool was_file = s->source == SRC_FILE;
   stream_unlink(srv, s);

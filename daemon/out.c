@@ -41,6 +41,8 @@ void conn_write_done(conn *c, int status) {
     conn_kill(c);
     return;
   }
+  conn_close_if_finished(c);
+  if (c->closing) return;
   kick_write(c);
   if (c->paused) { /* the reader waits for room: wake it next turn */
     c->drained = true;
@@ -148,6 +150,12 @@ void conn_read_stop(conn *c) {
   if (c->tr != NULL) c->tr->read_stop(c);
   else uv_read_stop((uv_stream_t *)&c->pipe);
   c->reading = false;
+}
+
+void conn_close_if_finished(conn *c) {
+  if (c->eof && c->n_streams == 0 && c->n_subs == 0 &&
+      c->pronouncing == NULL && c->q_len == 0)
+    conn_kill(c);
 }
 
 void conn_kill(conn *c) {

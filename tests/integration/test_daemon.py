@@ -1237,6 +1237,60 @@ class TestShutdown(DaemonTest):
         self.assertIn('"two.wav": ended (eof), 298 frames', d.text())
 
 
+class TestHalfClose(DaemonTest):
+    def open_raw(self, d, name):
+        c = raw_client(d.path)
+        c.sendall(msg(ac.AUDIO_OPEN, {"name": name, "sample_rate": 16000,
+                                      "channels": 1, "format": "s16"}))
+        mtype, sid, payload = read_msg(c)
+        self.assertEqual(mtype, ac.AUDIO_OPENED, payload)
+        return c, sid or json.loads(payload)["stream"]
+
+    def test_half_closed_client_gets_what_it_asked_for(self):
+        """A client that shuts its side after its last request (as `nc -N`
+        does) still receives what that asked for: its subscription's
+        chunks and STREAM_ENDED, and AUDIO_CLOSED; one that is owed
+        nothing more is then closed. (Its replies used to be thrown away
+        at the end of its input.)"""
+        d = self.start()
+        c, sid = self.open_raw(d, "hc")
+        c.sendall(msg(ac.SUBSCRIBE, {"stream": "hc"}))
+        self.assertEqual(read_msg(c)[0], ac.SUBSCRIBED)
+        audio = (np.random.default_rng(3).standard_normal(32000) * 3000)
+        c.sendall(msg(ac.AUDIO_DATA, audio.astype("<i2").tobytes(), sid)
+                  + msg(ac.AUDIO_CLOSE, b"", sid))
+        c.shutdown(socket.SHUT_WR)
+        c.settimeout(20)
+        seen = []
+        while not {ac.STREAM_ENDED, ac.AUDIO_CLOSED} <= set(seen):
+            m = read_msg(c)
+            self.assertIsNotNone(m, "closed after %s" % seen)
+            seen.append(m[0])
+        self.assertGreaterEqual(seen.count(ac.CHUNK), 4)
+        c.close()
+        # Owed nothing once its stream has ended: closed by the server.
+        p, sid = self.open_raw(d, "hc2")
+        p.sendall(msg(ac.AUDIO_DATA, audio.astype("<i2").tobytes(), sid)
+                  + msg(ac.AUDIO_CLOSE, b"", sid))
+        p.shutdown(socket.SHUT_WR)
+        p.settimeout(20)
+        self.assertEqual(read_msg(p)[0], ac.AUDIO_CLOSED)
+        self.assertIsNone(read_msg(p))
+        p.close()
+        # A subscriber that closes its socket (not only its side) is gone
+        # at once, as before.
+        s = raw_client(d.path)
+        s.sendall(msg(ac.SUBSCRIBE, {"stream": "never"}))
+        self.assertEqual(read_msg(s)[0], ac.SUBSCRIBED)
+        s.close()
+        with ac.Client(d.path, timeout=5) as q:
+            deadline = time.monotonic() + 5
+            while q.stats()["subscribers"]:
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.05)
+        self.stop_clean(d)
+
+
 class TestHostileClients(DaemonTest):
     def assert_still_serving(self, d):
         with ac.Client(d.path, timeout=5) as c:
