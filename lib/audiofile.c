@@ -287,6 +287,49 @@ static int check_ogg_vorbis(const source *src, const char *path,
                         "%s: malformed Ogg Vorbis stream: %s", path, why);
 }
 
+/* An Ogg file (of known size) must end with its stream: every page whole,
+ * the last one marked end-of-stream. libsndfile reads a file cut short as
+ * far as it goes and calls that its length, so a truncated recording
+ * would otherwise pass for a shorter one. Bytes after a page that ends
+ * the stream are left to libsndfile (a tag some tools append). Returns 0
+ * or AURAL_ETRUNCATED with err naming path and where it ends. */
+static int check_ogg_end(const source *src, const char *path,
+                         aural_err *err) {
+  unsigned char h[27 + 255];
+  if (!source_read_at(src, h, 4, 0) || memcmp(h, "OggS", 4) != 0) return 0;
+  uint64_t at = 0;
+  bool ended = false;
+  for (int64_t page = 0;; page++) {
+    if (at == src->size || !source_read_at(src, h, 27, at) ||
+        memcmp(h, "OggS", 4) != 0) {
+      if (ended) return 0;
+      if (at == src->size)
+        return aural__err_set(err, AURAL_ETRUNCATED,
+                              "%s: truncated: the Ogg stream's last page "
+                              "(%" PRId64 ", ending at byte %" PRIu64
+                              ") does not end the stream",
+                              path, page - 1, at);
+      return aural__err_set(err, AURAL_ETRUNCATED,
+                            "%s: truncated: the Ogg stream ends inside page "
+                            "%" PRId64 " at byte %" PRIu64 " of %" PRIu64,
+                            path, page, at, src->size);
+    }
+    uint64_t next = at + 27 + h[26];
+    if (source_read_at(src, h + 27, h[26], at + 27))
+      for (size_t k = 0; k < h[26]; k++) next += h[27 + k];
+    else
+      next = UINT64_MAX; /* the lacing values are cut */
+    if (next > src->size)
+      return aural__err_set(err, AURAL_ETRUNCATED,
+                            "%s: truncated: the Ogg stream ends inside page "
+                            "%" PRId64 " (bytes %" PRIu64 "..%" PRIu64
+                            " of %" PRIu64 ")",
+                            path, page, at, next, src->size);
+    ended = (h[5] & 0x04) != 0;
+    at = next;
+  }
+}
+
 /* Both opens end here. af is allocated, with af->src and af->path set;
  * af->src.fd (if any) is owned by af from now on. path names the input in
  * messages (in full: af->path may be shortened). Runs the checks before
@@ -296,7 +339,8 @@ static int open_source(aural_audiofile *af, const char *path,
   int rc = 0;
   if (af->src.size_known &&
       ((rc = check_wav(&af->src, path, err)) < 0 ||
-       (rc = check_ogg_vorbis(&af->src, path, err)) < 0)) {
+       (rc = check_ogg_vorbis(&af->src, path, err)) < 0 ||
+       (rc = check_ogg_end(&af->src, path, err)) < 0)) {
     if (af->src.fd >= 0) close(af->src.fd);
     free(af);
     return rc;

@@ -659,6 +659,34 @@ static void test_memory_ogg_vorbis_headers(void **state) {
     assert_contains(err.msg, "v.ogg");
   }
   print_message("    %s\n", err.msg);
+  /* Cut after the headers, in its audio pages, or at the end of the
+   * header pages: refused as truncated (it was read as a shorter file).
+   * Bytes after the page that ends the stream are not a cut. */
+  for (size_t cut = 3000; cut < size; cut += 13) {
+    int rc = read_all_memory(data, cut, "v.ogg", &info, &samples, &n_frames,
+                             &err);
+    free(samples);
+    if (rc == 0) fail_msg("cut at %zu of %zu bytes: accepted", cut, size);
+    assert_int_equal(rc, AURAL_ETRUNCATED);
+    assert_contains(err.msg, "v.ogg");
+  }
+  print_message("    %s\n", err.msg);
+  /* Cut where the last page begins: every page whole, none ends it. */
+  size_t last = size - 4;
+  while (last > 0 && memcmp(data + last, "OggS", 4) != 0) last--;
+  assert_int_equal(read_all_memory(data, last, "v.ogg", &info, &samples,
+                                   &n_frames, &err),
+                   AURAL_ETRUNCATED);
+  free(samples);
+  assert_contains(err.msg, "does not end the stream");
+  unsigned char *tagged = calloc(size + 128, 1);
+  memcpy(tagged, data, size);
+  assert_int_equal(read_all_memory(tagged, size + 128, "v.ogg", &info,
+                                   &samples, &n_frames, &err),
+                   0);
+  assert_int_equal(n_frames, 800);
+  free(samples);
+  free(tagged);
   free(data);
 }
 
