@@ -358,9 +358,14 @@ static int open_source(aural_audiofile *af, const char *path,
     sf = sf_open_virtual(&vio, SFM_READ, &sfi, &af->src);
   }
   if (sf == NULL) {
+    /* libsndfile reads FLAC (and a few others) only where it can seek. */
     rc = aural__err_set(err, AURAL_EFORMAT,
-                        "%s: not a readable audio file (libsndfile: %s)",
-                        path, sf_strerror(NULL));
+                        "%s: not a readable audio file (libsndfile: %s)%s",
+                        path, sf_strerror(NULL),
+                        af->src.fd >= 0 && !af->src.size_known
+                            ? "; read from a pipe: FLAC and some other "
+                              "formats need a regular file"
+                            : "");
     free(af);
     return rc;
   }

@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -690,6 +693,50 @@ static void test_memory_ogg_vorbis_headers(void **state) {
   free(data);
 }
 
+/* A FIFO: WAV is read as it comes; FLAC, which libsndfile reads only
+ * where it can seek, is refused with a message that says so. */
+static void test_fifo_input(void **state) {
+  char wav[PATH_BYTES], fifo[PATH_BYTES];
+  path_in(wav, state, "tone.wav");
+  make_pcm16_wav(wav, 8000, 16000);
+  const char *names[] = {wav, test_data_path("../../models/sample.flac")};
+  for (int i = 0; i < 2; i++) {
+    path_in(fifo, state, "in.fifo");
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    size_t size;
+    char *bytes = test_read_file(names[i], &size);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* the writer */
+      int fd = open(fifo, O_WRONLY);
+      size_t at = 0;
+      while (fd >= 0 && at < size) {
+        ssize_t k = write(fd, bytes + at, size - at);
+        if (k <= 0) break;
+        at += (size_t)k;
+      }
+      _exit(0);
+    }
+    aural_audiofile *af = NULL;
+    aural_err err = {0};
+    int rc = aural_audiofile_open(fifo, &af, &err);
+    if (i == 0) {
+      assert_int_equal(rc, 0);
+      aural_audiofile_close(af);
+    } else {
+      assert_int_equal(rc, AURAL_EFORMAT);
+      assert_contains(err.msg, "pipe");
+      assert_contains(err.msg, "FLAC");
+      print_message("    %s\n", err.msg);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    free(bytes);
+    unlink(fifo);
+  }
+}
+
 /* ---- Error codes. ---- */
 
 static void test_error_strings(void **state) {
@@ -757,6 +804,7 @@ int main(void) {
       T(test_memory_bad_files_same_errors),
       cmocka_unit_test(test_memory_empty_and_null),
       cmocka_unit_test(test_memory_ogg_vorbis_headers),
+      T(test_fifo_input),
       cmocka_unit_test(test_good_speech),
       cmocka_unit_test(test_good_stereo_44k),
       cmocka_unit_test(test_close_null),
