@@ -142,6 +142,9 @@ static void pause_reading(conn *c) {
 static size_t handle_message(conn *c, const aural_msg_header *h,
                              const uint8_t *payload, size_t n);
 
+static bool pronouncing(const conn *c);
+static void pronounced_unused(conn *c);
+
 /* What one connection may make the loop do in one turn: past this many
  * requests or bytes its input waits for the next iteration (the `later`
  * pass), so that a client pipelining thousands of requests delays the
@@ -151,13 +154,11 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
 #define TURN_BYTES (1u << 20)
 
 /* Handles the complete messages in rbuf, stopping when the connection
- * closes, pauses for flow control or has used its turn. A message can be
+ * closes, pauses for flow control, has used its turn or waits for a
+ * request's custom words to be pronounced. A message can be
  * taken in parts: an AUDIO_DATA larger than its stream's free input room
  * is consumed up to it (c->rskip bytes of its payload so far) and the rest
  * waits, with reading paused, until the workers catch up. */
-static bool pronouncing(const conn *c);
-static void pronounced_unused(conn *c);
-
 static void process_input(conn *c) {
   server *srv = c->srv;
   size_t at = 0, turn_bytes = 0;
@@ -420,9 +421,9 @@ static void pronounce_done(uv_work_t *req, int status) {
   if (!j->c->closing) resume_input(j->c);
 }
 
-/* Starts pronouncing v for c's request; false (with the error sent) when
- * it cannot. */
-static bool pronounce_start(conn *c, const aural_msg_vocabulary *v) {
+/* Starts pronouncing v for c's request, or sends the error that it
+ * cannot. */
+static void pronounce_start(conn *c, const aural_msg_vocabulary *v) {
   pronounce_job *j = calloc(1, sizeof *j);
   if (j != NULL) {
     j->req.data = j;
@@ -433,13 +434,12 @@ static bool pronounce_start(conn *c, const aural_msg_vocabulary *v) {
                       pronounce_done) == 0) {
       c->pronouncing = j;
       conn_read_stop(c);
-      return true;
+      return;
     }
     free(j);
   }
   conn_send_error(c, 0, AURAL_PROTO_EINTERNAL, false,
                   "cannot pronounce custom words now (out of memory)");
-  return false;
 }
 
 /* The lexicon of a request's custom words, or NULL with the error sent
