@@ -484,10 +484,14 @@ class TestWords(DaemonTest):
 
     def offline_words(self, inp):
         """aural encode's final segments as [[(word, start, end, conf)]],
-        times in frames."""
-        out = run(AURAL, "encode", "-q", "-m", DEFAULT, "--output", "words",
-                  "--format", "json", "--lexicon", self.lexicon, "--lm",
-                  self.lm, inp).stdout
+        times in frames. Run without -q: the segment lines and the summary
+        go to stderr, and stdout holds the JSON alone."""
+        p = run(AURAL, "encode", "-m", DEFAULT, "--output", "words",
+                "--format", "json", "--lexicon", self.lexicon, "--lm",
+                self.lm, inp)
+        self.assertRegex(p.stderr, r"\[ *[0-9.]+ - *[0-9.]+ s\] ")
+        self.assertIn(" frames x 1 ", p.stderr)
+        out = p.stdout
         frame_s = 0.010
         segs = [[(w["word"], round(w["start"] / frame_s),
                   round(w["end"] / frame_s), w["confidence"])
