@@ -47,6 +47,7 @@ typedef struct fixture {
   char in_dir[DIR_BYTES];   /* inputs */
   char out_dir[DIR_BYTES];  /* outputs only, so leftovers show */
   char *out, *err;          /* stdout and stderr of the last run */
+  const char *stdout_to;    /* a file for the next runs' stdout instead */
 } fixture;
 
 static const char *aural_bin(void) {
@@ -104,7 +105,9 @@ static pid_t spawn_aural(fixture *fx, const char *const *args) {
   assert_int_equal(
       posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
   assert_int_equal(
-      posix_spawn_file_actions_addopen(&fa, 1, out_path, flags, 0600), 0);
+      posix_spawn_file_actions_addopen(
+          &fa, 1, fx->stdout_to ? fx->stdout_to : out_path, flags, 0600),
+      0);
   assert_int_equal(
       posix_spawn_file_actions_addopen(&fa, 2, err_path, flags, 0600), 0);
 
@@ -139,7 +142,8 @@ static int wait_aural(fixture *fx, pid_t pid) {
   free(fx->out);
   free(fx->err);
   snprintf(path, sizeof path, "%s/stdout.txt", fx->root);
-  fx->out = read_text(path);
+  fx->out = fx->stdout_to ? strdup("") : read_text(path);
+  assert_non_null(fx->out);
   snprintf(path, sizeof path, "%s/stderr.txt", fx->root);
   fx->err = read_text(path);
   if (WIFSIGNALED(status))
@@ -697,6 +701,32 @@ static void test_encode_text_prints_chunks(void **state) {
   assert_dir_holds(fx->out_dir, NULL);
 }
 
+/* A result that cannot be written to stdout (a full disk) is a failure
+ * that names stdout and the reason, for every command, whether it checks
+ * its own writes or leaves it to the end of main(). */
+static void test_full_stdout_fails(void **state) {
+  fixture *fx = *state;
+  const char *in = test_data_path("fbank/speech.wav");
+  const char *model = getenv("AURAL_DEFAULT_MODEL");
+  assert_non_null(model);
+  fx->stdout_to = "/dev/full";
+  const char *const runs[][MAX_ARGS] = {
+      {"encode", "-q", "--output", "text", in, NULL},
+      {"encode", "--output", "text", in, NULL},
+      {"info", NULL},
+      {"pronounce", "-m", model, "hello", NULL},
+      {"--version", NULL},
+  };
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    int status = wait_aural(fx, spawn_aural(fx, runs[i]));
+    if (status != 1 || strstr(fx->err, "standard output: ") == NULL ||
+        strstr(fx->err, strerror(ENOSPC)) == NULL)
+      fail_msg("aural %s >/dev/full exited %d; stderr:\n%s", runs[i][0],
+               status, fx->err);
+  }
+  fx->stdout_to = NULL;
+}
+
 static void test_encode_bad_model(void **state) {
   fixture *fx = *state;
   char out[PATH_BYTES], model[PATH_BYTES];
@@ -1077,6 +1107,7 @@ int main(void) {
       T(test_bench_model_file),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),
+      T(test_full_stdout_fails),
       T(test_encode_bad_model),
       T(test_info),
       T(test_output_is_input_refused),

@@ -331,6 +331,28 @@ class TestPushedStreams(DaemonTest):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--precision must be f32 or bf16", p.stderr)
 
+    def test_full_stdout_fails(self):
+        """aural sub and aural send whose stdout is a full disk exit 1 and
+        name it, instead of exiting 0 with their output lost."""
+        inp = self.wav(1.0)
+        d = self.start(model=CTC)
+        with open("/dev/full", "w") as full:
+            sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
+                                    "talk", "-q", "--output", "text",
+                                    "--until-end"], stdout=full,
+                                   stderr=subprocess.PIPE, text=True)
+            wait_subscribed(d.path, "talk", sub)
+            send = subprocess.run([AURAL, "send", "-s", d.path, "--name",
+                                   "talk", inp], stdout=full,
+                                  stderr=subprocess.PIPE, text=True,
+                                  timeout=60)
+            _, sub_err = sub.communicate(timeout=60)
+        for name, code, err in (("sub", sub.returncode, sub_err),
+                                ("send", send.returncode, send.stderr)):
+            self.assertEqual(code, 1, "aural %s: %s" % (name, err))
+            self.assertIn("standard output: No space left on device", err)
+        self.stop_clean(d)
+
     def test_text_equals_offline_encoding(self):
         """A pushed stream's transcript and a file stream's are aural
         encode's, token for token."""

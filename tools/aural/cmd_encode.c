@@ -81,7 +81,9 @@ static void usage(FILE *to) {
           "      --show           print a coarse text picture of the result\n"
           "  -q, --quiet          print no reports: only errors and the result\n"
           "  -j, --jobs N         with several inputs: files encoded at once\n"
-          "                       (default: one per CPU)\n"
+          "                       (default: one per CPU)\n",
+          cli_default_model());
+  fprintf(to,
           "With --output words:\n"
           "      --lexicon PATH   pronunciations, plain or gzipped (default:\n"
           "                       beside the model, MODEL.lexicon.txt[.gz])\n"
@@ -116,8 +118,7 @@ static void usage(FILE *to) {
           "command names the first one and writes nothing.\n"
           "\n"
           "Exit status: 0 on success, 1 if the input or model could not be\n"
-          "processed, 2 for a bad command line.\n",
-          cli_default_model());
+          "processed, 2 for a bad command line.\n");
 }
 
 typedef enum out_kind {
@@ -537,7 +538,7 @@ static int run(encode_job *job) {
   } else if (job->kind == OUT_TEXT) {
     printf("%s\n", job->text ? job->text : "");
   } else if (job->kind == OUT_WORDS) {
-    words_write(&job->wr, stdout, job->format);
+    words_write(&job->wr, stdout, job->format); /* checked below */
   }
 
   if (!job->quiet) {
@@ -556,7 +557,10 @@ static int run(encode_job *job) {
   }
   if (job->show && job->kind != OUT_TEXT && job->kind != OUT_WORDS)
     show(job);
-  fflush(stdout);
+  if (cli_stdout_flush(err.msg, sizeof err.msg) < 0) {
+    rc = AURAL_EIO;
+    goto fail;
+  }
   rc = 0;
   goto done;
 

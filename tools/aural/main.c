@@ -77,6 +77,21 @@ const char *cli_pos_name(int pos_encoding) {
                                                 : "none";
 }
 
+/* The first error of a write to stdout, kept because the stream's error
+ * flag stays set and a later fflush() may have nothing left to write (and
+ * so no errno to give). */
+static int stdout_errno;
+
+int cli_stdout_flush(char *err, size_t err_bytes) {
+  errno = 0;
+  if (fflush(stdout) != 0 && stdout_errno == 0)
+    stdout_errno = errno ? errno : EIO;
+  if (!ferror(stdout)) return 0;
+  if (stdout_errno == 0) stdout_errno = EIO;
+  snprintf(err, err_bytes, "standard output: %s", strerror(stdout_errno));
+  return -1;
+}
+
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
   char *end;
   errno = 0;
@@ -88,6 +103,18 @@ int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
   return 0;
 }
 
+/* The exit status of a command that returned rc: whatever it wrote to
+ * stdout arrived, or it fails (a result lost on a full disk is not a
+ * success). A command that failed already said why. */
+static int finish(const char *cmd, int rc) {
+  char err[256];
+  if (cli_stdout_flush(err, sizeof err) < 0 && rc == EXIT_OK) {
+    fprintf(stderr, "aural%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", err);
+    rc = EXIT_FAIL;
+  }
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -97,15 +124,15 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 ||
       strcmp(cmd, "help") == 0) {
     usage(stdout);
-    return EXIT_OK;
+    return finish(NULL, EXIT_OK);
   }
   if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
     printf("aural %s\n", AURAL_VERSION);
-    return EXIT_OK;
+    return finish(NULL, EXIT_OK);
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(cmd, commands[i].name) == 0)
-      return commands[i].run(argc - 1, argv + 1);
+      return finish(cmd, commands[i].run(argc - 1, argv + 1));
   fprintf(stderr, "aural: unknown command '%s' (see 'aural --help')\n", cmd);
   return EXIT_USAGE;
 }
