@@ -48,6 +48,7 @@ typedef struct fixture {
   char out_dir[DIR_BYTES];  /* outputs only, so leftovers show */
   char *out, *err;          /* stdout and stderr of the last run */
   const char *stdout_to;    /* a file for the next runs' stdout instead */
+  int stdout_closed;        /* the next runs start with fd 1 closed */
 } fixture;
 
 static const char *aural_bin(void) {
@@ -108,6 +109,8 @@ static pid_t spawn_aural(fixture *fx, const char *const *args) {
       posix_spawn_file_actions_addopen(
           &fa, 1, fx->stdout_to ? fx->stdout_to : out_path, flags, 0600),
       0);
+  if (fx->stdout_closed)
+    assert_int_equal(posix_spawn_file_actions_addclose(&fa, 1), 0);
   assert_int_equal(
       posix_spawn_file_actions_addopen(&fa, 2, err_path, flags, 0600), 0);
 
@@ -142,7 +145,7 @@ static int wait_aural(fixture *fx, pid_t pid) {
   free(fx->out);
   free(fx->err);
   snprintf(path, sizeof path, "%s/stdout.txt", fx->root);
-  fx->out = fx->stdout_to ? strdup("") : read_text(path);
+  fx->out = fx->stdout_to || fx->stdout_closed ? strdup("") : read_text(path);
   assert_non_null(fx->out);
   snprintf(path, sizeof path, "%s/stderr.txt", fx->root);
   fx->err = read_text(path);
@@ -727,6 +730,30 @@ static void test_full_stdout_fails(void **state) {
   fx->stdout_to = NULL;
 }
 
+/* Started with fd 1 closed, the tool does not hand that number to the
+ * first file it opens: the reports of 'encode -o' (which go to stdout)
+ * stay out of the output file, which holds the transcript alone. */
+static void test_closed_stdout_stays_apart(void **state) {
+  fixture *fx = *state;
+  const char *in = test_data_path("fbank/speech.wav");
+  char want_path[PATH_BYTES], out[PATH_BYTES];
+  snprintf(want_path, sizeof want_path, "%s/want.txt", fx->root);
+  snprintf(out, sizeof out, "%s/speech.txt", fx->out_dir);
+  assert_int_equal(run_aural(fx, "encode", "-q", "--output", "text", "-o",
+                             want_path, in, NULL),
+                   0);
+  fx->stdout_closed = 1;
+  assert_int_equal(
+      run_aural(fx, "encode", "--output", "text", "-o", out, in, NULL), 0);
+  fx->stdout_closed = 0;
+  char *want = read_text(want_path), *got = read_text(out);
+  assert_true(strlen(want) > 1);
+  assert_string_equal(got, want);
+  free(want);
+  free(got);
+  assert_dir_holds(fx->out_dir, "speech.txt");
+}
+
 static void test_encode_bad_model(void **state) {
   fixture *fx = *state;
   char out[PATH_BYTES], model[PATH_BYTES];
@@ -1108,6 +1135,7 @@ int main(void) {
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),
       T(test_full_stdout_fails),
+      T(test_closed_stdout_stays_apart),
       T(test_encode_bad_model),
       T(test_info),
       T(test_output_is_input_refused),

@@ -1,6 +1,7 @@
 /* aural: one command-line tool, one subcommand per job. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -115,7 +116,29 @@ static int finish(const char *cmd, int rc) {
   return rc;
 }
 
+/* Opens /dev/null onto any of fds 0, 1 and 2 that is closed; -1 if one
+ * cannot be. Without it the next file or socket opened takes the closed
+ * number: with fd 1 closed, 'aural stats' would write its table into its
+ * own connection to aurald, and 'aural encode -o' its reports into the
+ * output file. */
+static int std_fds_open(void) {
+  for (int fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    /* The lower numbers are open, so the lowest free one is fd. */
+    int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (got != fd) {
+      if (got >= 0) close(got);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (std_fds_open() < 0) {
+    fprintf(stderr, "aural: cannot open /dev/null: %s\n", strerror(errno));
+    return EXIT_FAIL;
+  }
   if (argc < 2) {
     usage(stderr);
     return EXIT_USAGE;
