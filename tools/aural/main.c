@@ -17,7 +17,8 @@ static const struct {
   int (*run)(int argc, char **argv);
   const char *summary;
 } commands[] = {
-    {"encode", cmd_encode, "turn an audio file into log-mel features (.npy)"},
+    {"encode", cmd_encode,
+     "run the encoder over an audio file (.npy, text, words)"},
     {"info", cmd_info, "describe a model: config, size, cost per frame"},
     {"bench", cmd_bench, "measure the speed of the library's stages"},
     {"sub", cmd_sub, "follow a running aurald's streams (chunks, text, .npy)"},
@@ -33,7 +34,7 @@ static void usage(FILE *to) {
           "\n"
           "aural runs the streaming speech-frame encoder's library from the\n"
           "command line, without the daemon (encode, info, bench), and talks\n"
-          "to a running aurald (sub, send, stats).\n"
+          "to a running aurald (sub, send, stats, load).\n"
           "\n"
           "Commands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
