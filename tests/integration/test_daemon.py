@@ -9,6 +9,7 @@ exits with status 0 (under ASan builds that includes LeakSanitizer's
 verdict) unless the test is about it failing.
 """
 
+import errno
 import json
 import select
 import os
@@ -352,6 +353,20 @@ class TestPushedStreams(DaemonTest):
             self.assertEqual(code, 1, "aural %s: %s" % (name, err))
             self.assertIn("standard output: No space left on device", err)
         self.stop_clean(d)
+
+    def test_config_unreadable(self):
+        """--config naming a directory or a file that is not there: exit 2
+        with the reason, instead of running with no configuration."""
+        sock = os.path.join(self.tmp, "c.sock")
+        for path, why in ((self.tmp, os.strerror(errno.EISDIR)),
+                          (os.path.join(self.tmp, "none.conf"),
+                           os.strerror(errno.ENOENT))):
+            p = run(AURALD, "-m", CTC, "-s", sock, "--config", path,
+                    check=False, timeout=20)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("cannot read config %s: %s" % (path, why),
+                          p.stderr)
+            self.assertFalse(os.path.exists(sock))
 
     def test_text_equals_offline_encoding(self):
         """A pushed stream's transcript and a file stream's are aural
