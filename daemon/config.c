@@ -128,6 +128,14 @@ int config_read(const char *path, config_words *cw, char *why,
       goto oom;
     }
   }
+  /* fgets() ends on an error as on the end of the file: a directory opens
+   * and then fails to read (EISDIR), and must not pass for an empty
+   * config. */
+  if (ferror(f)) {
+    snprintf(why, why_len, "cannot read config %s: %s", path,
+             strerror(errno));
+    goto fail;
+  }
   fclose(f);
   return 0;
 fail:

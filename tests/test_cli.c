@@ -47,6 +47,8 @@ typedef struct fixture {
   char in_dir[DIR_BYTES];   /* inputs */
   char out_dir[DIR_BYTES];  /* outputs only, so leftovers show */
   char *out, *err;          /* stdout and stderr of the last run */
+  const char *stdout_to;    /* a file for the next runs' stdout instead */
+  int stdout_closed;        /* the next runs start with fd 1 closed */
 } fixture;
 
 static const char *aural_bin(void) {
@@ -104,7 +106,11 @@ static pid_t spawn_aural(fixture *fx, const char *const *args) {
   assert_int_equal(
       posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
   assert_int_equal(
-      posix_spawn_file_actions_addopen(&fa, 1, out_path, flags, 0600), 0);
+      posix_spawn_file_actions_addopen(
+          &fa, 1, fx->stdout_to ? fx->stdout_to : out_path, flags, 0600),
+      0);
+  if (fx->stdout_closed)
+    assert_int_equal(posix_spawn_file_actions_addclose(&fa, 1), 0);
   assert_int_equal(
       posix_spawn_file_actions_addopen(&fa, 2, err_path, flags, 0600), 0);
 
@@ -139,7 +145,8 @@ static int wait_aural(fixture *fx, pid_t pid) {
   free(fx->out);
   free(fx->err);
   snprintf(path, sizeof path, "%s/stdout.txt", fx->root);
-  fx->out = read_text(path);
+  fx->out = fx->stdout_to || fx->stdout_closed ? strdup("") : read_text(path);
+  assert_non_null(fx->out);
   snprintf(path, sizeof path, "%s/stderr.txt", fx->root);
   fx->err = read_text(path);
   if (WIFSIGNALED(status))
@@ -676,14 +683,75 @@ static void test_encode_chunk_frames_invariance(void **state) {
   }
 }
 
+/* Without -o the transcript goes to stdout, alone: the line per chunk and
+ * the summary go to stderr, so that 'aural encode --output text in.wav >
+ * out.txt' gives the same file with and without -q. */
 static void test_encode_text_prints_chunks(void **state) {
   fixture *fx = *state;
   const char *in = test_data_path("fbank/speech.wav");
+  assert_int_equal(
+      run_aural(fx, "encode", "-q", "--output", "text", in, NULL), 0);
+  char *quiet = strdup(fx->out);
+  assert_non_null(quiet);
+  assert_true(strlen(quiet) > 1);
+  assert_string_equal(fx->err, "");
   assert_int_equal(run_aural(fx, "encode", "--output", "text", in, NULL), 0);
-  assert_contains(fx->out, "[   0.00 s]");
-  assert_contains(fx->out, "[   0.50 s]");
-  assert_contains(fx->out, "text: ");
+  assert_string_equal(fx->out, quiet);
+  assert_contains(fx->err, "[   0.00 s]");
+  assert_contains(fx->err, "[   0.50 s]");
+  assert_contains(fx->err, "108 frames");
+  free(quiet);
   assert_dir_holds(fx->out_dir, NULL);
+}
+
+/* A result that cannot be written to stdout (a full disk) is a failure
+ * that names stdout and the reason, for every command, whether it checks
+ * its own writes or leaves it to the end of main(). */
+static void test_full_stdout_fails(void **state) {
+  fixture *fx = *state;
+  const char *in = test_data_path("fbank/speech.wav");
+  const char *model = getenv("AURAL_DEFAULT_MODEL");
+  assert_non_null(model);
+  fx->stdout_to = "/dev/full";
+  const char *const runs[][MAX_ARGS] = {
+      {"encode", "-q", "--output", "text", in, NULL},
+      {"encode", "--output", "text", in, NULL},
+      {"info", NULL},
+      {"pronounce", "-m", model, "hello", NULL},
+      {"--version", NULL},
+  };
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    int status = wait_aural(fx, spawn_aural(fx, runs[i]));
+    if (status != 1 || strstr(fx->err, "standard output: ") == NULL ||
+        strstr(fx->err, strerror(ENOSPC)) == NULL)
+      fail_msg("aural %s >/dev/full exited %d; stderr:\n%s", runs[i][0],
+               status, fx->err);
+  }
+  fx->stdout_to = NULL;
+}
+
+/* Started with fd 1 closed, the tool does not hand that number to the
+ * first file it opens: the reports of 'encode -o' (which go to stdout)
+ * stay out of the output file, which holds the transcript alone. */
+static void test_closed_stdout_stays_apart(void **state) {
+  fixture *fx = *state;
+  const char *in = test_data_path("fbank/speech.wav");
+  char want_path[PATH_BYTES], out[PATH_BYTES];
+  snprintf(want_path, sizeof want_path, "%s/want.txt", fx->root);
+  snprintf(out, sizeof out, "%s/speech.txt", fx->out_dir);
+  assert_int_equal(run_aural(fx, "encode", "-q", "--output", "text", "-o",
+                             want_path, in, NULL),
+                   0);
+  fx->stdout_closed = 1;
+  assert_int_equal(
+      run_aural(fx, "encode", "--output", "text", "-o", out, in, NULL), 0);
+  fx->stdout_closed = 0;
+  char *want = read_text(want_path), *got = read_text(out);
+  assert_true(strlen(want) > 1);
+  assert_string_equal(got, want);
+  free(want);
+  free(got);
+  assert_dir_holds(fx->out_dir, "speech.txt");
 }
 
 static void test_encode_bad_model(void **state) {
@@ -1066,6 +1134,8 @@ int main(void) {
       T(test_bench_model_file),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),
+      T(test_full_stdout_fails),
+      T(test_closed_stdout_stays_apart),
       T(test_encode_bad_model),
       T(test_info),
       T(test_output_is_input_refused),

@@ -9,6 +9,7 @@ exits with status 0 (under ASan builds that includes LeakSanitizer's
 verdict) unless the test is about it failing.
 """
 
+import errno
 import json
 import select
 import os
@@ -331,6 +332,42 @@ class TestPushedStreams(DaemonTest):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--precision must be f32 or bf16", p.stderr)
 
+    def test_full_stdout_fails(self):
+        """aural sub and aural send whose stdout is a full disk exit 1 and
+        name it, instead of exiting 0 with their output lost."""
+        inp = self.wav(1.0)
+        d = self.start(model=CTC)
+        with open("/dev/full", "w") as full:
+            sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
+                                    "talk", "-q", "--output", "text",
+                                    "--until-end"], stdout=full,
+                                   stderr=subprocess.PIPE, text=True)
+            wait_subscribed(d.path, "talk", sub)
+            send = subprocess.run([AURAL, "send", "-s", d.path, "--name",
+                                   "talk", inp], stdout=full,
+                                  stderr=subprocess.PIPE, text=True,
+                                  timeout=60)
+            _, sub_err = sub.communicate(timeout=60)
+        for name, code, err in (("sub", sub.returncode, sub_err),
+                                ("send", send.returncode, send.stderr)):
+            self.assertEqual(code, 1, "aural %s: %s" % (name, err))
+            self.assertIn("standard output: No space left on device", err)
+        self.stop_clean(d)
+
+    def test_config_unreadable(self):
+        """--config naming a directory or a file that is not there: exit 2
+        with the reason, instead of running with no configuration."""
+        sock = os.path.join(self.tmp, "c.sock")
+        for path, why in ((self.tmp, os.strerror(errno.EISDIR)),
+                          (os.path.join(self.tmp, "none.conf"),
+                           os.strerror(errno.ENOENT))):
+            p = run(AURALD, "-m", CTC, "-s", sock, "--config", path,
+                    check=False, timeout=20)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("cannot read config %s: %s" % (path, why),
+                          p.stderr)
+            self.assertFalse(os.path.exists(sock))
+
     def test_text_equals_offline_encoding(self):
         """A pushed stream's transcript and a file stream's are aural
         encode's, token for token."""
@@ -484,10 +521,14 @@ class TestWords(DaemonTest):
 
     def offline_words(self, inp):
         """aural encode's final segments as [[(word, start, end, conf)]],
-        times in frames."""
-        out = run(AURAL, "encode", "-q", "-m", DEFAULT, "--output", "words",
-                  "--format", "json", "--lexicon", self.lexicon, "--lm",
-                  self.lm, inp).stdout
+        times in frames. Run without -q: the segment lines and the summary
+        go to stderr, and stdout holds the JSON alone."""
+        p = run(AURAL, "encode", "-m", DEFAULT, "--output", "words",
+                "--format", "json", "--lexicon", self.lexicon, "--lm",
+                self.lm, inp)
+        self.assertRegex(p.stderr, r"\[ *[0-9.]+ - *[0-9.]+ s\] ")
+        self.assertIn(" frames x 1 ", p.stderr)
+        out = p.stdout
         frame_s = 0.010
         segs = [[(w["word"], round(w["start"] / frame_s),
                   round(w["end"] / frame_s), w["confidence"])

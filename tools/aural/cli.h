@@ -2,6 +2,7 @@
 #ifndef AURAL_TOOLS_CLI_H
 #define AURAL_TOOLS_CLI_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 /* Exit codes of every subcommand. */
@@ -34,6 +35,12 @@ const char *cli_pos_name(int pos_encoding);
 
 /* Parses a decimal integer in lo..hi; -1 if it is not one. */
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out);
+
+/* Flushes stdout and says whether everything written to it so far arrived:
+ * 0, or -1 with "standard output: REASON" in err (the errno of the first
+ * write that failed, even one whose result nobody checked). main() calls it
+ * after every command; a command that streams calls it after each batch. */
+int cli_stdout_flush(char *err, size_t err_bytes);
 
 /* Monotonic wall clock and this thread's CPU time, in seconds. */
 double cli_now_s(void);

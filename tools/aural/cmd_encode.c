@@ -51,7 +51,9 @@ static void usage(FILE *to) {
           "  -m, --model PATH     model file (default: the bundled model,\n"
           "                       %s)\n"
           "  -o, --out PATH       output file; written only when the whole\n"
-          "                       input was processed (optional for text):\n"
+          "                       input was processed (optional for text\n"
+          "                       and words: without it the result goes to\n"
+          "                       stdout and every report to stderr):\n"
           "                       a regular file is replaced atomically (a\n"
           "                       symlink's target), a device or FIFO is\n"
           "                       written into; never the input itself\n"
@@ -64,7 +66,8 @@ static void usage(FILE *to) {
           "                                     [n, num_mel_bins]\n"
           "                         text        greedy CTC transcript (tokens\n"
           "                                     separated by spaces), one\n"
-          "                                     line per chunk, then the whole\n"
+          "                                     line per chunk as a report,\n"
+          "                                     then the whole\n"
           "                         words       words from the CTC head with a\n"
           "                                     lexicon and language model\n"
           "                                     (beam search; a line per final\n"
@@ -76,9 +79,11 @@ static void usage(FILE *to) {
           "                       faster only on CPUs with AVX512-BF16;\n"
           "                       README, \"Precision bf16\")\n"
           "      --show           print a coarse text picture of the result\n"
-          "  -q, --quiet          print nothing but errors (and text output)\n"
+          "  -q, --quiet          print no reports: only errors and the result\n"
           "  -j, --jobs N         with several inputs: files encoded at once\n"
-          "                       (default: one per CPU)\n"
+          "                       (default: one per CPU)\n",
+          cli_default_model());
+  fprintf(to,
           "With --output words:\n"
           "      --lexicon PATH   pronunciations, plain or gzipped (default:\n"
           "                       beside the model, MODEL.lexicon.txt[.gz])\n"
@@ -113,8 +118,7 @@ static void usage(FILE *to) {
           "command names the first one and writes nothing.\n"
           "\n"
           "Exit status: 0 on success, 1 if the input or model could not be\n"
-          "processed, 2 for a bad command line.\n",
-          cli_default_model());
+          "processed, 2 for a bad command line.\n");
 }
 
 typedef enum out_kind {
@@ -139,8 +143,8 @@ typedef struct encode_job {
   aural_chunk ch;        /* the output buffers of one chunk */
   double frame_s;        /* seconds from one frame to the next */
   outfile of;            /* the output, until it is committed */
-  FILE *said;            /* reports: stdout, or stderr when the output
-                            goes to stdout (-o /dev/stdout) */
+  FILE *said;            /* reports: stdout, or stderr when the result
+                            goes to stdout (no -o, or -o /dev/stdout) */
   size_t n_rows, dim;    /* rows written, row width */
   int write_failed;
   float *rows;           /* (chunk_frames, dim) one chunk's rows */
@@ -457,7 +461,10 @@ static int run(encode_job *job) {
   double rate_hz = 0, af_seconds = 0;
   aural_audiofile *af = NULL;
   float *pcm = NULL;
-  job->said = stdout;
+  /* Reports go to stdout unless the result does: without -o (text and
+   * words) or with -o /dev/stdout they go to stderr, so that what stdout
+   * holds is the result alone. */
+  job->said = job->out_path == NULL ? stderr : stdout;
   int rc = prepare(job, &err);
   if (rc < 0) goto fail;
   rc = open_input(job, &af, &err);
@@ -508,7 +515,7 @@ static int run(encode_job *job) {
   if (rc == 0) rc = compute_and_drain(job);
   if (rc < 0) goto push_fail;
   draw_progress(job, 1);
-  if (job->kind == OUT_TEXT && !job->quiet)
+  if (job->kind == OUT_TEXT && !job->quiet && job->out_path != NULL)
     fprintf(job->said, "text: %s\n", job->text ? job->text : "");
   if (job->of.f != NULL) {
     if (job->kind == OUT_WORDS) {
@@ -528,10 +535,10 @@ static int run(encode_job *job) {
       rc = AURAL_EIO;
       goto fail;
     }
-  } else if (job->kind == OUT_TEXT && job->quiet) {
+  } else if (job->kind == OUT_TEXT) {
     printf("%s\n", job->text ? job->text : "");
   } else if (job->kind == OUT_WORDS) {
-    words_write(&job->wr, stdout, job->format);
+    words_write(&job->wr, stdout, job->format); /* checked below */
   }
 
   if (!job->quiet) {
@@ -550,7 +557,10 @@ static int run(encode_job *job) {
   }
   if (job->show && job->kind != OUT_TEXT && job->kind != OUT_WORDS)
     show(job);
-  fflush(stdout);
+  if (cli_stdout_flush(err.msg, sizeof err.msg) < 0) {
+    rc = AURAL_EIO;
+    goto fail;
+  }
   rc = 0;
   goto done;
 

@@ -207,13 +207,13 @@ static int jw_start(sub_job *job, aural_jw *w, size_t extra, const char *ev,
   return 0;
 }
 
-static void jw_print(aural_jw *w) {
+static int jw_print(sub_job *job, aural_jw *w) {
   aural_jw_end_object(w);
   long n = aural_jw_finish(w);
-  if (n < 0) return;
+  if (n < 0) return 0;
   fwrite(w->buf, 1, (size_t)n, stdout);
   putchar('\n');
-  fflush(stdout);
+  return cli_stdout_flush(job->err, sizeof job->err);
 }
 
 /* --- the output file ------------------------------------------------------ */
@@ -323,13 +323,13 @@ int sub_on_started(sub_job *job, uint32_t id,
     aural_jw_int(&w, start_us);
     aural_jw_key(&w, "next_chunk");
     aural_jw_int(&w, next);
-    jw_print(&w);
+    if (jw_print(job, &w) < 0) return -1;
   } else if (!job->quiet) {
     printf("%s  started: stream %u, %s, %lld Hz, %lld channel%s, from chunk "
            "%lld\n",
            s->name, s->id, source ? source : "?", (long long)rate,
            (long long)channels, channels == 1 ? "" : "s", (long long)next);
-    fflush(stdout);
+    if (cli_stdout_flush(job->err, sizeof job->err) < 0) return -1;
   }
   return 0;
 oom:
@@ -358,7 +358,7 @@ int sub_on_gap(sub_job *job, uint32_t id, uint64_t first_chunk,
     aural_jw_int(&w, n);
     aural_jw_key(&w, "reason");
     aural_jw_string(&w, reason ? reason : "");
-    jw_print(&w);
+    if (jw_print(job, &w) < 0) return -1;
   }
   if (job->out_path != NULL && s->id == job->out_stream) {
     snprintf(job->err, sizeof job->err,
@@ -439,7 +439,7 @@ int sub_on_chunk(sub_job *job, uint32_t id, const aural_chunk_header *ch,
       aural_jw_key(&w, "text");
       aural_jw_string_n(&w, text, ch->text_bytes);
     }
-    jw_print(&w);
+    if (jw_print(job, &w) < 0) return -1;
   } else if (!job->quiet) {
     printf("%s  #%llu  ", s->name, (unsigned long long)ch->seq);
     if (ch->n_frames > 0) /* an empty FINAL chunk only ends the stream */
@@ -455,7 +455,7 @@ int sub_on_chunk(sub_job *job, uint32_t id, const aural_chunk_header *ch,
     if (text != NULL && ch->text_bytes > 0)
       printf("  %.*s", (int)ch->text_bytes, text);
     putchar('\n');
-    fflush(stdout);
+    if (cli_stdout_flush(job->err, sizeof job->err) < 0) return -1;
   }
   return 0;
 width:
@@ -517,8 +517,7 @@ static int words_json(sub_job *job, sub_stream *s, const aural_msg_words *mw,
   aural_jw_end_array(&w);
   aural_jw_key(&w, "partial");
   put_words_json(&w, mw->partial, NULL, 0);
-  jw_print(&w);
-  return 0;
+  return jw_print(job, &w);
 }
 
 /* The partial caption on the current line, its latest words when it is
@@ -589,7 +588,7 @@ int sub_on_words(sub_job *job, uint32_t id, const aural_msg_words *mw,
       if (text_append(&job->caption, x.word, strlen(x.word)) < 0) goto oom;
     show_partial(job, s);
   }
-  fflush(stdout);
+  if (cli_stdout_flush(job->err, sizeof job->err) < 0) return -1;
   return 0;
 oom:
   snprintf(job->err, sizeof job->err, "out of memory");
@@ -658,7 +657,7 @@ int sub_on_ended(sub_job *job, uint32_t id, const aural_msg_stream_ended *e) {
       aural_jw_key(&w, "words");
       aural_jw_string_n(&w, s->words.p ? s->words.p : "", s->words.len);
     }
-    jw_print(&w);
+    if (jw_print(job, &w) < 0) return -1;
   } else {
     if (!job->quiet)
       printf("%s  ended: %s%s%s, %lld frames, %lld chunks\n", s->name,
@@ -670,7 +669,7 @@ int sub_on_ended(sub_job *job, uint32_t id, const aural_msg_stream_ended *e) {
              s->text.p ? s->text.p : "");
     if (want_words && job->quiet)
       printf("%s\n", s->words.p ? s->words.p : "");
-    fflush(stdout);
+    if (cli_stdout_flush(job->err, sizeof job->err) < 0) return -1;
   }
 
   /* A stream cut short by the server's shutdown or by an error is not
@@ -1008,7 +1007,6 @@ int cmd_sub(int argc, char **argv) {
             (unsigned long long)job.n_lost, job.n_lost == 1 ? "" : "s");
   outfile_discard(&job.of);
   sub_clear_partial(&job);
-  fflush(stdout);
   free(job.caption.p);
   for (size_t i = 0; i < job.n_streams; i++) {
     free(job.streams[i].text.p);

@@ -1,6 +1,7 @@
 /* aural: one command-line tool, one subcommand per job. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -16,7 +17,8 @@ static const struct {
   int (*run)(int argc, char **argv);
   const char *summary;
 } commands[] = {
-    {"encode", cmd_encode, "turn an audio file into log-mel features (.npy)"},
+    {"encode", cmd_encode,
+     "run the encoder over an audio file (.npy, text, words)"},
     {"info", cmd_info, "describe a model: config, size, cost per frame"},
     {"bench", cmd_bench, "measure the speed of the library's stages"},
     {"sub", cmd_sub, "follow a running aurald's streams (chunks, text, .npy)"},
@@ -32,7 +34,7 @@ static void usage(FILE *to) {
           "\n"
           "aural runs the streaming speech-frame encoder's library from the\n"
           "command line, without the daemon (encode, info, bench), and talks\n"
-          "to a running aurald (sub, send, stats).\n"
+          "to a running aurald (sub, send, stats, load).\n"
           "\n"
           "Commands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
@@ -77,6 +79,21 @@ const char *cli_pos_name(int pos_encoding) {
                                                 : "none";
 }
 
+/* The first error of a write to stdout, kept because the stream's error
+ * flag stays set and a later fflush() may have nothing left to write (and
+ * so no errno to give). */
+static int stdout_errno;
+
+int cli_stdout_flush(char *err, size_t err_bytes) {
+  errno = 0;
+  if (fflush(stdout) != 0 && stdout_errno == 0)
+    stdout_errno = errno ? errno : EIO;
+  if (!ferror(stdout)) return 0;
+  if (stdout_errno == 0) stdout_errno = EIO;
+  snprintf(err, err_bytes, "standard output: %s", strerror(stdout_errno));
+  return -1;
+}
+
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
   char *end;
   errno = 0;
@@ -88,7 +105,41 @@ int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
   return 0;
 }
 
+/* The exit status of a command that returned rc: whatever it wrote to
+ * stdout arrived, or it fails (a result lost on a full disk is not a
+ * success). A command that failed already said why. */
+static int finish(const char *cmd, int rc) {
+  char err[256];
+  if (cli_stdout_flush(err, sizeof err) < 0 && rc == EXIT_OK) {
+    fprintf(stderr, "aural%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", err);
+    rc = EXIT_FAIL;
+  }
+  return rc;
+}
+
+/* Opens /dev/null onto any of fds 0, 1 and 2 that is closed; -1 if one
+ * cannot be. Without it the next file or socket opened takes the closed
+ * number: with fd 1 closed, 'aural stats' would write its table into its
+ * own connection to aurald, and 'aural encode -o' its reports into the
+ * output file. */
+static int std_fds_open(void) {
+  for (int fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    /* The lower numbers are open, so the lowest free one is fd. */
+    int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (got != fd) {
+      if (got >= 0) close(got);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (std_fds_open() < 0) {
+    fprintf(stderr, "aural: cannot open /dev/null: %s\n", strerror(errno));
+    return EXIT_FAIL;
+  }
   if (argc < 2) {
     usage(stderr);
     return EXIT_USAGE;
@@ -97,15 +148,15 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 ||
       strcmp(cmd, "help") == 0) {
     usage(stdout);
-    return EXIT_OK;
+    return finish(NULL, EXIT_OK);
   }
   if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
     printf("aural %s\n", AURAL_VERSION);
-    return EXIT_OK;
+    return finish(NULL, EXIT_OK);
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(cmd, commands[i].name) == 0)
-      return commands[i].run(argc - 1, argv + 1);
+      return finish(cmd, commands[i].run(argc - 1, argv + 1));
   fprintf(stderr, "aural: unknown command '%s' (see 'aural --help')\n", cmd);
   return EXIT_USAGE;
 }
