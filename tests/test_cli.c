@@ -428,6 +428,19 @@ static void test_usage_errors(void **state) {
                              NULL),
                    2);
   assert_contains(fx->err, "aural encode --help");
+  /* Options of the words decoder without --output words (they were
+   * ignored). */
+  const char *words_only[][2] = {{"--format", "srt"}, {"--beam", "5"},
+                                 {"--lexicon", "none.txt"}, {"--lm", "x"},
+                                 {"--boost", "2"}, {"--g2p", "x"},
+                                 {"--vocabulary", "Fox"}};
+  for (size_t i = 0; i < sizeof words_only / sizeof *words_only; i++) {
+    assert_int_equal(run_aural(fx, "encode", words_only[i][0],
+                               words_only[i][1], "-o", out, in, NULL),
+                     2);
+    assert_contains(fx->err, words_only[i][0]);
+    assert_contains(fx->err, "needs --output words");
+  }
   assert_dir_holds(fx->out_dir, NULL);
 }
 

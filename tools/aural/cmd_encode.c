@@ -934,9 +934,12 @@ int cmd_encode(int argc, char **argv) {
   size_t n_jobs = cpus > 0 ? (size_t)cpus : 1;
   int jobs_given = 0;
   const char *kind = NULL;
-  int c;
+  const char *words_only = NULL; /* an option that only words use */
+  int c, li;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "m:o:qj:h", opts, NULL)) != -1) {
+  while ((li = -1, c = getopt_long(argc, argv, "m:o:qj:h", opts, &li)) !=
+         -1) {
+    if (li >= 0 && strchr("LGFVYBWXPK", c) != NULL) words_only = opts[li].name;
     switch (c) {
     case 'm': job.model_path = optarg; break;
     case 'j':
@@ -1003,8 +1006,11 @@ int cmd_encode(int argc, char **argv) {
     }
     job.kind = (out_kind)k;
   }
-  if (job.vocabulary != NULL && job.kind != OUT_WORDS) {
-    fprintf(stderr, "aural encode: --vocabulary needs --output words\n");
+  if (words_only != NULL && job.kind != OUT_WORDS) {
+    /* Taken without words it would be ignored, and the user left to
+     * wonder why it changed nothing. */
+    fprintf(stderr, "aural encode: --%s needs --output words\n",
+            words_only);
     return EXIT_USAGE;
   }
   if (job.model_path == NULL) job.model_path = cli_default_model();
