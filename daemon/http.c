@@ -517,9 +517,29 @@ static const struct lws_protocols protocols[] = {
 
 /* ---- start and stop ------------------------------------------------------------- */
 
+/* libwebsockets' messages, at most LWS_LOG_PER_S a second: a peer can
+ * make it say something per connection (an accept that fails, a header
+ * too long), and the log is not for it to fill. What is held back is
+ * counted in the next line that gets through. */
+#define LWS_LOG_PER_S 10
 static void lws_log_line(int level, const char *line) {
+  static double window_s;
+  static unsigned in_window, held;
+  double now = aurald_mono_s();
+  if (now - window_s >= 1.0) {
+    window_s = now;
+    in_window = 0;
+  }
+  if (++in_window > LWS_LOG_PER_S) {
+    held++;
+    return;
+  }
   size_t n = strlen(line);
   while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+  if (held > 0)
+    aurald_log(LOG_WARN, "http: %u libwebsockets messages held back (more "
+               "than %d a second)", held, LWS_LOG_PER_S);
+  held = 0;
   aurald_log(level == LLL_ERR ? LOG_WARN : LOG_DEBUG, "http: %.*s", (int)n,
              line);
 }
@@ -617,6 +637,8 @@ static struct lws_context *create_context(http_server *hs) {
   info.keepalive_timeout = HTTP_TIMEOUT_S;
   info.max_http_header_data = HTTP_HEADER_BYTES;
   info.max_http_header_pool = HTTP_HEADER_POOL;
+  info.fd_limit_per_thread =
+      (unsigned)hs->srv->opt->max_clients + HTTP_EXTRA_FDS;
   info.server_string = "aurald";
   return lws_create_context(&info);
 }

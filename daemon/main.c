@@ -590,7 +590,9 @@ static bool str_differs(const char *a, const char *b) {
 /* Raises the open-file limit to its hard maximum (systemd's default soft
  * limit is 1,024, as many as the default --max-clients), and lowers
  * --max-clients to what the limit leaves, so that a client past the limit
- * is refused with a LIMIT error rather than reset by a failed accept. */
+ * is refused with a LIMIT error rather than reset by a failed accept.
+ * With --http, libwebsockets holds up to --max-clients + HTTP_EXTRA_FDS
+ * descriptors of its own (http.c) beside the Unix clients. */
 static void fit_clients_to_fd_limit(aurald_options *o) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) < 0) return;
@@ -601,6 +603,7 @@ static void fit_clients_to_fd_limit(aurald_options *o) {
   }
   if (rl.rlim_cur == RLIM_INFINITY) return;
   long room = (long)rl.rlim_cur - FD_RESERVE;
+  if (o->http.on) room = (room - HTTP_EXTRA_FDS) / 2;
   if (room < 1) room = 1;
   if (o->max_clients > room) {
     log_warn("--max-clients %d lowered to %ld: the open file limit is %llu",

@@ -17,6 +17,12 @@
 
 #define HTTP_MAX_ORIGINS 16
 #define HTTP_ORIGIN_MAX 255
+/* File descriptors libwebsockets may hold beyond --max-clients (the
+ * WebSocket clients count in those): plain HTTP requests, its listening
+ * socket and its own. Past its limit it stops accepting until one
+ * closes, rather than failing accept() on an exhausted process over and
+ * over. */
+#define HTTP_EXTRA_FDS 64
 
 /* --http ADDR:PORT, parsed: a numeric IPv4 or IPv6 address ("[::1]:8080")
  * or "localhost"; port 0 picks a free one. */

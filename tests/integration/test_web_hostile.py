@@ -12,6 +12,7 @@ Run by meson (`meson test -C build web_hostile`, also in the ASan build).
 
 import json
 import os
+import resource
 import socket
 import struct
 import sys
@@ -233,6 +234,50 @@ class TestHostileHttp(WebTest):
         self.assertTrue(gone, "the lazy WebSocket was not disconnected")
         self.assertIn("disconnecting a slow consumer", self.d.text())
         lazy._sock.ws.sock.close()
+
+
+class TestFileDescriptors(WebTest):
+    def test_idle_connections_past_the_fd_limit(self):
+        """With 256 open files, 400 idle TCP connections to the HTTP port:
+        libwebsockets stops accepting at its share of the descriptors
+        instead of failing accept() over and over (which took a whole
+        core and wrote some 18 MB of log a second), and a Unix client is
+        still served; once they close, HTTP is served again."""
+        def low_limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+        d = self.start_http(preexec_fn=low_limit)
+
+        def cpu_s():
+            with open("/proc/%d/stat" % d.proc.pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        log0, cpu0 = len(d.text()), cpu_s()
+        socks = []
+        for _ in range(400):
+            try:
+                socks.append(socket.create_connection(("127.0.0.1", d.port),
+                                                      2))
+            except OSError:
+                break
+        self.assertGreater(len(socks), 256)
+        time.sleep(2)
+        self.assertLess(cpu_s() - cpu0, 0.5, "CPU spent while flooded")
+        self.assertLess(len(d.text()) - log0, 20000, d.text()[-2000:])
+        with ac.Client(d.path, timeout=5) as c:
+            self.assertGreaterEqual(c.ping(b"unix"), 0)
+        for s in socks:
+            s.close()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if get(d.port, "/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.2)
+        self.stop_clean(d)
 
 
 class TestHostileToken(WebTest):
