@@ -625,6 +625,10 @@ static struct lws_context *create_context(http_server *hs) {
     info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
     info.ssl_cert_filepath = o->cert;
     info.ssl_private_key_filepath = o->key;
+    /* HTTP/1.1 only: a browser offered HTTP/2 would send its host as
+     * :authority, which the Host check (admit_host_origin) does not
+     * read, and be refused every request. */
+    info.alpn = "http/1.1";
   }
   info.foreign_loops = loops;
   info.port = o->addr.port;

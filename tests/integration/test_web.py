@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import ssl
 import subprocess
 import sys
@@ -266,6 +267,23 @@ class TestHttp(WebTest):
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
+        # Offered HTTP/2 as a browser does, the server picks HTTP/1.1 (over
+        # HTTP/2 every request was refused: its Host check reads Host, not
+        # :authority).
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)),
+                             server_hostname="127.0.0.1") as s:
+            self.assertEqual(s.selected_alpn_protocol(), "http/1.1")
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                      b"Connection: close\r\n\r\n" % port)
+            reply = b""
+            while True:
+                got = s.recv(4096)
+                if not got:
+                    break
+                reply += got
+            self.assertTrue(reply.startswith(b"HTTP/1.1 200"), reply[:200])
+        ctx.set_alpn_protocols(["http/1.1"])
         ws = aural_ws.WebSocket("wss://127.0.0.1:%d/ws" % port,
                                 ssl_context=ctx)
         ws.close()
