@@ -41,7 +41,8 @@ typedef struct http_server {
    * with a foreign loop the last of that waits for its handles' close
    * callbacks, and then for one more lws_context_destroy(). */
   struct lws_context *ctx_alive;
-  char token[4097];           /* "" when none is required */
+  char token[HTTP_TOKEN_MAX + 2]; /* "" when none is required; one byte
+                                    more tells a longer file */
   char root[4096];            /* the page's files */
   char scheme[8];             /* "http" or "https" */
   int port;
@@ -544,7 +545,7 @@ static void lws_log_line(int level, const char *line) {
              line);
 }
 
-/* The token file: one line, 16 to 4096 printable bytes. */
+/* The token file: one line, 16 to HTTP_TOKEN_MAX printable bytes. */
 static int read_token(http_server *hs, const char *path, char *why,
                       size_t why_len) {
   FILE *f = fopen(path, "r");
@@ -563,7 +564,7 @@ static int read_token(http_server *hs, const char *path, char *why,
     hs->token[--n] = '\0';
   if (!http_token_valid(hs->token)) {
     snprintf(why, why_len, "--http-token-file %s: the token must be one line "
-             "of 16 to 4096 printable characters", path);
+             "of 16 to %d printable characters", path, HTTP_TOKEN_MAX);
     return -1;
   }
   return 0;

@@ -54,7 +54,10 @@ bool http_token_same(const char *s, const char *token);
 /* The cookie a browser keeps the token in (a browser's WebSocket cannot
  * send an Authorization header): set by GET /login?token=TOKEN. */
 #define HTTP_COOKIE "aural_token"
-#define HTTP_TOKEN_MAX 4096
+/* A token's longest: with the rest of a browser's request it must fit in
+ * the 4,096 bytes of headers libwebsockets keeps (http.c), as a cookie
+ * and as a bearer header. */
+#define HTTP_TOKEN_MAX 1024
 /* Whether a Cookie header value holds HTTP_COOKIE=TOKEN for this token
  * (the first such cookie counts), compared as http_bearer_ok does. */
 bool http_cookie_ok(const char *header, const char *token);
@@ -64,8 +67,8 @@ bool http_origin_allowed(const char *s, const char *const *allowed, int n);
 /* Whether a Host header names the authority of one of the allowed
  * origins (what they are with the scheme taken off). */
 bool http_host_allowed(const char *host, const char *const *allowed, int n);
-/* Whether a token read from a file is usable: 16 to 4096 printable
- * ASCII bytes. */
+/* Whether a token read from a file is usable: 16 to HTTP_TOKEN_MAX
+ * printable ASCII bytes. */
 bool http_token_valid(const char *t);
 
 /* One protocol message per WebSocket message: checks the bytes of each

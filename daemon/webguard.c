@@ -97,7 +97,7 @@ int http_parse_addr(const char *s, http_addr *a, char *why, size_t why_len) {
 
 bool http_token_valid(const char *t) {
   size_t n = strlen(t);
-  if (n < 16 || n > 4096) return false;
+  if (n < 16 || n > HTTP_TOKEN_MAX) return false;
   for (size_t i = 0; i < n; i++)
     if (t[i] < 0x21 || t[i] > 0x7e) return false;
   return true;

@@ -195,6 +195,15 @@ class TestHttp(WebTest):
                            timeout=30)
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("--http-token-file", p.stderr)
+        # A token too long to fit in a request's headers beside the rest
+        # is refused at start (it used to be taken, and never matched).
+        token = self.token_file("t" * 2000)
+        p = subprocess.run([test_daemon.AURALD, "-m", test_daemon.TINY, "-s",
+                            os.path.join(self.tmp, "x.sock"), "--http",
+                            "127.0.0.1:0", "--http-token-file", token],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("16 to 1024 printable characters", p.stderr)
 
     def test_bearer_token_on_every_request_and_upgrade(self):
         token = "s3cret-token-0123456789"
