@@ -674,6 +674,10 @@ int http_start(server *srv, char *why, size_t why_len) {
   hs->port = lws_get_vhost_listen_port(lws_get_vhost_by_name(hs->ctx,
                                                              "aurald"));
   set_origins(hs);
+  if (hs->token[0] == '\0')
+    log_warn("http: no token: every local user and process can use /ws "
+             "(the Unix socket's user and group check cannot apply over "
+             "TCP); give --http-token-file on a shared machine");
   log_info("http: listening on %s://%s%s%s:%d/ (page from %s%s)", hs->scheme,
            o->addr.v6 ? "[" : "", o->addr.host, o->addr.v6 ? "]" : "",
            hs->port, hs->root, hs->token[0] ? "; bearer token required" : "");

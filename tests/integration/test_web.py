@@ -85,6 +85,8 @@ class WebTest(DaemonTest):
 class TestHttp(WebTest):
     def test_healthz_and_security_headers(self):
         d = self.start_http()
+        # Served to every local user without a token: the log says so.
+        self.assertIn("no token: every local user", d.text())
         status, headers, body = get(d.port, "/healthz")
         self.assertEqual((status, body), (200, b"ok\n"))
         csp = headers["content-security-policy"]
