@@ -57,14 +57,14 @@ int config_read(const char *path, config_words *cw, char *why,
   if (f == NULL) {
     snprintf(why, why_len, "cannot read config %s: %s", path,
              strerror(errno));
+    config_words_free(cw);
     return -1;
   }
   struct stat st;
   if (fstat(fileno(f), &st) == 0 && st.st_size > CONF_MAX_BYTES) {
     snprintf(why, why_len, "config %s is larger than %d bytes", path,
              CONF_MAX_BYTES);
-    fclose(f);
-    return -1;
+    goto fail;
   }
   char line[4096];
   int lineno = 0;
