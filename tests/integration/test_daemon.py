@@ -752,16 +752,7 @@ class TestWords(DaemonTest):
                                "vocabulary": words})
             + msg(ac.UNSUBSCRIBE, {"subscription": i + 1})
             for i in range(64))
-        x = raw_client(d.path)
-        y = raw_client(d.path)
-        time.sleep(0.2)  # the loop waits in epoll_wait
-        os.kill(d.proc.pid, signal.SIGSTOP)
-        try:
-            wait_stopped(d.proc.pid)
-            x.sendall(reqs)
-            y.sendall(msg(ac.PING, b"y"))
-        finally:
-            os.kill(d.proc.pid, signal.SIGCONT)
+        x, y = send_in_one_iteration(d, reqs, msg(ac.PING, b"y"))
         self.assertEqual(read_msg(y)[0], ac.PONG)
         x.setblocking(False)
         early = b""
@@ -1744,6 +1735,22 @@ class TestMicrophone(DaemonTest):
         self.stop_clean(d)
 
 
+def send_in_one_iteration(d, first, second):
+    """Two new clients whose requests (first, then second) the daemon
+    finds readable in the same loop iteration: sent while it is stopped."""
+    x = raw_client(d.path)
+    y = raw_client(d.path)
+    time.sleep(0.2)  # the loop waits in epoll_wait
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    try:
+        wait_stopped(d.proc.pid)
+        x.sendall(first)
+        y.sendall(second)
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+    return x, y
+
+
 def wait_stopped(pid):
     """Waits until every thread of a SIGSTOPped process has stopped."""
     deadline = time.monotonic() + 10
@@ -1829,16 +1836,7 @@ class TestReviewFindings(DaemonTest):
         a time: another client's request, readable in the same loop
         iteration, is answered before the last of them."""
         d = self.start()
-        x = raw_client(d.path)
-        y = raw_client(d.path)
-        time.sleep(0.2)  # the loop waits in epoll_wait
-        os.kill(d.proc.pid, signal.SIGSTOP)
-        try:
-            wait_stopped(d.proc.pid)
-            x.sendall(msg(ac.STATS) * 1000)
-            y.sendall(msg(ac.STATS))
-        finally:
-            os.kill(d.proc.pid, signal.SIGCONT)
+        x, y = send_in_one_iteration(d, msg(ac.STATS) * 1000, msg(ac.STATS))
         mtype, _, payload = read_msg(y)
         self.assertEqual(mtype, ac.STATS_REPLY)
         t_y = json.loads(payload)["uptime_s"]
