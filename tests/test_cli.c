@@ -743,6 +743,40 @@ static void test_full_stdout_fails(void **state) {
   fx->stdout_to = NULL;
 }
 
+/* -o - is standard output, as on most command lines: the .npy arrives
+ * there byte for byte as -o FILE writes it, the reports go to stderr, and
+ * no file named "-" appears. With several inputs it is refused (-o names
+ * a directory there). */
+static void test_encode_dash_is_stdout(void **state) {
+  fixture *fx = *state;
+  const char *in = test_data_path("fbank/speech.wav");
+  char want_path[PATH_BYTES], got_path[PATH_BYTES];
+  snprintf(want_path, sizeof want_path, "%s/want.npy", fx->root);
+  snprintf(got_path, sizeof got_path, "%s/got.npy", fx->root);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", want_path, in, NULL),
+                   0);
+  size_t want_len;
+  char *want = test_read_file(want_path, &want_len);
+  struct stat st;
+  assert_int_not_equal(stat("-", &st), 0);
+  fx->stdout_to = got_path;
+  for (int quiet = 0; quiet < 2; quiet++) {
+    const char *q = quiet ? "-q" : "--output=embeddings";
+    assert_int_equal(run_aural(fx, "encode", q, "-o", "-", in, NULL), 0);
+    size_t got_len;
+    char *got = test_read_file(got_path, &got_len);
+    assert_int_equal(got_len, want_len);
+    assert_memory_equal(got, want, want_len);
+    free(got);
+    if (!quiet) assert_contains(fx->err, "108 frames");
+  }
+  fx->stdout_to = NULL;
+  assert_int_not_equal(stat("-", &st), 0);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", "-", in, in, NULL), 2);
+  assert_contains(fx->err, "names the output directory");
+  free(want);
+}
+
 /* Started with fd 1 closed, the tool does not hand that number to the
  * first file it opens: the reports of 'encode -o' (which go to stdout)
  * stay out of the output file, which holds the transcript alone. */
@@ -1149,6 +1183,7 @@ int main(void) {
       T(test_encode_text_prints_chunks),
       T(test_full_stdout_fails),
       T(test_closed_stdout_stays_apart),
+      T(test_encode_dash_is_stdout),
       T(test_encode_bad_model),
       T(test_info),
       T(test_output_is_input_refused),

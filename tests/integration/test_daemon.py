@@ -10,6 +10,7 @@ verdict) unless the test is about it failing.
 """
 
 import errno
+import io
 import json
 import select
 import os
@@ -298,6 +299,27 @@ class TestPushedStreams(DaemonTest):
 
     def test_logits_equal_offline_encoding(self):
         self.pushed_equals_encode(CTC, "logits")
+
+    def test_sub_dash_writes_npy_to_stdout(self):
+        """aural sub -o - writes the .npy to stdout, alone: what sub
+        prints (the line per chunk, the summary) goes to stderr, and no
+        file named "-" appears."""
+        d = self.start(model=TINY)
+        inp = self.wav(3.2)
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
+                                "talk", "-o", "-"], cwd=self.tmp,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        wait_subscribed(d.path, "talk", sub)
+        run(AURAL, "send", "-q", "-s", d.path, "--name", "talk", inp)
+        out, err = sub.communicate(timeout=60)
+        self.assertEqual(sub.returncode, 0, err)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "-")))
+        have = np.load(io.BytesIO(out))
+        want = self.encode(inp, TINY, "embeddings")
+        self.assertTrue(np.array_equal(have, want))
+        self.assertIn(b"talk  #0", err)
+        self.assertIn(b"written to /dev/stdout", err)
+        self.stop_clean(d)
 
     def test_bf16_precision_is_said_and_equals_offline_encoding(self):
         """aurald --precision bf16 says so in WELCOME (the default says

@@ -56,7 +56,8 @@ static void usage(FILE *to) {
           "                       stdout and every report to stderr):\n"
           "                       a regular file is replaced atomically (a\n"
           "                       symlink's target), a device or FIFO is\n"
-          "                       written into; never the input itself\n"
+          "                       written into; never the input itself;\n"
+          "                       - is stdout (reports then go to stderr)\n"
           "      --output KIND    what each row holds:\n"
           "                         embeddings  encoder output [n, d_model]\n"
           "                                     (default)\n"
@@ -949,7 +950,7 @@ int cmd_encode(int argc, char **argv) {
       }
       jobs_given = 1;
       break;
-    case 'o': job.out_path = optarg; break;
+    case 'o': job.out_path = outfile_path(optarg); break;
     case 'O': kind = optarg; break;
     case 'C':
       if (cli_parse_size(optarg, 1, 100000, &job.chunk_frames) < 0) {
@@ -1028,7 +1029,8 @@ int cmd_encode(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (batch_mode && (ends_with(job.out_path, ".npy") ||
-                     ends_with(job.out_path, ".txt"))) {
+                     ends_with(job.out_path, ".txt") ||
+                     strcmp(job.out_path, "/dev/stdout") == 0)) {
     fprintf(stderr,
             "aural encode: -o %s: with several inputs or a directory, -o "
             "names the output directory (one .npy per input)\n",

@@ -97,7 +97,8 @@ static void usage(FILE *to) {
           "                     implies --until-end; nothing is written if a\n"
           "                     chunk was lost or the command is interrupted;\n"
           "                     a regular file is replaced atomically, a\n"
-          "                     device or FIFO written into, never replaced\n"
+          "                     device or FIFO written into, never replaced;\n"
+          "                     - is stdout (what sub prints goes to stderr)\n"
           "      --until-end    exit after the stream's end (with --all: once\n"
           "                     every stream seen so far has ended)\n"
           "      --json         one JSON object per line per event instead:\n"
@@ -923,7 +924,7 @@ int cmd_sub(int argc, char **argv) {
         return EXIT_USAGE;
       }
       break;
-    case 'o': job.out_path = optarg; break;
+    case 'o': job.out_path = outfile_path(optarg); break;
     case 'U': job.until_end = 1; break;
     case 'J': job.json = 1; break;
     case 'q': job.quiet = 1; break;
@@ -988,6 +989,18 @@ int cmd_sub(int argc, char **argv) {
       outfile_open(&job.of, "aural sub", job.out_path, NULL, job.err,
                    sizeof job.err) < 0)
     rc = EXIT_FAIL;
+  /* With the result on standard output (-o -), what the command says
+   * goes to standard error, or it would be mixed into the .npy: the
+   * outfile has its own descriptor, so fd 1 can be stderr from here on. */
+  if (rc == EXIT_OK && job.of.is_stdout) {
+    fflush(stdout);
+    if (dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+      snprintf(job.err, sizeof job.err, "standard output: %s",
+               strerror(errno));
+      rc = EXIT_FAIL;
+    }
+    job.tty = isatty(STDOUT_FILENO);
+  }
   if (rc == EXIT_OK)
     rc = job.cluster_url != NULL ? sub_cluster_run(&job) : run(&job);
   if (sub_interrupted) rc = EXIT_SIGNAL;

@@ -176,6 +176,10 @@ static int open_device(outfile *o, const char *prog, const struct stat *st,
   return 0;
 }
 
+const char *outfile_path(const char *arg) {
+  return strcmp(arg, "-") == 0 ? "/dev/stdout" : arg;
+}
+
 int outfile_open(outfile *o, const char *prog, const char *path,
                  const char *input, char *err, size_t err_len) {
   memset(o, 0, sizeof *o);

@@ -11,6 +11,7 @@
  *   if (outfile_commit(&of, err, sizeof err) < 0) ...
  *   outfile_discard(&of);         // always; after a commit it does nothing
  *
+ * PATH "-" is standard output, as /dev/stdout (outfile_path()).
  * What PATH is decides what happens (see outfile.c for why):
  *   - nothing yet, or a regular file: written to a file without a name in
  *     PATH's directory, which replaces PATH atomically at the commit;
@@ -38,6 +39,11 @@ typedef struct outfile {
   int is_stdout;  /* PATH is what standard output writes to (-o
                      /dev/stdout): reports had better go to stderr */
 } outfile;
+
+/* The path that -o ARG names: /dev/stdout for "-" (the usual name of
+ * standard output on command lines), else ARG itself. Callers map -o's
+ * argument once, so that messages name what is written. */
+const char *outfile_path(const char *arg);
 
 /* Checks PATH and opens o->f for the whole output. input (or NULL) is the
  * file the output is made from, which PATH must not be. prog starts the
