@@ -1249,6 +1249,37 @@ class TestServiceManager(DaemonTest):
 
 
 class TestShutdown(DaemonTest):
+    def test_clients_give_up_on_a_stopped_daemon(self):
+        """A stopped (or stuck) daemon still accepts connections (the
+        kernel queues them), but never answers: stats, sub and send say
+        so after their wait and exit 1, where they used to wait for
+        ever. Once it runs again it serves them."""
+        d = self.start()
+        inp = self.wav(1.0)
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        procs = []
+        try:
+            wait_stopped(d.proc.pid)
+            t0 = time.monotonic()
+            for args in (["stats"], ["sub", "--stream", "x"],
+                         ["send", "-q", inp]):
+                procs.append(subprocess.Popen(
+                    [AURAL, args[0], "-s", d.path] + args[1:],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True))
+            for p in procs:
+                _, err = p.communicate(timeout=30)
+                self.assertEqual(p.returncode, 1, err)
+                self.assertIn("aurald sent nothing for 5 s", err)
+            self.assertLess(time.monotonic() - t0, 20)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            os.kill(d.proc.pid, signal.SIGCONT)
+        self.assertIn("streams", run(AURAL, "stats", "-s", d.path).stdout)
+        self.stop_clean(d)
+
     def test_sigterm_flushes_final_chunks_to_everyone(self):
         d = self.start("--file", self.wav(30.0, name="long.wav"),
                        "--realtime")

@@ -6,6 +6,7 @@
 #include "client.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,18 @@ static int read_full(aural_client *c, uint8_t *p, size_t n, const char *what,
                      char *err, size_t err_len) {
   size_t got = 0;
   while (got < n) {
+    if (c->timeout_ms >= 0) {
+      struct pollfd pf = {.fd = c->fd, .events = POLLIN};
+      int r = poll(&pf, 1, c->timeout_ms);
+      if (r < 0 && errno == EINTR) return -EINTR;
+      if (r == 0) {
+        snprintf(err, err_len,
+                 "%s: aurald sent nothing for %d s (is it stopped, or "
+                 "stuck?)",
+                 c->path, (c->timeout_ms + 999) / 1000);
+        return -1;
+      }
+    }
     ssize_t k = recv(c->fd, p + got, n - got, 0);
     if (k < 0 && errno == EINTR) return -EINTR;
     if (k < 0) {
@@ -463,6 +476,7 @@ int client_connect(const char *path, const char *name, aural_client **out,
     return -1;
   }
   c->fd = -1;
+  c->timeout_ms = CLIENT_TIMEOUT_MS;
   snprintf(c->path, sizeof c->path, "%s", path);
   if (open_socket(c, path, err, err_len) < 0) goto fail;
 

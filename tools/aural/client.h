@@ -52,7 +52,15 @@ typedef struct aural_client {
   uint8_t *buf;                 /* the last message read */
   size_t cap;
   bool closed;                  /* the server closed the connection */
+  int timeout_ms;               /* how long a read waits for the server's
+                                   next bytes before it fails; -1: for
+                                   ever (set it so for open-ended waits) */
 } aural_client;
+
+/* The reads of a new client wait this long: aurald answers a request
+ * from its event loop, which the encoder never holds up, so silence this
+ * long means a stopped or stuck server, not a busy one. */
+#define CLIENT_TIMEOUT_MS 5000
 
 /* One message from the server. payload (and the lists of u, which point
  * into it) belong to the client and stay valid until the next
@@ -85,7 +93,8 @@ typedef struct client_msg {
 const char *client_default_socket(char *buf, size_t len);
 
 /* Connects to path (NULL: the default) and does the HELLO/WELCOME
- * handshake, introducing itself as name. The default path's directory
+ * handshake, introducing itself as name; reads wait CLIENT_TIMEOUT_MS
+ * (c->timeout_ms), the handshake's too. The default path's directory
  * (/tmp/aural-UID, /run/aural) must be owned by us or root and writable by
  * nobody else, and the server must run as us, root, user aural (the
  * service) or the user in $AURAL_SERVER_USER; this is checked before
@@ -110,7 +119,8 @@ int client_send_raw(aural_client *c, uint8_t type, uint32_t stream_id,
  * that does not decode is an error). Returns 0; 1 when the server closed the
  * connection cleanly between messages; -1 on a read error, a truncated or
  * malformed message (err set; c->closed tells whether the server closed the
- * connection in the middle of a message); -EINTR when a signal interrupted
+ * connection in the middle of a message), or when nothing came for
+ * c->timeout_ms; -EINTR when a signal interrupted
  * the wait (the connection is then out of step and must be closed). */
 int client_read(aural_client *c, client_msg *m, char *err, size_t err_len);
 

@@ -394,6 +394,9 @@ static int open_stream(send_job *job) {
   }
   job->stream_id = m.h.stream_id;
   snprintf(job->name, sizeof job->name, "%s", m.u.opened.name);
+  /* From here the server may rightly be slow to read (flow control) and
+   * AUDIO_CLOSED comes once the stream is computed: no time limit. */
+  job->cl->timeout_ms = -1;
   return 0;
 }
 

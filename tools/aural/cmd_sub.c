@@ -768,6 +768,7 @@ static int run(sub_job *job) {
     switch (m.h.type) {
     case AURAL_MSG_SUBSCRIBED:
       subscribed = 1;
+      job->cl->timeout_ms = -1; /* streams may be silent for hours */
       break;
     case AURAL_MSG_ERROR: {
       bool fatal;
