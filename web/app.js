@@ -6,8 +6,11 @@ import { AuralClient, softmaxRows } from "/aural-client.js";
 const FRAME_PX = 2;          // canvas columns per frame
 const SEND_EVERY_S = 0.02;   // microphone audio batched this long
 
+const RETRY_FIRST_S = 1;     // reconnecting: the first wait, doubled
+const RETRY_MAX_S = 10;      // after each failure up to this
+
 const $ = (sel, root = document) => root.querySelector(sel);
-const cards = new Map();     // stream id -> card state
+const cards = new Map();     // stream id -> card state (this connection's)
 let client = null;
 let mic = null;              // {stream, name, media, ctx} while pushing
 
@@ -169,12 +172,22 @@ function flushMic() {
   client.sendAudio(mic.stream, out);
 }
 
-async function stopMic() {
+// Stops capturing; the stream itself is closed by the caller (or gone
+// with the connection).
+async function releaseMic() {
   const m = mic;
-  if (m.n) flushMic();
   mic = null;
   m.media.getTracks().forEach((t) => t.stop());
   await m.ctx.close();
+  const button = $("#mic");
+  button.textContent = "use my microphone";
+  button.classList.remove("on");
+  return m;
+}
+
+async function stopMic() {
+  if (mic.n) flushMic();
+  const m = await releaseMic();
   $("#mic-state").textContent = `closing "${m.name}"…`;
   const r = await client.closeAudio(m.stream);
   $("#mic-state").textContent = `"${m.name}": ${r.frames} frames, ${r.chunks} chunks`;
@@ -186,8 +199,6 @@ async function toggleMic() {
   try {
     if (mic) {
       await stopMic();
-      button.textContent = "use my microphone";
-      button.classList.remove("on");
     } else {
       await startMic();
       button.textContent = "stop my microphone";
@@ -200,26 +211,79 @@ async function toggleMic() {
   }
 }
 
-// ---- start ---------------------------------------------------------------------------
+// ---- start, and again whenever the connection is lost -----------------------------
 
-async function main() {
+// Connects and subscribes to every stream. A page left open (a wall
+// display of a live feed) outlives a restart of aurald: when the
+// connection goes, the streams it showed are marked as such and the page
+// tries again, after 1 s, then 2, 4, up to 10 s between tries.
+// The cards of a lost connection: shown, marked, until the next one
+// lists what is live.
+let stale = [];
+
+async function connect() {
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
-  client = await AuralClient.connect(url, { clientName: "aurald page" });
-  const m = client.model;
-  $("#status").textContent = `connected to ${client.welcome.server}`;
-  $("#model").textContent = `d_model ${m.d_model}, vocabulary ${m.vocab_size}` +
-                            (m.words ? ", words" : "");
-  client.on("started", makeCard);
-  client.on("chunk", onChunk);
-  client.on("words", onWords);
-  client.on("ended", onEnded);
-  client.on("close", () => { $("#status").textContent = "disconnected"; });
+  const c = await AuralClient.connect(url, { clientName: "aurald page" });
+  const m = c.model;
   const outputs = ["embeddings"];
   if (m.vocab_size) outputs.push("logits", "text");
   if (m.words) outputs.push("words");
-  await client.subscribe({ all: true, outputs });
-  $("#mic").addEventListener("click", toggleMic);
+  c.on("started", makeCard);
+  c.on("chunk", onChunk);
+  c.on("words", onWords);
+  c.on("ended", onEnded);
+  c.on("close", () => onLost(c));
+  try {
+    await c.subscribe({ all: true, outputs });
+  } catch (e) {
+    c.close();
+    throw e;
+  }
+  // The reply's continuation runs before the next message's handlers:
+  // no stream event comes before client is set.
+  client = c;
+  for (const node of stale) node.remove();
+  stale = [];
+  $("#status").textContent = `connected to ${c.welcome.server}`;
+  $("#model").textContent = `d_model ${m.d_model}, vocabulary ${m.vocab_size}` +
+                            (m.words ? ", words" : "");
+  $("#mic").disabled = false;
   document.body.dataset.ready = "1";
 }
 
-main().catch((e) => { $("#status").textContent = `error: ${e.message}`; });
+function onLost(c) {
+  if (c !== client) return; // a try that failed: its own catch retries
+  client = null;
+  document.body.dataset.ready = "";
+  $("#mic").disabled = true;
+  for (const [id, card] of cards) {
+    if (!card.node.classList.contains("ended"))
+      onEnded({ streamId: id, reason: "connection lost" });
+    stale.push(card.node);
+  }
+  cards.clear(); // stream ids start again with the next connection
+  if (mic)
+    releaseMic().then((m) => {
+      $("#mic-state").textContent = `"${m.name}" ended: the connection was lost`;
+    });
+  retry(RETRY_FIRST_S);
+}
+
+function retry(waitS) {
+  $("#status").textContent = `disconnected; trying again in ${waitS} s`;
+  setTimeout(async () => {
+    $("#status").textContent = "reconnecting…";
+    try {
+      await connect();
+    } catch (e) {
+      retry(Math.min(2 * waitS, RETRY_MAX_S));
+    }
+  }, waitS * 1000);
+}
+
+$("#mic").disabled = true; // until connected
+$("#mic").addEventListener("click", toggleMic);
+connect().catch((e) => {
+  $("#status").textContent = `error: ${e.message}`;
+  retry(RETRY_FIRST_S);
+});

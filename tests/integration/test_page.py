@@ -8,7 +8,9 @@ DevTools protocol by cdp.py):
     the same file; a screenshot is saved for a person to look at
     ($AURAL_SCREENSHOT_DIR, which meson sets to BUILD/web-screenshots);
   - a file stream is listed, and its posteriorgram and embeddings are
-    drawn (the canvases are not blank).
+    drawn (the canvases are not blank);
+  - the page outlives a restart of aurald: it marks the streams it had,
+    tries again, and shows the new daemon's streams in their place.
 
 Run by meson (`meson test -C build page`); skipped without chromium.
 """
@@ -141,6 +143,48 @@ class TestPage(DaemonTest):
             self.assertTrue(b.evaluate(card_field(card, "tokens"))
                             .startswith("DH AH K W IH K"))
             self.shot(b, "page-file-stream.png")
+        self.stop_clean(d)
+
+    def test_page_reconnects_after_a_restart(self):
+        first = os.path.join(self.tmp, "first.flac")
+        second = os.path.join(self.tmp, "second.flac")
+        shutil.copy(SAMPLE, first)
+        shutil.copy(SAMPLE, second)
+        d = self.start("--http", "127.0.0.1:0", "--file", first,
+                       "--realtime", model=DEFAULT_MODEL)
+        port = http_port(d)
+        card = "document.querySelector('section.stream[data-name=\"%s\"]')"
+        status = "document.querySelector('#status').textContent"
+        with cdp.Chromium() as b:
+            b.navigate("http://127.0.0.1:%d/" % port)
+            b.wait_for(READY, 30, "the page to connect")
+            b.wait_for(card_field(card % "first.flac", "seq") + " >= 1", 30,
+                       "a chunk of the first stream")
+            self.stop_clean(d)
+            self.assertEqual(
+                b.wait_for(card_field(card % "first.flac", "state") +
+                           ".startsWith('ended') && " +
+                           card_field(card % "first.flac", "state"), 10,
+                           "the stream's end"), "ended (shutdown)")
+            b.wait_for(status + ".startsWith('disconnected')", 10,
+                       "the page to see the connection go")
+            self.assertFalse(b.evaluate(READY))
+            self.assertTrue(b.evaluate("document.querySelector('#mic')"
+                                       ".disabled"))
+            # Another daemon on the same address: the page finds it.
+            d = self.start("--http", "127.0.0.1:%d" % port, "--file", second,
+                           "--realtime", model=DEFAULT_MODEL)
+            b.wait_for(READY, 30, "the page to connect again")
+            b.wait_for(card_field(card % "second.flac", "seq") + " >= 1", 30,
+                       "a chunk of the new daemon's stream")
+            self.assertEqual(b.evaluate(card_field(card % "second.flac",
+                                                   "state")), "live")
+            self.assertIsNone(b.evaluate(card % "first.flac"))
+            self.assertTrue(b.evaluate(status).startswith("connected to"))
+            self.assertFalse(b.evaluate("document.querySelector('#mic')"
+                                        ".disabled"))
+            self.assertEqual([e for e in b.console_messages()
+                              if e["method"] == "Runtime.exceptionThrown"], [])
         self.stop_clean(d)
 
 
