@@ -19,6 +19,14 @@
  * stream. A device that stops delivering (unplugged, its server gone) is
  * noticed by mic_poll() from the loop's tick and ends the stream with
  * reason device_lost.
+ *
+ * A lost device is tried again (a microphone plugged back in, a sound
+ * server restarted): after 1 s, then at twice the wait each time up to
+ * MIC_RETRY_MAX_S, once its old stream has closed. PortAudio lists
+ * devices when it starts, so a try restarts it, on libuv's thread pool
+ * (probing ALSA's devices can take a few hundred milliseconds); when the
+ * device opens, the loop starts a new stream "mic", which subscriptions by
+ * name receive as they would any new stream of theirs (PROTOCOL.md §4.6).
  */
 #define _GNU_SOURCE
 #include <sched.h>
@@ -32,6 +40,8 @@
 #include "daemon.h"
 
 #define MIC_STALL_S 2.0 /* no callback for this long: the device is gone */
+#define MIC_RETRY_FIRST_S 1.0 /* a lost device: the first wait to try again */
+#define MIC_RETRY_MAX_S 10.0  /* the longest wait between tries */
 
 struct mic_source {
   server *srv;
@@ -52,6 +62,19 @@ struct mic_source {
   bool async_open;
   bool started;             /* Pa_StartStream done */
   float *drain;             /* (MIC_RING_FRAMES) loop-side copy */
+  char *device;             /* --mic's NAME or INDEX; NULL: the default */
+  bool pa_up;               /* Pa_Initialize done (and not terminated) */
+  /* A lost device, tried again (the loop's, except as the job says). */
+  double retry_at;          /* when to try next; 0: not lost */
+  double retry_s;           /* the last wait; the next is twice it */
+  bool retry_said;          /* a failed try was logged as a warning */
+  bool reopening;           /* the job below is running */
+  bool stopping;            /* mic_stop came while it ran */
+  uv_work_t reopen_req;     /* on the thread pool: the job's fields */
+  PaStream *opened;         /* set by the job: the device, not started */
+  double opened_rate;
+  char opened_name[128];
+  char why[256];            /* the job's failure */
 };
 
 static int on_audio(const void *input, void *output, unsigned long n,
@@ -104,6 +127,7 @@ static void source_unref(struct mic_source *m) {
   if (atomic_fetch_sub(&m->refs, 1) != 1) return;
   free(m->ring);
   free(m->drain);
+  free(m->device);
   free(m);
 }
 
@@ -165,50 +189,79 @@ int mic_list_devices(void) {
 /* The microphone stream's release hook: capture starts with it. */
 static int on_release(stream *s) { return mic_begin(s->srv); }
 
-int mic_start(server *srv, const char *device, char *why, size_t why_len) {
-  PaError e = Pa_Initialize();
-  if (e != paNoError) {
-    snprintf(why, why_len, "PortAudio: %s", Pa_GetErrorText(e));
-    return -1;
-  }
-  struct mic_source *m = calloc(1, sizeof *m);
-  if (m == NULL) goto oom;
-  srv->mic = m;
-  m->srv = srv;
-  atomic_store(&m->refs, 1);
-  m->ring = malloc(MIC_RING_FRAMES * sizeof(float));
-  m->drain = malloc(MIC_RING_FRAMES * sizeof(float));
-  if (m->ring == NULL || m->drain == NULL) goto oom;
-  int dev = find_device(device, why, why_len);
-  if (dev < 0) goto fail;
+/* Opens the device m->device (not started: capture begins with the
+ * stream's release) into m->opened at its native rate. PortAudio calls
+ * only: run on the loop at start, on the thread pool when tried again. */
+static int open_device(struct mic_source *m, char *why, size_t why_len) {
+  m->opened = NULL;
+  int dev = find_device(m->device, why, why_len);
+  if (dev < 0) return -1;
   const PaDeviceInfo *info = Pa_GetDeviceInfo(dev);
   double rate = info->defaultSampleRate;
-  m->s = stream_create(srv, "mic", SRC_MIC, rate, 1, NULL, -1, 0, why,
-                       why_len);
-  if (m->s == NULL) goto fail;
-  m->s->loop.on_release = on_release;
-  uv_async_init(srv->loop, &m->async, on_mic_async);
-  m->async.data = m;
-  m->async_open = true;
-
   PaStreamParameters in = {
       .device = dev,
       .channelCount = 1,
       .sampleFormat = paFloat32,
       .suggestedLatency = info->defaultLowInputLatency,
   };
-  e = Pa_OpenStream(&m->pa, &in, NULL, rate, (unsigned long)(rate / 100),
-                    paClipOff, on_audio, m);
+  PaStream *pa = NULL;
+  PaError e = Pa_OpenStream(&pa, &in, NULL, rate, (unsigned long)(rate / 100),
+                            paClipOff, on_audio, m);
   if (e != paNoError) {
     snprintf(why, why_len, "cannot capture from \"%s\" at %.0f Hz: %s",
              info->name, rate, Pa_GetErrorText(e));
-    if (m->pa) Pa_CloseStream(m->pa);
-    m->pa = NULL;
+    if (pa != NULL) Pa_CloseStream(pa);
+    return -1;
+  }
+  m->opened = pa;
+  m->opened_rate = rate;
+  snprintf(m->opened_name, sizeof m->opened_name, "%s (%d)", info->name, dev);
+  return 0;
+}
+
+/* The stream "mic" for the device just opened, started (capture waits
+ * for its release). On failure the device is closed and why says so. */
+static int start_stream(struct mic_source *m, char *why, size_t why_len) {
+  m->s = stream_create(m->srv, "mic", SRC_MIC, m->opened_rate, 1, NULL, -1, 0,
+                       why, why_len);
+  if (m->s == NULL) {
+    Pa_CloseStream(m->opened); /* never started: nothing to wait for */
+    m->opened = NULL;
+    return -1;
+  }
+  m->pa = m->opened;
+  m->opened = NULL;
+  m->started = false;
+  m->seen_callbacks = atomic_load(&m->n_callbacks);
+  m->s->loop.on_release = on_release;
+  log_info("stream %u \"mic\": device \"%s\" at %.0f Hz", m->s->id,
+           m->opened_name, m->opened_rate);
+  stream_start(m->s);
+  return 0;
+}
+
+int mic_start(server *srv, const char *device, char *why, size_t why_len) {
+  struct mic_source *m = calloc(1, sizeof *m);
+  if (m == NULL) goto oom;
+  srv->mic = m;
+  m->srv = srv;
+  atomic_store(&m->refs, 1);
+  PaError e = Pa_Initialize();
+  if (e != paNoError) {
+    snprintf(why, why_len, "PortAudio: %s", Pa_GetErrorText(e));
     goto fail;
   }
-  log_info("stream %u \"mic\": device \"%s\" (%d) at %.0f Hz", m->s->id,
-           info->name, dev, rate);
-  stream_start(m->s);
+  m->pa_up = true;
+  m->ring = malloc(MIC_RING_FRAMES * sizeof(float));
+  m->drain = malloc(MIC_RING_FRAMES * sizeof(float));
+  m->device = device != NULL ? strdup(device) : NULL;
+  if (m->ring == NULL || m->drain == NULL || (device != NULL && !m->device))
+    goto oom;
+  uv_async_init(srv->loop, &m->async, on_mic_async);
+  m->async.data = m;
+  m->async_open = true;
+  if (open_device(m, why, why_len) < 0 || start_stream(m, why, why_len) < 0)
+    goto fail;
   return 0;
 oom:
   snprintf(why, why_len, "out of memory for the microphone");
@@ -266,12 +319,88 @@ static void close_device(struct mic_source *m) {
   pthread_attr_destroy(&attr);
 }
 
+/* The job of trying a lost device again, on the thread pool: PortAudio
+ * restarted (it lists devices when it starts), then the device opened.
+ * Nothing else touches PortAudio meanwhile: the old device has closed
+ * (closers_running was 0) and the loop waits for the job's end. */
+static void reopen_work(uv_work_t *req) {
+  struct mic_source *m = req->data;
+  m->why[0] = '\0';
+  if (m->pa_up) Pa_Terminate();
+  PaError e = Pa_Initialize();
+  m->pa_up = e == paNoError;
+  if (!m->pa_up) {
+    snprintf(m->why, sizeof m->why, "PortAudio: %s", Pa_GetErrorText(e));
+    return;
+  }
+  /* No callback of the old device can come: the ring starts empty. */
+  atomic_store(&m->head, 0);
+  atomic_store(&m->tail, 0);
+  atomic_store(&m->overruns, 0);
+  open_device(m, m->why, sizeof m->why);
+}
+
+static void shut_down_portaudio(struct mic_source *m);
+
+/* The job's end, on the loop: the new stream, or the next try. */
+static void reopen_done(uv_work_t *req, int status) {
+  struct mic_source *m = req->data;
+  (void)status;
+  m->reopening = false;
+  if (m->stopping) { /* mic_stop came meanwhile, and left this to us */
+    if (m->opened != NULL) Pa_CloseStream(m->opened);
+    m->opened = NULL;
+    shut_down_portaudio(m);
+    source_unref(m);
+    return;
+  }
+  if (m->opened != NULL && start_stream(m, m->why, sizeof m->why) == 0) {
+    log_info("stream %u \"mic\": the capture device is back", m->s->id);
+    m->retry_at = 0;
+  } else {
+    /* Said once as a warning, then quietly: the device may be gone for
+     * hours, and every try would be the same line. */
+    if (!m->retry_said) log_warn("microphone: not back yet (%s); trying "
+                                 "again, at most every %.0f s",
+                                 m->why, MIC_RETRY_MAX_S);
+    else log_debug("microphone: not back yet (%s)", m->why);
+    m->retry_said = true;
+    m->retry_s = m->retry_s * 2 < MIC_RETRY_MAX_S ? m->retry_s * 2
+                                                  : MIC_RETRY_MAX_S;
+    m->retry_at = aurald_mono_s() + m->retry_s;
+  }
+  source_unref(m); /* the job's */
+}
+
+/* Tries the lost device again when it is time, and its old stream has
+ * closed (a hung device may never close: then it is never tried). */
+static void maybe_reopen(struct mic_source *m, double now) {
+  if (m->retry_at == 0 || m->reopening || now < m->retry_at ||
+      atomic_load(&closers_running) > 0)
+    return;
+  m->reopening = true;
+  atomic_fetch_add(&m->refs, 1);
+  m->reopen_req.data = m;
+  if (uv_queue_work(m->srv->loop, &m->reopen_req, reopen_work,
+                    reopen_done) != 0) {
+    m->reopening = false;
+    atomic_fetch_sub(&m->refs, 1);
+    m->retry_at = now + m->retry_s;
+  }
+}
+
 /* Ends the stream when the device has stopped: PortAudio reports the
- * stream inactive, or no callback came for MIC_STALL_S. */
+ * stream inactive, or no callback came for MIC_STALL_S; and tries the
+ * device again while it is lost. */
 void mic_poll(server *srv) {
   struct mic_source *m = srv->mic;
-  if (m == NULL || m->pa == NULL || !m->started) return;
+  if (m == NULL) return;
   double now = aurald_mono_s();
+  if (m->pa == NULL) {
+    maybe_reopen(m, now);
+    return;
+  }
+  if (!m->started) return;
   uint64_t n = atomic_load(&m->n_callbacks);
   if (n != m->seen_callbacks) {
     m->seen_callbacks = n;
@@ -286,15 +415,32 @@ void mic_poll(server *srv) {
   else
     snprintf(msg, sizeof msg, "no audio from the capture device for %.1f s",
              now - m->last_progress);
-  log_warn("stream %u \"mic\": %s; ending it", m->s->id, msg);
+  log_warn("stream %u \"mic\": %s; ending it, and trying the device again "
+           "in %.0f s", m->s->id, msg, MIC_RETRY_FIRST_S);
   close_device(m);
   on_mic_async(&m->async); /* what was captured before still counts */
   stream_end_input(m->s, END_DEVICE_LOST, msg);
   m->s = NULL; /* the stream goes its way; the loop frees it */
+  m->started = false;
+  m->retry_s = MIC_RETRY_FIRST_S;
+  m->retry_at = now + m->retry_s;
+  m->retry_said = false;
 }
 
 static void on_async_closed(uv_handle_t *h) {
   source_unref(h->data);
+}
+
+/* Pa_Terminate, once every device has closed (a hung one is left to
+ * the exit). */
+static void shut_down_portaudio(struct mic_source *m) {
+  if (!m->pa_up) return;
+  /* Give a hung device a moment; past it, leave PortAudio to the exit. */
+  for (int i = 0; i < 50 && atomic_load(&closers_running) > 0; i++)
+    usleep(10000);
+  if (atomic_load(&closers_running) == 0) Pa_Terminate();
+  else log_warn("the capture device did not close; not waiting for it");
+  m->pa_up = false;
 }
 
 void mic_stop(server *srv) {
@@ -307,11 +453,9 @@ void mic_stop(server *srv) {
   }
   if (m->s != NULL) stream_end_input(m->s, END_SHUTDOWN, "");
   m->s = NULL;
-  /* Give a hung device a moment; past it, leave PortAudio to the exit. */
-  for (int i = 0; i < 50 && atomic_load(&closers_running) > 0; i++)
-    usleep(10000);
-  if (atomic_load(&closers_running) == 0) Pa_Terminate();
-  else log_warn("the capture device did not close; not waiting for it");
+  /* A try of a lost device in flight ends it all itself (reopen_done). */
+  if (m->reopening) m->stopping = true;
+  else shut_down_portaudio(m);
   if (m->async_open) {
     /* No callback signals the handle once it starts closing. */
     atomic_store(&m->quiet, true);

@@ -5,7 +5,8 @@
  * samples, each call flagged paInputOverflow, so that every callback takes
  * the path that counts an overrun. While fake_pa_hold is set,
  * Pa_AbortStream lets the callbacks go on (as a slow device does) until
- * the test clears it.
+ * the test clears it. Pa_OpenStream fails (device unavailable) while
+ * fake_pa_open_fails is set, as an unplugged device does.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -23,6 +24,9 @@ _Atomic int fake_pa_hold;
 _Atomic int fake_pa_active = 1;
 _Atomic long fake_pa_callbacks;
 _Atomic int fake_pa_open_streams;
+_Atomic int fake_pa_open_fails;
+_Atomic int fake_pa_initialized;
+_Atomic int fake_pa_inits;
 
 typedef struct fake_stream {
   PaStreamCallback *cb;
@@ -42,8 +46,16 @@ static const PaDeviceInfo device = {
     .defaultSampleRate = 16000.0,
 };
 
-PaError Pa_Initialize(void) { return paNoError; }
-PaError Pa_Terminate(void) { return paNoError; }
+PaError Pa_Initialize(void) {
+  atomic_fetch_add(&fake_pa_inits, 1);
+  atomic_fetch_add(&fake_pa_initialized, 1);
+  return paNoError;
+}
+PaError Pa_Terminate(void) {
+  if (atomic_load(&fake_pa_initialized) <= 0) return paNotInitialized;
+  atomic_fetch_sub(&fake_pa_initialized, 1);
+  return paNoError;
+}
 PaDeviceIndex Pa_GetDeviceCount(void) { return 1; }
 PaDeviceIndex Pa_GetDefaultInputDevice(void) { return 0; }
 const PaDeviceInfo *Pa_GetDeviceInfo(PaDeviceIndex d) {
@@ -58,6 +70,7 @@ PaError Pa_OpenStream(PaStream **out, const PaStreamParameters *in,
                       unsigned long frames, PaStreamFlags flags,
                       PaStreamCallback *cb, void *user) {
   (void)in, (void)out_params, (void)rate, (void)frames, (void)flags;
+  if (atomic_load(&fake_pa_open_fails)) return paDeviceUnavailable;
   memset(&the_stream, 0, sizeof the_stream);
   the_stream.cb = cb;
   the_stream.user = user;

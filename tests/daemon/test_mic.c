@@ -45,6 +45,7 @@ static int setup(void **state) {
     fail_msg("cannot start the server: %s", why);
   atomic_store(&fake_pa_active, 1);
   atomic_store(&fake_pa_hold, 0);
+  atomic_store(&fake_pa_open_fails, 0);
   *state = f;
   return 0;
 }
@@ -115,12 +116,85 @@ static void test_shutdown_outlasts_a_slow_device(void **state) {
   atomic_store(&fake_pa_hold, 0); /* teardown waits for the closer */
 }
 
+/* Calls mic_poll, as the loop's tick does, and runs the loop, until the
+ * server has n streams or ms milliseconds have passed. */
+static void poll_until_streams(fixture *f, int n, int ms) {
+  for (int i = 0; i < ms && f->srv.n_streams != n; i += 10) {
+    mic_poll(&f->srv);
+    spin(f, 10);
+  }
+}
+
+/* A lost device is tried again until it opens (after 1 s, then 2, ...),
+ * with PortAudio restarted for each try so that a device plugged back in
+ * is listed; then a new stream "mic" captures from it. */
+static void test_lost_device_is_tried_again(void **state) {
+  fixture *f = *state;
+  char why[640] = "";
+  int up = atomic_load(&fake_pa_initialized); /* a hung device's, before */
+  if (mic_start(&f->srv, NULL, why, sizeof why) < 0) fail_msg("%s", why);
+  wait_callbacks(20);
+  spin(f, 20);
+  assert_int_equal(f->srv.n_streams, 1);
+  uint32_t first_id = f->srv.streams->id;
+  atomic_store(&fake_pa_open_fails, 1); /* unplugged */
+  atomic_store(&fake_pa_active, 0);
+  poll_until_streams(f, 0, 2000);
+  assert_int_equal(f->srv.n_streams, 0);
+  int inits = atomic_load(&fake_pa_inits);
+  /* The first try fails (1 s after the loss), the next waits 2 s more. */
+  poll_until_streams(f, 1, 2000);
+  assert_int_equal(f->srv.n_streams, 0);
+  assert_true(atomic_load(&fake_pa_inits) > inits);
+  atomic_store(&fake_pa_open_fails, 0); /* plugged back in */
+  atomic_store(&fake_pa_active, 1);
+  poll_until_streams(f, 1, 5000);
+  assert_int_equal(f->srv.n_streams, 1);
+  assert_string_equal(f->srv.streams->name, "mic");
+  assert_true(f->srv.streams->id != first_id);
+  long before = atomic_load(&fake_pa_callbacks);
+  wait_callbacks(20); /* capturing again */
+  assert_true(atomic_load(&fake_pa_callbacks) >= before + 20);
+  assert_int_equal(atomic_load(&fake_pa_initialized), up + 1);
+  mic_stop(&f->srv);
+  assert_int_equal(atomic_load(&fake_pa_initialized), up);
+}
+
+/* Shutdown while a try of the lost device is under way: the try ends it
+ * all (the device it opened closed, PortAudio terminated) when it is
+ * done. */
+static void test_shutdown_during_a_try(void **state) {
+  fixture *f = *state;
+  char why[640] = "";
+  int up = atomic_load(&fake_pa_initialized);
+  if (mic_start(&f->srv, NULL, why, sizeof why) < 0) fail_msg("%s", why);
+  wait_callbacks(20);
+  spin(f, 20);
+  atomic_store(&fake_pa_active, 0);
+  poll_until_streams(f, 0, 2000);
+  atomic_store(&fake_pa_active, 1);
+  int inits = atomic_load(&fake_pa_inits);
+  for (int i = 0; i < 3000 && atomic_load(&fake_pa_inits) == inits; i++) {
+    mic_poll(&f->srv); /* the try starts on the thread pool */
+    usleep(1000);
+  }
+  assert_true(atomic_load(&fake_pa_inits) > inits);
+  mic_stop(&f->srv); /* before the loop has seen the try's end */
+  spin(f, 50);
+  assert_int_equal(f->srv.n_streams, 0);
+  assert_int_equal(atomic_load(&fake_pa_initialized), up);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_device_lost_while_callbacks_go_on,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_shutdown_outlasts_a_slow_device,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lost_device_is_tried_again,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_shutdown_during_a_try, setup,
+                                      teardown),
   };
   aurald_log_level = LOG_ERROR;
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1787,6 +1787,59 @@ class TestMicrophone(DaemonTest):
             os.close(wfd)  # unblocks the capture thread's read
         self.stop_clean(d)
 
+    def test_device_that_comes_back_starts_a_new_stream(self):
+        # As above, the capture blocks on a FIFO that is not fed and the
+        # stream ends (device_lost); then the FIFO is fed again, as a
+        # device plugged back in: aurald tries the device again, and the
+        # same subscription by name receives a new stream "mic" with
+        # chunks, while the daemon went on serving.
+        home = os.path.join(self.tmp, "home")
+        os.mkdir(home)
+        fifo = os.path.join(self.tmp, "in.fifo")
+        os.mkfifo(fifo)
+        wfd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        try:
+            os.write(wfd, b"\0" * 4 * 44100)  # one second of silence
+            with open(os.path.join(home, ".asoundrc"), "w") as f:
+                f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
+                        ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
+                        % fifo)
+            env = dict(os.environ, HOME=home)
+            d = self.start("--mic=aural_test", "--hold", env=env)
+            c = ac.Client(d.path, timeout=20)
+            c.subscribe("mic")
+            first, ended = None, None
+            for ev in c.events(timeout=15):
+                if isinstance(ev, ac.StreamStarted):
+                    first = ev
+                if isinstance(ev, ac.StreamEnded):
+                    ended = ev
+                    break
+            self.assertIsNotNone(first)
+            self.assertEqual(ended.reason, "device_lost")
+            c.ping(b"still serving")
+            again, chunks = None, 0
+            deadline = time.monotonic() + 20
+            while chunks < 2:
+                self.assertLess(time.monotonic(), deadline,
+                                "no new stream \"mic\" with chunks")
+                try:  # the plugin reads as fast as it is fed
+                    os.write(wfd, b"\0" * 4 * 4410)
+                except BlockingIOError:
+                    pass
+                for ev in c.events(timeout=0.05):
+                    if isinstance(ev, ac.StreamStarted):
+                        again = ev
+                    elif isinstance(ev, ac.Chunk) and again is not None:
+                        chunks += 1
+            self.assertEqual(again.name, "mic")
+            self.assertNotEqual(again.stream_id, first.stream_id)
+            self.assertIn("the capture device is back", d.text())
+            c.close()
+        finally:
+            os.close(wfd)  # unblocks the capture thread's read
+        self.stop_clean(d)
+
 
 def send_in_one_iteration(d, first, second):
     """Two new clients whose requests (first, then second) the daemon
