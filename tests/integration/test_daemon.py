@@ -1754,23 +1754,35 @@ class TestMicrophone(DaemonTest):
         self.assertGreaterEqual(mic["frames"], 450)
 
 
-    def test_device_that_stops_ends_the_stream(self):
-        # The plugin reads a FIFO; when the writer stops feeding it the
-        # capture thread blocks, no callback comes, and the stream must end
-        # with reason device_lost while the daemon goes on serving.
+    def start_on_fifo(self):
+        """aurald --mic --hold capturing through ALSA's file plugin from a
+        FIFO that holds one second of silence; returns the daemon and the
+        FIFO's writing end (non-blocking), which the caller closes at the
+        end: that unblocks the capture thread's read."""
         home = os.path.join(self.tmp, "home")
         os.mkdir(home)
         fifo = os.path.join(self.tmp, "in.fifo")
         os.mkfifo(fifo)
         wfd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
         try:
-            os.write(wfd, b"\0" * 4 * 44100)  # one second of silence
+            os.write(wfd, b"\0" * 4 * 44100)
             with open(os.path.join(home, ".asoundrc"), "w") as f:
                 f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
                         ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
                         % fifo)
-            env = dict(os.environ, HOME=home)
-            d = self.start("--mic=aural_test", "--hold", env=env)
+            d = self.start("--mic=aural_test", "--hold",
+                           env=dict(os.environ, HOME=home))
+        except BaseException:
+            os.close(wfd)
+            raise
+        return d, wfd
+
+    def test_device_that_stops_ends_the_stream(self):
+        # The plugin reads a FIFO; when the writer stops feeding it the
+        # capture thread blocks, no callback comes, and the stream must end
+        # with reason device_lost while the daemon goes on serving.
+        d, wfd = self.start_on_fifo()
+        try:
             c = ac.Client(d.path, timeout=20)
             c.subscribe("mic")
             ended = None
@@ -1793,19 +1805,8 @@ class TestMicrophone(DaemonTest):
         # device plugged back in: aurald tries the device again, and the
         # same subscription by name receives a new stream "mic" with
         # chunks, while the daemon went on serving.
-        home = os.path.join(self.tmp, "home")
-        os.mkdir(home)
-        fifo = os.path.join(self.tmp, "in.fifo")
-        os.mkfifo(fifo)
-        wfd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        d, wfd = self.start_on_fifo()
         try:
-            os.write(wfd, b"\0" * 4 * 44100)  # one second of silence
-            with open(os.path.join(home, ".asoundrc"), "w") as f:
-                f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
-                        ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
-                        % fifo)
-            env = dict(os.environ, HOME=home)
-            d = self.start("--mic=aural_test", "--hold", env=env)
             c = ac.Client(d.path, timeout=20)
             c.subscribe("mic")
             first, ended = None, None
