@@ -270,13 +270,27 @@ fail:
   return -1;
 }
 
+/* The device is gone (its stream ended): tried again from now on. */
+static void lost(struct mic_source *m, double now) {
+  m->retry_s = MIC_RETRY_FIRST_S;
+  m->retry_at = now + m->retry_s;
+  m->retry_said = false;
+}
+
 int mic_begin(server *srv) {
   struct mic_source *m = srv->mic;
   if (m == NULL || m->pa == NULL) return -1;
   PaError e = Pa_StartStream(m->pa);
   if (e != paNoError) {
-    log_error("stream %u \"mic\": cannot start capturing: %s", m->s->id,
-              Pa_GetErrorText(e));
+    /* The caller ends the stream (device_lost); the source lets go of
+     * it now, as of a lost device, and tries the device again. */
+    log_error("stream %u \"mic\": cannot start capturing: %s; trying the "
+              "device again in %.0f s", m->s->id, Pa_GetErrorText(e),
+              MIC_RETRY_FIRST_S);
+    Pa_CloseStream(m->pa); /* not started: nothing to wait for */
+    m->pa = NULL;
+    m->s = NULL;
+    lost(m, aurald_mono_s());
     return -1;
   }
   m->started = true;
@@ -422,9 +436,7 @@ void mic_poll(server *srv) {
   stream_end_input(m->s, END_DEVICE_LOST, msg);
   m->s = NULL; /* the stream goes its way; the loop frees it */
   m->started = false;
-  m->retry_s = MIC_RETRY_FIRST_S;
-  m->retry_at = now + m->retry_s;
-  m->retry_said = false;
+  lost(m, now);
 }
 
 static void on_async_closed(uv_handle_t *h) {

@@ -5,8 +5,9 @@
  * samples, each call flagged paInputOverflow, so that every callback takes
  * the path that counts an overrun. While fake_pa_hold is set,
  * Pa_AbortStream lets the callbacks go on (as a slow device does) until
- * the test clears it. Pa_OpenStream fails (device unavailable) while
- * fake_pa_open_fails is set, as an unplugged device does.
+ * the test clears it. Pa_OpenStream and Pa_StartStream fail (device
+ * unavailable) while fake_pa_open_fails or fake_pa_start_fails is set, as
+ * an unplugged device does.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -25,6 +26,7 @@ _Atomic int fake_pa_active = 1;
 _Atomic long fake_pa_callbacks;
 _Atomic int fake_pa_open_streams;
 _Atomic int fake_pa_open_fails;
+_Atomic int fake_pa_start_fails;
 _Atomic int fake_pa_initialized;
 _Atomic int fake_pa_inits;
 
@@ -92,6 +94,7 @@ static void *capture_main(void *arg) {
 
 PaError Pa_StartStream(PaStream *s) {
   fake_stream *st = s;
+  if (atomic_load(&fake_pa_start_fails)) return paDeviceUnavailable;
   if (pthread_create(&st->thread, NULL, capture_main, st) != 0)
     return paInternalError;
   st->started = true;

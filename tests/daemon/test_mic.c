@@ -46,6 +46,7 @@ static int setup(void **state) {
   atomic_store(&fake_pa_active, 1);
   atomic_store(&fake_pa_hold, 0);
   atomic_store(&fake_pa_open_fails, 0);
+  atomic_store(&fake_pa_start_fails, 0);
   *state = f;
   return 0;
 }
@@ -160,6 +161,26 @@ static void test_lost_device_is_tried_again(void **state) {
   assert_int_equal(atomic_load(&fake_pa_initialized), up);
 }
 
+/* A device that opens but does not start: its stream ends at once
+ * (device_lost), the source keeps nothing of it (it used to keep the
+ * stream, which the loop frees, and end it again at shutdown), and the
+ * device is tried again until it starts. */
+static void test_device_that_does_not_start(void **state) {
+  fixture *f = *state;
+  char why[640] = "";
+  atomic_store(&fake_pa_start_fails, 1);
+  if (mic_start(&f->srv, NULL, why, sizeof why) < 0) fail_msg("%s", why);
+  poll_until_streams(f, 0, 2000);
+  assert_int_equal(f->srv.n_streams, 0);
+  atomic_store(&fake_pa_start_fails, 0);
+  poll_until_streams(f, 1, 5000);
+  assert_int_equal(f->srv.n_streams, 1);
+  wait_callbacks(20);
+  mic_stop(&f->srv);
+  spin(f, 50);
+  assert_int_equal(f->srv.n_streams, 0);
+}
+
 /* Shutdown while a try of the lost device is under way: the try ends it
  * all (the device it opened closed, PortAudio terminated) when it is
  * done. */
@@ -195,6 +216,8 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_shutdown_during_a_try, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_device_that_does_not_start,
+                                      setup, teardown),
   };
   aurald_log_level = LOG_ERROR;
   return cmocka_run_group_tests(tests, NULL, NULL);
