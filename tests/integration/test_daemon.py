@@ -1249,6 +1249,48 @@ class TestServiceManager(DaemonTest):
 
 
 class TestShutdown(DaemonTest):
+    def test_sub_reconnect_follows_a_restarted_daemon(self):
+        """aural sub --reconnect outlives a restart of aurald: it says the
+        daemon went away, connects again when a new one serves the socket,
+        and prints the new daemon's streams; it ends when interrupted."""
+        d = self.start()
+        inp = self.wav(1.0)
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--reconnect"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        try:
+            wait_subscribed(d.path, None, sub)
+            run(AURAL, "send", "-q", "-s", d.path, "--name", "one", inp)
+            self.stop_clean(d)
+            time.sleep(1.5)  # a try or two while nothing serves the socket
+            self.assertIsNone(sub.poll())
+            d = self.start()
+            wait_subscribed(d.path, None, sub)
+            run(AURAL, "send", "-q", "-s", d.path, "--name", "two", inp)
+            deadline = time.monotonic() + 20
+            while True:  # until "two" has ended, as the daemon counts it
+                with ac.Client(d.path, timeout=10) as c:
+                    if not c.stats()["streams"]:
+                        break
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.05)
+            time.sleep(0.3)  # its last lines reach the subscriber
+            sub.send_signal(signal.SIGINT)
+            out, err = sub.communicate(timeout=10)
+        finally:
+            if sub.poll() is None:
+                sub.kill()
+        self.assertEqual(sub.returncode, 130, err)
+        self.assertIn("one  ended: closed", out)
+        self.assertIn("two  ended: closed", out)
+        self.assertIn("connecting again in 1 s", err)
+        self.assertIn("connected again to %s" % d.path, err)
+        self.stop_clean(d)
+        p = run(AURAL, "sub", "-s", d.path, "--reconnect", "--until-end",
+                check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--reconnect", p.stderr)
+
     def test_clients_give_up_on_a_stopped_daemon(self):
         """A stopped (or stuck) daemon still accepts connections (the
         kernel queues them), but never answers: stats, sub and send say

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -28,6 +29,9 @@
 #include "redis.h"
 #include "sub.h"
 #include "words.h"
+
+#define RECONNECT_FIRST_S 1.0 /* --reconnect: the first wait, doubled ... */
+#define RECONNECT_MAX_S 10.0  /* ... after each failed try up to this */
 
 volatile sig_atomic_t sub_interrupted;
 static void on_signal(int sig) { sub_interrupted = sig; }
@@ -101,6 +105,12 @@ static void usage(FILE *to) {
           "                     - is stdout (what sub prints goes to stderr)\n"
           "      --until-end    exit after the stream's end (with --all: once\n"
           "                     every stream seen so far has ended)\n"
+          "      --reconnect    when aurald goes away (stopped, restarted,\n"
+          "                     or this subscriber dropped as too slow),\n"
+          "                     connect and subscribe again after 1, 2, 4, 8,\n"
+          "                     then every 10 s, until interrupted; the new\n"
+          "                     connection's streams are new streams (not\n"
+          "                     with -o, --until-end or --cluster)\n"
           "      --json         one JSON object per line per event instead:\n"
           "                     {\"event\": \"started\"|\"chunk\"|\"gap\"|"
           "\"ended\",\n"
@@ -138,7 +148,7 @@ static void usage(FILE *to) {
           "or Redis unreachable, refused subscription, lost chunks with -o);\n"
           "2 for a bad command line; 3 when aurald disconnected this\n"
           "subscriber (it fell too far behind, or the server shut down or\n"
-          "went away); 130 when interrupted.\n");
+          "went away; not with --reconnect); 130 when interrupted.\n");
 }
 
 /* --- streams ------------------------------------------------------------ */
@@ -744,7 +754,17 @@ static int subscribe(sub_job *job) {
   return client_send(job->cl, msg, n, job->err, sizeof job->err);
 }
 
+/* rc, from a session that ended by what came, not with its connection. */
+static int kept(sub_job *job, int rc) {
+  job->lost = 0;
+  return rc;
+}
+
+/* One connection: subscribes and handles what comes until the end.
+ * job->lost tells whether it ended with the connection (aurald could not
+ * be reached, went away or dropped us) rather than by what came. */
 static int run(sub_job *job) {
+  job->lost = 1;
   if (client_connect(job->sock_path, "aural sub", &job->cl, job->err,
                      sizeof job->err) < 0)
     return EXIT_FAIL;
@@ -769,6 +789,8 @@ static int run(sub_job *job) {
     case AURAL_MSG_SUBSCRIBED:
       subscribed = 1;
       job->cl->timeout_ms = -1; /* streams may be silent for hours */
+      if (job->sessions++ > 0)
+        fprintf(stderr, "aural sub: connected again to %s\n", job->cl->path);
       break;
     case AURAL_MSG_ERROR: {
       bool fatal;
@@ -776,13 +798,14 @@ static int run(sub_job *job) {
       int code = client_error(&m, e, sizeof e, &fatal);
       if (!subscribed) {
         snprintf(job->err, sizeof job->err, "subscription refused: %s", e);
-        return EXIT_FAIL;
+        return code == AURAL_PROTO_ESHUTDOWN ? EXIT_FAIL
+                                             : kept(job, EXIT_FAIL);
       }
       snprintf(job->err, sizeof job->err, "aurald: %s", e);
       if (code == AURAL_PROTO_ESLOW_CONSUMER ||
           code == AURAL_PROTO_ESHUTDOWN)
         return EXIT_DISCONNECTED;
-      if (fatal) return EXIT_FAIL;
+      if (fatal) return kept(job, EXIT_FAIL);
       fprintf(stderr, "aural sub: %s\n", job->err);
       job->err[0] = '\0';
       break;
@@ -790,31 +813,74 @@ static int run(sub_job *job) {
     case AURAL_MSG_STREAM_STARTED:
       if (sub_on_started(job, m.h.stream_id, &m.u.started,
                          aural_source_name(m.u.started.source)) < 0)
-        return EXIT_FAIL;
+        return kept(job, EXIT_FAIL);
       break;
     case AURAL_MSG_CHUNK:
-      if (on_chunk(job, &m) < 0) return EXIT_FAIL;
+      if (on_chunk(job, &m) < 0) return kept(job, EXIT_FAIL);
       break;
     case AURAL_MSG_WORDS:
       if (sub_on_words(job, m.h.stream_id, &m.u.words, m.h.payload_bytes) <
           0)
-        return EXIT_FAIL;
+        return kept(job, EXIT_FAIL);
       break;
     case AURAL_MSG_GAP:
       sub_clear_partial(job);
       if (sub_on_gap(job, m.h.stream_id, m.u.gap.first_chunk,
                      m.u.gap.n_chunks,
                      aural_gap_reason_name(m.u.gap.reason)) < 0)
-        return EXIT_FAIL;
+        return kept(job, EXIT_FAIL);
       break;
     case AURAL_MSG_STREAM_ENDED:
       rc = sub_on_ended(job, m.h.stream_id, &m.u.ended);
-      if (rc < 0) return EXIT_FAIL;
-      if (rc == 1) return EXIT_OK;
+      if (rc < 0) return kept(job, EXIT_FAIL);
+      if (rc == 1) return kept(job, EXIT_OK);
       break;
     default:
       break;
     }
+  }
+}
+
+/* Forgets the streams of a connection that is gone: the next one's
+ * stream ids are its own. */
+static void forget_streams(sub_job *job) {
+  sub_clear_partial(job);
+  for (size_t i = 0; i < job->n_streams; i++) {
+    free(job->streams[i].text.p);
+    free(job->streams[i].words.p);
+  }
+  job->n_streams = 0;
+}
+
+/* Sleeps s seconds, or less when interrupted by a signal. */
+static void sleep_s(double s) {
+  struct timespec ts = {.tv_sec = (time_t)s,
+                        .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* --reconnect: sessions one after another while aurald comes and goes,
+ * the waits between tries 1, 2, 4, 8, then 10 s (from 1 again after a
+ * session that subscribed). */
+static int run_reconnecting(sub_job *job) {
+  double wait_s = 0;
+  for (;;) {
+    int before = job->sessions;
+    int rc = run(job);
+    client_close(job->cl);
+    job->cl = NULL;
+    if (sub_interrupted) return EXIT_SIGNAL;
+    if (!job->lost) return rc;
+    wait_s = job->sessions > before || wait_s == 0 ? RECONNECT_FIRST_S
+             : wait_s * 2 < RECONNECT_MAX_S     ? wait_s * 2
+                                                : RECONNECT_MAX_S;
+    forget_streams(job);
+    fprintf(stderr, "aural sub: %s; connecting again in %.0f s\n", job->err,
+            wait_s);
+    if (cli_stdout_flush(job->err, sizeof job->err) < 0) return EXIT_FAIL;
+    job->err[0] = '\0';
+    sleep_s(wait_s);
+    if (sub_interrupted) return EXIT_SIGNAL;
   }
 }
 
@@ -885,6 +951,7 @@ int cmd_sub(int argc, char **argv) {
       {"dtype", required_argument, NULL, 'D'},
       {"out", required_argument, NULL, 'o'},
       {"until-end", no_argument, NULL, 'U'},
+      {"reconnect", no_argument, NULL, 'R'},
       {"json", no_argument, NULL, 'J'},
       {"quiet", no_argument, NULL, 'q'},
       {"vocabulary", required_argument, NULL, 'V'},
@@ -927,6 +994,7 @@ int cmd_sub(int argc, char **argv) {
       break;
     case 'o': job.out_path = outfile_path(optarg); break;
     case 'U': job.until_end = 1; break;
+    case 'R': job.reconnect = 1; break;
     case 'J': job.json = 1; break;
     case 'q': job.quiet = 1; break;
     case 'V': vocabulary = optarg; break;
@@ -953,6 +1021,12 @@ int cmd_sub(int argc, char **argv) {
     bad = "unexpected argument (the stream is given with --stream NAME)";
   else if (job.stream != NULL && job.all)
     bad = "--stream and --all exclude each other";
+  else if (job.reconnect && (job.out_path != NULL || job.until_end))
+    bad = "--reconnect follows streams across restarts of aurald; -o and "
+          "--until-end are about one stream's end: not with it";
+  else if (job.reconnect && job.cluster_url != NULL)
+    bad = "--reconnect is for aurald's socket; --cluster reads Redis, which "
+          "keeps the chunks (--from resumes)";
   else if (job.stream != NULL && !aural_proto_valid_name(job.stream))
     bad = "--stream: a stream name is 1-64 printable ASCII characters "
           "without spaces, '/' or '\\'";
@@ -1003,7 +1077,9 @@ int cmd_sub(int argc, char **argv) {
     job.tty = isatty(STDOUT_FILENO);
   }
   if (rc == EXIT_OK)
-    rc = job.cluster_url != NULL ? sub_cluster_run(&job) : run(&job);
+    rc = job.cluster_url != NULL ? sub_cluster_run(&job)
+         : job.reconnect         ? run_reconnecting(&job)
+                                 : run(&job);
   if (sub_interrupted) rc = EXIT_SIGNAL;
   if (rc != EXIT_OK) {
     if (rc == EXIT_SIGNAL)

@@ -44,6 +44,9 @@ typedef struct sub_stream {
 typedef struct sub_job {
   const char *sock_path, *stream, *out_path;
   int all, until_end, json, quiet;
+  int reconnect;    /* --reconnect: connect again when aurald goes away */
+  int lost;         /* the last session ended with the connection */
+  int sessions;     /* connections subscribed so far */
   uint32_t outputs; /* AURAL_OUT_* */
   uint8_t dtype;
   aural_msg_vocabulary vocabulary; /* --vocabulary, --boost */
