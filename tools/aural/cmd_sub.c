@@ -869,6 +869,7 @@ static int run_reconnecting(sub_job *job) {
     int rc = run(job);
     client_close(job->cl);
     job->cl = NULL;
+    job->model = NULL; /* it was the connection's */
     if (sub_interrupted) return EXIT_SIGNAL;
     if (!job->lost) return rc;
     wait_s = job->sessions > before || wait_s == 0 ? RECONNECT_FIRST_S
