@@ -712,7 +712,15 @@ int sub_on_ended(sub_job *job, uint32_t id, const aural_msg_stream_ended *e) {
              job->out_dim, job->out_path);
     return 1;
   }
-  if (!job->until_end || (cut && strcmp(reason, "shutdown") == 0)) return 0;
+  if (!job->until_end) {
+    /* Nothing more comes for it: a subscriber that runs for days keeps
+     * the live streams alone (each message looks its stream up). */
+    free(s->text.p);
+    free(s->words.p);
+    *s = job->streams[--job->n_streams];
+    return 0;
+  }
+  if (cut && strcmp(reason, "shutdown") == 0) return 0;
   for (size_t i = 0; i < job->n_streams; i++)
     if (!job->streams[i].ended) return 0;
   return 1;
