@@ -128,6 +128,42 @@ static void test_lexicon_rejects(void **state) {
   assert_non_null(strstr(err.msg, "NUL"));
 }
 
+/* A model of more tokens than 16 bits count: each word keeps its own
+ * tokens, and the decoder finds it. */
+static void test_lexicon_large_vocabulary(void **state) {
+  (void)state;
+  enum { BIG = 70000 };
+  aural_model *big = test_tiny_ctc_model(BIG);
+  const char *text = "hi\tt65537\nlo\tt1\n";
+  aural_lexicon *lex;
+  aural_err err;
+  assert_int_equal(aural_lexicon_load_buffer(text, strlen(text), "lex", big,
+                                             &lex, &err),
+                   0);
+  aural_lexicon_info info;
+  aural_lexicon_get_info(lex, &info);
+  assert_int_equal(info.n_nodes, 3); /* root, t1, t65537 */
+  aural_decoder *d;
+  assert_int_equal(aural_decoder_create(NULL, big, lex, NULL, &d, &err), 0);
+  float *logits = calloc(4 * (size_t)BIG, sizeof *logits);
+  assert_non_null(logits);
+  logits[0] = 8.0f;                  /* blank */
+  logits[1 * (size_t)BIG + 65537] = 8.0f; /* t65537 */
+  logits[2 * (size_t)BIG] = 8.0f;    /* blank */
+  logits[3 * (size_t)BIG] = 8.0f;
+  assert_int_equal(aural_decoder_push(d, logits, 4), 4);
+  aural_decoder_end(d);
+  aural_word w[2];
+  size_t nw;
+  assert_int_equal(aural_decoder_final(d, w, 2, &nw), 1);
+  assert_int_equal(nw, 1);
+  assert_string_equal(w[0].text, "hi");
+  free(logits);
+  aural_decoder_destroy(d);
+  aural_lexicon_destroy(lex);
+  aural_model_free(big);
+}
+
 static const char *const lex_abc = "a\tt1\n"
                                    "b\tt2\n"
                                    "c\tt3\n"
@@ -944,6 +980,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lexicon_tree),
       cmocka_unit_test(test_lexicon_rejects),
+      cmocka_unit_test(test_lexicon_large_vocabulary),
       cmocka_unit_test(test_lm_backoff),
       cmocka_unit_test(test_lm_unk),
       cmocka_unit_test(test_lm_rejects),
