@@ -295,6 +295,21 @@ static void test_lm_rejects(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* A UTF-8 byte order mark, as some editors write first, is not part of
+ * the lexicon's first word, nor does it hide the LM's header. */
+static void test_readers_skip_byte_order_mark(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("\xef\xbb\xbf" "a\tt1\r\nb\tt2\r\n");
+  assert_int_equal(aural_lexicon_find(lex, "a"), 0);
+  assert_int_equal(aural_lexicon_find(lex, "b"), 1);
+  aural_lm *lm = lm_of("\xef\xbb\xbf\\data\\\nngram 1=3\n\n\\1-grams:\n"
+                       "-1\t<s>\n-1\t</s>\n-0.5\ta\n\n\\end\\\n",
+                       lex);
+  assert_float_equal(aural_lm_score(lm, (int[]){0}, 1), -0.5, 1e-6);
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+}
+
 /* --- the search against brute force ---------------------------------------- */
 
 static uint32_t rng_state;
@@ -984,6 +999,7 @@ int main(void) {
       cmocka_unit_test(test_lm_backoff),
       cmocka_unit_test(test_lm_unk),
       cmocka_unit_test(test_lm_rejects),
+      cmocka_unit_test(test_readers_skip_byte_order_mark),
       cmocka_unit_test(test_search_matches_brute_force),
       cmocka_unit_test(test_custom_words_match_brute_force),
       cmocka_unit_test(test_custom_words_without_unk),

@@ -70,6 +70,13 @@ static void test_lexicon_of_words(void **state) {
   assert_int_equal(aural_g2p_lexicon(g2p, bad, 2, &lex, &err), AURAL_EINVAL);
   assert_null(lex);
   assert_non_null(strstr(err.msg, "not fine"));
+  /* A map that starts with a UTF-8 byte order mark reads as without. */
+  static const char bom_map[] = "\xef\xbb\xbf" "dialect en-us\nmap A AA\n";
+  aural_g2p *g;
+  assert_int_equal(aural_g2p_load_buffer(bom_map, sizeof bom_map - 1, "map",
+                                         model, &g, &err),
+                   0);
+  aural_g2p_destroy(g);
 }
 
 /* Regression: libespeak-ng queues a copy of each new voice for its
