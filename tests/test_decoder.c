@@ -282,6 +282,10 @@ static void test_lm_rejects(void **state) {
        "<s> and </s> must be 1-grams"},
       {"\\data\\\nngram 1=1\n\n\\1-grams:\n-1\ta b c\n\n\\end\\\n",
        "has 4 fields"},
+      /* Its words spelled otherwise than the lexicon's: nothing to say. */
+      {"\\data\\\nngram 1=4\n\n\\1-grams:\n-1\t<s>\n-1\t</s>\n-1\tA\n"
+       "-1\tB\n\n\\end\\\n",
+       "none of its words is in the lexicon (2 n-grams dropped)"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     aural_lm *lm = (aural_lm *)1;

@@ -119,7 +119,8 @@ typedef struct aural_lm aural_lm;
  * order 2 and up hold one of 256 probability levels per order), either
  * one plain or gzipped: n-grams with a word the lexicon lacks are dropped
  * (it cannot be recognized), <s> and </s> are required, <unk> is optional
- * (the LM's probability for lexicon words it does not list). Errors name
+ * (the LM's probability for lexicon words it does not list); an LM with
+ * neither <unk> nor any word of the lexicon is refused. Errors name
  * the file, the line or n-gram, and what is wrong. */
 int aural_lm_load(const char *path, const aural_lexicon *lex, aural_lm **out,
                   aural_err *err);
