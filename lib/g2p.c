@@ -74,10 +74,13 @@ static entry *find_entry(const dialect *d, const char *name) {
 }
 
 /* Splits s at spaces and tabs into at most max words of < MAX_NAME bytes.
- * Returns how many, or -1 when there are more or one is too long. */
+ * Returns how many, or -1 when there are more or one is too long.
+ * strtok_r: strtok's hidden state is the caller's, and another thread's. */
 static int split_words(char *s, char **out, int max) {
   int n = 0;
-  for (char *t = strtok(s, " \t"); t != NULL; t = strtok(NULL, " \t")) {
+  char *save = NULL;
+  for (char *t = strtok_r(s, " \t", &save); t != NULL;
+       t = strtok_r(NULL, " \t", &save)) {
     if (n == max || strlen(t) >= MAX_NAME) return -1;
     out[n++] = t;
   }

@@ -70,6 +70,18 @@ static void test_lexicon_of_words(void **state) {
   assert_int_equal(aural_g2p_lexicon(g2p, bad, 2, &lex, &err), AURAL_EINVAL);
   assert_null(lex);
   assert_non_null(strstr(err.msg, "not fine"));
+  aural_g2p *g2p_b;
+  /* Loading a map leaves the caller's strtok() where it was. */
+  char list[] = "one two";
+  assert_string_equal(strtok(list, " "), "one");
+  static const char map[] = "dialect en-us\nmap A AA\n";
+  assert_int_equal(aural_g2p_load_buffer(map, sizeof map - 1, "map", model,
+                                         &g2p_b, &err),
+                   0);
+  aural_g2p_destroy(g2p_b);
+  const char *next = strtok(NULL, " ");
+  assert_non_null(next);
+  assert_string_equal(next, "two");
   /* A map that starts with a UTF-8 byte order mark reads as without. */
   static const char bom_map[] = "\xef\xbb\xbf" "dialect en-us\nmap A AA\n";
   aural_g2p *g;
