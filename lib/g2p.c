@@ -342,12 +342,19 @@ static int map_pron(const aural_g2p *g, const dialect *d, const char *word,
   return n;
 }
 
-/* A word as given: 1..64 bytes of UTF-8 with no space or control byte. */
+/* A word as given: 1..64 bytes of UTF-8 with no space, comma or control
+ * byte, and not starting with '#': in the lexicon text the word becomes,
+ * such a line is a comment (the word would vanish without a word said). */
 static int check_word(const char *w, aural_err *err) {
   size_t n = strlen(w);
   if (n == 0 || n > 64)
     return aural__err_set(err, AURAL_EINVAL,
                           "custom words: a word of %zu bytes (1..64)", n);
+  if (w[0] == '#')
+    return aural__err_set(err, AURAL_EINVAL,
+                          "custom words: \"%.64s\" starts with '#' (a "
+                          "lexicon's comments do)",
+                          w);
   for (size_t i = 0; i < n;) {
     size_t k = aural__utf8_len((const unsigned char *)w + i, n - i);
     if (k == 0 || (unsigned char)w[i] <= ' ' || w[i] == 0x7f || w[i] == ',')

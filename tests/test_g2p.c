@@ -70,6 +70,12 @@ static void test_lexicon_of_words(void **state) {
   assert_int_equal(aural_g2p_lexicon(g2p, bad, 2, &lex, &err), AURAL_EINVAL);
   assert_null(lex);
   assert_non_null(strstr(err.msg, "not fine"));
+  /* A word that would read as a comment in the lexicon is refused, not
+   * dropped: no lexicon without it. */
+  const char *hash[] = {"#hashtag", "Dashwood"};
+  assert_int_equal(aural_g2p_lexicon(g2p, hash, 2, &lex, &err), AURAL_EINVAL);
+  assert_null(lex);
+  assert_non_null(strstr(err.msg, "#hashtag"));
   aural_g2p *g2p_b;
   /* Loading a map leaves the caller's strtok() where it was. */
   char list[] = "one two";

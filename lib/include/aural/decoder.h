@@ -174,7 +174,8 @@ int aural_g2p_load_buffer(const char *text, size_t len, const char *name,
 void aural_g2p_destroy(aural_g2p *g);
 
 /* The lexicon of n words (each 1..64 bytes of UTF-8 without spaces,
- * commas or control characters; n <= 1024), spelled as given: the word a
+ * commas or control characters, not starting with '#', which starts a
+ * lexicon's comments; n <= 1024), spelled as given: the word a
  * decoder then outputs. Errors name the word (one espeak-ng cannot say, or
  * with a phoneme the map lacks). For aural_decoder_config.boost_words. */
 int aural_g2p_lexicon(const aural_g2p *g, const char *const *words, size_t n,
