@@ -823,6 +823,44 @@ static void test_endpoints(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* Speech without a pause longer than endpoint_max_s: the segment is cut
+ * where no word is in progress, not in the middle of one (whose parts
+ * would become other words). Here "c" (t3 t1) over and over, the 30th
+ * frame on the first of a word's two t1 frames: cut there, the second
+ * t1 would start a new segment as the word "a". */
+static void test_longest_segment_cuts_between_words(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("a\tt1\nc\tt3 t1\n");
+  aural_decoder *d = endpoint_decoder(lex, NULL);
+  float logits[60 * V];
+  size_t n = 0;
+  put_frames(logits, &n, 0, 2);
+  for (int i = 0; i < 10; i++) {
+    put_frames(logits, &n, 3, 2);
+    put_frames(logits, &n, 1, 2);
+    put_frames(logits, &n, 0, 1);
+  }
+  aural_word w[16];
+  size_t nw, n_c = 0, n_finals = 0;
+  for (size_t at = 0; at < n;) {
+    size_t took = aural_decoder_push(d, logits + at * V, n - at);
+    at += took;
+    if (at == n) aural_decoder_end(d);
+    if (aural_decoder_final(d, w, 16, &nw) == 1) {
+      n_finals++;
+      assert_true(nw <= 16);
+      for (size_t i = 0; i < nw; i++) {
+        assert_string_equal(w[i].text, "c");
+        n_c++;
+      }
+    }
+  }
+  assert_int_equal(n_finals, 2);
+  assert_int_equal(n_c, 10);
+  aural_decoder_destroy(d);
+  aural_lexicon_destroy(lex);
+}
+
 /* Everything the decoder says for logits pushed `step` frames at a time:
  * each final's words and the partial after every push, as text. */
 static char *transcript(const aural_lexicon *lex, const aural_lm *lm,
@@ -931,7 +969,9 @@ static size_t final_frames(const aural_lexicon *lex, const float *logits,
 static void test_finals_are_min_segment_frames_apart(void **state) {
   (void)state;
   aural_lexicon *lex = lexicon("a\tt1\nb\tt2\n");
-  enum { N = 2000 };
+  /* Past the longest segment (20 s) and the silence (at most 0.8 s) that
+   * may follow it before it is cut: every case has a final. */
+  enum { N = 2100 };
   float *logits = malloc(N * V * sizeof *logits);
   size_t *at = malloc(N * sizeof *at);
   rng_state = 4242;
@@ -1008,6 +1048,7 @@ int main(void) {
       cmocka_unit_test(test_custom_words_match_brute_force),
       cmocka_unit_test(test_custom_words_without_unk),
       cmocka_unit_test(test_endpoints),
+      cmocka_unit_test(test_longest_segment_cuts_between_words),
       cmocka_unit_test(test_chunking_does_not_matter),
       cmocka_unit_test(test_finals_are_min_segment_frames_apart),
       cmocka_unit_test(test_config_rejects),

@@ -37,8 +37,10 @@
  * non-speech when blank is its most likely token. A segment ends after
  * endpoint_silence_s of trailing non-speech once something was decoded,
  * after endpoint_idle_s when nothing was (the decoder then starts afresh
- * without a segment), when it reaches endpoint_max_s, and at the end of
- * the stream. Each ended segment with words is a final: its words, times
+ * without a segment), once it reaches endpoint_max_s at its first
+ * non-speech frame with the best hypothesis between words (so that no
+ * word is cut in two; endpoint_silence_s later at the latest), and at the
+ * end of the stream. Each ended segment with words is a final: its words, times
  * and confidences never change. What the best hypothesis holds between
  * finals is the partial.
  *
@@ -202,7 +204,8 @@ typedef struct aural_decoder_config {
   float blank_penalty;
   float endpoint_silence_s; /* trailing non-speech that ends a segment (0.8) */
   float endpoint_idle_s;   /* ... when nothing was decoded: a reset (2.4) */
-  float endpoint_max_s;    /* longest segment (20) */
+  float endpoint_max_s;    /* longest segment, but for the word in
+                            * progress (20; see the top) */
   /* Custom words (NULL: none), a lexicon such as aural_g2p_lexicon makes,
    * which must outlive the decoder: searched beside the main lexicon, each
    * word's score raised by boost (natural log, default 7, chosen on a
