@@ -200,6 +200,10 @@ static int read_header(reader *r, size_t want[AURAL__LM_MAX_ORDER],
       if (seen && *order > 0) return 0;
       continue;
     }
+    if (seen && *order > 0 && s[0] == '\\') {
+      r->again = true; /* the first section, without a blank line */
+      return 0;
+    }
     if (!seen) {
       if (n != 6 || memcmp(s, "\\data\\", 6) != 0)
         return aural__err_set(r->err, AURAL_EFORMAT,

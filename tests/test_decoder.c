@@ -314,6 +314,18 @@ static void test_readers_skip_byte_order_mark(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* No blank line after the counts, as none is needed between sections. */
+static void test_lm_header_without_blank_line(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex_abc);
+  aural_lm *lm = lm_of("\\data\\\nngram 1=3\n\\1-grams:\n-1\t<s>\n-1\t</s>\n"
+                       "-0.5\ta\n\\end\\\n",
+                       lex);
+  assert_float_equal(aural_lm_score(lm, (int[]){0}, 1), -0.5, 1e-6);
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+}
+
 /* --- the search against brute force ---------------------------------------- */
 
 static uint32_t rng_state;
@@ -1044,6 +1056,7 @@ int main(void) {
       cmocka_unit_test(test_lm_unk),
       cmocka_unit_test(test_lm_rejects),
       cmocka_unit_test(test_readers_skip_byte_order_mark),
+      cmocka_unit_test(test_lm_header_without_blank_line),
       cmocka_unit_test(test_search_matches_brute_force),
       cmocka_unit_test(test_custom_words_match_brute_force),
       cmocka_unit_test(test_custom_words_without_unk),
