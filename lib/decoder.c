@@ -652,16 +652,22 @@ static void end_segment(aural_decoder *d) {
   start_segment(d);
 }
 
-/* The endpoint rules after a frame; true when a final is waiting. */
+/* The endpoint rules after a frame; true when a final is waiting.
+ * A segment that reaches max_frames ends at its first non-speech frame
+ * with the best hypothesis between words: cut inside a word, the word
+ * would be lost, and its rest, in the next segment, read as other words.
+ * Speech without such a frame is cut silence_frames later. */
 static bool endpoint(aural_decoder *d) {
   bool words = d->cur[0].link != 0;
   if (d->n_pool + (size_t)d->cfg.beam > d->pool_cap) compact_pool(d);
   /* The pool still full: the hypotheses hold that many words between
    * them, and the segment ends before one is lost. */
   bool full = d->n_pool + (size_t)d->cfg.beam > d->pool_cap;
+  bool between = d->trailing > 0 && d->cur[0].node == 0;
+  bool longest = d->seg_frames >= d->max_frames &&
+                 (between || d->seg_frames >= d->max_frames + d->silence_frames);
   bool end = (words && d->trailing >= d->silence_frames) ||
-             (!words && d->trailing >= d->idle_frames) ||
-             d->seg_frames >= d->max_frames || full;
+             (!words && d->trailing >= d->idle_frames) || longest || full;
   if (!end) return false;
   end_segment(d);
   return d->final_ready;

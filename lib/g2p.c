@@ -74,10 +74,13 @@ static entry *find_entry(const dialect *d, const char *name) {
 }
 
 /* Splits s at spaces and tabs into at most max words of < MAX_NAME bytes.
- * Returns how many, or -1 when there are more or one is too long. */
+ * Returns how many, or -1 when there are more or one is too long.
+ * strtok_r: strtok's hidden state is the caller's, and another thread's. */
 static int split_words(char *s, char **out, int max) {
   int n = 0;
-  for (char *t = strtok(s, " \t"); t != NULL; t = strtok(NULL, " \t")) {
+  char *save = NULL;
+  for (char *t = strtok_r(s, " \t", &save); t != NULL;
+       t = strtok_r(NULL, " \t", &save)) {
     if (n == max || strlen(t) >= MAX_NAME) return -1;
     out[n++] = t;
   }
@@ -339,12 +342,19 @@ static int map_pron(const aural_g2p *g, const dialect *d, const char *word,
   return n;
 }
 
-/* A word as given: 1..64 bytes of UTF-8 with no space or control byte. */
+/* A word as given: 1..64 bytes of UTF-8 with no space, comma or control
+ * byte, and not starting with '#': in the lexicon text the word becomes,
+ * such a line is a comment (the word would vanish without a word said). */
 static int check_word(const char *w, aural_err *err) {
   size_t n = strlen(w);
   if (n == 0 || n > 64)
     return aural__err_set(err, AURAL_EINVAL,
                           "custom words: a word of %zu bytes (1..64)", n);
+  if (w[0] == '#')
+    return aural__err_set(err, AURAL_EINVAL,
+                          "custom words: \"%.64s\" starts with '#' (a "
+                          "lexicon's comments do)",
+                          w);
   for (size_t i = 0; i < n;) {
     size_t k = aural__utf8_len((const unsigned char *)w + i, n - i);
     if (k == 0 || (unsigned char)w[i] <= ' ' || w[i] == 0x7f || w[i] == ',')

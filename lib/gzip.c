@@ -101,15 +101,28 @@ int aural__gunzip(const void *data, size_t len, const char *name,
   return 0;
 }
 
+/* A UTF-8 byte order mark, which some editors write at the start of a
+ * text file: it is no part of the text (it would otherwise become part of
+ * the first word, or hide a header). */
+static void skip_bom(const char **text, size_t *len) {
+  if (*len >= 3 && memcmp(*text, "\xef\xbb\xbf", 3) == 0) {
+    *text += 3;
+    *len -= 3;
+  }
+}
+
 int aural__plain_text(const char **text, size_t *len, const char *name,
                       size_t max_out, unsigned char **plain, aural_err *err) {
   *plain = NULL;
-  if (*text == NULL || !aural__is_gzip(*text, *len)) return 0;
-  size_t n;
-  int rc = aural__gunzip(*text, *len, name, max_out, plain, &n, err);
-  if (rc < 0) return rc;
-  *text = (const char *)*plain;
-  *len = n;
+  if (*text == NULL) return 0;
+  if (aural__is_gzip(*text, *len)) {
+    size_t n;
+    int rc = aural__gunzip(*text, *len, name, max_out, plain, &n, err);
+    if (rc < 0) return rc;
+    *text = (const char *)*plain;
+    *len = n;
+  }
+  skip_bom(text, len);
   return 0;
 }
 

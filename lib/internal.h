@@ -49,7 +49,8 @@ int aural__gunzip(const void *data, size_t len, const char *name,
 
 /* For a loader of text that may be gzipped: when *text is, it is inflated
  * (at most max_out bytes) into *plain (free it; NULL otherwise) and *text
- * and *len describe that instead. */
+ * and *len describe that instead. A UTF-8 byte order mark at the start of
+ * the text is skipped. */
 int aural__plain_text(const char **text, size_t *len, const char *name,
                       size_t max_out, unsigned char **plain, aural_err *err);
 

@@ -19,17 +19,22 @@
 typedef struct pron {
   uint32_t word;
   uint32_t at, n;      /* tokens[at .. at + n) of the loader's token list */
-  const uint16_t *tok; /* the same, once the list no longer moves */
+  const uint32_t *tok; /* the same, once the list no longer moves */
 } pron;
+
+/* A token of the model: its spelling and its id. */
+typedef struct vocab_entry {
+  const char *text;
+  int id;
+} vocab_entry;
 
 typedef struct loader {
   const char *name;
   aural_err *err;
   const aural_model *model;
-  const char **vocab_sorted; /* the model's tokens (not the blank), sorted */
-  int *vocab_id;             /* their ids, in the same order */
+  vocab_entry *vocab; /* the model's tokens (not the blank), by spelling */
   int n_vocab;
-  uint16_t *tokens; /* every pronunciation's tokens, one after another */
+  uint32_t *tokens; /* every pronunciation's tokens, one after another */
   size_t n_tokens, cap_tokens;
   pron *prons;
   size_t n_prons, cap_prons;
@@ -41,8 +46,10 @@ static uint32_t hash_word(const char *s, size_t n) {
   return h;
 }
 
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(const char *const *)a, *(const char *const *)b);
+static int cmp_vocab(const void *a, const void *b) {
+  const vocab_entry *x = a, *y = b;
+  int c = strcmp(x->text, y->text);
+  return c != 0 ? c : (x->id > y->id) - (x->id < y->id);
 }
 
 /* The model's id of the token spelled s[0..n), or -1. */
@@ -50,10 +57,10 @@ static int token_id(const loader *ld, const char *s, size_t n) {
   int lo = 0, hi = ld->n_vocab - 1;
   while (lo <= hi) {
     int mid = (lo + hi) / 2;
-    const char *v = ld->vocab_sorted[mid];
+    const char *v = ld->vocab[mid].text;
     int c = strncmp(v, s, n);
     if (c == 0) c = v[n] == '\0' ? 0 : 1;
-    if (c == 0) return ld->vocab_id[mid];
+    if (c == 0) return ld->vocab[mid].id;
     if (c < 0)
       lo = mid + 1;
     else
@@ -138,7 +145,7 @@ static int parse_line(loader *ld, aural_lexicon *lex, const char *s,
     if (!grow((void **)&ld->tokens, &ld->cap_tokens, ld->n_tokens + 1,
               sizeof *ld->tokens))
       return aural__err_set(ld->err, AURAL_ENOMEM, "out of memory");
-    ld->tokens[ld->n_tokens++] = (uint16_t)id;
+    ld->tokens[ld->n_tokens++] = (uint32_t)id;
     p->n++;
     t = e;
   }
@@ -159,7 +166,7 @@ static int parse_line(loader *ld, aural_lexicon *lex, const char *s,
  * one pass, and a repeated (word, pronunciation) sits next to its twin. */
 static int cmp_pron(const void *a, const void *b) {
   const pron *x = a, *y = b;
-  const uint16_t *tx = x->tok, *ty = y->tok;
+  const uint32_t *tx = x->tok, *ty = y->tok;
   for (uint32_t i = 0; i < x->n && i < y->n; i++)
     if (tx[i] != ty[i]) return tx[i] < ty[i] ? -1 : 1;
   if (x->n != y->n) return x->n < y->n ? -1 : 1;
@@ -172,7 +179,7 @@ static int cmp_pron(const void *a, const void *b) {
 static int build_tree(loader *ld, aural_lexicon *lex) {
   size_t max_nodes = ld->n_tokens + 1;
   uint32_t *parent = malloc(max_nodes * sizeof *parent);
-  uint16_t *via = malloc(max_nodes * sizeof *via);
+  uint32_t *via = malloc(max_nodes * sizeof *via);
   uint32_t *end_node = malloc((ld->n_prons + 1) * sizeof *end_node);
   uint32_t stack[AURAL_LEXICON_MAX_TOKENS + 1];
   lex->nodes = calloc(max_nodes, sizeof *lex->nodes);
@@ -187,7 +194,7 @@ static int build_tree(loader *ld, aural_lexicon *lex) {
   const pron *prev = NULL;
   for (size_t i = 0; i < ld->n_prons; i++) {
     const pron *p = &ld->prons[i];
-    const uint16_t *t = p->tok;
+    const uint32_t *t = p->tok;
     uint32_t common = 0;
     if (prev != NULL)
       while (common < p->n && common < prev->n &&
@@ -256,6 +263,8 @@ static int build_tree(loader *ld, aural_lexicon *lex) {
   return 0;
 }
 
+/* The model's tokens sorted by spelling, each with its id (a model may
+ * have many: up to the model loader's limit, well past 16 bits). */
 static int setup_vocab(loader *ld) {
   const aural_model_config *mc = aural_model_get_config(ld->model);
   if (mc->vocab_size < 2)
@@ -264,18 +273,12 @@ static int setup_vocab(loader *ld) {
                           "spell words with)",
                           ld->name);
   ld->n_vocab = mc->vocab_size - 1;
-  ld->vocab_sorted = malloc((size_t)ld->n_vocab * sizeof *ld->vocab_sorted);
-  ld->vocab_id = malloc((size_t)ld->n_vocab * sizeof *ld->vocab_id);
-  if (ld->vocab_sorted == NULL || ld->vocab_id == NULL)
+  ld->vocab = malloc((size_t)ld->n_vocab * sizeof *ld->vocab);
+  if (ld->vocab == NULL)
     return aural__err_set(ld->err, AURAL_ENOMEM, "out of memory");
   for (int i = 0; i < ld->n_vocab; i++)
-    ld->vocab_sorted[i] = aural_model_token(ld->model, i + 1);
-  qsort(ld->vocab_sorted, (size_t)ld->n_vocab, sizeof *ld->vocab_sorted,
-        cmp_str);
-  for (int i = 0; i < ld->n_vocab; i++)
-    for (int id = 1; id <= ld->n_vocab; id++)
-      if (aural_model_token(ld->model, id) == ld->vocab_sorted[i])
-        ld->vocab_id[i] = id;
+    ld->vocab[i] = (vocab_entry){aural_model_token(ld->model, i + 1), i + 1};
+  qsort(ld->vocab, (size_t)ld->n_vocab, sizeof *ld->vocab, cmp_vocab);
   return 0;
 }
 
@@ -334,8 +337,7 @@ static int parse_text(const char *text, size_t len, const char *name,
     qsort(ld.prons, ld.n_prons, sizeof *ld.prons, cmp_pron);
     rc = build_tree(&ld, lex);
   }
-  free(ld.vocab_sorted);
-  free(ld.vocab_id);
+  free(ld.vocab);
   free(ld.tokens);
   free(ld.prons);
   if (rc < 0) {

@@ -200,6 +200,10 @@ static int read_header(reader *r, size_t want[AURAL__LM_MAX_ORDER],
       if (seen && *order > 0) return 0;
       continue;
     }
+    if (seen && *order > 0 && s[0] == '\\') {
+      r->again = true; /* the first section, without a blank line */
+      return 0;
+    }
     if (!seen) {
       if (n != 6 || memcmp(s, "\\data\\", 6) != 0)
         return aural__err_set(r->err, AURAL_EFORMAT,
@@ -374,6 +378,18 @@ static int finish_lm(aural_lm *lm, const aural_lexicon *lex, int rc,
                   aural__lm_find(lm, &eos, 1) == NULL))
     rc = aural__err_set(err, AURAL_EFORMAT,
                         "%s: <s> and </s> must be 1-grams", name);
+  /* Without <unk>, a lexicon word the LM does not list cannot be output:
+   * an LM that lists none of them (another spelling, such as upper case)
+   * would make a decoder that says nothing. */
+  size_t known = 0;
+  for (uint32_t w = 0; rc == 0 && w < lm->n_lex; w++) known += lm->in_lm[w];
+  if (rc == 0 && known == 0 && !lm->has_unk)
+    rc = aural__err_set(err, AURAL_EFORMAT,
+                        "%s: none of its words is in the lexicon (%zu "
+                        "n-grams dropped), and it has no <unk>: a decoder "
+                        "could output no word (do the two spell words "
+                        "alike, in the same case?)",
+                        name, lm->n_dropped);
   if (rc < 0) {
     aural_lm_destroy(lm);
     return rc;

@@ -128,6 +128,42 @@ static void test_lexicon_rejects(void **state) {
   assert_non_null(strstr(err.msg, "NUL"));
 }
 
+/* A model of more tokens than 16 bits count: each word keeps its own
+ * tokens, and the decoder finds it. */
+static void test_lexicon_large_vocabulary(void **state) {
+  (void)state;
+  enum { BIG = 70000 };
+  aural_model *big = test_tiny_ctc_model(BIG);
+  const char *text = "hi\tt65537\nlo\tt1\n";
+  aural_lexicon *lex;
+  aural_err err;
+  assert_int_equal(aural_lexicon_load_buffer(text, strlen(text), "lex", big,
+                                             &lex, &err),
+                   0);
+  aural_lexicon_info info;
+  aural_lexicon_get_info(lex, &info);
+  assert_int_equal(info.n_nodes, 3); /* root, t1, t65537 */
+  aural_decoder *d;
+  assert_int_equal(aural_decoder_create(NULL, big, lex, NULL, &d, &err), 0);
+  float *logits = calloc(4 * (size_t)BIG, sizeof *logits);
+  assert_non_null(logits);
+  logits[0] = 8.0f;                  /* blank */
+  logits[1 * (size_t)BIG + 65537] = 8.0f; /* t65537 */
+  logits[2 * (size_t)BIG] = 8.0f;    /* blank */
+  logits[3 * (size_t)BIG] = 8.0f;
+  assert_int_equal(aural_decoder_push(d, logits, 4), 4);
+  aural_decoder_end(d);
+  aural_word w[2];
+  size_t nw;
+  assert_int_equal(aural_decoder_final(d, w, 2, &nw), 1);
+  assert_int_equal(nw, 1);
+  assert_string_equal(w[0].text, "hi");
+  free(logits);
+  aural_decoder_destroy(d);
+  aural_lexicon_destroy(lex);
+  aural_model_free(big);
+}
+
 static const char *const lex_abc = "a\tt1\n"
                                    "b\tt2\n"
                                    "c\tt3\n"
@@ -246,6 +282,10 @@ static void test_lm_rejects(void **state) {
        "<s> and </s> must be 1-grams"},
       {"\\data\\\nngram 1=1\n\n\\1-grams:\n-1\ta b c\n\n\\end\\\n",
        "has 4 fields"},
+      /* Its words spelled otherwise than the lexicon's: nothing to say. */
+      {"\\data\\\nngram 1=4\n\n\\1-grams:\n-1\t<s>\n-1\t</s>\n-1\tA\n"
+       "-1\tB\n\n\\end\\\n",
+       "none of its words is in the lexicon (2 n-grams dropped)"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     aural_lm *lm = (aural_lm *)1;
@@ -256,6 +296,33 @@ static void test_lm_rejects(void **state) {
       fail_msg("case %zu: rc %d, message \"%s\", wanted \"%s\"", i, rc,
                err.msg, cases[i].want);
   }
+  aural_lexicon_destroy(lex);
+}
+
+/* A UTF-8 byte order mark, as some editors write first, is not part of
+ * the lexicon's first word, nor does it hide the LM's header. */
+static void test_readers_skip_byte_order_mark(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("\xef\xbb\xbf" "a\tt1\r\nb\tt2\r\n");
+  assert_int_equal(aural_lexicon_find(lex, "a"), 0);
+  assert_int_equal(aural_lexicon_find(lex, "b"), 1);
+  aural_lm *lm = lm_of("\xef\xbb\xbf\\data\\\nngram 1=3\n\n\\1-grams:\n"
+                       "-1\t<s>\n-1\t</s>\n-0.5\ta\n\n\\end\\\n",
+                       lex);
+  assert_float_equal(aural_lm_score(lm, (int[]){0}, 1), -0.5, 1e-6);
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+}
+
+/* No blank line after the counts, as none is needed between sections. */
+static void test_lm_header_without_blank_line(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex_abc);
+  aural_lm *lm = lm_of("\\data\\\nngram 1=3\n\\1-grams:\n-1\t<s>\n-1\t</s>\n"
+                       "-0.5\ta\n\\end\\\n",
+                       lex);
+  assert_float_equal(aural_lm_score(lm, (int[]){0}, 1), -0.5, 1e-6);
+  aural_lm_destroy(lm);
   aural_lexicon_destroy(lex);
 }
 
@@ -768,6 +835,44 @@ static void test_endpoints(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* Speech without a pause longer than endpoint_max_s: the segment is cut
+ * where no word is in progress, not in the middle of one (whose parts
+ * would become other words). Here "c" (t3 t1) over and over, the 30th
+ * frame on the first of a word's two t1 frames: cut there, the second
+ * t1 would start a new segment as the word "a". */
+static void test_longest_segment_cuts_between_words(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("a\tt1\nc\tt3 t1\n");
+  aural_decoder *d = endpoint_decoder(lex, NULL);
+  float logits[60 * V];
+  size_t n = 0;
+  put_frames(logits, &n, 0, 2);
+  for (int i = 0; i < 10; i++) {
+    put_frames(logits, &n, 3, 2);
+    put_frames(logits, &n, 1, 2);
+    put_frames(logits, &n, 0, 1);
+  }
+  aural_word w[16];
+  size_t nw, n_c = 0, n_finals = 0;
+  for (size_t at = 0; at < n;) {
+    size_t took = aural_decoder_push(d, logits + at * V, n - at);
+    at += took;
+    if (at == n) aural_decoder_end(d);
+    if (aural_decoder_final(d, w, 16, &nw) == 1) {
+      n_finals++;
+      assert_true(nw <= 16);
+      for (size_t i = 0; i < nw; i++) {
+        assert_string_equal(w[i].text, "c");
+        n_c++;
+      }
+    }
+  }
+  assert_int_equal(n_finals, 2);
+  assert_int_equal(n_c, 10);
+  aural_decoder_destroy(d);
+  aural_lexicon_destroy(lex);
+}
+
 /* Everything the decoder says for logits pushed `step` frames at a time:
  * each final's words and the partial after every push, as text. */
 static char *transcript(const aural_lexicon *lex, const aural_lm *lm,
@@ -876,7 +981,9 @@ static size_t final_frames(const aural_lexicon *lex, const float *logits,
 static void test_finals_are_min_segment_frames_apart(void **state) {
   (void)state;
   aural_lexicon *lex = lexicon("a\tt1\nb\tt2\n");
-  enum { N = 2000 };
+  /* Past the longest segment (20 s) and the silence (at most 0.8 s) that
+   * may follow it before it is cut: every case has a final. */
+  enum { N = 2100 };
   float *logits = malloc(N * V * sizeof *logits);
   size_t *at = malloc(N * sizeof *at);
   rng_state = 4242;
@@ -944,13 +1051,17 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lexicon_tree),
       cmocka_unit_test(test_lexicon_rejects),
+      cmocka_unit_test(test_lexicon_large_vocabulary),
       cmocka_unit_test(test_lm_backoff),
       cmocka_unit_test(test_lm_unk),
       cmocka_unit_test(test_lm_rejects),
+      cmocka_unit_test(test_readers_skip_byte_order_mark),
+      cmocka_unit_test(test_lm_header_without_blank_line),
       cmocka_unit_test(test_search_matches_brute_force),
       cmocka_unit_test(test_custom_words_match_brute_force),
       cmocka_unit_test(test_custom_words_without_unk),
       cmocka_unit_test(test_endpoints),
+      cmocka_unit_test(test_longest_segment_cuts_between_words),
       cmocka_unit_test(test_chunking_does_not_matter),
       cmocka_unit_test(test_finals_are_min_segment_frames_apart),
       cmocka_unit_test(test_config_rejects),

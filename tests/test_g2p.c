@@ -70,6 +70,31 @@ static void test_lexicon_of_words(void **state) {
   assert_int_equal(aural_g2p_lexicon(g2p, bad, 2, &lex, &err), AURAL_EINVAL);
   assert_null(lex);
   assert_non_null(strstr(err.msg, "not fine"));
+  /* A word that would read as a comment in the lexicon is refused, not
+   * dropped: no lexicon without it. */
+  const char *hash[] = {"#hashtag", "Dashwood"};
+  assert_int_equal(aural_g2p_lexicon(g2p, hash, 2, &lex, &err), AURAL_EINVAL);
+  assert_null(lex);
+  assert_non_null(strstr(err.msg, "#hashtag"));
+  aural_g2p *g2p_b;
+  /* Loading a map leaves the caller's strtok() where it was. */
+  char list[] = "one two";
+  assert_string_equal(strtok(list, " "), "one");
+  static const char map[] = "dialect en-us\nmap A AA\n";
+  assert_int_equal(aural_g2p_load_buffer(map, sizeof map - 1, "map", model,
+                                         &g2p_b, &err),
+                   0);
+  aural_g2p_destroy(g2p_b);
+  const char *next = strtok(NULL, " ");
+  assert_non_null(next);
+  assert_string_equal(next, "two");
+  /* A map that starts with a UTF-8 byte order mark reads as without. */
+  static const char bom_map[] = "\xef\xbb\xbf" "dialect en-us\nmap A AA\n";
+  aural_g2p *g;
+  assert_int_equal(aural_g2p_load_buffer(bom_map, sizeof bom_map - 1, "map",
+                                         model, &g, &err),
+                   0);
+  aural_g2p_destroy(g);
 }
 
 /* Regression: libespeak-ng queues a copy of each new voice for its

@@ -37,8 +37,10 @@
  * non-speech when blank is its most likely token. A segment ends after
  * endpoint_silence_s of trailing non-speech once something was decoded,
  * after endpoint_idle_s when nothing was (the decoder then starts afresh
- * without a segment), when it reaches endpoint_max_s, and at the end of
- * the stream. Each ended segment with words is a final: its words, times
+ * without a segment), once it reaches endpoint_max_s at its first
+ * non-speech frame with the best hypothesis between words (so that no
+ * word is cut in two; endpoint_silence_s later at the latest), and at the
+ * end of the stream. Each ended segment with words is a final: its words, times
  * and confidences never change. What the best hypothesis holds between
  * finals is the partial.
  *
@@ -119,7 +121,8 @@ typedef struct aural_lm aural_lm;
  * order 2 and up hold one of 256 probability levels per order), either
  * one plain or gzipped: n-grams with a word the lexicon lacks are dropped
  * (it cannot be recognized), <s> and </s> are required, <unk> is optional
- * (the LM's probability for lexicon words it does not list). Errors name
+ * (the LM's probability for lexicon words it does not list); an LM with
+ * neither <unk> nor any word of the lexicon is refused. Errors name
  * the file, the line or n-gram, and what is wrong. */
 int aural_lm_load(const char *path, const aural_lexicon *lex, aural_lm **out,
                   aural_err *err);
@@ -173,7 +176,8 @@ int aural_g2p_load_buffer(const char *text, size_t len, const char *name,
 void aural_g2p_destroy(aural_g2p *g);
 
 /* The lexicon of n words (each 1..64 bytes of UTF-8 without spaces,
- * commas or control characters; n <= 1024), spelled as given: the word a
+ * commas or control characters, not starting with '#', which starts a
+ * lexicon's comments; n <= 1024), spelled as given: the word a
  * decoder then outputs. Errors name the word (one espeak-ng cannot say, or
  * with a phoneme the map lacks). For aural_decoder_config.boost_words. */
 int aural_g2p_lexicon(const aural_g2p *g, const char *const *words, size_t n,
@@ -200,7 +204,8 @@ typedef struct aural_decoder_config {
   float blank_penalty;
   float endpoint_silence_s; /* trailing non-speech that ends a segment (0.8) */
   float endpoint_idle_s;   /* ... when nothing was decoded: a reset (2.4) */
-  float endpoint_max_s;    /* longest segment (20) */
+  float endpoint_max_s;    /* longest segment, but for the word in
+                            * progress (20; see the top) */
   /* Custom words (NULL: none), a lexicon such as aural_g2p_lexicon makes,
    * which must outlive the decoder: searched beside the main lexicon, each
    * word's score raised by boost (natural log, default 7, chosen on a
