@@ -97,17 +97,36 @@ void aural__put_outputs(aural_jw *w, uint32_t outputs) {
   aural_jw_end_array(w);
 }
 
+/* Whether the member at v, of kind f, holds its zero value. Each kind is
+ * read at its own width: a uint64_t read as its first 32 bits would call
+ * 2^32 zero. */
+static bool is_zero(const field *f, const void *v) {
+  switch (f->kind) {
+  case F_U64:
+    return *(const uint64_t *)v == 0;
+  case F_I64:
+    return *(const int64_t *)v == 0;
+  case F_DOUBLE:
+    return *(const double *)v == 0;
+  case F_BOOL:
+    return !*(const bool *)v;
+  case F_TEXT:
+  case F_NAME:
+  case F_NAME_NULL:
+    return *(const char *)v == '\0';
+  case F_ENUM:
+    return *(const uint8_t *)v == 0;
+  default: /* F_U32, F_OUTPUTS */
+    return *(const uint32_t *)v == 0;
+  }
+}
+
 /* Writes the members of table f from the struct at p. */
 static void put_fields(aural_jw *w, const field *f, size_t n, const void *p) {
   const char *base = p;
   for (size_t i = 0; i < n; i++) {
     const void *v = base + f[i].off;
-    if ((f[i].flags & F_OMIT_ZERO) &&
-        (f[i].kind == F_DOUBLE ? *(const double *)v == 0
-         : f[i].kind == F_BOOL ? !*(const bool *)v
-         : f[i].kind == F_TEXT ? *(const char *)v == '\0'
-                               : *(const uint32_t *)v == 0))
-      continue;
+    if ((f[i].flags & F_OMIT_ZERO) && is_zero(&f[i], v)) continue;
     aural_jw_key(w, f[i].key);
     switch (f[i].kind) {
     case F_U32:

@@ -2234,6 +2234,34 @@ static void test_stats_reply_round_trip(void **state) {
   free(b);
 }
 
+/* Optional 64-bit counters are left out only when they are 0, not when
+ * their low 32 bits happen to be: 4 GiB of heap and 2^32 compute rounds
+ * must survive the trip. */
+static void test_optional_u64_high_bits_round_trip(void **state) {
+  (void)state;
+  static const uint64_t values[] = {(uint64_t)1 << 32, (uint64_t)3 << 32,
+                                    INT64_MAX & ~(uint64_t)UINT32_MAX, 1};
+  uint8_t b[4096];
+  char why[160];
+  for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+    aural_msg_stats_reply m = {.heap_bytes = values[k]};
+    aural_msg_writer mw;
+    aural_proto_stats_reply_begin(&mw, b, sizeof b, &m);
+    aural_stats_stream e = {.info = stream_info_of(1), .rounds = values[k]};
+    aural_proto_stats_reply_add_stream(&mw, &e);
+    size_t n = aural_proto_stats_reply_end(&mw, &m), pn;
+    const uint8_t *p = payload_of(b, n, AURAL_MSG_STATS_REPLY, 0, &pn);
+    aural_msg_stats_reply d;
+    assert_int_equal(
+        aural_proto_decode_stats_reply(p, pn, &d, why, sizeof why), 0);
+    assert_true(d.heap_bytes == values[k]);
+    aural_stats_stream se;
+    assert_int_equal(
+        aural_proto_stats_stream_next(&d.streams, &se, why, sizeof why), 1);
+    assert_true(se.rounds == values[k]);
+  }
+}
+
 enum {
   S_WELCOME, S_ERROR, S_STREAMS, S_SUBSCRIBED, S_UNSUBSCRIBED, S_STARTED,
   S_ENDED, S_GAP, S_OPENED, S_CLOSED, S_STATS
@@ -2793,6 +2821,7 @@ int main(void) {
       cmocka_unit_test(test_stream_events_round_trip),
       cmocka_unit_test(test_streams_round_trip),
       cmocka_unit_test(test_stats_reply_round_trip),
+      cmocka_unit_test(test_optional_u64_high_bits_round_trip),
       cmocka_unit_test(test_words_round_trip),
       cmocka_unit_test(test_words_malformed),
       cmocka_unit_test(test_server_field_errors),
