@@ -176,6 +176,33 @@ test("a fatal ERROR rejects every request waiting", async () => {
   await assert.rejects(b, /SHUTDOWN/);
 });
 
+test("a malformed server message fails the connection and every request waiting", async () => {
+  const bad = [
+    [MSG.CHUNK, chunkPayload().subarray(0, 80)],          // sizes disagree
+    [MSG.STREAMS, new TextEncoder().encode("{\"streams\":")], // not JSON
+    [MSG.ERROR, json(null)],                               // not an object
+    [MSG.UNSUBSCRIBED, json({ subscription: 1 })],         // not the reply due
+  ];
+  for (const [type, body] of bad) {
+    const [c, ws] = await client();
+    const errors = [];
+    let closed = 0;
+    c.on("error", (e) => errors.push(e));
+    c.on("close", () => closed++);
+    const a = c.listStreams();
+    const b = c.stats();
+    assert.doesNotThrow(() => ws.reply(type, body));
+    await assert.rejects(a, ProtocolError);
+    await assert.rejects(b, ProtocolError);
+    assert.equal(errors.length, 1);
+    assert.ok(errors[0] instanceof ProtocolError);
+    assert.equal(closed, 1);
+    assert.equal(c.closed, true);
+    await assert.rejects(c.listStreams(), /closed/);
+    assert.equal(c.pending.length, 0);
+  }
+});
+
 // ---- a live aurald ------------------------------------------------------------
 
 const AURALD = process.env.AURALD_BIN;
