@@ -2141,6 +2141,75 @@ class TestReviewFindings(DaemonTest):
                       text)
 
 
+class TestHostileServer(unittest.TestCase):
+    """The Python client against a server that breaks the protocol: every
+    malformed value it sends is a ProtocolError, never another exception
+    out of the client (and no daemon is needed)."""
+
+    WELCOME = {"version": 1, "server": "fake", "max_request_bytes": 1 << 20,
+               "max_message_bytes": 1 << 26,
+               "model": {"sample_rate": 16000, "d_model": 4, "vocab_size": 0,
+                         "vocab": [], "chunk_frames": 5}}
+
+    def serve(self, script, welcome=None):
+        """A socket path whose one connection is answered with WELCOME
+        (or the given payload) and then the script's messages."""
+        d = tempfile.mkdtemp(prefix="aural-fake-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(1)
+        self.addCleanup(ls.close)
+
+        def run():
+            s, _ = ls.accept()
+            with s:
+                read_msg(s)  # HELLO
+                s.sendall(msg(ac.WELCOME, welcome if welcome is not None
+                              else self.WELCOME))
+                for m in script:
+                    s.sendall(m)
+                s.shutdown(socket.SHUT_WR)
+                read_until_closed(s)
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self.addCleanup(t.join, 10)
+        return path
+
+    def test_malformed_events_are_protocol_errors(self):
+        deep = b"[" * 100000 + b"]" * 100000
+        cases = [
+            msg(ac.STREAM_STARTED, {"name": "x", "sample_rate": "fast"}, 1),
+            msg(ac.STREAM_STARTED, b'{"name":"x","sample_rate":NaN}', 1),
+            msg(ac.STREAM_ENDED, b'{"name":"x","frames":1e999}', 1),
+            msg(ac.GAP, {"first_chunk": None, "n_chunks": 1}, 1),
+            msg(ac.WORDS, b'{"seq":0,"segments":' + deep + b'}', 1),
+            msg(ac.WORDS, {"seq": 0.5, "segments": [], "partial": []}, 1),
+            msg(ac.ERROR, {"code": [], "name": "X", "fatal": True}),
+        ]
+        for m in cases:
+            with self.subTest(m=m[:60]):
+                with ac.Client(self.serve([m]), timeout=10) as c:
+                    with self.assertRaises(ac.ProtocolError):
+                        list(c.events(timeout=5))
+
+    def test_malformed_welcome_is_a_protocol_error(self):
+        for key, value in (("max_request_bytes", None),
+                           ("max_message_bytes", "64"),
+                           ("model", [1, 2]),
+                           ("model", {"vocab_size": 1, "vocab": "a"}),
+                           ("model", {"vocab_size": "1", "vocab": ["a"]})):
+            w = dict(self.WELCOME)
+            if value is None:
+                del w[key]
+            else:
+                w[key] = value
+            with self.subTest(key=key, value=value):
+                with self.assertRaises(ac.ProtocolError):
+                    ac.Client(self.serve([], w), timeout=10)
+
+
 def main(module_name):
     """Runs the module's tests (or those named on the command line) and
     prints the line tools/test.sh counts."""
