@@ -2165,7 +2165,7 @@ class TestHostileServer(unittest.TestCase):
         def run():
             s, _ = ls.accept()
             with s:
-                read_msg(s)  # HELLO
+                self.hello = json.loads(read_msg(s)[2])
                 s.sendall(msg(ac.WELCOME, welcome if welcome is not None
                               else self.WELCOME))
                 for m in script:
@@ -2193,6 +2193,16 @@ class TestHostileServer(unittest.TestCase):
                 with ac.Client(self.serve([m]), timeout=10) as c:
                     with self.assertRaises(ac.ProtocolError):
                         list(c.events(timeout=5))
+
+    def test_hello_client_name_is_cut_to_64_bytes(self):
+        # PROTOCOL.md 4.1: at most 64 bytes (of UTF-8, not characters); a
+        # character is not split.
+        for name, want in (("\u00e9" * 40, "\u00e9" * 32),
+                           ("a" + "\u20ac" * 30, "a" + "\u20ac" * 21),
+                           ("x" * 100, "x" * 64), ("tool 1", "tool 1")):
+            with self.subTest(name=name):
+                ac.Client(self.serve([]), client_name=name, timeout=10).close()
+                self.assertEqual(self.hello["client"], want)
 
     def test_malformed_welcome_is_a_protocol_error(self):
         for key, value in (("max_request_bytes", None),

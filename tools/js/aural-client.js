@@ -351,7 +351,13 @@ export class AuralClient {
   // ---- requests ------------------------------------------------------------------
 
   async hello(clientName) {
-    const w = await this.#request(MSG.HELLO, { versions: [VERSION], client: clientName },
+    // "client" is at most 64 bytes of UTF-8 (PROTOCOL.md §4.1), cut between
+    // characters: the server refuses a longer one, and the connection.
+    const name = utf8.encode(String(clientName ?? ""));
+    let end = Math.min(name.length, 64);
+    while (end < name.length && end > 0 && (name[end] & 0xc0) === 0x80) end--;
+    const client = utf8dec.decode(name.subarray(0, end));
+    const w = await this.#request(MSG.HELLO, { versions: [VERSION], client },
                                   MSG.WELCOME);
     this.welcome = w;
     this.model = w.model;

@@ -708,8 +708,11 @@ class Client:
     def hello(self, client_name: str = "aural_client.py 1") -> Dict[str, Any]:
         """Sends HELLO and reads WELCOME (done on connect). Returns the
         WELCOME object."""
+        # At most 64 bytes of UTF-8 (PROTOCOL.md 4.1), cut between
+        # characters: a longer name makes the server refuse the HELLO.
+        name = client_name.encode("utf-8")[:64].decode("utf-8", "ignore")
         payload = json.dumps({"versions": [PROTOCOL_VERSION],
-                              "client": client_name[:64]}).encode()
+                              "client": name}).encode()
         _, pay = self._request(HELLO, payload, WELCOME)
         w = self._json(WELCOME, pay)
         if w.get("version") != PROTOCOL_VERSION:

@@ -130,6 +130,20 @@ async function client() {
   return [c, ws];
 }
 
+test("HELLO's client name is cut to 64 bytes of UTF-8, between characters", async () => {
+  for (const [name, want] of [["\u00e9".repeat(40), "\u00e9".repeat(32)],
+                              ["a" + "\u20ac".repeat(30), "a" + "\u20ac".repeat(21)],
+                              ["x".repeat(100), "x".repeat(64)], ["tool 1", "tool 1"]]) {
+    const ws = new FakeWs();
+    const c = new AuralClient(ws);
+    const h = c.hello(name);
+    ws.reply(MSG.WELCOME, WELCOME);
+    await h;
+    const sent = JSON.parse(new TextDecoder().decode(ws.sent[0].payload));
+    assert.equal(sent.client, want);
+  }
+});
+
 test("requests take replies in order; a non-fatal ERROR rejects the oldest", async () => {
   const [c, ws] = await client();
   const a = c.subscribe({ all: true });
