@@ -2204,6 +2204,62 @@ class TestHostileServer(unittest.TestCase):
                 ac.Client(self.serve([]), client_name=name, timeout=10).close()
                 self.assertEqual(self.hello["client"], want)
 
+    def serve_ws(self, then):
+        """A ws:// URL whose one connection is upgraded, answered with
+        WELCOME (max_message_bytes 1 MiB) and then given to then(sock)."""
+        import base64
+        import hashlib
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(1)
+        self.addCleanup(ls.close)
+        welcome = dict(self.WELCOME, max_message_bytes=1 << 20)
+
+        def run():
+            s, _ = ls.accept()
+            with s:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += s.recv(4096)
+                key = [l.split(b": ", 1)[1] for l in head.split(b"\r\n")
+                       if l.lower().startswith(b"sec-websocket-key:")][0]
+                accept = base64.b64encode(hashlib.sha1(
+                    key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+                s.sendall(b"HTTP/1.1 101 Switching Protocols\r\n"
+                          b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                          b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+                s.recv(65536)  # HELLO, one small frame
+                w = msg(ac.WELCOME, welcome)
+                s.sendall(struct.pack("!BBH", 0x82, 126, len(w)) + w)
+                try:
+                    then(s)
+                    s.shutdown(socket.SHUT_WR)
+                    while s.recv(65536):
+                        pass
+                except OSError:
+                    pass
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self.addCleanup(t.join, 10)
+        return "ws://127.0.0.1:%d/ws" % ls.getsockname()[1]
+
+    def test_websocket_frame_over_the_limit_is_refused_unread(self):
+        # Over /ws a frame's header claims a length: 2^62 bytes, or 64 MiB
+        # (of which 1 is sent), where WELCOME allows 1 MiB. The client
+        # must refuse it as it arrives, not allocate what it claims (a
+        # MemoryError) nor wait for all of it.
+        def frame_of(n):
+            return lambda s: s.sendall(struct.pack("!BBQ", 0x82, 127, n) +
+                                       b"A")
+        for n in (1 << 62, 64 << 20, (1 << 20) + 17):
+            with self.subTest(n=n):
+                with ac.Client(self.serve_ws(frame_of(n)), timeout=10) as c:
+                    t0 = time.monotonic()
+                    with self.assertRaisesRegex(ac.ProtocolError,
+                                                "over its limit"):
+                        list(c.events(timeout=5))
+                    self.assertLess(time.monotonic() - t0, 4)
+
     def test_malformed_welcome_is_a_protocol_error(self):
         for key, value in (("max_request_bytes", None),
                            ("max_message_bytes", "64"),

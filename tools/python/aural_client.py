@@ -533,7 +533,8 @@ class Client:
         self._closed_replies = {}
         self.max_message_bytes = WELCOME_MAX_BYTES
         self.max_request_bytes = 0
-        self._sock = MessageSocket(WebSocket(url, headers, timeout))
+        self._sock = MessageSocket(WebSocket(url, headers, timeout),
+                                   ProtocolError, self.max_message_bytes)
         try:
             self.hello(client_name)
         except BaseException:
@@ -724,6 +725,8 @@ class Client:
                                       _MISSING)
         self.max_message_bytes = _int(w, "max_message_bytes", "WELCOME",
                                       _MISSING)
+        if hasattr(self._sock, "max_message_bytes"):  # over a WebSocket
+            self._sock.max_message_bytes = self.max_message_bytes
         model = w.get("model", {})
         if not isinstance(model, dict):
             raise ProtocolError("WELCOME: \"model\" must be an object")
