@@ -159,6 +159,15 @@ export function decodeChunk(payload) {
     embeddings: null, logits: null, text: null,
   };
   const textBytes = v.getUint32(68, true);
+  // What §5 does not define is refused, as the C decoder refuses it: a
+  // dtype other than 0 (f32) and 1 (f16) would otherwise be read as f16.
+  if (c.dtype > 1) throw new ProtocolError(`CHUNK with unknown dtype ${c.dtype}`);
+  if (c.outputs & ~7)
+    throw new ProtocolError(`CHUNK with unknown outputs 0x${c.outputs.toString(16)}`);
+  if (textBytes !== 0 && !(c.outputs & 4))
+    throw new ProtocolError("CHUNK has text_bytes but no text section");
+  if (c.nFrames === 0 && !c.final)
+    throw new ProtocolError("CHUNK of 0 frames that is not the FINAL one");
   const size = c.dtype ? 2 : 4;
   let at = CHUNK_FIXED_BYTES;
   const need = (c.outputs & 1 ? c.nFrames * c.dModel * size : 0) +

@@ -97,6 +97,26 @@ test("a CHUNK's sections decode", () => {
   assert.throws(() => decodeChunk(chunkPayload().subarray(0, 80)), /its fields say/);
 });
 
+test("a CHUNK with fields §5 does not define is refused", () => {
+  const bad = (at, set) => {
+    const p = chunkPayload({ outputs: 3, dtype: 1 });
+    set(new DataView(p.buffer), at);
+    return p;
+  };
+  // dtype 2 has the length of f16 sections: it must not be read as f16.
+  assert.throws(() => decodeChunk(bad(66, (v, o) => v.setUint8(o, 2))), /dtype 2/);
+  assert.throws(() => decodeChunk(bad(64, (v, o) => v.setUint16(o, 3 | 8, true))),
+                /outputs/);
+  const notext = chunkPayload({ outputs: 3, dtype: 1 });
+  new DataView(notext.buffer).setUint32(68, 5, true);
+  assert.throws(() => decodeChunk(notext), /text_bytes/);
+  const empty = new Uint8Array(72);
+  new DataView(empty.buffer).setUint32(20, 1, true); // FINAL, 0 frames
+  assert.equal(decodeChunk(empty).nFrames, 0);
+  new DataView(empty.buffer).setUint32(20, 0, true);
+  assert.throws(() => decodeChunk(empty), /0 frames/);
+});
+
 test("softmax rows sum to one", () => {
   const p = softmaxRows(new Float32Array([0, 0, 1000, 0]), 2);
   assert.deepEqual([...p], [0.5, 0.5, 1, 0]);
