@@ -398,7 +398,22 @@ static const field gap_fields[] = {
 
 TABLE_ENCODER(aural_proto_encode_gap, aural_msg_gap, AURAL_MSG_GAP, gap_fields)
 
-TABLE_DECODER(aural_proto_decode_gap, aural_msg_gap, gap_fields, "gap")
+/* A GAP names at least one chunk, and its last, first_chunk + n_chunks -
+ * 1, is a chunk number (0..INT64_MAX) like any other: a client adds the
+ * two without overflow. */
+int aural_proto_decode_gap(const uint8_t *payload, size_t n, aural_msg_gap *m,
+                           char *why, size_t why_len) {
+  int rc = decode_table(payload, n, gap_fields, N_FIELDS(gap_fields), m,
+                        sizeof *m, "gap", why, why_len);
+  if (rc == 0 && (m->n_chunks == 0 ||
+                  m->n_chunks - 1 > (uint64_t)INT64_MAX - m->first_chunk)) {
+    memset(m, 0, sizeof *m);
+    return aural__field_error(why, why_len, "gap", "n_chunks",
+                              "must be 1 or more, and first_chunk + "
+                              "n_chunks - 1 at most 9223372036854775807");
+  }
+  return rc;
+}
 
 static const field audio_opened_fields[] = {
     U32(aural_msg_audio_opened, stream, 1, UINT32_MAX),

@@ -2419,6 +2419,17 @@ static void test_server_field_errors(void **state) {
        "stream_ended: \"message\" must be a string"},
       {S_GAP, "{\"first_chunk\":0,\"n_chunks\":9223372036854775807,"
               "\"reason\":\"queue_full\"}", NULL},
+      {S_GAP, "{\"first_chunk\":9223372036854775807,\"n_chunks\":1,"
+              "\"reason\":\"queue_full\"}", NULL},
+      {S_GAP, "{\"first_chunk\":5,\"n_chunks\":0,"
+              "\"reason\":\"queue_full\"}",
+       "gap: \"n_chunks\" must be 1 or more"},
+      {S_GAP, "{\"first_chunk\":2,\"n_chunks\":9223372036854775807,"
+              "\"reason\":\"queue_full\"}",
+       "gap: \"n_chunks\" must be 1 or more"},
+      {S_GAP, "{\"first_chunk\":9223372036854775807,"
+              "\"n_chunks\":9223372036854775807,\"reason\":\"queue_full\"}",
+       "gap: \"n_chunks\" must be 1 or more"},
       {S_GAP, "{\"first_chunk\":0,\"n_chunks\":9223372036854775808,"
               "\"reason\":\"queue_full\"}",
        "gap: \"n_chunks\" must be an integer"},

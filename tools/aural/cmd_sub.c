@@ -342,21 +342,24 @@ int sub_on_gap(sub_job *job, uint32_t id, uint64_t first_chunk,
                uint64_t n_chunks, const char *reason) {
   sub_stream *s = get_stream(job, id);
   if (s == NULL) return -1;
-  int64_t first = (int64_t)first_chunk, n = (int64_t)n_chunks;
+  /* The decoder saw to n >= 1 and first + n - 1 <= INT64_MAX; unsigned,
+   * first + n cannot overflow. */
+  uint64_t first = first_chunk, n = n_chunks;
   job->n_gaps++;
-  job->n_lost += (uint64_t)n;
-  s->n_lost += (uint64_t)n;
-  s->next_seq = (uint64_t)(first + n);
-  fprintf(stderr, "aural sub: %s: lost chunks %lld-%lld (%s; %llu lost so "
-          "far)\n", s->name, (long long)first, (long long)(first + n - 1),
-          reason ? reason : "?", (unsigned long long)job->n_lost);
+  job->n_lost += n;
+  s->n_lost += n;
+  s->next_seq = first + n;
+  fprintf(stderr, "aural sub: %s: lost chunks %llu-%llu (%s; %llu lost so "
+          "far)\n", s->name, (unsigned long long)first,
+          (unsigned long long)(first + n - 1), reason ? reason : "?",
+          (unsigned long long)job->n_lost);
   if (job->json) {
     aural_jw w;
     if (jw_start(job, &w, 64, "gap", s) < 0) return -1;
     aural_jw_key(&w, "first_chunk");
-    aural_jw_int(&w, first);
+    aural_jw_uint(&w, first);
     aural_jw_key(&w, "n_chunks");
-    aural_jw_int(&w, n);
+    aural_jw_uint(&w, n);
     aural_jw_key(&w, "reason");
     aural_jw_string(&w, reason ? reason : "");
     if (jw_print(job, &w) < 0) return -1;
