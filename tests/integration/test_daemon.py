@@ -2169,7 +2169,10 @@ class TestHostileServer(unittest.TestCase):
                 s.sendall(msg(ac.WELCOME, welcome if welcome is not None
                               else self.WELCOME))
                 for m in script:
-                    s.sendall(m)
+                    if isinstance(m, float):
+                        time.sleep(m)  # silence
+                    else:
+                        s.sendall(m)
                 s.shutdown(socket.SHUT_WR)
                 read_until_closed(s)
         t = threading.Thread(target=run, daemon=True)
@@ -2193,6 +2196,17 @@ class TestHostileServer(unittest.TestCase):
                 with ac.Client(self.serve([m]), timeout=10) as c:
                     with self.assertRaises(ac.ProtocolError):
                         list(c.events(timeout=5))
+
+    def test_message_cut_short_by_silence_ends_events_timeout(self):
+        # Ten bytes of a header, then nothing: events(timeout=1) must not
+        # wait for the rest for ever.
+        part = msg(ac.STREAM_STARTED, {"name": "x"}, 1)[:10]
+        with ac.Client(self.serve([part, 8.0]), timeout=None) as c:
+            t0 = time.monotonic()
+            with self.assertRaisesRegex(ac.ProtocolError, "part of a message"):
+                list(c.events(timeout=1))
+            self.assertLess(time.monotonic() - t0, 4)
+            self.assertIsNone(c._sock.gettimeout())
 
     def test_hello_client_name_is_cut_to_64_bytes(self):
         # PROTOCOL.md 4.1: at most 64 bytes (of UTF-8, not characters); a

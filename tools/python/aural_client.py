@@ -927,7 +927,8 @@ class Client:
         """Yields StreamStarted, Chunk, Gap, StreamEnded and Error objects as
         they arrive (first those buffered during requests). Ends when the
         server closes the connection, or when nothing arrived for timeout
-        seconds (None: wait forever)."""
+        seconds (None: wait forever); a message the server began and then
+        sent nothing of for timeout seconds raises ProtocolError."""
         while True:
             while self._events:
                 yield self._events.popleft()
@@ -938,13 +939,31 @@ class Client:
                 if not r:
                     return
             try:
-                mtype, sid, pay = self._read_message()
+                mtype, sid, pay = self._read_message_within(timeout)
             except EOFError:
                 return
             if self._handle_async(mtype, sid, pay):
                 continue
             if mtype == ERROR:
                 self._events.append(self._error(sid, pay))
+
+    def _read_message_within(self, timeout: Optional[float]):
+        """_read_message, where no wait for the rest of a message lasts
+        more than timeout seconds (None: the socket's own timeout): a
+        server that sends part of a message and then nothing is a
+        ProtocolError rather than a read that never returns."""
+        old = self._sock.gettimeout()
+        if timeout is None or (old is not None and old <= timeout):
+            return self._read_message()
+        self._sock.settimeout(timeout)
+        try:
+            return self._read_message()
+        except socket.timeout:
+            raise ProtocolError("aurald sent part of a message, then "
+                                "nothing for %g s" % timeout) from None
+        finally:
+            if self._sock is not None:
+                self._sock.settimeout(old)
 
 
 # --- cluster mode (docs/CLUSTER.md) -------------------------------------------

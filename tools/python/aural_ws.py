@@ -231,6 +231,9 @@ class MessageSocket:
     def settimeout(self, t: Optional[float]) -> None:
         self.ws.sock.settimeout(t)
 
+    def gettimeout(self) -> Optional[float]:
+        return self.ws.sock.gettimeout()
+
     def sendall(self, data: bytes) -> None:
         self._out += bytes(data)
         while len(self._out) >= HEADER.size:
