@@ -97,6 +97,27 @@ void aural__put_outputs(aural_jw *w, uint32_t outputs) {
   aural_jw_end_array(w);
 }
 
+/* A text member of a size-byte field as its decoder reads it back: every
+ * byte that is not part of well-formed UTF-8 becomes U+FFFD (as aural_jw
+ * would write it), and the text is cut between characters to size - 1
+ * bytes. Written as it was, a message of stray bytes (a Latin-1 path)
+ * would read back three times as long and be refused. */
+static void put_text(aural_jw *w, const char *s, size_t size) {
+  char out[AURAL_PROTO_TEXT_MAX + 1];
+  size_t cap = (size < sizeof out ? size : sizeof out) - 1, n = 0, i = 0;
+  while (i < size && s[i] != '\0') {
+    uint32_t cp;
+    size_t k = aural__utf8_seq((const uint8_t *)s + i, size - i, &cp);
+    const char *from = k > 0 ? s + i : "\xEF\xBF\xBD";
+    size_t len = k > 0 ? k : 3;
+    if (len > cap - n) break;
+    memcpy(out + n, from, len);
+    n += len;
+    i += k > 0 ? k : 1;
+  }
+  aural_jw_string_n(w, out, n);
+}
+
 /* Whether the member at v, of kind f, holds its zero value. Each kind is
  * read at its own width: a uint64_t read as its first 32 bits would call
  * 2^32 zero. */
@@ -145,7 +166,7 @@ static void put_fields(aural_jw *w, const field *f, size_t n, const void *p) {
       aural_jw_bool(w, *(const bool *)v);
       break;
     case F_TEXT:
-      aural__put_field(w, v, f[i].size);
+      put_text(w, v, f[i].size);
       break;
     case F_NAME_NULL:
       if (*(const char *)v == '\0') {

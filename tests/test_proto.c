@@ -2234,6 +2234,44 @@ static void test_stats_reply_round_trip(void **state) {
   free(b);
 }
 
+/* A text field's bytes need not be UTF-8 (a file's error message may
+ * quote a Latin-1 path). The writer turns each stray byte into U+FFFD,
+ * three bytes once read back: the field must still fit the decoder's
+ * 1,024 bytes, cut between characters, or a server's STREAM_ENDED is
+ * refused by its own clients. */
+static void test_text_field_of_stray_bytes_round_trips(void **state) {
+  (void)state;
+  uint8_t b[8192];
+  char why[160];
+  for (int kind = 0; kind < 3; kind++) {
+    aural_msg_stream_ended m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.name, sizeof m.name, "x");
+    m.reason = AURAL_END_ERROR;
+    size_t len = kind == 0 ? 511 : AURAL_PROTO_TEXT_MAX;
+    memset(m.message, kind == 2 ? 'a' : 0xE9, len); /* 'é' in Latin-1 */
+    if (kind == 1) memcpy(m.message, "\xC3\xA9", 2); /* one real 'é' */
+    size_t n = aural_proto_encode_stream_ended(b, sizeof b, 3, &m), pn;
+    const uint8_t *p = payload_of(b, n, AURAL_MSG_STREAM_ENDED, 3, &pn);
+    aural_msg_stream_ended d;
+    assert_int_equal(
+        aural_proto_decode_stream_ended(p, pn, &d, why, sizeof why), 0);
+    size_t dn = strlen(d.message);
+    assert_true(dn <= AURAL_PROTO_TEXT_MAX);
+    if (kind == 2) {
+      assert_memory_equal(d.message, m.message, len + 1);
+      continue;
+    }
+    /* Whole U+FFFD characters (after the real 'é'), as many as fit. */
+    size_t at = kind == 1 ? 2 : 0;
+    if (kind == 1) assert_memory_equal(d.message, "\xC3\xA9", 2);
+    assert_int_equal((dn - at) % 3, 0);
+    assert_true(dn + 3 > AURAL_PROTO_TEXT_MAX || (dn - at) / 3 == len - at);
+    for (size_t i = at; i < dn; i += 3)
+      assert_memory_equal(d.message + i, "\xEF\xBF\xBD", 3);
+  }
+}
+
 /* Optional 64-bit counters are left out only when they are 0, not when
  * their low 32 bits happen to be: 4 GiB of heap and 2^32 compute rounds
  * must survive the trip. */
@@ -2833,6 +2871,7 @@ int main(void) {
       cmocka_unit_test(test_streams_round_trip),
       cmocka_unit_test(test_stats_reply_round_trip),
       cmocka_unit_test(test_optional_u64_high_bits_round_trip),
+      cmocka_unit_test(test_text_field_of_stray_bytes_round_trips),
       cmocka_unit_test(test_words_round_trip),
       cmocka_unit_test(test_words_malformed),
       cmocka_unit_test(test_server_field_errors),
