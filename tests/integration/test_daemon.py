@@ -2274,6 +2274,55 @@ class TestHostileServer(unittest.TestCase):
                         list(c.events(timeout=5))
                     self.assertLess(time.monotonic() - t0, 4)
 
+    def test_aural_load_takes_any_stream_id(self):
+        # Stream ids are the server's, any in 1..2^32-1 (PROTOCOL.md 4.8).
+        # aural load indexed a table by them, its size computed in 32
+        # bits: an id of 2^31 wrote far past its end.
+        d = tempfile.mkdtemp(prefix="aural-fake-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(8)
+        self.addCleanup(ls.close)
+        welcome = dict(self.WELCOME)
+        welcome["model"] = dict(welcome["model"], frame_ms=10,
+                                frame_length_ms=25, n_mels=80, n_layers=1,
+                                window=50)
+        ids = iter([0x80000000, 0xFFFFFFFF, 7])
+
+        def conn(s):
+            with s:
+                while True:
+                    m = read_msg(s)
+                    if m is None:
+                        return
+                    if m[0] == ac.HELLO:
+                        s.sendall(msg(ac.WELCOME, welcome))
+                    elif m[0] == ac.SUBSCRIBE:
+                        s.sendall(msg(ac.SUBSCRIBED, {
+                            "subscription": 1, "stream": None, "all": True,
+                            "outputs": ["embeddings"], "dtype": "f32"}))
+                    elif m[0] == ac.AUDIO_OPEN:
+                        sid = next(ids)
+                        s.sendall(msg(ac.AUDIO_OPENED, {
+                            "stream": sid, "name": "load-%d" % sid}, sid))
+                        return  # the stream's connection is lost at once
+
+        def accept():
+            while True:
+                try:
+                    s, _ = ls.accept()
+                except OSError:
+                    return
+                threading.Thread(target=conn, args=(s,), daemon=True).start()
+        threading.Thread(target=accept, daemon=True).start()
+        p = subprocess.run([AURAL, "load", "-s", path, "-n", "3",
+                            "--seconds", "1", SAMPLE],
+                           capture_output=True, text=True, timeout=60)
+        self.assertGreater(p.returncode, 0, p.stderr)  # not a signal
+        self.assertNotIn("AddressSanitizer", p.stderr)
+
     def test_malformed_welcome_is_a_protocol_error(self):
         for key, value in (("max_request_bytes", None),
                            ("max_message_bytes", "64"),

@@ -55,9 +55,28 @@ typedef struct load_run {
   const int16_t *pcm;     /* the recording, 16-bit, at rate */
   size_t pcm_len;
   load_stream *st;
-  uint32_t *by_id;        /* stream id -> index + 1 */
-  size_t by_id_cap;
+  /* (n) the streams by their server's id, which may be any of 1..2^32-1:
+   * sorted once all are open, searched for each message. */
+  struct load_id {
+    uint32_t id, index;
+  } *by_id;
 } load_run;
+
+static int cmp_load_id(const void *a, const void *b) {
+  uint32_t x = ((const struct load_id *)a)->id,
+           y = ((const struct load_id *)b)->id;
+  return x < y ? -1 : x > y;
+}
+
+/* The stream the server calls id, or NULL when it is none of ours. */
+static load_stream *stream_of_id(const load_run *r, uint32_t id) {
+  struct load_id key = {.id = id};
+  const struct load_id *e =
+      r->by_id == NULL ? NULL
+                       : bsearch(&key, r->by_id, (size_t)r->n,
+                                 sizeof *r->by_id, cmp_load_id);
+  return e != NULL ? &r->st[e->index] : NULL;
+}
 
 static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig) {
@@ -220,9 +239,8 @@ static size_t on_sub_bytes(load_run *r, const uint8_t *buf, size_t len,
     size_t total = AURAL_PROTO_HEADER_BYTES + h.payload_bytes;
     if (len - at < total) break;
     const uint8_t *p = buf + at + AURAL_PROTO_HEADER_BYTES;
-    uint32_t idx = h.stream_id < r->by_id_cap ? r->by_id[h.stream_id] : 0;
-    if (idx > 0) {
-      load_stream *s = &r->st[idx - 1];
+    load_stream *s = stream_of_id(r, h.stream_id);
+    if (s != NULL) {
       if (h.type == AURAL_MSG_CHUNK) on_chunk(r, s, p, h.payload_bytes, now);
       else if (h.type == AURAL_MSG_GAP) {
         aural_msg_gap g;
@@ -336,7 +354,8 @@ static int open_load_streams(load_run *r, const char *sock,
   }
   size_t n_streams = (size_t)r->n;
   r->st = calloc(n_streams, sizeof *r->st);
-  if (r->st == NULL) goto oom;
+  r->by_id = calloc(n_streams, sizeof *r->by_id); /* cmd_load frees them */
+  if (r->st == NULL || r->by_id == NULL) goto oom;
   for (size_t i = 0; i < n_streams; i++) {
     load_stream *s = &r->st[i];
     s->sent_at = calloc(r->n_blocks + 1, sizeof *s->sent_at);
@@ -358,18 +377,11 @@ static int open_load_streams(load_run *r, const char *sock,
       return -1;
     }
     s->id = m.h.stream_id;
-    if (s->id >= r->by_id_cap) {
-      size_t cap = (s->id + 1) * 2;
-      uint32_t *p = realloc(r->by_id, cap * sizeof *p);
-      if (p == NULL) goto oom;
-      memset(p + r->by_id_cap, 0, (cap - r->by_id_cap) * sizeof *p);
-      r->by_id = p;
-      r->by_id_cap = cap;
-    }
-    r->by_id[s->id] = (uint32_t)i + 1;
+    r->by_id[i] = (struct load_id){.id = s->id, .index = (uint32_t)i};
     if (fcntl(s->c->fd, F_SETFL, fcntl(s->c->fd, F_GETFL) | O_NONBLOCK) < 0)
       goto oom;
   }
+  qsort(r->by_id, n_streams, sizeof *r->by_id, cmp_load_id);
   return 0;
 oom:
   fprintf(stderr, "aural load: out of memory\n");
