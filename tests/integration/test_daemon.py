@@ -2208,6 +2208,38 @@ class TestHostileServer(unittest.TestCase):
             self.assertLess(time.monotonic() - t0, 4)
             self.assertIsNone(c._sock.gettimeout())
 
+    def test_send_audio_to_a_server_that_stops_reading_times_out(self):
+        # A client made with timeout=2 must not wait longer than that for
+        # a server that takes no more audio and says nothing.
+        opened = msg(ac.AUDIO_OPENED, {"stream": 5, "name": "a"}, 5)
+        d = tempfile.mkdtemp(prefix="aural-fake-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(1)
+        self.addCleanup(ls.close)
+        done = threading.Event()
+
+        def run():
+            s, _ = ls.accept()
+            with s:
+                read_msg(s)
+                s.sendall(msg(ac.WELCOME, self.WELCOME))
+                read_msg(s)  # AUDIO_OPEN
+                s.sendall(opened)
+                done.wait(20)  # then reads nothing
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self.addCleanup(t.join, 30)
+        self.addCleanup(done.set)
+        with ac.Client(path, timeout=2) as c:
+            sid = c.open_audio("a", rate=16000)
+            t0 = time.monotonic()
+            with self.assertRaises(socket.timeout):
+                c.send_audio(sid, np.zeros(8 << 20, np.int16))
+            self.assertLess(time.monotonic() - t0, 6)
+
     def test_hello_client_name_is_cut_to_64_bytes(self):
         # PROTOCOL.md 4.1: at most 64 bytes (of UTF-8, not characters); a
         # character is not split.

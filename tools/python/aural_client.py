@@ -876,8 +876,14 @@ class Client:
         """Writes data, reading (and buffering) whatever the server sends
         meanwhile."""
         view = memoryview(data)
+        # The client's timeout bounds each wait here too: a server that
+        # neither takes audio nor sends anything raises socket.timeout.
+        limit = self._sock.gettimeout()
         while view:
-            r, w, _ = select.select([self._sock], [self._sock], [])
+            r, w, _ = select.select([self._sock], [self._sock], [], limit)
+            if not r and not w:
+                raise socket.timeout("aurald took no audio and sent nothing "
+                                     "for %g s" % limit)
             if r:
                 try:
                     mtype, sid, pay = self._read_message()
