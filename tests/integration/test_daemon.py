@@ -2142,9 +2142,10 @@ class TestReviewFindings(DaemonTest):
 
 
 class TestHostileServer(unittest.TestCase):
-    """The Python client against a server that breaks the protocol: every
+    """The clients against a fake server that breaks the protocol: every
     malformed value it sends is a ProtocolError, never another exception
-    out of the client (and no daemon is needed)."""
+    out of the Python client, and never a crash of aural (no daemon is
+    needed); and what the Python client sends it."""
 
     WELCOME = {"version": 1, "server": "fake", "max_request_bytes": 1 << 20,
                "max_message_bytes": 1 << 26,
@@ -2239,6 +2240,23 @@ class TestHostileServer(unittest.TestCase):
             with self.assertRaises(socket.timeout):
                 c.send_audio(sid, np.zeros(8 << 20, np.int16))
             self.assertLess(time.monotonic() - t0, 6)
+
+    def test_default_socket_path_is_the_c_clients(self):
+        # aural_proto_default_socket (proto/unix.c) counts an empty
+        # variable as unset; the Python client must pick the same path.
+        # The C side is asked through aural sub's --help, which names it.
+        env = dict(os.environ, AURAL_SOCKET="", XDG_RUNTIME_DIR="")
+        code = ("import sys; sys.path.insert(0, %r); import aural_client; "
+                "print(aural_client.default_socket_path())"
+                % os.path.join(HERE, "..", "..", "tools", "python"))
+        py = subprocess.run([sys.executable, "-c", code], env=env,
+                            capture_output=True, text=True, timeout=30)
+        self.assertEqual(py.returncode, 0, py.stderr)
+        path = py.stdout.strip()
+        self.assertTrue(os.path.isabs(path), path)
+        c = subprocess.run([AURAL, "stats"], env=env, capture_output=True,
+                           text=True, timeout=30)
+        self.assertIn(path, c.stderr)
 
     def test_hello_client_name_is_cut_to_64_bytes(self):
         # PROTOCOL.md 4.1: at most 64 bytes (of UTF-8, not characters); a

@@ -120,13 +120,15 @@ def default_socket_path() -> str:
     env = os.environ.get("AURAL_SOCKET")
     if env:
         return env
+    # As aural_proto_default_socket (proto/unix.c): an empty variable
+    # counts as unset, and the user is the effective one.
     xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg is not None:
+    if xdg:
         path = os.path.join(xdg, "aural.sock")
-    elif os.getuid() == 0:
+    elif os.geteuid() == 0:
         path = "/run/aural/aural.sock"
     else:
-        path = "/tmp/aural-%d/aural.sock" % os.getuid()
+        path = "/tmp/aural-%d/aural.sock" % os.geteuid()
     if not os.path.exists(path) and os.path.exists("/run/aural/aural.sock"):
         return "/run/aural/aural.sock"
     return path
