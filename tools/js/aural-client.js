@@ -368,6 +368,21 @@ export class AuralClient {
     const client = utf8dec.decode(name.subarray(0, end));
     const w = await this.#request(MSG.HELLO, { versions: [VERSION], client },
                                   MSG.WELCOME);
+    // What the client relies on (sendAudio sizes its messages by
+    // max_request_bytes; a missing one made it send nothing at all).
+    const count = (x, min) => Number.isSafeInteger(x) && x >= min;
+    const m = w.model;
+    const bad = w.version !== VERSION ? "version"
+      : !count(w.max_request_bytes, 16) ? "max_request_bytes"
+      : !count(w.max_message_bytes, 1024) ? "max_message_bytes"
+      : m === null || typeof m !== "object" || Array.isArray(m) ? "model"
+      : !count(m.vocab_size, 0) || !Array.isArray(m.vocab) ||
+        m.vocab.length !== m.vocab_size ? "model.vocab" : null;
+    if (bad !== null) {
+      const err = new ProtocolError(`WELCOME has no valid ${bad}`);
+      this.#fail(err);
+      throw err;
+    }
     this.welcome = w;
     this.model = w.model;
     return w;

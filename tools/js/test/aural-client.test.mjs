@@ -139,7 +139,8 @@ class FakeWs {
   }
 }
 
-const WELCOME = { version: 1, max_request_bytes: 64, model: { vocab: [] } };
+const WELCOME = { version: 1, max_request_bytes: 64, max_message_bytes: 1 << 20,
+                  model: { vocab_size: 0, vocab: [] } };
 
 async function client() {
   const ws = new FakeWs();
@@ -161,6 +162,19 @@ test("HELLO's client name is cut to 64 bytes of UTF-8, between characters", asyn
     await h;
     const sent = JSON.parse(new TextDecoder().decode(ws.sent[0].payload));
     assert.equal(sent.client, want);
+  }
+});
+
+test("a WELCOME without what the client relies on fails the connection", async () => {
+  for (const change of [{ version: 2 }, { max_request_bytes: undefined },
+                        { max_request_bytes: "64" }, { max_message_bytes: 0 },
+                        { model: [1] }, { model: { vocab_size: 2, vocab: ["a"] } }]) {
+    const ws = new FakeWs();
+    const c = new AuralClient(ws);
+    const h = c.hello("test");
+    ws.reply(MSG.WELCOME, { ...WELCOME, ...change });
+    await assert.rejects(h, ProtocolError, JSON.stringify(change));
+    assert.equal(c.closed, true);
   }
 });
 
