@@ -1994,6 +1994,21 @@ class TestReviewFindings(DaemonTest):
         pusher.close()
         self.stop_clean(d)
 
+    def test_example_subscribe_says_why_its_subscription_is_refused(self):
+        # The README's example, --output text of a model without a head:
+        # a line saying NO_HEAD and exit 1, not a traceback.
+        d = self.start(model=os.path.join(DATA, "encoder",
+                                          "none_w1.safetensors"))
+        p = subprocess.run(
+            [sys.executable, os.path.join(HERE, "..", "..", "tools", "python",
+                                          "example_subscribe.py"),
+             "-s", d.path, "--all", "--output", "text"],
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("subscription refused: NO_HEAD", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        self.stop_clean(d)
+
     def test_welcome_names_the_connection_as_stats_does(self):
         d = self.start()
         c = ac.Client(d.path, timeout=10)
