@@ -293,10 +293,11 @@ export class AuralClient {
     if (this.closed) return;
     let m, body;
     try {
-      if (!(data instanceof ArrayBuffer) && !ArrayBuffer.isView(data))
+      if (typeof data === "string")
         throw new ProtocolError("a text WebSocket message");
-      m = decodeMessage(new Uint8Array(data.buffer ?? data, data.byteOffset ?? 0,
-                                        data.byteLength));
+      m = decodeMessage(ArrayBuffer.isView(data)
+        ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
+        : new Uint8Array(data));
       if (!SERVER_TYPES.has(m.type))
         throw new ProtocolError(`message type 0x${m.type.toString(16)} from the server`);
       body = m.type === MSG.CHUNK ? decodeChunk(m.payload) : decodeJson(m.payload);
