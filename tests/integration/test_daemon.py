@@ -2273,6 +2273,18 @@ class TestHostileServer(unittest.TestCase):
                            text=True, timeout=30)
         self.assertIn(path, c.stderr)
 
+    def test_cluster_words_nested_deep_are_a_protocol_error(self):
+        # A chunk entry of a cluster stream, as a node writes it to Redis,
+        # whose words are nested 100,000 deep (or hold NaN).
+        chunk = ac.CHUNK_FIXED.pack(0, 0, 0, 1, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0)
+        for words in (b"[" * 100000 + b"]" * 100000,
+                      b'{"seq":0,"final":true,"segments":[],"partial":'
+                      b'[{"word":"a","start":0,"end":1,"confidence":NaN}]}'):
+            with self.subTest(words=words[:20]):
+                with self.assertRaises(ac.ProtocolError):
+                    ac._cluster_chunk("x", b"0-1", {b"chunk": chunk,
+                                                    b"words": words})
+
     def test_hello_client_name_is_cut_to_64_bytes(self):
         # PROTOCOL.md 4.1: at most 64 bytes (of UTF-8, not characters); a
         # character is not split.

@@ -1195,8 +1195,9 @@ def _cluster_chunk(name: str, entry_id: bytes, fields: Dict[bytes, bytes]
         ck.text = fields[b"text"].decode("utf-8", "replace")
     if b"words" in fields:
         try:
-            obj = json.loads(fields[b"words"].decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
+            obj = json.loads(fields[b"words"].decode("utf-8"),
+                             parse_constant=_reject_constant)
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise ProtocolError("%s: chunk %d: words are not JSON: %s"
                                 % (name, ck.seq, e)) from None
         if not isinstance(obj, dict) or not isinstance(
