@@ -2400,6 +2400,36 @@ class TestHostileServer(unittest.TestCase):
         self.assertGreater(p.returncode, 0, p.stderr)  # not a signal
         self.assertNotIn("AddressSanitizer", p.stderr)
 
+    def test_websocket_upgrade_response_that_is_not_http(self):
+        # The server's answer to the upgrade: a line that is not HTTP, or a
+        # head that never ends. Each is a HandshakeError, soon, without
+        # holding more than a bounded head.
+        import aural_ws
+        for answer in (b"garbage\r\n\r\n", b"HTTP/1.1\r\n\r\n",
+                       b"HTTP/1.1 10x Nope\r\n\r\n",
+                       b"HTTP/1.1 101 OK\r\nX: " + b"y" * (4 << 20)):
+            ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            ls.bind(("127.0.0.1", 0))
+            ls.listen(1)
+            self.addCleanup(ls.close)
+
+            def run(ls=ls, answer=answer):
+                s, _ = ls.accept()
+                with s:
+                    s.recv(65536)
+                    try:
+                        s.sendall(answer)
+                        s.recv(1)  # open until the client gives up
+                    except OSError:
+                        pass
+            t = threading.Thread(target=run, daemon=True)
+            t.start()
+            self.addCleanup(t.join, 10)
+            with self.subTest(answer=answer[:20]):
+                with self.assertRaises(aural_ws.HandshakeError):
+                    ac.Client("ws://127.0.0.1:%d/ws" % ls.getsockname()[1],
+                              timeout=10)
+
     def test_malformed_welcome_is_a_protocol_error(self):
         for key, value in (("max_request_bytes", None),
                            ("max_message_bytes", "64"),

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 CONT, TEXT, BINARY, CLOSE, PING, PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
 HEADER = struct.Struct("<IBBHII")  # the protocol's message header
+HEAD_MAX = 16384  # bytes of the upgrade response's status line and fields
 
 
 class HandshakeError(Exception):
@@ -77,6 +78,9 @@ class WebSocket:
         lines += ["%s: %s" % kv for kv in headers.items()]
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
         while b"\r\n\r\n" not in self._buf:
+            if len(self._buf) > HEAD_MAX:
+                raise HandshakeError(0, "a response head of more than %d "
+                                        "bytes" % HEAD_MAX)
             part = self.sock.recv(4096)
             if not part:
                 raise HandshakeError(0, "connection closed during the "
@@ -85,7 +89,12 @@ class WebSocket:
         head, rest = bytes(self._buf).split(b"\r\n\r\n", 1)
         self._buf = bytearray(rest)
         status_line, *fields = head.decode("latin-1").split("\r\n")
-        status = int(status_line.split()[1])
+        words = status_line.split()
+        if (len(words) < 2 or not words[0].startswith("HTTP/") or
+                not words[1].isdigit() or len(words[1]) != 3):
+            raise HandshakeError(0, "not an HTTP response: %.80r"
+                                 % status_line)
+        status = int(words[1])
         if status != 101:
             body = bytes(self._buf)
             try:
