@@ -2430,6 +2430,40 @@ class TestHostileServer(unittest.TestCase):
                     ac.Client("ws://127.0.0.1:%d/ws" % ls.getsockname()[1],
                               timeout=10)
 
+    def test_aural_sub_takes_extreme_stream_started_values(self):
+        # A STREAM_STARTED within the decoder's ranges but far from a real
+        # one: a sample rate of 1e300, chunk 2^63 - 1. aural sub converted
+        # the rate to int64_t and multiplied the chunk by chunk_frames in
+        # int64_t, both undefined (UBSan's "runtime error" in the
+        # sanitized build).
+        started = msg(ac.STREAM_STARTED, {
+            "name": "x", "source": "client", "sample_rate": 1e300,
+            "channels": 1, "start_us": 1,
+            "next_chunk": 9223372036854775807}, 1)
+        ended = msg(ac.STREAM_ENDED, {"name": "x", "reason": "closed",
+                                      "message": "", "frames": 0,
+                                      "chunks": 0}, 1)
+        subscribed = msg(ac.SUBSCRIBED, {"subscription": 1, "stream": None,
+                                         "all": True,
+                                         "outputs": ["embeddings"],
+                                         "dtype": "f32"})
+        d = tempfile.mkdtemp(prefix="aural-fake-")
+        self.addCleanup(shutil.rmtree, d, True)
+        welcome = dict(self.WELCOME)
+        welcome["model"] = dict(welcome["model"], frame_ms=10, n_mels=80,
+                                n_layers=1, window=50)
+        for args in (["--json"], ["-o", os.path.join(d, "x.npy")], []):
+            path = self.serve([subscribed, started, ended], welcome)
+            with self.subTest(args=args):
+                p = subprocess.run([AURAL, "sub", "-s", path, "--all"] + args,
+                                   capture_output=True, text=True,
+                                   timeout=30)
+                self.assertNotIn("runtime error", p.stderr)
+                self.assertGreaterEqual(p.returncode, 0, p.stderr)
+                if args == ["--json"]:
+                    line = json.loads(p.stdout.splitlines()[0])
+                    self.assertEqual(line["sample_rate"], 1e300)
+
     def test_malformed_welcome_is_a_protocol_error(self):
         for key, value in (("max_request_bytes", None),
                            ("max_message_bytes", "64"),

@@ -286,8 +286,12 @@ int sub_on_started(sub_job *job, uint32_t id,
   sub_stream *s = get_stream(job, id);
   if (s == NULL) goto oom;
   snprintf(s->name, sizeof s->name, "%s", st->name);
-  int64_t next = (int64_t)st->next_chunk, rate = (int64_t)st->sample_rate,
-          channels = st->channels, start_us = st->start_us;
+  /* The server's numbers as they came: a sample rate is any finite
+   * double (converting one past int64_t to it is undefined), a chunk
+   * number any of 0..INT64_MAX. */
+  int64_t next = (int64_t)st->next_chunk, channels = st->channels,
+          start_us = st->start_us;
+  double rate = st->sample_rate;
   s->ended = 0;
   s->next_seq = s->first_chunk = (uint64_t)next;
   s->n_chunks = s->n_lost = 0;
@@ -306,9 +310,9 @@ int sub_on_started(sub_job *job, uint32_t id,
     if (next > 0)
       fprintf(stderr,
               "aural sub: joined '%s' at chunk %lld: %s starts at frame "
-              "%lld, not 0\n",
+              "%.0f, not 0\n",
               s->name, (long long)next, job->out_path,
-              (long long)next * job->model->chunk_frames);
+              (double)next * job->model->chunk_frames);
   }
 
   if (job->json) {
@@ -317,7 +321,7 @@ int sub_on_started(sub_job *job, uint32_t id,
     aural_jw_key(&w, "source");
     aural_jw_string(&w, source ? source : "");
     aural_jw_key(&w, "sample_rate");
-    aural_jw_int(&w, rate);
+    aural_jw_double(&w, rate);
     aural_jw_key(&w, "channels");
     aural_jw_int(&w, channels);
     aural_jw_key(&w, "start_us");
@@ -326,9 +330,9 @@ int sub_on_started(sub_job *job, uint32_t id,
     aural_jw_int(&w, next);
     if (jw_print(job, &w) < 0) return -1;
   } else if (!job->quiet) {
-    printf("%s  started: stream %u, %s, %lld Hz, %lld channel%s, from chunk "
+    printf("%s  started: stream %u, %s, %g Hz, %lld channel%s, from chunk "
            "%lld\n",
-           s->name, s->id, source ? source : "?", (long long)rate,
+           s->name, s->id, source ? source : "?", rate,
            (long long)channels, channels == 1 ? "" : "s", (long long)next);
     if (cli_stdout_flush(job->err, sizeof job->err) < 0) return -1;
   }
