@@ -330,7 +330,7 @@ int sub_on_started(sub_job *job, uint32_t id,
     aural_jw_int(&w, next);
     if (jw_print(job, &w) < 0) return -1;
   } else if (!job->quiet) {
-    printf("%s  started: stream %u, %s, %g Hz, %lld channel%s, from chunk "
+    printf("%s  started: stream %u, %s, %.15g Hz, %lld channel%s, from chunk "
            "%lld\n",
            s->name, s->id, source ? source : "?", rate,
            (long long)channels, channels == 1 ? "" : "s", (long long)next);
