@@ -2464,6 +2464,82 @@ class TestHostileServer(unittest.TestCase):
                     line = json.loads(p.stdout.splitlines()[0])
                     self.assertEqual(line["sample_rate"], 1e300)
 
+    def fake_load_server(self, n_frames):
+        """A socket path serving aural load as aurald would, but that
+        answers each stream's AUDIO_CLOSE with one FINAL chunk of n_frames
+        frames of d_model 4 (f32) on the subscription."""
+        d = tempfile.mkdtemp(prefix="aural-fake-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(8)
+        self.addCleanup(ls.close)
+        welcome = dict(self.WELCOME, max_message_bytes=16 << 20)
+        welcome["model"] = dict(welcome["model"], frame_ms=10,
+                                frame_length_ms=25, n_mels=80, n_layers=1,
+                                window=50)
+        chunk = ac.CHUNK_FIXED.pack(0, 0, n_frames, 1, 1, 0, 0, 0, 4, 0, 1,
+                                    0, 0, 0) + bytes(16 * n_frames)
+        sub, lock, ids = [], threading.Lock(), iter(range(10, 20))
+
+        def conn(s):
+            with s:
+                while True:
+                    m = read_msg(s)
+                    if m is None:
+                        return
+                    t, sid = m[0], m[1]
+                    if t == ac.HELLO:
+                        s.sendall(msg(ac.WELCOME, welcome))
+                    elif t == ac.PING:
+                        s.sendall(msg(ac.PONG, m[2]))
+                    elif t == ac.SUBSCRIBE:
+                        sub.append(s)
+                        s.sendall(msg(ac.SUBSCRIBED, {
+                            "subscription": 1, "stream": None, "all": True,
+                            "outputs": ["embeddings"], "dtype": "f32"}))
+                    elif t == ac.AUDIO_OPEN:
+                        with lock:
+                            sid = next(ids)
+                        s.sendall(msg(ac.AUDIO_OPENED, {
+                            "stream": sid, "name": "s%d" % sid}, sid))
+                    elif t == ac.AUDIO_CLOSE:
+                        with lock:
+                            sub[0].sendall(
+                                msg(ac.STREAM_STARTED, {
+                                    "name": "s%d" % sid, "source": "client",
+                                    "sample_rate": 16000, "channels": 1,
+                                    "start_us": 1, "next_chunk": 0}, sid) +
+                                msg(ac.CHUNK, chunk, sid) +
+                                msg(ac.STREAM_ENDED, {
+                                    "name": "s%d" % sid, "reason": "closed",
+                                    "message": "", "frames": n_frames,
+                                    "chunks": 1}, sid))
+                        s.sendall(msg(ac.AUDIO_CLOSED, {
+                            "frames": n_frames, "chunks": 1}, sid))
+
+        def accept():
+            while True:
+                try:
+                    s, _ = ls.accept()
+                except OSError:
+                    return
+                threading.Thread(target=conn, args=(s,), daemon=True).start()
+        threading.Thread(target=accept, daemon=True).start()
+        return path
+
+    def test_aural_load_json_without_latencies_is_json(self):
+        # Every chunk a FINAL one (a chunk longer than the run): no
+        # latency was measured. --json wrote "p50":nan, which no JSON
+        # reader takes; it must be null.
+        p = subprocess.run([AURAL, "load", "-s", self.fake_load_server(10),
+                            "-n", "2", "--seconds", "1", "--json", SAMPLE],
+                           capture_output=True, text=True, timeout=60)
+        out = json.loads(p.stdout)
+        self.assertIsNone(out["latency_ms"]["p50"])
+        self.assertEqual(out["chunks_received"], 2, p.stderr)
+
     def test_malformed_welcome_is_a_protocol_error(self):
         for key, value in (("max_request_bytes", None),
                            ("max_message_bytes", "64"),

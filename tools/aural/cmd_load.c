@@ -509,6 +509,15 @@ static int run_load(load_run *r, aural_client *sub, aural_client *pinger,
   return rc;
 }
 
+/* v as a JSON number of prec decimals in buf, or null when it is not
+ * finite: no chunk gave a latency (every one was a FINAL chunk), no PONG
+ * came, or the daemon's CPU time could not be read. */
+static const char *json_num(char buf[48], double v, int prec) {
+  if (!isfinite(v)) return "null";
+  snprintf(buf, 48, "%.*f", prec, v);
+  return buf;
+}
+
 /* Prints the run's figures (a table, or one JSON object) and returns the
  * exit status: 0 when every chunk came and none was lost. */
 static int report_load(load_run *r, const load_result *res, size_t block_ms,
@@ -551,19 +560,23 @@ static int report_load(load_run *r, const load_result *res, size_t block_ms,
   double gmax = res->n_pings ? res->ping_ms[res->n_pings - 1] : NAN;
   double cpu_pct = 100.0 * res->cpu_s / res->wall_s;
   if (json) {
+    char b[10][48];
     printf("{\"streams\":%zu,\"seconds\":%.0f,\"block_ms\":%zu,"
            "\"input_rate\":%.0f,\"chunks_expected\":%llu,"
            "\"chunks_received\":%llu,\"chunks_lost\":%llu,"
-           "\"latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.3f,"
+           "\"latency_ms\":{\"p50\":%s,\"p99\":%s,\"max\":%s,"
            "\"worst_stream_p50\":%.3f,\"worst_stream_p99\":%.3f},"
-           "\"ping_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.3f,\"n\":%zu},"
-           "\"daemon_cpu_percent\":%.2f,\"cpu_percent_per_stream\":%.4f,"
+           "\"ping_ms\":{\"p50\":%s,\"p99\":%s,\"max\":%s,\"n\":%zu},"
+           "\"daemon_cpu_percent\":%s,\"cpu_percent_per_stream\":%s,"
            "\"interrupted\":%s,\"per_stream\":[",
            n_streams, r->seconds, block_ms, r->rate,
            (unsigned long long)expected, (unsigned long long)chunks,
-           (unsigned long long)lost, p50, p99, pmax, worst_p50, worst_p99,
-           g50, g99, gmax, res->n_pings, cpu_pct,
-           cpu_pct / (double)n_streams, interrupted ? "true" : "false");
+           (unsigned long long)lost, json_num(b[0], p50, 3),
+           json_num(b[1], p99, 3), json_num(b[2], pmax, 3), worst_p50,
+           worst_p99, json_num(b[3], g50, 3), json_num(b[4], g99, 3),
+           json_num(b[5], gmax, 3), res->n_pings, json_num(b[6], cpu_pct, 2),
+           json_num(b[7], cpu_pct / (double)n_streams, 4),
+           interrupted ? "true" : "false");
     for (size_t i = 0; i < n_streams; i++) {
       printf("%s{\"chunks\":%llu,\"lost\":%llu", i ? "," : "",
              (unsigned long long)r->st[i].chunks,
