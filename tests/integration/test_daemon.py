@@ -2540,6 +2540,19 @@ class TestHostileServer(unittest.TestCase):
         self.assertIsNone(out["latency_ms"]["p50"])
         self.assertEqual(out["chunks_received"], 2, p.stderr)
 
+    def test_aural_load_takes_a_chunk_past_4_mib(self):
+        # A client should take any message up to the WELCOME's
+        # max_message_bytes (PROTOCOL.md 2); aural load's subscriber gave
+        # up at 4 MiB ("a message larger than 4 MiB"). A chunk of 5 MiB:
+        # a wide model with a long --chunk-ms.
+        p = subprocess.run([AURAL, "load", "-s",
+                            self.fake_load_server((5 << 20) // 16), "-n", "2",
+                            "--seconds", "1", "--json", SAMPLE],
+                           capture_output=True, text=True, timeout=60)
+        self.assertNotIn("MiB", p.stderr)
+        self.assertEqual(json.loads(p.stdout)["chunks_received"], 2,
+                         p.stderr)
+
     def test_malformed_welcome_is_a_protocol_error(self):
         for key, value in (("max_request_bytes", None),
                            ("max_message_bytes", "64"),

@@ -228,11 +228,11 @@ static void on_chunk(load_run *r, load_stream *s, const uint8_t *payload,
 
 /* Parses whole messages out of buf; returns bytes consumed. */
 static size_t on_sub_bytes(load_run *r, const uint8_t *buf, size_t len,
-                           double now, bool *fatal) {
+                           uint32_t max_payload, double now, bool *fatal) {
   size_t at = 0;
   while (len - at >= AURAL_PROTO_HEADER_BYTES) {
     aural_msg_header h;
-    if (aural_proto_decode_header(buf + at, len - at, 1u << 30, &h) < 0) {
+    if (aural_proto_decode_header(buf + at, len - at, max_payload, &h) < 0) {
       *fatal = true;
       return at;
     }
@@ -469,8 +469,22 @@ static int run_load(load_run *r, aural_client *sub, aural_client *pinger,
     now = cli_now_s();
     if (pf[0].revents & (POLLIN | POLLHUP)) {
       if (rlen == rcap) {
-        fprintf(stderr, "aural load: a message larger than 4 MiB\n");
-        break;
+        /* The buffer holds part of one message longer than it (its header
+         * checked against the server's max_message_bytes): room for all
+         * of it. */
+        aural_msg_header h;
+        size_t want = 0;
+        if (aural_proto_decode_header(rbuf, rlen, sub->max_message_bytes,
+                                      &h) == 0)
+          want = AURAL_PROTO_HEADER_BYTES + (size_t)h.payload_bytes;
+        uint8_t *p = want > rcap ? realloc(rbuf, want) : NULL;
+        if (p == NULL) {
+          fprintf(stderr, "aural load: no room for a message of %zu bytes\n",
+                  want);
+          break;
+        }
+        rbuf = p;
+        rcap = want;
       }
       ssize_t got = recv(sub->fd, rbuf + rlen, rcap - rlen, MSG_DONTWAIT);
       if (got == 0) {
@@ -479,7 +493,8 @@ static int run_load(load_run *r, aural_client *sub, aural_client *pinger,
       }
       if (got > 0) {
         rlen += (size_t)got;
-        size_t used = on_sub_bytes(r, rbuf, rlen, now, &fatal);
+        size_t used =
+            on_sub_bytes(r, rbuf, rlen, sub->max_message_bytes, now, &fatal);
         memmove(rbuf, rbuf + used, rlen - used);
         rlen -= used;
       }
