@@ -2259,7 +2259,7 @@ class TestHostileServer(unittest.TestCase):
     def test_default_socket_path_is_the_c_clients(self):
         # aural_proto_default_socket (proto/unix.c) counts an empty
         # variable as unset; the Python client must pick the same path.
-        # The C side is asked through aural sub's --help, which names it.
+        # The C side is asked through aural stats --help, which names it.
         env = dict(os.environ, AURAL_SOCKET="", XDG_RUNTIME_DIR="")
         code = ("import sys; sys.path.insert(0, %r); import aural_client; "
                 "print(aural_client.default_socket_path())"
@@ -2269,9 +2269,9 @@ class TestHostileServer(unittest.TestCase):
         self.assertEqual(py.returncode, 0, py.stderr)
         path = py.stdout.strip()
         self.assertTrue(os.path.isabs(path), path)
-        c = subprocess.run([AURAL, "stats"], env=env, capture_output=True,
-                           text=True, timeout=30)
-        self.assertIn(path, c.stderr)
+        c = subprocess.run([AURAL, "stats", "--help"], env=env,
+                           capture_output=True, text=True, timeout=30)
+        self.assertIn("here %s)" % path, " ".join((c.stdout + c.stderr).split()))
 
     def test_cluster_words_nested_deep_are_a_protocol_error(self):
         # A chunk entry of a cluster stream, as a node writes it to Redis,
