@@ -97,17 +97,57 @@ void aural__put_outputs(aural_jw *w, uint32_t outputs) {
   aural_jw_end_array(w);
 }
 
+/* A text member of a size-byte field as its decoder reads it back: every
+ * byte that is not part of well-formed UTF-8 becomes U+FFFD (as aural_jw
+ * would write it), and the text is cut between characters to size - 1
+ * bytes. Written as it was, a message of stray bytes (a Latin-1 path)
+ * would read back three times as long and be refused. */
+static void put_text(aural_jw *w, const char *s, size_t size) {
+  char out[AURAL_PROTO_TEXT_MAX + 1];
+  size_t cap = (size < sizeof out ? size : sizeof out) - 1, n = 0, i = 0;
+  while (i < size && s[i] != '\0') {
+    uint32_t cp;
+    size_t k = aural__utf8_seq((const uint8_t *)s + i, size - i, &cp);
+    const char *from = k > 0 ? s + i : "\xEF\xBF\xBD";
+    size_t len = k > 0 ? k : 3;
+    if (len > cap - n) break;
+    memcpy(out + n, from, len);
+    n += len;
+    i += k > 0 ? k : 1;
+  }
+  aural_jw_string_n(w, out, n);
+}
+
+/* Whether the member at v, of kind f, holds its zero value. Each kind is
+ * read at its own width: a uint64_t read as its first 32 bits would call
+ * 2^32 zero. */
+static bool is_zero(const field *f, const void *v) {
+  switch (f->kind) {
+  case F_U64:
+    return *(const uint64_t *)v == 0;
+  case F_I64:
+    return *(const int64_t *)v == 0;
+  case F_DOUBLE:
+    return *(const double *)v == 0;
+  case F_BOOL:
+    return !*(const bool *)v;
+  case F_TEXT:
+  case F_NAME:
+  case F_NAME_NULL:
+    return *(const char *)v == '\0';
+  case F_ENUM:
+    return *(const uint8_t *)v == 0;
+  default: /* F_U32, F_OUTPUTS */
+    return *(const uint32_t *)v == 0;
+  }
+}
+
 /* Writes the members of table f from the struct at p. */
 static void put_fields(aural_jw *w, const field *f, size_t n, const void *p) {
   const char *base = p;
   for (size_t i = 0; i < n; i++) {
     const void *v = base + f[i].off;
-    if ((f[i].flags & F_OMIT_ZERO) &&
-        (f[i].kind == F_DOUBLE ? *(const double *)v == 0
-         : f[i].kind == F_BOOL ? !*(const bool *)v
-         : f[i].kind == F_TEXT ? *(const char *)v == '\0'
-                               : *(const uint32_t *)v == 0))
-      continue;
+    if ((f[i].flags & F_OMIT_ZERO) && is_zero(&f[i], v)) continue;
     aural_jw_key(w, f[i].key);
     switch (f[i].kind) {
     case F_U32:
@@ -126,7 +166,7 @@ static void put_fields(aural_jw *w, const field *f, size_t n, const void *p) {
       aural_jw_bool(w, *(const bool *)v);
       break;
     case F_TEXT:
-      aural__put_field(w, v, f[i].size);
+      put_text(w, v, f[i].size);
       break;
     case F_NAME_NULL:
       if (*(const char *)v == '\0') {
@@ -379,7 +419,22 @@ static const field gap_fields[] = {
 
 TABLE_ENCODER(aural_proto_encode_gap, aural_msg_gap, AURAL_MSG_GAP, gap_fields)
 
-TABLE_DECODER(aural_proto_decode_gap, aural_msg_gap, gap_fields, "gap")
+/* A GAP names at least one chunk, and its last, first_chunk + n_chunks -
+ * 1, is a chunk number (0..INT64_MAX) like any other: a client adds the
+ * two without overflow. */
+int aural_proto_decode_gap(const uint8_t *payload, size_t n, aural_msg_gap *m,
+                           char *why, size_t why_len) {
+  int rc = decode_table(payload, n, gap_fields, N_FIELDS(gap_fields), m,
+                        sizeof *m, "gap", why, why_len);
+  if (rc == 0 && (m->n_chunks == 0 ||
+                  m->n_chunks - 1 > (uint64_t)INT64_MAX - m->first_chunk)) {
+    memset(m, 0, sizeof *m);
+    return aural__field_error(why, why_len, "gap", "n_chunks",
+                              "must be 1 or more, and first_chunk + "
+                              "n_chunks - 1 at most 9223372036854775807");
+  }
+  return rc;
+}
 
 static const field audio_opened_fields[] = {
     U32(aural_msg_audio_opened, stream, 1, UINT32_MAX),

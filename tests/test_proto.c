@@ -2234,6 +2234,72 @@ static void test_stats_reply_round_trip(void **state) {
   free(b);
 }
 
+/* A text field's bytes need not be UTF-8 (a file's error message may
+ * quote a Latin-1 path). The writer turns each stray byte into U+FFFD,
+ * three bytes once read back: the field must still fit the decoder's
+ * 1,024 bytes, cut between characters, or a server's STREAM_ENDED is
+ * refused by its own clients. */
+static void test_text_field_of_stray_bytes_round_trips(void **state) {
+  (void)state;
+  uint8_t b[8192];
+  char why[160];
+  for (int kind = 0; kind < 3; kind++) {
+    aural_msg_stream_ended m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.name, sizeof m.name, "x");
+    m.reason = AURAL_END_ERROR;
+    size_t len = kind == 0 ? 511 : AURAL_PROTO_TEXT_MAX;
+    memset(m.message, kind == 2 ? 'a' : 0xE9, len); /* 'é' in Latin-1 */
+    if (kind == 1) memcpy(m.message, "\xC3\xA9", 2); /* one real 'é' */
+    size_t n = aural_proto_encode_stream_ended(b, sizeof b, 3, &m), pn;
+    const uint8_t *p = payload_of(b, n, AURAL_MSG_STREAM_ENDED, 3, &pn);
+    aural_msg_stream_ended d;
+    assert_int_equal(
+        aural_proto_decode_stream_ended(p, pn, &d, why, sizeof why), 0);
+    size_t dn = strlen(d.message);
+    assert_true(dn <= AURAL_PROTO_TEXT_MAX);
+    if (kind == 2) {
+      assert_memory_equal(d.message, m.message, len + 1);
+      continue;
+    }
+    /* Whole U+FFFD characters (after the real 'é'), as many as fit. */
+    size_t at = kind == 1 ? 2 : 0;
+    if (kind == 1) assert_memory_equal(d.message, "\xC3\xA9", 2);
+    assert_int_equal((dn - at) % 3, 0);
+    assert_true(dn + 3 > AURAL_PROTO_TEXT_MAX || (dn - at) / 3 == len - at);
+    for (size_t i = at; i < dn; i += 3)
+      assert_memory_equal(d.message + i, "\xEF\xBF\xBD", 3);
+  }
+}
+
+/* Optional 64-bit counters are left out only when they are 0, not when
+ * their low 32 bits happen to be: 4 GiB of heap and 2^32 compute rounds
+ * must survive the trip. */
+static void test_optional_u64_high_bits_round_trip(void **state) {
+  (void)state;
+  static const uint64_t values[] = {(uint64_t)1 << 32, (uint64_t)3 << 32,
+                                    INT64_MAX & ~(uint64_t)UINT32_MAX, 1};
+  uint8_t b[4096];
+  char why[160];
+  for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+    aural_msg_stats_reply m = {.heap_bytes = values[k]};
+    aural_msg_writer mw;
+    aural_proto_stats_reply_begin(&mw, b, sizeof b, &m);
+    aural_stats_stream e = {.info = stream_info_of(1), .rounds = values[k]};
+    aural_proto_stats_reply_add_stream(&mw, &e);
+    size_t n = aural_proto_stats_reply_end(&mw, &m), pn;
+    const uint8_t *p = payload_of(b, n, AURAL_MSG_STATS_REPLY, 0, &pn);
+    aural_msg_stats_reply d;
+    assert_int_equal(
+        aural_proto_decode_stats_reply(p, pn, &d, why, sizeof why), 0);
+    assert_true(d.heap_bytes == values[k]);
+    aural_stats_stream se;
+    assert_int_equal(
+        aural_proto_stats_stream_next(&d.streams, &se, why, sizeof why), 1);
+    assert_true(se.rounds == values[k]);
+  }
+}
+
 enum {
   S_WELCOME, S_ERROR, S_STREAMS, S_SUBSCRIBED, S_UNSUBSCRIBED, S_STARTED,
   S_ENDED, S_GAP, S_OPENED, S_CLOSED, S_STATS
@@ -2391,6 +2457,17 @@ static void test_server_field_errors(void **state) {
        "stream_ended: \"message\" must be a string"},
       {S_GAP, "{\"first_chunk\":0,\"n_chunks\":9223372036854775807,"
               "\"reason\":\"queue_full\"}", NULL},
+      {S_GAP, "{\"first_chunk\":9223372036854775807,\"n_chunks\":1,"
+              "\"reason\":\"queue_full\"}", NULL},
+      {S_GAP, "{\"first_chunk\":5,\"n_chunks\":0,"
+              "\"reason\":\"queue_full\"}",
+       "gap: \"n_chunks\" must be 1 or more"},
+      {S_GAP, "{\"first_chunk\":2,\"n_chunks\":9223372036854775807,"
+              "\"reason\":\"queue_full\"}",
+       "gap: \"n_chunks\" must be 1 or more"},
+      {S_GAP, "{\"first_chunk\":9223372036854775807,"
+              "\"n_chunks\":9223372036854775807,\"reason\":\"queue_full\"}",
+       "gap: \"n_chunks\" must be 1 or more"},
       {S_GAP, "{\"first_chunk\":0,\"n_chunks\":9223372036854775808,"
               "\"reason\":\"queue_full\"}",
        "gap: \"n_chunks\" must be an integer"},
@@ -2793,6 +2870,8 @@ int main(void) {
       cmocka_unit_test(test_stream_events_round_trip),
       cmocka_unit_test(test_streams_round_trip),
       cmocka_unit_test(test_stats_reply_round_trip),
+      cmocka_unit_test(test_optional_u64_high_bits_round_trip),
+      cmocka_unit_test(test_text_field_of_stray_bytes_round_trips),
       cmocka_unit_test(test_words_round_trip),
       cmocka_unit_test(test_words_malformed),
       cmocka_unit_test(test_server_field_errors),

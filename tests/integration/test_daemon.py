@@ -2090,6 +2090,21 @@ class TestReviewFindings(DaemonTest):
         pusher.close()
         self.stop_clean(d)
 
+    def test_example_subscribe_says_why_its_subscription_is_refused(self):
+        # The README's example, --output text of a model without a head:
+        # a line saying NO_HEAD and exit 1, not a traceback.
+        d = self.start(model=os.path.join(DATA, "encoder",
+                                          "none_w1.safetensors"))
+        p = subprocess.run(
+            [sys.executable, os.path.join(HERE, "..", "..", "tools", "python",
+                                          "example_subscribe.py"),
+             "-s", d.path, "--all", "--output", "text"],
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("subscription refused: NO_HEAD", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        self.stop_clean(d)
+
     def test_welcome_names_the_connection_as_stats_does(self):
         d = self.start()
         c = ac.Client(d.path, timeout=10)
@@ -2235,6 +2250,419 @@ class TestReviewFindings(DaemonTest):
         self.assertNotIn("\x9b", text)  # CSI, UTF-8 C2 9B
         self.assertIn("x\\naurald error: forged\\u001b[2J\\xc2\\x9b2J",
                       text)
+
+
+class TestHostileServer(unittest.TestCase):
+    """The clients against a fake server that breaks the protocol: every
+    malformed value it sends is a ProtocolError, never another exception
+    out of the Python client, and never a crash of aural (no daemon is
+    needed); and what the Python client sends it."""
+
+    WELCOME = {"version": 1, "server": "fake", "max_request_bytes": 1 << 20,
+               "max_message_bytes": 1 << 26,
+               "model": {"sample_rate": 16000, "d_model": 4, "vocab_size": 0,
+                         "vocab": [], "chunk_frames": 5}}
+
+    def serve(self, script, welcome=None):
+        """A socket path whose one connection is answered with WELCOME
+        (or the given payload) and then the script's messages."""
+        d = tempfile.mkdtemp(prefix="aural-fake-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(1)
+        self.addCleanup(ls.close)
+
+        def run():
+            s, _ = ls.accept()
+            with s:
+                self.hello = json.loads(read_msg(s)[2])
+                s.sendall(msg(ac.WELCOME, welcome if welcome is not None
+                              else self.WELCOME))
+                for m in script:
+                    if isinstance(m, float):
+                        time.sleep(m)  # silence
+                    else:
+                        s.sendall(m)
+                s.shutdown(socket.SHUT_WR)
+                read_until_closed(s)
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self.addCleanup(t.join, 10)
+        return path
+
+    def test_malformed_events_are_protocol_errors(self):
+        deep = b"[" * 100000 + b"]" * 100000
+        cases = [
+            msg(ac.STREAM_STARTED, {"name": "x", "sample_rate": "fast"}, 1),
+            msg(ac.STREAM_STARTED, b'{"name":"x","sample_rate":NaN}', 1),
+            msg(ac.STREAM_ENDED, b'{"name":"x","frames":1e999}', 1),
+            msg(ac.GAP, {"first_chunk": None, "n_chunks": 1}, 1),
+            msg(ac.WORDS, b'{"seq":0,"segments":' + deep + b'}', 1),
+            msg(ac.WORDS, {"seq": 0.5, "segments": [], "partial": []}, 1),
+            msg(ac.ERROR, {"code": [], "name": "X", "fatal": True}),
+        ]
+        for m in cases:
+            with self.subTest(m=m[:60]):
+                with ac.Client(self.serve([m]), timeout=10) as c:
+                    with self.assertRaises(ac.ProtocolError):
+                        list(c.events(timeout=5))
+
+    def test_message_cut_short_by_silence_ends_events_timeout(self):
+        # Ten bytes of a header, then nothing: events(timeout=1) must not
+        # wait for the rest for ever.
+        part = msg(ac.STREAM_STARTED, {"name": "x"}, 1)[:10]
+        with ac.Client(self.serve([part, 8.0]), timeout=None) as c:
+            t0 = time.monotonic()
+            with self.assertRaisesRegex(ac.ProtocolError, "part of a message"):
+                list(c.events(timeout=1))
+            self.assertLess(time.monotonic() - t0, 4)
+            self.assertIsNone(c._sock.gettimeout())
+
+    def test_send_audio_to_a_server_that_stops_reading_times_out(self):
+        # A client made with timeout=2 must not wait longer than that for
+        # a server that takes no more audio and says nothing.
+        opened = msg(ac.AUDIO_OPENED, {"stream": 5, "name": "a"}, 5)
+        d = tempfile.mkdtemp(prefix="aural-fake-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(1)
+        self.addCleanup(ls.close)
+        done = threading.Event()
+
+        def run():
+            s, _ = ls.accept()
+            with s:
+                read_msg(s)
+                s.sendall(msg(ac.WELCOME, self.WELCOME))
+                read_msg(s)  # AUDIO_OPEN
+                s.sendall(opened)
+                done.wait(20)  # then reads nothing
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self.addCleanup(t.join, 30)
+        self.addCleanup(done.set)
+        with ac.Client(path, timeout=2) as c:
+            sid = c.open_audio("a", rate=16000)
+            t0 = time.monotonic()
+            with self.assertRaises(socket.timeout):
+                c.send_audio(sid, np.zeros(8 << 20, np.int16))
+            self.assertLess(time.monotonic() - t0, 6)
+
+    def test_default_socket_path_is_the_c_clients(self):
+        # aural_proto_default_socket (proto/unix.c) counts an empty
+        # variable as unset; the Python client must pick the same path.
+        # The C side is asked through aural stats --help, which names it.
+        env = dict(os.environ, AURAL_SOCKET="", XDG_RUNTIME_DIR="")
+        code = ("import sys; sys.path.insert(0, %r); import aural_client; "
+                "print(aural_client.default_socket_path())"
+                % os.path.join(HERE, "..", "..", "tools", "python"))
+        py = subprocess.run([sys.executable, "-c", code], env=env,
+                            capture_output=True, text=True, timeout=30)
+        self.assertEqual(py.returncode, 0, py.stderr)
+        path = py.stdout.strip()
+        self.assertTrue(os.path.isabs(path), path)
+        c = subprocess.run([AURAL, "stats", "--help"], env=env,
+                           capture_output=True, text=True, timeout=30)
+        self.assertIn("here %s)" % path, " ".join((c.stdout + c.stderr).split()))
+
+    def test_cluster_words_nested_deep_are_a_protocol_error(self):
+        # A chunk entry of a cluster stream, as a node writes it to Redis,
+        # whose words are nested 100,000 deep (or hold NaN).
+        chunk = ac.CHUNK_FIXED.pack(0, 0, 0, 1, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0)
+        for words in (b"[" * 100000 + b"]" * 100000,
+                      b'{"seq":0,"final":true,"segments":[],"partial":'
+                      b'[{"word":"a","start":0,"end":1,"confidence":NaN}]}'):
+            with self.subTest(words=words[:20]):
+                with self.assertRaises(ac.ProtocolError):
+                    ac._cluster_chunk("x", b"0-1", {b"chunk": chunk,
+                                                    b"words": words})
+
+    def test_hello_client_name_is_cut_to_64_bytes(self):
+        # PROTOCOL.md 4.1: at most 64 bytes (of UTF-8, not characters); a
+        # character is not split.
+        for name, want in (("\u00e9" * 40, "\u00e9" * 32),
+                           ("a" + "\u20ac" * 30, "a" + "\u20ac" * 21),
+                           ("x" * 100, "x" * 64), ("tool 1", "tool 1")):
+            with self.subTest(name=name):
+                ac.Client(self.serve([]), client_name=name, timeout=10).close()
+                self.assertEqual(self.hello["client"], want)
+
+    def serve_ws(self, then):
+        """A ws:// URL whose one connection is upgraded, answered with
+        WELCOME (max_message_bytes 1 MiB) and then given to then(sock)."""
+        import base64
+        import hashlib
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(1)
+        self.addCleanup(ls.close)
+        welcome = dict(self.WELCOME, max_message_bytes=1 << 20)
+
+        def run():
+            s, _ = ls.accept()
+            with s:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += s.recv(4096)
+                key = [l.split(b": ", 1)[1] for l in head.split(b"\r\n")
+                       if l.lower().startswith(b"sec-websocket-key:")][0]
+                accept = base64.b64encode(hashlib.sha1(
+                    key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+                s.sendall(b"HTTP/1.1 101 Switching Protocols\r\n"
+                          b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                          b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+                s.recv(65536)  # HELLO, one small frame
+                w = msg(ac.WELCOME, welcome)
+                s.sendall(struct.pack("!BBH", 0x82, 126, len(w)) + w)
+                try:
+                    then(s)
+                    s.shutdown(socket.SHUT_WR)
+                    while s.recv(65536):
+                        pass
+                except OSError:
+                    pass
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self.addCleanup(t.join, 10)
+        return "ws://127.0.0.1:%d/ws" % ls.getsockname()[1]
+
+    def test_websocket_frame_over_the_limit_is_refused_unread(self):
+        # Over /ws a frame's header claims a length: 2^62 bytes, or 64 MiB
+        # (of which 1 is sent), where WELCOME allows 1 MiB. The client
+        # must refuse it as it arrives, not allocate what it claims (a
+        # MemoryError) nor wait for all of it.
+        def frame_of(n):
+            return lambda s: s.sendall(struct.pack("!BBQ", 0x82, 127, n) +
+                                       b"A")
+        for n in (1 << 62, 64 << 20, (1 << 20) + 17):
+            with self.subTest(n=n):
+                with ac.Client(self.serve_ws(frame_of(n)), timeout=10) as c:
+                    t0 = time.monotonic()
+                    with self.assertRaisesRegex(ac.ProtocolError,
+                                                "over its limit"):
+                        list(c.events(timeout=5))
+                    self.assertLess(time.monotonic() - t0, 4)
+
+    def test_aural_load_takes_any_stream_id(self):
+        # Stream ids are the server's, any in 1..2^32-1 (PROTOCOL.md 4.8).
+        # aural load indexed a table by them, its size computed in 32
+        # bits: an id of 2^31 wrote far past its end.
+        d = tempfile.mkdtemp(prefix="aural-fake-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(8)
+        self.addCleanup(ls.close)
+        welcome = dict(self.WELCOME)
+        welcome["model"] = dict(welcome["model"], frame_ms=10,
+                                frame_length_ms=25, n_mels=80, n_layers=1,
+                                window=50)
+        ids = iter([0x80000000, 0xFFFFFFFF, 7])
+
+        def conn(s):
+            with s:
+                while True:
+                    m = read_msg(s)
+                    if m is None:
+                        return
+                    if m[0] == ac.HELLO:
+                        s.sendall(msg(ac.WELCOME, welcome))
+                    elif m[0] == ac.SUBSCRIBE:
+                        s.sendall(msg(ac.SUBSCRIBED, {
+                            "subscription": 1, "stream": None, "all": True,
+                            "outputs": ["embeddings"], "dtype": "f32"}))
+                    elif m[0] == ac.AUDIO_OPEN:
+                        sid = next(ids)
+                        s.sendall(msg(ac.AUDIO_OPENED, {
+                            "stream": sid, "name": "load-%d" % sid}, sid))
+                        return  # the stream's connection is lost at once
+
+        def accept():
+            while True:
+                try:
+                    s, _ = ls.accept()
+                except OSError:
+                    return
+                threading.Thread(target=conn, args=(s,), daemon=True).start()
+        threading.Thread(target=accept, daemon=True).start()
+        p = subprocess.run([AURAL, "load", "-s", path, "-n", "3",
+                            "--seconds", "1", SAMPLE],
+                           capture_output=True, text=True, timeout=60)
+        self.assertGreater(p.returncode, 0, p.stderr)  # not a signal
+        self.assertNotIn("AddressSanitizer", p.stderr)
+
+    def test_websocket_upgrade_response_that_is_not_http(self):
+        # The server's answer to the upgrade: a line that is not HTTP, or a
+        # head that never ends. Each is a HandshakeError, soon, without
+        # holding more than a bounded head.
+        import aural_ws
+        for answer in (b"garbage\r\n\r\n", b"HTTP/1.1\r\n\r\n",
+                       b"HTTP/1.1 10x Nope\r\n\r\n",
+                       b"HTTP/1.1 101 OK\r\nX: " + b"y" * (4 << 20)):
+            ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            ls.bind(("127.0.0.1", 0))
+            ls.listen(1)
+            self.addCleanup(ls.close)
+
+            def run(ls=ls, answer=answer):
+                s, _ = ls.accept()
+                with s:
+                    s.recv(65536)
+                    try:
+                        s.sendall(answer)
+                        s.recv(1)  # open until the client gives up
+                    except OSError:
+                        pass
+            t = threading.Thread(target=run, daemon=True)
+            t.start()
+            self.addCleanup(t.join, 10)
+            with self.subTest(answer=answer[:20]):
+                with self.assertRaises(aural_ws.HandshakeError):
+                    ac.Client("ws://127.0.0.1:%d/ws" % ls.getsockname()[1],
+                              timeout=10)
+
+    def test_aural_sub_takes_extreme_stream_started_values(self):
+        # A STREAM_STARTED within the decoder's ranges but far from a real
+        # one: a sample rate of 1e300, chunk 2^63 - 1. aural sub converted
+        # the rate to int64_t and multiplied the chunk by chunk_frames in
+        # int64_t, both undefined (UBSan's "runtime error" in the
+        # sanitized build).
+        started = msg(ac.STREAM_STARTED, {
+            "name": "x", "source": "client", "sample_rate": 1e300,
+            "channels": 1, "start_us": 1,
+            "next_chunk": 9223372036854775807}, 1)
+        ended = msg(ac.STREAM_ENDED, {"name": "x", "reason": "closed",
+                                      "message": "", "frames": 0,
+                                      "chunks": 0}, 1)
+        subscribed = msg(ac.SUBSCRIBED, {"subscription": 1, "stream": None,
+                                         "all": True,
+                                         "outputs": ["embeddings"],
+                                         "dtype": "f32"})
+        d = tempfile.mkdtemp(prefix="aural-fake-")
+        self.addCleanup(shutil.rmtree, d, True)
+        welcome = dict(self.WELCOME)
+        welcome["model"] = dict(welcome["model"], frame_ms=10, n_mels=80,
+                                n_layers=1, window=50)
+        for args in (["--json"], ["-o", os.path.join(d, "x.npy")], []):
+            path = self.serve([subscribed, started, ended], welcome)
+            with self.subTest(args=args):
+                p = subprocess.run([AURAL, "sub", "-s", path, "--all"] + args,
+                                   capture_output=True, text=True,
+                                   timeout=30)
+                self.assertNotIn("runtime error", p.stderr)
+                self.assertGreaterEqual(p.returncode, 0, p.stderr)
+                if args == ["--json"]:
+                    line = json.loads(p.stdout.splitlines()[0])
+                    self.assertEqual(line["sample_rate"], 1e300)
+
+    def fake_load_server(self, n_frames):
+        """A socket path serving aural load as aurald would, but that
+        answers each stream's AUDIO_CLOSE with one FINAL chunk of n_frames
+        frames of d_model 4 (f32) on the subscription."""
+        d = tempfile.mkdtemp(prefix="aural-fake-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(8)
+        self.addCleanup(ls.close)
+        welcome = dict(self.WELCOME, max_message_bytes=16 << 20)
+        welcome["model"] = dict(welcome["model"], frame_ms=10,
+                                frame_length_ms=25, n_mels=80, n_layers=1,
+                                window=50)
+        chunk = ac.CHUNK_FIXED.pack(0, 0, n_frames, 1, 1, 0, 0, 0, 4, 0, 1,
+                                    0, 0, 0) + bytes(16 * n_frames)
+        sub, lock, ids = [], threading.Lock(), iter(range(10, 20))
+
+        def conn(s):
+            with s:
+                while True:
+                    m = read_msg(s)
+                    if m is None:
+                        return
+                    t, sid = m[0], m[1]
+                    if t == ac.HELLO:
+                        s.sendall(msg(ac.WELCOME, welcome))
+                    elif t == ac.PING:
+                        s.sendall(msg(ac.PONG, m[2]))
+                    elif t == ac.SUBSCRIBE:
+                        sub.append(s)
+                        s.sendall(msg(ac.SUBSCRIBED, {
+                            "subscription": 1, "stream": None, "all": True,
+                            "outputs": ["embeddings"], "dtype": "f32"}))
+                    elif t == ac.AUDIO_OPEN:
+                        with lock:
+                            sid = next(ids)
+                        s.sendall(msg(ac.AUDIO_OPENED, {
+                            "stream": sid, "name": "s%d" % sid}, sid))
+                    elif t == ac.AUDIO_CLOSE:
+                        with lock:
+                            sub[0].sendall(
+                                msg(ac.STREAM_STARTED, {
+                                    "name": "s%d" % sid, "source": "client",
+                                    "sample_rate": 16000, "channels": 1,
+                                    "start_us": 1, "next_chunk": 0}, sid) +
+                                msg(ac.CHUNK, chunk, sid) +
+                                msg(ac.STREAM_ENDED, {
+                                    "name": "s%d" % sid, "reason": "closed",
+                                    "message": "", "frames": n_frames,
+                                    "chunks": 1}, sid))
+                        s.sendall(msg(ac.AUDIO_CLOSED, {
+                            "frames": n_frames, "chunks": 1}, sid))
+
+        def accept():
+            while True:
+                try:
+                    s, _ = ls.accept()
+                except OSError:
+                    return
+                threading.Thread(target=conn, args=(s,), daemon=True).start()
+        threading.Thread(target=accept, daemon=True).start()
+        return path
+
+    def test_aural_load_json_without_latencies_is_json(self):
+        # Every chunk a FINAL one (a chunk longer than the run): no
+        # latency was measured. --json wrote "p50":nan, which no JSON
+        # reader takes; it must be null.
+        p = subprocess.run([AURAL, "load", "-s", self.fake_load_server(10),
+                            "-n", "2", "--seconds", "1", "--json", SAMPLE],
+                           capture_output=True, text=True, timeout=60)
+        out = json.loads(p.stdout)
+        self.assertIsNone(out["latency_ms"]["p50"])
+        self.assertEqual(out["chunks_received"], 2, p.stderr)
+
+    def test_aural_load_takes_a_chunk_past_4_mib(self):
+        # A client should take any message up to the WELCOME's
+        # max_message_bytes (PROTOCOL.md 2); aural load's subscriber gave
+        # up at 4 MiB ("a message larger than 4 MiB"). A chunk of 5 MiB:
+        # a wide model with a long --chunk-ms.
+        p = subprocess.run([AURAL, "load", "-s",
+                            self.fake_load_server((5 << 20) // 16), "-n", "2",
+                            "--seconds", "1", "--json", SAMPLE],
+                           capture_output=True, text=True, timeout=60)
+        self.assertNotIn("MiB", p.stderr)
+        self.assertEqual(json.loads(p.stdout)["chunks_received"], 2,
+                         p.stderr)
+
+    def test_malformed_welcome_is_a_protocol_error(self):
+        for key, value in (("max_request_bytes", None),
+                           ("max_message_bytes", "64"),
+                           ("model", [1, 2]),
+                           ("model", {"vocab_size": 1, "vocab": "a"}),
+                           ("model", {"vocab_size": "1", "vocab": ["a"]})):
+            w = dict(self.WELCOME)
+            if value is None:
+                del w[key]
+            else:
+                w[key] = value
+            with self.subTest(key=key, value=value):
+                with self.assertRaises(ac.ProtocolError):
+                    ac.Client(self.serve([], w), timeout=10)
 
 
 def main(module_name):

@@ -55,9 +55,28 @@ typedef struct load_run {
   const int16_t *pcm;     /* the recording, 16-bit, at rate */
   size_t pcm_len;
   load_stream *st;
-  uint32_t *by_id;        /* stream id -> index + 1 */
-  size_t by_id_cap;
+  /* (n) the streams by their server's id, which may be any of 1..2^32-1:
+   * sorted once all are open, searched for each message. */
+  struct load_id {
+    uint32_t id, index;
+  } *by_id;
 } load_run;
+
+static int cmp_load_id(const void *a, const void *b) {
+  uint32_t x = ((const struct load_id *)a)->id,
+           y = ((const struct load_id *)b)->id;
+  return x < y ? -1 : x > y;
+}
+
+/* The stream the server calls id, or NULL when it is none of ours. */
+static load_stream *stream_of_id(const load_run *r, uint32_t id) {
+  struct load_id key = {.id = id};
+  const struct load_id *e =
+      r->by_id == NULL ? NULL
+                       : bsearch(&key, r->by_id, (size_t)r->n,
+                                 sizeof *r->by_id, cmp_load_id);
+  return e != NULL ? &r->st[e->index] : NULL;
+}
 
 static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig) {
@@ -209,20 +228,19 @@ static void on_chunk(load_run *r, load_stream *s, const uint8_t *payload,
 
 /* Parses whole messages out of buf; returns bytes consumed. */
 static size_t on_sub_bytes(load_run *r, const uint8_t *buf, size_t len,
-                           double now, bool *fatal) {
+                           uint32_t max_payload, double now, bool *fatal) {
   size_t at = 0;
   while (len - at >= AURAL_PROTO_HEADER_BYTES) {
     aural_msg_header h;
-    if (aural_proto_decode_header(buf + at, len - at, 1u << 30, &h) < 0) {
+    if (aural_proto_decode_header(buf + at, len - at, max_payload, &h) < 0) {
       *fatal = true;
       return at;
     }
     size_t total = AURAL_PROTO_HEADER_BYTES + h.payload_bytes;
     if (len - at < total) break;
     const uint8_t *p = buf + at + AURAL_PROTO_HEADER_BYTES;
-    uint32_t idx = h.stream_id < r->by_id_cap ? r->by_id[h.stream_id] : 0;
-    if (idx > 0) {
-      load_stream *s = &r->st[idx - 1];
+    load_stream *s = stream_of_id(r, h.stream_id);
+    if (s != NULL) {
       if (h.type == AURAL_MSG_CHUNK) on_chunk(r, s, p, h.payload_bytes, now);
       else if (h.type == AURAL_MSG_GAP) {
         aural_msg_gap g;
@@ -336,7 +354,8 @@ static int open_load_streams(load_run *r, const char *sock,
   }
   size_t n_streams = (size_t)r->n;
   r->st = calloc(n_streams, sizeof *r->st);
-  if (r->st == NULL) goto oom;
+  r->by_id = calloc(n_streams, sizeof *r->by_id); /* cmd_load frees them */
+  if (r->st == NULL || r->by_id == NULL) goto oom;
   for (size_t i = 0; i < n_streams; i++) {
     load_stream *s = &r->st[i];
     s->sent_at = calloc(r->n_blocks + 1, sizeof *s->sent_at);
@@ -358,18 +377,11 @@ static int open_load_streams(load_run *r, const char *sock,
       return -1;
     }
     s->id = m.h.stream_id;
-    if (s->id >= r->by_id_cap) {
-      size_t cap = (s->id + 1) * 2;
-      uint32_t *p = realloc(r->by_id, cap * sizeof *p);
-      if (p == NULL) goto oom;
-      memset(p + r->by_id_cap, 0, (cap - r->by_id_cap) * sizeof *p);
-      r->by_id = p;
-      r->by_id_cap = cap;
-    }
-    r->by_id[s->id] = (uint32_t)i + 1;
+    r->by_id[i] = (struct load_id){.id = s->id, .index = (uint32_t)i};
     if (fcntl(s->c->fd, F_SETFL, fcntl(s->c->fd, F_GETFL) | O_NONBLOCK) < 0)
       goto oom;
   }
+  qsort(r->by_id, n_streams, sizeof *r->by_id, cmp_load_id);
   return 0;
 oom:
   fprintf(stderr, "aural load: out of memory\n");
@@ -457,8 +469,22 @@ static int run_load(load_run *r, aural_client *sub, aural_client *pinger,
     now = cli_now_s();
     if (pf[0].revents & (POLLIN | POLLHUP)) {
       if (rlen == rcap) {
-        fprintf(stderr, "aural load: a message larger than 4 MiB\n");
-        break;
+        /* The buffer holds part of one message longer than it (its header
+         * checked against the server's max_message_bytes): room for all
+         * of it. */
+        aural_msg_header h;
+        size_t want = 0;
+        if (aural_proto_decode_header(rbuf, rlen, sub->max_message_bytes,
+                                      &h) == 0)
+          want = AURAL_PROTO_HEADER_BYTES + (size_t)h.payload_bytes;
+        uint8_t *p = want > rcap ? realloc(rbuf, want) : NULL;
+        if (p == NULL) {
+          fprintf(stderr, "aural load: no room for a message of %zu bytes\n",
+                  want);
+          break;
+        }
+        rbuf = p;
+        rcap = want;
       }
       ssize_t got = recv(sub->fd, rbuf + rlen, rcap - rlen, MSG_DONTWAIT);
       if (got == 0) {
@@ -467,7 +493,8 @@ static int run_load(load_run *r, aural_client *sub, aural_client *pinger,
       }
       if (got > 0) {
         rlen += (size_t)got;
-        size_t used = on_sub_bytes(r, rbuf, rlen, now, &fatal);
+        size_t used =
+            on_sub_bytes(r, rbuf, rlen, sub->max_message_bytes, now, &fatal);
         memmove(rbuf, rbuf + used, rlen - used);
         rlen -= used;
       }
@@ -495,6 +522,15 @@ static int run_load(load_run *r, aural_client *sub, aural_client *pinger,
   free(msg);
   free(pf);
   return rc;
+}
+
+/* v as a JSON number of prec decimals in buf, or null when it is not
+ * finite: no chunk gave a latency (every one was a FINAL chunk), no PONG
+ * came, or the daemon's CPU time could not be read. */
+static const char *json_num(char buf[48], double v, int prec) {
+  if (!isfinite(v)) return "null";
+  snprintf(buf, 48, "%.*f", prec, v);
+  return buf;
 }
 
 /* Prints the run's figures (a table, or one JSON object) and returns the
@@ -539,19 +575,23 @@ static int report_load(load_run *r, const load_result *res, size_t block_ms,
   double gmax = res->n_pings ? res->ping_ms[res->n_pings - 1] : NAN;
   double cpu_pct = 100.0 * res->cpu_s / res->wall_s;
   if (json) {
+    char b[10][48];
     printf("{\"streams\":%zu,\"seconds\":%.0f,\"block_ms\":%zu,"
            "\"input_rate\":%.0f,\"chunks_expected\":%llu,"
            "\"chunks_received\":%llu,\"chunks_lost\":%llu,"
-           "\"latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.3f,"
+           "\"latency_ms\":{\"p50\":%s,\"p99\":%s,\"max\":%s,"
            "\"worst_stream_p50\":%.3f,\"worst_stream_p99\":%.3f},"
-           "\"ping_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"max\":%.3f,\"n\":%zu},"
-           "\"daemon_cpu_percent\":%.2f,\"cpu_percent_per_stream\":%.4f,"
+           "\"ping_ms\":{\"p50\":%s,\"p99\":%s,\"max\":%s,\"n\":%zu},"
+           "\"daemon_cpu_percent\":%s,\"cpu_percent_per_stream\":%s,"
            "\"interrupted\":%s,\"per_stream\":[",
            n_streams, r->seconds, block_ms, r->rate,
            (unsigned long long)expected, (unsigned long long)chunks,
-           (unsigned long long)lost, p50, p99, pmax, worst_p50, worst_p99,
-           g50, g99, gmax, res->n_pings, cpu_pct,
-           cpu_pct / (double)n_streams, interrupted ? "true" : "false");
+           (unsigned long long)lost, json_num(b[0], p50, 3),
+           json_num(b[1], p99, 3), json_num(b[2], pmax, 3), worst_p50,
+           worst_p99, json_num(b[3], g50, 3), json_num(b[4], g99, 3),
+           json_num(b[5], gmax, 3), res->n_pings, json_num(b[6], cpu_pct, 2),
+           json_num(b[7], cpu_pct / (double)n_streams, 4),
+           interrupted ? "true" : "false");
     for (size_t i = 0; i < n_streams; i++) {
       printf("%s{\"chunks\":%llu,\"lost\":%llu", i ? "," : "",
              (unsigned long long)r->st[i].chunks,

@@ -296,8 +296,12 @@ int sub_on_started(sub_job *job, uint32_t id,
   sub_stream *s = get_stream(job, id);
   if (s == NULL) goto oom;
   snprintf(s->name, sizeof s->name, "%s", st->name);
-  int64_t next = (int64_t)st->next_chunk, rate = (int64_t)st->sample_rate,
-          channels = st->channels, start_us = st->start_us;
+  /* The server's numbers as they came: a sample rate is any finite
+   * double (converting one past int64_t to it is undefined), a chunk
+   * number any of 0..INT64_MAX. */
+  int64_t next = (int64_t)st->next_chunk, channels = st->channels,
+          start_us = st->start_us;
+  double rate = st->sample_rate;
   s->ended = 0;
   s->next_seq = s->first_chunk = (uint64_t)next;
   s->n_chunks = s->n_lost = 0;
@@ -316,9 +320,9 @@ int sub_on_started(sub_job *job, uint32_t id,
     if (next > 0)
       fprintf(stderr,
               "aural sub: joined '%s' at chunk %lld: %s starts at frame "
-              "%lld, not 0\n",
+              "%.0f, not 0\n",
               s->name, (long long)next, job->out_path,
-              (long long)next * job->model->chunk_frames);
+              (double)next * job->model->chunk_frames);
   }
 
   if (job->json) {
@@ -327,7 +331,7 @@ int sub_on_started(sub_job *job, uint32_t id,
     aural_jw_key(&w, "source");
     aural_jw_string(&w, source ? source : "");
     aural_jw_key(&w, "sample_rate");
-    aural_jw_int(&w, rate);
+    aural_jw_double(&w, rate);
     aural_jw_key(&w, "channels");
     aural_jw_int(&w, channels);
     aural_jw_key(&w, "start_us");
@@ -336,9 +340,9 @@ int sub_on_started(sub_job *job, uint32_t id,
     aural_jw_int(&w, next);
     if (jw_print(job, &w) < 0) return -1;
   } else if (!job->quiet) {
-    printf("%s  started: stream %u, %s, %lld Hz, %lld channel%s, from chunk "
+    printf("%s  started: stream %u, %s, %.15g Hz, %lld channel%s, from chunk "
            "%lld\n",
-           s->name, s->id, source ? source : "?", (long long)rate,
+           s->name, s->id, source ? source : "?", rate,
            (long long)channels, channels == 1 ? "" : "s", (long long)next);
     if (cli_stdout_flush(job->err, sizeof job->err) < 0) return -1;
   }
@@ -352,21 +356,24 @@ int sub_on_gap(sub_job *job, uint32_t id, uint64_t first_chunk,
                uint64_t n_chunks, const char *reason) {
   sub_stream *s = get_stream(job, id);
   if (s == NULL) return -1;
-  int64_t first = (int64_t)first_chunk, n = (int64_t)n_chunks;
+  /* The decoder saw to n >= 1 and first + n - 1 <= INT64_MAX; unsigned,
+   * first + n cannot overflow. */
+  uint64_t first = first_chunk, n = n_chunks;
   job->n_gaps++;
-  job->n_lost += (uint64_t)n;
-  s->n_lost += (uint64_t)n;
-  s->next_seq = (uint64_t)(first + n);
-  fprintf(stderr, "aural sub: %s: lost chunks %lld-%lld (%s; %llu lost so "
-          "far)\n", s->name, (long long)first, (long long)(first + n - 1),
-          reason ? reason : "?", (unsigned long long)job->n_lost);
+  job->n_lost += n;
+  s->n_lost += n;
+  s->next_seq = first + n;
+  fprintf(stderr, "aural sub: %s: lost chunks %llu-%llu (%s; %llu lost so "
+          "far)\n", s->name, (unsigned long long)first,
+          (unsigned long long)(first + n - 1), reason ? reason : "?",
+          (unsigned long long)job->n_lost);
   if (job->json) {
     aural_jw w;
     if (jw_start(job, &w, 64, "gap", s) < 0) return -1;
     aural_jw_key(&w, "first_chunk");
-    aural_jw_int(&w, first);
+    aural_jw_uint(&w, first);
     aural_jw_key(&w, "n_chunks");
-    aural_jw_int(&w, n);
+    aural_jw_uint(&w, n);
     aural_jw_key(&w, "reason");
     aural_jw_string(&w, reason ? reason : "");
     if (jw_print(job, &w) < 0) return -1;

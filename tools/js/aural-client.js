@@ -30,6 +30,17 @@ export const MSG = Object.freeze({
   AUDIO_CLOSED: 0x14, STATS: 0x15, STATS_REPLY: 0x16, WORDS: 0x17,
 });
 
+// The types a server sends; the replies among them answer requests in order.
+const SERVER_TYPES = new Set([
+  MSG.WELCOME, MSG.ERROR, MSG.PONG, MSG.STREAMS, MSG.SUBSCRIBED,
+  MSG.UNSUBSCRIBED, MSG.STREAM_STARTED, MSG.STREAM_ENDED, MSG.CHUNK, MSG.GAP,
+  MSG.AUDIO_OPENED, MSG.AUDIO_CLOSED, MSG.STATS_REPLY, MSG.WORDS,
+]);
+const UNSOLICITED = new Set([
+  MSG.ERROR, MSG.STREAM_STARTED, MSG.STREAM_ENDED, MSG.CHUNK, MSG.GAP,
+  MSG.WORDS, MSG.AUDIO_CLOSED,
+]);
+
 // Error codes whose ERROR, carrying a stream id, can be about AUDIO_DATA
 // rather than a reply (PROTOCOL.md 4.13).
 const AUDIO_ERRORS = new Set([5, 7, 11]); // BAD_PAYLOAD, NO_STREAM, AUDIO
@@ -48,6 +59,7 @@ export class ServerError extends Error {
 
 const utf8 = new TextEncoder();
 const utf8dec = new TextDecoder("utf-8", { fatal: false });
+const utf8strict = new TextDecoder("utf-8", { fatal: true });
 
 // ---- framing ---------------------------------------------------------------
 
@@ -96,8 +108,18 @@ export function decodeMessage(buf) {
   };
 }
 
+// A JSON payload: one object in UTF-8 (PROTOCOL.md §2); ProtocolError when
+// it is anything else.
 export function decodeJson(payload) {
-  return JSON.parse(utf8dec.decode(payload));
+  let obj;
+  try {
+    obj = JSON.parse(utf8strict.decode(payload));
+  } catch (e) {
+    throw new ProtocolError(`a JSON payload that does not parse: ${e.message}`);
+  }
+  if (obj === null || typeof obj !== "object" || Array.isArray(obj))
+    throw new ProtocolError("a JSON payload that is not an object");
+  return obj;
 }
 
 // ---- CHUNK ---------------------------------------------------------------------
@@ -137,6 +159,15 @@ export function decodeChunk(payload) {
     embeddings: null, logits: null, text: null,
   };
   const textBytes = v.getUint32(68, true);
+  // What §5 does not define is refused, as the C decoder refuses it: a
+  // dtype other than 0 (f32) and 1 (f16) would otherwise be read as f16.
+  if (c.dtype > 1) throw new ProtocolError(`CHUNK with unknown dtype ${c.dtype}`);
+  if (c.outputs & ~7)
+    throw new ProtocolError(`CHUNK with unknown outputs 0x${c.outputs.toString(16)}`);
+  if (textBytes !== 0 && !(c.outputs & 4))
+    throw new ProtocolError("CHUNK has text_bytes but no text section");
+  if (c.nFrames === 0 && !c.final)
+    throw new ProtocolError("CHUNK of 0 frames that is not the FINAL one");
   const size = c.dtype ? 2 : 4;
   let at = CHUNK_FIXED_BYTES;
   const need = (c.outputs & 1 ? c.nFrames * c.dModel * size : 0) +
@@ -225,9 +256,23 @@ export class AuralClient {
 
   #request(type, payload, reply, streamId = 0) {
     return new Promise((resolve, reject) => {
+      this.#send(type, payload, streamId); // throws when closed
       this.pending.push({ type, reply, resolve, reject });
-      this.#send(type, payload, streamId);
     });
+  }
+
+  // The server broke the protocol: every request waiting fails with err,
+  // the "error" handlers see it, and the connection is closed (what it
+  // would send next cannot be trusted, nor matched with the requests).
+  #fail(err) {
+    if (this.closed) return;
+    this.closed = true;
+    for (const p of this.pending) p.reject(err);
+    for (const p of this.closing.values()) p.reject(err);
+    this.pending = [];
+    this.closing.clear();
+    this.#emit("error", err);
+    this.ws.close();
   }
 
   #onClose(ev) {
@@ -240,24 +285,36 @@ export class AuralClient {
     this.#emit("close", ev);
   }
 
+  // The server's bytes are checked whole before anything acts on them: a
+  // message that does not decode, or a reply no request is waiting for,
+  // fails the connection instead of throwing out of the WebSocket's
+  // handler with the requests left waiting for ever.
   #onMessage(data) {
-    let m;
+    if (this.closed) return;
+    let m, body;
     try {
-      m = decodeMessage(new Uint8Array(data));
+      if (typeof data === "string")
+        throw new ProtocolError("a text WebSocket message");
+      m = decodeMessage(ArrayBuffer.isView(data)
+        ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
+        : new Uint8Array(data));
+      if (!SERVER_TYPES.has(m.type))
+        throw new ProtocolError(`message type 0x${m.type.toString(16)} from the server`);
+      body = m.type === MSG.CHUNK ? decodeChunk(m.payload) : decodeJson(m.payload);
+      if (!UNSOLICITED.has(m.type) && this.pending[0]?.reply !== m.type)
+        throw new ProtocolError(`unexpected message 0x${m.type.toString(16)}`);
     } catch (e) {
-      this.#emit("error", e);
-      this.ws.close();
+      this.#fail(e instanceof ProtocolError ? e : new ProtocolError(String(e)));
       return;
     }
     if (m.type === MSG.CHUNK) {
-      const c = decodeChunk(m.payload);
-      c.streamId = m.streamId;
-      c.name = this.names.get(m.streamId);
-      this.#emit("chunk", c);
+      body.streamId = m.streamId;
+      body.name = this.names.get(m.streamId);
+      this.#emit("chunk", body);
     } else if (m.type === MSG.ERROR) {
-      this.#onError(decodeJson(m.payload), m.streamId);
+      this.#onError(body, m.streamId);
     } else {
-      this.#onJson(m.type, m.streamId, decodeJson(m.payload));
+      this.#onJson(m.type, m.streamId, body);
     }
   }
 
@@ -280,11 +337,7 @@ export class AuralClient {
         return;
       }
     }
-    const p = this.pending.shift();
-    if (!p || p.reply !== type) {
-      this.#emit("error", new ProtocolError(`unexpected message 0x${type.toString(16)}`));
-      return;
-    }
+    const p = this.pending.shift(); // #onMessage checked it is this reply's
     if (type === MSG.AUDIO_OPENED) obj.stream = streamId;
     p.resolve(obj);
   }
@@ -308,8 +361,29 @@ export class AuralClient {
   // ---- requests ------------------------------------------------------------------
 
   async hello(clientName) {
-    const w = await this.#request(MSG.HELLO, { versions: [VERSION], client: clientName },
+    // "client" is at most 64 bytes of UTF-8 (PROTOCOL.md §4.1), cut between
+    // characters: the server refuses a longer one, and the connection.
+    const name = utf8.encode(String(clientName ?? ""));
+    let end = Math.min(name.length, 64);
+    while (end < name.length && end > 0 && (name[end] & 0xc0) === 0x80) end--;
+    const client = utf8dec.decode(name.subarray(0, end));
+    const w = await this.#request(MSG.HELLO, { versions: [VERSION], client },
                                   MSG.WELCOME);
+    // What the client relies on (sendAudio sizes its messages by
+    // max_request_bytes; a missing one made it send nothing at all).
+    const count = (x, min) => Number.isSafeInteger(x) && x >= min;
+    const m = w.model;
+    const bad = w.version !== VERSION ? "version"
+      : !count(w.max_request_bytes, 16) ? "max_request_bytes"
+      : !count(w.max_message_bytes, 1024) ? "max_message_bytes"
+      : m === null || typeof m !== "object" || Array.isArray(m) ? "model"
+      : !count(m.vocab_size, 0) || !Array.isArray(m.vocab) ||
+        m.vocab.length !== m.vocab_size ? "model.vocab" : null;
+    if (bad !== null) {
+      const err = new ProtocolError(`WELCOME has no valid ${bad}`);
+      this.#fail(err);
+      throw err;
+    }
     this.welcome = w;
     this.model = w.model;
     return w;

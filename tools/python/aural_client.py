@@ -40,6 +40,7 @@ needs the redis module, imported only here)::
 
 import collections
 import json
+import math
 import os
 import pwd
 import re
@@ -119,13 +120,15 @@ def default_socket_path() -> str:
     env = os.environ.get("AURAL_SOCKET")
     if env:
         return env
+    # As aural_proto_default_socket (proto/unix.c): an empty variable
+    # counts as unset, and the user is the effective one.
     xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg is not None:
+    if xdg:
         path = os.path.join(xdg, "aural.sock")
-    elif os.getuid() == 0:
+    elif os.geteuid() == 0:
         path = "/run/aural/aural.sock"
     else:
-        path = "/tmp/aural-%d/aural.sock" % os.getuid()
+        path = "/tmp/aural-%d/aural.sock" % os.geteuid()
     if not os.path.exists(path) and os.path.exists("/run/aural/aural.sock"):
         return "/run/aural/aural.sock"
     return path
@@ -335,15 +338,50 @@ def _words_of(items: Any) -> List[Word]:
         if not isinstance(w, dict):
             raise ProtocolError("WORDS: a word must be an object")
         try:
-            word = Word(str(w["word"]), int(w["start"]), int(w["end"]),
+            word = Word(str(w["word"]), _int(w, "start", "WORDS", _MISSING),
+                        _int(w, "end", "WORDS", _MISSING),
                         float(w["confidence"]))
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, ProtocolError) as e:
             raise ProtocolError("WORDS: malformed word %r" % (w,)) from e
         if not word.word or word.end < word.start or not (
                 0.0 <= word.confidence <= 1.0):
             raise ProtocolError("WORDS: malformed word %r" % (w,))
         out.append(word)
     return out
+
+
+_MISSING = object()
+
+
+def _int(obj: Dict[str, Any], key: str, what: str, default: Any = 0,
+         whole: bool = True) -> int:
+    """Member key of a server message's object as an int: a JSON number
+    with no fractional part, or with whole False any finite number,
+    truncated (absent: default, or ProtocolError when there is none).
+    Anything else is ProtocolError, not the ValueError, TypeError or
+    OverflowError that int() would raise on a server's bad value."""
+    v = obj.get(key, default)
+    if v is _MISSING:
+        raise ProtocolError("%s: \"%s\" is missing" % (what, key))
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (
+            isinstance(v, float) and not (math.isfinite(v) and (
+                v.is_integer() or not whole))):
+        raise ProtocolError("%s: \"%s\" must be an integer, not %.40r"
+                            % (what, key, v))
+    return int(v)
+
+
+def _list(obj: Dict[str, Any], key: str, what: str) -> List[Any]:
+    """Member key of a server message's object, which must be an array
+    (absent: empty)."""
+    v = obj.get(key, [])
+    if not isinstance(v, list):
+        raise ProtocolError("%s: \"%s\" must be an array" % (what, key))
+    return v
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError("%s is not JSON" % name)
 
 
 def _now_us() -> int:
@@ -497,7 +535,8 @@ class Client:
         self._closed_replies = {}
         self.max_message_bytes = WELCOME_MAX_BYTES
         self.max_request_bytes = 0
-        self._sock = MessageSocket(WebSocket(url, headers, timeout))
+        self._sock = MessageSocket(WebSocket(url, headers, timeout),
+                                   ProtocolError, self.max_message_bytes)
         try:
             self.hello(client_name)
         except BaseException:
@@ -567,9 +606,12 @@ class Client:
 
     @staticmethod
     def _json(mtype: int, payload: bytes) -> Dict[str, Any]:
+        # Strict JSON (RFC 8259): NaN and Infinity are refused, and nesting
+        # deep enough to exhaust the recursion limit is a ProtocolError.
         try:
-            obj = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
+            obj = json.loads(payload.decode("utf-8"),
+                             parse_constant=_reject_constant)
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise ProtocolError("%s payload is not JSON: %s"
                                 % (TYPE_NAMES[mtype], e)) from None
         if not isinstance(obj, dict):
@@ -590,34 +632,36 @@ class Client:
         if mtype == STREAM_STARTED:
             name = str(obj.get("name", ""))
             self._names[stream_id] = name
+            what = "STREAM_STARTED"
             return StreamStarted(stream_id, name, str(obj.get("source", "")),
-                                 int(obj.get("sample_rate", 0)),
-                                 int(obj.get("channels", 0)),
-                                 int(obj.get("start_us", 0)),
-                                 int(obj.get("next_chunk", 0)))
+                                 _int(obj, "sample_rate", what, whole=False),
+                                 _int(obj, "channels", what),
+                                 _int(obj, "start_us", what),
+                                 _int(obj, "next_chunk", what))
         if mtype == STREAM_ENDED:
             return StreamEnded(stream_id,
                                str(obj.get("name",
                                            self._names.get(stream_id, ""))),
                                str(obj.get("reason", "")),
                                str(obj.get("message", "")),
-                               int(obj.get("frames", 0)),
-                               int(obj.get("chunks", 0)))
+                               _int(obj, "frames", "STREAM_ENDED"),
+                               _int(obj, "chunks", "STREAM_ENDED"))
         if mtype == WORDS:
             segments = obj.get("segments")
             if not isinstance(segments, list):
                 raise ProtocolError("WORDS: \"segments\" must be a list")
             return Words(stream_id, self._names.get(stream_id, ""),
-                         int(obj.get("seq", 0)), bool(obj.get("final", False)),
+                         _int(obj, "seq", "WORDS"),
+                         bool(obj.get("final", False)),
                          [_words_of(seg) for seg in segments],
                          _words_of(obj.get("partial")))
         return Gap(stream_id, self._names.get(stream_id, ""),
-                   int(obj.get("first_chunk", 0)), int(obj.get("n_chunks", 0)),
+                   _int(obj, "first_chunk", "GAP"), _int(obj, "n_chunks", "GAP"),
                    str(obj.get("reason", "")))
 
     def _error(self, stream_id: int, payload: bytes) -> Error:
         obj = self._json(ERROR, payload)
-        code = int(obj.get("code", 0))
+        code = _int(obj, "code", "ERROR")
         return Error(stream_id, code,
                      str(obj.get("name", ERROR_NAMES.get(code, "ERROR"))),
                      str(obj.get("message", "")), bool(obj.get("fatal", True)))
@@ -667,8 +711,11 @@ class Client:
     def hello(self, client_name: str = "aural_client.py 1") -> Dict[str, Any]:
         """Sends HELLO and reads WELCOME (done on connect). Returns the
         WELCOME object."""
+        # At most 64 bytes of UTF-8 (PROTOCOL.md 4.1), cut between
+        # characters: a longer name makes the server refuse the HELLO.
+        name = client_name.encode("utf-8")[:64].decode("utf-8", "ignore")
         payload = json.dumps({"versions": [PROTOCOL_VERSION],
-                              "client": client_name[:64]}).encode()
+                              "client": name}).encode()
         _, pay = self._request(HELLO, payload, WELCOME)
         w = self._json(WELCOME, pay)
         if w.get("version") != PROTOCOL_VERSION:
@@ -676,11 +723,18 @@ class Client:
         self.welcome = w
         self.version = w["version"]
         self.server = str(w.get("server", ""))
-        self.max_request_bytes = int(w["max_request_bytes"])
-        self.max_message_bytes = int(w["max_message_bytes"])
-        self.model = dict(w.get("model", {}))
-        vocab = self.model.get("vocab", [])
-        if len(vocab) != int(self.model.get("vocab_size", 0)):
+        self.max_request_bytes = _int(w, "max_request_bytes", "WELCOME",
+                                      _MISSING)
+        self.max_message_bytes = _int(w, "max_message_bytes", "WELCOME",
+                                      _MISSING)
+        if hasattr(self._sock, "max_message_bytes"):  # over a WebSocket
+            self._sock.max_message_bytes = self.max_message_bytes
+        model = w.get("model", {})
+        if not isinstance(model, dict):
+            raise ProtocolError("WELCOME: \"model\" must be an object")
+        self.model = dict(model)
+        vocab = _list(self.model, "vocab", "WELCOME model")
+        if len(vocab) != _int(self.model, "vocab_size", "WELCOME model"):
             raise ProtocolError("WELCOME vocab has %d entries, vocab_size %r"
                                 % (len(vocab), self.model.get("vocab_size")))
         return w
@@ -709,7 +763,8 @@ class Client:
             req["stream"] = stream
         _add_vocabulary(req, vocabulary, boost)
         _, pay = self._request(SUBSCRIBE, json.dumps(req).encode(), SUBSCRIBED)
-        return int(self._json(SUBSCRIBED, pay)["subscription"])
+        return _int(self._json(SUBSCRIBED, pay), "subscription", "SUBSCRIBED",
+                    _MISSING)
 
     def unsubscribe(self, subscription: int) -> None:
         """Ends a subscription; no event of it follows."""
@@ -721,7 +776,7 @@ class Client:
         """The live streams: dicts with id, name, source, sample_rate,
         channels, start_us, frames, chunks."""
         _, pay = self._request(LIST_STREAMS, b"", STREAMS)
-        return list(self._json(STREAMS, pay).get("streams", []))
+        return list(_list(self._json(STREAMS, pay), "streams", "STREAMS"))
 
     def stats(self) -> Dict[str, Any]:
         """The server's statistics (PROTOCOL.md section 4.15), every page
@@ -733,13 +788,18 @@ class Client:
             _, pay = self._request(STATS, json.dumps(req).encode()
                                    if req else b"", STATS_REPLY)
             page = self._json(STATS_REPLY, pay)
-            nxt_s = int(page.pop("next_streams_before", 0))
-            nxt_c = int(page.pop("next_clients_before", 0))
+            nxt_s = _int(page, "next_streams_before", "STATS_REPLY")
+            nxt_c = _int(page, "next_clients_before", "STATS_REPLY")
+            page.pop("next_streams_before", None)
+            page.pop("next_clients_before", None)
+            streams = _list(page, "streams", "STATS_REPLY")
+            subscribers = _list(page, "subscribers", "STATS_REPLY")
             if whole is None:
                 whole = page
+                whole["streams"], whole["subscribers"] = streams, subscribers
             else:
-                whole["streams"] += page.get("streams", [])
-                whole["subscribers"] += page.get("subscribers", [])
+                whole["streams"] += streams
+                whole["subscribers"] += subscribers
             if not nxt_s and not nxt_c:
                 return whole
             # A list already complete is asked past its end (id < 1).
@@ -783,7 +843,7 @@ class Client:
         sid, pay = self._request(AUDIO_OPEN, json.dumps(req).encode(),
                                  AUDIO_OPENED)
         obj = self._json(AUDIO_OPENED, pay)
-        sid = sid or int(obj.get("stream", 0))
+        sid = sid or _int(obj, "stream", "AUDIO_OPENED")
         self._audio[sid] = fmt
         self._audio_channels[sid] = int(channels)
         self._names.setdefault(sid, str(obj.get("name", name or "")))
@@ -818,8 +878,14 @@ class Client:
         """Writes data, reading (and buffering) whatever the server sends
         meanwhile."""
         view = memoryview(data)
+        # The client's timeout bounds each wait here too: a server that
+        # neither takes audio nor sends anything raises socket.timeout.
+        limit = self._sock.gettimeout()
         while view:
-            r, w, _ = select.select([self._sock], [self._sock], [])
+            r, w, _ = select.select([self._sock], [self._sock], [], limit)
+            if not r and not w:
+                raise socket.timeout("aurald took no audio and sent nothing "
+                                     "for %g s" % limit)
             if r:
                 try:
                     mtype, sid, pay = self._read_message()
@@ -860,8 +926,8 @@ class Client:
                 self._events.append(err)
         self._audio.pop(stream_id, None)
         reply = self._closed_replies.pop(stream_id)
-        return {"frames": int(reply.get("frames", 0)),
-                "chunks": int(reply.get("chunks", 0))}
+        return {"frames": _int(reply, "frames", "AUDIO_CLOSED"),
+                "chunks": _int(reply, "chunks", "AUDIO_CLOSED")}
 
     # --- events -------------------------------------------------------------
 
@@ -869,7 +935,8 @@ class Client:
         """Yields StreamStarted, Chunk, Gap, StreamEnded and Error objects as
         they arrive (first those buffered during requests). Ends when the
         server closes the connection, or when nothing arrived for timeout
-        seconds (None: wait forever)."""
+        seconds (None: wait forever); a message the server began and then
+        sent nothing of for timeout seconds raises ProtocolError."""
         while True:
             while self._events:
                 yield self._events.popleft()
@@ -880,13 +947,31 @@ class Client:
                 if not r:
                     return
             try:
-                mtype, sid, pay = self._read_message()
+                mtype, sid, pay = self._read_message_within(timeout)
             except EOFError:
                 return
             if self._handle_async(mtype, sid, pay):
                 continue
             if mtype == ERROR:
                 self._events.append(self._error(sid, pay))
+
+    def _read_message_within(self, timeout: Optional[float]):
+        """_read_message, where no wait for the rest of a message lasts
+        more than timeout seconds (None: the socket's own timeout): a
+        server that sends part of a message and then nothing is a
+        ProtocolError rather than a read that never returns."""
+        old = self._sock.gettimeout()
+        if timeout is None or (old is not None and old <= timeout):
+            return self._read_message()
+        self._sock.settimeout(timeout)
+        try:
+            return self._read_message()
+        except socket.timeout:
+            raise ProtocolError("aurald sent part of a message, then "
+                                "nothing for %g s" % timeout) from None
+        finally:
+            if self._sock is not None:
+                self._sock.settimeout(old)
 
 
 # --- cluster mode (docs/CLUSTER.md) -------------------------------------------
@@ -1110,8 +1195,9 @@ def _cluster_chunk(name: str, entry_id: bytes, fields: Dict[bytes, bytes]
         ck.text = fields[b"text"].decode("utf-8", "replace")
     if b"words" in fields:
         try:
-            obj = json.loads(fields[b"words"].decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
+            obj = json.loads(fields[b"words"].decode("utf-8"),
+                             parse_constant=_reject_constant)
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise ProtocolError("%s: chunk %d: words are not JSON: %s"
                                 % (name, ck.seq, e)) from None
         if not isinstance(obj, dict) or not isinstance(

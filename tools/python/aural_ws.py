@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 CONT, TEXT, BINARY, CLOSE, PING, PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
 HEADER = struct.Struct("<IBBHII")  # the protocol's message header
+HEAD_MAX = 16384  # bytes of the upgrade response's status line and fields
 
 
 class HandshakeError(Exception):
@@ -45,6 +46,12 @@ class Closed(Exception):
         self.reason = reason
 
 
+class TooLarge(Exception):
+    """The server sent a frame or message over the limit the reader set
+    (or a control frame over RFC 6455's 125 bytes); nothing of it was
+    read."""
+
+
 class WebSocket:
     def __init__(self, url: str, headers: Optional[Dict[str, str]] = None,
                  timeout: Optional[float] = 10.0,
@@ -58,7 +65,7 @@ class WebSocket:
             ctx = ssl_context or ssl.create_default_context()
             sock = ctx.wrap_socket(sock, server_hostname=u.hostname)
         self.sock = sock
-        self._buf = b""
+        self._buf = bytearray()
         self.close_code: Optional[int] = None
         self._handshake(u, headers or {})
 
@@ -71,16 +78,25 @@ class WebSocket:
         lines += ["%s: %s" % kv for kv in headers.items()]
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
         while b"\r\n\r\n" not in self._buf:
+            if len(self._buf) > HEAD_MAX:
+                raise HandshakeError(0, "a response head of more than %d "
+                                        "bytes" % HEAD_MAX)
             part = self.sock.recv(4096)
             if not part:
                 raise HandshakeError(0, "connection closed during the "
                                         "handshake")
             self._buf += part
-        head, self._buf = self._buf.split(b"\r\n\r\n", 1)
+        head, rest = bytes(self._buf).split(b"\r\n\r\n", 1)
+        self._buf = bytearray(rest)
         status_line, *fields = head.decode("latin-1").split("\r\n")
-        status = int(status_line.split()[1])
+        words = status_line.split()
+        if (len(words) < 2 or not words[0].startswith("HTTP/") or
+                not words[1].isdigit() or len(words[1]) != 3):
+            raise HandshakeError(0, "not an HTTP response: %.80r"
+                                 % status_line)
+        status = int(words[1])
         if status != 101:
-            body = self._buf
+            body = bytes(self._buf)
             try:
                 self.sock.settimeout(2)
                 while True:
@@ -124,33 +140,47 @@ class WebSocket:
         self.send_frame(BINARY, data)
 
     def _read(self, n: int) -> bytes:
+        # At most 1 MiB a recv(): what is allocated follows what arrived,
+        # not the length a frame's header claims.
         while len(self._buf) < n:
-            part = self.sock.recv(max(65536, n - len(self._buf)))
+            part = self.sock.recv(min(max(65536, n - len(self._buf)), 1 << 20))
             if not part:
                 raise Closed(self.close_code, "connection closed")
             self._buf += part
-        out, self._buf = self._buf[:n], self._buf[n:]
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
         return out
 
-    def recv_frame(self) -> Tuple[bool, int, bytes]:
+    def recv_frame(self, max_bytes: Optional[int] = None
+                   ) -> Tuple[bool, int, bytes]:
+        """One frame. A data frame of more than max_bytes (None: any), or a
+        control frame of more than 125 bytes, raises TooLarge before its
+        data is read."""
         b0, b1 = self._read(2)
         n = b1 & 0x7F
         if n == 126:
             n = struct.unpack("!H", self._read(2))[0]
         elif n == 127:
             n = struct.unpack("!Q", self._read(8))[0]
+        if b0 & 0x08 and n > 125:
+            raise TooLarge("a control frame of %d bytes (at most 125)" % n)
+        if not b0 & 0x08 and max_bytes is not None and n > max_bytes:
+            raise TooLarge("a frame of %d bytes where at most %d were left "
+                           "for its message" % (n, max_bytes))
         key = self._read(4) if b1 & 0x80 else None
         data = self._read(n)
         if key:
             data = _mask(data, key)
         return bool(b0 & 0x80), b0 & 0x0F, data
 
-    def recv(self) -> Tuple[int, bytes]:
+    def recv(self, max_bytes: Optional[int] = None) -> Tuple[int, bytes]:
         """One whole data message (opcode, bytes). Pings are answered;
-        a close frame raises Closed with its status."""
-        opcode, parts = None, []
+        a close frame raises Closed with its status; a message longer than
+        max_bytes (None: any) raises TooLarge."""
+        opcode, parts, total = None, [], 0
         while True:
-            fin, op, data = self.recv_frame()
+            left = None if max_bytes is None else max_bytes - total
+            fin, op, data = self.recv_frame(left)
             if op == PING:
                 self.send_frame(PONG, data)
                 continue
@@ -168,6 +198,7 @@ class WebSocket:
             if opcode is None:
                 opcode = op
             parts.append(data)
+            total += len(data)
             if fin:
                 return opcode, b"".join(parts)
 
@@ -195,13 +226,22 @@ class MessageSocket:
     binary message each; reads return the bytes of the messages received,
     in order."""
 
-    def __init__(self, ws: WebSocket):
+    def __init__(self, ws: WebSocket, error: type = TooLarge,
+                 max_message_bytes: int = 64 << 20):
         self.ws = ws
         self._out = b""
         self._in = b""
+        # The largest payload the reader accepts (its max_message_bytes):
+        # a WebSocket message longer than a header and that is refused,
+        # as an instance of error, before it is read.
+        self.max_message_bytes = max_message_bytes
+        self._error = error
 
     def settimeout(self, t: Optional[float]) -> None:
         self.ws.sock.settimeout(t)
+
+    def gettimeout(self) -> Optional[float]:
+        return self.ws.sock.gettimeout()
 
     def sendall(self, data: bytes) -> None:
         self._out += bytes(data)
@@ -219,9 +259,15 @@ class MessageSocket:
     def recv(self, n: int) -> bytes:
         if not self._in:
             try:
-                _, self._in = self.ws.recv()
+                _, self._in = self.ws.recv(HEADER.size +
+                                           self.max_message_bytes)
             except Closed:
                 return b""
+            except TooLarge as e:
+                raise self._error("aurald sent %s, over its limit of %d "
+                                  "bytes a message" % (e, HEADER.size +
+                                                       self.max_message_bytes)
+                                  ) from None
         out, self._in = self._in[:n], self._in[n:]
         return out
 

@@ -13,7 +13,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aural_client import (Chunk, Client, Error, Gap, StreamEnded,  # noqa: E402
+from aural_client import (Chunk, Client, Error, Gap,  # noqa: E402
+                          ProtocolError, ServerError, StreamEnded,
                           StreamStarted, default_socket_path)
 
 
@@ -41,7 +42,7 @@ def main() -> int:
 
     try:
         client = Client(args.socket, client_name="example_subscribe.py")
-    except (OSError, ConnectionError) as e:
+    except (OSError, ProtocolError, ServerError) as e:
         print("example_subscribe: %s" % e, file=sys.stderr)
         return 1
     with client:
@@ -49,8 +50,13 @@ def main() -> int:
         print("connected to %s: d_model %s, vocab %s, %s frames per chunk"
               % (client.server, m.get("d_model"), m.get("vocab_size"),
                  m.get("chunk_frames")))
-        client.subscribe(stream=args.stream, all=args.stream is None,
-                         outputs=(args.output,), dtype=args.dtype)
+        try:
+            client.subscribe(stream=args.stream, all=args.stream is None,
+                             outputs=(args.output,), dtype=args.dtype)
+        except ServerError as e:  # NO_HEAD: --output text of a bare encoder
+            print("example_subscribe: subscription refused: %s" % e,
+                  file=sys.stderr)
+            return 1
         try:
             for ev in client.events():
                 if isinstance(ev, StreamStarted):
@@ -91,6 +97,9 @@ def main() -> int:
                         return 3
         except KeyboardInterrupt:
             return 130
+        except (ProtocolError, OSError) as e:
+            print("example_subscribe: %s" % e, file=sys.stderr)
+            return 3
     print("aurald closed the connection", file=sys.stderr)
     return 3
 

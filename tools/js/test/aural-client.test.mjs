@@ -97,6 +97,26 @@ test("a CHUNK's sections decode", () => {
   assert.throws(() => decodeChunk(chunkPayload().subarray(0, 80)), /its fields say/);
 });
 
+test("a CHUNK with fields §5 does not define is refused", () => {
+  const bad = (at, set) => {
+    const p = chunkPayload({ outputs: 3, dtype: 1 });
+    set(new DataView(p.buffer), at);
+    return p;
+  };
+  // dtype 2 has the length of f16 sections: it must not be read as f16.
+  assert.throws(() => decodeChunk(bad(66, (v, o) => v.setUint8(o, 2))), /dtype 2/);
+  assert.throws(() => decodeChunk(bad(64, (v, o) => v.setUint16(o, 3 | 8, true))),
+                /outputs/);
+  const notext = chunkPayload({ outputs: 3, dtype: 1 });
+  new DataView(notext.buffer).setUint32(68, 5, true);
+  assert.throws(() => decodeChunk(notext), /text_bytes/);
+  const empty = new Uint8Array(72);
+  new DataView(empty.buffer).setUint32(20, 1, true); // FINAL, 0 frames
+  assert.equal(decodeChunk(empty).nFrames, 0);
+  new DataView(empty.buffer).setUint32(20, 0, true);
+  assert.throws(() => decodeChunk(empty), /0 frames/);
+});
+
 test("softmax rows sum to one", () => {
   const p = softmaxRows(new Float32Array([0, 0, 1000, 0]), 2);
   assert.deepEqual([...p], [0.5, 0.5, 1, 0]);
@@ -119,7 +139,8 @@ class FakeWs {
   }
 }
 
-const WELCOME = { version: 1, max_request_bytes: 64, model: { vocab: [] } };
+const WELCOME = { version: 1, max_request_bytes: 64, max_message_bytes: 1 << 20,
+                  model: { vocab_size: 0, vocab: [] } };
 
 async function client() {
   const ws = new FakeWs();
@@ -129,6 +150,33 @@ async function client() {
   await h;
   return [c, ws];
 }
+
+test("HELLO's client name is cut to 64 bytes of UTF-8, between characters", async () => {
+  for (const [name, want] of [["\u00e9".repeat(40), "\u00e9".repeat(32)],
+                              ["a" + "\u20ac".repeat(30), "a" + "\u20ac".repeat(21)],
+                              ["x".repeat(100), "x".repeat(64)], ["tool 1", "tool 1"]]) {
+    const ws = new FakeWs();
+    const c = new AuralClient(ws);
+    const h = c.hello(name);
+    ws.reply(MSG.WELCOME, WELCOME);
+    await h;
+    const sent = JSON.parse(new TextDecoder().decode(ws.sent[0].payload));
+    assert.equal(sent.client, want);
+  }
+});
+
+test("a WELCOME without what the client relies on fails the connection", async () => {
+  for (const change of [{ version: 2 }, { max_request_bytes: undefined },
+                        { max_request_bytes: "64" }, { max_message_bytes: 0 },
+                        { model: [1] }, { model: { vocab_size: 2, vocab: ["a"] } }]) {
+    const ws = new FakeWs();
+    const c = new AuralClient(ws);
+    const h = c.hello("test");
+    ws.reply(MSG.WELCOME, { ...WELCOME, ...change });
+    await assert.rejects(h, ProtocolError, JSON.stringify(change));
+    assert.equal(c.closed, true);
+  }
+});
 
 test("requests take replies in order; a non-fatal ERROR rejects the oldest", async () => {
   const [c, ws] = await client();
@@ -174,6 +222,33 @@ test("a fatal ERROR rejects every request waiting", async () => {
   ws.reply(MSG.ERROR, { code: 13, name: "SHUTDOWN", message: "bye", fatal: true });
   await assert.rejects(a, /SHUTDOWN/);
   await assert.rejects(b, /SHUTDOWN/);
+});
+
+test("a malformed server message fails the connection and every request waiting", async () => {
+  const bad = [
+    [MSG.CHUNK, chunkPayload().subarray(0, 80)],          // sizes disagree
+    [MSG.STREAMS, new TextEncoder().encode("{\"streams\":")], // not JSON
+    [MSG.ERROR, json(null)],                               // not an object
+    [MSG.UNSUBSCRIBED, json({ subscription: 1 })],         // not the reply due
+  ];
+  for (const [type, body] of bad) {
+    const [c, ws] = await client();
+    const errors = [];
+    let closed = 0;
+    c.on("error", (e) => errors.push(e));
+    c.on("close", () => closed++);
+    const a = c.listStreams();
+    const b = c.stats();
+    assert.doesNotThrow(() => ws.reply(type, body));
+    await assert.rejects(a, ProtocolError);
+    await assert.rejects(b, ProtocolError);
+    assert.equal(errors.length, 1);
+    assert.ok(errors[0] instanceof ProtocolError);
+    assert.equal(closed, 1);
+    assert.equal(c.closed, true);
+    await assert.rejects(c.listStreams(), /closed/);
+    assert.equal(c.pending.length, 0);
+  }
 });
 
 // ---- a live aurald ------------------------------------------------------------
