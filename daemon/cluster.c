@@ -717,6 +717,18 @@ static void create_stream(starting *st, uint64_t from, uint64_t skip) {
   read_audio(cl);
 }
 
+/* A stream that cannot resume, on this node or any other: a `lost` event
+ * naming why, and its announcement acked, so that no node takes it up
+ * again (handing it back would pass it from node to node for ever). */
+static void lose(starting *st, const char *why) {
+  log_error("cluster stream \"%s\": %s; it cannot resume", st->name, why);
+  send_event(st->cl, "lost", NULL, st->name, st->chunks, "error", why);
+  const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
+                       st->entry};
+  command(st->cl->cmd, ignore_reply, NULL, 4, ack);
+  starting_done(st);
+}
+
 /* XREVRANGE's answer: the entry holding the first frame to recompute. */
 static void on_resume_entry(redisAsyncContext *ac, void *r, void *priv) {
   starting *st = priv;
@@ -733,15 +745,10 @@ static void on_resume_entry(redisAsyncContext *ac, void *r, void *priv) {
       rep->element[0]->elements == 2)
     str_of(rep->element[0]->element[0], id, sizeof id);
   if (id[0] == '\0' || !parse_id(id, 1, &first) || first > st->first_sample) {
-    log_error("cluster stream \"%s\": the audio before chunk %" PRIu64
-              " is gone; it cannot resume",
-              st->name, st->chunks);
-    send_event(st->cl, "lost", NULL, st->name, st->chunks, "error",
-               "the audio needed to resume is gone");
-    const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
-                         st->entry};
-    command(st->cl->cmd, ignore_reply, NULL, 4, ack);
-    starting_done(st);
+    char why[96];
+    snprintf(why, sizeof why, "the audio before chunk %" PRIu64 " is gone",
+             st->chunks);
+    lose(st, why);
     return;
   }
   create_stream(st, first, st->first_sample - first);
@@ -760,7 +767,24 @@ static void on_checkpoint(redisAsyncContext *ac, void *r, void *priv) {
   char buf[64];
   uint64_t v;
   if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
-    if (parse_u64(str_of(rep->element[0], buf, sizeof buf), &v)) st->chunks = v;
+    /* Anyone who can write to Redis can write the checkpoint: a count
+     * that is not a number, or one no stream can start at, would fail
+     * the same way on every node. */
+    const redisReply *ck = rep->element[0];
+    if (ck->type != REDIS_REPLY_NIL) {
+      if (!parse_u64(str_of(ck, buf, sizeof buf), &v) ||
+          v > AURAL_STREAM_MAX_FIRST_CHUNK) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "its checkpoint's chunks \"%.40s\" is not a count of "
+                 "chunks in 0..%llu",
+                 ck->type == REDIS_REPLY_STRING ? buf : "(not a string)",
+                 (unsigned long long)AURAL_STREAM_MAX_FIRST_CHUNK);
+        lose(st, why);
+        return;
+      }
+      st->chunks = v;
+    }
     if (parse_u64(str_of(rep->element[1], buf, sizeof buf), &v))
       st->start_us = (int64_t)v;
   }

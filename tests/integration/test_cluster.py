@@ -440,6 +440,43 @@ class TestCluster(ClusterTest):
         self.assertEqual(r.xpending("aural:announce", "nodes")["pending"], 0)
         self.stop_clean(d)
 
+    def test_bad_checkpoint_is_lost_once(self):
+        """A checkpoint no stream can resume from (not a number, or a
+        chunk past any stream's) loses that stream once, with a `lost`
+        event naming the checkpoint: it is not handed from node to node
+        for ever. A good stream beside it is untouched."""
+        d = self.node("a")
+        good = self.wav(2, name="good.wav")
+        threads = produce_all(self.redis.client, [("good", good)])
+        r = self.r
+        bad = {"huge": str(2**64 - 1), "past": str(2**40 + 1),
+               "word": "12x"}
+        for name, chunks in bad.items():
+            r.hset("aural:{%s}:ckpt" % name, "chunks", chunks)
+            r.xadd("aural:{%s}:audio" % name, {"pcm": b"\0" * 3200},
+                   id="0-1")
+            r.xadd("aural:announce", {"name": name, "rate": 16000,
+                                      "channels": 1, "format": "s16"})
+        for t in threads:
+            t.join()
+        self.assertEqual(wait_finished(r, ["good"], 30), set())
+        self.check_stream("good", good)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            lost = {f[b"stream"].decode(): f for _, f in
+                    r.xrange("aural:events") if f[b"type"] == b"lost"}
+            if set(bad) <= set(lost):
+                break
+            time.sleep(0.1)
+        self.assertEqual(set(lost), set(bad))
+        for name, chunks in bad.items():
+            self.assertEqual(lost[name][b"reason"], b"error")
+            self.assertIn(b"checkpoint", lost[name][b"message"])
+            self.assertIn(chunks.encode(), lost[name][b"message"])
+        self.assertEqual(r.xpending("aural:announce", "nodes")["pending"], 0)
+        self.assertNotIn("handed back", d.text())
+        self.stop_clean(d)
+
     def test_words_and_text(self):
         """With the bundled model and its lexicon, each entry carries the
         chunk's text and WORDS payload: the same words `aural encode
