@@ -72,6 +72,9 @@ typedef struct cluster {
   int n_ready;              /* connections whose first PING was answered */
   bool stopping, closing;
   bool read_busy, claim_busy, ann_busy; /* XREAD, XAUTOCLAIM, XREADGROUP */
+  bool group_busy;                      /* XGROUP CREATE */
+  bool group_seen; /* the group answered since it was last found gone */
+  double ann_at; /* after a refused XREADGROUP: not again before then */
   double backoff_s, retry_at, down_since, connect_at;
   double next_beat, next_claim;
   double beat_sent; /* an unanswered heartbeat's time, or 0 */
@@ -216,6 +219,43 @@ static void ignore_reply(redisAsyncContext *ac, void *r, void *priv) {
   const redisReply *rep = r;
   if (rep != NULL && rep->type == REDIS_REPLY_ERROR)
     log_warn("cluster: Redis said: %s", rep->str);
+}
+
+/* ---- the consumer group -------------------------------------------------- */
+
+static void on_group(redisAsyncContext *ac, void *r, void *priv) {
+  cluster *cl = priv;
+  const redisReply *rep = r;
+  (void)ac;
+  if (rep == NULL) return; /* group_busy reset with the connections */
+  cl->group_busy = false;
+  if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "BUSYGROUP", 9) != 0)
+    log_warn("cluster: creating the consumer group: %s", rep->str);
+}
+
+/* Creates the announcements' consumer group (and the stream), unless it
+ * exists (BUSYGROUP) or a creation is under way. */
+static void create_group(cluster *cl) {
+  if (cl->group_busy) return;
+  const char *argv[] = {"XGROUP", "CREATE",  AURAL_CLUSTER_ANNOUNCE,
+                        AURAL_CLUSTER_GROUP, "0", "MKSTREAM"};
+  if (command(cl->cmd, on_group, cl, 6, argv) == 0) cl->group_busy = true;
+}
+
+/* Whether an error says that the consumer group is gone: the key
+ * aural:announce deleted (FLUSHALL, DEL, an eviction) or the group
+ * destroyed while the node was connected. It is created again, as at
+ * connection, from the oldest entry left; a node would otherwise never
+ * take a new stream again. */
+static bool group_gone(cluster *cl, const redisReply *rep) {
+  if (strstr(rep->str, "NOGROUP") == NULL) return false;
+  /* Each connection may say so once: the loss is told once. */
+  if (cl->group_seen)
+    log_warn("cluster: the consumer group \"%s\" of %s is gone; creating "
+             "it again", AURAL_CLUSTER_GROUP, AURAL_CLUSTER_ANNOUNCE);
+  cl->group_seen = false;
+  create_group(cl);
+  return true;
 }
 
 /* ---- events and the end of a stream's ownership -------------------------- */
@@ -945,9 +985,16 @@ static void on_new(redisAsyncContext *ac, void *r, void *priv) {
   if (rep == NULL || cl->state != CL_UP) return;
   cl->ann_busy = false;
   if (rep->type == REDIS_REPLY_ERROR) {
-    log_warn("cluster: reading announcements: %s", rep->str);
+    /* Asked again once the group is back, or after a beat: an error that
+     * stays (an ACL without XREADGROUP) is logged once a second, not at
+     * every tick of the timer. */
+    if (!group_gone(cl, rep)) {
+      log_warn("cluster: reading announcements: %s", rep->str);
+      cl->ann_at = now_s() + BEAT_S;
+    }
     return;
   }
+  cl->group_seen = true;
   /* [[key, entries]], or nil when the wait timed out */
   if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
       rep->element[0]->elements == 2)
@@ -957,7 +1004,9 @@ static void on_new(redisAsyncContext *ac, void *r, void *priv) {
 
 /* Waits for one new announcement while there is room. */
 static void read_announcements(cluster *cl) {
-  if (cl->ann_busy || room(cl) <= 0) return;
+  if (cl->ann_busy || cl->group_busy || now_s() < cl->ann_at ||
+      room(cl) <= 0)
+    return;
   const char *argv[] = {"XREADGROUP", "GROUP", AURAL_CLUSTER_GROUP, cl->node,
                         "COUNT", "1", "BLOCK", "1000", "STREAMS",
                         AURAL_CLUSTER_ANNOUNCE, ">"};
@@ -969,10 +1018,12 @@ static void on_orphans(redisAsyncContext *ac, void *r, void *priv) {
   const redisReply *rep = r;
   (void)ac;
   if (rep == NULL || cl->state != CL_UP) return;
-  if (rep->type == REDIS_REPLY_ERROR)
+  if (rep->type == REDIS_REPLY_ERROR && !group_gone(cl, rep))
     log_warn("cluster: claiming streams: %s", rep->str);
-  else if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2)
+  else if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2) {
+    cl->group_seen = true;
     take_entries(cl, rep->element[1]); /* [cursor, entries, deleted] */
+  }
   cl->claim_busy = false;
 }
 
@@ -999,7 +1050,9 @@ static void claim(cluster *cl) {
 /* ---- the heartbeat ------------------------------------------------------- */
 
 /* Re-claims the given entries that are still pending in this node's name
- * (which resets their idle time) and returns those that are not. */
+ * (which resets their idle time) and returns those that are not, each
+ * with the consumer it is pending in the name of ("" for none: acked, or
+ * the group was created anew). */
 static const char REFRESH[] = "local lost = {}\n"
                               "for i = 3, #ARGV do\n"
                               "  local p = redis.call('XPENDING', KEYS[1], "
@@ -1009,6 +1062,8 @@ static const char REFRESH[] = "local lost = {}\n"
                               "ARGV[2], 0, ARGV[i], 'JUSTID')\n"
                               "  else\n"
                               "    lost[#lost + 1] = ARGV[i]\n"
+                              "    lost[#lost + 1] = #p == 1 and p[1][2] "
+                              "or ''\n"
                               "  end\n"
                               "end\n"
                               "return lost\n";
@@ -1020,17 +1075,28 @@ static void on_refresh(redisAsyncContext *ac, void *r, void *priv) {
   if (rep == NULL || cl->state != CL_UP) return;
   cl->beat_sent = 0;
   if (rep->type == REDIS_REPLY_ERROR) {
-    log_warn("cluster: heartbeat: %s", rep->str);
+    if (!group_gone(cl, rep)) log_warn("cluster: heartbeat: %s", rep->str);
     return;
   }
-  for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
-    char id[64];
+  for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements;
+       i += 2) {
+    char id[64], holder[128];
     str_of(rep->element[i], id, sizeof id);
-    for (cstream *cs = cl->streams; cs != NULL; cs = cs->next)
-      if (strcmp(cs->entry, id) == 0 && !cs->cut) {
-        log_warn("cluster stream \"%s\": another node took it over", cs->name);
+    str_of(rep->element[i + 1], holder, sizeof holder);
+    for (cstream *cs = cl->streams; cs != NULL; cs = cs->next) {
+      if (strcmp(cs->entry, id) != 0 || cs->cut) continue;
+      if (holder[0] != '\0') {
+        log_warn("cluster stream \"%s\": node \"%s\" took it over",
+                 cs->name, holder);
         cut(cs, "another cluster node took the stream over");
+      } else {
+        log_warn("cluster stream \"%s\": its announcement %s is pending in "
+                 "no node's name (acked, deleted, or the consumer group was "
+                 "created anew); it stops here",
+                 cs->name, id);
+        cut(cs, "its announcement is no longer pending in this node's name");
       }
+    }
   }
 }
 
@@ -1102,10 +1168,9 @@ static void became_up(cluster *cl) {
   else
     log_info("cluster: node \"%s\" joined %s", cl->node, cl->where);
   cl->ever_up = true;
-  const char *group[] = {
-      "XGROUP", "CREATE",  AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
-      "0",      "MKSTREAM"};
-  command(cl->cmd, NULL, NULL, 6, group); /* BUSYGROUP when it exists */
+  cl->ann_at = 0;
+  cl->group_seen = true;
+  create_group(cl);
   heartbeat(cl);
   cl->next_beat = now_s() + BEAT_S;
   cl->next_claim = 0;
@@ -1227,7 +1292,7 @@ static void drop_connections(cluster *cl) {
   }
   for (int i = 0; i < N_CONNS; i++)
     if (c[i] != NULL) redisAsyncFree(c[i]);
-  cl->read_busy = cl->claim_busy = cl->ann_busy = false;
+  cl->read_busy = cl->claim_busy = cl->ann_busy = cl->group_busy = false;
   cl->beat_sent = 0;
 }
 

@@ -477,6 +477,29 @@ class TestCluster(ClusterTest):
         self.assertNotIn("handed back", d.text())
         self.stop_clean(d)
 
+    def test_lost_consumer_group(self):
+        """aural:announce deleted under a running node (FLUSHALL, DEL, an
+        eviction) takes its consumer group with it: the node creates the
+        group again, says so once, and takes the next stream."""
+        d = self.node("a")
+        r = self.r
+        deadline = time.monotonic() + 10
+        while not r.exists("aural:node:a"):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        self.assertEqual(r.xinfo_groups("aural:announce")[0]["name"],
+                         b"nodes")
+        r.delete("aural:announce")
+        path = self.wav(2, name="after.wav")
+        for t in produce_all(self.redis.client, [("after", path)]):
+            t.join()
+        self.assertEqual(wait_finished(r, ["after"], 30), set())
+        self.check_stream("after", path)
+        text = d.text()
+        self.assertEqual(text.count("is gone; creating it again"), 1, text)
+        self.assertNotIn("NOGROUP", text)
+        self.stop_clean(d)
+
     def test_words_and_text(self):
         """With the bundled model and its lexicon, each entry carries the
         chunk's text and WORDS payload: the same words `aural encode
