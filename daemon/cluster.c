@@ -109,6 +109,7 @@ struct cstream {
   bool end_seen; /* the end entry was read */
   bool failed;   /* bad audio: the stream ended on it */
   bool cut;      /* input ended early: publish no more */
+  double fed_at; /* when it last got audio, or did not wait for any */
   uint64_t since_trim;
 };
 
@@ -390,6 +391,7 @@ static void feed_entry(cstream *cs, const redisReply *entry) {
       return;
     }
     cs->end_seen = true;
+    cs->fed_at = now_s();
     push_rest(cs);
     return;
   }
@@ -414,6 +416,7 @@ static void feed_entry(cstream *cs, const redisReply *entry) {
   }
   cs->next_sample = first + n;
   cs->skip = 0;
+  cs->fed_at = now_s();
   push_rest(cs);
 }
 
@@ -454,6 +457,28 @@ static bool wants_audio(const cstream *cs) {
   size_t need = (size_t)cs->rate * AURAL_CLUSTER_ENTRY_MAX_S * READ_COUNT;
   if (need > cs->s->in.cap_frames / 2) need = cs->s->in.cap_frames / 2;
   return stream_room(cs->s) >= need;
+}
+
+/* A stream that waits for audio its producer does not add ends after
+ * --cluster-idle: a producer that died before its end entry would else
+ * hold the stream, a slot of this node and its name for ever (nothing
+ * but that entry ends a cluster stream). The time counts only while the
+ * stream wants audio, never while its node is behind. */
+static void check_idle(cstream *cs, double now) {
+  double idle_s = cs->cl->srv->opt->cluster_idle_s;
+  if (!wants_audio(cs)) {
+    cs->fed_at = now;
+    return;
+  }
+  if (idle_s <= 0 || now - cs->fed_at < idle_s) return;
+  char msg[160];
+  snprintf(msg, sizeof msg,
+           "no audio added for %g s after frame %" PRIu64
+           " (its producer stopped without the end entry?)",
+           idle_s, cs->next_sample);
+  log_warn("cluster stream \"%s\": %s; the stream ends", cs->name, msg);
+  cs->failed = true;
+  stream_end_input(cs->s, END_ERROR, msg);
 }
 
 /* One blocking XREAD of every stream that has room, unless one is out. */
@@ -732,6 +757,7 @@ static void create_stream(starting *st, uint64_t from, uint64_t skip) {
   cs->next_sample = from;
   cs->skip = skip;
   cs->pushed = from + skip;
+  cs->fed_at = now_s();
   snprintf(cs->from_id, sizeof cs->from_id, "%" PRIu64 "-0", from);
   s->loop.format = st->format;
   s->loop.ext = cs;
@@ -1355,7 +1381,10 @@ static void on_timer(uv_timer_t *t) {
     claim(cl);
     cl->next_claim = now + CLAIM_S;
   }
-  for (cstream *cs = cl->streams; cs != NULL; cs = cs->next) push_rest(cs);
+  for (cstream *cs = cl->streams; cs != NULL; cs = cs->next) {
+    push_rest(cs);
+    check_idle(cs, now);
+  }
   read_audio(cl);
   read_announcements(cl);
 }

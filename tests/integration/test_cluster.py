@@ -500,6 +500,35 @@ class TestCluster(ClusterTest):
         self.assertNotIn("NOGROUP", text)
         self.stop_clean(d)
 
+    def test_producer_that_stops_without_the_end(self):
+        """A producer that dies before its end entry does not hold the
+        stream for ever: after --cluster-idle without new audio the
+        stream ends with an error naming the wait, its final chunk is
+        published (a consumer stops), and its announcement is done with.
+        A producer slower than that limit only pauses it."""
+        d = self.node("a", "--cluster-idle", "2")
+        r = self.r
+        r.xadd("aural:announce", {"name": "stalled", "rate": 16000,
+                                  "channels": 1, "format": "s16"})
+        r.xadd("aural:{stalled}:audio", {"pcm": b"\0" * 32000}, id="0-1")
+        t0 = time.monotonic()
+        self.assertEqual(wait_finished(r, ["stalled"], 30), set())
+        self.assertGreater(time.monotonic() - t0, 2)
+        ended = [f for _, f in r.xrange("aural:events")
+                 if f[b"type"] == b"ended" and f[b"stream"] == b"stalled"]
+        self.assertEqual(len(ended), 1)
+        self.assertEqual(ended[0][b"reason"], b"error")
+        self.assertIn(b"no audio added for 2 s after frame 16000",
+                      ended[0][b"message"])
+        chunks = read_outputs(r, "stalled")
+        self.assertEqual([c["seq"] for c in chunks],
+                         list(range(len(chunks))))
+        # 1 s holds (16000 - 400) / 160 + 1 frames of 25 ms every 10 ms
+        self.assertEqual(sum(c["n"] for c in chunks), 98)
+        self.assertEqual(r.xlen("aural:announce"), 0)
+        self.assertFalse(r.exists("aural:{stalled}:audio"))
+        self.stop_clean(d)
+
     def test_words_and_text(self):
         """With the bundled model and its lexicon, each entry carries the
         chunk's text and WORDS payload: the same words `aural encode
