@@ -324,6 +324,47 @@ static void cut(cstream *cs, const char *why) {
   stream_end_input(cs->s, END_ERROR, why);
 }
 
+/* A stream no node will encode (its announcement refused, or it cannot
+ * resume): its meta hash says why in `error`, where consumers waiting for
+ * it look (CLUSTER.md §1), its audio is deleted and its other keys expire
+ * as an ended stream's do. Nothing is touched when the stream has its
+ * final chunk already, nor, for a refused announcement (owned 0), when a
+ * node has started the stream: a second announcement of a live stream's
+ * name must not end the first. */
+static const char RETIRE[] =
+    "local top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)\n"
+    "if #top == 1 then\n"
+    "  local f = top[1][2]\n"
+    "  for i = 1, #f, 2 do\n"
+    "    if f[i] == 'final' then return 0 end\n"
+    "  end\n"
+    "end\n"
+    "if ARGV[3] == '0' and redis.call('HEXISTS', KEYS[1], 'node') == 1 then\n"
+    "  return 0\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'error', ARGV[2])\n"
+    "redis.call('DEL', KEYS[2])\n"
+    "for _, i in ipairs({1, 3, 4}) do\n"
+    "  redis.call('PEXPIRE', KEYS[i], ARGV[1])\n"
+    "end\n"
+    "return 1\n";
+
+static void retire(cluster *cl, const char *name, const char *why,
+                   bool owned) {
+  char meta[AURAL_CLUSTER_KEY_MAX], audio[AURAL_CLUSTER_KEY_MAX],
+      ckpt[AURAL_CLUSTER_KEY_MAX], out[AURAL_CLUSTER_KEY_MAX], ms[32];
+  if (aural_cluster_key(meta, sizeof meta, name, AURAL_CLUSTER_META) == 0)
+    return; /* a name with no keys */
+  aural_cluster_key(audio, sizeof audio, name, AURAL_CLUSTER_AUDIO);
+  aural_cluster_key(ckpt, sizeof ckpt, name, AURAL_CLUSTER_CKPT);
+  aural_cluster_key(out, sizeof out, name, AURAL_CLUSTER_OUT);
+  snprintf(ms, sizeof ms, "%lld",
+           (long long)(cl->srv->opt->cluster_expire_s * 1000));
+  const char *argv[] = {"EVAL", RETIRE, "4",  meta, audio,
+                        ckpt,   out,    ms,   why,  owned ? "1" : "0"};
+  command(cl->cmd, ignore_reply, NULL, 10, argv);
+}
+
 /* ---- audio in ------------------------------------------------------------ */
 
 /* Pushes what the stream has room for of the frames waiting; ends its
@@ -789,9 +830,12 @@ static void create_stream(starting *st, uint64_t from, uint64_t skip) {
 static void lose(starting *st, const char *why) {
   log_error("cluster stream \"%s\": %s; it cannot resume", st->name, why);
   send_event(st->cl, "lost", NULL, st->name, st->chunks, "error", why);
+  retire(st->cl, st->name, why, true);
   const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
                        st->entry};
   command(st->cl->cmd, ignore_reply, NULL, 4, ack);
+  const char *del[] = {"XDEL", AURAL_CLUSTER_ANNOUNCE, st->entry};
+  command(st->cl->cmd, ignore_reply, NULL, 3, del);
   starting_done(st);
 }
 
@@ -960,11 +1004,15 @@ static void take_entry(cluster *cl, const redisReply *entry) {
   if (!parse_announcement(fields, st, why, sizeof why) ||
       !parse_vocabulary(cl->srv, fields, st, why, sizeof why)) {
     log_warn("cluster: announcement %s refused: %s", st->entry, why);
-    if (aural_cluster_valid_name(st->name))
+    if (aural_cluster_valid_name(st->name)) {
       send_event(cl, "ended", NULL, st->name, 0, "error", why);
+      retire(cl, st->name, why, false);
+    }
     const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
                          st->entry};
     command(cl->cmd, ignore_reply, NULL, 4, ack);
+    const char *del[] = {"XDEL", AURAL_CLUSTER_ANNOUNCE, st->entry};
+    command(cl->cmd, ignore_reply, NULL, 3, del);
     starting_done(st);
     return;
   }

@@ -529,6 +529,56 @@ class TestCluster(ClusterTest):
         self.assertFalse(r.exists("aural:{stalled}:audio"))
         self.stop_clean(d)
 
+    def test_consumers_of_a_stream_no_node_encodes(self):
+        """A stream whose announcement is refused, or that cannot resume,
+        says why in its meta hash: `aural sub --cluster` and the Python
+        client waiting for it fail with that message instead of waiting
+        for ever, its audio is deleted and its keys expire. A refused
+        second announcement of a live stream's name leaves it alone."""
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "tools",
+                                        "python"))
+        import aural_client
+        r = self.r
+        subs = {name: subprocess.Popen(
+            [td.AURAL, "sub", "--cluster", self.redis.url(), "--stream",
+             name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True) for name in ("badfmt", "badck")}
+        d = self.node("a")
+        good = self.wav(3, name="good.wav")
+        threads = produce_all(self.redis.client, [("good", good)])
+        deadline = time.monotonic() + 10
+        while r.hget("aural:{good}:meta", "node") is None:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        fields = {"rate": 16000, "channels": 1, "format": "u8"}
+        r.xadd("aural:announce", dict(fields, name="good"))
+        r.hset("aural:{badfmt}:meta", mapping=fields)
+        r.xadd("aural:{badfmt}:audio", {"pcm": b"\0" * 3200}, id="0-1")
+        r.xadd("aural:announce", dict(fields, name="badfmt"))
+        r.hset("aural:{badck}:ckpt", "chunks", "12x")
+        r.xadd("aural:{badck}:audio", {"pcm": b"\0" * 3200}, id="0-1")
+        r.xadd("aural:announce", dict(fields, name="badck", format="s16"))
+        errs = {}
+        for name, p in subs.items():
+            _, errs[name] = p.communicate(timeout=30)
+            self.assertEqual(p.returncode, 1, errs[name])
+            self.assertIn("%s: no node will encode it: " % name, errs[name])
+        self.assertIn('format "u8"', errs["badfmt"])
+        self.assertIn('chunks "12x"', errs["badck"])
+        with self.assertRaises(aural_client.ClusterError) as e:
+            next(aural_client.cluster_subscribe(self.redis.url(), "badck"))
+        self.assertIn("checkpoint", str(e.exception))
+        for name in ("badfmt", "badck"):
+            self.assertFalse(r.exists("aural:{%s}:audio" % name))
+            self.assertGreater(r.pttl("aural:{%s}:meta" % name), 0)
+        for t in threads:
+            t.join()
+        self.assertEqual(wait_finished(r, ["good"], 30), set())
+        self.check_stream("good", good)
+        self.assertIsNone(r.hget("aural:{good}:meta", "error"))
+        self.assertEqual(r.xlen("aural:announce"), 0)
+        self.stop_clean(d)
+
     def test_words_and_text(self):
         """With the bundled model and its lexicon, each entry carries the
         chunk's text and WORDS payload: the same words `aural encode
