@@ -558,18 +558,12 @@ static void on_published(redisAsyncContext *ac, void *r, void *priv) {
   const redisReply *rep = r;
   (void)ac;
   if (rep == NULL) return;
-  if (rep->type == REDIS_REPLY_ERROR) {
-    log_warn("cluster: publishing a chunk: %s", rep->str);
-    return;
-  }
-  if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) return;
-  const redisReply *x = rep->element[0];
-  if (x->type != REDIS_REPLY_ERROR) {
+  if (rep->type != REDIS_REPLY_ERROR) {
     cl->published++;
-  } else if (strstr(x->str, "equal or smaller") != NULL) {
+  } else if (strstr(rep->str, "equal or smaller") != NULL) {
     cl->duplicates++; /* stored before: Redis keeps one */
   } else {
-    log_warn("cluster: publishing a chunk: %s", x->str);
+    log_warn("cluster: publishing a chunk: %s", rep->str);
   }
   update_stats(cl);
 }
@@ -612,7 +606,22 @@ static void trim_audio(cstream *cs, uint64_t next_chunk) {
   command(cs->cl->cmd, ignore_reply, NULL, 5, argv);
 }
 
-/* The chunk's entry and the checkpoint, in one transaction. */
+/* The chunk's entry and, only when Redis stored it, the checkpoint that
+ * says so, in one script (atomic like a transaction, which would run the
+ * HSET even after the XADD failed). A chunk refused as stored already
+ * comes from a node that went on after another one took its stream over
+ * and went further: writing the checkpoint then would move it back to
+ * audio the new owner may have trimmed. KEYS: out, ckpt; ARGV: the
+ * retention, the number m of XADD arguments after it (ID, fields and
+ * values), those, then the checkpoint's fields and values. */
+static const char PUBLISH[] =
+    "local m = tonumber(ARGV[2])\n"
+    "local id = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1],\n"
+    "                       unpack(ARGV, 3, 2 + m))\n"
+    "if type(id) == 'table' and id.err then return id end\n"
+    "redis.call('HSET', KEYS[2], unpack(ARGV, 3 + m))\n"
+    "return id\n";
+
 static void publish(cstream *cs, chunk_out *co) {
   cluster *cl = cs->cl;
   server *srv = cl->srv;
@@ -626,15 +635,18 @@ static void publish(cstream *cs, chunk_out *co) {
     cut(cs, "out of memory publishing a chunk");
     return;
   }
-  char id[32], retention[32], chunks[32], frames[32], samples[32], now[32];
+  char id[32], retention[32], chunks[32], frames[32], samples[32], now[32],
+      n_xadd[16] = "";
   snprintf(id, sizeof id, "%" PRIu64 "-1", co->h.seq);
   snprintf(retention, sizeof retention, "%ld", srv->opt->cluster_retention);
-  const char *argv[16];
-  size_t lens[16];
+  const char *argv[32];
+  size_t lens[32];
   int k = 0;
 #define ARG(p, n) (argv[k] = (const char *)(p), lens[k++] = (n))
 #define STR(p) ARG(p, strlen(p))
-  STR("XADD"), STR(cs->k_out), STR("MAXLEN"), STR("~"), STR(retention);
+  STR("EVAL"), STR(PUBLISH), STR("2"), STR(cs->k_out), STR(cs->k_ckpt);
+  STR(retention), STR(n_xadd);
+  int xadd_at = k;
   STR(id), STR("chunk");
   ARG(m->data + AURAL_PROTO_HEADER_BYTES, m->len - AURAL_PROTO_HEADER_BYTES);
   if (co->text != NULL) STR("text"), ARG(co->text, co->text_len);
@@ -642,20 +654,17 @@ static void publish(cstream *cs, chunk_out *co) {
     STR("words"), ARG(w->data + AURAL_PROTO_HEADER_BYTES,
                       w->len - AURAL_PROTO_HEADER_BYTES);
   if (co->h.flags & AURAL_CHUNK_FINAL) STR("final"), STR("1");
-  int n_xadd = k;
-  const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
-  command(cl->cmd, NULL, NULL, 1, multi);
-  redisAsyncCommandArgv(cl->cmd, NULL, NULL, n_xadd, argv, lens);
+  snprintf(n_xadd, sizeof n_xadd, "%d", k - xadd_at);
+  lens[xadd_at - 1] = strlen(n_xadd); /* counted now that it is known */
   snprintf(chunks, sizeof chunks, "%" PRIu64, co->h.seq + 1);
   snprintf(frames, sizeof frames, "%" PRIu64,
            co->h.first_frame + co->h.n_frames);
   snprintf(samples, sizeof samples, "%" PRIu64, cs->pushed);
   snprintf(now, sizeof now, "%" PRId64, aurald_now_us());
-  const char *ck[] = {"HSET",   cs->k_ckpt, "chunks",     chunks,
-                      "frames", frames,     "samples",    samples,
-                      "node",   cl->node,   "updated_us", now};
-  command(cl->cmd, NULL, NULL, 12, ck);
-  command(cl->cmd, on_published, cl, 1, exec);
+  STR("chunks"), STR(chunks), STR("frames"), STR(frames);
+  STR("samples"), STR(samples), STR("node"), STR(cl->node);
+  STR("updated_us"), STR(now);
+  redisAsyncCommandArgv(cl->cmd, on_published, cl, k, argv, lens);
 #undef ARG
 #undef STR
   if (++cs->since_trim >= TRIM_EVERY) {

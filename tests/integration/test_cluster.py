@@ -579,6 +579,31 @@ class TestCluster(ClusterTest):
         self.assertEqual(r.xlen("aural:announce"), 0)
         self.stop_clean(d)
 
+    def test_refused_chunk_leaves_the_checkpoint(self):
+        """A chunk that Redis refuses as stored already (another owner of
+        the stream went further: a node that paused past its heartbeat's
+        expiry and went on) does not write the checkpoint, which would
+        move it back to audio the other owner may have trimmed."""
+        d = self.node("a")
+        r = self.r
+        r.xadd("aural:{ahead}:out", {"chunk": b"stored by another owner"},
+               id="1000-1")
+        r.xadd("aural:announce", {"name": "ahead", "rate": 16000,
+                                  "channels": 1, "format": "s16"})
+        r.xadd("aural:{ahead}:audio", {"pcm": b"\0" * 32000}, id="0-1")
+        r.xadd("aural:{ahead}:audio", {"pcm": b"\0" * 32000},
+               id="16000-1")
+        r.xadd("aural:{ahead}:audio", {"end": "1"}, id="32000-1")
+        deadline = time.monotonic() + 30
+        while not any(f[b"type"] == b"ended"
+                      for _, f in r.xrange("aural:events")):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        self.assertEqual(r.xlen("aural:{ahead}:out"), 1)
+        self.assertEqual(r.hgetall("aural:{ahead}:ckpt"), {})
+        self.assertNotIn("publishing a chunk", d.text())
+        self.stop_clean(d)
+
     def test_words_and_text(self):
         """With the bundled model and its lexicon, each entry carries the
         chunk's text and WORDS payload: the same words `aural encode
