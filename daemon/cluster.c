@@ -339,7 +339,9 @@ static const char RETIRE[] =
     "    if f[i] == 'final' then return 0 end\n"
     "  end\n"
     "end\n"
-    "if ARGV[3] == '0' and redis.call('HEXISTS', KEYS[1], 'node') == 1 then\n"
+    "if ARGV[3] == '0' and (redis.call('HEXISTS', KEYS[1], 'node') == 1 or\n"
+    "                       redis.call('HEXISTS', KEYS[1], 'entry') == 1) "
+    "then\n"
     "  return 0\n"
     "end\n"
     "redis.call('HSET', KEYS[1], 'error', ARGV[2])\n"
@@ -885,6 +887,36 @@ static void on_checkpoint(redisAsyncContext *ac, void *r, void *priv) {
   }
   char buf[64];
   uint64_t v;
+  if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3) {
+    /* Another announcement of this name was taken first: this one
+     * repeats it (a producer's bug, or a hostile writer). Taking it too
+     * would run two owners of one stream, and the first to end would
+     * delete the other's audio. */
+    char why[200];
+    snprintf(why, sizeof why,
+             "announcement %s names a stream that announcement %s "
+             "announced first",
+             st->entry, str_of(rep->element[2], buf, sizeof buf));
+    log_warn("cluster stream \"%s\": %s; refused", st->name, why);
+    send_event(cl, "refused", NULL, st->name, 0, "error", why);
+    const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
+                         st->entry};
+    command(cl->cmd, ignore_reply, NULL, 4, ack);
+    const char *del[] = {"XDEL", AURAL_CLUSTER_ANNOUNCE, st->entry};
+    command(cl->cmd, ignore_reply, NULL, 3, del);
+    starting_done(st);
+    return;
+  }
+  if (stream_find(cl->srv, st->name) != NULL) {
+    /* A local stream of that name (or this node's last run of it, still
+     * ending): another node, or this one later, takes it. */
+    log_info("cluster stream \"%s\": a live stream here has that name; "
+             "handed back",
+             st->name);
+    release_entry(cl, st->entry);
+    starting_done(st);
+    return;
+  }
   if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
     /* Anyone who can write to Redis can write the checkpoint: a count
      * that is not a number, or one no stream can start at, would fail
@@ -995,6 +1027,19 @@ static bool parse_vocabulary(server *srv, const redisReply *fields,
   return true;
 }
 
+/* The checkpoint and the first start time in one answer (the keys share
+ * a slot: one hash tag), once the meta hash names this announcement as
+ * the stream's: the first node to take an announcement of a name writes
+ * its ID as `entry`, and an announcement with another ID is answered
+ * with that one as a third element instead. KEYS: ckpt, meta; ARGV: the
+ * announcement's ID. */
+static const char TAKE[] =
+    "local e = redis.call('HGET', KEYS[2], 'entry')\n"
+    "if e and e ~= ARGV[1] then return {false, false, e} end\n"
+    "if not e then redis.call('HSET', KEYS[2], 'entry', ARGV[1]) end\n"
+    "return {redis.call('HGET', KEYS[1], 'chunks'),\n"
+    "        redis.call('HGET', KEYS[2], 'start_us')}\n";
+
 /* One claimed announcement entry [id, fields]: a stream to start or
  * resume. */
 static void take_entry(cluster *cl, const redisReply *entry) {
@@ -1025,25 +1070,13 @@ static void take_entry(cluster *cl, const redisReply *entry) {
     starting_done(st);
     return;
   }
-  if (stream_find(cl->srv, st->name) != NULL) {
-    /* A local stream of that name (or this node's last run of it, still
-     * ending): another node, or this one later, takes it. */
-    log_info("cluster stream \"%s\": a live stream here has that name; "
-             "handed back",
-             st->name);
-    release_entry(cl, st->entry);
-    starting_done(st);
-    return;
-  }
   char ckpt[AURAL_CLUSTER_KEY_MAX], meta[AURAL_CLUSTER_KEY_MAX];
   aural_cluster_key(ckpt, sizeof ckpt, st->name, AURAL_CLUSTER_CKPT);
   aural_cluster_key(meta, sizeof meta, st->name, AURAL_CLUSTER_META);
-  /* Both in one answer (the keys share a slot: one hash tag). */
-  const char *argv[] = {"EVAL",
-                        "return {redis.call('HGET', KEYS[1], 'chunks'),"
-                        " redis.call('HGET', KEYS[2], 'start_us')}",
-                        "2", ckpt, meta};
-  if (command(cl->cmd, on_checkpoint, st, 5, argv) < 0) starting_done(st);
+  /* A local stream of that name is looked for once the script has said
+   * whether this announcement is the stream's own (on_checkpoint). */
+  const char *argv[] = {"EVAL", TAKE, "2", ckpt, meta, st->entry};
+  if (command(cl->cmd, on_checkpoint, st, 6, argv) < 0) starting_done(st);
 }
 
 static int room(const cluster *cl) {

@@ -604,6 +604,50 @@ class TestCluster(ClusterTest):
         self.assertNotIn("publishing a chunk", d.text())
         self.stop_clean(d)
 
+    def test_repeated_announcement(self):
+        """A second announcement of a live stream's name (a producer's
+        bug, a hostile writer), on the node that runs the stream or on
+        another, is refused at once with a `refused` event naming both
+        announcements: the stream has one owner and finishes whole."""
+        nodes = [self.node("a"), self.node("b")]
+        r = self.r
+        path = self.wav(4, name="talk.wav")
+        threads = produce_all(self.redis.client, [("talk", path)])
+        deadline = time.monotonic() + 10
+        while r.xlen("aural:{talk}:out") < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        first = r.xrange("aural:announce")[0][0]
+        again = [r.xadd("aural:announce", {"name": "talk", "rate": 16000,
+                                           "channels": 1, "format": "s16"})
+                 for _ in range(2)]
+        for t in threads:
+            t.join()
+        self.assertEqual(wait_finished(r, ["talk"], 30), set())
+        self.check_stream("talk", path)
+        deadline = time.monotonic() + 10
+        while True:
+            refused = [f for _, f in r.xrange("aural:events")
+                       if f[b"type"] == b"refused"]
+            if len(refused) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(len(refused), 2)
+        for f, entry in zip(sorted(refused, key=lambda f: f[b"message"]),
+                            sorted(again)):
+            self.assertEqual(f[b"stream"], b"talk")
+            self.assertIn(entry, f[b"message"])
+            self.assertIn(first, f[b"message"])
+        self.assertEqual(r.hget("aural:{talk}:meta", "entry"), first)
+        kinds = [f[b"type"] for _, f in r.xrange("aural:events")
+                 if f[b"stream"] == b"talk"]
+        self.assertEqual(kinds.count(b"started"), 1)
+        self.assertEqual(kinds.count(b"ended"), 1)
+        self.assertEqual(r.xlen("aural:announce"), 0)
+        for d in nodes:
+            self.assertNotIn("handed back", d.text())
+            self.stop_clean(d)
+
     def test_words_and_text(self):
         """With the bundled model and its lexicon, each entry carries the
         chunk's text and WORDS payload: the same words `aural encode
