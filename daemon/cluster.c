@@ -72,6 +72,9 @@ typedef struct cluster {
   int n_ready;              /* connections whose first PING was answered */
   bool stopping, closing;
   bool read_busy, claim_busy, ann_busy; /* XREAD, XAUTOCLAIM, XREADGROUP */
+  bool group_busy;                      /* XGROUP CREATE */
+  bool group_seen; /* the group answered since it was last found gone */
+  double ann_at; /* after a refused XREADGROUP: not again before then */
   double backoff_s, retry_at, down_since, connect_at;
   double next_beat, next_claim;
   double beat_sent; /* an unanswered heartbeat's time, or 0 */
@@ -106,6 +109,7 @@ struct cstream {
   bool end_seen; /* the end entry was read */
   bool failed;   /* bad audio: the stream ended on it */
   bool cut;      /* input ended early: publish no more */
+  double fed_at; /* when it last got audio, or did not wait for any */
   uint64_t since_trim;
 };
 
@@ -218,6 +222,43 @@ static void ignore_reply(redisAsyncContext *ac, void *r, void *priv) {
     log_warn("cluster: Redis said: %s", rep->str);
 }
 
+/* ---- the consumer group -------------------------------------------------- */
+
+static void on_group(redisAsyncContext *ac, void *r, void *priv) {
+  cluster *cl = priv;
+  const redisReply *rep = r;
+  (void)ac;
+  if (rep == NULL) return; /* group_busy reset with the connections */
+  cl->group_busy = false;
+  if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "BUSYGROUP", 9) != 0)
+    log_warn("cluster: creating the consumer group: %s", rep->str);
+}
+
+/* Creates the announcements' consumer group (and the stream), unless it
+ * exists (BUSYGROUP) or a creation is under way. */
+static void create_group(cluster *cl) {
+  if (cl->group_busy) return;
+  const char *argv[] = {"XGROUP", "CREATE",  AURAL_CLUSTER_ANNOUNCE,
+                        AURAL_CLUSTER_GROUP, "0", "MKSTREAM"};
+  if (command(cl->cmd, on_group, cl, 6, argv) == 0) cl->group_busy = true;
+}
+
+/* Whether an error says that the consumer group is gone: the key
+ * aural:announce deleted (FLUSHALL, DEL, an eviction) or the group
+ * destroyed while the node was connected. It is created again, as at
+ * connection, from the oldest entry left; a node would otherwise never
+ * take a new stream again. */
+static bool group_gone(cluster *cl, const redisReply *rep) {
+  if (strstr(rep->str, "NOGROUP") == NULL) return false;
+  /* Each connection may say so once: the loss is told once. */
+  if (cl->group_seen)
+    log_warn("cluster: the consumer group \"%s\" of %s is gone; creating "
+             "it again", AURAL_CLUSTER_GROUP, AURAL_CLUSTER_ANNOUNCE);
+  cl->group_seen = false;
+  create_group(cl);
+  return true;
+}
+
 /* ---- events and the end of a stream's ownership -------------------------- */
 
 static void send_event(cluster *cl, const char *type, const cstream *cs,
@@ -281,6 +322,49 @@ static void cut(cstream *cs, const char *why) {
   if (cs->cut) return;
   cs->cut = true;
   stream_end_input(cs->s, END_ERROR, why);
+}
+
+/* A stream no node will encode (its announcement refused, or it cannot
+ * resume): its meta hash says why in `error`, where consumers waiting for
+ * it look (CLUSTER.md §1), its audio is deleted and its other keys expire
+ * as an ended stream's do. Nothing is touched when the stream has its
+ * final chunk already, nor, for a refused announcement (owned 0), when a
+ * node has started the stream: a second announcement of a live stream's
+ * name must not end the first. */
+static const char RETIRE[] =
+    "local top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)\n"
+    "if #top == 1 then\n"
+    "  local f = top[1][2]\n"
+    "  for i = 1, #f, 2 do\n"
+    "    if f[i] == 'final' then return 0 end\n"
+    "  end\n"
+    "end\n"
+    "if ARGV[3] == '0' and (redis.call('HEXISTS', KEYS[1], 'node') == 1 or\n"
+    "                       redis.call('HEXISTS', KEYS[1], 'entry') == 1) "
+    "then\n"
+    "  return 0\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'error', ARGV[2])\n"
+    "redis.call('DEL', KEYS[2])\n"
+    "for _, i in ipairs({1, 3, 4}) do\n"
+    "  redis.call('PEXPIRE', KEYS[i], ARGV[1])\n"
+    "end\n"
+    "return 1\n";
+
+static void retire(cluster *cl, const char *name, const char *why,
+                   bool owned) {
+  char meta[AURAL_CLUSTER_KEY_MAX], audio[AURAL_CLUSTER_KEY_MAX],
+      ckpt[AURAL_CLUSTER_KEY_MAX], out[AURAL_CLUSTER_KEY_MAX], ms[32];
+  if (aural_cluster_key(meta, sizeof meta, name, AURAL_CLUSTER_META) == 0)
+    return; /* a name with no keys */
+  aural_cluster_key(audio, sizeof audio, name, AURAL_CLUSTER_AUDIO);
+  aural_cluster_key(ckpt, sizeof ckpt, name, AURAL_CLUSTER_CKPT);
+  aural_cluster_key(out, sizeof out, name, AURAL_CLUSTER_OUT);
+  snprintf(ms, sizeof ms, "%lld",
+           (long long)(cl->srv->opt->cluster_expire_s * 1000));
+  const char *argv[] = {"EVAL", RETIRE, "4",  meta, audio,
+                        ckpt,   out,    ms,   why,  owned ? "1" : "0"};
+  command(cl->cmd, ignore_reply, NULL, 10, argv);
 }
 
 /* ---- audio in ------------------------------------------------------------ */
@@ -350,6 +434,7 @@ static void feed_entry(cstream *cs, const redisReply *entry) {
       return;
     }
     cs->end_seen = true;
+    cs->fed_at = now_s();
     push_rest(cs);
     return;
   }
@@ -374,6 +459,7 @@ static void feed_entry(cstream *cs, const redisReply *entry) {
   }
   cs->next_sample = first + n;
   cs->skip = 0;
+  cs->fed_at = now_s();
   push_rest(cs);
 }
 
@@ -416,6 +502,28 @@ static bool wants_audio(const cstream *cs) {
   return stream_room(cs->s) >= need;
 }
 
+/* A stream that waits for audio its producer does not add ends after
+ * --cluster-idle: a producer that died before its end entry would else
+ * hold the stream, a slot of this node and its name for ever (nothing
+ * but that entry ends a cluster stream). The time counts only while the
+ * stream wants audio, never while its node is behind. */
+static void check_idle(cstream *cs, double now) {
+  double idle_s = cs->cl->srv->opt->cluster_idle_s;
+  if (!wants_audio(cs)) {
+    cs->fed_at = now;
+    return;
+  }
+  if (idle_s <= 0 || now - cs->fed_at < idle_s) return;
+  char msg[160];
+  snprintf(msg, sizeof msg,
+           "no audio added for %g s after frame %" PRIu64
+           " (its producer stopped without the end entry?)",
+           idle_s, cs->next_sample);
+  log_warn("cluster stream \"%s\": %s; the stream ends", cs->name, msg);
+  cs->failed = true;
+  stream_end_input(cs->s, END_ERROR, msg);
+}
+
 /* One blocking XREAD of every stream that has room, unless one is out. */
 static void read_audio(cluster *cl) {
   if (cl->state != CL_UP || cl->read_busy || cl->stopping) return;
@@ -452,18 +560,12 @@ static void on_published(redisAsyncContext *ac, void *r, void *priv) {
   const redisReply *rep = r;
   (void)ac;
   if (rep == NULL) return;
-  if (rep->type == REDIS_REPLY_ERROR) {
-    log_warn("cluster: publishing a chunk: %s", rep->str);
-    return;
-  }
-  if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) return;
-  const redisReply *x = rep->element[0];
-  if (x->type != REDIS_REPLY_ERROR) {
+  if (rep->type != REDIS_REPLY_ERROR) {
     cl->published++;
-  } else if (strstr(x->str, "equal or smaller") != NULL) {
+  } else if (strstr(rep->str, "equal or smaller") != NULL) {
     cl->duplicates++; /* stored before: Redis keeps one */
   } else {
-    log_warn("cluster: publishing a chunk: %s", x->str);
+    log_warn("cluster: publishing a chunk: %s", rep->str);
   }
   update_stats(cl);
 }
@@ -506,7 +608,22 @@ static void trim_audio(cstream *cs, uint64_t next_chunk) {
   command(cs->cl->cmd, ignore_reply, NULL, 5, argv);
 }
 
-/* The chunk's entry and the checkpoint, in one transaction. */
+/* The chunk's entry and, only when Redis stored it, the checkpoint that
+ * says so, in one script (atomic like a transaction, which would run the
+ * HSET even after the XADD failed). A chunk refused as stored already
+ * comes from a node that went on after another one took its stream over
+ * and went further: writing the checkpoint then would move it back to
+ * audio the new owner may have trimmed. KEYS: out, ckpt; ARGV: the
+ * retention, the number m of XADD arguments after it (ID, fields and
+ * values), those, then the checkpoint's fields and values. */
+static const char PUBLISH[] =
+    "local m = tonumber(ARGV[2])\n"
+    "local id = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1],\n"
+    "                       unpack(ARGV, 3, 2 + m))\n"
+    "if type(id) == 'table' and id.err then return id end\n"
+    "redis.call('HSET', KEYS[2], unpack(ARGV, 3 + m))\n"
+    "return id\n";
+
 static void publish(cstream *cs, chunk_out *co) {
   cluster *cl = cs->cl;
   server *srv = cl->srv;
@@ -520,15 +637,18 @@ static void publish(cstream *cs, chunk_out *co) {
     cut(cs, "out of memory publishing a chunk");
     return;
   }
-  char id[32], retention[32], chunks[32], frames[32], samples[32], now[32];
+  char id[32], retention[32], chunks[32], frames[32], samples[32], now[32],
+      n_xadd[16] = "";
   snprintf(id, sizeof id, "%" PRIu64 "-1", co->h.seq);
   snprintf(retention, sizeof retention, "%ld", srv->opt->cluster_retention);
-  const char *argv[16];
-  size_t lens[16];
+  const char *argv[32];
+  size_t lens[32];
   int k = 0;
 #define ARG(p, n) (argv[k] = (const char *)(p), lens[k++] = (n))
 #define STR(p) ARG(p, strlen(p))
-  STR("XADD"), STR(cs->k_out), STR("MAXLEN"), STR("~"), STR(retention);
+  STR("EVAL"), STR(PUBLISH), STR("2"), STR(cs->k_out), STR(cs->k_ckpt);
+  STR(retention), STR(n_xadd);
+  int xadd_at = k;
   STR(id), STR("chunk");
   ARG(m->data + AURAL_PROTO_HEADER_BYTES, m->len - AURAL_PROTO_HEADER_BYTES);
   if (co->text != NULL) STR("text"), ARG(co->text, co->text_len);
@@ -536,20 +656,17 @@ static void publish(cstream *cs, chunk_out *co) {
     STR("words"), ARG(w->data + AURAL_PROTO_HEADER_BYTES,
                       w->len - AURAL_PROTO_HEADER_BYTES);
   if (co->h.flags & AURAL_CHUNK_FINAL) STR("final"), STR("1");
-  int n_xadd = k;
-  const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
-  command(cl->cmd, NULL, NULL, 1, multi);
-  redisAsyncCommandArgv(cl->cmd, NULL, NULL, n_xadd, argv, lens);
+  snprintf(n_xadd, sizeof n_xadd, "%d", k - xadd_at);
+  lens[xadd_at - 1] = strlen(n_xadd); /* counted now that it is known */
   snprintf(chunks, sizeof chunks, "%" PRIu64, co->h.seq + 1);
   snprintf(frames, sizeof frames, "%" PRIu64,
            co->h.first_frame + co->h.n_frames);
   snprintf(samples, sizeof samples, "%" PRIu64, cs->pushed);
   snprintf(now, sizeof now, "%" PRId64, aurald_now_us());
-  const char *ck[] = {"HSET",   cs->k_ckpt, "chunks",     chunks,
-                      "frames", frames,     "samples",    samples,
-                      "node",   cl->node,   "updated_us", now};
-  command(cl->cmd, NULL, NULL, 12, ck);
-  command(cl->cmd, on_published, cl, 1, exec);
+  STR("chunks"), STR(chunks), STR("frames"), STR(frames);
+  STR("samples"), STR(samples), STR("node"), STR(cl->node);
+  STR("updated_us"), STR(now);
+  redisAsyncCommandArgv(cl->cmd, on_published, cl, k, argv, lens);
 #undef ARG
 #undef STR
   if (++cs->since_trim >= TRIM_EVERY) {
@@ -692,6 +809,7 @@ static void create_stream(starting *st, uint64_t from, uint64_t skip) {
   cs->next_sample = from;
   cs->skip = skip;
   cs->pushed = from + skip;
+  cs->fed_at = now_s();
   snprintf(cs->from_id, sizeof cs->from_id, "%" PRIu64 "-0", from);
   s->loop.format = st->format;
   s->loop.ext = cs;
@@ -717,6 +835,21 @@ static void create_stream(starting *st, uint64_t from, uint64_t skip) {
   read_audio(cl);
 }
 
+/* A stream that cannot resume, on this node or any other: a `lost` event
+ * naming why, and its announcement acked, so that no node takes it up
+ * again (handing it back would pass it from node to node for ever). */
+static void lose(starting *st, const char *why) {
+  log_error("cluster stream \"%s\": %s; it cannot resume", st->name, why);
+  send_event(st->cl, "lost", NULL, st->name, st->chunks, "error", why);
+  retire(st->cl, st->name, why, true);
+  const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
+                       st->entry};
+  command(st->cl->cmd, ignore_reply, NULL, 4, ack);
+  const char *del[] = {"XDEL", AURAL_CLUSTER_ANNOUNCE, st->entry};
+  command(st->cl->cmd, ignore_reply, NULL, 3, del);
+  starting_done(st);
+}
+
 /* XREVRANGE's answer: the entry holding the first frame to recompute. */
 static void on_resume_entry(redisAsyncContext *ac, void *r, void *priv) {
   starting *st = priv;
@@ -733,15 +866,10 @@ static void on_resume_entry(redisAsyncContext *ac, void *r, void *priv) {
       rep->element[0]->elements == 2)
     str_of(rep->element[0]->element[0], id, sizeof id);
   if (id[0] == '\0' || !parse_id(id, 1, &first) || first > st->first_sample) {
-    log_error("cluster stream \"%s\": the audio before chunk %" PRIu64
-              " is gone; it cannot resume",
-              st->name, st->chunks);
-    send_event(st->cl, "lost", NULL, st->name, st->chunks, "error",
-               "the audio needed to resume is gone");
-    const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
-                         st->entry};
-    command(st->cl->cmd, ignore_reply, NULL, 4, ack);
-    starting_done(st);
+    char why[96];
+    snprintf(why, sizeof why, "the audio before chunk %" PRIu64 " is gone",
+             st->chunks);
+    lose(st, why);
     return;
   }
   create_stream(st, first, st->first_sample - first);
@@ -759,8 +887,55 @@ static void on_checkpoint(redisAsyncContext *ac, void *r, void *priv) {
   }
   char buf[64];
   uint64_t v;
+  if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3) {
+    /* Another announcement of this name was taken first: this one
+     * repeats it (a producer's bug, or a hostile writer). Taking it too
+     * would run two owners of one stream, and the first to end would
+     * delete the other's audio. */
+    char why[200];
+    snprintf(why, sizeof why,
+             "announcement %s names a stream that announcement %s "
+             "announced first",
+             st->entry, str_of(rep->element[2], buf, sizeof buf));
+    log_warn("cluster stream \"%s\": %s; refused", st->name, why);
+    send_event(cl, "refused", NULL, st->name, 0, "error", why);
+    const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
+                         st->entry};
+    command(cl->cmd, ignore_reply, NULL, 4, ack);
+    const char *del[] = {"XDEL", AURAL_CLUSTER_ANNOUNCE, st->entry};
+    command(cl->cmd, ignore_reply, NULL, 3, del);
+    starting_done(st);
+    return;
+  }
+  if (stream_find(cl->srv, st->name) != NULL) {
+    /* A local stream of that name (or this node's last run of it, still
+     * ending): another node, or this one later, takes it. */
+    log_info("cluster stream \"%s\": a live stream here has that name; "
+             "handed back",
+             st->name);
+    release_entry(cl, st->entry);
+    starting_done(st);
+    return;
+  }
   if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
-    if (parse_u64(str_of(rep->element[0], buf, sizeof buf), &v)) st->chunks = v;
+    /* Anyone who can write to Redis can write the checkpoint: a count
+     * that is not a number, or one no stream can start at, would fail
+     * the same way on every node. */
+    const redisReply *ck = rep->element[0];
+    if (ck->type != REDIS_REPLY_NIL) {
+      if (!parse_u64(str_of(ck, buf, sizeof buf), &v) ||
+          v > AURAL_STREAM_MAX_FIRST_CHUNK) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "its checkpoint's chunks \"%.40s\" is not a count of "
+                 "chunks in 0..%llu",
+                 ck->type == REDIS_REPLY_STRING ? buf : "(not a string)",
+                 (unsigned long long)AURAL_STREAM_MAX_FIRST_CHUNK);
+        lose(st, why);
+        return;
+      }
+      st->chunks = v;
+    }
     if (parse_u64(str_of(rep->element[1], buf, sizeof buf), &v))
       st->start_us = (int64_t)v;
   }
@@ -852,6 +1027,19 @@ static bool parse_vocabulary(server *srv, const redisReply *fields,
   return true;
 }
 
+/* The checkpoint and the first start time in one answer (the keys share
+ * a slot: one hash tag), once the meta hash names this announcement as
+ * the stream's: the first node to take an announcement of a name writes
+ * its ID as `entry`, and an announcement with another ID is answered
+ * with that one as a third element instead. KEYS: ckpt, meta; ARGV: the
+ * announcement's ID. */
+static const char TAKE[] =
+    "local e = redis.call('HGET', KEYS[2], 'entry')\n"
+    "if e and e ~= ARGV[1] then return {false, false, e} end\n"
+    "if not e then redis.call('HSET', KEYS[2], 'entry', ARGV[1]) end\n"
+    "return {redis.call('HGET', KEYS[1], 'chunks'),\n"
+    "        redis.call('HGET', KEYS[2], 'start_us')}\n";
+
 /* One claimed announcement entry [id, fields]: a stream to start or
  * resume. */
 static void take_entry(cluster *cl, const redisReply *entry) {
@@ -870,33 +1058,25 @@ static void take_entry(cluster *cl, const redisReply *entry) {
   if (!parse_announcement(fields, st, why, sizeof why) ||
       !parse_vocabulary(cl->srv, fields, st, why, sizeof why)) {
     log_warn("cluster: announcement %s refused: %s", st->entry, why);
-    if (aural_cluster_valid_name(st->name))
+    if (aural_cluster_valid_name(st->name)) {
       send_event(cl, "ended", NULL, st->name, 0, "error", why);
+      retire(cl, st->name, why, false);
+    }
     const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
                          st->entry};
     command(cl->cmd, ignore_reply, NULL, 4, ack);
-    starting_done(st);
-    return;
-  }
-  if (stream_find(cl->srv, st->name) != NULL) {
-    /* A local stream of that name (or this node's last run of it, still
-     * ending): another node, or this one later, takes it. */
-    log_info("cluster stream \"%s\": a live stream here has that name; "
-             "handed back",
-             st->name);
-    release_entry(cl, st->entry);
+    const char *del[] = {"XDEL", AURAL_CLUSTER_ANNOUNCE, st->entry};
+    command(cl->cmd, ignore_reply, NULL, 3, del);
     starting_done(st);
     return;
   }
   char ckpt[AURAL_CLUSTER_KEY_MAX], meta[AURAL_CLUSTER_KEY_MAX];
   aural_cluster_key(ckpt, sizeof ckpt, st->name, AURAL_CLUSTER_CKPT);
   aural_cluster_key(meta, sizeof meta, st->name, AURAL_CLUSTER_META);
-  /* Both in one answer (the keys share a slot: one hash tag). */
-  const char *argv[] = {"EVAL",
-                        "return {redis.call('HGET', KEYS[1], 'chunks'),"
-                        " redis.call('HGET', KEYS[2], 'start_us')}",
-                        "2", ckpt, meta};
-  if (command(cl->cmd, on_checkpoint, st, 5, argv) < 0) starting_done(st);
+  /* A local stream of that name is looked for once the script has said
+   * whether this announcement is the stream's own (on_checkpoint). */
+  const char *argv[] = {"EVAL", TAKE, "2", ckpt, meta, st->entry};
+  if (command(cl->cmd, on_checkpoint, st, 6, argv) < 0) starting_done(st);
 }
 
 static int room(const cluster *cl) {
@@ -921,9 +1101,16 @@ static void on_new(redisAsyncContext *ac, void *r, void *priv) {
   if (rep == NULL || cl->state != CL_UP) return;
   cl->ann_busy = false;
   if (rep->type == REDIS_REPLY_ERROR) {
-    log_warn("cluster: reading announcements: %s", rep->str);
+    /* Asked again once the group is back, or after a beat: an error that
+     * stays (an ACL without XREADGROUP) is logged once a second, not at
+     * every tick of the timer. */
+    if (!group_gone(cl, rep)) {
+      log_warn("cluster: reading announcements: %s", rep->str);
+      cl->ann_at = now_s() + BEAT_S;
+    }
     return;
   }
+  cl->group_seen = true;
   /* [[key, entries]], or nil when the wait timed out */
   if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
       rep->element[0]->elements == 2)
@@ -933,7 +1120,9 @@ static void on_new(redisAsyncContext *ac, void *r, void *priv) {
 
 /* Waits for one new announcement while there is room. */
 static void read_announcements(cluster *cl) {
-  if (cl->ann_busy || room(cl) <= 0) return;
+  if (cl->ann_busy || cl->group_busy || now_s() < cl->ann_at ||
+      room(cl) <= 0)
+    return;
   const char *argv[] = {"XREADGROUP", "GROUP", AURAL_CLUSTER_GROUP, cl->node,
                         "COUNT", "1", "BLOCK", "1000", "STREAMS",
                         AURAL_CLUSTER_ANNOUNCE, ">"};
@@ -945,10 +1134,12 @@ static void on_orphans(redisAsyncContext *ac, void *r, void *priv) {
   const redisReply *rep = r;
   (void)ac;
   if (rep == NULL || cl->state != CL_UP) return;
-  if (rep->type == REDIS_REPLY_ERROR)
+  if (rep->type == REDIS_REPLY_ERROR && !group_gone(cl, rep))
     log_warn("cluster: claiming streams: %s", rep->str);
-  else if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2)
+  else if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2) {
+    cl->group_seen = true;
     take_entries(cl, rep->element[1]); /* [cursor, entries, deleted] */
+  }
   cl->claim_busy = false;
 }
 
@@ -975,7 +1166,9 @@ static void claim(cluster *cl) {
 /* ---- the heartbeat ------------------------------------------------------- */
 
 /* Re-claims the given entries that are still pending in this node's name
- * (which resets their idle time) and returns those that are not. */
+ * (which resets their idle time) and returns those that are not, each
+ * with the consumer it is pending in the name of ("" for none: acked, or
+ * the group was created anew). */
 static const char REFRESH[] = "local lost = {}\n"
                               "for i = 3, #ARGV do\n"
                               "  local p = redis.call('XPENDING', KEYS[1], "
@@ -985,6 +1178,8 @@ static const char REFRESH[] = "local lost = {}\n"
                               "ARGV[2], 0, ARGV[i], 'JUSTID')\n"
                               "  else\n"
                               "    lost[#lost + 1] = ARGV[i]\n"
+                              "    lost[#lost + 1] = #p == 1 and p[1][2] "
+                              "or ''\n"
                               "  end\n"
                               "end\n"
                               "return lost\n";
@@ -996,17 +1191,28 @@ static void on_refresh(redisAsyncContext *ac, void *r, void *priv) {
   if (rep == NULL || cl->state != CL_UP) return;
   cl->beat_sent = 0;
   if (rep->type == REDIS_REPLY_ERROR) {
-    log_warn("cluster: heartbeat: %s", rep->str);
+    if (!group_gone(cl, rep)) log_warn("cluster: heartbeat: %s", rep->str);
     return;
   }
-  for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
-    char id[64];
+  for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements;
+       i += 2) {
+    char id[64], holder[128];
     str_of(rep->element[i], id, sizeof id);
-    for (cstream *cs = cl->streams; cs != NULL; cs = cs->next)
-      if (strcmp(cs->entry, id) == 0 && !cs->cut) {
-        log_warn("cluster stream \"%s\": another node took it over", cs->name);
+    str_of(rep->element[i + 1], holder, sizeof holder);
+    for (cstream *cs = cl->streams; cs != NULL; cs = cs->next) {
+      if (strcmp(cs->entry, id) != 0 || cs->cut) continue;
+      if (holder[0] != '\0') {
+        log_warn("cluster stream \"%s\": node \"%s\" took it over",
+                 cs->name, holder);
         cut(cs, "another cluster node took the stream over");
+      } else {
+        log_warn("cluster stream \"%s\": its announcement %s is pending in "
+                 "no node's name (acked, deleted, or the consumer group was "
+                 "created anew); it stops here",
+                 cs->name, id);
+        cut(cs, "its announcement is no longer pending in this node's name");
       }
+    }
   }
 }
 
@@ -1078,10 +1284,9 @@ static void became_up(cluster *cl) {
   else
     log_info("cluster: node \"%s\" joined %s", cl->node, cl->where);
   cl->ever_up = true;
-  const char *group[] = {
-      "XGROUP", "CREATE",  AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
-      "0",      "MKSTREAM"};
-  command(cl->cmd, NULL, NULL, 6, group); /* BUSYGROUP when it exists */
+  cl->ann_at = 0;
+  cl->group_seen = true;
+  create_group(cl);
   heartbeat(cl);
   cl->next_beat = now_s() + BEAT_S;
   cl->next_claim = 0;
@@ -1203,7 +1408,7 @@ static void drop_connections(cluster *cl) {
   }
   for (int i = 0; i < N_CONNS; i++)
     if (c[i] != NULL) redisAsyncFree(c[i]);
-  cl->read_busy = cl->claim_busy = cl->ann_busy = false;
+  cl->read_busy = cl->claim_busy = cl->ann_busy = cl->group_busy = false;
   cl->beat_sent = 0;
 }
 
@@ -1266,7 +1471,10 @@ static void on_timer(uv_timer_t *t) {
     claim(cl);
     cl->next_claim = now + CLAIM_S;
   }
-  for (cstream *cs = cl->streams; cs != NULL; cs = cs->next) push_rest(cs);
+  for (cstream *cs = cl->streams; cs != NULL; cs = cs->next) {
+    push_rest(cs);
+    check_idle(cs, now);
+  }
   read_audio(cl);
   read_announcements(cl);
 }

@@ -131,6 +131,8 @@ typedef struct aurald_options {
                                  are taken over this long after it stops */
   double cluster_timeout_s;   /* no reply for this long: reconnect */
   double cluster_expire_s;    /* an ended stream's keys live this long */
+  double cluster_idle_s;      /* no audio added for this long: the stream
+                                 ends (0: never) */
   uint32_t cluster_outputs;   /* AURAL_OUT_* of the published chunks */
   uint8_t cluster_dtype;
   http_options http;      /* --http and its companions */

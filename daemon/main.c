@@ -33,7 +33,8 @@ enum {
   OPT_CONFIG, OPT_NO_CONFIG, OPT_LEXICON, OPT_LM, OPT_CLUSTER,
   OPT_CLUSTER_OPTIONAL, OPT_CLUSTER_PASSWORD, OPT_CLUSTER_NODE,
   OPT_CLUSTER_CAPACITY, OPT_CLUSTER_RETENTION, OPT_CLUSTER_TTL,
-  OPT_CLUSTER_TIMEOUT, OPT_CLUSTER_EXPIRE, OPT_CLUSTER_OUTPUTS,
+  OPT_CLUSTER_TIMEOUT, OPT_CLUSTER_EXPIRE, OPT_CLUSTER_IDLE,
+  OPT_CLUSTER_OUTPUTS,
   OPT_CLUSTER_DTYPE,
   OPT_HTTP, OPT_HTTP_TOKEN, OPT_HTTP_ORIGIN, OPT_HTTP_CERT, OPT_HTTP_KEY,
   OPT_HTTP_ROOT,
@@ -139,6 +140,9 @@ static const option_doc options[] = {
     {"cluster-expire", required_argument, OPT_CLUSTER_EXPIRE, " S",
      "an ended stream's outputs stay S seconds\n"
      "(default 86400)"},
+    {"cluster-idle", required_argument, OPT_CLUSTER_IDLE, " S",
+     "end a cluster stream whose producer has added\n"
+     "no audio for S seconds (default 60; 0: never)"},
     {"cluster-outputs", required_argument, OPT_CLUSTER_OUTPUTS, " LIST",
      "what each published chunk carries: embeddings,\n"
      "logits, text (default: all the model has)"},
@@ -246,22 +250,28 @@ static const char *default_model(void) {
   return AURAL_SOURCE_MODEL;
 }
 
-/* --cluster-ttl, --cluster-timeout or --cluster-expire. */
+/* --cluster-ttl, --cluster-timeout, --cluster-expire or --cluster-idle. */
 static int parse_seconds(const char *s, int which, aurald_options *o) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
   const char *name = which == OPT_CLUSTER_TTL       ? "cluster-ttl"
                      : which == OPT_CLUSTER_TIMEOUT ? "cluster-timeout"
+                     : which == OPT_CLUSTER_IDLE    ? "cluster-idle"
                                                     : "cluster-expire";
-  double lo = which == OPT_CLUSTER_TTL ? 0.5 : 1;
-  double hi = which == OPT_CLUSTER_EXPIRE ? 3.2e7 : 3600;
+  double lo = which == OPT_CLUSTER_TTL    ? 0.5
+              : which == OPT_CLUSTER_IDLE ? 0
+                                          : 1;
+  double hi = which == OPT_CLUSTER_EXPIRE  ? 3.2e7
+              : which == OPT_CLUSTER_IDLE ? 86400
+                                          : 3600;
   if (errno || end == s || *end || !(v >= lo && v <= hi)) {
     fprintf(stderr, "aurald: --%s must be %g to %g seconds\n", name, lo, hi);
     return -1;
   }
   if (which == OPT_CLUSTER_TTL) o->cluster_ttl_s = v;
   else if (which == OPT_CLUSTER_TIMEOUT) o->cluster_timeout_s = v;
+  else if (which == OPT_CLUSTER_IDLE) o->cluster_idle_s = v;
   else o->cluster_expire_s = v;
   return 0;
 }
@@ -438,6 +448,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_CLUSTER_TTL:
     case OPT_CLUSTER_TIMEOUT:
     case OPT_CLUSTER_EXPIRE:
+    case OPT_CLUSTER_IDLE:
       if (parse_seconds(optarg, ch, o) < 0) return 2;
       break;
     case OPT_CLUSTER_OUTPUTS:
@@ -516,6 +527,7 @@ static const aurald_options option_defaults = {
     .cluster_ttl_s = 3,
     .cluster_timeout_s = 10,
     .cluster_expire_s = 86400,
+    .cluster_idle_s = 60,
     .cluster_outputs = AURAL_OUT_ALL,
     .cluster_dtype = AURAL_DTYPE_F32,
 };

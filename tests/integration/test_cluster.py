@@ -440,6 +440,214 @@ class TestCluster(ClusterTest):
         self.assertEqual(r.xpending("aural:announce", "nodes")["pending"], 0)
         self.stop_clean(d)
 
+    def test_bad_checkpoint_is_lost_once(self):
+        """A checkpoint no stream can resume from (not a number, or a
+        chunk past any stream's) loses that stream once, with a `lost`
+        event naming the checkpoint: it is not handed from node to node
+        for ever. A good stream beside it is untouched."""
+        d = self.node("a")
+        good = self.wav(2, name="good.wav")
+        threads = produce_all(self.redis.client, [("good", good)])
+        r = self.r
+        bad = {"huge": str(2**64 - 1), "past": str(2**40 + 1),
+               "word": "12x"}
+        for name, chunks in bad.items():
+            r.hset("aural:{%s}:ckpt" % name, "chunks", chunks)
+            r.xadd("aural:{%s}:audio" % name, {"pcm": b"\0" * 3200},
+                   id="0-1")
+            r.xadd("aural:announce", {"name": name, "rate": 16000,
+                                      "channels": 1, "format": "s16"})
+        for t in threads:
+            t.join()
+        self.assertEqual(wait_finished(r, ["good"], 30), set())
+        self.check_stream("good", good)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            lost = {f[b"stream"].decode(): f for _, f in
+                    r.xrange("aural:events") if f[b"type"] == b"lost"}
+            if set(bad) <= set(lost):
+                break
+            time.sleep(0.1)
+        self.assertEqual(set(lost), set(bad))
+        for name, chunks in bad.items():
+            self.assertEqual(lost[name][b"reason"], b"error")
+            self.assertIn(b"checkpoint", lost[name][b"message"])
+            self.assertIn(chunks.encode(), lost[name][b"message"])
+        self.assertEqual(r.xpending("aural:announce", "nodes")["pending"], 0)
+        self.assertNotIn("handed back", d.text())
+        self.stop_clean(d)
+
+    def test_lost_consumer_group(self):
+        """aural:announce deleted under a running node (FLUSHALL, DEL, an
+        eviction) takes its consumer group with it: the node creates the
+        group again, says so once, and takes the next stream."""
+        d = self.node("a")
+        r = self.r
+        deadline = time.monotonic() + 10
+        while not r.exists("aural:node:a"):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        self.assertEqual(r.xinfo_groups("aural:announce")[0]["name"],
+                         b"nodes")
+        r.delete("aural:announce")
+        path = self.wav(2, name="after.wav")
+        for t in produce_all(self.redis.client, [("after", path)]):
+            t.join()
+        self.assertEqual(wait_finished(r, ["after"], 30), set())
+        self.check_stream("after", path)
+        text = d.text()
+        self.assertEqual(text.count("is gone; creating it again"), 1, text)
+        self.assertNotIn("NOGROUP", text)
+        self.stop_clean(d)
+
+    def test_producer_that_stops_without_the_end(self):
+        """A producer that dies before its end entry does not hold the
+        stream for ever: after --cluster-idle without new audio the
+        stream ends with an error naming the wait, its final chunk is
+        published (a consumer stops), and its announcement is done with.
+        A producer slower than that limit only pauses it."""
+        d = self.node("a", "--cluster-idle", "2")
+        r = self.r
+        r.xadd("aural:announce", {"name": "stalled", "rate": 16000,
+                                  "channels": 1, "format": "s16"})
+        r.xadd("aural:{stalled}:audio", {"pcm": b"\0" * 32000}, id="0-1")
+        t0 = time.monotonic()
+        self.assertEqual(wait_finished(r, ["stalled"], 30), set())
+        self.assertGreater(time.monotonic() - t0, 2)
+        ended = [f for _, f in r.xrange("aural:events")
+                 if f[b"type"] == b"ended" and f[b"stream"] == b"stalled"]
+        self.assertEqual(len(ended), 1)
+        self.assertEqual(ended[0][b"reason"], b"error")
+        self.assertIn(b"no audio added for 2 s after frame 16000",
+                      ended[0][b"message"])
+        chunks = read_outputs(r, "stalled")
+        self.assertEqual([c["seq"] for c in chunks],
+                         list(range(len(chunks))))
+        # 1 s holds (16000 - 400) / 160 + 1 frames of 25 ms every 10 ms
+        self.assertEqual(sum(c["n"] for c in chunks), 98)
+        self.assertEqual(r.xlen("aural:announce"), 0)
+        self.assertFalse(r.exists("aural:{stalled}:audio"))
+        self.stop_clean(d)
+
+    def test_consumers_of_a_stream_no_node_encodes(self):
+        """A stream whose announcement is refused, or that cannot resume,
+        says why in its meta hash: `aural sub --cluster` and the Python
+        client waiting for it fail with that message instead of waiting
+        for ever, its audio is deleted and its keys expire. A refused
+        second announcement of a live stream's name leaves it alone."""
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "tools",
+                                        "python"))
+        import aural_client
+        r = self.r
+        subs = {name: subprocess.Popen(
+            [td.AURAL, "sub", "--cluster", self.redis.url(), "--stream",
+             name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True) for name in ("badfmt", "badck")}
+        d = self.node("a")
+        good = self.wav(3, name="good.wav")
+        threads = produce_all(self.redis.client, [("good", good)])
+        deadline = time.monotonic() + 10
+        while r.hget("aural:{good}:meta", "node") is None:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        fields = {"rate": 16000, "channels": 1, "format": "u8"}
+        r.xadd("aural:announce", dict(fields, name="good"))
+        r.hset("aural:{badfmt}:meta", mapping=fields)
+        r.xadd("aural:{badfmt}:audio", {"pcm": b"\0" * 3200}, id="0-1")
+        r.xadd("aural:announce", dict(fields, name="badfmt"))
+        r.hset("aural:{badck}:ckpt", "chunks", "12x")
+        r.xadd("aural:{badck}:audio", {"pcm": b"\0" * 3200}, id="0-1")
+        r.xadd("aural:announce", dict(fields, name="badck", format="s16"))
+        errs = {}
+        for name, p in subs.items():
+            _, errs[name] = p.communicate(timeout=30)
+            self.assertEqual(p.returncode, 1, errs[name])
+            self.assertIn("%s: no node will encode it: " % name, errs[name])
+        self.assertIn('format "u8"', errs["badfmt"])
+        self.assertIn('chunks "12x"', errs["badck"])
+        with self.assertRaises(aural_client.ClusterError) as e:
+            next(aural_client.cluster_subscribe(self.redis.url(), "badck"))
+        self.assertIn("checkpoint", str(e.exception))
+        for name in ("badfmt", "badck"):
+            self.assertFalse(r.exists("aural:{%s}:audio" % name))
+            self.assertGreater(r.pttl("aural:{%s}:meta" % name), 0)
+        for t in threads:
+            t.join()
+        self.assertEqual(wait_finished(r, ["good"], 30), set())
+        self.check_stream("good", good)
+        self.assertIsNone(r.hget("aural:{good}:meta", "error"))
+        self.assertEqual(r.xlen("aural:announce"), 0)
+        self.stop_clean(d)
+
+    def test_refused_chunk_leaves_the_checkpoint(self):
+        """A chunk that Redis refuses as stored already (another owner of
+        the stream went further: a node that paused past its heartbeat's
+        expiry and went on) does not write the checkpoint, which would
+        move it back to audio the other owner may have trimmed."""
+        d = self.node("a")
+        r = self.r
+        r.xadd("aural:{ahead}:out", {"chunk": b"stored by another owner"},
+               id="1000-1")
+        r.xadd("aural:announce", {"name": "ahead", "rate": 16000,
+                                  "channels": 1, "format": "s16"})
+        r.xadd("aural:{ahead}:audio", {"pcm": b"\0" * 32000}, id="0-1")
+        r.xadd("aural:{ahead}:audio", {"pcm": b"\0" * 32000},
+               id="16000-1")
+        r.xadd("aural:{ahead}:audio", {"end": "1"}, id="32000-1")
+        deadline = time.monotonic() + 30
+        while not any(f[b"type"] == b"ended"
+                      for _, f in r.xrange("aural:events")):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        self.assertEqual(r.xlen("aural:{ahead}:out"), 1)
+        self.assertEqual(r.hgetall("aural:{ahead}:ckpt"), {})
+        self.assertNotIn("publishing a chunk", d.text())
+        self.stop_clean(d)
+
+    def test_repeated_announcement(self):
+        """A second announcement of a live stream's name (a producer's
+        bug, a hostile writer), on the node that runs the stream or on
+        another, is refused at once with a `refused` event naming both
+        announcements: the stream has one owner and finishes whole."""
+        nodes = [self.node("a"), self.node("b")]
+        r = self.r
+        path = self.wav(4, name="talk.wav")
+        threads = produce_all(self.redis.client, [("talk", path)])
+        deadline = time.monotonic() + 10
+        while r.xlen("aural:{talk}:out") < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        first = r.xrange("aural:announce")[0][0]
+        again = [r.xadd("aural:announce", {"name": "talk", "rate": 16000,
+                                           "channels": 1, "format": "s16"})
+                 for _ in range(2)]
+        for t in threads:
+            t.join()
+        self.assertEqual(wait_finished(r, ["talk"], 30), set())
+        self.check_stream("talk", path)
+        deadline = time.monotonic() + 10
+        while True:
+            refused = [f for _, f in r.xrange("aural:events")
+                       if f[b"type"] == b"refused"]
+            if len(refused) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(len(refused), 2)
+        for f, entry in zip(sorted(refused, key=lambda f: f[b"message"]),
+                            sorted(again)):
+            self.assertEqual(f[b"stream"], b"talk")
+            self.assertIn(entry, f[b"message"])
+            self.assertIn(first, f[b"message"])
+        self.assertEqual(r.hget("aural:{talk}:meta", "entry"), first)
+        kinds = [f[b"type"] for _, f in r.xrange("aural:events")
+                 if f[b"stream"] == b"talk"]
+        self.assertEqual(kinds.count(b"started"), 1)
+        self.assertEqual(kinds.count(b"ended"), 1)
+        self.assertEqual(r.xlen("aural:announce"), 0)
+        for d in nodes:
+            self.assertNotIn("handed back", d.text())
+            self.stop_clean(d)
+
     def test_words_and_text(self):
         """With the bundled model and its lexicon, each entry carries the
         chunk's text and WORDS payload: the same words `aural encode

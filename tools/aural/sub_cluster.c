@@ -110,6 +110,18 @@ static int read_model(cluster_sub *cs) {
   return 0;
 }
 
+/* Fails naming why when the meta hash says that no node will encode the
+ * stream (its `error`: the announcement refused, or the stream could not
+ * resume); nothing more comes then. */
+static int check_error(cluster_sub *cs, const redisReply *meta) {
+  const redisReply *e = cluster_field(meta, "error");
+  if (e == NULL) return 0;
+  snprintf(cs->job->err, sizeof cs->job->err,
+           "%s: no node will encode it: %.*s", cs->job->stream, (int)e->len,
+           e->str);
+  return -1;
+}
+
 /* Waits until the stream's node has written the model into its meta hash
  * (a stream not yet started, or not yet taken up by a node). */
 static int wait_meta(cluster_sub *cs) {
@@ -120,6 +132,7 @@ static int wait_meta(cluster_sub *cs) {
     if (sub_interrupted) return -1;
     cs->meta = cluster_run(&cs->redis, &a, job->err, sizeof job->err);
     if (cs->meta == NULL) return -1;
+    if (check_error(cs, cs->meta) < 0) return -1;
     if (cluster_field(cs->meta, "d_model") != NULL) return read_model(cs);
     freeReplyObject(cs->meta);
     cs->meta = NULL;
@@ -240,6 +253,19 @@ static int on_entry(cluster_sub *cs, const redisReply *entry) {
   return 0;
 }
 
+/* After a wait that brought nothing: whether the stream has stopped for
+ * good (its meta hash's `error`). 0 or -1. */
+static int still_going(cluster_sub *cs) {
+  cluster_args a;
+  cluster_args_list(&a, "HGETALL", cs->meta_key, NULL);
+  redisReply *meta =
+      cluster_run(&cs->redis, &a, cs->job->err, sizeof cs->job->err);
+  if (meta == NULL) return -1;
+  int rc = check_error(cs, meta);
+  freeReplyObject(meta);
+  return rc;
+}
+
 /* One XREAD: the entries stored above cs->after, or none within a second.
  * Returns 1 after the final chunk, 0, or -1. */
 static int read_some(cluster_sub *cs) {
@@ -261,6 +287,7 @@ static int read_some(cluster_sub *cs) {
     snprintf(cs->after, sizeof cs->after, "%.40s", e[i]->element[0]->str);
   }
   freeReplyObject(r);
+  if (rc == 0 && n == 0) rc = still_going(cs);
   return rc;
 }
 

@@ -1221,8 +1221,9 @@ def cluster_subscribe(url: str, name: str, start: Any = "start",
     them, text, words as a Words or None) and, where chunks were trimmed
     by the node's retention before they were read, a Gap (reason
     "trimmed") before the chunk that follows them. password: Redis' (else
-    $AURAL_REDIS_PASSWORD). ClusterError when Redis fails, or when start
-    is "now" or past the final chunk of a stream that has ended."""
+    $AURAL_REDIS_PASSWORD). ClusterError when Redis fails, when no node
+    will encode the stream (its meta hash's "error"), or when start is
+    "now" or past the final chunk of a stream that has ended."""
     import redis
 
     out = cluster_key(name, "out")
@@ -1242,8 +1243,15 @@ def cluster_subscribe(url: str, name: str, start: Any = "start",
             after, expect = ("%d-0" % start).encode(), start
         else:
             raise ValueError("start is 'start', 'now' or a chunk number")
+        meta = cluster_key(name, "meta")
         while True:
             reply = r.xread({out: after}, count=64, block=1000)
+            if not reply:
+                # A stream no node will encode says why in its meta hash.
+                error = r.hget(meta, "error")
+                if error is not None:
+                    raise ClusterError("%s: no node will encode it: %s" % (
+                        name, error.decode("utf-8", "replace")))
             for entry_id, fields in (reply[0][1] if reply else []):
                 after = entry_id
                 ck = _cluster_chunk(name, entry_id, fields)
