@@ -293,17 +293,23 @@ static void release_entry(cluster *cl, const char *entry) {
   command(cl->cmd, ignore_reply, NULL, 9, argv);
 }
 
+/* Done with the announcement entry: acknowledged and deleted, so that
+ * no node takes it again. */
+static void drop_announcement(cluster *cl, const char *entry) {
+  const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
+                       entry};
+  command(cl->cmd, ignore_reply, NULL, 4, ack);
+  const char *del[] = {"XDEL", AURAL_CLUSTER_ANNOUNCE, entry};
+  command(cl->cmd, ignore_reply, NULL, 3, del);
+}
+
 /* A stream that has ended for good: its event, its announcement acked and
  * deleted, its audio gone, its outputs kept for --cluster-expire. */
 static void finish_entry(cluster *cl, cstream *cs) {
   stream *s = cs->s;
   send_event(cl, "ended", cs, NULL, s->loop.chunks_emitted,
              end_reason_name(s->sched.reason), s->sched.message);
-  const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
-                       cs->entry};
-  command(cl->cmd, ignore_reply, NULL, 4, ack);
-  const char *del[] = {"XDEL", AURAL_CLUSTER_ANNOUNCE, cs->entry};
-  command(cl->cmd, ignore_reply, NULL, 3, del);
+  drop_announcement(cl, cs->entry);
   const char *del_audio[] = {"DEL", cs->k_audio};
   command(cl->cmd, ignore_reply, NULL, 2, del_audio);
   char ms[32];
@@ -842,11 +848,7 @@ static void lose(starting *st, const char *why) {
   log_error("cluster stream \"%s\": %s; it cannot resume", st->name, why);
   send_event(st->cl, "lost", NULL, st->name, st->chunks, "error", why);
   retire(st->cl, st->name, why, true);
-  const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
-                       st->entry};
-  command(st->cl->cmd, ignore_reply, NULL, 4, ack);
-  const char *del[] = {"XDEL", AURAL_CLUSTER_ANNOUNCE, st->entry};
-  command(st->cl->cmd, ignore_reply, NULL, 3, del);
+  drop_announcement(st->cl, st->entry);
   starting_done(st);
 }
 
@@ -899,11 +901,7 @@ static void on_checkpoint(redisAsyncContext *ac, void *r, void *priv) {
              st->entry, str_of(rep->element[2], buf, sizeof buf));
     log_warn("cluster stream \"%s\": %s; refused", st->name, why);
     send_event(cl, "refused", NULL, st->name, 0, "error", why);
-    const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
-                         st->entry};
-    command(cl->cmd, ignore_reply, NULL, 4, ack);
-    const char *del[] = {"XDEL", AURAL_CLUSTER_ANNOUNCE, st->entry};
-    command(cl->cmd, ignore_reply, NULL, 3, del);
+    drop_announcement(cl, st->entry);
     starting_done(st);
     return;
   }
@@ -1062,11 +1060,7 @@ static void take_entry(cluster *cl, const redisReply *entry) {
       send_event(cl, "ended", NULL, st->name, 0, "error", why);
       retire(cl, st->name, why, false);
     }
-    const char *ack[] = {"XACK", AURAL_CLUSTER_ANNOUNCE, AURAL_CLUSTER_GROUP,
-                         st->entry};
-    command(cl->cmd, ignore_reply, NULL, 4, ack);
-    const char *del[] = {"XDEL", AURAL_CLUSTER_ANNOUNCE, st->entry};
-    command(cl->cmd, ignore_reply, NULL, 3, del);
+    drop_announcement(cl, st->entry);
     starting_done(st);
     return;
   }

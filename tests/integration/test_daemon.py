@@ -2263,16 +2263,22 @@ class TestHostileServer(unittest.TestCase):
                "model": {"sample_rate": 16000, "d_model": 4, "vocab_size": 0,
                          "vocab": [], "chunk_frames": 5}}
 
-    def serve(self, script, welcome=None):
-        """A socket path whose one connection is answered with WELCOME
-        (or the given payload) and then the script's messages."""
+    def listener(self):
+        """A listening Unix socket in a directory of its own: (path, socket),
+        both removed at the end of the test."""
         d = tempfile.mkdtemp(prefix="aural-fake-")
         self.addCleanup(shutil.rmtree, d, True)
         path = os.path.join(d, "s")
         ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         ls.bind(path)
-        ls.listen(1)
+        ls.listen(8)
         self.addCleanup(ls.close)
+        return path, ls
+
+    def serve(self, script, welcome=None):
+        """A socket path whose one connection is answered with WELCOME
+        (or the given payload) and then the script's messages."""
+        path, ls = self.listener()
 
         def run():
             s, _ = ls.accept()
@@ -2291,6 +2297,29 @@ class TestHostileServer(unittest.TestCase):
         t.start()
         self.addCleanup(t.join, 10)
         return path
+
+    def serve_each(self, conn):
+        """A socket path whose every connection is handed to conn(socket)
+        on a thread of its own."""
+        path, ls = self.listener()
+
+        def accept():
+            while True:
+                try:
+                    s, _ = ls.accept()
+                except OSError:
+                    return
+                threading.Thread(target=conn, args=(s,), daemon=True).start()
+        threading.Thread(target=accept, daemon=True).start()
+        return path
+
+    def load_welcome(self, **fields):
+        """WELCOME with what aural load needs of the model, and fields."""
+        welcome = dict(self.WELCOME, **fields)
+        welcome["model"] = dict(welcome["model"], frame_ms=10,
+                                frame_length_ms=25, n_mels=80, n_layers=1,
+                                window=50)
+        return welcome
 
     def test_malformed_events_are_protocol_errors(self):
         deep = b"[" * 100000 + b"]" * 100000
@@ -2324,13 +2353,7 @@ class TestHostileServer(unittest.TestCase):
         # A client made with timeout=2 must not wait longer than that for
         # a server that takes no more audio and says nothing.
         opened = msg(ac.AUDIO_OPENED, {"stream": 5, "name": "a"}, 5)
-        d = tempfile.mkdtemp(prefix="aural-fake-")
-        self.addCleanup(shutil.rmtree, d, True)
-        path = os.path.join(d, "s")
-        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        ls.bind(path)
-        ls.listen(1)
-        self.addCleanup(ls.close)
+        path, ls = self.listener()
         done = threading.Event()
 
         def run():
@@ -2451,17 +2474,7 @@ class TestHostileServer(unittest.TestCase):
         # Stream ids are the server's, any in 1..2^32-1 (PROTOCOL.md 4.8).
         # aural load indexed a table by them, its size computed in 32
         # bits: an id of 2^31 wrote far past its end.
-        d = tempfile.mkdtemp(prefix="aural-fake-")
-        self.addCleanup(shutil.rmtree, d, True)
-        path = os.path.join(d, "s")
-        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        ls.bind(path)
-        ls.listen(8)
-        self.addCleanup(ls.close)
-        welcome = dict(self.WELCOME)
-        welcome["model"] = dict(welcome["model"], frame_ms=10,
-                                frame_length_ms=25, n_mels=80, n_layers=1,
-                                window=50)
+        welcome = self.load_welcome()
         ids = iter([0x80000000, 0xFFFFFFFF, 7])
 
         def conn(s):
@@ -2482,14 +2495,7 @@ class TestHostileServer(unittest.TestCase):
                             "stream": sid, "name": "load-%d" % sid}, sid))
                         return  # the stream's connection is lost at once
 
-        def accept():
-            while True:
-                try:
-                    s, _ = ls.accept()
-                except OSError:
-                    return
-                threading.Thread(target=conn, args=(s,), daemon=True).start()
-        threading.Thread(target=accept, daemon=True).start()
+        path = self.serve_each(conn)
         p = subprocess.run([AURAL, "load", "-s", path, "-n", "3",
                             "--seconds", "1", SAMPLE],
                            capture_output=True, text=True, timeout=60)
@@ -2564,17 +2570,7 @@ class TestHostileServer(unittest.TestCase):
         """A socket path serving aural load as aurald would, but that
         answers each stream's AUDIO_CLOSE with one FINAL chunk of n_frames
         frames of d_model 4 (f32) on the subscription."""
-        d = tempfile.mkdtemp(prefix="aural-fake-")
-        self.addCleanup(shutil.rmtree, d, True)
-        path = os.path.join(d, "s")
-        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        ls.bind(path)
-        ls.listen(8)
-        self.addCleanup(ls.close)
-        welcome = dict(self.WELCOME, max_message_bytes=16 << 20)
-        welcome["model"] = dict(welcome["model"], frame_ms=10,
-                                frame_length_ms=25, n_mels=80, n_layers=1,
-                                window=50)
+        welcome = self.load_welcome(max_message_bytes=16 << 20)
         chunk = ac.CHUNK_FIXED.pack(0, 0, n_frames, 1, 1, 0, 0, 0, 4, 0, 1,
                                     0, 0, 0) + bytes(16 * n_frames)
         sub, lock, ids = [], threading.Lock(), iter(range(10, 20))
@@ -2615,15 +2611,7 @@ class TestHostileServer(unittest.TestCase):
                         s.sendall(msg(ac.AUDIO_CLOSED, {
                             "frames": n_frames, "chunks": 1}, sid))
 
-        def accept():
-            while True:
-                try:
-                    s, _ = ls.accept()
-                except OSError:
-                    return
-                threading.Thread(target=conn, args=(s,), daemon=True).start()
-        threading.Thread(target=accept, daemon=True).start()
-        return path
+        return self.serve_each(conn)
 
     def test_aural_load_json_without_latencies_is_json(self):
         # Every chunk a FINAL one (a chunk longer than the run): no
