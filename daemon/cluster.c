@@ -1250,6 +1250,16 @@ static void heartbeat(cluster *cl) {
   free(json);
   const char *zadd[] = {"ZADD", AURAL_CLUSTER_NODES, ms, cl->node};
   command(cl->cmd, ignore_reply, NULL, 4, zadd);
+  /* Nodes silent for --cluster-expire leave the list: a node named
+   * HOST-PID (the default) adds one at every start, and one that did not
+   * stop cleanly never removes itself. */
+  char old[40];
+  snprintf(old, sizeof old, "(%" PRId64,
+           aurald_now_us() / 1000 -
+               (int64_t)(srv->opt->cluster_expire_s * 1000));
+  const char *prune[] = {"ZREMRANGEBYSCORE", AURAL_CLUSTER_NODES, "-inf",
+                         old};
+  command(cl->cmd, ignore_reply, NULL, 4, prune);
   int k = 0;
   const char **argv = malloc((size_t)(6 + cl->n_streams) * sizeof *argv);
   if (argv == NULL) return;

@@ -648,6 +648,22 @@ class TestCluster(ClusterTest):
             self.assertNotIn("handed back", d.text())
             self.stop_clean(d)
 
+    def test_silent_nodes_leave_the_list(self):
+        """A node that never stopped cleanly stays in aural:nodes (shown
+        dead by aural stats) for --cluster-expire, then a live node's
+        heartbeat removes it; one silent for less stays."""
+        now = int(time.time() * 1000)
+        self.r.zadd("aural:nodes", {"gone-long": now - 7200 * 1000,
+                                    "gone-lately": now - 600 * 1000})
+        d = self.node("a", "--cluster-expire", "3600")
+        deadline = time.monotonic() + 15
+        while self.r.zscore("aural:nodes", "gone-long") is not None:
+            self.assertLess(time.monotonic(), deadline, "gone-long stayed")
+            time.sleep(0.05)
+        self.assertIsNotNone(self.r.zscore("aural:nodes", "gone-lately"))
+        self.assertIsNotNone(self.r.zscore("aural:nodes", "a"))
+        self.stop_clean(d)
+
     def test_words_and_text(self):
         """With the bundled model and its lexicon, each entry carries the
         chunk's text and WORDS payload: the same words `aural encode
