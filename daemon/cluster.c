@@ -661,7 +661,12 @@ static void publish(cstream *cs, chunk_out *co) {
   if (w != NULL)
     STR("words"), ARG(w->data + AURAL_PROTO_HEADER_BYTES,
                       w->len - AURAL_PROTO_HEADER_BYTES);
-  if (co->h.flags & AURAL_CHUNK_FINAL) STR("final"), STR("1");
+  if (co->h.flags & AURAL_CHUNK_FINAL) {
+    STR("final"), STR("1");
+    /* Cut short (bad audio, a producer gone silent): a consumer must not
+     * take what it has for the whole stream. */
+    if (cs->failed) STR("error"), STR(cs->s->sched.message);
+  }
   snprintf(n_xadd, sizeof n_xadd, "%d", k - xadd_at);
   lens[xadd_at - 1] = strlen(n_xadd); /* counted now that it is known */
   snprintf(chunks, sizeof chunks, "%" PRIu64, co->h.seq + 1);

@@ -527,6 +527,25 @@ class TestCluster(ClusterTest):
         self.assertEqual(sum(c["n"] for c in chunks), 98)
         self.assertEqual(r.xlen("aural:announce"), 0)
         self.assertFalse(r.exists("aural:{stalled}:audio"))
+        # Its consumers learn that the stream was cut short: the final
+        # entry says why, aural sub -o writes nothing and exits 1, and
+        # the Python client raises after the last chunk.
+        final = r.xrevrange("aural:{stalled}:out", count=1)[0][1]
+        self.assertIn(b"no audio added", final[b"error"])
+        out = os.path.join(self.tmp, "stalled.npy")
+        p = td.run(td.AURAL, "sub", "--cluster", self.redis.url(),
+                   "--stream", "stalled", "-o", out, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("ended with an error: no audio added", p.stderr)
+        self.assertFalse(os.path.exists(out))
+        p = td.run(td.AURAL, "sub", "--cluster", self.redis.url(),
+                   "--stream", "stalled", check=False)
+        self.assertIn("ended: error: no audio added", p.stdout)
+        got = []
+        with self.assertRaisesRegex(td.ac.ClusterError, "ended with an error"):
+            for ck in td.ac.cluster_subscribe(self.redis.url(), "stalled"):
+                got.append(ck.seq)
+        self.assertEqual(got, [c["seq"] for c in chunks])
         self.stop_clean(d)
 
     def test_consumers_of_a_stream_no_node_encodes(self):

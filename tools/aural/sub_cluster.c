@@ -206,11 +206,19 @@ static int tell_words(cluster_sub *cs, const redisReply *fields,
 }
 
 /* After the final chunk: the stream's end. Returns sub_on_ended's 1. */
-static int tell_ended(cluster_sub *cs, const aural_chunk_header *ch) {
+static int tell_ended(cluster_sub *cs, const aural_chunk_header *ch,
+                      const redisReply *fields) {
   aural_msg_stream_ended e = {.reason = AURAL_END_EOF,
                               .frames = ch->first_frame + ch->n_frames,
                               .chunks = ch->seq + 1};
   snprintf(e.name, sizeof e.name, "%s", cs->job->stream);
+  /* A stream cut short says why on its final entry. */
+  const redisReply *error = cluster_field(fields, "error");
+  if (error != NULL && error->type == REDIS_REPLY_STRING) {
+    e.reason = AURAL_END_ERROR;
+    snprintf(e.message, sizeof e.message, "%.*s", (int)error->len,
+             error->str);
+  }
   return sub_on_ended(cs->job, STREAM_ID, &e);
 }
 
@@ -249,7 +257,7 @@ static int on_entry(cluster_sub *cs, const redisReply *entry) {
     return -1;
   job->last_seq = (int64_t)seq;
   if ((ch.flags & AURAL_CHUNK_FINAL) || final_field(fields))
-    return tell_ended(cs, &ch);
+    return tell_ended(cs, &ch, fields);
   return 0;
 }
 

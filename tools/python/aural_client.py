@@ -1222,8 +1222,10 @@ def cluster_subscribe(url: str, name: str, start: Any = "start",
     by the node's retention before they were read, a Gap (reason
     "trimmed") before the chunk that follows them. password: Redis' (else
     $AURAL_REDIS_PASSWORD). ClusterError when Redis fails, when no node
-    will encode the stream (its meta hash's "error"), or when start is
-    "now" or past the final chunk of a stream that has ended."""
+    will encode the stream (its meta hash's "error"), after the final
+    chunk of a stream cut short (its "error": bad audio, a producer that
+    stopped without its end), or when start is "now" or past the final
+    chunk of a stream that has ended."""
     import redis
 
     out = cluster_key(name, "out")
@@ -1260,6 +1262,12 @@ def cluster_subscribe(url: str, name: str, start: Any = "start",
                 expect = ck.seq + 1
                 yield ck
                 if ck.final:
+                    # Cut short (bad audio, a producer gone silent): the
+                    # chunks so far are not the whole stream.
+                    if b"error" in fields:
+                        raise ClusterError("%s ended with an error: %s" % (
+                            name, fields[b"error"].decode("utf-8",
+                                                          "replace")))
                     return
     except redis.RedisError as e:
         raise ClusterError("Redis at %s: %s" % (url, e)) from None
