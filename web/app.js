@@ -8,6 +8,7 @@ const SEND_EVERY_S = 0.02;   // microphone audio batched this long
 
 const RETRY_FIRST_S = 1;     // reconnecting: the first wait, doubled
 const RETRY_MAX_S = 10;      // after each failure up to this
+const PING_EVERY_S = 5;      // is aurald still there? (see keepAlive)
 
 const $ = (sel, root = document) => root.querySelector(sel);
 const cards = new Map();     // stream id -> card state (this connection's)
@@ -242,6 +243,7 @@ async function connect() {
   // The reply's continuation runs before the next message's handlers:
   // no stream event comes before client is set.
   client = c;
+  keepAlive(c);
   for (const node of stale) node.remove();
   stale = [];
   $("#status").textContent = `connected to ${c.welcome.server}`;
@@ -249,6 +251,18 @@ async function connect() {
                             (m.words ? ", words" : "");
   $("#mic").disabled = false;
   document.body.dataset.ready = "1";
+}
+
+// A connection can die without closing: aurald stopped or hung, or a
+// network change that leaves the TCP connection half-open, and the page
+// would show a quiet feed for ever. A PING every few seconds, answered
+// within the client's timeout (5 s), tells: one that is not fails the
+// connection, and onLost takes it from there.
+function keepAlive(c) {
+  const timer = setInterval(() => {
+    if (c !== client) return clearInterval(timer);
+    c.ping().catch(() => {}); // a failure closes c, which onLost sees
+  }, PING_EVERY_S * 1000);
 }
 
 function onLost(c) {

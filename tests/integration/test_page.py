@@ -10,13 +10,17 @@ DevTools protocol by cdp.py):
   - a file stream is listed, and its posteriorgram and embeddings are
     drawn (the canvases are not blank);
   - the page outlives a restart of aurald: it marks the streams it had,
-    tries again, and shows the new daemon's streams in their place.
+    tries again, and shows the new daemon's streams in their place;
+  - it notices an aurald that stops answering without closing (SIGSTOP:
+    as a hung daemon or a half-open connection looks) and connects again
+    once it answers.
 
 Run by meson (`meson test -C build page`); skipped without chromium.
 """
 
 import os
 import shutil
+import signal
 import sys
 import time
 import wave
@@ -183,6 +187,38 @@ class TestPage(DaemonTest):
             self.assertTrue(b.evaluate(status).startswith("connected to"))
             self.assertFalse(b.evaluate("document.querySelector('#mic')"
                                         ".disabled"))
+            self.assertEqual([e for e in b.console_messages()
+                              if e["method"] == "Runtime.exceptionThrown"], [])
+        self.stop_clean(d)
+
+    def test_page_notices_a_daemon_that_stops_answering(self):
+        d = self.start("--http", "127.0.0.1:0", "--file", SAMPLE,
+                       "--realtime", model=DEFAULT_MODEL)
+        card = "document.querySelector('section.stream[data-name=\"%s\"]')" \
+            % os.path.basename(SAMPLE)
+        status = "document.querySelector('#status').textContent"
+        with cdp.Chromium() as b:
+            b.navigate("http://127.0.0.1:%d/" % http_port(d))
+            b.wait_for(READY, 30, "the page to connect")
+            b.wait_for(card_field(card, "seq") + " >= 1", 30, "a chunk")
+            # The connection stays open, and nothing more comes.
+            os.kill(d.proc.pid, signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                b.wait_for(status + ".startsWith('disconnected')", 20,
+                           "the page to see that aurald does not answer")
+                # A PING every 5 s, answered within 5 s.
+                self.assertLess(time.monotonic() - t0, 12)
+                self.assertFalse(b.evaluate(READY))
+                self.assertTrue(b.evaluate(card_field(card, "state"))
+                                .startswith("ended"))
+                # Tries while it is stopped give up too, and go on.
+                b.wait_for(status + ".startsWith('disconnected; trying "
+                           "again in 2')", 20, "a second try")
+            finally:
+                os.kill(d.proc.pid, signal.SIGCONT)
+            b.wait_for(READY, 30, "the page to connect again")
+            self.assertTrue(b.evaluate(status).startswith("connected to"))
             self.assertEqual([e for e in b.console_messages()
                               if e["method"] == "Runtime.exceptionThrown"], [])
         self.stop_clean(d)

@@ -15,6 +15,13 @@
 // order (PROTOCOL.md §3): each request's promise takes the next reply, or
 // rejects with a ServerError. Events (started, chunk, words, gap, ended,
 // error, close) go to the handlers given to on().
+//
+// A server that does not answer fails the connection: connecting and each
+// request (closeAudio() aside, which waits for the rest of the stream to
+// be computed) wait at most timeoutMs (default 5000; 0: for ever), then
+// reject with a TimeoutError, and "close" follows at once. A stopped or
+// unreachable server (a half-open TCP connection after a network change)
+// otherwise looks like a quiet one; ping() every few seconds finds it out.
 
 export const MAGIC = 0x4c525541; // "AURL"
 export const VERSION = 1;
@@ -46,6 +53,11 @@ const UNSOLICITED = new Set([
 const AUDIO_ERRORS = new Set([5, 7, 11]); // BAD_PAYLOAD, NO_STREAM, AUDIO
 
 export class ProtocolError extends Error {}
+
+// The server did not answer within the client's timeoutMs.
+export class TimeoutError extends Error {}
+
+export const DEFAULT_TIMEOUT_MS = 5000;
 
 export class ServerError extends Error {
   constructor(e, streamId) {
@@ -209,8 +221,10 @@ export function softmaxRows(logits, vocabSize) {
 
 export class AuralClient {
   // ws: an open WebSocket (browser or Node); use connect() to make one.
-  constructor(ws) {
+  // options: timeoutMs, how long a request waits for its reply.
+  constructor(ws, { timeoutMs = DEFAULT_TIMEOUT_MS } = {}) {
     this.ws = ws;
+    this.timeoutMs = timeoutMs;
     ws.binaryType = "arraybuffer";
     this.handlers = {};
     this.pending = [];        // requests awaiting their reply, in order
@@ -224,18 +238,35 @@ export class AuralClient {
   }
 
   // Connects, says HELLO and waits for WELCOME. options: WebSocket (the
-  // class, default globalThis.WebSocket), clientName, protocols.
+  // class, default globalThis.WebSocket), clientName, protocols,
+  // timeoutMs (for the opening handshake, then each request).
   static async connect(url, options = {}) {
     const Ctor = options.WebSocket || globalThis.WebSocket;
     if (!Ctor) throw new Error("no WebSocket class: pass options.WebSocket");
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const ws = new Ctor(url, options.protocols);
     ws.binaryType = "arraybuffer";
-    await new Promise((resolve, reject) => {
-      ws.onopen = resolve;
-      ws.onerror = () => reject(new Error(`cannot open ${url}`));
-      ws.onclose = (ev) => reject(new Error(`${url} closed (${ev.code})`));
-    });
-    const c = new AuralClient(ws);
+    let timer;
+    try {
+      await new Promise((resolve, reject) => {
+        ws.onopen = resolve;
+        ws.onerror = () => reject(new Error(`cannot open ${url}`));
+        ws.onclose = (ev) => reject(new Error(`${url} closed (${ev.code})`));
+        // The kernel of a stopped server still accepts the connection:
+        // only its handshake never comes.
+        if (timeoutMs > 0)
+          timer = setTimeout(() => reject(new TimeoutError(
+            `${url} did not answer the WebSocket handshake in ${timeoutMs} ms`)),
+                             timeoutMs);
+      });
+    } catch (e) {
+      ws.onopen = ws.onerror = ws.onclose = null;
+      ws.close();
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+    const c = new AuralClient(ws, { timeoutMs });
     await c.hello(options.clientName || "aural-client.js 1");
     return c;
   }
@@ -254,34 +285,46 @@ export class AuralClient {
     this.ws.send(encodeMessage(type, payload, streamId));
   }
 
+  // A request whose reply has not come in timeoutMs fails the connection:
+  // the replies are matched to requests by their order, so one that comes
+  // late could not be told from the next request's.
   #request(type, payload, reply, streamId = 0) {
     return new Promise((resolve, reject) => {
       this.#send(type, payload, streamId); // throws when closed
-      this.pending.push({ type, reply, resolve, reject });
+      const p = { type, reply, resolve, reject, timer: null };
+      if (this.timeoutMs > 0)
+        p.timer = setTimeout(() => this.#fail(new TimeoutError(
+          `aurald did not answer in ${this.timeoutMs} ms`)), this.timeoutMs);
+      this.pending.push(p);
     });
   }
 
-  // The server broke the protocol: every request waiting fails with err,
-  // the "error" handlers see it, and the connection is closed (what it
-  // would send next cannot be trusted, nor matched with the requests).
+  // Every request and stream close waiting fails with err.
+  #rejectAll(err) {
+    while (this.pending.length > 0) this.#takeOldest().reject(err);
+    for (const p of this.closing.values()) p.reject(err);
+    this.closing.clear();
+  }
+
+  // The server broke the protocol or stopped answering: every request
+  // waiting fails with err, the "error" handlers see it, and the
+  // connection is closed (what it would send next cannot be trusted, nor
+  // matched with the requests). "close" comes at once: a browser's close
+  // event waits for a closing handshake that a stopped server never
+  // sends.
   #fail(err) {
     if (this.closed) return;
     this.closed = true;
-    for (const p of this.pending) p.reject(err);
-    for (const p of this.closing.values()) p.reject(err);
-    this.pending = [];
-    this.closing.clear();
+    this.#rejectAll(err);
     this.#emit("error", err);
+    this.ws.onmessage = this.ws.onclose = null;
     this.ws.close();
+    this.#emit("close", { code: 1006, reason: err.message, wasClean: false });
   }
 
   #onClose(ev) {
     this.closed = true;
-    const err = new Error(`aurald closed the WebSocket (${ev.code})`);
-    for (const p of this.pending) p.reject(err);
-    for (const p of this.closing.values()) p.reject(err);
-    this.pending = [];
-    this.closing.clear();
+    this.#rejectAll(new Error(`aurald closed the WebSocket (${ev.code})`));
     this.#emit("close", ev);
   }
 
@@ -300,7 +343,9 @@ export class AuralClient {
         : new Uint8Array(data));
       if (!SERVER_TYPES.has(m.type))
         throw new ProtocolError(`message type 0x${m.type.toString(16)} from the server`);
-      body = m.type === MSG.CHUNK ? decodeChunk(m.payload) : decodeJson(m.payload);
+      body = m.type === MSG.CHUNK ? decodeChunk(m.payload)
+        : m.type === MSG.PONG ? m.payload // opaque: PING's bytes
+        : decodeJson(m.payload);
       if (!UNSOLICITED.has(m.type) && this.pending[0]?.reply !== m.type)
         throw new ProtocolError(`unexpected message 0x${m.type.toString(16)}`);
     } catch (e) {
@@ -313,6 +358,8 @@ export class AuralClient {
       this.#emit("chunk", body);
     } else if (m.type === MSG.ERROR) {
       this.#onError(body, m.streamId);
+    } else if (m.type === MSG.PONG) {
+      this.#takeOldest().resolve(body);
     } else {
       this.#onJson(m.type, m.streamId, body);
     }
@@ -337,9 +384,15 @@ export class AuralClient {
         return;
       }
     }
-    const p = this.pending.shift(); // #onMessage checked it is this reply's
     if (type === MSG.AUDIO_OPENED) obj.stream = streamId;
-    p.resolve(obj);
+    this.#takeOldest().resolve(obj); // #onMessage checked it is this reply's
+  }
+
+  // The oldest request waiting, no longer timed.
+  #takeOldest() {
+    const p = this.pending.shift();
+    clearTimeout(p.timer);
+    return p;
   }
 
   #onError(e, streamId) {
@@ -352,9 +405,9 @@ export class AuralClient {
     const aboutAudio = streamId !== 0 && this.audio.has(streamId) &&
                        AUDIO_ERRORS.has(e.code);
     if (!aboutAudio && !e.fatal && this.pending.length > 0)
-      return this.pending.shift().reject(err);
+      return this.#takeOldest().reject(err);
     if (e.fatal)
-      for (const p of this.pending.splice(0)) p.reject(err);
+      while (this.pending.length > 0) this.#takeOldest().reject(err);
     this.#emit("error", err);
   }
 
@@ -399,6 +452,14 @@ export class AuralClient {
 
   unsubscribe(subscription) {
     return this.#request(MSG.UNSUBSCRIBE, { subscription }, MSG.UNSUBSCRIBED);
+  }
+
+  // Resolves to the round trip in milliseconds; it includes the messages
+  // already queued for this client (PROTOCOL.md §4.4).
+  async ping() {
+    const t0 = performance.now();
+    await this.#request(MSG.PING, null, MSG.PONG);
+    return performance.now() - t0;
   }
 
   async listStreams() {

@@ -13,8 +13,8 @@ import { test } from "node:test";
 import { NodeWebSocket } from "../node-websocket.mjs";
 
 import {
-  AuralClient, MSG, ProtocolError, ServerError, decodeChunk, decodeMessage,
-  encodeMessage, f16ToF32, softmaxRows,
+  AuralClient, MSG, ProtocolError, ServerError, TimeoutError, decodeChunk,
+  decodeMessage, encodeMessage, f16ToF32, softmaxRows,
 } from "../aural-client.js";
 
 const json = (o) => new TextEncoder().encode(JSON.stringify(o));
@@ -142,9 +142,9 @@ class FakeWs {
 const WELCOME = { version: 1, max_request_bytes: 64, max_message_bytes: 1 << 20,
                   model: { vocab_size: 0, vocab: [] } };
 
-async function client() {
+async function client(options) {
   const ws = new FakeWs();
-  const c = new AuralClient(ws);
+  const c = new AuralClient(ws, options);
   const h = c.hello("test");
   ws.reply(MSG.WELCOME, WELCOME);
   await h;
@@ -249,6 +249,70 @@ test("a malformed server message fails the connection and every request waiting"
     await assert.rejects(c.listStreams(), /closed/);
     assert.equal(c.pending.length, 0);
   }
+});
+
+test("a request not answered in timeoutMs fails the connection, and close comes at once",
+     async () => {
+  const [c, ws] = await client({ timeoutMs: 50 });
+  const events = [];
+  c.on("error", (e) => events.push(["error", e.constructor.name]));
+  c.on("close", (ev) => events.push(["close", ev.code]));
+  // A stopped server: the WebSocket's own close event never comes.
+  ws.close = () => events.push(["ws.close"]);
+  const t0 = Date.now();
+  const a = c.stats();
+  const b = c.listStreams();
+  await assert.rejects(a, TimeoutError);
+  await assert.rejects(b, TimeoutError);
+  assert.ok(Date.now() - t0 < 1000);
+  assert.deepEqual(events, [["error", "TimeoutError"], ["ws.close"], ["close", 1006]]);
+  assert.equal(c.closed, true);
+  assert.equal(c.pending.length, 0);
+  await assert.rejects(c.listStreams(), /closed/);
+});
+
+test("a reply in time stops its request's timer", async () => {
+  const [c, ws] = await client({ timeoutMs: 50 });
+  let closed = 0;
+  c.on("close", () => closed++);
+  const a = c.listStreams();
+  ws.reply(MSG.STREAMS, { streams: [] });
+  assert.deepEqual(await a, []);
+  const b = c.subscribe({ all: true });
+  ws.reply(MSG.ERROR, { code: 6, name: "STATE", message: "x", fatal: false });
+  await assert.rejects(b, ServerError);
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  assert.equal(closed, 0);
+  assert.equal(c.closed, false);
+});
+
+test("ping() takes PONG, whose payload is PING's bytes rather than JSON", async () => {
+  const [c, ws] = await client();
+  const rtt = c.ping();
+  assert.equal(ws.sent.at(-1).type, MSG.PING);
+  ws.reply(MSG.PONG, new Uint8Array(0));
+  assert.ok((await rtt) >= 0);
+  assert.equal(c.closed, false);
+});
+
+test("connect() gives up on a server that never answers the handshake", async () => {
+  let made = null;
+  class SilentWs { // accepted by the kernel, never answered
+    constructor(url) {
+      this.url = url;
+      this.closed = false;
+      made = this;
+    }
+    close() {
+      this.closed = true;
+    }
+  }
+  const t0 = Date.now();
+  await assert.rejects(AuralClient.connect("ws://127.0.0.1:1/ws",
+                                           { WebSocket: SilentWs, timeoutMs: 50 }),
+                       TimeoutError);
+  assert.ok(Date.now() - t0 < 1000);
+  assert.equal(made.closed, true);
 });
 
 // ---- a live aurald ------------------------------------------------------------
