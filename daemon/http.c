@@ -54,6 +54,12 @@ typedef struct http_server {
   int n_own;
   const char *allowed[HTTP_MAX_ORIGINS];
   int n_allowed;
+  /* Also allowed: the origin of the Host a request names. On a bind to
+   * another address than loopback, without --http-origin, the server is
+   * whatever name the browser reached it by (0.0.0.0 is nobody's), and
+   * the token, required there, keeps other sites out whatever their
+   * origin (the cookie is SameSite=Strict). */
+  bool host_is_own;
 } http_server;
 
 /* One libwebsockets connection: an HTTP request's pending body, or a
@@ -185,11 +191,16 @@ static unsigned admit_host_origin(http_server *hs, struct lws *wsi,
     *why = "the Host header does not name this server";
     return HTTP_STATUS_FORBIDDEN;
   }
-  if (lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) > 0 &&
-      !http_origin_allowed(header(wsi, WSI_TOKEN_ORIGIN, v, sizeof v),
-                           hs->allowed, hs->n_allowed)) {
-    *why = "the Origin is not allowed (aurald --http-origin)";
-    return HTTP_STATUS_FORBIDDEN;
+  if (lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) > 0) {
+    char host[HTTP_HEADER_BYTES];
+    const char *origin = header(wsi, WSI_TOKEN_ORIGIN, v, sizeof v);
+    if (!http_origin_allowed(origin, hs->allowed, hs->n_allowed) &&
+        !(hs->host_is_own &&
+          http_origin_is_host(origin, hs->scheme,
+                              header(wsi, WSI_TOKEN_HOST, host, sizeof host)))) {
+      *why = "the Origin is not allowed (aurald --http-origin)";
+      return HTTP_STATUS_FORBIDDEN;
+    }
   }
   return 0;
 }
@@ -587,6 +598,7 @@ static void set_origins(http_server *hs) {
   }
   for (int i = 0; i < 3; i++) hs->own[i] = hs->own_buf[i];
   hs->n_allowed = o->n_origins > 0 ? o->n_origins : (hs->n_own ? 3 : 1);
+  hs->host_is_own = !o->addr.loopback && o->n_origins == 0;
   for (int i = 0; i < hs->n_allowed; i++)
     hs->allowed[i] = o->n_origins > 0 ? o->origins[i] : hs->own[i];
 }

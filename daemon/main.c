@@ -157,7 +157,8 @@ static const option_doc options[] = {
      "when ADDR is not a loopback address)"},
     {"http-origin", required_argument, OPT_HTTP_ORIGIN, " ORIGIN",
      "allow WebSockets and requests from ORIGIN\n"
-     "(repeatable; default: the server's own)"},
+     "(repeatable; default: the server's own, by\n"
+     "the name a request was sent to)"},
     {"http-cert", required_argument, OPT_HTTP_CERT, " PATH",
      "serve HTTPS with this certificate (PEM)"},
     {"http-key", required_argument, OPT_HTTP_KEY, " PATH",

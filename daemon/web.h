@@ -64,6 +64,11 @@ bool http_cookie_ok(const char *header, const char *token);
 /* Whether s (an Origin, case-insensitive in scheme and host) is one of
  * the n allowed origins. "null" and empty never are. */
 bool http_origin_allowed(const char *s, const char *const *allowed, int n);
+/* Whether origin is scheme://host (case-insensitive), host a request's
+ * Host header: the page that made the request came from the name and
+ * port the request itself was sent to. An empty host never matches. */
+bool http_origin_is_host(const char *origin, const char *scheme,
+                         const char *host);
 /* Whether a Host header names the authority of one of the allowed
  * origins (what they are with the scheme taken off). */
 bool http_host_allowed(const char *host, const char *const *allowed, int n);

@@ -156,6 +156,15 @@ bool http_origin_allowed(const char *s, const char *const *allowed, int n) {
   return false;
 }
 
+bool http_origin_is_host(const char *origin, const char *scheme,
+                         const char *host) {
+  size_t n = strlen(scheme);
+  if (origin == NULL || host == NULL || host[0] == '\0') return false;
+  return strncasecmp(origin, scheme, n) == 0 &&
+         strncmp(origin + n, "://", 3) == 0 &&
+         strcasecmp(origin + n + 3, host) == 0;
+}
+
 bool http_host_allowed(const char *host, const char *const *allowed, int n) {
   if (host == NULL || host[0] == '\0') return false;
   for (int i = 0; i < n; i++) {

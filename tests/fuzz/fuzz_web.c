@@ -112,6 +112,16 @@ static void fuzz_headers(const char *s) {
   bool host = http_host_allowed(s, allowed, 2);
   CHECK(host == (strcasecmp(s, "127.0.0.1:8080") == 0 ||
                  strcasecmp(s, "app.example") == 0));
+  /* As the Host of its own request: the origins of that name and no
+   * other. */
+  char same[300];
+  if (strlen(s) < sizeof same - 7) {
+    snprintf(same, sizeof same, "HTTP://%s", s);
+    CHECK(http_origin_is_host(same, "http", s) == (s[0] != '\0'));
+    CHECK(!http_origin_is_host(same, "https", s));
+  }
+  CHECK(http_origin_is_host(allowed[0], "http", s) ==
+        (strcasecmp(s, "127.0.0.1:8080") == 0));
   (void)http_token_valid(s);
   http_addr a;
   char why[256];

@@ -190,6 +190,43 @@ class TestHttp(WebTest):
             "Origin": "http://127.0.0.1:%d" % d.port})[0], 403)
         self.stop_clean(d)
 
+    def test_non_loopback_page_origin_is_the_host_it_was_loaded_from(self):
+        # Bound to every address, the server's own origin is the name the
+        # browser reached it by (its Host): a page loaded from
+        # http://HOST:PORT/ opens its WebSocket with that Origin, which
+        # was refused (only http://0.0.0.0:PORT, which no browser sends,
+        # was allowed) unless --http-origin named it.
+        token = "s3cret-token-0123456789"
+        d = self.start_http("--http-token-file", self.token_file(token),
+                            addr="0.0.0.0:0")
+        jar = {"Cookie": "aural_token=" + token}
+        for host in ("127.0.0.1", "localhost"):
+            origin = {"Origin": "http://%s:%d" % (host, d.port)}
+            url = "ws://%s:%d/ws" % (host, d.port)  # its Host: host:port
+            with ac.Client(url, headers={**jar, **origin}) as c:
+                self.assertEqual(c.list_streams(), [])
+            self.assertEqual(get(d.port, "/healthz", {
+                **jar, **origin, "Host": "%s:%d" % (host, d.port)})[0], 200)
+        # Another site's page, or the right name by another scheme or
+        # port, is still refused.
+        for origin in ("http://evil.example",
+                       "https://127.0.0.1:%d" % d.port,
+                       "http://127.0.0.1:%d" % (d.port + 1),
+                       "http://127.0.0.1:%d.evil.example" % d.port, "null"):
+            hdrs = {**jar, "Origin": origin}
+            with self.assertRaises(aural_ws.HandshakeError, msg=origin) as e:
+                aural_ws.WebSocket(d.url, hdrs)
+            self.assertEqual(e.exception.status, 403, origin)
+            self.assertEqual(get(d.port, "/healthz", hdrs)[0], 403, origin)
+        # --http-origin replaces it.
+        self.stop_clean(d)
+        d = self.start_http("--http-token-file", self.token_file(token),
+                            "--http-origin", "https://app.example",
+                            addr="0.0.0.0:0")
+        hdrs = {**jar, "Origin": "http://127.0.0.1:%d" % d.port}
+        self.assertEqual(get(d.port, "/healthz", hdrs)[0], 403)
+        self.stop_clean(d)
+
     def test_non_loopback_bind_needs_a_token(self):
         p = subprocess.run([test_daemon.AURALD, "-m", test_daemon.TINY, "-s",
                             os.path.join(self.tmp, "x.sock"), "--http",
