@@ -27,12 +27,23 @@
 #define HTTP_TIMEOUT_S 5      /* headers, keep-alive, a close: slowloris */
 #define HTTP_HEADER_BYTES 4096 /* one request's headers */
 #define HTTP_HEADER_POOL 64   /* connections whose headers are being read */
+#define HTTP_GRACE_S 1.0      /* a connection's time to send its request
+                                 before a newer one may close it */
 #define WS_RX_BYTES 65536     /* what one receive callback may hand over */
 #define WS_MAX_PARTS 65536    /* receive callbacks in one message */
 /* A close frame written by hand: libwebsockets 4.1 hangs up without one
  * when a callback returns -1 after lws_close_reason(), and keeps the
  * opcode (its internal LWS_WRITE_CLOSE, 4) out of its public header. */
 #define WS_WRITE_CLOSE ((enum lws_write_protocol)4)
+
+/* An accepted connection that is not (yet) a WebSocket: listed, oldest
+ * first, in its server's `waiting` (see keep_header_slots()). */
+typedef struct http_peer {
+  struct lws *wsi;
+  double accepted_s;          /* aurald_mono_s() */
+  struct http_peer *prev, *next;
+  bool listed;
+} http_peer;
 
 typedef struct http_server {
   server *srv;
@@ -60,6 +71,10 @@ typedef struct http_server {
    * the token, required there, keeps other sites out whatever their
    * origin (the cookie is SameSite=Strict). */
   bool host_is_own;
+  /* Connections that are not WebSockets, oldest first. */
+  http_peer *waiting_head, *waiting_tail;
+  int n_waiting;
+  uint64_t n_evicted;         /* closed by keep_header_slots() */
 } http_server;
 
 /* One libwebsockets connection: an HTTP request's pending body, or a
@@ -480,12 +495,76 @@ static void ws_closed(http_session *ps) {
   conn_kill(c);
 }
 
+/* ---- header slots --------------------------------------------------------------- */
+
+static void unlist(http_server *hs, http_peer *p) {
+  if (!p->listed) return;
+  if (p->prev) p->prev->next = p->next;
+  else hs->waiting_head = p->next;
+  if (p->next) p->next->prev = p->prev;
+  else hs->waiting_tail = p->prev;
+  p->prev = p->next = NULL;
+  p->listed = false;
+  hs->n_waiting--;
+}
+
+/* libwebsockets reads a request's headers into one of HTTP_HEADER_POOL
+ * slots; a connection that finds none waits, and is reset when the
+ * header timeout ends. So connections that send their headers slowly, or
+ * never (slowloris), renewed every few seconds, kept everyone else out.
+ * Every connection that is not a WebSocket is listed, and when there are
+ * more than the slots, a new one closes the oldest that have had
+ * HTTP_GRACE_S to send a request, as many as it takes: a request sent at
+ * once gets a slot, and only a flood of new connections every second
+ * could keep one out. Closed: a slow sender, an idle keep-alive
+ * connection (a browser opens another), a response still being read
+ * slowly. */
+static void keep_header_slots(http_server *hs, struct lws *wsi) {
+  http_peer *p = calloc(1, sizeof *p);
+  if (p == NULL) return; /* unlisted: never closed early */
+  p->wsi = wsi;
+  p->accepted_s = aurald_mono_s();
+  lws_set_opaque_user_data(wsi, p);
+  p->prev = hs->waiting_tail;
+  if (hs->waiting_tail) hs->waiting_tail->next = p;
+  else hs->waiting_head = p;
+  hs->waiting_tail = p;
+  p->listed = true;
+  hs->n_waiting++;
+  while (hs->n_waiting > HTTP_HEADER_POOL &&
+         p->accepted_s - hs->waiting_head->accepted_s >= HTTP_GRACE_S) {
+    http_peer *old = hs->waiting_head;
+    unlist(hs, old);
+    lws_set_timeout(old->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+    if (hs->n_evicted++ == 0)
+      log_warn("http: more than %d connections without a request; closing "
+               "the oldest as new ones come (slow or idle clients, or a "
+               "flood)", HTTP_HEADER_POOL);
+  }
+}
+
+static void forget_peer(http_server *hs, struct lws *wsi) {
+  http_peer *p = lws_get_opaque_user_data(wsi);
+  if (p == NULL) return;
+  lws_set_opaque_user_data(wsi, NULL);
+  unlist(hs, p);
+  free(p);
+}
+
 /* ---- the callback ------------------------------------------------------------- */
 
 static int on_event(struct lws *wsi, enum lws_callback_reasons reason,
                     void *user, void *in, size_t len) {
   http_session *ps = user;
   http_server *hs = server_of(wsi);
+  if (reason == LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED) {
+    keep_header_slots(hs, wsi);
+    return 0;
+  }
+  if (reason == LWS_CALLBACK_WSI_DESTROY) {
+    forget_peer(hs, wsi);
+    return 0;
+  }
   /* Session memory comes with the protocol's binding: none yet for a
    * connection closed while its headers were read. */
   if (ps == NULL && reason != LWS_CALLBACK_HTTP_CONFIRM_UPGRADE)
@@ -504,6 +583,7 @@ static int on_event(struct lws *wsi, enum lws_callback_reasons reason,
   case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
     return confirm_upgrade(hs, wsi);
   case LWS_CALLBACK_ESTABLISHED:
+    forget_peer(hs, wsi); /* a WebSocket holds no header slot */
     memset(ps, 0, sizeof *ps);
     ps->wsi = wsi;
     ps->framer.max_payload = (uint32_t)hs->srv->opt->max_request_bytes;

@@ -199,6 +199,37 @@ class TestHostileHttp(WebTest):
         for c in slow:
             c.close()
 
+    def test_more_slow_connections_than_header_slots(self):
+        # Slowloris past libwebsockets' 64 header slots: any other request
+        # waited for a slot and was reset after 5 s, for as long as the
+        # slow connections were renewed. A new connection now closes
+        # those that have waited longest (past a second's grace), so that
+        # requests and WebSockets still get in.
+        port = self.d.port
+        slow = []
+        for _ in range(100):
+            c = socket.create_connection(("127.0.0.1", port))
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      b"X-Slow: ")
+            slow.append(c)
+        time.sleep(1.5)
+        for _ in range(3):
+            t0 = time.monotonic()
+            self.assertEqual(get(port, "/healthz")[0], 200)
+            self.assertLess(time.monotonic() - t0, 2.0)
+        with ac.Client(self.d.url, timeout=10) as w:
+            self.assertEqual(len(w.list_streams()), 1)
+        # The oldest went first.
+        for c in slow[:20]:
+            c.settimeout(5)
+            try:
+                self.assertEqual(c.recv(1), b"")
+            except ConnectionResetError:
+                pass
+        self.by.push(0.2)
+        for c in slow:
+            c.close()
+
     def test_silent_websocket_is_closed_after_the_hello_timeout(self):
         w = self.ws()
         t0 = time.monotonic()
