@@ -1291,6 +1291,54 @@ class TestShutdown(DaemonTest):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--reconnect", p.stderr)
 
+    def test_sub_reconnect_notices_a_daemon_that_stops_answering(self):
+        """A stopped or stuck daemon keeps the connection open and sends
+        nothing, as a quiet one does: aural sub --reconnect waited for
+        ever. It now sends a PING after 5 s of quiet; with no answer in 5 s
+        more it connects again, and once the daemon runs again it is
+        subscribed again. A quiet daemon that answers is left alone."""
+        d = self.start()
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--reconnect"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(sub.stderr),
+                                  daemon=True)
+        reader.start()
+
+        def wait_line(text, limit_s):
+            end = time.monotonic() + limit_s
+            while not any(text in line for line in lines):
+                self.assertLess(time.monotonic(), end, (text, lines))
+                self.assertIsNone(sub.poll(), lines)
+                time.sleep(0.05)
+
+        try:
+            wait_subscribed(d.path, None, sub)
+            time.sleep(11)  # quiet, answering: two PINGs, one session
+            self.assertEqual(lines, [])
+            os.kill(d.proc.pid, signal.SIGSTOP)
+            try:
+                wait_stopped(d.proc.pid)
+                t0 = time.monotonic()
+                wait_line("did not answer a PING in 5 s", 15)
+                self.assertLess(time.monotonic() - t0, 11)
+                # Its try while the daemon is stopped gives up too.
+                wait_line("aurald sent nothing for 5 s", 15)
+            finally:
+                os.kill(d.proc.pid, signal.SIGCONT)
+            wait_line("connected again to %s" % d.path, 30)
+            wait_subscribed(d.path, None, sub)
+            sub.send_signal(signal.SIGINT)
+            sub.wait(timeout=10)
+        finally:
+            if sub.poll() is None:
+                sub.kill()
+        reader.join(10)
+        self.assertEqual(sub.returncode, 130, lines)
+        self.assertEqual(sum("connected again" in x for x in lines), 1, lines)
+        self.stop_clean(d)
+
     def test_clients_give_up_on_a_stopped_daemon(self):
         """A stopped (or stuck) daemon still accepts connections (the
         kernel queues them), but never answers: stats, sub and send say

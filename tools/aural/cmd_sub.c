@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,8 @@
 
 #define RECONNECT_FIRST_S 1.0 /* --reconnect: the first wait, doubled ... */
 #define RECONNECT_MAX_S 10.0  /* ... after each failed try up to this */
+#define KEEPALIVE_MS 5000     /* --reconnect: quiet this long, a PING; no
+                                 answer in as long again, aurald is gone */
 
 volatile sig_atomic_t sub_interrupted;
 static void on_signal(int sig) { sub_interrupted = sig; }
@@ -106,7 +109,9 @@ static void usage(FILE *to) {
           "      --until-end    exit after the stream's end (with --all: once\n"
           "                     every stream seen so far has ended)\n"
           "      --reconnect    when aurald goes away (stopped, restarted,\n"
-          "                     or this subscriber dropped as too slow),\n"
+          "                     not answering a PING sent after 5 s of\n"
+          "                     quiet, or this subscriber dropped as too\n"
+          "                     slow),\n"
           "                     connect and subscribe again after 1, 2, 4, 8,\n"
           "                     then every 10 s, until interrupted; the new\n"
           "                     connection's streams are new streams (not\n"
@@ -769,6 +774,33 @@ static int subscribe(sub_job *job) {
   return client_send(job->cl, msg, n, job->err, sizeof job->err);
 }
 
+/* --reconnect: whether aurald is still there while nothing comes (a
+ * stopped or stuck daemon keeps the connection open and sends nothing,
+ * which a quiet feed also does). Waits for the next message; after
+ * KEEPALIVE_MS of quiet sends a PING, and when nothing at all comes in
+ * KEEPALIVE_MS more, the connection counts as lost. Returns 0 when there
+ * is something to read, -1 (job->err set) when lost, -EINTR. */
+static int keep_alive(sub_job *job) {
+  bool pinged = false;
+  for (;;) {
+    struct pollfd pf = {.fd = job->cl->fd, .events = POLLIN};
+    int r = poll(&pf, 1, KEEPALIVE_MS);
+    if (r < 0 && errno == EINTR && sub_interrupted) return -EINTR;
+    if (r < 0 && errno == EINTR) continue;
+    if (r != 0) return 0; /* a message, or an error client_read reports */
+    if (pinged) {
+      snprintf(job->err, sizeof job->err,
+               "aurald did not answer a PING in %d s (%s: stopped, or "
+               "stuck?)", KEEPALIVE_MS / 1000, job->cl->path);
+      return -1;
+    }
+    if (client_send_raw(job->cl, AURAL_MSG_PING, 0, NULL, 0, job->err,
+                        sizeof job->err) < 0)
+      return -1;
+    pinged = true;
+  }
+}
+
 /* rc, from a session that ended by what came, not with its connection. */
 static int kept(sub_job *job, int rc) {
   job->lost = 0;
@@ -792,7 +824,8 @@ static int run(sub_job *job) {
   int subscribed = 0;
   for (;;) {
     client_msg m;
-    int rc = client_read(job->cl, &m, job->err, sizeof job->err);
+    int rc = subscribed && job->reconnect ? keep_alive(job) : 0;
+    if (rc == 0) rc = client_read(job->cl, &m, job->err, sizeof job->err);
     if (sub_interrupted) return EXIT_SIGNAL;
     if (rc == 1) {
       snprintf(job->err, sizeof job->err,
