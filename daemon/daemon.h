@@ -713,12 +713,29 @@ void cluster_close(server *srv);
 
 
 /* config.c */
+/* A key the config file may hold: an option's long name and whether it
+ * takes a value (no_argument: a switch, "yes" or "no"; optional_argument:
+ * a switch or a value), with CONFIG_* flags. */
+enum {
+  CONFIG_PATH = 1,   /* a relative value is taken from the file's directory */
+  CONFIG_REPEAT = 2, /* may be given on several lines */
+  CONFIG_NEVER = 4,  /* command line only (--config, --help, ...) */
+};
+typedef struct config_key {
+  const char *name;
+  int has_arg;
+  unsigned flags;
+} config_key;
 typedef struct config_words {
   char **words; /* argv-style: "aurald", "--key=value", ..., NULL */
+  int *lines;   /* (n) the file's line of each word; 0 for "aurald" */
   size_t n, cap;
 } config_words;
-int config_read(const char *path, config_words *cw, char *why,
-                size_t why_len);
+/* Reads the config file at path into words, each key checked against the
+ * n_keys keys (whole names, each once unless CONFIG_REPEAT). Returns 0, or
+ * -1 with why naming the file and line. */
+int config_read(const char *path, const config_key *keys, size_t n_keys,
+                config_words *cw, char *why, size_t why_len);
 void config_words_free(config_words *cw);
 int activation_fd(char *why, size_t why_len);
 void notify(const char *state);

@@ -48,35 +48,42 @@ typedef struct option_doc {
   int id;           /* the short option, or OPT_* */
   const char *arg;  /* as --help shows it: " PATH", "[=NAME|INDEX]" */
   const char *help; /* its lines, '\n' between them */
+  unsigned conf;    /* CONFIG_* flags of its key in the config file */
 } option_doc;
 
 static const option_doc options[] = {
     {"model", required_argument, 'm', " PATH",
-     "model file (default: the bundled model)"},
+     "model file (default: the bundled model)",
+     CONFIG_PATH},
     {"lexicon", required_argument, OPT_LEXICON, " PATH",
      "lexicon of the words output, plain or gzipped\n"
      "(default: MODEL.lexicon.txt, else .txt.gz,\n"
      "beside the model; words are on when it and\n"
-     "the LM are both there)"},
+     "the LM are both there)",
+     CONFIG_PATH},
     {"lm", required_argument, OPT_LM, " PATH",
      "language model of the words output, ARPA or\n"
      "aural's binary form, plain or gzipped (default:\n"
      "beside the model, MODEL.lm.bin, .lm.bin.gz,\n"
-     ".lm.arpa or .lm.arpa.gz, the first there)"},
+     ".lm.arpa or .lm.arpa.gz, the first there)",
+     CONFIG_PATH},
     {"socket", required_argument, 's', " PATH",
      "socket path (default: $AURAL_SOCKET, else\n"
      "$XDG_RUNTIME_DIR/aural.sock, /run/aural/aural.sock\n"
-     "for root, /tmp/aural-UID/aural.sock otherwise)"},
+     "for root, /tmp/aural-UID/aural.sock otherwise)",
+     CONFIG_PATH},
     {"chunk-ms", required_argument, OPT_CHUNK_MS, " N",
      "chunk length in ms, 1 to 600000 and a whole\n"
      "number of the model's frames (default 500)"},
     {"mic", optional_argument, OPT_MIC, "[=NAME|INDEX]",
      "capture from the default input device, or the one\n"
      "named (a substring of its name) or numbered"},
-    {"list-devices", no_argument, OPT_LIST, "", "list input devices and exit"},
+    {"list-devices", no_argument, OPT_LIST, "", "list input devices and exit",
+     CONFIG_NEVER},
     {"file", required_argument, OPT_FILE, " PATH",
      "encode an audio file as a stream named after its\n"
-     "base name; repeatable"},
+     "base name; repeatable",
+     CONFIG_PATH | CONFIG_REPEAT},
     {"realtime", no_argument, OPT_REALTIME, "",
      "pace the --file just before at 1x real time\n"
      "(default: as fast as possible)"},
@@ -122,7 +129,8 @@ static const option_doc options[] = {
      "and join it when it answers"},
     {"cluster-password-file", required_argument, OPT_CLUSTER_PASSWORD,
      " PATH", "the Redis password, first line of PATH (mode\n"
-     "0600); else $AURAL_REDIS_PASSWORD"},
+     "0600); else $AURAL_REDIS_PASSWORD",
+     CONFIG_PATH},
     {"cluster-node", required_argument, OPT_CLUSTER_NODE, " ID",
      "this node's name in the cluster (default\n"
      "HOST-PID)"},
@@ -154,25 +162,34 @@ static const option_doc options[] = {
     {"http-token-file", required_argument, OPT_HTTP_TOKEN, " PATH",
      "require \"Authorization: Bearer TOKEN\" on every\n"
      "HTTP request, TOKEN read from PATH (required\n"
-     "when ADDR is not a loopback address)"},
+     "when ADDR is not a loopback address)",
+     CONFIG_PATH},
     {"http-origin", required_argument, OPT_HTTP_ORIGIN, " ORIGIN",
      "allow WebSockets and requests from ORIGIN\n"
-     "(repeatable; default: the server's own)"},
+     "(repeatable; default: the server's own)",
+     CONFIG_REPEAT},
     {"http-cert", required_argument, OPT_HTTP_CERT, " PATH",
-     "serve HTTPS with this certificate (PEM)"},
+     "serve HTTPS with this certificate (PEM)",
+     CONFIG_PATH},
     {"http-key", required_argument, OPT_HTTP_KEY, " PATH",
-     "and this private key (PEM)"},
+     "and this private key (PEM)",
+     CONFIG_PATH},
     {"http-root", required_argument, OPT_HTTP_ROOT, " DIR",
-     "the page's files (default: the installed page)"},
+     "the page's files (default: the installed page)",
+     CONFIG_PATH},
     {"log-level", required_argument, OPT_LOG, " L",
      "error, warn, info (default) or debug"},
     {"config", required_argument, OPT_CONFIG, " PATH",
      "read options from PATH (default: " AURAL_CONFIG "\n"
      "when it exists); the command line wins; SIGHUP\n"
-     "re-reads it"},
-    {"no-config", no_argument, OPT_NO_CONFIG, "", "read no config file"},
-    {"help", no_argument, 'h', "", "show this help"},
-    {"version", no_argument, 'V', "", "show the version"},
+     "re-reads it",
+     CONFIG_NEVER},
+    {"no-config", no_argument, OPT_NO_CONFIG, "", "read no config file",
+     CONFIG_NEVER},
+    {"help", no_argument, 'h', "", "show this help",
+     CONFIG_NEVER},
+    {"version", no_argument, 'V', "", "show the version",
+     CONFIG_NEVER},
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
 
@@ -208,8 +225,9 @@ static void usage(FILE *to) {
   for (size_t i = 0; i < N_OPTIONS; i++) usage_option(to, &options[i]);
   fputs("\n"
         "Config file lines are \"key = value\" with the long option names as\n"
-        "keys (\"file\" may repeat; \"file-realtime = PATH\" is --file PATH\n"
-        "--realtime; switches take yes or no), e.g. \"chunk-ms = 500\".\n"
+        "keys, each once (\"file\" may repeat; \"file-realtime = PATH\" is\n"
+        "--file PATH --realtime; switches take yes or no; a relative path is\n"
+        "the config file's neighbour), e.g. \"chunk-ms = 500\".\n"
         "Under systemd, a socket passed by socket activation is used instead\n"
         "of binding one, and readiness is reported on $NOTIFY_SOCKET.\n"
         "\n"
@@ -533,24 +551,32 @@ static const aurald_options option_defaults = {
 };
 
 /* The config file named on the command line, or the default one when it
- * exists; NULL with --no-config or when there is none. */
-static const char *find_config(int argc, char **argv, bool *named) {
+ * exists; NULL with --no-config or when there is none. getopt reads the
+ * command line here as parse_options() does, so that "--conf PATH", which
+ * it takes for --config, names the file here too. */
+static const char *find_config(int argc, char **argv) {
+  struct option longs[N_OPTIONS + 1];
+  for (size_t i = 0; i < N_OPTIONS; i++)
+    longs[i] = (struct option){options[i].name, options[i].has_arg, NULL,
+                               options[i].id};
+  longs[N_OPTIONS] = (struct option){NULL, 0, NULL, 0};
+  /* getopt permutes what it reads: a copy of argv keeps it as it is. */
+  char **copy = malloc(((size_t)argc + 1) * sizeof *copy);
+  if (copy == NULL) return NULL;
+  memcpy(copy, argv, ((size_t)argc + 1) * sizeof *copy);
   const char *path = NULL;
   bool none = false;
-  *named = false;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--") == 0) break;
-    if (strcmp(argv[i], "--no-config") == 0) none = true;
-    else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-      path = argv[++i];
-    else if (strncmp(argv[i], "--config=", 9) == 0)
-      path = argv[i] + 9;
+  int ch, was_opterr = opterr;
+  opterr = 0; /* parse_options() reports the errors */
+  optind = 0;
+  while ((ch = getopt_long(argc, copy, "m:s:hV", longs, NULL)) != -1) {
+    if (ch == OPT_CONFIG) path = optarg;
+    else if (ch == OPT_NO_CONFIG) none = true;
   }
+  opterr = was_opterr;
+  free(copy);
   if (none) return NULL;
-  if (path != NULL) {
-    *named = true;
-    return path;
-  }
+  if (path != NULL) return path;
   return access(AURAL_CONFIG, F_OK) == 0 ? AURAL_CONFIG : NULL;
 }
 
@@ -562,14 +588,28 @@ static int load_options(int argc, char **argv, const char *conf,
   memset(cw, 0, sizeof *cw);
   if (conf != NULL) {
     char why[512];
-    if (config_read(conf, cw, why, sizeof why) < 0) {
+    config_key keys[N_OPTIONS];
+    for (size_t i = 0; i < N_OPTIONS; i++)
+      keys[i] = (config_key){options[i].name, options[i].has_arg,
+                             options[i].conf};
+    if (config_read(conf, keys, N_OPTIONS, cw, why, sizeof why) < 0) {
       fprintf(stderr, "aurald: %s\n", why);
       return 2;
     }
-    int rc = parse_options((int)cw->n, cw->words, o, list);
-    if (rc != 0) {
-      fprintf(stderr, "aurald: (in config file %s)\n", conf);
-      return rc;
+    /* One line of the file at a time, so that an error names its line. */
+    for (size_t i = 1, j; i < cw->n; i = j) {
+      char *line_argv[4] = {cw->words[0]};
+      int line_argc = 1;
+      for (j = i; j < cw->n && cw->lines[j] == cw->lines[i] && line_argc < 3;
+           j++)
+        line_argv[line_argc++] = cw->words[j];
+      line_argv[line_argc] = NULL;
+      int rc = parse_options(line_argc, line_argv, o, list);
+      if (rc != 0) {
+        fprintf(stderr, "aurald: %s:%d: the setting refused above\n", conf,
+                cw->lines[i]);
+        return rc;
+      }
     }
   }
   int rc = parse_options(argc, argv, o, list);
@@ -773,8 +813,8 @@ static void on_tick(uv_timer_t *t) {
 int main(int argc, char **argv) {
   aurald_options o;
   config_words cw;
-  bool list = false, named;
-  const char *conf = find_config(argc, argv, &named);
+  bool list = false;
+  const char *conf = find_config(argc, argv);
   int rc = load_options(argc, argv, conf, &o, &cw, &list);
   if (rc != 0) return rc;
   if (list) return mic_list_devices();

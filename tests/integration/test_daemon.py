@@ -14,6 +14,7 @@ import io
 import json
 import select
 import os
+import re
 import shutil
 import signal
 import socket
@@ -1219,6 +1220,87 @@ class TestServiceManager(DaemonTest):
         self.assertIn("STOPPING=1", note.recv(4096).decode())
         note.close()
 
+    def refused_config(self, text, *args):
+        """aurald's stderr for a config file it must refuse (exit 2, no
+        socket), named by args (else --config FILE with text); a daemon
+        that starts instead is stopped and fails."""
+        conf = os.path.join(self.tmp, "c.conf")
+        with open(conf, "wb") as f:
+            f.write(text)
+        sock = os.path.join(self.tmp, "c.sock")
+        p = subprocess.Popen([AURALD, "-m", TINY, "-s", sock] +
+                             (list(args) or ["--config", conf]),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        try:
+            out, err = p.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=10)
+            raise AssertionError("aurald ran with config %r:\n%s" %
+                                 (text, err))
+        self.assertEqual(p.returncode, 2, err)
+        self.assertFalse(os.path.exists(sock))
+        return err
+
+    def test_config_keys_are_exact_names_set_once(self):
+        """Keys are the options' whole names: an abbreviation getopt would
+        take ("thread", or "conf", which was then ignored) is unknown; a key
+        given twice, a value left empty and a NUL byte are errors. Every
+        error names the file and line."""
+        for text, line, why in (
+                (b"thread = 2\n", 1, 'unknown key "thread"'),
+                (b"# x\nconf = /nonexistent\n", 2, 'unknown key "conf"'),
+                (b"hold = no\nconfig = x\n", 2,
+                 '"config" cannot be set in a config file'),
+                (b"threads = 2\nmax-clients = 9\nthreads = 3\n", 3,
+                 "threads is already set on line 1"),
+                (b"max-clients =\n", 1, "max-clients needs a value"),
+                (b"\nthreads = 2\x00junk", 2, "NUL byte"),
+                (b"hold = no\nthreads = 0\n", 2, "--threads must be 1..256"),
+                (b"precision = f64\n", 1, "--precision must be f32"),
+                (b"mic = \n", 1, "mic must be yes, no or a device")):
+            with self.subTest(text=text):
+                err = self.refused_config(text)
+                self.assertIn("c.conf:%d:" % line, err)
+                self.assertIn(why, err)
+
+    def test_config_switches_are_the_options_without_values(self):
+        """Every option that takes no value is a switch in the file (yes or
+        no), cluster-optional included, which was passed on with its value
+        and refused."""
+        conf = os.path.join(self.tmp, "s.conf")
+        with open(conf, "w") as f:
+            f.write("cluster-optional = yes\nf16 = no\nhold = yes\n")
+        d = self.start("--config", conf)
+        self.stop_clean(d)
+
+    def test_config_relative_paths_are_the_files_directory(self):
+        """A relative path in the file is taken from the file's directory,
+        not from whatever directory aurald was started in (/ under
+        systemd)."""
+        etc = os.path.join(self.tmp, "etc")
+        os.mkdir(etc)
+        wav = self.wav(1, name="in.wav")
+        os.rename(wav, os.path.join(etc, "in.wav"))
+        conf = os.path.join(etc, "aurald.conf")
+        with open(conf, "w") as f:
+            f.write("file = in.wav\nexit-when-done = yes\n")
+        p = run(os.path.abspath(AURALD), "-m", os.path.abspath(TINY), "-s",
+                os.path.join(self.tmp, "r.sock"), "--config", conf,
+                check=False, timeout=30, cwd="/")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("file %s" % os.path.join(etc, "in.wav"), p.stderr)
+
+    def test_config_option_abbreviated_on_the_command_line(self):
+        """--conf PATH is --config PATH to getopt, and so to the search
+        for the file: it was ignored, and aurald ran without it."""
+        missing = os.path.join(self.tmp, "none.conf")
+        for args in (["--conf", missing], ["--conf=" + missing]):
+            with self.subTest(args=args):
+                err = self.refused_config(b"", *args)
+                self.assertIn("cannot read config %s" % missing, err)
+
     def test_socket_activation(self):
         path = os.path.join(self.tmp, "activated.sock")
         log = open(os.path.join(self.tmp, "activate.log"), "w")
@@ -1795,6 +1877,30 @@ class TestMicrophone(DaemonTest):
         self.assertEqual(mic["source"], "mic")
         self.assertGreaterEqual(mic["frames"], 450)
 
+
+    def test_config_mic_number_is_a_device(self):
+        """"mic = N" in the config file is device N, as --mic=N: "mic = 0"
+        and "mic = 1" were taken for no and yes."""
+        home = os.path.join(self.tmp, "home")
+        os.mkdir(home)
+        raw = os.path.join(self.tmp, "in.raw")
+        with open(raw, "wb") as f:
+            f.write(bytes(64000))
+        with open(os.path.join(home, ".asoundrc"), "w") as f:
+            f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
+                    ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
+                    % raw)
+        env = dict(os.environ, HOME=home)
+        listed = run(AURALD, "--list-devices", env=env).stdout
+        index = re.search(r"^ +(\d+)  aural_test ", listed, re.M).group(1)
+        conf = os.path.join(self.tmp, "mic.conf")
+        with open(conf, "w") as f:
+            f.write("mic = %s\nhold = yes\n" % index)
+        d = self.start("--config", conf, env=env)
+        with ac.Client(d.path, timeout=10) as c:
+            self.assertEqual([s["name"] for s in c.list_streams()], ["mic"])
+        self.assertIn("aural_test", d.text())
+        self.stop_clean(d)
 
     def start_on_fifo(self):
         """aurald --mic --hold capturing through ALSA's file plugin from a
