@@ -664,6 +664,71 @@ static void fit_clients_to_fd_limit(aurald_options *o) {
   }
 }
 
+/* The options of n that differ from o and apply only at a restart, as
+ * their names in the option table's order ("file, cluster-node"), so that
+ * a reload says which of its changes wait; "" when none do. */
+static void restart_only_changes(const server *srv, const aurald_options *o,
+                                 const aurald_options *n, char *out,
+                                 size_t out_len) {
+  bool files = n->n_files != o->n_files;
+  for (int i = 0; !files && i < n->n_files; i++)
+    files = strcmp(n->files[i].path, o->files[i].path) != 0 ||
+            n->files[i].realtime != o->files[i].realtime;
+  bool origins = n->http.n_origins != o->http.n_origins;
+  for (int i = 0; !origins && i < n->http.n_origins; i++)
+    origins = strcmp(n->http.origins[i], o->http.origins[i]) != 0;
+  const http_addr *ha = &n->http.addr, *hb = &o->http.addr;
+  const struct {
+    const char *name;
+    bool changed;
+  } keys[] = {
+      {"model", str_differs(n->model_path, o->model_path)},
+      {"lexicon", str_differs(n->lexicon_path, o->lexicon_path)},
+      {"lm", str_differs(n->lm_path, o->lm_path)},
+      {"socket",
+       !srv->activated && str_differs(n->socket_path, o->socket_path)},
+      {"chunk-ms", n->chunk_ms != o->chunk_ms},
+      {"mic", n->mic != o->mic || str_differs(n->mic_device, o->mic_device)},
+      {"file", files},
+      {"exit-when-done", n->exit_when_done != o->exit_when_done},
+      {"hold", n->hold != o->hold},
+      {"threads", n->n_threads != 0 && n->n_threads != srv->n_workers},
+      {"group", str_differs(n->group, o->group)},
+      {"f16", n->f16_weights != o->f16_weights},
+      {"precision", n->precision != o->precision},
+      {"max-model-memory", n->max_model_bytes != o->max_model_bytes},
+      {"cluster", str_differs(n->cluster_url, o->cluster_url)},
+      {"cluster-optional", n->cluster_optional != o->cluster_optional},
+      {"cluster-password-file",
+       str_differs(n->cluster_password_file, o->cluster_password_file)},
+      {"cluster-node", str_differs(n->cluster_node, o->cluster_node)},
+      {"cluster-capacity", n->cluster_capacity != o->cluster_capacity},
+      {"cluster-retention", n->cluster_retention != o->cluster_retention},
+      {"cluster-ttl", n->cluster_ttl_s != o->cluster_ttl_s},
+      {"cluster-timeout", n->cluster_timeout_s != o->cluster_timeout_s},
+      {"cluster-expire", n->cluster_expire_s != o->cluster_expire_s},
+      {"cluster-idle", n->cluster_idle_s != o->cluster_idle_s},
+      {"cluster-outputs", n->cluster_outputs != o->cluster_outputs},
+      {"cluster-dtype", n->cluster_dtype != o->cluster_dtype},
+      {"http", n->http.on != o->http.on || ha->port != hb->port ||
+                   strcmp(ha->host, hb->host) != 0},
+      {"http-token-file",
+       str_differs(n->http.token_file, o->http.token_file)},
+      {"http-origin", origins},
+      {"http-cert", str_differs(n->http.cert, o->http.cert)},
+      {"http-key", str_differs(n->http.key, o->http.key)},
+      {"http-root", str_differs(n->http.root, o->http.root)},
+  };
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    if (!keys[i].changed || used >= out_len) continue;
+    int w = snprintf(out + used, out_len - used, "%s%s", used ? ", " : "",
+                     keys[i].name);
+    if (w > 0) used += (size_t)w;
+  }
+}
+
 /* SIGHUP: re-reads the config file and applies what can change while
  * streams run (limits, log level); the rest is reported as needing a
  * restart. A file that does not parse changes nothing. */
@@ -691,25 +756,14 @@ static void reload(server *srv) {
   o->max_clients = n.max_clients;
   fit_clients_to_fd_limit(o);
   o->max_streams = n.max_streams;
-  bool restart = str_differs(n.model_path, o->model_path) ||
-                 str_differs(n.lexicon_path, o->lexicon_path) ||
-                 str_differs(n.lm_path, o->lm_path) ||
-                 (!srv->activated && str_differs(n.socket_path,
-                                                 o->socket_path)) ||
-                 n.chunk_ms != o->chunk_ms || n.mic != o->mic ||
-                 n.n_files != o->n_files || n.hold != o->hold ||
-                 n.f16_weights != o->f16_weights ||
-                 n.precision != o->precision ||
-                 n.max_model_bytes != o->max_model_bytes ||
-                 (n.n_threads && n.n_threads != srv->n_workers) ||
-                 str_differs(n.group, o->group);
+  char waiting[512];
+  restart_only_changes(srv, o, &n, waiting, sizeof waiting);
   if (n.group == NULL || !str_differs(n.group, o->group))
     o->group_gid = n.group ? n.group_gid : o->group_gid;
-  log_info("reloaded %s: limits and log level applied%s",
+  log_info("reloaded %s: limits and log level applied%s%s",
            srv->config_path ? srv->config_path : "options",
-           restart ? "; model, words, socket, sources, threads, group and "
-                     "chunk length change at the next restart"
-                   : "");
+           waiting[0] ? "; these change at the next restart: " : "",
+           waiting);
   free(n.files);
   config_words_free(&cw);
   notify("READY=1");

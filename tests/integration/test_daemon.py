@@ -1220,6 +1220,37 @@ class TestServiceManager(DaemonTest):
         self.assertIn("STOPPING=1", note.recv(4096).decode())
         note.close()
 
+    def test_reload_names_what_waits_for_a_restart(self):
+        """SIGHUP with a source, the cluster and the HTTP origins changed:
+        the log names each of them as waiting for a restart (a file
+        replaced by another, same count, was not reported at all)."""
+        conf = os.path.join(self.tmp, "aurald.conf")
+        a, b = self.wav(1, name="a.wav"), self.wav(1, name="b.wav")
+        with open(conf, "w") as f:
+            f.write("file = %s\nhold = yes\nmax-clients = 5\n" % a)
+        d = self.start("--config", conf)
+        with open(conf, "w") as f:
+            f.write("file-realtime = %s\nhold = yes\nmax-clients = 6\n"
+                    "cluster-node = other\nexit-when-done = yes\n"
+                    "http-origin = http://example.org\n" % b)
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "reloaded" not in d.text():
+            self.assertLess(time.monotonic(), deadline, d.text())
+            time.sleep(0.05)
+        self.assertIn("change at the next restart: file, exit-when-done, "
+                      "cluster-node, http-origin", d.text())
+        # Limits alone: nothing waits.
+        with open(conf, "w") as f:
+            f.write("file = %s\nhold = yes\nmax-clients = 7\n" % a)
+        d.proc.send_signal(signal.SIGHUP)
+        while d.text().count("reloaded") < 2:
+            self.assertLess(time.monotonic(), deadline, d.text())
+            time.sleep(0.05)
+        last = d.text().split("reloaded")[-1].splitlines()[0]
+        self.assertNotIn("restart", last)
+        self.stop_clean(d)
+
     def refused_config(self, text, *args):
         """aurald's stderr for a config file it must refuse (exit 2, no
         socket), named by args (else --config FILE with text); a daemon
