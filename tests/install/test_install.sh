@@ -11,7 +11,7 @@
 #      sample, man pages, systemd units, sysusers.d file, config example,
 #      the consumer example; everything 'meson introspect --installed'
 #      lists; the programs carry the installed model path and no RUNPATH
-#      into the build tree;
+#      into the build tree; installing again keeps an edited config file;
 #   2. the man pages document every option of every --help
 #      (check_man_options.py) and format without warnings;
 #   3. building against the installed library through pkg-config
@@ -135,6 +135,17 @@ if missing:
     sys.exit("FAIL: listed by meson but not installed: %s" % missing)
 EOF
 ok "all $(/usr/bin/python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$tmp/installed.json") files meson lists"
+
+# The configuration file is the administrator's once installed: installing
+# again (an upgrade) keeps it, and puts the new example beside the docs.
+conf_installed=$dest$sysconfdir/aural/aurald.conf
+echo "# the administrator's own line" >>"$conf_installed"
+meson install -C "$build" --no-rebuild --destdir "$dest" --quiet
+grep -qx "# the administrator's own line" "$conf_installed" ||
+  fail "installing again replaced the edited $sysconfdir/aural/aurald.conf"
+cmp -s "$src/systemd/aurald.conf" "$dest$datadir/doc/aural/examples/aurald.conf" ||
+  fail "no example config at $datadir/doc/aural/examples/aurald.conf"
+ok "installing again keeps the edited $sysconfdir/aural/aurald.conf"
 
 unit=$(find "$dest" -name aurald.service -path '*systemd/system/*' | head -1)
 socket_unit=$(find "$dest" -name aurald.socket -path '*systemd/system/*' | head -1)
