@@ -22,7 +22,8 @@
 #      STOPPING=1): the installed 'aural send' pushes the installed sample
 #      and the consumer prints every chunk;
 #   5. systemd-analyze verify on the units (ExecStart pointed into the
-#      DESTDIR, man pages found through MANPATH);
+#      DESTDIR, man pages found through MANPATH); no restart after the exit
+#      status of a bad config file;
 #   6. socket activation: systemd-socket-activate listens, aurald is started
 #      by the first client with the socket as fd 3, 'aural sub' is served,
 #      and aurald neither locks nor removes the socket.
@@ -300,6 +301,16 @@ MANPATH=$dest$mandir: systemd-analyze verify \
 exposure=$(systemd-analyze security --offline=true "$tmp/units/aurald.service" 2>/dev/null |
   sed -n 's/.*Overall exposure level for aurald.service: \([0-9.]*\).*/\1/p')
 ok "units verify cleanly; exposure level ${exposure:-?} (systemd-analyze security)"
+# A bad config file is not mended by starting again: the unit must not
+# restart aurald on the exit status it gives for one.
+printf 'no-such-key = 1\n' >"$tmp/bad.conf"
+rc=0
+"$aurald" --config "$tmp/bad.conf" -m "$model" -s "$tmp/bad.sock" 2>"$tmp/bad.log" || rc=$?
+[[ $rc -ne 0 ]] && grep -q "bad.conf:1: unknown key" "$tmp/bad.log" ||
+  { cat "$tmp/bad.log"; fail "aurald accepted a bad config file (exit $rc)"; }
+grep -qE "^RestartPreventExitStatus=([0-9 ]* )?$rc( |\$)" "$unit" ||
+  fail "aurald.service restarts aurald after exit status $rc (a bad config file)"
+ok "a bad config file: exit $rc, which aurald.service does not restart"
 
 # --- 6. socket activation --------------------------------------------------
 step "socket activation (systemd-socket-activate)"
