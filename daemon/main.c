@@ -581,9 +581,12 @@ static const char *find_config(int argc, char **argv) {
 }
 
 /* Options from the config file (if any), then the command line, which
- * wins. cw keeps the file's words alive: options point into them. */
+ * wins. cw keeps the file's words alive: options point into them. Returns
+ * 0, or the exit status with the errors on stderr and where, one line,
+ * saying where they are. */
 static int load_options(int argc, char **argv, const char *conf,
-                        aurald_options *o, config_words *cw, bool *list) {
+                        aurald_options *o, config_words *cw, bool *list,
+                        char *where, size_t where_len) {
   *o = option_defaults;
   memset(cw, 0, sizeof *cw);
   if (conf != NULL) {
@@ -594,6 +597,7 @@ static int load_options(int argc, char **argv, const char *conf,
                              options[i].conf};
     if (config_read(conf, keys, N_OPTIONS, cw, why, sizeof why) < 0) {
       fprintf(stderr, "aurald: %s\n", why);
+      snprintf(where, where_len, "%s", why);
       return 2;
     }
     /* One line of the file at a time, so that an error names its line. */
@@ -608,21 +612,28 @@ static int load_options(int argc, char **argv, const char *conf,
       if (rc != 0) {
         fprintf(stderr, "aurald: %s:%d: the setting refused above\n", conf,
                 cw->lines[i]);
+        snprintf(where, where_len, "%s:%d: a setting aurald refuses", conf,
+                 cw->lines[i]);
         return rc;
       }
     }
   }
   int rc = parse_options(argc, argv, o, list);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    snprintf(where, where_len, "an option on the command line");
+    return rc;
+  }
   if (o->sub_soft_bytes > o->sub_hard_bytes) {
     fprintf(stderr, "aurald: --sub-soft-limit must not exceed "
                     "--sub-hard-limit\n");
+    snprintf(where, where_len, "sub-soft-limit exceeds sub-hard-limit");
     return 2;
   }
   static char sock[512]; /* the default path never changes */
   if (o->socket_path == NULL) {
     if (aural_proto_default_socket(sock, sizeof sock) < 0) {
       fprintf(stderr, "aurald: cannot form the default socket path\n");
+      snprintf(where, where_len, "the default socket path");
       return 1;
     }
     o->socket_path = sock;
@@ -738,14 +749,18 @@ static void reload(server *srv) {
   config_words cw;
   bool list = false;
   int old_level = aurald_log_level;
-  if (load_options(srv->argc, srv->argv, srv->config_path, &n, &cw,
-                   &list) != 0) {
+  char where[600], status[900];
+  if (load_options(srv->argc, srv->argv, srv->config_path, &n, &cw, &list,
+                   where, sizeof where) != 0) {
     aurald_log_level = old_level;
-    log_error("reload: %s has errors (see above); nothing changed",
-              srv->config_path ? srv->config_path : "the command line");
+    log_error("reload failed, nothing changed: %s", where);
     free(n.files);
     config_words_free(&cw);
-    notify("READY=1");
+    /* systemctl reload cannot fail once the signal is sent: systemctl
+     * status shows this line instead. */
+    snprintf(status, sizeof status,
+             "READY=1\nSTATUS=reload failed, nothing changed: %s", where);
+    notify(status);
     return;
   }
   aurald_options *o = srv->opt;
@@ -766,7 +781,9 @@ static void reload(server *srv) {
            waiting);
   free(n.files);
   config_words_free(&cw);
-  notify("READY=1");
+  snprintf(status, sizeof status, "READY=1\nSTATUS=serving %.200s",
+           o->socket_path);
+  notify(status);
 }
 
 static int open_files(server *srv, char *why, size_t why_len) {
@@ -869,7 +886,9 @@ int main(int argc, char **argv) {
   config_words cw;
   bool list = false;
   const char *conf = find_config(argc, argv);
-  int rc = load_options(argc, argv, conf, &o, &cw, &list);
+  char where[600];
+  int rc = load_options(argc, argv, conf, &o, &cw, &list, where,
+                        sizeof where);
   if (rc != 0) return rc;
   if (list) return mic_list_devices();
   if (o.n_threads < 1) o.n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);

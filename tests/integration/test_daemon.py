@@ -1220,6 +1220,39 @@ class TestServiceManager(DaemonTest):
         self.assertIn("STOPPING=1", note.recv(4096).decode())
         note.close()
 
+    def test_failed_reload_is_the_service_status(self):
+        """systemctl reload succeeds once the signal is sent, whatever the
+        file holds: a reload that changes nothing says so, with the file
+        and line, in STATUS= (systemctl status), and a good one after it
+        puts the serving status back."""
+        conf = os.path.join(self.tmp, "aurald.conf")
+        notify_path = os.path.join(self.tmp, "notify")
+        note = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        note.bind(notify_path)
+        note.settimeout(10)
+        with open(conf, "w") as f:
+            f.write("max-clients = 5\n")
+        d = self.start("--config", conf,
+                       env=dict(os.environ, NOTIFY_SOCKET=notify_path))
+        self.assertIn("READY=1", note.recv(4096).decode())
+        for text, status in (
+                ("max-clients = 6\nthreads = 0\n",
+                 "STATUS=reload failed, nothing changed: %s:2: " % conf),
+                ("max-clients = 6\nmax-clients = 7\n",
+                 "STATUS=reload failed, nothing changed: %s:2: max-clients "
+                 "is already set on line 1" % conf),
+                ("max-clients = 6\n", "STATUS=serving %s" % d.path)):
+            with open(conf, "w") as f:
+                f.write(text)
+            d.proc.send_signal(signal.SIGHUP)
+            self.assertIn("RELOADING=1", note.recv(4096).decode())
+            ready = note.recv(4096).decode().splitlines()
+            self.assertIn("READY=1", ready)
+            self.assertTrue(any(line.startswith(status) for line in ready),
+                            (status, ready))
+        self.stop_clean(d)
+        note.close()
+
     def test_reload_names_what_waits_for_a_restart(self):
         """SIGHUP with a source, the cluster and the HTTP origins changed:
         the log names each of them as waiting for a restart (a file
