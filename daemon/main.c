@@ -88,7 +88,8 @@ static const option_doc options[] = {
      "pace the --file just before at 1x real time\n"
      "(default: as fast as possible)"},
     {"exit-when-done", no_argument, OPT_EXIT, "",
-     "exit once every --file stream has ended"},
+     "exit once every --file stream has ended (at\n"
+     "least one --file is needed)"},
     {"hold", no_argument, OPT_HOLD, "",
      "start each --file and --mic source only when its\n"
      "first subscriber arrives (default: at once)"},
@@ -622,6 +623,13 @@ static int load_options(int argc, char **argv, const char *conf,
   if (rc != 0) {
     snprintf(where, where_len, "an option on the command line");
     return rc;
+  }
+  if (o->exit_when_done && o->n_files == 0) {
+    /* It waits for the file streams to end: with none, for ever. */
+    fprintf(stderr, "aurald: --exit-when-done needs a --file (it exits "
+                    "once every file stream has ended)\n");
+    snprintf(where, where_len, "exit-when-done without a file");
+    return 2;
   }
   if (o->sub_soft_bytes > o->sub_hard_bytes) {
     fprintf(stderr, "aurald: --sub-soft-limit must not exceed "

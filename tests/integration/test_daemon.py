@@ -1510,6 +1510,26 @@ class TestShutdown(DaemonTest):
         self.assertIn('"two.wav": ended (eof), 298 frames', d.text())
 
 
+    def test_exit_when_done_without_files_is_refused(self):
+        """--exit-when-done waits for the --file streams to end: with none
+        (from the command line or the config file) it ran for ever."""
+        sock = os.path.join(self.tmp, "e.sock")
+        conf = os.path.join(self.tmp, "e.conf")
+        with open(conf, "w") as f:
+            f.write("exit-when-done = yes\nhold = yes\n")
+        for args in (["--no-config", "--exit-when-done"],
+                     ["--config", conf, "--mic=nothing"]):
+            with self.subTest(args=args):
+                try:
+                    p = run(AURALD, "-m", TINY, "-s", sock, *args,
+                            check=False, timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.fail("aurald %s did not exit" % " ".join(args))
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("--exit-when-done needs a --file", p.stderr)
+                self.assertFalse(os.path.exists(sock))
+
+
 class TestHalfClose(DaemonTest):
     def open_raw(self, d, name):
         c = raw_client(d.path)
