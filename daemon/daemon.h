@@ -60,6 +60,14 @@ void aurald_log(int level, const char *fmt, ...)
 #define log_info(...) aurald_log(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) aurald_log(LOG_DEBUG, __VA_ARGS__)
 int aurald_log_level_parse(const char *s);
+/* Whether stderr is the journal's stream (JOURNAL_STREAM, set by systemd):
+ * then every line carries its priority as "<N>" and no clock. Called once
+ * at start, before any thread. */
+void aurald_log_setup(void);
+/* "aurald: MESSAGE" on stderr, an error of the command line or the config
+ * file (fmt ends with its newline). */
+void aurald_usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
 
 /* Microseconds since the Unix epoch (CLOCK_REALTIME), the protocol's time. */
 int64_t aurald_now_us(void);

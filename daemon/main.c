@@ -285,7 +285,7 @@ static int parse_seconds(const char *s, int which, aurald_options *o) {
               : which == OPT_CLUSTER_IDLE ? 86400
                                           : 3600;
   if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-    fprintf(stderr, "aurald: --%s must be %g to %g seconds\n", name, lo, hi);
+    aurald_usage_error("--%s must be %g to %g seconds\n", name, lo, hi);
     return -1;
   }
   if (which == OPT_CLUSTER_TTL) o->cluster_ttl_s = v;
@@ -318,7 +318,7 @@ static int parse_http_option(int ch, const char *arg, http_options *h) {
   switch (ch) {
   case OPT_HTTP:
     if (http_parse_addr(arg, &h->addr, why, sizeof why) < 0) {
-      fprintf(stderr, "aurald: %s\n", why);
+      aurald_usage_error("%s\n", why);
       return -1;
     }
     h->on = true;
@@ -326,8 +326,9 @@ static int parse_http_option(int ch, const char *arg, http_options *h) {
   case OPT_HTTP_ORIGIN:
     if (h->n_origins == HTTP_MAX_ORIGINS || strlen(arg) > HTTP_ORIGIN_MAX ||
         strstr(arg, "://") == NULL) {
-      fprintf(stderr, "aurald: --http-origin \"%s\": give at most %d, each "
-              "SCHEME://HOST[:PORT]\n", arg, HTTP_MAX_ORIGINS);
+      aurald_usage_error("--http-origin \"%s\": give at most %d, each "
+                         "SCHEME://HOST[:PORT]\n",
+                         arg, HTTP_MAX_ORIGINS);
       return -1;
     }
     h->origins[h->n_origins++] = arg;
@@ -358,8 +359,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_LM: o->lm_path = optarg; break;
     case OPT_CHUNK_MS:
       if (parse_long(optarg, 1, 600000, &v) < 0) {
-        fprintf(stderr, "aurald: --chunk-ms must be 1 to 600000, not "
-                        "\"%s\"\n", optarg);
+        aurald_usage_error("--chunk-ms must be 1 to 600000, not "
+                           "\"%s\"\n",
+                           optarg);
         return 2;
       }
       o->chunk_ms = (int)v;
@@ -378,8 +380,8 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     }
     case OPT_REALTIME:
       if (o->n_files == 0) {
-        fprintf(stderr, "aurald: --realtime applies to the --file before "
-                        "it; give --file PATH --realtime\n");
+        aurald_usage_error("--realtime applies to the --file before "
+                           "it; give --file PATH --realtime\n");
         return 2;
       }
       o->files[o->n_files - 1].realtime = true;
@@ -388,7 +390,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_HOLD: o->hold = true; break;
     case OPT_THREADS:
       if (parse_long(optarg, 1, 256, &v) < 0) {
-        fprintf(stderr, "aurald: --threads must be 1..256\n");
+        aurald_usage_error("--threads must be 1..256\n");
         return 2;
       }
       o->n_threads = (int)v;
@@ -396,8 +398,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_MAX_CLIENTS:
     case OPT_MAX_STREAMS:
       if (parse_long(optarg, 1, 1000000, &v) < 0) {
-        fprintf(stderr, "aurald: --%s must be 1..1000000\n",
-                ch == OPT_MAX_CLIENTS ? "max-clients" : "max-streams");
+        aurald_usage_error("--%s must be 1..1000000\n",
+                           ch == OPT_MAX_CLIENTS ? "max-clients"
+                                                 : "max-streams");
         return 2;
       }
       if (ch == OPT_MAX_CLIENTS) o->max_clients = (int)v;
@@ -407,8 +410,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_SOFT:
       if (parse_bytes(optarg, ch == OPT_HARD ? &o->sub_hard_bytes
                                              : &o->sub_soft_bytes) < 0) {
-        fprintf(stderr, "aurald: bad byte count \"%s\" (e.g. 4M, 512K)\n",
-                optarg);
+        aurald_usage_error("bad byte count \"%s\" (e.g. 4M, 512K)\n", optarg);
         return 2;
       }
       break;
@@ -418,8 +420,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       errno = 0;
       *secs = strtod(optarg, &end);
       if (errno || end == optarg || *end || !(*secs > 0) || *secs > 86400) {
-        fprintf(stderr, "aurald: --%s must be a number of seconds > 0\n",
-                ch == OPT_SOFT_S ? "sub-soft-seconds" : "hello-timeout");
+        aurald_usage_error("--%s must be a number of seconds > 0\n",
+                           ch == OPT_SOFT_S ? "sub-soft-seconds"
+                                            : "hello-timeout");
         return 2;
       }
       break;
@@ -427,7 +430,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_GROUP: {
       struct group *g = getgrnam(optarg);
       if (g == NULL) {
-        fprintf(stderr, "aurald: no group named \"%s\"\n", optarg);
+        aurald_usage_error("no group named \"%s\"\n", optarg);
         return 2;
       }
       o->group = optarg;
@@ -437,8 +440,8 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_F16: o->f16_weights = true; break;
     case OPT_PRECISION:
       if (aural_model_precision_parse(optarg, &o->precision) < 0) {
-        fprintf(stderr, "aurald: --precision must be f32 or bf16, not \"%s\"\n",
-                optarg);
+        aurald_usage_error("--precision must be f32 or bf16, not \"%s\"\n",
+                           optarg);
         return 2;
       }
       break;
@@ -447,8 +450,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_CLUSTER_PASSWORD: o->cluster_password_file = optarg; break;
     case OPT_CLUSTER_NODE:
       if (!aural_cluster_valid_name(optarg)) {
-        fprintf(stderr, "aurald: --cluster-node \"%s\": 1-64 printable "
-                        "ASCII characters, without / \\ { }\n", optarg);
+        aurald_usage_error("--cluster-node \"%s\": 1-64 printable "
+                           "ASCII characters, without / \\ { }\n",
+                           optarg);
         return 2;
       }
       o->cluster_node = optarg;
@@ -456,9 +460,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_CLUSTER_CAPACITY:
     case OPT_CLUSTER_RETENTION:
       if (parse_long(optarg, 1, 100000000, &v) < 0) {
-        fprintf(stderr, "aurald: --%s must be a whole number >= 1\n",
-                ch == OPT_CLUSTER_CAPACITY ? "cluster-capacity"
-                                           : "cluster-retention");
+        aurald_usage_error("--%s must be a whole number >= 1\n",
+                           ch == OPT_CLUSTER_CAPACITY ? "cluster-capacity"
+                                                      : "cluster-retention");
         return 2;
       }
       if (ch == OPT_CLUSTER_CAPACITY) o->cluster_capacity = (int)v;
@@ -472,30 +476,32 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       break;
     case OPT_CLUSTER_OUTPUTS:
       if (parse_outputs(optarg, &o->cluster_outputs) < 0) {
-        fprintf(stderr, "aurald: --cluster-outputs \"%s\": a comma-separated "
-                        "list of embeddings, logits, text\n", optarg);
+        aurald_usage_error("--cluster-outputs \"%s\": a comma-separated "
+                           "list of embeddings, logits, text\n",
+                           optarg);
         return 2;
       }
       break;
     case OPT_CLUSTER_DTYPE:
       if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "f16") != 0) {
-        fprintf(stderr, "aurald: --cluster-dtype must be f32 or f16\n");
+        aurald_usage_error("--cluster-dtype must be f32 or f16\n");
         return 2;
       }
       o->cluster_dtype = optarg[1] == '1' ? AURAL_DTYPE_F16 : AURAL_DTYPE_F32;
       break;
     case OPT_MAX_MODEL_MEM:
       if (parse_bytes(optarg, &o->max_model_bytes) < 0) {
-        fprintf(stderr, "aurald: --max-model-memory: bad byte count \"%s\" "
-                        "(e.g. 512M, 2G)\n", optarg);
+        aurald_usage_error("--max-model-memory: bad byte count \"%s\" "
+                           "(e.g. 512M, 2G)\n",
+                           optarg);
         return 2;
       }
       break;
     case OPT_LOG:
       aurald_log_level = aurald_log_level_parse(optarg);
       if (aurald_log_level < 0) {
-        fprintf(stderr, "aurald: --log-level must be error, warn, info or "
-                        "debug\n");
+        aurald_usage_error("--log-level must be error, warn, info or "
+                           "debug\n");
         return 2;
       }
       break;
@@ -518,8 +524,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     }
   }
   if (optind < argc) {
-    fprintf(stderr, "aurald: unexpected argument \"%s\" (files are given "
-                    "with --file)\n", argv[optind]);
+    aurald_usage_error("unexpected argument \"%s\" (files are given "
+                       "with --file)\n",
+                       argv[optind]);
     return 2;
   }
   return 0;
@@ -597,7 +604,7 @@ static int load_options(int argc, char **argv, const char *conf,
       keys[i] = (config_key){options[i].name, options[i].has_arg,
                              options[i].conf};
     if (config_read(conf, keys, N_OPTIONS, cw, why, sizeof why) < 0) {
-      fprintf(stderr, "aurald: %s\n", why);
+      aurald_usage_error("%s\n", why);
       snprintf(where, where_len, "%s", why);
       return 2;
     }
@@ -611,8 +618,8 @@ static int load_options(int argc, char **argv, const char *conf,
       line_argv[line_argc] = NULL;
       int rc = parse_options(line_argc, line_argv, o, list);
       if (rc != 0) {
-        fprintf(stderr, "aurald: %s:%d: the setting refused above\n", conf,
-                cw->lines[i]);
+        aurald_usage_error("%s:%d: the setting refused above\n", conf,
+                           cw->lines[i]);
         snprintf(where, where_len, "%s:%d: a setting aurald refuses", conf,
                  cw->lines[i]);
         return rc;
@@ -626,21 +633,21 @@ static int load_options(int argc, char **argv, const char *conf,
   }
   if (o->exit_when_done && o->n_files == 0) {
     /* It waits for the file streams to end: with none, for ever. */
-    fprintf(stderr, "aurald: --exit-when-done needs a --file (it exits "
-                    "once every file stream has ended)\n");
+    aurald_usage_error("--exit-when-done needs a --file (it exits "
+                       "once every file stream has ended)\n");
     snprintf(where, where_len, "exit-when-done without a file");
     return 2;
   }
   if (o->sub_soft_bytes > o->sub_hard_bytes) {
-    fprintf(stderr, "aurald: --sub-soft-limit must not exceed "
-                    "--sub-hard-limit\n");
+    aurald_usage_error("--sub-soft-limit must not exceed "
+                       "--sub-hard-limit\n");
     snprintf(where, where_len, "sub-soft-limit exceeds sub-hard-limit");
     return 2;
   }
   static char sock[512]; /* the default path never changes */
   if (o->socket_path == NULL) {
     if (aural_proto_default_socket(sock, sizeof sock) < 0) {
-      fprintf(stderr, "aurald: cannot form the default socket path\n");
+      aurald_usage_error("cannot form the default socket path\n");
       snprintf(where, where_len, "the default socket path");
       return 1;
     }
@@ -890,6 +897,7 @@ static void on_tick(uv_timer_t *t) {
 }
 
 int main(int argc, char **argv) {
+  aurald_log_setup();
   aurald_options o;
   config_words cw;
   bool list = false;

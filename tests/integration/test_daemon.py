@@ -1220,6 +1220,54 @@ class TestServiceManager(DaemonTest):
         self.assertIn("STOPPING=1", note.recv(4096).decode())
         note.close()
 
+    def test_journal_lines_carry_their_priority(self):
+        """Under systemd stderr goes to the journal (JOURNAL_STREAM names
+        it): every line carries its syslog priority ("<3>" error ... "<7>"
+        debug), so that 'journalctl -p err' finds the errors, and no clock
+        of its own. A stderr that is not that stream (JOURNAL_STREAM
+        inherited, output redirected) keeps the plain lines."""
+        def journal_of(path):
+            st = os.stat(path)
+            return "%d:%d" % (st.st_dev, st.st_ino)
+
+        log = os.path.join(self.tmp, "journal.log")
+        open(log, "w").close()
+        conf = os.path.join(self.tmp, "bad.conf")
+        with open(conf, "w") as f:
+            f.write("threads = 2\nthreads = 3\n")
+        with open(log, "w") as err:
+            p = subprocess.run([AURALD, "-m", TINY, "-s",
+                                os.path.join(self.tmp, "j.sock"), "--config",
+                                conf], stderr=err, timeout=20,
+                               env=dict(os.environ,
+                                        JOURNAL_STREAM=journal_of(log)))
+        self.assertEqual(p.returncode, 2)
+        with open(log) as f:
+            self.assertEqual(f.read(), "<3>aurald: %s:2: threads is already "
+                             "set on line 1\n" % conf)
+        with open(log, "w") as err:
+            d = subprocess.Popen([AURALD, "-m", TINY, "-s",
+                                  os.path.join(self.tmp, "j.sock"),
+                                  "--no-config", "--mic=nothing"],
+                                 stderr=err,
+                                 env=dict(os.environ,
+                                          JOURNAL_STREAM=journal_of(log)))
+            self.assertEqual(d.wait(20), 1)
+        with open(log) as f:
+            lines = [l for l in f.read().splitlines()
+                     if l.startswith(("<", "aurald", "0", "1", "2"))
+                     and "aurald" in l]
+        self.assertTrue(any(l.startswith("<6>aurald info: ") for l in lines),
+                        lines)
+        self.assertIn("<3>aurald error: no input device named \"nothing\"",
+                      "\n".join(lines))
+        self.assertFalse([l for l in lines if re.match(r"\d\d:", l)], lines)
+        d = self.start("--no-config", env=dict(os.environ,
+                                                JOURNAL_STREAM="1:1"))
+        self.assertRegex(d.text(), r"(?m)^\d\d:\d\d:\d\d\.\d{3} aurald info: "
+                         "serving ")
+        self.stop_clean(d)
+
     def test_failed_reload_is_the_service_status(self):
         """systemctl reload succeeds once the signal is sent, whatever the
         file holds: a reload that changes nothing says so, with the file
