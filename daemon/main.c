@@ -898,6 +898,13 @@ static void on_tick(uv_timer_t *t) {
 
 int main(int argc, char **argv) {
   aurald_log_setup();
+  /* SIGHUP, whose default action ends the process, waits (pending, in
+   * every thread started meanwhile) until its handler is in place: one
+   * that comes while the model loads is a reload once aurald serves. */
+  sigset_t hup;
+  sigemptyset(&hup);
+  sigaddset(&hup, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &hup, NULL);
   aurald_options o;
   config_words cw;
   bool list = false;
@@ -971,6 +978,7 @@ int main(int argc, char **argv) {
     uv_signal_start(&srv.sigint, on_signal, SIGINT);
     uv_signal_start(&srv.sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv.sighup, on_signal, SIGHUP);
+    pthread_sigmask(SIG_UNBLOCK, &hup, NULL);
     uv_timer_start(&srv.tick, on_tick, TICK_MS, TICK_MS);
     log_info("serving %s with %s (d_model %d, %d layers, vocab %d), %d "
              "workers, chunks of %d ms",

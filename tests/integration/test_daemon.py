@@ -1220,6 +1220,53 @@ class TestServiceManager(DaemonTest):
         self.assertIn("STOPPING=1", note.recv(4096).decode())
         note.close()
 
+    def test_sighup_during_start_is_a_reload_once_serving(self):
+        """SIGHUP before aurald serves (its model and config still being
+        read) killed it, by the signal's default action; it is a reload
+        once it serves. The config file is a FIFO here, so that the start
+        waits for the test to write it; a regular file then takes its
+        place for the reload."""
+        fifo = os.path.join(self.tmp, "aurald.conf")
+        os.mkfifo(fifo)
+        sock = os.path.join(self.tmp, "h.sock")
+        log = open(os.path.join(self.tmp, "h.log"), "w")
+        p = subprocess.Popen([AURALD, "-m", TINY, "-s", sock, "--config",
+                              fifo], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            exe = os.path.realpath(AURALD)
+            deadline = time.monotonic() + 10
+            while True:  # until it runs aurald, then blocked on the FIFO
+                try:
+                    if os.readlink("/proc/%d/exe" % p.pid) == exe:
+                        break
+                except OSError:
+                    pass
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.01)
+            time.sleep(0.3)
+            p.send_signal(signal.SIGHUP)
+            time.sleep(0.1)
+            self.assertIsNone(p.poll(), "aurald ended by SIGHUP at start")
+            with open(fifo, "w") as f:  # aurald's open() returns now
+                # The reload reads a regular file in the FIFO's place.
+                with open(fifo + ".new", "w") as g:
+                    g.write("max-clients = 6\n")
+                os.replace(fifo + ".new", fifo)
+                f.write("max-clients = 5\n")
+            with open(log.name) as f:
+                while "reloaded" not in f.read():
+                    self.assertIsNone(p.poll())
+                    self.assertLess(time.monotonic(), deadline)
+                    time.sleep(0.05)
+                    f.seek(0)
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(10), 0)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            log.close()
+
     def test_journal_lines_carry_their_priority(self):
         """Under systemd stderr goes to the journal (JOURNAL_STREAM names
         it): every line carries its syslog priority ("<3>" error ... "<7>"
