@@ -912,8 +912,12 @@ int main(int argc, char **argv) {
   char where[600];
   int rc = load_options(argc, argv, conf, &o, &cw, &list, where,
                         sizeof where);
-  if (rc != 0) return rc;
-  if (list) return mic_list_devices();
+  if (rc == 0 && list) rc = mic_list_devices();
+  if (rc != 0 || list) {
+    free(o.files);
+    config_words_free(&cw);
+    return rc;
+  }
   if (o.n_threads < 1) o.n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (o.n_threads < 1) o.n_threads = 1;
 
