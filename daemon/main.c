@@ -86,7 +86,8 @@ static const option_doc options[] = {
      CONFIG_PATH | CONFIG_REPEAT},
     {"realtime", no_argument, OPT_REALTIME, "",
      "pace the --file just before at 1x real time\n"
-     "(default: as fast as possible)"},
+     "(default: as fast as possible)",
+     CONFIG_REPEAT},
     {"exit-when-done", no_argument, OPT_EXIT, "",
      "exit once every --file stream has ended (at\n"
      "least one --file is needed)"},

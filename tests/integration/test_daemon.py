@@ -1437,19 +1437,23 @@ class TestServiceManager(DaemonTest):
     def test_config_relative_paths_are_the_files_directory(self):
         """A relative path in the file is taken from the file's directory,
         not from whatever directory aurald was started in (/ under
-        systemd)."""
+        systemd). realtime, which paces the file before it, may repeat."""
         etc = os.path.join(self.tmp, "etc")
         os.mkdir(etc)
         wav = self.wav(1, name="in.wav")
         os.rename(wav, os.path.join(etc, "in.wav"))
         conf = os.path.join(etc, "aurald.conf")
         with open(conf, "w") as f:
-            f.write("file = in.wav\nexit-when-done = yes\n")
+            # realtime follows each file it paces: it may repeat.
+            f.write("file = in.wav\nrealtime = yes\nfile = in.wav\n"
+                    "realtime = yes\nexit-when-done = yes\n")
         p = run(os.path.abspath(AURALD), "-m", os.path.abspath(TINY), "-s",
                 os.path.join(self.tmp, "r.sock"), "--config", conf,
                 check=False, timeout=30, cwd="/")
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn("file %s" % os.path.join(etc, "in.wav"), p.stderr)
+        self.assertEqual(p.stderr.count("file %s (16000 Hz, 1 ch, real time)"
+                                        % os.path.join(etc, "in.wav")), 2,
+                         p.stderr)
 
     def test_config_option_abbreviated_on_the_command_line(self):
         """--conf PATH is --config PATH to getopt, and so to the search
