@@ -562,8 +562,10 @@ static const aurald_options option_defaults = {
 /* The config file named on the command line, or the default one when it
  * exists; NULL with --no-config or when there is none. getopt reads the
  * command line here as parse_options() does, so that "--conf PATH", which
- * it takes for --config, names the file here too. */
-static const char *find_config(int argc, char **argv) {
+ * it takes for --config, names the file here too. *answer is 'h' or 'V'
+ * when --help or --version asks for an answer that needs no config. */
+static const char *find_config(int argc, char **argv, int *answer) {
+  *answer = 0;
   struct option longs[N_OPTIONS + 1];
   for (size_t i = 0; i < N_OPTIONS; i++)
     longs[i] = (struct option){options[i].name, options[i].has_arg, NULL,
@@ -581,6 +583,7 @@ static const char *find_config(int argc, char **argv) {
   while ((ch = getopt_long(argc, copy, "m:s:hV", longs, NULL)) != -1) {
     if (ch == OPT_CONFIG) path = optarg;
     else if (ch == OPT_NO_CONFIG) none = true;
+    else if ((ch == 'h' || ch == 'V') && *answer == 0) *answer = ch;
   }
   opterr = was_opterr;
   free(copy);
@@ -909,7 +912,12 @@ int main(int argc, char **argv) {
   aurald_options o;
   config_words cw;
   bool list = false;
-  const char *conf = find_config(argc, argv);
+  int answer;
+  const char *conf = find_config(argc, argv, &answer);
+  /* Before the config file, whose errors say to see --help. */
+  if (answer == 'h') usage(stdout);
+  if (answer == 'V') printf("aurald %s\n", AURAL_VERSION);
+  if (answer != 0) return 0;
   char where[600];
   int rc = load_options(argc, argv, conf, &o, &cw, &list, where,
                         sizeof where);

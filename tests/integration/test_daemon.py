@@ -1455,6 +1455,24 @@ class TestServiceManager(DaemonTest):
                                         % os.path.join(etc, "in.wav")), 2,
                          p.stderr)
 
+    def test_help_and_version_do_not_read_the_config_file(self):
+        """--help and --version answer whatever the config file holds
+        (the default one is read when it exists): a config error told
+        the reader to see 'aurald --help', which failed with the same
+        error."""
+        conf = os.path.join(self.tmp, "bad.conf")
+        with open(conf, "w") as f:
+            f.write("bogus = 1\n")
+        for arg, want in (("--help", "Usage: aurald [OPTIONS]"),
+                          ("-h", "Usage: aurald [OPTIONS]"),
+                          ("--version", "aurald "), ("-V", "aurald ")):
+            with self.subTest(arg=arg):
+                p = run(AURALD, "--config", conf, arg, check=False,
+                        timeout=20)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertTrue(p.stdout.startswith(want), p.stdout)
+                self.assertEqual(p.stderr, "")
+
     def test_config_option_abbreviated_on_the_command_line(self):
         """--conf PATH is --config PATH to getopt, and so to the search
         for the file: it was ignored, and aurald ran without it."""
