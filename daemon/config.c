@@ -10,21 +10,19 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "daemon.h"
 
 #define CONF_MAX_BYTES (1 << 20)
-
-/* Keys that are switches: "key = yes" adds --key, "no" nothing. */
-static const char *const switches[] = {"realtime", "exit-when-done", "hold",
-                                       "f16"};
 
 static char *trim(char *s) {
   while (isspace((unsigned char)*s)) s++;
@@ -33,124 +31,188 @@ static char *trim(char *s) {
   return s;
 }
 
-static int add_word(config_words *cw, const char *fmt, const char *a,
-                    const char *b) {
+/* Appends one word, made by fmt, that came from the file's line. */
+__attribute__((format(printf, 3, 4))) static int
+add_word(config_words *cw, int line, const char *fmt, ...) {
   if (cw->n + 1 >= cw->cap) {
     size_t cap = cw->cap ? cw->cap * 2 : 16;
     char **p = realloc(cw->words, cap * sizeof *p);
     if (p == NULL) return -1;
     cw->words = p;
+    int *l = realloc(cw->lines, cap * sizeof *l);
+    if (l == NULL) return -1;
+    cw->lines = l;
     cw->cap = cap;
   }
   char *w = NULL;
-  if (asprintf(&w, fmt, a, b) < 0) return -1;
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = vasprintf(&w, fmt, ap);
+  va_end(ap);
+  if (rc < 0) return -1;
+  cw->lines[cw->n] = line;
   cw->words[cw->n++] = w;
   cw->words[cw->n] = NULL;
   return 0;
 }
 
-int config_read(const char *path, config_words *cw, char *why,
-                size_t why_len) {
-  memset(cw, 0, sizeof *cw);
-  if (add_word(cw, "%s%s", "aurald", "") < 0) goto oom;
+/* The whole file into *text (NUL-terminated after its *len bytes, which
+ * may hold NUL bytes of their own). Read, not sized by fstat(), so that
+ * a pipe or a file that grows is held to the same bound. */
+static int read_all(const char *path, char **text, size_t *len, char *why,
+                    size_t why_len) {
   FILE *f = fopen(path, "re");
   if (f == NULL) {
     snprintf(why, why_len, "cannot read config %s: %s", path,
              strerror(errno));
-    config_words_free(cw);
     return -1;
   }
-  struct stat st;
-  if (fstat(fileno(f), &st) == 0 && st.st_size > CONF_MAX_BYTES) {
-    snprintf(why, why_len, "config %s is larger than %d bytes", path,
-             CONF_MAX_BYTES);
-    goto fail;
+  char *buf = malloc(CONF_MAX_BYTES + 2);
+  if (buf == NULL) {
+    fclose(f);
+    snprintf(why, why_len, "out of memory reading %s", path);
+    return -1;
   }
-  char line[4096];
-  int lineno = 0;
-  while (fgets(line, sizeof line, f) != NULL) {
-    lineno++;
-    if (strchr(line, '\n') == NULL && !feof(f)) {
-      snprintf(why, why_len, "%s:%d: line longer than %zu bytes", path,
-               lineno, sizeof line - 2);
-      goto fail;
+  size_t n = fread(buf, 1, CONF_MAX_BYTES + 1, f);
+  /* A directory opens and then fails to read (EISDIR): it must not pass
+   * for an empty config. */
+  int failed = ferror(f) ? errno : 0;
+  fclose(f);
+  if (failed != 0 || n > CONF_MAX_BYTES) {
+    if (failed != 0)
+      snprintf(why, why_len, "cannot read config %s: %s", path,
+               strerror(failed));
+    else
+      snprintf(why, why_len, "config %s is larger than %d bytes", path,
+               CONF_MAX_BYTES);
+    free(buf);
+    return -1;
+  }
+  buf[n] = '\0';
+  *text = buf;
+  *len = n;
+  return 0;
+}
+
+static const config_key *find_key(const config_key *keys, size_t n_keys,
+                                  const char *name) {
+  for (size_t i = 0; i < n_keys; i++)
+    if (strcmp(keys[i].name, name) == 0) return &keys[i];
+  return NULL;
+}
+
+/* One "key = value" line (comment and blanks removed) as words. The
+ * words of an option take the form "--key=value", so that getopt cannot
+ * take a value for an option or an option for a value. Returns 0, -1 with
+ * why, or -2 when out of memory. */
+static int line_words(const char *path, int lineno, char *s,
+                      const config_key *keys, size_t n_keys, int *set_on,
+                      size_t dir_len, config_words *cw, char *why,
+                      size_t why_len) {
+  char *eq = strchr(s, '=');
+  if (eq == NULL) {
+    snprintf(why, why_len, "%s:%d: expected \"key = value\", got \"%.60s\"",
+             path, lineno, s);
+    return -1;
+  }
+  *eq = '\0';
+  char *key = trim(s), *value = trim(eq + 1);
+  /* "file-realtime = PATH" is "--file=PATH --realtime". */
+  bool realtime = strcmp(key, "file-realtime") == 0;
+  const config_key *k = find_key(keys, n_keys, realtime ? "file" : key);
+  if (k == NULL) {
+    snprintf(why, why_len,
+             "%s:%d: unknown key \"%.60s\" (keys are aurald's long option "
+             "names, see aurald --help)",
+             path, lineno, key);
+    return -1;
+  }
+  if (k->flags & CONFIG_NEVER) {
+    snprintf(why, why_len, "%s:%d: \"%s\" cannot be set in a config file",
+             path, lineno, key);
+    return -1;
+  }
+  int *first = &set_on[k - keys];
+  if (!(k->flags & CONFIG_REPEAT) && *first != 0) {
+    snprintf(why, why_len, "%s:%d: %s is already set on line %d", path,
+             lineno, key, *first);
+    return -1;
+  }
+  *first = lineno;
+  /* "mic = 1" is device 1, not a yes. */
+  bool numbers = k->has_arg == no_argument;
+  bool yes = strcmp(value, "yes") == 0 || strcmp(value, "true") == 0 ||
+             (numbers && strcmp(value, "1") == 0);
+  bool no = strcmp(value, "no") == 0 || strcmp(value, "false") == 0 ||
+            (numbers && strcmp(value, "0") == 0);
+  int rc = 0;
+  if (k->has_arg == no_argument) {
+    if (!yes && !no) {
+      snprintf(why, why_len, "%s:%d: %s must be yes or no", path, lineno,
+               key);
+      return -1;
     }
+    if (yes) rc = add_word(cw, lineno, "--%s", key);
+  } else if (k->has_arg == optional_argument && (yes || no)) {
+    if (yes) rc = add_word(cw, lineno, "--%s", key);
+  } else if (*value == '\0') {
+    if (k->has_arg == optional_argument)
+      snprintf(why, why_len, "%s:%d: %s must be yes, no or a device", path,
+               lineno, key);
+    else
+      snprintf(why, why_len, "%s:%d: %s needs a value", path, lineno, key);
+    return -1;
+  } else {
+    /* A relative path is the file's neighbour, wherever aurald runs. */
+    int dir = (k->flags & CONFIG_PATH) && value[0] != '/' ? (int)dir_len : 0;
+    rc = add_word(cw, lineno, "--%s=%.*s%s", k->name, dir, path, value);
+    if (rc == 0 && realtime) rc = add_word(cw, lineno, "--realtime");
+  }
+  return rc < 0 ? -2 : 0;
+}
+
+int config_read(const char *path, const config_key *keys, size_t n_keys,
+                config_words *cw, char *why, size_t why_len) {
+  memset(cw, 0, sizeof *cw);
+  char *text = NULL;
+  size_t len = 0;
+  if (read_all(path, &text, &len, why, why_len) < 0) return -1;
+  /* (n_keys) the line that set each key, 0 while none has. */
+  int *set_on = calloc(n_keys + 1, sizeof *set_on);
+  const char *slash = strrchr(path, '/');
+  size_t dir_len = slash != NULL ? (size_t)(slash - path) + 1 : 0;
+  int rc = set_on != NULL && add_word(cw, 0, "aurald") == 0 ? 0 : -2;
+  int lineno = 0;
+  for (char *line = text; rc == 0 && line < text + len;) {
+    char *end = memchr(line, '\n', (size_t)(text + len - line));
+    if (end == NULL) end = text + len;
+    lineno++;
+    if (memchr(line, '\0', (size_t)(end - line)) != NULL) {
+      snprintf(why, why_len, "%s:%d: a NUL byte (not a text file?)", path,
+               lineno);
+      rc = -1;
+      break;
+    }
+    *end = '\0';
     char *hash = strchr(line, '#');
     if (hash != NULL) *hash = '\0';
     char *s = trim(line);
-    if (*s == '\0') continue;
-    char *eq = strchr(s, '=');
-    if (eq == NULL) {
-      snprintf(why, why_len, "%s:%d: expected \"key = value\", got \"%.60s\"",
-               path, lineno, s);
-      goto fail;
-    }
-    *eq = '\0';
-    char *key = trim(s), *value = trim(eq + 1);
-    if (*key == '\0' || strspn(key, "abcdefghijklmnopqrstuvwxyz-") !=
-                            strlen(key)) {
-      snprintf(why, why_len, "%s:%d: bad key \"%.60s\"", path, lineno, key);
-      goto fail;
-    }
-    if (strcmp(key, "config") == 0 || strcmp(key, "no-config") == 0 ||
-        strcmp(key, "list-devices") == 0 || strcmp(key, "help") == 0 ||
-        strcmp(key, "version") == 0) {
-      snprintf(why, why_len, "%s:%d: \"%s\" cannot be set in a config file",
-               path, lineno, key);
-      goto fail;
-    }
-    bool is_switch = false;
-    for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++)
-      is_switch |= strcmp(key, switches[i]) == 0;
-    int rc = 0;
-    if (strcmp(key, "file-realtime") == 0) {
-      rc = add_word(cw, "--file=%s%s", value, "");
-      if (rc == 0) rc = add_word(cw, "--realtime%s%s", "", "");
-    } else if (is_switch || strcmp(key, "mic") == 0) {
-      bool yes = strcmp(value, "yes") == 0 || strcmp(value, "true") == 0 ||
-                 strcmp(value, "1") == 0;
-      bool no = strcmp(value, "no") == 0 || strcmp(value, "false") == 0 ||
-                strcmp(value, "0") == 0;
-      if (strcmp(key, "mic") == 0 && !yes && !no && *value != '\0') {
-        rc = add_word(cw, "--mic=%s%s", value, ""); /* a device */
-      } else if (yes) {
-        rc = add_word(cw, "--%s%s", key, "");
-      } else if (!no) {
-        snprintf(why, why_len, "%s:%d: %s must be yes or no", path, lineno,
-                 key);
-        goto fail;
-      }
-    } else {
-      rc = add_word(cw, "--%s=%s", key, value);
-    }
-    if (rc < 0) {
-      fclose(f);
-      goto oom;
-    }
+    if (*s != '\0')
+      rc = line_words(path, lineno, s, keys, n_keys, set_on, dir_len, cw,
+                      why, why_len);
+    line = end + 1;
   }
-  /* fgets() ends on an error as on the end of the file: a directory opens
-   * and then fails to read (EISDIR), and must not pass for an empty
-   * config. */
-  if (ferror(f)) {
-    snprintf(why, why_len, "cannot read config %s: %s", path,
-             strerror(errno));
-    goto fail;
-  }
-  fclose(f);
-  return 0;
-fail:
-  fclose(f);
-  config_words_free(cw);
-  return -1;
-oom:
-  snprintf(why, why_len, "out of memory reading %s", path);
-  config_words_free(cw);
-  return -1;
+  if (rc == -2) snprintf(why, why_len, "out of memory reading %s", path);
+  free(set_on);
+  free(text);
+  if (rc != 0) config_words_free(cw);
+  return rc == 0 ? 0 : -1;
 }
 
 void config_words_free(config_words *cw) {
   for (size_t i = 0; i < cw->n; i++) free(cw->words[i]);
   free(cw->words);
+  free(cw->lines);
   memset(cw, 0, sizeof *cw);
 }
 

@@ -60,6 +60,14 @@ void aurald_log(int level, const char *fmt, ...)
 #define log_info(...) aurald_log(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) aurald_log(LOG_DEBUG, __VA_ARGS__)
 int aurald_log_level_parse(const char *s);
+/* Whether stderr is the journal's stream (JOURNAL_STREAM, set by systemd):
+ * then every line carries its priority as "<N>" and no clock. Called once
+ * at start, before any thread. */
+void aurald_log_setup(void);
+/* "aurald: MESSAGE" on stderr, an error of the command line or the config
+ * file (fmt ends with its newline). */
+void aurald_usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
 
 /* Microseconds since the Unix epoch (CLOCK_REALTIME), the protocol's time. */
 int64_t aurald_now_us(void);
@@ -713,12 +721,29 @@ void cluster_close(server *srv);
 
 
 /* config.c */
+/* A key the config file may hold: an option's long name and whether it
+ * takes a value (no_argument: a switch, "yes" or "no"; optional_argument:
+ * a switch or a value), with CONFIG_* flags. */
+enum {
+  CONFIG_PATH = 1,   /* a relative value is taken from the file's directory */
+  CONFIG_REPEAT = 2, /* may be given on several lines */
+  CONFIG_NEVER = 4,  /* command line only (--config, --help, ...) */
+};
+typedef struct config_key {
+  const char *name;
+  int has_arg;
+  unsigned flags;
+} config_key;
 typedef struct config_words {
   char **words; /* argv-style: "aurald", "--key=value", ..., NULL */
+  int *lines;   /* (n) the file's line of each word; 0 for "aurald" */
   size_t n, cap;
 } config_words;
-int config_read(const char *path, config_words *cw, char *why,
-                size_t why_len);
+/* Reads the config file at path into words, each key checked against the
+ * n_keys keys (whole names, each once unless CONFIG_REPEAT). Returns 0, or
+ * -1 with why naming the file and line. */
+int config_read(const char *path, const config_key *keys, size_t n_keys,
+                config_words *cw, char *why, size_t why_len);
 void config_words_free(config_words *cw);
 int activation_fd(char *why, size_t why_len);
 void notify(const char *state);

@@ -1,16 +1,48 @@
 /* Logging to stderr with levels, clocks and shared message buffers. */
 #define _GNU_SOURCE
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon.h"
 
 int aurald_log_level = LOG_INFO;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+/* syslog(3)'s priorities of the levels: LOG_ERR, LOG_WARNING, LOG_INFO,
+ * LOG_DEBUG. */
+static const int level_priorities[] = {3, 4, 6, 7};
+
+/* Set once by aurald_log_setup(), before any thread, then only read. */
+static bool to_journal;
+
+/* systemd connects stderr to the journal and names that stream in
+ * JOURNAL_STREAM as "DEVICE:INODE" (systemd.exec(5)). A child that
+ * inherited the variable but writes elsewhere does not match. */
+void aurald_log_setup(void) {
+  const char *js = getenv("JOURNAL_STREAM");
+  unsigned long long dev, ino;
+  struct stat st;
+  char end;
+  to_journal = js != NULL &&
+               sscanf(js, "%llu:%llu%c", &dev, &ino, &end) == 2 &&
+               fstat(STDERR_FILENO, &st) == 0 &&
+               (unsigned long long)st.st_dev == dev &&
+               (unsigned long long)st.st_ino == ino;
+}
+
+void aurald_usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%saurald: ", to_journal ? "<3>" : "");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+}
 
 int aurald_log_level_parse(const char *s) {
   for (int i = 0; i < 4; i++)
@@ -54,6 +86,12 @@ void aurald_log(int level, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   escape_line(msg, line, sizeof line);
+  if (to_journal) {
+    /* The journal keeps the time; "<N>" is the line's priority. */
+    fprintf(stderr, "<%d>aurald %s: %s\n", level_priorities[level],
+            level_names[level], line);
+    return;
+  }
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;

@@ -48,40 +48,49 @@ typedef struct option_doc {
   int id;           /* the short option, or OPT_* */
   const char *arg;  /* as --help shows it: " PATH", "[=NAME|INDEX]" */
   const char *help; /* its lines, '\n' between them */
+  unsigned conf;    /* CONFIG_* flags of its key in the config file */
 } option_doc;
 
 static const option_doc options[] = {
     {"model", required_argument, 'm', " PATH",
-     "model file (default: the bundled model)"},
+     "model file (default: the bundled model)",
+     CONFIG_PATH},
     {"lexicon", required_argument, OPT_LEXICON, " PATH",
      "lexicon of the words output, plain or gzipped\n"
      "(default: MODEL.lexicon.txt, else .txt.gz,\n"
      "beside the model; words are on when it and\n"
-     "the LM are both there)"},
+     "the LM are both there)",
+     CONFIG_PATH},
     {"lm", required_argument, OPT_LM, " PATH",
      "language model of the words output, ARPA or\n"
      "aural's binary form, plain or gzipped (default:\n"
      "beside the model, MODEL.lm.bin, .lm.bin.gz,\n"
-     ".lm.arpa or .lm.arpa.gz, the first there)"},
+     ".lm.arpa or .lm.arpa.gz, the first there)",
+     CONFIG_PATH},
     {"socket", required_argument, 's', " PATH",
      "socket path (default: $AURAL_SOCKET, else\n"
      "$XDG_RUNTIME_DIR/aural.sock, /run/aural/aural.sock\n"
-     "for root, /tmp/aural-UID/aural.sock otherwise)"},
+     "for root, /tmp/aural-UID/aural.sock otherwise)",
+     CONFIG_PATH},
     {"chunk-ms", required_argument, OPT_CHUNK_MS, " N",
      "chunk length in ms, 1 to 600000 and a whole\n"
      "number of the model's frames (default 500)"},
     {"mic", optional_argument, OPT_MIC, "[=NAME|INDEX]",
      "capture from the default input device, or the one\n"
      "named (a substring of its name) or numbered"},
-    {"list-devices", no_argument, OPT_LIST, "", "list input devices and exit"},
+    {"list-devices", no_argument, OPT_LIST, "", "list input devices and exit",
+     CONFIG_NEVER},
     {"file", required_argument, OPT_FILE, " PATH",
      "encode an audio file as a stream named after its\n"
-     "base name; repeatable"},
+     "base name; repeatable",
+     CONFIG_PATH | CONFIG_REPEAT},
     {"realtime", no_argument, OPT_REALTIME, "",
      "pace the --file just before at 1x real time\n"
-     "(default: as fast as possible)"},
+     "(default: as fast as possible)",
+     CONFIG_REPEAT},
     {"exit-when-done", no_argument, OPT_EXIT, "",
-     "exit once every --file stream has ended"},
+     "exit once every --file stream has ended (at\n"
+     "least one --file is needed)"},
     {"hold", no_argument, OPT_HOLD, "",
      "start each --file and --mic source only when its\n"
      "first subscriber arrives (default: at once)"},
@@ -122,7 +131,8 @@ static const option_doc options[] = {
      "and join it when it answers"},
     {"cluster-password-file", required_argument, OPT_CLUSTER_PASSWORD,
      " PATH", "the Redis password, first line of PATH (mode\n"
-     "0600); else $AURAL_REDIS_PASSWORD"},
+     "0600); else $AURAL_REDIS_PASSWORD",
+     CONFIG_PATH},
     {"cluster-node", required_argument, OPT_CLUSTER_NODE, " ID",
      "this node's name in the cluster (default\n"
      "HOST-PID)"},
@@ -154,26 +164,35 @@ static const option_doc options[] = {
     {"http-token-file", required_argument, OPT_HTTP_TOKEN, " PATH",
      "require \"Authorization: Bearer TOKEN\" on every\n"
      "HTTP request, TOKEN read from PATH (required\n"
-     "when ADDR is not a loopback address)"},
+     "when ADDR is not a loopback address)",
+     CONFIG_PATH},
     {"http-origin", required_argument, OPT_HTTP_ORIGIN, " ORIGIN",
      "allow WebSockets and requests from ORIGIN\n"
      "(repeatable; default: the server's own, by\n"
-     "the name a request was sent to)"},
+     "the name a request was sent to)",
+     CONFIG_REPEAT},
     {"http-cert", required_argument, OPT_HTTP_CERT, " PATH",
-     "serve HTTPS with this certificate (PEM)"},
+     "serve HTTPS with this certificate (PEM)",
+     CONFIG_PATH},
     {"http-key", required_argument, OPT_HTTP_KEY, " PATH",
-     "and this private key (PEM)"},
+     "and this private key (PEM)",
+     CONFIG_PATH},
     {"http-root", required_argument, OPT_HTTP_ROOT, " DIR",
-     "the page's files (default: the installed page)"},
+     "the page's files (default: the installed page)",
+     CONFIG_PATH},
     {"log-level", required_argument, OPT_LOG, " L",
      "error, warn, info (default) or debug"},
     {"config", required_argument, OPT_CONFIG, " PATH",
      "read options from PATH (default: " AURAL_CONFIG "\n"
      "when it exists); the command line wins; SIGHUP\n"
-     "re-reads it"},
-    {"no-config", no_argument, OPT_NO_CONFIG, "", "read no config file"},
-    {"help", no_argument, 'h', "", "show this help"},
-    {"version", no_argument, 'V', "", "show the version"},
+     "re-reads it",
+     CONFIG_NEVER},
+    {"no-config", no_argument, OPT_NO_CONFIG, "", "read no config file",
+     CONFIG_NEVER},
+    {"help", no_argument, 'h', "", "show this help",
+     CONFIG_NEVER},
+    {"version", no_argument, 'V', "", "show the version",
+     CONFIG_NEVER},
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
 
@@ -209,8 +228,9 @@ static void usage(FILE *to) {
   for (size_t i = 0; i < N_OPTIONS; i++) usage_option(to, &options[i]);
   fputs("\n"
         "Config file lines are \"key = value\" with the long option names as\n"
-        "keys (\"file\" may repeat; \"file-realtime = PATH\" is --file PATH\n"
-        "--realtime; switches take yes or no), e.g. \"chunk-ms = 500\".\n"
+        "keys, each once (\"file\" may repeat; \"file-realtime = PATH\" is\n"
+        "--file PATH --realtime; switches take yes or no; a relative path is\n"
+        "the config file's neighbour), e.g. \"chunk-ms = 500\".\n"
         "Under systemd, a socket passed by socket activation is used instead\n"
         "of binding one, and readiness is reported on $NOTIFY_SOCKET.\n"
         "\n"
@@ -267,7 +287,7 @@ static int parse_seconds(const char *s, int which, aurald_options *o) {
               : which == OPT_CLUSTER_IDLE ? 86400
                                           : 3600;
   if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-    fprintf(stderr, "aurald: --%s must be %g to %g seconds\n", name, lo, hi);
+    aurald_usage_error("--%s must be %g to %g seconds\n", name, lo, hi);
     return -1;
   }
   if (which == OPT_CLUSTER_TTL) o->cluster_ttl_s = v;
@@ -300,7 +320,7 @@ static int parse_http_option(int ch, const char *arg, http_options *h) {
   switch (ch) {
   case OPT_HTTP:
     if (http_parse_addr(arg, &h->addr, why, sizeof why) < 0) {
-      fprintf(stderr, "aurald: %s\n", why);
+      aurald_usage_error("%s\n", why);
       return -1;
     }
     h->on = true;
@@ -308,8 +328,9 @@ static int parse_http_option(int ch, const char *arg, http_options *h) {
   case OPT_HTTP_ORIGIN:
     if (h->n_origins == HTTP_MAX_ORIGINS || strlen(arg) > HTTP_ORIGIN_MAX ||
         strstr(arg, "://") == NULL) {
-      fprintf(stderr, "aurald: --http-origin \"%s\": give at most %d, each "
-              "SCHEME://HOST[:PORT]\n", arg, HTTP_MAX_ORIGINS);
+      aurald_usage_error("--http-origin \"%s\": give at most %d, each "
+                         "SCHEME://HOST[:PORT]\n",
+                         arg, HTTP_MAX_ORIGINS);
       return -1;
     }
     h->origins[h->n_origins++] = arg;
@@ -340,8 +361,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_LM: o->lm_path = optarg; break;
     case OPT_CHUNK_MS:
       if (parse_long(optarg, 1, 600000, &v) < 0) {
-        fprintf(stderr, "aurald: --chunk-ms must be 1 to 600000, not "
-                        "\"%s\"\n", optarg);
+        aurald_usage_error("--chunk-ms must be 1 to 600000, not "
+                           "\"%s\"\n",
+                           optarg);
         return 2;
       }
       o->chunk_ms = (int)v;
@@ -360,8 +382,8 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     }
     case OPT_REALTIME:
       if (o->n_files == 0) {
-        fprintf(stderr, "aurald: --realtime applies to the --file before "
-                        "it; give --file PATH --realtime\n");
+        aurald_usage_error("--realtime applies to the --file before "
+                           "it; give --file PATH --realtime\n");
         return 2;
       }
       o->files[o->n_files - 1].realtime = true;
@@ -370,7 +392,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_HOLD: o->hold = true; break;
     case OPT_THREADS:
       if (parse_long(optarg, 1, 256, &v) < 0) {
-        fprintf(stderr, "aurald: --threads must be 1..256\n");
+        aurald_usage_error("--threads must be 1..256\n");
         return 2;
       }
       o->n_threads = (int)v;
@@ -378,8 +400,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_MAX_CLIENTS:
     case OPT_MAX_STREAMS:
       if (parse_long(optarg, 1, 1000000, &v) < 0) {
-        fprintf(stderr, "aurald: --%s must be 1..1000000\n",
-                ch == OPT_MAX_CLIENTS ? "max-clients" : "max-streams");
+        aurald_usage_error("--%s must be 1..1000000\n",
+                           ch == OPT_MAX_CLIENTS ? "max-clients"
+                                                 : "max-streams");
         return 2;
       }
       if (ch == OPT_MAX_CLIENTS) o->max_clients = (int)v;
@@ -389,8 +412,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_SOFT:
       if (parse_bytes(optarg, ch == OPT_HARD ? &o->sub_hard_bytes
                                              : &o->sub_soft_bytes) < 0) {
-        fprintf(stderr, "aurald: bad byte count \"%s\" (e.g. 4M, 512K)\n",
-                optarg);
+        aurald_usage_error("bad byte count \"%s\" (e.g. 4M, 512K)\n", optarg);
         return 2;
       }
       break;
@@ -400,8 +422,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       errno = 0;
       *secs = strtod(optarg, &end);
       if (errno || end == optarg || *end || !(*secs > 0) || *secs > 86400) {
-        fprintf(stderr, "aurald: --%s must be a number of seconds > 0\n",
-                ch == OPT_SOFT_S ? "sub-soft-seconds" : "hello-timeout");
+        aurald_usage_error("--%s must be a number of seconds > 0\n",
+                           ch == OPT_SOFT_S ? "sub-soft-seconds"
+                                            : "hello-timeout");
         return 2;
       }
       break;
@@ -409,7 +432,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_GROUP: {
       struct group *g = getgrnam(optarg);
       if (g == NULL) {
-        fprintf(stderr, "aurald: no group named \"%s\"\n", optarg);
+        aurald_usage_error("no group named \"%s\"\n", optarg);
         return 2;
       }
       o->group = optarg;
@@ -419,8 +442,8 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_F16: o->f16_weights = true; break;
     case OPT_PRECISION:
       if (aural_model_precision_parse(optarg, &o->precision) < 0) {
-        fprintf(stderr, "aurald: --precision must be f32 or bf16, not \"%s\"\n",
-                optarg);
+        aurald_usage_error("--precision must be f32 or bf16, not \"%s\"\n",
+                           optarg);
         return 2;
       }
       break;
@@ -429,8 +452,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_CLUSTER_PASSWORD: o->cluster_password_file = optarg; break;
     case OPT_CLUSTER_NODE:
       if (!aural_cluster_valid_name(optarg)) {
-        fprintf(stderr, "aurald: --cluster-node \"%s\": 1-64 printable "
-                        "ASCII characters, without / \\ { }\n", optarg);
+        aurald_usage_error("--cluster-node \"%s\": 1-64 printable "
+                           "ASCII characters, without / \\ { }\n",
+                           optarg);
         return 2;
       }
       o->cluster_node = optarg;
@@ -438,9 +462,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_CLUSTER_CAPACITY:
     case OPT_CLUSTER_RETENTION:
       if (parse_long(optarg, 1, 100000000, &v) < 0) {
-        fprintf(stderr, "aurald: --%s must be a whole number >= 1\n",
-                ch == OPT_CLUSTER_CAPACITY ? "cluster-capacity"
-                                           : "cluster-retention");
+        aurald_usage_error("--%s must be a whole number >= 1\n",
+                           ch == OPT_CLUSTER_CAPACITY ? "cluster-capacity"
+                                                      : "cluster-retention");
         return 2;
       }
       if (ch == OPT_CLUSTER_CAPACITY) o->cluster_capacity = (int)v;
@@ -454,30 +478,32 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       break;
     case OPT_CLUSTER_OUTPUTS:
       if (parse_outputs(optarg, &o->cluster_outputs) < 0) {
-        fprintf(stderr, "aurald: --cluster-outputs \"%s\": a comma-separated "
-                        "list of embeddings, logits, text\n", optarg);
+        aurald_usage_error("--cluster-outputs \"%s\": a comma-separated "
+                           "list of embeddings, logits, text\n",
+                           optarg);
         return 2;
       }
       break;
     case OPT_CLUSTER_DTYPE:
       if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "f16") != 0) {
-        fprintf(stderr, "aurald: --cluster-dtype must be f32 or f16\n");
+        aurald_usage_error("--cluster-dtype must be f32 or f16\n");
         return 2;
       }
       o->cluster_dtype = optarg[1] == '1' ? AURAL_DTYPE_F16 : AURAL_DTYPE_F32;
       break;
     case OPT_MAX_MODEL_MEM:
       if (parse_bytes(optarg, &o->max_model_bytes) < 0) {
-        fprintf(stderr, "aurald: --max-model-memory: bad byte count \"%s\" "
-                        "(e.g. 512M, 2G)\n", optarg);
+        aurald_usage_error("--max-model-memory: bad byte count \"%s\" "
+                           "(e.g. 512M, 2G)\n",
+                           optarg);
         return 2;
       }
       break;
     case OPT_LOG:
       aurald_log_level = aurald_log_level_parse(optarg);
       if (aurald_log_level < 0) {
-        fprintf(stderr, "aurald: --log-level must be error, warn, info or "
-                        "debug\n");
+        aurald_usage_error("--log-level must be error, warn, info or "
+                           "debug\n");
         return 2;
       }
       break;
@@ -500,8 +526,9 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     }
   }
   if (optind < argc) {
-    fprintf(stderr, "aurald: unexpected argument \"%s\" (files are given "
-                    "with --file)\n", argv[optind]);
+    aurald_usage_error("unexpected argument \"%s\" (files are given "
+                       "with --file)\n",
+                       argv[optind]);
     return 2;
   }
   return 0;
@@ -534,56 +561,99 @@ static const aurald_options option_defaults = {
 };
 
 /* The config file named on the command line, or the default one when it
- * exists; NULL with --no-config or when there is none. */
-static const char *find_config(int argc, char **argv, bool *named) {
+ * exists; NULL with --no-config or when there is none. getopt reads the
+ * command line here as parse_options() does, so that "--conf PATH", which
+ * it takes for --config, names the file here too. *answer is 'h' or 'V'
+ * when --help or --version asks for an answer that needs no config. */
+static const char *find_config(int argc, char **argv, int *answer) {
+  *answer = 0;
+  struct option longs[N_OPTIONS + 1];
+  for (size_t i = 0; i < N_OPTIONS; i++)
+    longs[i] = (struct option){options[i].name, options[i].has_arg, NULL,
+                               options[i].id};
+  longs[N_OPTIONS] = (struct option){NULL, 0, NULL, 0};
+  /* getopt permutes what it reads: a copy of argv keeps it as it is. */
+  char **copy = malloc(((size_t)argc + 1) * sizeof *copy);
+  if (copy == NULL) return NULL;
+  memcpy(copy, argv, ((size_t)argc + 1) * sizeof *copy);
   const char *path = NULL;
   bool none = false;
-  *named = false;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--") == 0) break;
-    if (strcmp(argv[i], "--no-config") == 0) none = true;
-    else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-      path = argv[++i];
-    else if (strncmp(argv[i], "--config=", 9) == 0)
-      path = argv[i] + 9;
+  int ch, was_opterr = opterr;
+  opterr = 0; /* parse_options() reports the errors */
+  optind = 0;
+  while ((ch = getopt_long(argc, copy, "m:s:hV", longs, NULL)) != -1) {
+    if (ch == OPT_CONFIG) path = optarg;
+    else if (ch == OPT_NO_CONFIG) none = true;
+    else if ((ch == 'h' || ch == 'V') && *answer == 0) *answer = ch;
   }
+  opterr = was_opterr;
+  free(copy);
   if (none) return NULL;
-  if (path != NULL) {
-    *named = true;
-    return path;
-  }
+  if (path != NULL) return path;
   return access(AURAL_CONFIG, F_OK) == 0 ? AURAL_CONFIG : NULL;
 }
 
 /* Options from the config file (if any), then the command line, which
- * wins. cw keeps the file's words alive: options point into them. */
+ * wins. cw keeps the file's words alive: options point into them. Returns
+ * 0, or the exit status with the errors on stderr and where, one line,
+ * saying where they are. */
 static int load_options(int argc, char **argv, const char *conf,
-                        aurald_options *o, config_words *cw, bool *list) {
+                        aurald_options *o, config_words *cw, bool *list,
+                        char *where, size_t where_len) {
   *o = option_defaults;
   memset(cw, 0, sizeof *cw);
   if (conf != NULL) {
     char why[512];
-    if (config_read(conf, cw, why, sizeof why) < 0) {
-      fprintf(stderr, "aurald: %s\n", why);
+    config_key keys[N_OPTIONS];
+    for (size_t i = 0; i < N_OPTIONS; i++)
+      keys[i] = (config_key){options[i].name, options[i].has_arg,
+                             options[i].conf};
+    if (config_read(conf, keys, N_OPTIONS, cw, why, sizeof why) < 0) {
+      aurald_usage_error("%s\n", why);
+      snprintf(where, where_len, "%s", why);
       return 2;
     }
-    int rc = parse_options((int)cw->n, cw->words, o, list);
-    if (rc != 0) {
-      fprintf(stderr, "aurald: (in config file %s)\n", conf);
-      return rc;
+    /* One line of the file at a time, so that an error names its line. */
+    for (size_t i = 1, j; i < cw->n; i = j) {
+      char *line_argv[4] = {cw->words[0]};
+      int line_argc = 1;
+      for (j = i; j < cw->n && cw->lines[j] == cw->lines[i] && line_argc < 3;
+           j++)
+        line_argv[line_argc++] = cw->words[j];
+      line_argv[line_argc] = NULL;
+      int rc = parse_options(line_argc, line_argv, o, list);
+      if (rc != 0) {
+        aurald_usage_error("%s:%d: the setting refused above\n", conf,
+                           cw->lines[i]);
+        snprintf(where, where_len, "%s:%d: a setting aurald refuses", conf,
+                 cw->lines[i]);
+        return rc;
+      }
     }
   }
   int rc = parse_options(argc, argv, o, list);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    snprintf(where, where_len, "an option on the command line");
+    return rc;
+  }
+  if (o->exit_when_done && o->n_files == 0) {
+    /* It waits for the file streams to end: with none, for ever. */
+    aurald_usage_error("--exit-when-done needs a --file (it exits "
+                       "once every file stream has ended)\n");
+    snprintf(where, where_len, "exit-when-done without a file");
+    return 2;
+  }
   if (o->sub_soft_bytes > o->sub_hard_bytes) {
-    fprintf(stderr, "aurald: --sub-soft-limit must not exceed "
-                    "--sub-hard-limit\n");
+    aurald_usage_error("--sub-soft-limit must not exceed "
+                       "--sub-hard-limit\n");
+    snprintf(where, where_len, "sub-soft-limit exceeds sub-hard-limit");
     return 2;
   }
   static char sock[512]; /* the default path never changes */
   if (o->socket_path == NULL) {
     if (aural_proto_default_socket(sock, sizeof sock) < 0) {
-      fprintf(stderr, "aurald: cannot form the default socket path\n");
+      aurald_usage_error("cannot form the default socket path\n");
+      snprintf(where, where_len, "the default socket path");
       return 1;
     }
     o->socket_path = sock;
@@ -625,6 +695,71 @@ static void fit_clients_to_fd_limit(aurald_options *o) {
   }
 }
 
+/* The options of n that differ from o and apply only at a restart, as
+ * their names in the option table's order ("file, cluster-node"), so that
+ * a reload says which of its changes wait; "" when none do. */
+static void restart_only_changes(const server *srv, const aurald_options *o,
+                                 const aurald_options *n, char *out,
+                                 size_t out_len) {
+  bool files = n->n_files != o->n_files;
+  for (int i = 0; !files && i < n->n_files; i++)
+    files = strcmp(n->files[i].path, o->files[i].path) != 0 ||
+            n->files[i].realtime != o->files[i].realtime;
+  bool origins = n->http.n_origins != o->http.n_origins;
+  for (int i = 0; !origins && i < n->http.n_origins; i++)
+    origins = strcmp(n->http.origins[i], o->http.origins[i]) != 0;
+  const http_addr *ha = &n->http.addr, *hb = &o->http.addr;
+  const struct {
+    const char *name;
+    bool changed;
+  } keys[] = {
+      {"model", str_differs(n->model_path, o->model_path)},
+      {"lexicon", str_differs(n->lexicon_path, o->lexicon_path)},
+      {"lm", str_differs(n->lm_path, o->lm_path)},
+      {"socket",
+       !srv->activated && str_differs(n->socket_path, o->socket_path)},
+      {"chunk-ms", n->chunk_ms != o->chunk_ms},
+      {"mic", n->mic != o->mic || str_differs(n->mic_device, o->mic_device)},
+      {"file", files},
+      {"exit-when-done", n->exit_when_done != o->exit_when_done},
+      {"hold", n->hold != o->hold},
+      {"threads", n->n_threads != 0 && n->n_threads != srv->n_workers},
+      {"group", str_differs(n->group, o->group)},
+      {"f16", n->f16_weights != o->f16_weights},
+      {"precision", n->precision != o->precision},
+      {"max-model-memory", n->max_model_bytes != o->max_model_bytes},
+      {"cluster", str_differs(n->cluster_url, o->cluster_url)},
+      {"cluster-optional", n->cluster_optional != o->cluster_optional},
+      {"cluster-password-file",
+       str_differs(n->cluster_password_file, o->cluster_password_file)},
+      {"cluster-node", str_differs(n->cluster_node, o->cluster_node)},
+      {"cluster-capacity", n->cluster_capacity != o->cluster_capacity},
+      {"cluster-retention", n->cluster_retention != o->cluster_retention},
+      {"cluster-ttl", n->cluster_ttl_s != o->cluster_ttl_s},
+      {"cluster-timeout", n->cluster_timeout_s != o->cluster_timeout_s},
+      {"cluster-expire", n->cluster_expire_s != o->cluster_expire_s},
+      {"cluster-idle", n->cluster_idle_s != o->cluster_idle_s},
+      {"cluster-outputs", n->cluster_outputs != o->cluster_outputs},
+      {"cluster-dtype", n->cluster_dtype != o->cluster_dtype},
+      {"http", n->http.on != o->http.on || ha->port != hb->port ||
+                   strcmp(ha->host, hb->host) != 0},
+      {"http-token-file",
+       str_differs(n->http.token_file, o->http.token_file)},
+      {"http-origin", origins},
+      {"http-cert", str_differs(n->http.cert, o->http.cert)},
+      {"http-key", str_differs(n->http.key, o->http.key)},
+      {"http-root", str_differs(n->http.root, o->http.root)},
+  };
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    if (!keys[i].changed || used >= out_len) continue;
+    int w = snprintf(out + used, out_len - used, "%s%s", used ? ", " : "",
+                     keys[i].name);
+    if (w > 0) used += (size_t)w;
+  }
+}
+
 /* SIGHUP: re-reads the config file and applies what can change while
  * streams run (limits, log level); the rest is reported as needing a
  * restart. A file that does not parse changes nothing. */
@@ -634,14 +769,18 @@ static void reload(server *srv) {
   config_words cw;
   bool list = false;
   int old_level = aurald_log_level;
-  if (load_options(srv->argc, srv->argv, srv->config_path, &n, &cw,
-                   &list) != 0) {
+  char where[600], status[900];
+  if (load_options(srv->argc, srv->argv, srv->config_path, &n, &cw, &list,
+                   where, sizeof where) != 0) {
     aurald_log_level = old_level;
-    log_error("reload: %s has errors (see above); nothing changed",
-              srv->config_path ? srv->config_path : "the command line");
+    log_error("reload failed, nothing changed: %s", where);
     free(n.files);
     config_words_free(&cw);
-    notify("READY=1");
+    /* systemctl reload cannot fail once the signal is sent: systemctl
+     * status shows this line instead. */
+    snprintf(status, sizeof status,
+             "READY=1\nSTATUS=reload failed, nothing changed: %s", where);
+    notify(status);
     return;
   }
   aurald_options *o = srv->opt;
@@ -652,28 +791,19 @@ static void reload(server *srv) {
   o->max_clients = n.max_clients;
   fit_clients_to_fd_limit(o);
   o->max_streams = n.max_streams;
-  bool restart = str_differs(n.model_path, o->model_path) ||
-                 str_differs(n.lexicon_path, o->lexicon_path) ||
-                 str_differs(n.lm_path, o->lm_path) ||
-                 (!srv->activated && str_differs(n.socket_path,
-                                                 o->socket_path)) ||
-                 n.chunk_ms != o->chunk_ms || n.mic != o->mic ||
-                 n.n_files != o->n_files || n.hold != o->hold ||
-                 n.f16_weights != o->f16_weights ||
-                 n.precision != o->precision ||
-                 n.max_model_bytes != o->max_model_bytes ||
-                 (n.n_threads && n.n_threads != srv->n_workers) ||
-                 str_differs(n.group, o->group);
+  char waiting[512];
+  restart_only_changes(srv, o, &n, waiting, sizeof waiting);
   if (n.group == NULL || !str_differs(n.group, o->group))
     o->group_gid = n.group ? n.group_gid : o->group_gid;
-  log_info("reloaded %s: limits and log level applied%s",
+  log_info("reloaded %s: limits and log level applied%s%s",
            srv->config_path ? srv->config_path : "options",
-           restart ? "; model, words, socket, sources, threads, group and "
-                     "chunk length change at the next restart"
-                   : "");
+           waiting[0] ? "; these change at the next restart: " : "",
+           waiting);
   free(n.files);
   config_words_free(&cw);
-  notify("READY=1");
+  snprintf(status, sizeof status, "READY=1\nSTATUS=serving %.200s",
+           o->socket_path);
+  notify(status);
 }
 
 static int open_files(server *srv, char *why, size_t why_len) {
@@ -772,13 +902,32 @@ static void on_tick(uv_timer_t *t) {
 }
 
 int main(int argc, char **argv) {
+  aurald_log_setup();
+  /* SIGHUP, whose default action ends the process, waits (pending, in
+   * every thread started meanwhile) until its handler is in place: one
+   * that comes while the model loads is a reload once aurald serves. */
+  sigset_t hup;
+  sigemptyset(&hup);
+  sigaddset(&hup, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &hup, NULL);
   aurald_options o;
   config_words cw;
-  bool list = false, named;
-  const char *conf = find_config(argc, argv, &named);
-  int rc = load_options(argc, argv, conf, &o, &cw, &list);
-  if (rc != 0) return rc;
-  if (list) return mic_list_devices();
+  bool list = false;
+  int answer;
+  const char *conf = find_config(argc, argv, &answer);
+  /* Before the config file, whose errors say to see --help. */
+  if (answer == 'h') usage(stdout);
+  if (answer == 'V') printf("aurald %s\n", AURAL_VERSION);
+  if (answer != 0) return 0;
+  char where[600];
+  int rc = load_options(argc, argv, conf, &o, &cw, &list, where,
+                        sizeof where);
+  if (rc == 0 && list) rc = mic_list_devices();
+  if (rc != 0 || list) {
+    free(o.files);
+    config_words_free(&cw);
+    return rc;
+  }
   if (o.n_threads < 1) o.n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (o.n_threads < 1) o.n_threads = 1;
 
@@ -843,6 +992,7 @@ int main(int argc, char **argv) {
     uv_signal_start(&srv.sigint, on_signal, SIGINT);
     uv_signal_start(&srv.sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv.sighup, on_signal, SIGHUP);
+    pthread_sigmask(SIG_UNBLOCK, &hup, NULL);
     uv_timer_start(&srv.tick, on_tick, TICK_MS, TICK_MS);
     log_info("serving %s with %s (d_model %d, %d layers, vocab %d), %d "
              "workers, chunks of %d ms",

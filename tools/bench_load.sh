@@ -68,11 +68,9 @@ daemon_args=(-m "$model" -s "$sock" --no-config --precision "$precision")
 [[ -n "$threads" ]] && daemon_args+=(--threads "$threads")
 build/daemon/aurald "${daemon_args[@]}" 2>"$work/aurald.log" &
 daemon_pid=$!
-for _ in $(seq 100); do
-  [[ -S "$sock" ]] && break
-  sleep 0.1
-done
-[[ -S "$sock" ]] || { cat "$work/aurald.log" >&2; exit 1; }
+source tools/wait_daemon.sh
+wait_daemon "$daemon_pid" 300 test -S "$sock" ||
+  { cat "$work/aurald.log" >&2; exit 1; }
 
 k=0
 for n in "${counts[@]}"; do

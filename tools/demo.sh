@@ -33,10 +33,8 @@ build/daemon/aurald -s "$dir/aural.sock" ${model:+-m "$model"} \
   --file models/sample.flac --realtime --hold --exit-when-done \
   --log-level warn &
 daemon_pid=$!
-for _ in $(seq 100); do
-  [[ -S "$dir/aural.sock" ]] && break
-  sleep 0.05
-done
+source tools/wait_daemon.sh
+wait_daemon "$daemon_pid" 300 test -S "$dir/aural.sock"
 
 output=embeddings
 if grep -q '^words        lexicon' <<<"$info"; then

@@ -22,10 +22,8 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT INT TERM
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
-  sleep 0.1
-done
+source tools/wait_daemon.sh
+wait_daemon "$daemon_pid" 300 curl -sf -o /dev/null "http://127.0.0.1:$port/healthz"
 url="http://127.0.0.1:$port/"
 echo "the page: $url (Ctrl-C stops aurald)"
 if command -v xdg-open >/dev/null && [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]]; then

@@ -11,7 +11,7 @@
 #      sample, man pages, systemd units, sysusers.d file, config example,
 #      the consumer example; everything 'meson introspect --installed'
 #      lists; the programs carry the installed model path and no RUNPATH
-#      into the build tree;
+#      into the build tree; installing again keeps an edited config file;
 #   2. the man pages document every option of every --help
 #      (check_man_options.py) and format without warnings;
 #   3. building against the installed library through pkg-config
@@ -22,7 +22,8 @@
 #      STOPPING=1): the installed 'aural send' pushes the installed sample
 #      and the consumer prints every chunk;
 #   5. systemd-analyze verify on the units (ExecStart pointed into the
-#      DESTDIR, man pages found through MANPATH);
+#      DESTDIR, man pages found through MANPATH); no restart after the exit
+#      status of a bad config file;
 #   6. socket activation: systemd-socket-activate listens, aurald is started
 #      by the first client with the socket as fd 3, 'aural sub' is served,
 #      and aurald neither locks nor removes the socket.
@@ -135,6 +136,17 @@ if missing:
     sys.exit("FAIL: listed by meson but not installed: %s" % missing)
 EOF
 ok "all $(/usr/bin/python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$tmp/installed.json") files meson lists"
+
+# The configuration file is the administrator's once installed: installing
+# again (an upgrade) keeps it, and puts the new example beside the docs.
+conf_installed=$dest$sysconfdir/aural/aurald.conf
+echo "# the administrator's own line" >>"$conf_installed"
+meson install -C "$build" --no-rebuild --destdir "$dest" --quiet
+grep -qx "# the administrator's own line" "$conf_installed" ||
+  fail "installing again replaced the edited $sysconfdir/aural/aurald.conf"
+cmp -s "$src/systemd/aurald.conf" "$dest$datadir/doc/aural/examples/aurald.conf" ||
+  fail "no example config at $datadir/doc/aural/examples/aurald.conf"
+ok "installing again keeps the edited $sysconfdir/aural/aurald.conf"
 
 unit=$(find "$dest" -name aurald.service -path '*systemd/system/*' | head -1)
 socket_unit=$(find "$dest" -name aurald.socket -path '*systemd/system/*' | head -1)
@@ -289,6 +301,16 @@ MANPATH=$dest$mandir: systemd-analyze verify \
 exposure=$(systemd-analyze security --offline=true "$tmp/units/aurald.service" 2>/dev/null |
   sed -n 's/.*Overall exposure level for aurald.service: \([0-9.]*\).*/\1/p')
 ok "units verify cleanly; exposure level ${exposure:-?} (systemd-analyze security)"
+# A bad config file is not mended by starting again: the unit must not
+# restart aurald on the exit status it gives for one.
+printf 'no-such-key = 1\n' >"$tmp/bad.conf"
+rc=0
+"$aurald" --config "$tmp/bad.conf" -m "$model" -s "$tmp/bad.sock" 2>"$tmp/bad.log" || rc=$?
+[[ $rc -ne 0 ]] && grep -q "bad.conf:1: unknown key" "$tmp/bad.log" ||
+  { cat "$tmp/bad.log"; fail "aurald accepted a bad config file (exit $rc)"; }
+grep -qE "^RestartPreventExitStatus=([0-9 ]* )?$rc( |\$)" "$unit" ||
+  fail "aurald.service restarts aurald after exit status $rc (a bad config file)"
+ok "a bad config file: exit $rc, which aurald.service does not restart"
 
 # --- 6. socket activation --------------------------------------------------
 step "socket activation (systemd-socket-activate)"

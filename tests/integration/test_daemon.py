@@ -14,6 +14,7 @@ import io
 import json
 import select
 import os
+import re
 import shutil
 import signal
 import socket
@@ -1219,6 +1220,268 @@ class TestServiceManager(DaemonTest):
         self.assertIn("STOPPING=1", note.recv(4096).decode())
         note.close()
 
+    def test_sighup_during_start_is_a_reload_once_serving(self):
+        """SIGHUP before aurald serves (its model and config still being
+        read) killed it, by the signal's default action; it is a reload
+        once it serves. The config file is a FIFO here, so that the start
+        waits for the test to write it; a regular file then takes its
+        place for the reload."""
+        fifo = os.path.join(self.tmp, "aurald.conf")
+        os.mkfifo(fifo)
+        sock = os.path.join(self.tmp, "h.sock")
+        log = open(os.path.join(self.tmp, "h.log"), "w")
+        p = subprocess.Popen([AURALD, "-m", TINY, "-s", sock, "--config",
+                              fifo], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            exe = os.path.realpath(AURALD)
+            deadline = time.monotonic() + 10
+            while True:  # until it runs aurald, then blocked on the FIFO
+                try:
+                    if os.readlink("/proc/%d/exe" % p.pid) == exe:
+                        break
+                except OSError:
+                    pass
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.01)
+            time.sleep(0.3)
+            p.send_signal(signal.SIGHUP)
+            time.sleep(0.1)
+            self.assertIsNone(p.poll(), "aurald ended by SIGHUP at start")
+            with open(fifo, "w") as f:  # aurald's open() returns now
+                # The reload reads a regular file in the FIFO's place.
+                with open(fifo + ".new", "w") as g:
+                    g.write("max-clients = 6\n")
+                os.replace(fifo + ".new", fifo)
+                f.write("max-clients = 5\n")
+            with open(log.name) as f:
+                while "reloaded" not in f.read():
+                    self.assertIsNone(p.poll())
+                    self.assertLess(time.monotonic(), deadline)
+                    time.sleep(0.05)
+                    f.seek(0)
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(10), 0)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            log.close()
+
+    def test_journal_lines_carry_their_priority(self):
+        """Under systemd stderr goes to the journal (JOURNAL_STREAM names
+        it): every line carries its syslog priority ("<3>" error ... "<7>"
+        debug), so that 'journalctl -p err' finds the errors, and no clock
+        of its own. A stderr that is not that stream (JOURNAL_STREAM
+        inherited, output redirected) keeps the plain lines."""
+        def journal_of(path):
+            st = os.stat(path)
+            return "%d:%d" % (st.st_dev, st.st_ino)
+
+        log = os.path.join(self.tmp, "journal.log")
+        open(log, "w").close()
+        conf = os.path.join(self.tmp, "bad.conf")
+        with open(conf, "w") as f:
+            f.write("threads = 2\nthreads = 3\n")
+        with open(log, "w") as err:
+            p = subprocess.run([AURALD, "-m", TINY, "-s",
+                                os.path.join(self.tmp, "j.sock"), "--config",
+                                conf], stderr=err, timeout=20,
+                               env=dict(os.environ,
+                                        JOURNAL_STREAM=journal_of(log)))
+        self.assertEqual(p.returncode, 2)
+        with open(log) as f:
+            self.assertEqual(f.read(), "<3>aurald: %s:2: threads is already "
+                             "set on line 1\n" % conf)
+        with open(log, "w") as err:
+            d = subprocess.Popen([AURALD, "-m", TINY, "-s",
+                                  os.path.join(self.tmp, "j.sock"),
+                                  "--no-config", "--mic=nothing"],
+                                 stderr=err,
+                                 env=dict(os.environ,
+                                          JOURNAL_STREAM=journal_of(log)))
+            self.assertEqual(d.wait(20), 1)
+        with open(log) as f:
+            lines = [l for l in f.read().splitlines()
+                     if l.startswith(("<", "aurald", "0", "1", "2"))
+                     and "aurald" in l]
+        self.assertTrue(any(l.startswith("<6>aurald info: ") for l in lines),
+                        lines)
+        self.assertIn("<3>aurald error: no input device named \"nothing\"",
+                      "\n".join(lines))
+        self.assertFalse([l for l in lines if re.match(r"\d\d:", l)], lines)
+        d = self.start("--no-config", env=dict(os.environ,
+                                                JOURNAL_STREAM="1:1"))
+        self.assertRegex(d.text(), r"(?m)^\d\d:\d\d:\d\d\.\d{3} aurald info: "
+                         "serving ")
+        self.stop_clean(d)
+
+    def test_failed_reload_is_the_service_status(self):
+        """systemctl reload succeeds once the signal is sent, whatever the
+        file holds: a reload that changes nothing says so, with the file
+        and line, in STATUS= (systemctl status), and a good one after it
+        puts the serving status back."""
+        conf = os.path.join(self.tmp, "aurald.conf")
+        notify_path = os.path.join(self.tmp, "notify")
+        note = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        note.bind(notify_path)
+        note.settimeout(10)
+        with open(conf, "w") as f:
+            f.write("max-clients = 5\n")
+        d = self.start("--config", conf,
+                       env=dict(os.environ, NOTIFY_SOCKET=notify_path))
+        self.assertIn("READY=1", note.recv(4096).decode())
+        for text, status in (
+                ("max-clients = 6\nthreads = 0\n",
+                 "STATUS=reload failed, nothing changed: %s:2: " % conf),
+                ("max-clients = 6\nmax-clients = 7\n",
+                 "STATUS=reload failed, nothing changed: %s:2: max-clients "
+                 "is already set on line 1" % conf),
+                ("max-clients = 6\n", "STATUS=serving %s" % d.path)):
+            with open(conf, "w") as f:
+                f.write(text)
+            d.proc.send_signal(signal.SIGHUP)
+            self.assertIn("RELOADING=1", note.recv(4096).decode())
+            ready = note.recv(4096).decode().splitlines()
+            self.assertIn("READY=1", ready)
+            self.assertTrue(any(line.startswith(status) for line in ready),
+                            (status, ready))
+        self.stop_clean(d)
+        note.close()
+
+    def test_reload_names_what_waits_for_a_restart(self):
+        """SIGHUP with a source, the cluster and the HTTP origins changed:
+        the log names each of them as waiting for a restart (a file
+        replaced by another, same count, was not reported at all)."""
+        conf = os.path.join(self.tmp, "aurald.conf")
+        a, b = self.wav(1, name="a.wav"), self.wav(1, name="b.wav")
+        with open(conf, "w") as f:
+            f.write("file = %s\nhold = yes\nmax-clients = 5\n" % a)
+        d = self.start("--config", conf)
+        with open(conf, "w") as f:
+            f.write("file-realtime = %s\nhold = yes\nmax-clients = 6\n"
+                    "cluster-node = other\nexit-when-done = yes\n"
+                    "http-origin = http://example.org\n" % b)
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "reloaded" not in d.text():
+            self.assertLess(time.monotonic(), deadline, d.text())
+            time.sleep(0.05)
+        self.assertIn("change at the next restart: file, exit-when-done, "
+                      "cluster-node, http-origin", d.text())
+        # Limits alone: nothing waits.
+        with open(conf, "w") as f:
+            f.write("file = %s\nhold = yes\nmax-clients = 7\n" % a)
+        d.proc.send_signal(signal.SIGHUP)
+        while d.text().count("reloaded") < 2:
+            self.assertLess(time.monotonic(), deadline, d.text())
+            time.sleep(0.05)
+        last = d.text().split("reloaded")[-1].splitlines()[0]
+        self.assertNotIn("restart", last)
+        self.stop_clean(d)
+
+    def refused_config(self, text, *args):
+        """aurald's stderr for a config file it must refuse (exit 2, no
+        socket), named by args (else --config FILE with text); a daemon
+        that starts instead is stopped and fails."""
+        conf = os.path.join(self.tmp, "c.conf")
+        with open(conf, "wb") as f:
+            f.write(text)
+        sock = os.path.join(self.tmp, "c.sock")
+        p = subprocess.Popen([AURALD, "-m", TINY, "-s", sock] +
+                             (list(args) or ["--config", conf]),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        try:
+            out, err = p.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=10)
+            raise AssertionError("aurald ran with config %r:\n%s" %
+                                 (text, err))
+        self.assertEqual(p.returncode, 2, err)
+        self.assertFalse(os.path.exists(sock))
+        return err
+
+    def test_config_keys_are_exact_names_set_once(self):
+        """Keys are the options' whole names: an abbreviation getopt would
+        take ("thread", or "conf", which was then ignored) is unknown; a key
+        given twice, a value left empty and a NUL byte are errors. Every
+        error names the file and line."""
+        for text, line, why in (
+                (b"thread = 2\n", 1, 'unknown key "thread"'),
+                (b"# x\nconf = /nonexistent\n", 2, 'unknown key "conf"'),
+                (b"hold = no\nconfig = x\n", 2,
+                 '"config" cannot be set in a config file'),
+                (b"threads = 2\nmax-clients = 9\nthreads = 3\n", 3,
+                 "threads is already set on line 1"),
+                (b"max-clients =\n", 1, "max-clients needs a value"),
+                (b"\nthreads = 2\x00junk", 2, "NUL byte"),
+                (b"hold = no\nthreads = 0\n", 2, "--threads must be 1..256"),
+                (b"precision = f64\n", 1, "--precision must be f32"),
+                (b"mic = \n", 1, "mic must be yes, no or a device")):
+            with self.subTest(text=text):
+                err = self.refused_config(text)
+                self.assertIn("c.conf:%d:" % line, err)
+                self.assertIn(why, err)
+
+    def test_config_switches_are_the_options_without_values(self):
+        """Every option that takes no value is a switch in the file (yes or
+        no), cluster-optional included, which was passed on with its value
+        and refused."""
+        conf = os.path.join(self.tmp, "s.conf")
+        with open(conf, "w") as f:
+            f.write("cluster-optional = yes\nf16 = no\nhold = yes\n")
+        d = self.start("--config", conf)
+        self.stop_clean(d)
+
+    def test_config_relative_paths_are_the_files_directory(self):
+        """A relative path in the file is taken from the file's directory,
+        not from whatever directory aurald was started in (/ under
+        systemd). realtime, which paces the file before it, may repeat."""
+        etc = os.path.join(self.tmp, "etc")
+        os.mkdir(etc)
+        wav = self.wav(1, name="in.wav")
+        os.rename(wav, os.path.join(etc, "in.wav"))
+        conf = os.path.join(etc, "aurald.conf")
+        with open(conf, "w") as f:
+            # realtime follows each file it paces: it may repeat.
+            f.write("file = in.wav\nrealtime = yes\nfile = in.wav\n"
+                    "realtime = yes\nexit-when-done = yes\n")
+        p = run(os.path.abspath(AURALD), "-m", os.path.abspath(TINY), "-s",
+                os.path.join(self.tmp, "r.sock"), "--config", conf,
+                check=False, timeout=30, cwd="/")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr.count("file %s (16000 Hz, 1 ch, real time)"
+                                        % os.path.join(etc, "in.wav")), 2,
+                         p.stderr)
+
+    def test_help_and_version_do_not_read_the_config_file(self):
+        """--help and --version answer whatever the config file holds
+        (the default one is read when it exists): a config error told
+        the reader to see 'aurald --help', which failed with the same
+        error."""
+        conf = os.path.join(self.tmp, "bad.conf")
+        with open(conf, "w") as f:
+            f.write("bogus = 1\n")
+        for arg, want in (("--help", "Usage: aurald [OPTIONS]"),
+                          ("-h", "Usage: aurald [OPTIONS]"),
+                          ("--version", "aurald "), ("-V", "aurald ")):
+            with self.subTest(arg=arg):
+                p = run(AURALD, "--config", conf, arg, check=False,
+                        timeout=20)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertTrue(p.stdout.startswith(want), p.stdout)
+                self.assertEqual(p.stderr, "")
+
+    def test_config_option_abbreviated_on_the_command_line(self):
+        """--conf PATH is --config PATH to getopt, and so to the search
+        for the file: it was ignored, and aurald ran without it."""
+        missing = os.path.join(self.tmp, "none.conf")
+        for args in (["--conf", missing], ["--conf=" + missing]):
+            with self.subTest(args=args):
+                err = self.refused_config(b"", *args)
+                self.assertIn("cannot read config %s" % missing, err)
+
     def test_socket_activation(self):
         path = os.path.join(self.tmp, "activated.sock")
         log = open(os.path.join(self.tmp, "activate.log"), "w")
@@ -1410,6 +1673,26 @@ class TestShutdown(DaemonTest):
         self.assertEqual(rc, 0, d.text())
         self.assertIn('"one.wav": ended (eof), 198 frames', d.text())
         self.assertIn('"two.wav": ended (eof), 298 frames', d.text())
+
+
+    def test_exit_when_done_without_files_is_refused(self):
+        """--exit-when-done waits for the --file streams to end: with none
+        (from the command line or the config file) it ran for ever."""
+        sock = os.path.join(self.tmp, "e.sock")
+        conf = os.path.join(self.tmp, "e.conf")
+        with open(conf, "w") as f:
+            f.write("exit-when-done = yes\nhold = yes\n")
+        for args in (["--no-config", "--exit-when-done"],
+                     ["--config", conf, "--mic=nothing"]):
+            with self.subTest(args=args):
+                try:
+                    p = run(AURALD, "-m", TINY, "-s", sock, *args,
+                            check=False, timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.fail("aurald %s did not exit" % " ".join(args))
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("--exit-when-done needs a --file", p.stderr)
+                self.assertFalse(os.path.exists(sock))
 
 
 class TestHalfClose(DaemonTest):
@@ -1843,6 +2126,30 @@ class TestMicrophone(DaemonTest):
         self.assertEqual(mic["source"], "mic")
         self.assertGreaterEqual(mic["frames"], 450)
 
+
+    def test_config_mic_number_is_a_device(self):
+        """"mic = N" in the config file is device N, as --mic=N: "mic = 0"
+        and "mic = 1" were taken for no and yes."""
+        home = os.path.join(self.tmp, "home")
+        os.mkdir(home)
+        raw = os.path.join(self.tmp, "in.raw")
+        with open(raw, "wb") as f:
+            f.write(bytes(64000))
+        with open(os.path.join(home, ".asoundrc"), "w") as f:
+            f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
+                    ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
+                    % raw)
+        env = dict(os.environ, HOME=home)
+        listed = run(AURALD, "--list-devices", env=env).stdout
+        index = re.search(r"^ +(\d+)  aural_test ", listed, re.M).group(1)
+        conf = os.path.join(self.tmp, "mic.conf")
+        with open(conf, "w") as f:
+            f.write("mic = %s\nhold = yes\n" % index)
+        d = self.start("--config", conf, env=env)
+        with ac.Client(d.path, timeout=10) as c:
+            self.assertEqual([s["name"] for s in c.list_streams()], ["mic"])
+        self.assertIn("aural_test", d.text())
+        self.stop_clean(d)
 
     def start_on_fifo(self):
         """aurald --mic --hold capturing through ALSA's file plugin from a
