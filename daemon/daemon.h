@@ -725,6 +725,7 @@ void cluster_close(server *srv);
  * takes a value (no_argument: a switch, "yes" or "no"; optional_argument:
  * a switch or a value), with CONFIG_* flags. */
 enum {
+  CONFIG_ONCE = 0,   /* a value as written, on one line */
   CONFIG_PATH = 1,   /* a relative value is taken from the file's directory */
   CONFIG_REPEAT = 2, /* may be given on several lines */
   CONFIG_NEVER = 4,  /* command line only (--config, --help, ...) */

@@ -74,10 +74,12 @@ static const option_doc options[] = {
      CONFIG_PATH},
     {"chunk-ms", required_argument, OPT_CHUNK_MS, " N",
      "chunk length in ms, 1 to 600000 and a whole\n"
-     "number of the model's frames (default 500)"},
+     "number of the model's frames (default 500)",
+     CONFIG_ONCE},
     {"mic", optional_argument, OPT_MIC, "[=NAME|INDEX]",
      "capture from the default input device, or the one\n"
-     "named (a substring of its name) or numbered"},
+     "named (a substring of its name) or numbered",
+     CONFIG_ONCE},
     {"list-devices", no_argument, OPT_LIST, "", "list input devices and exit",
      CONFIG_NEVER},
     {"file", required_argument, OPT_FILE, " PATH",
@@ -90,77 +92,102 @@ static const option_doc options[] = {
      CONFIG_REPEAT},
     {"exit-when-done", no_argument, OPT_EXIT, "",
      "exit once every --file stream has ended (at\n"
-     "least one --file is needed)"},
+     "least one --file is needed)",
+     CONFIG_ONCE},
     {"hold", no_argument, OPT_HOLD, "",
      "start each --file and --mic source only when its\n"
-     "first subscriber arrives (default: at once)"},
+     "first subscriber arrives (default: at once)",
+     CONFIG_ONCE},
     {"threads", required_argument, OPT_THREADS, " N",
-     "compute threads (default: one per CPU)"},
+     "compute threads (default: one per CPU)",
+     CONFIG_ONCE},
     {"max-clients", required_argument, OPT_MAX_CLIENTS, " N",
-     "simultaneous connections (default 1024)"},
+     "simultaneous connections (default 1024)",
+     CONFIG_ONCE},
     {"max-streams", required_argument, OPT_MAX_STREAMS, " N",
-     "simultaneous streams (default 1024)"},
+     "simultaneous streams (default 1024)",
+     CONFIG_ONCE},
     {"sub-hard-limit", required_argument, OPT_HARD, " B",
      "a subscriber's queue above B bytes loses chunks\n"
-     "(reported by GAP); suffixes K, M (default 16M)"},
+     "(reported by GAP); suffixes K, M (default 16M)",
+     CONFIG_ONCE},
     {"sub-soft-limit", required_argument, OPT_SOFT, " B",
      "a queue above B bytes for too long is\n"
-     "disconnected (default 4M)"},
+     "disconnected (default 4M)",
+     CONFIG_ONCE},
     {"sub-soft-seconds", required_argument, OPT_SOFT_S, " S",
-     "how long is too long (default 10)"},
+     "how long is too long (default 10)",
+     CONFIG_ONCE},
     {"hello-timeout", required_argument, OPT_HELLO_TIMEOUT, " S",
      "close connections that have not sent HELLO\n"
-     "S seconds after connecting (default 10)"},
+     "S seconds after connecting (default 10)",
+     CONFIG_ONCE},
     {"group", required_argument, OPT_GROUP, " NAME",
-     "also accept clients whose group is NAME"},
-    {"f16", no_argument, OPT_F16, "", "keep weights in half precision in memory"},
+     "also accept clients whose group is NAME",
+     CONFIG_ONCE},
+    {"f16", no_argument, OPT_F16, "", "keep weights in half precision in memory",
+     CONFIG_ONCE},
     {"precision", required_argument, OPT_PRECISION, " P",
      "f32 (default: exact) or bf16 (opt-in and\n"
      "approximate: bfloat16 products, faster only on\n"
-     "CPUs with AVX512-BF16; see the README)"},
+     "CPUs with AVX512-BF16; see the README)",
+     CONFIG_ONCE},
     {"max-model-memory", required_argument, OPT_MAX_MODEL_MEM, " B",
      "refuse a model whose weights, one stream and\n"
      "one compute thread's scratch need more than B\n"
-     "bytes; suffixes K, M, G (default 2G)"},
+     "bytes; suffixes K, M, G (default 2G)",
+     CONFIG_ONCE},
     {"cluster", required_argument, OPT_CLUSTER, " URL",
      "also take streams from a Redis cluster:\n"
      "redis://[USER@]HOST[:PORT][/DB] or unix:PATH\n"
-     "(docs/CLUSTER.md); exits if it is unreachable"},
+     "(docs/CLUSTER.md); exits if it is unreachable",
+     CONFIG_ONCE},
     {"cluster-optional", no_argument, OPT_CLUSTER_OPTIONAL, "",
      "serve locally while the cluster is unreachable,\n"
-     "and join it when it answers"},
+     "and join it when it answers",
+     CONFIG_ONCE},
     {"cluster-password-file", required_argument, OPT_CLUSTER_PASSWORD,
      " PATH", "the Redis password, first line of PATH (mode\n"
      "0600); else $AURAL_REDIS_PASSWORD",
      CONFIG_PATH},
     {"cluster-node", required_argument, OPT_CLUSTER_NODE, " ID",
      "this node's name in the cluster (default\n"
-     "HOST-PID)"},
+     "HOST-PID)",
+     CONFIG_ONCE},
     {"cluster-capacity", required_argument, OPT_CLUSTER_CAPACITY, " N",
-     "take at most N cluster streams (default 64)"},
+     "take at most N cluster streams (default 64)",
+     CONFIG_ONCE},
     {"cluster-retention", required_argument, OPT_CLUSTER_RETENTION, " N",
      "keep about N chunks of each stream's output in\n"
-     "Redis (default 1200: 10 minutes)"},
+     "Redis (default 1200: 10 minutes)",
+     CONFIG_ONCE},
     {"cluster-ttl", required_argument, OPT_CLUSTER_TTL, " S",
      "heartbeat expiry: a node silent for S seconds\n"
-     "loses its streams to the others (default 3)"},
+     "loses its streams to the others (default 3)",
+     CONFIG_ONCE},
     {"cluster-timeout", required_argument, OPT_CLUSTER_TIMEOUT, " S",
      "reconnect when Redis has not answered for S\n"
-     "seconds (default 10)"},
+     "seconds (default 10)",
+     CONFIG_ONCE},
     {"cluster-expire", required_argument, OPT_CLUSTER_EXPIRE, " S",
      "an ended stream's outputs stay S seconds\n"
-     "(default 86400)"},
+     "(default 86400)",
+     CONFIG_ONCE},
     {"cluster-idle", required_argument, OPT_CLUSTER_IDLE, " S",
      "end a cluster stream whose producer has added\n"
-     "no audio for S seconds (default 60; 0: never)"},
+     "no audio for S seconds (default 60; 0: never)",
+     CONFIG_ONCE},
     {"cluster-outputs", required_argument, OPT_CLUSTER_OUTPUTS, " LIST",
      "what each published chunk carries: embeddings,\n"
-     "logits, text (default: all the model has)"},
+     "logits, text (default: all the model has)",
+     CONFIG_ONCE},
     {"cluster-dtype", required_argument, OPT_CLUSTER_DTYPE, " T",
-     "f32 (default) or f16 for published chunks"},
+     "f32 (default) or f16 for published chunks",
+     CONFIG_ONCE},
     {"http", required_argument, OPT_HTTP, " ADDR:PORT",
      "serve the page, /ws, /metrics and /healthz over\n"
-     "HTTP (off by default; e.g. 127.0.0.1:8080)"},
+     "HTTP (off by default; e.g. 127.0.0.1:8080)",
+     CONFIG_ONCE},
     {"http-token-file", required_argument, OPT_HTTP_TOKEN, " PATH",
      "require \"Authorization: Bearer TOKEN\" on every\n"
      "HTTP request, TOKEN read from PATH (required\n"
@@ -181,7 +208,8 @@ static const option_doc options[] = {
      "the page's files (default: the installed page)",
      CONFIG_PATH},
     {"log-level", required_argument, OPT_LOG, " L",
-     "error, warn, info (default) or debug"},
+     "error, warn, info (default) or debug",
+     CONFIG_ONCE},
     {"config", required_argument, OPT_CONFIG, " PATH",
      "read options from PATH (default: " AURAL_CONFIG "\n"
      "when it exists); the command line wins; SIGHUP\n"
