@@ -78,9 +78,10 @@ int aural_fbank_opts_validate(const aural_fbank_opts *o, aural_err *err) {
                           "%s sample_rate = %g Hz is outside %g..%g", bad,
                           o->sample_rate_hz, AURAL_RATE_MIN_HZ,
                           AURAL_RATE_MAX_HZ);
-  if (o->num_mel_bins < 3 || o->num_mel_bins > MAX_MEL_BINS)
+  /* torchaudio's get_mel_banks asserts num_bins > 3. */
+  if (o->num_mel_bins < 4 || o->num_mel_bins > MAX_MEL_BINS)
     return aural__err_set(err, AURAL_ECONFIG,
-                          "%s num_mel_bins = %d is outside 3..%d", bad,
+                          "%s num_mel_bins = %d is outside 4..%d", bad,
                           o->num_mel_bins, MAX_MEL_BINS);
   if (!(o->frame_length_ms > 0) || !(o->frame_shift_ms > 0) ||
       !(o->frame_length_ms < 1e4) || !(o->frame_shift_ms < 1e4))
@@ -95,6 +96,14 @@ int aural_fbank_opts_validate(const aural_fbank_opts *o, aural_err *err) {
                           "%s frame_length gives %zu samples per window; "
                           "2..%d are supported",
                           bad, win, MAX_WINDOW_SAMPLES);
+  /* torchaudio refuses an odd FFT size: its mel banks cover n_fft / 2
+   * bins, and that must be a whole number. */
+  if (!o->round_to_power_of_two && win % 2 != 0)
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "%s frame_length gives an odd window of %zu "
+                          "samples, and with round_to_power_of_two = false "
+                          "that is the FFT size, which must be even",
+                          bad, win);
   if (hop < 1 || hop > win)
     return aural__err_set(err, AURAL_ECONFIG,
                           "%s frame_shift gives %zu samples per hop; 1..%zu "

@@ -438,6 +438,12 @@ static void test_config_json(void **state) {
       {"{\"num_mel_bins\": 80.5}", "num_mel_bins"},
       {"{\"num_mel_bins\": 0}", "num_mel_bins"},
       {"{\"num_mel_bins\": 1e300}", "num_mel_bins"},
+      /* Options torchaudio's fbank refuses (its get_mel_banks asserts
+       * num_bins > 3 and an even padded window): no reference computes
+       * such features, so no model can have been trained on them. */
+      {"{\"num_mel_bins\": 3}", "num_mel_bins"},
+      {"{\"round_to_power_of_two\": false, \"frame_length\": 25.0625}",
+       "odd window of 401"},
       {"{\"sample_rate\": 0}", "sample_rate"},
       {"{\"frame_shift\": 0}", "frame_"},
       {"{\"frame_shift\": 40}", "frame_shift"},
