@@ -36,6 +36,12 @@
 #define MAX_WINDOW 1000000
 #define MAX_LEAD_IN 1000 /* 10 s at 10 ms */
 #define MAX_VOCAB 1000000
+/* Bytes of one vocabulary token. Every buffer of CTC text (a stream's,
+ * aurald's for each chunk) holds chunk_frames times the longest token, so
+ * a token of a few megabytes in a small file would make each chunk of
+ * each stream ask for hundreds of them. Real tokens (phones, BPE pieces)
+ * are a few bytes. */
+#define MAX_TOKEN_BYTES 1024
 #define AURAL__MAX_KV_BYTES (1024.0 * 1048576) /* per stream */
 
 void aural_model_load_config_default(aural_model_load_config *cfg) {
@@ -348,15 +354,27 @@ static int parse_config(const char *json, const char *where,
       char **v = calloc((size_t)n, sizeof *v);
       int i = 0;
       int tok = vocab + 1;
+      size_t long_len = 0; /* the length of a token over the limit */
       for (; v != NULL && i < n; i++, tok = aural__json_after(js, tok)) {
         if (!aural__json_is(js, tok, AURAL_JSON_STRING)) break;
         v[i] = aural__json_strdup(js, tok);
         if (v[i] == NULL) break;
+        if (strlen(v[i]) > MAX_TOKEN_BYTES) {
+          long_len = strlen(v[i]);
+          free(v[i]);
+          break;
+        }
       }
       if (i < n) {
         /* A string that did not copy met the end of memory (\u0000 was
          * refused before: first_bad_byte). */
-        r.rc = v == NULL || aural__json_is(js, tok, AURAL_JSON_STRING)
+        r.rc = long_len > 0
+                   ? aural__err_set(err, AURAL_ECONFIG,
+                                    "%s: aural.config vocab entry %d is %zu "
+                                    "bytes long; tokens of at most %d are "
+                                    "supported",
+                                    where, i, long_len, MAX_TOKEN_BYTES)
+               : v == NULL || aural__json_is(js, tok, AURAL_JSON_STRING)
                    ? aural__err_set(err, AURAL_ENOMEM, "out of memory")
                    : aural__err_set(err, AURAL_ECONFIG,
                                     "%s: aural.config vocab entry %d is not "

@@ -739,6 +739,33 @@ static void mut_vocab_one(mfile *mf) {
            "\"vocab\":[\"t0\"]");
 }
 
+/* A token of 1025 bytes: over the limit, which keeps what every buffer
+ * of CTC text holds (chunk_frames times the longest token) small. */
+static void mut_vocab_token_long(mfile *mf) {
+  char token[1100];
+  memset(token, 'x', 1025);
+  token[1025] = '\0';
+  char *with;
+  assert_true(asprintf(&with, "\"vocab\":[\"t0\",\"t1\",\"%s\",\"t3\","
+                              "\"t4\"]",
+                       token) > 0);
+  cfg_edit(mf, "\"vocab\":[\"t0\",\"t1\",\"t2\",\"t3\",\"t4\"]", with);
+  free(with);
+}
+
+/* 1024 bytes, the limit itself, loads. */
+static void mut_vocab_token_at_limit(mfile *mf) {
+  char token[1100];
+  memset(token, 'x', 1024);
+  token[1024] = '\0';
+  char *with;
+  assert_true(asprintf(&with, "\"vocab\":[\"t0\",\"t1\",\"%s\",\"t3\","
+                              "\"t4\"]",
+                       token) > 0);
+  cfg_edit(mf, "\"vocab\":[\"t0\",\"t1\",\"t2\",\"t3\",\"t4\"]", with);
+  free(with);
+}
+
 static void mut_vocab_size_mismatch(mfile *mf) {
   cfg_edit(mf, ",\"t4\"]", "]");
 }
@@ -996,6 +1023,8 @@ static bad_case bad_cases[] = {
      E("\"vocab\" must be a list")},
     {"vocab_one_token", mut_vocab_one, NULL, AURAL_ECONFIG,
      E("\"vocab\" must be a list of 2..")},
+    {"vocab_token_long", mut_vocab_token_long, NULL, AURAL_ECONFIG,
+     E("vocab entry 2 is 1025 bytes long", "at most 1024")},
     {"vocab_size_mismatch", mut_vocab_size_mismatch, NULL, AURAL_EFORMAT,
      E("\"head.weight\" has shape [5, 16]", "implies [4, 16]")},
     {"head_without_vocab", mut_head_without_vocab, NULL, AURAL_EFORMAT,
@@ -1146,6 +1175,18 @@ static void test_base_round_trips(void **state) {
     assert_string_equal(aural_model_token(m, 4), "t4");
     aural_model_free(m);
   }
+
+  /* A token as long as the limit loads (vocab_token_long is one byte
+   * more). */
+  mut_vocab_token_at_limit(&mf);
+  unsigned char *long_token = mf_serialize(&mf, &size2);
+  aural_model *m;
+  aural_err err = {0};
+  if (aural_model_load_buffer(long_token, size2, "base", NULL, &m, &err) != 0)
+    fail_msg("%s", err.msg);
+  assert_int_equal(strlen(aural_model_token(m, 2)), 1024);
+  aural_model_free(m);
+  free(long_token);
   free(moved);
   free(again);
   free(orig);
