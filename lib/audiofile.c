@@ -355,6 +355,34 @@ static int check_ogg_end(const source *src, const char *path,
   }
 }
 
+/* A NIST SPHERE file (TIMIT's format) declares its length as the
+ * sample_count of its text header. libsndfile reads a file that holds
+ * less as far as it goes, with nothing in its log, so a cut-off recording
+ * would pass for a shorter one: the count is read here (as libsndfile
+ * reads it, in the first 1024 bytes up to "end_head") and compared with
+ * the n_frames libsndfile found. Returns 0 or AURAL_ETRUNCATED with err
+ * naming path and both counts. */
+static int check_nist_length(const source *src, int64_t n_frames,
+                             const char *path, aural_err *err) {
+  char h[1024 + 1];
+  size_t n = src->size < 1024 ? (size_t)src->size : 1024;
+  if (!source_read_at(src, h, n, 0)) return 0;
+  h[n] = '\0';
+  char *end = strstr(h, "end_head");
+  if (end != NULL) *end = '\0';
+  const char *key = "sample_count -i ", *at = strstr(h, key);
+  if (at == NULL) return 0;
+  at += strlen(key);
+  char *after;
+  errno = 0;
+  long long declared = strtoll(at, &after, 10);
+  if (after == at || errno != 0 || declared <= n_frames) return 0;
+  return aural__err_set(err, AURAL_ETRUNCATED,
+                        "%s: truncated: the header declares %lld samples "
+                        "(sample_count) but the file holds only %" PRId64,
+                        path, declared, n_frames);
+}
+
 /* Both opens end here. af is allocated, with af->src and af->path set;
  * af->src.fd (if any) is owned by af from now on. path names the input in
  * messages (in full: af->path may be shortened). Runs the checks before
@@ -420,6 +448,9 @@ static int open_source(aural_audiofile *af, const char *path,
                               "%s: truncated: the header declares %lld "
                               "bytes%s but the file holds only %lld",
                               path, declared, what, present);
+  else if ((sfi.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_NIST &&
+           af->src.size_known)
+    rc = check_nist_length(&af->src, sfi.frames, path, err);
   if (rc < 0) {
     sf_close(sf);
     free(af);

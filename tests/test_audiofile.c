@@ -230,6 +230,26 @@ static void test_truncated_other_formats(void **state) {
   assert_rejected(path, AURAL_ETRUNCATED, 0, "truncated");
 }
 
+/* A cut-off NIST SPHERE file (TIMIT's format): libsndfile logs nothing and
+ * reads what is there; its sample_count says how much should be. */
+static void test_truncated_nist_sphere(void **state) {
+  char path[PATH_BYTES];
+  aural_audiofile_info info;
+  float *samples;
+  size_t n;
+  aural_err err = {0};
+  path_in(path, state, "cut.sph");
+  make_nist(path, 1000, 1000);
+  assert_int_equal(read_all(path, 256, &info, &samples, &n, &err), 0);
+  assert_int_equal(n, 1000);
+  assert_int_equal(info.n_frames, 1000);
+  free(samples);
+  make_nist(path, 1000, 2000);
+  assert_rejected(path, AURAL_ETRUNCATED, 0,
+                  "declares 2000 samples (sample_count) but the file holds "
+                  "only 1000");
+}
+
 /* ---- Non-finite float samples. ---- */
 
 /* A float WAV (32 or 64 bits) of n_frames x n_channels small ramp values,
@@ -828,6 +848,7 @@ int main(void) {
       T(test_truncated_data),
       T(test_truncated_data_after_many_chunks),
       T(test_truncated_other_formats),
+      T(test_truncated_nist_sphere),
       T(test_nan_names_frame_and_channel),
       T(test_positive_infinity),
       T(test_negative_infinity_float64),

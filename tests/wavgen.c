@@ -2,6 +2,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,6 +145,28 @@ void make_voc(const char *path, size_t n_frames, uint32_t data_bytes) {
   put_le(b + 36, 4, 2);                     /* 16-bit signed PCM */
   fill_pcm16(b + 42, n_frames);
   b[len - 1] = 0;                           /* terminator */
+  test_write_file(path, b, len);
+  free(b);
+}
+
+void make_nist(const char *path, size_t n_frames, size_t declared_frames) {
+  size_t len = 1024 + 2 * n_frames;
+  uint8_t *b = malloc(len);
+  assert_non_null(b);
+  memset(b, ' ', 1024);
+  int n = snprintf((char *)b, 1024,
+                   "NIST_1A\n   1024\n"
+                   "sample_count -i %zu\n"
+                   "channel_count -i 1\n"
+                   "sample_rate -i 16000\n"
+                   "sample_n_bytes -i 2\n"
+                   "sample_byte_format -s2 01\n"
+                   "sample_coding -s3 pcm\n"
+                   "end_head\n",
+                   declared_frames);
+  assert_true(n > 0 && n < 1024);
+  b[n] = ' '; /* snprintf's NUL */
+  fill_pcm16(b + 1024, n_frames);
   test_write_file(path, b, len);
   free(b);
 }

@@ -53,4 +53,9 @@ void make_w64(const char *path, size_t n_frames, uint64_t data_bytes);
  * declaring data_bytes of audio. */
 void make_voc(const char *path, size_t n_frames, uint32_t data_bytes);
 
+/* A NIST SPHERE file (1024-byte text header, 16-bit little-endian mono
+ * 16 kHz) of n_frames ramp samples, its sample_count declaring
+ * declared_frames. */
+void make_nist(const char *path, size_t n_frames, size_t declared_frames);
+
 #endif
