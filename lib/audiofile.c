@@ -98,6 +98,7 @@ static sf_count_t vio_tell(void *user) { return ((source *)user)->pos; }
  *   "  Data Size   : 35200 (should be 23452)"  AU
  *   "  Data Length : 35200 (should be 23452)"  DWD
  *   "riff : 35304 (should be 23536)"           W64, the whole file
+ *   "  Riff size : 4072 (should be 2072)"      RF64, the whole file
  *   "Seems to be a truncated file."            VOC, without sizes.
  * Returns 1 with *declared and *present in bytes (both -1 for VOC) and
  * *what saying what the bytes are (" of audio data", " in all"), or 0. Its log is bounded, so for WAV
@@ -108,7 +109,7 @@ static int declared_too_long(SNDFILE *sf, long long *declared,
     const char *tag, *what;
   } tags[] = {{"data", " of audio data"},      {"SSND", " of audio data"},
               {"Data Size", " of audio data"}, {"Data Length", " of audio data"},
-              {"riff", " in all"}};
+              {"riff", " in all"},             {"Riff size", " in all"}};
   char log[4096];
   sf_command(sf, SFC_GET_LOG_INFO, log, sizeof log);
   char *save = NULL;

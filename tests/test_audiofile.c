@@ -191,11 +191,11 @@ static void test_truncated_data_after_many_chunks(void **state) {
   assert_rejected(path, AURAL_ETRUNCATED, 0, "truncated");
 }
 
-/* Cut-off AU, Wave64 and VOC files, whose headers declare their sizes as
- * WAV's does: libsndfile logs each in its own words ("Data Size : X
- * (should be Y)", "riff : X (should be Y)", "Seems to be a truncated
- * file.") and reads them as complete, shorter recordings. The same files
- * uncut read to their end. */
+/* Cut-off AU, Wave64, RF64 and VOC files, whose headers declare their
+ * sizes as WAV's does: libsndfile logs each in its own words ("Data Size
+ * : X (should be Y)", "riff : X (should be Y)", "Riff size : X (should be
+ * Y)", "Seems to be a truncated file.") and reads them as complete,
+ * shorter recordings. The same files uncut read to their end. */
 static void test_truncated_other_formats(void **state) {
   char path[PATH_BYTES];
   aural_audiofile_info info;
@@ -220,6 +220,15 @@ static void test_truncated_other_formats(void **state) {
   free(samples);
   make_w64(path, 1000, 4000);
   assert_rejected(path, AURAL_ETRUNCATED, 0, "truncated");
+
+  path_in(path, state, "cut.rf64");
+  make_rf64(path, 1000, 2000);
+  assert_int_equal(read_all(path, 256, &info, &samples, &n, &err), 0);
+  assert_int_equal(n, 1000);
+  free(samples);
+  make_rf64(path, 1000, 4000);
+  assert_rejected(path, AURAL_ETRUNCATED, 0,
+                  "declares 4072 bytes in all but the file holds only 2072");
 
   path_in(path, state, "cut.voc");
   make_voc(path, 1000, 2000);

@@ -170,3 +170,30 @@ void make_nist(const char *path, size_t n_frames, size_t declared_frames) {
   test_write_file(path, b, len);
   free(b);
 }
+
+void make_rf64(const char *path, size_t n_frames, uint64_t data_bytes) {
+  size_t len = 80 + 2 * n_frames;
+  uint8_t *b = calloc(1, len);
+  assert_non_null(b);
+  memcpy(b, "RF64", 4);
+  put_le(b + 4, 0xffffffffu, 4);
+  memcpy(b + 8, "WAVEds64", 8);
+  put_le(b + 16, 28, 4);
+  put_le(b + 20, 72 + data_bytes, 8); /* riff size */
+  put_le(b + 28, data_bytes, 8);
+  put_le(b + 36, data_bytes / 2, 8);  /* frames */
+  put_le(b + 44, 0, 4);               /* table length */
+  memcpy(b + 48, "fmt ", 4);
+  put_le(b + 52, 16, 4);
+  put_le(b + 56, WAV_PCM, 2);
+  put_le(b + 58, 1, 2);
+  put_le(b + 60, 16000, 4);
+  put_le(b + 64, 32000, 4);
+  put_le(b + 68, 2, 2);
+  put_le(b + 70, 16, 2);
+  memcpy(b + 72, "data", 4);
+  put_le(b + 76, 0xffffffffu, 4);
+  fill_pcm16(b + 80, n_frames);
+  test_write_file(path, b, len);
+  free(b);
+}

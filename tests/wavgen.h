@@ -48,6 +48,11 @@ void make_au(const char *path, uint32_t rate_hz, uint32_t n_channels,
  * audio. */
 void make_w64(const char *path, size_t n_frames, uint64_t data_bytes);
 
+/* An RF64 file (a WAV whose sizes are in its ds64 chunk), 16-bit mono
+ * 16 kHz, of n_frames ramp samples, ds64 declaring data_bytes of audio
+ * and a riff size to match. */
+void make_rf64(const char *path, size_t n_frames, uint64_t data_bytes);
+
 /* A Creative Voice File (one sound data block of type 9, 16-bit mono
  * 16 kHz, then the terminator) of n_frames ramp samples, the block
  * declaring data_bytes of audio. */
