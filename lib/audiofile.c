@@ -101,15 +101,18 @@ static sf_count_t vio_tell(void *user) { return ((source *)user)->pos; }
  *   "  Riff size : 4072 (should be 2072)"      RF64, the whole file
  *   "Seems to be a truncated file."            VOC, without sizes.
  * Returns 1 with *declared and *present in bytes (both -1 for VOC) and
- * *what saying what the bytes are (" of audio data", " in all"), or 0. Its log is bounded, so for WAV
- * this is a second line of defence behind check_wav(). */
+ * *what saying what the bytes are (" of audio data", " in all"), or 0.
+ * Its log is bounded, so for WAV this is a second line of defence behind
+ * check_wav(). */
 static int declared_too_long(SNDFILE *sf, long long *declared,
                              long long *present, const char **what) {
   static const struct {
     const char *tag, *what;
-  } tags[] = {{"data", " of audio data"},      {"SSND", " of audio data"},
-              {"Data Size", " of audio data"}, {"Data Length", " of audio data"},
-              {"riff", " in all"},             {"Riff size", " in all"}};
+  } tags[] = {
+      {"data", " of audio data"},      {"SSND", " of audio data"},
+      {"Data Size", " of audio data"}, {"Data Length", " of audio data"},
+      {"riff", " in all"},             {"Riff size", " in all"},
+  };
   char log[4096];
   sf_command(sf, SFC_GET_LOG_INFO, log, sizeof log);
   char *save = NULL;

@@ -97,8 +97,9 @@ void make_au(const char *path, uint32_t rate_hz, uint32_t n_channels,
 
 /* Wave64 chunks are named by GUIDs: "riff" and then "wave", "fmt ",
  * "data", which share a tail. */
-static const uint8_t w64_riff[16] = {'r', 'i', 'f', 'f', 0x2e, 0x91, 0xcf, 0x11,
-                                     0xa5, 0xd6, 0x28, 0xdb, 0x04, 0xc1, 0x00, 0x00};
+static const uint8_t w64_riff[16] = {'r',  'i',  'f',  'f',  0x2e, 0x91,
+                                     0xcf, 0x11, 0xa5, 0xd6, 0x28, 0xdb,
+                                     0x04, 0xc1, 0x00, 0x00};
 static const uint8_t w64_tail[12] = {0xf3, 0xac, 0xd3, 0x11, 0x8c, 0xd1,
                                      0x00, 0xc0, 0x4f, 0x8e, 0xdb, 0x8a};
 
