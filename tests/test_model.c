@@ -1527,6 +1527,67 @@ static void test_memory_limit_config(void **state) {
   free(b);
 }
 
+/* This process's peak resident memory (VmHWM) in kB, or -1. */
+static long peak_rss_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL) return -1;
+  char line[256];
+  long kb = -1;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+  fclose(f);
+  return kb;
+}
+
+/* A file is refused from its header before its tensor data is read or
+ * memory is taken for it: here a 300 MB (sparse) file whose __metadata__
+ * is not aural's, as another program's checkpoint's would be. Read whole
+ * first, it took 300 MB of memory to be told so. */
+static void test_refused_before_data_read(void **state) {
+  (void)state;
+  synth_spec s;
+  base_spec(&s);
+  size_t size;
+  unsigned char *orig = synth_model(&s, &size);
+  assert_non_null(orig);
+  mfile mf;
+  mf_parse(&mf, orig, size);
+  mut_format(&mf);
+  unsigned char *b = mf_serialize(&mf, &size);
+  char *path;
+  assert_true(asprintf(&path, "%s/checkpoint_300mb.safetensors", tmp_dir) >
+              0);
+  test_write_file(path, b, size);
+  assert_int_equal(truncate(path, 300000000), 0);
+
+  /* Peak memory from here on: resetting it needs Linux's clear_refs. */
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  if (f == NULL || fputs("5", f) < 0 || fclose(f) != 0 ||
+      peak_rss_kb() < 0) {
+    unlink(path);
+    free(path);
+    free(b);
+    free(orig);
+    mf_free(&mf);
+    skip();
+  }
+  long before = peak_rss_kb();
+  aural_model *m = (aural_model *)&m;
+  aural_err err = {0};
+  int rc = aural_model_load(path, NULL, &m, &err);
+  long grown_kb = peak_rss_kb() - before;
+  printf("  300 MB file: %s (peak memory grew by %ld kB)\n", err.msg,
+         grown_kb);
+  const char *const expect[3] = {"\"format\" is not \"aural\"", NULL, NULL};
+  check_rejected(rc, m, &err, AURAL_EFORMAT, path, expect);
+  assert_true(grown_kb < 50 * 1024);
+  assert_int_equal(unlink(path), 0);
+  free(path);
+  free(b);
+  free(orig);
+  mf_free(&mf);
+}
+
 /* ---- headers with very many entries ------------------------------------ */
 
 /* Matching the tensors a config calls for against a header's entries
@@ -1989,6 +2050,8 @@ int main(void) {
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_kv_ring_limit);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_memory_limit_d_ff);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_memory_limit_config);
+  tests[n++] =
+      (struct CMUnitTest)cmocka_unit_test(test_refused_before_data_read);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_header_limit_real);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_match_names_comparisons);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_many_header_entries);
