@@ -91,22 +91,51 @@ static sf_count_t vio_write(const void *ptr, sf_count_t count, void *user) {
 
 static sf_count_t vio_tell(void *user) { return ((source *)user)->pos; }
 
-/* libsndfile writes "data : 53928 (should be 26942)" in its log when the
- * data chunk (SSND in AIFF) claims more than the file holds. Its log is
- * bounded, so this is a second line of defence behind check_wav(). */
+/* What libsndfile's log says of a file shorter than its header declares.
+ * libsndfile shortens such files quietly, logging one of
+ *   "data : 53928 (should be 26942)"           WAV and RIFX, the data chunk
+ *   " SSND : 53928 (should be 26950)"          AIFF
+ *   "  Data Size   : 35200 (should be 23452)"  AU
+ *   "  Data Length : 35200 (should be 23452)"  DWD
+ *   "riff : 35304 (should be 23536)"           W64, the whole file
+ *   "  Riff size : 4072 (should be 2072)"      RF64, the whole file
+ *   "Seems to be a truncated file."            VOC, without sizes.
+ * Returns 1 with *declared and *present in bytes (both -1 for VOC) and
+ * *what saying what the bytes are (" of audio data", " in all"), or 0.
+ * Its log is bounded, so for WAV this is a second line of defence behind
+ * check_wav(). */
 static int declared_too_long(SNDFILE *sf, long long *declared,
-                             long long *present) {
+                             long long *present, const char **what) {
+  static const struct {
+    const char *tag, *what;
+  } tags[] = {
+      {"data", " of audio data"},      {"SSND", " of audio data"},
+      {"Data Size", " of audio data"}, {"Data Length", " of audio data"},
+      {"riff", " in all"},             {"Riff size", " in all"},
+  };
   char log[4096];
   sf_command(sf, SFC_GET_LOG_INFO, log, sizeof log);
   char *save = NULL;
   for (char *line = strtok_r(log, "\n", &save); line != NULL;
        line = strtok_r(NULL, "\n", &save)) {
-    char tag[8];
-    if (sscanf(line, " %7s : %lld (should be %lld)", tag, declared,
-               present) == 3 &&
-        (strcmp(tag, "data") == 0 || strcmp(tag, "SSND") == 0) &&
-        *present < *declared)
+    line += strspn(line, " ");
+    if (strcmp(line, "Seems to be a truncated file.") == 0) {
+      *declared = *present = -1;
+      *what = " of audio data";
       return 1;
+    }
+    char *colon = strstr(line, " : ");
+    if (colon == NULL) continue;
+    size_t tag_len = (size_t)(colon - line);
+    while (tag_len > 0 && line[tag_len - 1] == ' ') tag_len--;
+    for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++)
+      if (strlen(tags[i].tag) == tag_len &&
+          memcmp(line, tags[i].tag, tag_len) == 0 &&
+          sscanf(colon, " : %lld (should be %lld)", declared, present) == 2 &&
+          *present < *declared) {
+        *what = tags[i].what;
+        return 1;
+      }
   }
   return 0;
 }
@@ -330,6 +359,34 @@ static int check_ogg_end(const source *src, const char *path,
   }
 }
 
+/* A NIST SPHERE file (TIMIT's format) declares its length as the
+ * sample_count of its text header. libsndfile reads a file that holds
+ * less as far as it goes, with nothing in its log, so a cut-off recording
+ * would pass for a shorter one: the count is read here (as libsndfile
+ * reads it, in the first 1024 bytes up to "end_head") and compared with
+ * the n_frames libsndfile found. Returns 0 or AURAL_ETRUNCATED with err
+ * naming path and both counts. */
+static int check_nist_length(const source *src, int64_t n_frames,
+                             const char *path, aural_err *err) {
+  char h[1024 + 1];
+  size_t n = src->size < 1024 ? (size_t)src->size : 1024;
+  if (!source_read_at(src, h, n, 0)) return 0;
+  h[n] = '\0';
+  char *end = strstr(h, "end_head");
+  if (end != NULL) *end = '\0';
+  const char *key = "sample_count -i ", *at = strstr(h, key);
+  if (at == NULL) return 0;
+  at += strlen(key);
+  char *after;
+  errno = 0;
+  long long declared = strtoll(at, &after, 10);
+  if (after == at || errno != 0 || declared <= n_frames) return 0;
+  return aural__err_set(err, AURAL_ETRUNCATED,
+                        "%s: truncated: the header declares %lld samples "
+                        "(sample_count) but the file holds only %" PRId64,
+                        path, declared, n_frames);
+}
+
 /* Both opens end here. af is allocated, with af->src and af->path set;
  * af->src.fd (if any) is owned by af from now on. path names the input in
  * messages (in full: af->path may be shortened). Runs the checks before
@@ -370,6 +427,7 @@ static int open_source(aural_audiofile *af, const char *path,
     return rc;
   }
   long long declared, present;
+  const char *what = NULL;
   if (sfi.samplerate < AURAL_RATE_MIN_HZ || sfi.samplerate > AURAL_RATE_MAX_HZ)
     rc = aural__err_set(err, AURAL_ERATE,
                         "%s: sample rate %d Hz is outside the supported "
@@ -383,12 +441,20 @@ static int open_source(aural_audiofile *af, const char *path,
   else if (sfi.frames < 0)
     rc = aural__err_set(err, AURAL_EFORMAT,
                         "%s: the file declares a negative length", path);
-  else if (declared_too_long(sf, &declared, &present) &&
+  else if (declared_too_long(sf, &declared, &present, &what) &&
            !is_unknown_length(declared) && declared != 0)
-    rc = aural__err_set(err, AURAL_ETRUNCATED,
-                        "%s: truncated: the header declares %lld bytes of "
-                        "audio data but the file holds only %lld",
-                        path, declared, present);
+    rc = declared < 0
+             ? aural__err_set(err, AURAL_ETRUNCATED,
+                              "%s: truncated: the header declares more "
+                              "bytes%s than the file holds",
+                              path, what)
+             : aural__err_set(err, AURAL_ETRUNCATED,
+                              "%s: truncated: the header declares %lld "
+                              "bytes%s but the file holds only %lld",
+                              path, declared, what, present);
+  else if ((sfi.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_NIST &&
+           af->src.size_known)
+    rc = check_nist_length(&af->src, sfi.frames, path, err);
   if (rc < 0) {
     sf_close(sf);
     free(af);

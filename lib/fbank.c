@@ -78,9 +78,10 @@ int aural_fbank_opts_validate(const aural_fbank_opts *o, aural_err *err) {
                           "%s sample_rate = %g Hz is outside %g..%g", bad,
                           o->sample_rate_hz, AURAL_RATE_MIN_HZ,
                           AURAL_RATE_MAX_HZ);
-  if (o->num_mel_bins < 3 || o->num_mel_bins > MAX_MEL_BINS)
+  /* torchaudio's get_mel_banks asserts num_bins > 3. */
+  if (o->num_mel_bins < 4 || o->num_mel_bins > MAX_MEL_BINS)
     return aural__err_set(err, AURAL_ECONFIG,
-                          "%s num_mel_bins = %d is outside 3..%d", bad,
+                          "%s num_mel_bins = %d is outside 4..%d", bad,
                           o->num_mel_bins, MAX_MEL_BINS);
   if (!(o->frame_length_ms > 0) || !(o->frame_shift_ms > 0) ||
       !(o->frame_length_ms < 1e4) || !(o->frame_shift_ms < 1e4))
@@ -95,6 +96,14 @@ int aural_fbank_opts_validate(const aural_fbank_opts *o, aural_err *err) {
                           "%s frame_length gives %zu samples per window; "
                           "2..%d are supported",
                           bad, win, MAX_WINDOW_SAMPLES);
+  /* torchaudio refuses an odd FFT size: its mel banks cover n_fft / 2
+   * bins, and that must be a whole number. */
+  if (!o->round_to_power_of_two && win % 2 != 0)
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "%s frame_length gives an odd window of %zu "
+                          "samples, and with round_to_power_of_two = false "
+                          "that is the FFT size, which must be even",
+                          bad, win);
   if (hop < 1 || hop > win)
     return aural__err_set(err, AURAL_ECONFIG,
                           "%s frame_shift gives %zu samples per hop; 1..%zu "
@@ -234,6 +243,44 @@ static void fill_window(double *w, size_t n, aural_window_type type) {
   }
 }
 
+/* The mel filters: triangles evenly spaced on the mel scale between low
+ * and high, evaluated at the centre frequency of each FFT bin. Sets each
+ * filter's mel_lo, mel_n and mel_at, stores its nonzero weights in
+ * fb->mel_w when that is allocated, and returns how many there are. Run
+ * once to count and once to fill, so that mel_w holds the nonzero
+ * weights alone (about two per FFT bin, as neighbouring triangles
+ * overlap by half), never n_mels x n_bins: that was 256 MiB per frontend
+ * for 1024 bins and a window of 65536 samples, both allowed. */
+static size_t mel_filters(aural__fbank *fb, size_t n_bins) {
+  const aural_fbank_opts *o = &fb->opts;
+  double nyquist = o->sample_rate_hz / 2;
+  double high = o->high_freq > 0 ? o->high_freq : nyquist + o->high_freq;
+  double mel_low = mel_scale(o->low_freq), mel_high = mel_scale(high);
+  double delta = (mel_high - mel_low) / (fb->n_mels + 1);
+  double bin_hz = o->sample_rate_hz / (double)fb->n_fft;
+  size_t at = 0;
+  for (int m = 0; m < fb->n_mels; m++) {
+    double left = mel_low + m * delta, centre = left + delta,
+           right = centre + delta;
+    fb->mel_at[m] = at;
+    fb->mel_lo[m] = 0;
+    fb->mel_n[m] = 0;
+    for (size_t k = 0; k < n_bins; k++) {
+      double mel = mel_scale(bin_hz * (double)k);
+      double up = (mel - left) / (centre - left);
+      double down = (right - mel) / (right - centre);
+      double w = fmax(0.0, fmin(up, down));
+      if (w <= 0.0) continue;
+      if (fb->mel_n[m] == 0) fb->mel_lo[m] = k;
+      /* Triangles are convex, so nonzero weights are consecutive. */
+      if (fb->mel_w != NULL) fb->mel_w[at] = w;
+      at++;
+      fb->mel_n[m] = k + 1 - fb->mel_lo[m];
+    }
+  }
+  return at;
+}
+
 /* FFTW's planner is not thread-safe; the library makes it so once, so that
  * objects may be created from any thread. Execution of a plan is. */
 static pthread_once_t planner_once = PTHREAD_ONCE_INIT;
@@ -257,46 +304,23 @@ int aural__fbank_init(aural__fbank *fb, const aural_fbank_opts *opts,
   }
   size_t n_bins = fb->n_fft / 2; /* the Nyquist bin has no weight */
 
-  /* Mel filters: triangles evenly spaced on the mel scale between low and
-   * high, evaluated at the centre frequency of each FFT bin. */
-  double nyquist = opts->sample_rate_hz / 2;
-  double high = opts->high_freq > 0 ? opts->high_freq
-                                    : nyquist + opts->high_freq;
-  double mel_low = mel_scale(opts->low_freq), mel_high = mel_scale(high);
-  double delta = (mel_high - mel_low) / (fb->n_mels + 1);
-  double bin_hz = opts->sample_rate_hz / (double)fb->n_fft;
-
   fb->window = malloc(fb->win * sizeof *fb->window);
   fb->mel_lo = calloc((size_t)fb->n_mels, sizeof *fb->mel_lo);
   fb->mel_n = calloc((size_t)fb->n_mels, sizeof *fb->mel_n);
   fb->mel_at = calloc((size_t)fb->n_mels, sizeof *fb->mel_at);
-  fb->mel_w = malloc((size_t)fb->n_mels * n_bins * sizeof *fb->mel_w);
   fb->fft_in = fftw_alloc_real(fb->n_fft);
   fb->fft_out = fftw_alloc_complex(n_bins + 1);
+  if (fb->mel_lo && fb->mel_n && fb->mel_at) {
+    size_t n_weights = mel_filters(fb, n_bins);
+    fb->mel_w = malloc((n_weights ? n_weights : 1) * sizeof *fb->mel_w);
+  }
   if (!fb->window || !fb->mel_lo || !fb->mel_n || !fb->mel_at || !fb->mel_w ||
       !fb->fft_in || !fb->fft_out) {
     aural__fbank_free(fb);
     return aural__err_set(err, AURAL_ENOMEM, "fbank: out of memory");
   }
   fill_window(fb->window, fb->win, opts->window_type);
-
-  size_t at = 0;
-  for (int m = 0; m < fb->n_mels; m++) {
-    double left = mel_low + m * delta, centre = left + delta,
-           right = centre + delta;
-    fb->mel_at[m] = at;
-    for (size_t k = 0; k < n_bins; k++) {
-      double mel = mel_scale(bin_hz * (double)k);
-      double up = (mel - left) / (centre - left);
-      double down = (right - mel) / (right - centre);
-      double w = fmax(0.0, fmin(up, down));
-      if (w <= 0.0) continue;
-      if (fb->mel_n[m] == 0) fb->mel_lo[m] = k;
-      /* Triangles are convex, so nonzero weights are consecutive. */
-      fb->mel_w[at++] = w;
-      fb->mel_n[m] = k + 1 - fb->mel_lo[m];
-    }
-  }
+  mel_filters(fb, n_bins);
 
   pthread_once(&planner_once, make_planner_thread_safe);
   fb->plan = fftw_plan_dft_r2c_1d((int)fb->n_fft, fb->fft_in, fb->fft_out,

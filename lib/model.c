@@ -36,6 +36,12 @@
 #define MAX_WINDOW 1000000
 #define MAX_LEAD_IN 1000 /* 10 s at 10 ms */
 #define MAX_VOCAB 1000000
+/* Bytes of one vocabulary token. Every buffer of CTC text (a stream's,
+ * aurald's for each chunk) holds chunk_frames times the longest token, so
+ * a token of a few megabytes in a small file would make each chunk of
+ * each stream ask for hundreds of them. Real tokens (phones, BPE pieces)
+ * are a few bytes. */
+#define MAX_TOKEN_BYTES 1024
 #define AURAL__MAX_KV_BYTES (1024.0 * 1048576) /* per stream */
 
 void aural_model_load_config_default(aural_model_load_config *cfg) {
@@ -348,15 +354,27 @@ static int parse_config(const char *json, const char *where,
       char **v = calloc((size_t)n, sizeof *v);
       int i = 0;
       int tok = vocab + 1;
+      size_t long_len = 0; /* the length of a token over the limit */
       for (; v != NULL && i < n; i++, tok = aural__json_after(js, tok)) {
         if (!aural__json_is(js, tok, AURAL_JSON_STRING)) break;
         v[i] = aural__json_strdup(js, tok);
         if (v[i] == NULL) break;
+        if (strlen(v[i]) > MAX_TOKEN_BYTES) {
+          long_len = strlen(v[i]);
+          free(v[i]);
+          break;
+        }
       }
       if (i < n) {
         /* A string that did not copy met the end of memory (\u0000 was
          * refused before: first_bad_byte). */
-        r.rc = v == NULL || aural__json_is(js, tok, AURAL_JSON_STRING)
+        r.rc = long_len > 0
+                   ? aural__err_set(err, AURAL_ECONFIG,
+                                    "%s: aural.config vocab entry %d is %zu "
+                                    "bytes long; tokens of at most %d are "
+                                    "supported",
+                                    where, i, long_len, MAX_TOKEN_BYTES)
+               : v == NULL || aural__json_is(js, tok, AURAL_JSON_STRING)
                    ? aural__err_set(err, AURAL_ENOMEM, "out of memory")
                    : aural__err_set(err, AURAL_ECONFIG,
                                     "%s: aural.config vocab entry %d is not "
@@ -1107,33 +1125,37 @@ static int check_cmvn(const aural_model *m, const char *where,
   return 0;
 }
 
-int aural_model_load_buffer(const void *data, size_t size, const char *where,
-                            const aural_model_load_config *lcfg,
-                            aural_model **out, aural_err *err) {
-  *out = NULL;
-  aural_model_load_config dflt;
-  if (lcfg == NULL) {
-    aural_model_load_config_default(&dflt);
-    lcfg = &dflt;
-  }
-  const unsigned char *bytes = data;
+/* The header length in the first 8 bytes of a file of size bytes, checked
+ * against the 100 MB limit and the file's length. */
+static int header_length(const unsigned char *first8, uint64_t size,
+                         const char *where, uint64_t *hlen, aural_err *err) {
   if (size < 8)
     return aural__err_set(err, size == 0 ? AURAL_EEMPTY : AURAL_ETRUNCATED,
-                          "%s: %zu bytes: too short for a safetensors file",
-                          where, size);
-  uint64_t hlen = read_le64(bytes);
-  if (hlen > MAX_HEADER_BYTES)
+                          "%s: %llu bytes: too short for a safetensors file",
+                          where, (unsigned long long)size);
+  *hlen = read_le64(first8);
+  if (*hlen > MAX_HEADER_BYTES)
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s: header length %llu exceeds the 100 MB limit",
-                          where, (unsigned long long)hlen);
-  if (hlen > size - 8)
+                          where, (unsigned long long)*hlen);
+  if (*hlen > size - 8)
     return aural__err_set(err, AURAL_ETRUNCATED,
                           "%s: header length %llu runs past the end of the "
-                          "%zu-byte file",
-                          where, (unsigned long long)hlen, size);
-  uint64_t data_len = size - 8 - hlen;
-  const unsigned char *tensor_data = bytes + 8 + hlen;
+                          "%llu-byte file",
+                          where, (unsigned long long)*hlen,
+                          (unsigned long long)size);
+  return 0;
+}
 
+/* Loads a model from bytes, which hold the 8-byte length and the hlen
+ * bytes of header, followed by the data_len bytes of tensor data at
+ * tensor_data. With tensor_data NULL it only validates: everything the
+ * header and the config decide, against data_len (the length in the
+ * file), without the tensor bytes; out is then not set. */
+static int load(const unsigned char *bytes, uint64_t hlen, uint64_t data_len,
+                const unsigned char *tensor_data, const char *where,
+                const aural_model_load_config *lcfg, aural_model **out,
+                aural_err *err) {
   aural__json *doc;
   int rc = read_header(bytes, hlen, where, &doc, err);
   if (rc < 0) return rc;
@@ -1222,6 +1244,7 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
     }
   }
 
+  if (tensor_data == NULL) goto done; /* validated */
   rc = convert_weights(m, &wl, tensor_data, lcfg, n_f32, n_f16, where, err);
   if (rc < 0) goto done;
   if (m->cfg.has_cmvn) m->n_params -= 2u * (uint64_t)m->cfg.fbank.num_mel_bins;
@@ -1245,12 +1268,78 @@ done:
   free(names);
   free(config);
   aural__json_free(doc);
-  if (rc < 0) {
+  if (rc < 0 || tensor_data == NULL) {
     aural_model_free(m);
     return rc;
   }
   *out = m;
   return 0;
+}
+
+int aural_model_load_buffer(const void *data, size_t size, const char *where,
+                            const aural_model_load_config *lcfg,
+                            aural_model **out, aural_err *err) {
+  *out = NULL;
+  aural_model_load_config dflt;
+  if (lcfg == NULL) {
+    aural_model_load_config_default(&dflt);
+    lcfg = &dflt;
+  }
+  const unsigned char *bytes = data;
+  uint64_t hlen = 0;
+  int rc = header_length(bytes, size, where, &hlen, err);
+  if (rc < 0) return rc;
+  return load(bytes, hlen, size - 8 - hlen, bytes + 8 + hlen, where, lcfg,
+              out, err);
+}
+
+/* Reads n bytes at offset 0 of fd into a new buffer: 0, or an error with
+ * err naming path (a file that is now shorter is AURAL_ETRUNCATED). */
+static int read_head(int fd, const char *path, size_t n, unsigned char **out,
+                     aural_err *err) {
+  *out = malloc(n > 0 ? n : 1);
+  if (*out == NULL)
+    return aural__err_set(err, AURAL_ENOMEM,
+                          "%s: out of memory for the header's %zu bytes",
+                          path, n);
+  for (size_t got = 0; got < n;) {
+    ssize_t k = pread(fd, *out + got, n - got, (off_t)got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      int e = k < 0 ? errno : 0;
+      free(*out);
+      *out = NULL;
+      return e != 0 ? aural__err_set(err, -e, "%s: read failed at byte %zu: "
+                                     "%s", path, got, strerror(e))
+                    : aural__err_set(err, AURAL_ETRUNCATED,
+                                     "%s: the file shrank to %zu bytes while "
+                                     "it was read",
+                                     path, got);
+    }
+    got += (size_t)k;
+  }
+  return 0;
+}
+
+/* A file is validated from its header before its tensor data is read:
+ * reading first would allocate and fill a buffer of the whole file (up to
+ * twice the memory limit) for a file that a few bytes of its header
+ * refuse, another model's checkpoint say. */
+static int validate_header(int fd, const char *path, uint64_t size,
+                           const aural_model_load_config *lcfg,
+                           aural_err *err) {
+  unsigned char *head;
+  uint64_t hlen = 0;
+  int rc = read_head(fd, path, size < 8 ? (size_t)size : 8, &head, err);
+  if (rc < 0) return rc;
+  rc = header_length(head, size, path, &hlen, err);
+  free(head);
+  if (rc < 0) return rc;
+  rc = read_head(fd, path, (size_t)(8 + hlen), &head, err);
+  if (rc < 0) return rc;
+  rc = load(head, hlen, size - 8 - hlen, NULL, path, lcfg, NULL, err);
+  free(head);
+  return rc;
 }
 
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
@@ -1284,8 +1373,13 @@ int aural_model_load(const char *path, const aural_model_load_config *cfg,
                           fmt_bytes(b, sizeof b, limit),
                           fmt_bytes(c, sizeof c, most));
   }
+  int rc = validate_header(fd, path, size, cfg, err);
+  if (rc < 0) {
+    close(fd);
+    return rc;
+  }
   unsigned char *bytes;
-  int rc = aural__read_all(fd, path, size, &bytes, err);
+  rc = aural__read_all(fd, path, size, &bytes, err);
   close(fd);
   if (rc < 0) return rc;
   rc = aural_model_load_buffer(bytes, size, path, cfg, out, err);

@@ -191,6 +191,74 @@ static void test_truncated_data_after_many_chunks(void **state) {
   assert_rejected(path, AURAL_ETRUNCATED, 0, "truncated");
 }
 
+/* Cut-off AU, Wave64, RF64 and VOC files, whose headers declare their
+ * sizes as WAV's does: libsndfile logs each in its own words ("Data Size
+ * : X (should be Y)", "riff : X (should be Y)", "Riff size : X (should be
+ * Y)", "Seems to be a truncated file.") and reads them as complete,
+ * shorter recordings. The same files uncut read to their end. */
+static void test_truncated_other_formats(void **state) {
+  char path[PATH_BYTES];
+  aural_audiofile_info info;
+  float *samples;
+  size_t n;
+  aural_err err = {0};
+
+  path_in(path, state, "cut.au");
+  make_au(path, 16000, 1, 4000);
+  assert_int_equal(read_all(path, 256, &info, &samples, &n, &err), 0);
+  assert_int_equal(n, 2000);
+  free(samples);
+  assert_int_equal(truncate(path, 24 + 1000), 0);
+  assert_rejected(path, AURAL_ETRUNCATED, 0,
+                  "declares 4000 bytes of audio data but the file holds "
+                  "only 1000");
+
+  path_in(path, state, "cut.w64");
+  make_w64(path, 1000, 2000);
+  assert_int_equal(read_all(path, 256, &info, &samples, &n, &err), 0);
+  assert_int_equal(n, 1000);
+  free(samples);
+  make_w64(path, 1000, 4000);
+  assert_rejected(path, AURAL_ETRUNCATED, 0, "truncated");
+
+  path_in(path, state, "cut.rf64");
+  make_rf64(path, 1000, 2000);
+  assert_int_equal(read_all(path, 256, &info, &samples, &n, &err), 0);
+  assert_int_equal(n, 1000);
+  free(samples);
+  make_rf64(path, 1000, 4000);
+  assert_rejected(path, AURAL_ETRUNCATED, 0,
+                  "declares 4072 bytes in all but the file holds only 2072");
+
+  path_in(path, state, "cut.voc");
+  make_voc(path, 1000, 2000);
+  assert_int_equal(read_all(path, 256, &info, &samples, &n, &err), 0);
+  assert_int_equal(n, 1000);
+  free(samples);
+  make_voc(path, 1000, 4000);
+  assert_rejected(path, AURAL_ETRUNCATED, 0, "truncated");
+}
+
+/* A cut-off NIST SPHERE file (TIMIT's format): libsndfile logs nothing and
+ * reads what is there; its sample_count says how much should be. */
+static void test_truncated_nist_sphere(void **state) {
+  char path[PATH_BYTES];
+  aural_audiofile_info info;
+  float *samples;
+  size_t n;
+  aural_err err = {0};
+  path_in(path, state, "cut.sph");
+  make_nist(path, 1000, 1000);
+  assert_int_equal(read_all(path, 256, &info, &samples, &n, &err), 0);
+  assert_int_equal(n, 1000);
+  assert_int_equal(info.n_frames, 1000);
+  free(samples);
+  make_nist(path, 1000, 2000);
+  assert_rejected(path, AURAL_ETRUNCATED, 0,
+                  "declares 2000 samples (sample_count) but the file holds "
+                  "only 1000");
+}
+
 /* ---- Non-finite float samples. ---- */
 
 /* A float WAV (32 or 64 bits) of n_frames x n_channels small ramp values,
@@ -788,6 +856,8 @@ int main(void) {
       T(test_header_without_data),
       T(test_truncated_data),
       T(test_truncated_data_after_many_chunks),
+      T(test_truncated_other_formats),
+      T(test_truncated_nist_sphere),
       T(test_nan_names_frame_and_channel),
       T(test_positive_infinity),
       T(test_negative_infinity_float64),

@@ -3,6 +3,7 @@
  * tools/gen_fbank_goldens.py), independence from push sizes, resampler
  * quality, non-finite input, CMVN and configuration parsing.
  */
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -438,6 +439,12 @@ static void test_config_json(void **state) {
       {"{\"num_mel_bins\": 80.5}", "num_mel_bins"},
       {"{\"num_mel_bins\": 0}", "num_mel_bins"},
       {"{\"num_mel_bins\": 1e300}", "num_mel_bins"},
+      /* Options torchaudio's fbank refuses (its get_mel_banks asserts
+       * num_bins > 3 and an even padded window): no reference computes
+       * such features, so no model can have been trained on them. */
+      {"{\"num_mel_bins\": 3}", "num_mel_bins"},
+      {"{\"round_to_power_of_two\": false, \"frame_length\": 25.0625}",
+       "odd window of 401"},
       {"{\"sample_rate\": 0}", "sample_rate"},
       {"{\"frame_shift\": 0}", "frame_"},
       {"{\"frame_shift\": 40}", "frame_shift"},
@@ -562,6 +569,64 @@ static void test_option_variants(void **state) {
   free(a.pcm);
 }
 
+/* Bytes currently allocated by this process: the sanitizer's own count
+ * under ASan, else glibc's. */
+extern size_t __sanitizer_get_current_allocated_bytes(void)
+    __attribute__((weak));
+
+static size_t allocated_bytes(void) {
+  if (__sanitizer_get_current_allocated_bytes != NULL)
+    return __sanitizer_get_current_allocated_bytes();
+  struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
+/* The largest options a model config may give (1024 mel bins, a window of
+ * 65536 samples) make a frontend of a few MiB, what its buffers and the
+ * filters' nonzero weights need: every stream makes one. Storing each
+ * filter's weights over all 32768 FFT bins took 256 MiB. */
+static void test_largest_config_memory(void **state) {
+  (void)state;
+  aural_frontend_config cfg;
+  aural_frontend_config_default(&cfg);
+  const char *big = "{\"num_mel_bins\": 1024, \"frame_length\": 4096}";
+  assert_int_equal(aural_fbank_opts_from_json(&cfg.fbank, big, strlen(big),
+                                              NULL),
+                   0);
+  assert_int_equal(aural_fbank_window_samples(&cfg.fbank), 65536);
+  size_t before = allocated_bytes();
+  aural_frontend *fe;
+  aural_err err = {0};
+  assert_int_equal(aural_frontend_create(&cfg, &fe, &err), 0);
+  size_t bytes = allocated_bytes() - before;
+  printf("  1024 mel bins, 65536-sample window: create allocated %zu bytes\n",
+         bytes);
+  assert_true(bytes < (size_t)16 << 20);
+
+  /* Still the features of a signal: a tone lands in its own bins. */
+  size_t n = 65536 + 160 * 3;
+  float *x = malloc(n * sizeof *x);
+  assert_non_null(x);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)(0.5 * sin(2 * M_PI * 1000.0 * (double)i / 16000.0));
+  sink s = {.dim = 1024};
+  assert_int_equal(aural_frontend_push(fe, x, n, sink_fn, &s), 0);
+  assert_int_equal(aural_frontend_finish(fe, sink_fn, &s), 0);
+  assert_int_equal(s.n_rows, 4);
+  size_t top = 0;
+  for (size_t m = 0; m < 1024; m++)
+    if (s.rows[m] > s.rows[top]) top = m;
+  /* 1000 Hz on the mel scale between 20 Hz and 8 kHz, 1025 steps. */
+  double mel = 1127.0 * log(1.0 + 1000.0 / 700.0),
+         lo = 1127.0 * log(1.0 + 20.0 / 700.0),
+         hi = 1127.0 * log(1.0 + 8000.0 / 700.0);
+  double expect = (mel - lo) / ((hi - lo) / 1025.0) - 1;
+  assert_true(fabs((double)top - expect) <= 1.5);
+  aural_frontend_destroy(fe);
+  free(s.rows);
+  free(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parity_with_torchaudio),
@@ -576,6 +641,7 @@ int main(void) {
       cmocka_unit_test(test_config_json),
       cmocka_unit_test(test_config_json_error_offset),
       cmocka_unit_test(test_option_variants),
+      cmocka_unit_test(test_largest_config_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

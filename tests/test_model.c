@@ -739,6 +739,33 @@ static void mut_vocab_one(mfile *mf) {
            "\"vocab\":[\"t0\"]");
 }
 
+/* A token of 1025 bytes: over the limit, which keeps what every buffer
+ * of CTC text holds (chunk_frames times the longest token) small. */
+static void mut_vocab_token_long(mfile *mf) {
+  char token[1100];
+  memset(token, 'x', 1025);
+  token[1025] = '\0';
+  char *with;
+  assert_true(asprintf(&with, "\"vocab\":[\"t0\",\"t1\",\"%s\",\"t3\","
+                              "\"t4\"]",
+                       token) > 0);
+  cfg_edit(mf, "\"vocab\":[\"t0\",\"t1\",\"t2\",\"t3\",\"t4\"]", with);
+  free(with);
+}
+
+/* 1024 bytes, the limit itself, loads. */
+static void mut_vocab_token_at_limit(mfile *mf) {
+  char token[1100];
+  memset(token, 'x', 1024);
+  token[1024] = '\0';
+  char *with;
+  assert_true(asprintf(&with, "\"vocab\":[\"t0\",\"t1\",\"%s\",\"t3\","
+                              "\"t4\"]",
+                       token) > 0);
+  cfg_edit(mf, "\"vocab\":[\"t0\",\"t1\",\"t2\",\"t3\",\"t4\"]", with);
+  free(with);
+}
+
 static void mut_vocab_size_mismatch(mfile *mf) {
   cfg_edit(mf, ",\"t4\"]", "]");
 }
@@ -996,6 +1023,8 @@ static bad_case bad_cases[] = {
      E("\"vocab\" must be a list")},
     {"vocab_one_token", mut_vocab_one, NULL, AURAL_ECONFIG,
      E("\"vocab\" must be a list of 2..")},
+    {"vocab_token_long", mut_vocab_token_long, NULL, AURAL_ECONFIG,
+     E("vocab entry 2 is 1025 bytes long", "at most 1024")},
     {"vocab_size_mismatch", mut_vocab_size_mismatch, NULL, AURAL_EFORMAT,
      E("\"head.weight\" has shape [5, 16]", "implies [4, 16]")},
     {"head_without_vocab", mut_head_without_vocab, NULL, AURAL_EFORMAT,
@@ -1146,6 +1175,18 @@ static void test_base_round_trips(void **state) {
     assert_string_equal(aural_model_token(m, 4), "t4");
     aural_model_free(m);
   }
+
+  /* A token as long as the limit loads (vocab_token_long is one byte
+   * more). */
+  mut_vocab_token_at_limit(&mf);
+  unsigned char *long_token = mf_serialize(&mf, &size2);
+  aural_model *m;
+  aural_err err = {0};
+  if (aural_model_load_buffer(long_token, size2, "base", NULL, &m, &err) != 0)
+    fail_msg("%s", err.msg);
+  assert_int_equal(strlen(aural_model_token(m, 2)), 1024);
+  aural_model_free(m);
+  free(long_token);
   free(moved);
   free(again);
   free(orig);
@@ -1484,6 +1525,67 @@ static void test_memory_limit_config(void **state) {
   assert_int_equal(aural_model_memory_need(&bad, AURAL_WEIGHTS_F32, 64, &mm),
                    0);
   free(b);
+}
+
+/* This process's peak resident memory (VmHWM) in kB, or -1. */
+static long peak_rss_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL) return -1;
+  char line[256];
+  long kb = -1;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+  fclose(f);
+  return kb;
+}
+
+/* A file is refused from its header before its tensor data is read or
+ * memory is taken for it: here a 300 MB (sparse) file whose __metadata__
+ * is not aural's, as another program's checkpoint's would be. Read whole
+ * first, it took 300 MB of memory to be told so. */
+static void test_refused_before_data_read(void **state) {
+  (void)state;
+  synth_spec s;
+  base_spec(&s);
+  size_t size;
+  unsigned char *orig = synth_model(&s, &size);
+  assert_non_null(orig);
+  mfile mf;
+  mf_parse(&mf, orig, size);
+  mut_format(&mf);
+  unsigned char *b = mf_serialize(&mf, &size);
+  char *path;
+  assert_true(asprintf(&path, "%s/checkpoint_300mb.safetensors", tmp_dir) >
+              0);
+  test_write_file(path, b, size);
+  assert_int_equal(truncate(path, 300000000), 0);
+
+  /* Peak memory from here on: resetting it needs Linux's clear_refs. */
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  if (f == NULL || fputs("5", f) < 0 || fclose(f) != 0 ||
+      peak_rss_kb() < 0) {
+    unlink(path);
+    free(path);
+    free(b);
+    free(orig);
+    mf_free(&mf);
+    skip();
+  }
+  long before = peak_rss_kb();
+  aural_model *m = (aural_model *)&m;
+  aural_err err = {0};
+  int rc = aural_model_load(path, NULL, &m, &err);
+  long grown_kb = peak_rss_kb() - before;
+  printf("  300 MB file: %s (peak memory grew by %ld kB)\n", err.msg,
+         grown_kb);
+  const char *const expect[3] = {"\"format\" is not \"aural\"", NULL, NULL};
+  check_rejected(rc, m, &err, AURAL_EFORMAT, path, expect);
+  assert_true(grown_kb < 50 * 1024);
+  assert_int_equal(unlink(path), 0);
+  free(path);
+  free(b);
+  free(orig);
+  mf_free(&mf);
 }
 
 /* ---- headers with very many entries ------------------------------------ */
@@ -1948,6 +2050,8 @@ int main(void) {
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_kv_ring_limit);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_memory_limit_d_ff);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_memory_limit_config);
+  tests[n++] =
+      (struct CMUnitTest)cmocka_unit_test(test_refused_before_data_read);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_header_limit_real);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_match_names_comparisons);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_many_header_entries);

@@ -43,4 +43,24 @@ void make_truncated_wav_after_chunks(const char *path, size_t n_chunks,
 void make_au(const char *path, uint32_t rate_hz, uint32_t n_channels,
              size_t payload_len);
 
+/* A Sony Wave64 file, 16-bit mono 16 kHz, of n_frames ramp samples, its
+ * riff size (the whole file's) and data size declaring data_bytes of
+ * audio. */
+void make_w64(const char *path, size_t n_frames, uint64_t data_bytes);
+
+/* An RF64 file (a WAV whose sizes are in its ds64 chunk), 16-bit mono
+ * 16 kHz, of n_frames ramp samples, ds64 declaring data_bytes of audio
+ * and a riff size to match. */
+void make_rf64(const char *path, size_t n_frames, uint64_t data_bytes);
+
+/* A Creative Voice File (one sound data block of type 9, 16-bit mono
+ * 16 kHz, then the terminator) of n_frames ramp samples, the block
+ * declaring data_bytes of audio. */
+void make_voc(const char *path, size_t n_frames, uint32_t data_bytes);
+
+/* A NIST SPHERE file (1024-byte text header, 16-bit little-endian mono
+ * 16 kHz) of n_frames ramp samples, its sample_count declaring
+ * declared_frames. */
+void make_nist(const char *path, size_t n_frames, size_t declared_frames);
+
 #endif

@@ -150,11 +150,11 @@ def main():
     write("valid_sin_relu_postln_f16.safetensors",
           serialize(*model(sin, mels=5, dtypes=("F16",), seed=2)))
 
-    none = dict(num_mel_bins=3, d_model=2, n_heads=1, n_layers=1, d_ff=3,
+    none = dict(num_mel_bins=4, d_model=2, n_heads=1, n_layers=1, d_ff=3,
                 activation="relu", window=1, pos_encoding="none",
                 vocab=["", "x"])
     write("valid_none_w1_mixed_dtypes.safetensors",
-          serialize(*model(none, mels=3, cmvn=True,
+          serialize(*model(none, mels=4, cmvn=True,
                            dtypes=("F32", "F16", "BF16"), seed=3)))
 
     bf = dict(num_mel_bins=4, d_model=6, n_heads=3, n_layers=2, d_ff=5,
@@ -187,7 +187,7 @@ def main():
     edit_config(h, n_heads=3)
     write("bad_heads_not_dividing.safetensors", serialize(h, d))
 
-    h, d = model(none, mels=3, cmvn=True, dtypes=("F32", "F16", "BF16"), seed=3)
+    h, d = model(none, mels=4, cmvn=True, dtypes=("F32", "F16", "BF16"), seed=3)
     h["input_proj.weight"]["dtype"] = "I8"
     write("bad_dtype_i8.safetensors", serialize(h, d))
 
@@ -212,7 +212,7 @@ def main():
     edit_config(h, vocab="<blank> a b c")
     write("bad_vocab_string.safetensors", serialize(h, d))
 
-    h, d = model(none, mels=3, cmvn=True, dtypes=("F32", "F16", "BF16"), seed=3)
+    h, d = model(none, mels=4, cmvn=True, dtypes=("F32", "F16", "BF16"), seed=3)
     h["input_proj.bias"]["shape"] = [4294967296, 4294967296]
     write("bad_shape_overflow.safetensors", serialize(h, d))
 
@@ -230,9 +230,9 @@ def regressions():
     # A 52 kB file whose every encoder reserves 27 layers * 1000000 frames
     # * 10 * (k, v) * 4 bytes = 2.16 GB of KV ring: nothing bounds
     # n_layers * window * d_model.
-    cfg = dict(num_mel_bins=3, d_model=10, n_heads=1, n_layers=27, d_ff=1,
+    cfg = dict(num_mel_bins=4, d_model=10, n_heads=1, n_layers=27, d_ff=1,
                activation="relu", window=1000000, pos_encoding="none")
-    blob = serialize(*model(cfg, mels=3, dtypes=("F16",), seed=6))
+    blob = serialize(*model(cfg, mels=4, dtypes=("F16",), seed=6))
     assert len(blob) <= 64 * 1024
     with open(os.path.join(out, "kv_state_2gb.safetensors"), "wb") as f:
         f.write(blob)

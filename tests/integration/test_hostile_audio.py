@@ -79,6 +79,16 @@ def au(rate, channels, payload_len, data_size=None):
             bytes(payload_len))
 
 
+def nist(n_frames, declared_frames):
+    """A NIST SPHERE file (TIMIT's format) of n_frames of 16-bit mono
+    PCM whose sample_count declares declared_frames."""
+    head = ("NIST_1A\n   1024\nsample_count -i %d\nchannel_count -i 1\n"
+            "sample_rate -i %d\nsample_n_bytes -i 2\n"
+            "sample_byte_format -s2 01\nsample_coding -s3 pcm\nend_head\n"
+            % (declared_frames, RATE)).encode()
+    return head.ljust(1024, b" ") + pcm16(n_frames)
+
+
 def good_wav(path, seconds=0.5, rate=RATE, channels=1):
     with wave.open(path, "wb") as w:
         w.setnchannels(channels)
@@ -112,6 +122,13 @@ def make_cases():
             "error", "not a readable|truncated|data"),
         "block_align_0": ("align0.wav", riff(fmt(block_align=0), half),
                           "ok", ""),
+        # Formats whose cut-off files libsndfile reads as shorter ones.
+        "au_data_size_too_long": ("cut.au", au(RATE, 1, 4000,
+                                               data_size=16000),
+                                  "error", "truncated"),
+        "nist_sample_count_too_long": ("cut.sph", nist(RATE // 4, RATE // 2),
+                                       "error", "truncated"),
+        "nist_whole": ("whole.sph", nist(RATE // 2, RATE // 2), "ok", ""),
         "channels_0": ("ch0.wav", riff(fmt(channels=0), half), "error",
                        "channel"),
         "channels_100000": ("ch100k.au", au(RATE, 100000, 4000), "error",

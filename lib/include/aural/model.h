@@ -129,7 +129,9 @@ void aural_model_load_config_default(aural_model_load_config *cfg);
 
 /* Loads and validates path (read into memory, freed before returning; a
  * file that changes size while it is read is refused with
- * AURAL_ETRUNCATED or AURAL_EIO). cfg may be NULL for defaults. A model
+ * AURAL_ETRUNCATED or AURAL_EIO). Its header is read and validated first:
+ * a file the header refuses is not read further. cfg may be NULL for
+ * defaults. A model
  * that needs more memory than cfg->max_memory_bytes, or a file too large
  * to hold such a model, is refused with AURAL_ECONFIG naming the
  * dimension that asks for it, before anything is allocated for it. Returns 0, -errno, AURAL_EEMPTY, AURAL_EFORMAT,
