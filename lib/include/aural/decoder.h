@@ -225,8 +225,11 @@ void aural_decoder_config_default(aural_decoder_config *cfg);
 typedef struct aural_decoder aural_decoder;
 
 /* model gives the vocabulary and the frame duration; lex and lm (lm may be
- * NULL: words are then scored by the penalty alone) must outlive the
- * decoder. */
+ * NULL: words are then scored by the penalty alone; else loaded over lex)
+ * must outlive the decoder. Returns 0, AURAL_EINVAL (no model or lexicon),
+ * AURAL_ECONFIG (a setting out of range, a lexicon made for another
+ * vocabulary, an LM loaded over another lexicon) or AURAL_ENOMEM, with err
+ * naming the problem. */
 int aural_decoder_create(const aural_decoder_config *cfg,
                          const aural_model *model, const aural_lexicon *lex,
                          const aural_lm *lm, aural_decoder **out,

@@ -110,7 +110,7 @@ typedef struct aural_stream_config {
                              that frame's first. At most
                              AURAL_STREAM_MAX_FIRST_CHUNK. */
   /* AURAL_STREAM_WORDS: the resources (which must outlive the stream; lm
-   * may be NULL) and the search's settings. */
+   * may be NULL, else loaded over lexicon) and the search's settings. */
   const aural_lexicon *lexicon;
   const aural_lm *lm;
   aural_decoder_config decoder;
