@@ -79,7 +79,8 @@ extern "C" {
 #define AURAL_STREAM_WORDS (1u << 4)      /* words: the lexicon and LM
                                              decoder of aural/decoder.h */
 
-/* Bound on chunk_frames, max_pending_frames and encoder_batch_frames. */
+/* Bound on chunk_frames and max_pending_frames (encoder_batch_frames:
+ * AURAL_ENCODER_MAX_BATCH_FRAMES). */
 #define AURAL_STREAM_MAX_FRAMES 1000000
 /* Bound on first_chunk: 2^40 chunks of 500 ms are 17,000 years. */
 #define AURAL_STREAM_MAX_FIRST_CHUNK (1ull << 40)
@@ -99,8 +100,9 @@ typedef struct aural_stream_config {
                                 resampler delay are added when resampling
                                 (aural_stream_info.pending_cap) */
   size_t encoder_batch_frames; /* rows of the encoder's own scratch for
-                                  aural_stream_compute (default 64); more
-                                  are encoded in several passes */
+                                  aural_stream_compute, 1..
+                                  AURAL_ENCODER_MAX_BATCH_FRAMES (default
+                                  64); more are encoded in several passes */
   uint64_t first_chunk;   /* 0 (default): the stream from its start. Else
                              the rest of a longer stream, from this chunk
                              on (a stream resumed elsewhere): chunks number
