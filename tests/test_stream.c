@@ -661,6 +661,10 @@ static void test_errors(void **state) {
   aural_stream_config_default(&sc);
   sc.n_channels = 0;
   assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ECHANNELS);
+  aural_stream_config_default(&sc);
+  sc.nonfinite = (aural_nonfinite_policy)2;
+  assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ECONFIG);
+  assert_contains(err.msg, "nonfinite");
   aural_stream_destroy(NULL);
 
   /* A model without a head: embeddings only by default. */
