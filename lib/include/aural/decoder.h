@@ -75,8 +75,8 @@ extern "C" {
  * one when that exists, else the plain name (a loader then says it is
  * missing). The suffix ".lm" names the LM in either form: the first of
  * MODEL.lm.bin, MODEL.lm.bin.gz, MODEL.lm.arpa, MODEL.lm.arpa.gz that
- * exists, else MODEL.lm.bin. Returns 0, or -1 when the path does not fit
- * in cap.
+ * exists, else MODEL.lm.bin. Returns 0, or -ENAMETOOLONG when the path
+ * (or its gzipped form) does not fit in cap.
  * Thread-safe; it asks the file system, so not for a real-time path. */
 int aural_decoder_resource_path(const char *model_path, const char *suffix,
                                 char *out, size_t cap);
