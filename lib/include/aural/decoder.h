@@ -9,6 +9,10 @@
  *   aural_decoder_config dc;
  *   aural_decoder_config_default(&dc);
  *   aural_decoder_create(&dc, model, lex, lm, &dec, &err);
+ *   aural_decoder_info di;
+ *   aural_decoder_get_info(dec, &di);
+ *   size_t cap = di.max_words;                    // always enough
+ *   aural_word *words = malloc(cap * sizeof *words);
  *   // each chunk's logits (n_frames, vocab_size), as aural_stream pulls them:
  *   for (size_t at = 0; at < n_frames;) {
  *     at += aural_decoder_push(dec, logits + at * vocab, n_frames - at);

@@ -10,8 +10,9 @@
  *   aural_stream_get_info(s, &info);         // dims, frame_seconds, ...
  *   aural_chunk ch = {.emb = malloc(info.chunk_frames * info.d_model * 4),
  *                     .max_frames = info.chunk_frames,
- *                     .text = malloc(info.text_max_bytes), // NULL if no
- *                     .text_cap = info.text_max_bytes};    // CTC head
+ *                     .text_cap = info.text_max_bytes};
+ *   if (info.text_max_bytes > 0)            // a CTC head: text; without
+ *     ch.text = malloc(info.text_max_bytes); // one a text buffer is refused
  *   while ((n = read_audio(pcm)) > 0)
  *     for (size_t at = 0, k; at < n; at += k) {
  *       aural_stream_push(s, pcm + at * 2, n - at, &k);  // may take part
@@ -266,7 +267,9 @@ void aural_stream_get_info(const aural_stream *s, aural_stream_info *info);
 void aural_stream_get_stats(const aural_stream *s, aural_stream_stats *stats);
 
 /* Starts a new stream with the same config, forgetting all history and
- * anything pending. Returns 0 or AURAL_ERESAMPLE. Real-time-safe. */
+ * anything pending. Returns 0 or AURAL_ERESAMPLE. Real-time-safe at the
+ * model's rate; when the input is resampled, libsoxr frees its state here
+ * and grows it again in the next pushes (aural_resampler_reset). */
 int aural_stream_reset(aural_stream *s);
 
 #ifdef __cplusplus
