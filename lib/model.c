@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "aural/encoder.h"
 #include "aural/model.h"
 #include "internal.h"
 
@@ -703,7 +704,8 @@ int aural_model_memory_need(const aural_model_config *c,
                             aural_weight_type weights, size_t batch_rows,
                             aural_model_memory *out) {
   memset(out, 0, sizeof *out);
-  if (batch_rows == 0 || batch_rows > 65536 || c->d_model < 1 ||
+  if (batch_rows == 0 || batch_rows > AURAL_ENCODER_MAX_BATCH_FRAMES ||
+      c->d_model < 1 ||
       c->n_heads < 1 || c->d_model % c->n_heads != 0 || c->n_layers < 1 ||
       c->d_ff < 1 || c->window < 1 || c->fbank.num_mel_bins < 1 ||
       c->vocab_size < 0)
@@ -780,27 +782,36 @@ static const char *row_dimension(const aural_model_config *c, char *buf,
  * largest of its weights, one stream and one worker's batch. Each stream
  * and each compute thread multiplies its part, so a few kilobytes of
  * header must not be able to ask for gigabytes of either. */
+/* The caller's load config, checked before any file is opened or read:
+ * its faults are the caller's, not the file's. */
+static int check_load_config(const aural_model_load_config *lc,
+                             aural_err *err) {
+  size_t rows = batch_rows_of(lc);
+  if (rows > AURAL_ENCODER_MAX_BATCH_FRAMES)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "model load config: batch_rows %zu is above %d",
+                          rows, AURAL_ENCODER_MAX_BATCH_FRAMES);
+  if ((lc->precision != AURAL_PRECISION_F32 &&
+       lc->precision != AURAL_PRECISION_BF16) ||
+      (unsigned)lc->weights > AURAL_WEIGHTS_BF16)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "model load config: precision (%d) or weights (%d) "
+                          "is not one this library knows",
+                          (int)lc->precision, (int)lc->weights);
+  if (lc->precision == AURAL_PRECISION_BF16 &&
+      lc->weights == AURAL_WEIGHTS_F16)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "model load config: precision bf16 holds its "
+                          "weights as bfloat16; weights f16 does not go with "
+                          "it");
+  return 0;
+}
+
 static int check_memory(const aural_model_config *c,
                         const aural_model_load_config *lc, const char *where,
                         aural_err *err) {
   uint64_t limit = max_memory_of(lc);
   size_t rows = batch_rows_of(lc);
-  if (rows > 65536)
-    return aural__err_set(err, AURAL_EINVAL,
-                          "%s: batch_rows %zu is above 65536", where, rows);
-  if ((lc->precision != AURAL_PRECISION_F32 &&
-       lc->precision != AURAL_PRECISION_BF16) ||
-      (unsigned)lc->weights > AURAL_WEIGHTS_BF16)
-    return aural__err_set(err, AURAL_EINVAL,
-                          "%s: the load config's precision (%d) or weights "
-                          "(%d) is not one this library knows",
-                          where, (int)lc->precision, (int)lc->weights);
-  if (lc->precision == AURAL_PRECISION_BF16 &&
-      lc->weights == AURAL_WEIGHTS_F16)
-    return aural__err_set(err, AURAL_EINVAL,
-                          "%s: precision bf16 holds its weights as bfloat16; "
-                          "weights f16 does not go with it",
-                          where);
   aural_model_memory mm;
   char lim[32], a[32], b[32], e[32], s[32], dim[48], what[160];
   if (aural_model_memory_need(c, held_type(lc), rows, &mm) < 0)
@@ -1116,6 +1127,8 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
     aural_model_load_config_default(&dflt);
     lcfg = &dflt;
   }
+  int rc = check_load_config(lcfg, err);
+  if (rc < 0) return rc;
   const unsigned char *bytes = data;
   if (size < 8)
     return aural__err_set(err, size == 0 ? AURAL_EEMPTY : AURAL_ETRUNCATED,
@@ -1135,7 +1148,7 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   const unsigned char *tensor_data = bytes + 8 + hlen;
 
   aural__json *doc;
-  int rc = read_header(bytes, hlen, where, &doc, err);
+  rc = read_header(bytes, hlen, where, &doc, err);
   if (rc < 0) return rc;
   const aural_json *js = &doc->js;
 
@@ -1256,6 +1269,13 @@ done:
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err) {
   *out = NULL;
+  aural_model_load_config dflt;
+  if (cfg == NULL) {
+    aural_model_load_config_default(&dflt);
+    cfg = &dflt;
+  }
+  int rc = check_load_config(cfg, err);
+  if (rc < 0) return rc;
   /* Non-blocking, so that a FIFO without a writer cannot stall the open;
    * anything but a regular file is refused. */
   struct stat st;
@@ -1265,11 +1285,6 @@ int aural_model_load(const char *path, const aural_model_load_config *cfg,
   /* Every tensor byte in the file is a weight the model holds, in at
    * least 2 bytes for 4 in the file: a file past twice the memory limit
    * and a full header cannot be a model within it. */
-  aural_model_load_config dflt;
-  if (cfg == NULL) {
-    aural_model_load_config_default(&dflt);
-    cfg = &dflt;
-  }
   uint64_t limit = max_memory_of(cfg), most;
   if (__builtin_mul_overflow(limit, 2, &most) ||
       __builtin_add_overflow(most, 8 + MAX_HEADER_BYTES, &most))
@@ -1285,7 +1300,7 @@ int aural_model_load(const char *path, const aural_model_load_config *cfg,
                           fmt_bytes(c, sizeof c, most));
   }
   unsigned char *bytes;
-  int rc = aural__read_all(fd, path, size, &bytes, err);
+  rc = aural__read_all(fd, path, size, &bytes, err);
   close(fd);
   if (rc < 0) return rc;
   rc = aural_model_load_buffer(bytes, size, path, cfg, out, err);

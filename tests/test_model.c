@@ -1776,6 +1776,18 @@ static void test_precision_config_refused(void **state) {
   lc.weights = (aural_weight_type)9;
   assert_int_equal(aural_model_load_buffer(buf, size, "m", &lc, &m, &err),
                    AURAL_EINVAL);
+  /* The load config is the caller's: checked before the file is read, so
+   * that a broken or missing file does not hide its fault. */
+  aural_model_load_config_default(&lc);
+  lc.batch_rows = AURAL_ENCODER_MAX_BATCH_FRAMES + 1;
+  assert_int_equal(aural_model_load_buffer(buf, 20, "m", &lc, &m, &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "load config: batch_rows");
+  assert_int_equal(aural_model_load("/nonexistent/m.safetensors", &lc, &m,
+                                    &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "load config: batch_rows");
+  assert_null(m);
   aural_model_memory mm;
   assert_int_equal(aural_model_memory_need(&(aural_model_config){.d_model = 4,
                        .n_heads = 1, .n_layers = 1, .d_ff = 4, .window = 2,
