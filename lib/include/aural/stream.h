@@ -170,9 +170,10 @@ typedef struct aural_chunk {
                          single spaces; or NULL */
   size_t text_cap;    /* at least n_frames * (token_max_bytes + 1) + 1 when
                          text is given */
-  aural_word *words;  /* (words_cap) or NULL; words_max always suffice */
+  aural_word *words;  /* (words_cap) or NULL; at least words_max */
   size_t words_cap;
-  uint32_t *segments; /* (segments_cap) or NULL; segments_max suffice */
+  uint32_t *segments; /* (segments_cap), given with words, at least
+                         segments_max; or NULL with words */
   size_t segments_cap;
   /* Out. */
   uint64_t seq;         /* chunk number, from 0 */
@@ -253,7 +254,8 @@ int aural_stream_ready(const aural_stream *s, size_t *n_frames, bool *final);
 /* Copies the next chunk into chunk's buffers and fills its out fields.
  * Returns 1 when a chunk was pulled, 0 when none is complete yet (or the
  * stream is done), AURAL_EINVAL (a buffer for an output the stream does not
- * have, max_frames or text_cap too small for this chunk; nothing is
+ * have, max_frames or text_cap too small for this chunk, words without
+ * segments or either below words_max or segments_max; nothing is
  * consumed). The CTC
  * collapse state advances even when text is NULL. After a failed push,
  * end or compute, the frames computed before it still come out, as after
