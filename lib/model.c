@@ -1129,6 +1129,9 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   }
   int rc = check_load_config(lcfg, err);
   if (rc < 0) return rc;
+  if (data == NULL && size > 0)
+    return aural__err_set(err, AURAL_EINVAL, "%s: %zu bytes at a NULL address",
+                          where, size);
   const unsigned char *bytes = data;
   if (size < 8)
     return aural__err_set(err, size == 0 ? AURAL_EEMPTY : AURAL_ETRUNCATED,

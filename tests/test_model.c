@@ -1174,6 +1174,12 @@ static void test_bad_paths(void **state) {
     const char *const expect[3] = {cases[i].expect, NULL, NULL};
     check_rejected(rc, m, &err, cases[i].code, cases[i].path, expect);
   }
+  /* A NULL buffer of some bytes is refused, as the other loaders do. */
+  aural_model *m = (aural_model *)&m;
+  aural_err err = {0};
+  int rc = aural_model_load_buffer(NULL, 100, "buf", NULL, &m, &err);
+  const char *const expect[3] = {"100 bytes at a NULL address", NULL, NULL};
+  check_rejected(rc, m, &err, AURAL_EINVAL, "buf", expect);
 }
 
 /* A FIFO with no writer: a blocking open(O_RDONLY) would wait for one
