@@ -484,6 +484,10 @@ int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
                           " of the %" PRId64 " declared",
                           af->path, af->n_done, af->info.n_frames);
   }
+  /* The frames are read from the file whether or not they are refused:
+   * counted as done, so that a later read knows where it is. */
+  int64_t first = af->n_done;
+  af->n_done += got;
   size_t n_ch = (size_t)af->info.n_channels;
   for (size_t i = 0; i < (size_t)got * n_ch; i++) {
     if (!isfinite(buf[i]))
@@ -491,11 +495,10 @@ int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
                             "%s: sample %s at frame %" PRId64 ", channel %zu "
                             "(%.3f s): non-finite samples are rejected",
                             af->path, isnan(buf[i]) ? "NaN" : "infinite",
-                            af->n_done + (int64_t)(i / n_ch), i % n_ch,
-                            (double)(af->n_done + (int64_t)(i / n_ch)) /
+                            first + (int64_t)(i / n_ch), i % n_ch,
+                            (double)(first + (int64_t)(i / n_ch)) /
                                 af->info.rate_hz);
   }
-  af->n_done += got;
   *n_read = (size_t)got;
   return 0;
 }
