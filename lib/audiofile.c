@@ -468,8 +468,12 @@ void aural_audiofile_get_info(const aural_audiofile *af,
 int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
                          size_t *n_read, aural_err *err) {
   *n_read = 0;
+  /* Compared unsigned: a count past INT64_MAX, cast, would turn negative
+   * and reach libsndfile as a negative length. */
+  if ((uint64_t)max_frames > (uint64_t)SF_COUNT_MAX)
+    max_frames = (size_t)SF_COUNT_MAX;
   int64_t left = af->info.n_frames - af->n_done;
-  if (af->info.n_frames >= 0 && (int64_t)max_frames > left)
+  if (af->info.n_frames >= 0 && (uint64_t)max_frames > (uint64_t)left)
     max_frames = (size_t)left;
   if (max_frames == 0) return 0;
   sf_count_t got = sf_readf_float(af->sf, buf, (sf_count_t)max_frames);
