@@ -1129,6 +1129,7 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
   }
   int rc = check_load_config(lcfg, err);
   if (rc < 0) return rc;
+  if (where == NULL) where = "(memory)"; /* as aural_audiofile_open_memory */
   if (data == NULL && size > 0)
     return aural__err_set(err, AURAL_EINVAL, "%s: %zu bytes at a NULL address",
                           where, size);

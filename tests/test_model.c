@@ -1180,6 +1180,11 @@ static void test_bad_paths(void **state) {
   int rc = aural_model_load_buffer(NULL, 100, "buf", NULL, &m, &err);
   const char *const expect[3] = {"100 bytes at a NULL address", NULL, NULL};
   check_rejected(rc, m, &err, AURAL_EINVAL, "buf", expect);
+  /* Without a name, messages say "(memory)" (printf of a NULL %s is
+   * undefined). */
+  rc = aural_model_load_buffer("aural", 5, NULL, NULL, &m, &err);
+  const char *const short_buf[3] = {"too short", NULL, NULL};
+  check_rejected(rc, m, &err, AURAL_ETRUNCATED, "(memory)", short_buf);
 }
 
 /* A FIFO with no writer: a blocking open(O_RDONLY) would wait for one

@@ -153,8 +153,8 @@ int aural_model_memory_need(const aural_model_config *cfg,
                             aural_model_memory *out);
 
 /* Same, from a buffer holding a whole safetensors file (not retained);
- * `name` is used in messages. NULL data with a nonzero size is
- * AURAL_EINVAL. */
+ * `name` (NULL: "(memory)") is used in messages. NULL data with a
+ * nonzero size is AURAL_EINVAL. */
 int aural_model_load_buffer(const void *data, size_t size, const char *name,
                             const aural_model_load_config *cfg,
                             aural_model **out, aural_err *err);
