@@ -534,8 +534,12 @@ void aural_audiofile_get_info(const aural_audiofile *af,
 int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
                          size_t *n_read, aural_err *err) {
   *n_read = 0;
+  /* Compared unsigned: a count past INT64_MAX, cast, would turn negative
+   * and reach libsndfile as a negative length. */
+  if ((uint64_t)max_frames > (uint64_t)SF_COUNT_MAX)
+    max_frames = (size_t)SF_COUNT_MAX;
   int64_t left = af->info.n_frames - af->n_done;
-  if (af->info.n_frames >= 0 && (int64_t)max_frames > left)
+  if (af->info.n_frames >= 0 && (uint64_t)max_frames > (uint64_t)left)
     max_frames = (size_t)left;
   if (max_frames == 0) return 0;
   sf_count_t got = sf_readf_float(af->sf, buf, (sf_count_t)max_frames);
@@ -550,6 +554,10 @@ int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
                           " of the %" PRId64 " declared",
                           af->path, af->n_done, af->info.n_frames);
   }
+  /* The frames are read from the file whether or not they are refused:
+   * counted as done, so that a later read knows where it is. */
+  int64_t first = af->n_done;
+  af->n_done += got;
   size_t n_ch = (size_t)af->info.n_channels;
   for (size_t i = 0; i < (size_t)got * n_ch; i++) {
     if (!isfinite(buf[i]))
@@ -557,11 +565,10 @@ int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
                             "%s: sample %s at frame %" PRId64 ", channel %zu "
                             "(%.3f s): non-finite samples are rejected",
                             af->path, isnan(buf[i]) ? "NaN" : "infinite",
-                            af->n_done + (int64_t)(i / n_ch), i % n_ch,
-                            (double)(af->n_done + (int64_t)(i / n_ch)) /
+                            first + (int64_t)(i / n_ch), i % n_ch,
+                            (double)(first + (int64_t)(i / n_ch)) /
                                 af->info.rate_hz);
   }
-  af->n_done += got;
   *n_read = (size_t)got;
   return 0;
 }

@@ -242,6 +242,13 @@ int aural_decoder_create(const aural_decoder_config *cfg,
                           mc->vocab_size != lex->vocab_size ? lex->vocab_size
                                                             : xlex->vocab_size,
                           mc->vocab_size);
+  /* The LM's tables are indexed by the word ids and tree nodes of the
+   * lexicon it was loaded over: with another, they would be read out of
+   * bounds. */
+  if (lm != NULL && aural__lm_lexicon(lm) != lex)
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "decoder: the LM was loaded over another lexicon "
+                          "(aural_lm_load's lex must be the decoder's)");
   aural_decoder *d = calloc(1, sizeof *d);
   if (d == NULL) return aural__err_set(err, AURAL_ENOMEM, "out of memory");
   d->cfg = *cfg;

@@ -184,10 +184,10 @@ int aural_encoder_create(const aural_model *model,
   }
   const aural_model_config *c = aural_model_get_config(model);
   size_t batch = cfg->max_batch_frames ? cfg->max_batch_frames : DEFAULT_BATCH;
-  if (batch > 65536)
+  if (batch > AURAL_ENCODER_MAX_BATCH_FRAMES)
     return aural__err_set(err, AURAL_EINVAL,
-                          "encoder: max_batch_frames %zu is above 65536",
-                          batch);
+                          "encoder: max_batch_frames %zu is above %d", batch,
+                          AURAL_ENCODER_MAX_BATCH_FRAMES);
   size_t n = encoder_floats(c, batch);
   if (n == 0)
     return aural__err_set(err, AURAL_ENOMEM,
@@ -530,9 +530,10 @@ int aural_batch_create(const aural_model *model, size_t max_rows,
                        aural_batch **out, aural_err *err) {
   *out = NULL;
   const aural_model_config *c = aural_model_get_config(model);
-  if (max_rows == 0 || max_rows > 65536)
+  if (max_rows == 0 || max_rows > AURAL_ENCODER_MAX_BATCH_FRAMES)
     return aural__err_set(err, AURAL_EINVAL,
-                          "batch: max_rows %zu is outside 1..65536", max_rows);
+                          "batch: max_rows %zu is outside 1..%d", max_rows,
+                          AURAL_ENCODER_MAX_BATCH_FRAMES);
   size_t n = work_floats(c, max_rows);
   aural_batch *b = calloc(1, sizeof *b);
   float *mem = n ? malloc(n * sizeof *mem) : NULL;

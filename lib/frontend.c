@@ -64,7 +64,9 @@ int aural_frontend_create(const aural_frontend_config *cfg,
                           "%d channels is outside the supported 1..%d",
                           cfg->n_channels, AURAL_MAX_CHANNELS);
   if ((unsigned)cfg->nonfinite > AURAL_NONFINITE_ZERO)
-    return aural__err_set(err, AURAL_EINVAL, "unknown non-finite policy %d",
+    return aural__err_set(err, AURAL_ECONFIG,
+                          "nonfinite policy %d is neither REJECT (0) nor "
+                          "ZERO (1)",
                           (int)cfg->nonfinite);
 
   aural_frontend *fe = calloc(1, sizeof *fe);

@@ -5,6 +5,7 @@
  * everything else passes through untouched. And where a model's
  * resources are found beside it (aural_decoder_resource_path).
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -136,7 +137,7 @@ static int one_path(const char *model_path, const char *suffix, char *out,
   size_t n = strlen(model_path), k = sizeof ext - 1;
   if (n > k && memcmp(model_path + n - k, ext, k) == 0) n -= k;
   int len = snprintf(out, cap, "%.*s%s.gz", (int)n, model_path, suffix);
-  if (len < 0 || (size_t)len >= cap) return -1;
+  if (len < 0 || (size_t)len >= cap) return -ENAMETOOLONG;
   char *gz = out + len - 3;
   *gz = '\0'; /* the plain name, when it exists or neither does */
   *found = true;
@@ -154,9 +155,10 @@ int aural_decoder_resource_path(const char *model_path, const char *suffix,
   if (strcmp(suffix, ".lm") != 0)
     return one_path(model_path, suffix, out, cap, &found);
   /* The LM in either form: binary first, then ARPA, else the binary's name. */
-  if (one_path(model_path, ".lm.bin", out, cap, &found) < 0) return -1;
-  if (found) return 0;
-  if (one_path(model_path, ".lm.arpa", out, cap, &found) < 0) return -1;
+  int rc = one_path(model_path, ".lm.bin", out, cap, &found);
+  if (rc < 0 || found) return rc;
+  rc = one_path(model_path, ".lm.arpa", out, cap, &found);
+  if (rc < 0) return rc;
   if (found) return 0;
   return one_path(model_path, ".lm.bin", out, cap, &found);
 }

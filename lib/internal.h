@@ -160,6 +160,8 @@ const float *aural__lm_find(const aural_lm *lm, const uint32_t *w, int n);
 /* log10 of the LM's <unk> unigram, or of its lowest unigram when it has
  * no <unk>: the score of a custom word it does not list. */
 float aural__lm_floor(const aural_lm *lm);
+/* The lexicon the LM was loaded over (aural_lm_load's lex). */
+const aural_lexicon *aural__lm_lexicon(const aural_lm *lm);
 /* The best log10 unigram of the words at or below a lexicon node. */
 float aural__lm_node_best(const aural_lm *lm, uint32_t node);
 

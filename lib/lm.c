@@ -25,6 +25,9 @@ typedef struct ngram {
 
 struct aural_lm {
   int order;
+  const aural_lexicon *lex; /* the lexicon it was read over: its word ids
+                               and tree nodes index the tables below (only
+                               compared, never read through) */
   uint32_t n_lex;    /* the lexicon's words; then <s>, </s>, <unk> */
   ngram *table;      /* (cap) open addressing, linear probing */
   size_t cap;
@@ -395,6 +398,7 @@ static int finish_lm(aural_lm *lm, const aural_lexicon *lex, int rc,
     return rc;
   }
   fill_node_best(lm, lex);
+  lm->lex = lex;
   *out = lm;
   return 0;
 }
@@ -812,6 +816,8 @@ float aural__lm_floor(const aural_lm *lm) {
   }
   return lm->min_unigram;
 }
+
+const aural_lexicon *aural__lm_lexicon(const aural_lm *lm) { return lm->lex; }
 
 float aural__lm_node_best(const aural_lm *lm, uint32_t node) {
   return lm->node_best[node];

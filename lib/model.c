@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "aural/encoder.h"
 #include "aural/model.h"
 #include "internal.h"
 
@@ -721,7 +722,8 @@ int aural_model_memory_need(const aural_model_config *c,
                             aural_weight_type weights, size_t batch_rows,
                             aural_model_memory *out) {
   memset(out, 0, sizeof *out);
-  if (batch_rows == 0 || batch_rows > 65536 || c->d_model < 1 ||
+  if (batch_rows == 0 || batch_rows > AURAL_ENCODER_MAX_BATCH_FRAMES ||
+      c->d_model < 1 ||
       c->n_heads < 1 || c->d_model % c->n_heads != 0 || c->n_layers < 1 ||
       c->d_ff < 1 || c->window < 1 || c->fbank.num_mel_bins < 1 ||
       c->vocab_size < 0)
@@ -798,27 +800,36 @@ static const char *row_dimension(const aural_model_config *c, char *buf,
  * largest of its weights, one stream and one worker's batch. Each stream
  * and each compute thread multiplies its part, so a few kilobytes of
  * header must not be able to ask for gigabytes of either. */
+/* The caller's load config, checked before any file is opened or read:
+ * its faults are the caller's, not the file's. */
+static int check_load_config(const aural_model_load_config *lc,
+                             aural_err *err) {
+  size_t rows = batch_rows_of(lc);
+  if (rows > AURAL_ENCODER_MAX_BATCH_FRAMES)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "model load config: batch_rows %zu is above %d",
+                          rows, AURAL_ENCODER_MAX_BATCH_FRAMES);
+  if ((lc->precision != AURAL_PRECISION_F32 &&
+       lc->precision != AURAL_PRECISION_BF16) ||
+      (unsigned)lc->weights > AURAL_WEIGHTS_BF16)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "model load config: precision (%d) or weights (%d) "
+                          "is not one this library knows",
+                          (int)lc->precision, (int)lc->weights);
+  if (lc->precision == AURAL_PRECISION_BF16 &&
+      lc->weights == AURAL_WEIGHTS_F16)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "model load config: precision bf16 holds its "
+                          "weights as bfloat16; weights f16 does not go with "
+                          "it");
+  return 0;
+}
+
 static int check_memory(const aural_model_config *c,
                         const aural_model_load_config *lc, const char *where,
                         aural_err *err) {
   uint64_t limit = max_memory_of(lc);
   size_t rows = batch_rows_of(lc);
-  if (rows > 65536)
-    return aural__err_set(err, AURAL_EINVAL,
-                          "%s: batch_rows %zu is above 65536", where, rows);
-  if ((lc->precision != AURAL_PRECISION_F32 &&
-       lc->precision != AURAL_PRECISION_BF16) ||
-      (unsigned)lc->weights > AURAL_WEIGHTS_BF16)
-    return aural__err_set(err, AURAL_EINVAL,
-                          "%s: the load config's precision (%d) or weights "
-                          "(%d) is not one this library knows",
-                          where, (int)lc->precision, (int)lc->weights);
-  if (lc->precision == AURAL_PRECISION_BF16 &&
-      lc->weights == AURAL_WEIGHTS_F16)
-    return aural__err_set(err, AURAL_EINVAL,
-                          "%s: precision bf16 holds its weights as bfloat16; "
-                          "weights f16 does not go with it",
-                          where);
   aural_model_memory mm;
   char lim[32], a[32], b[32], e[32], s[32], dim[48], what[160];
   if (aural_model_memory_need(c, held_type(lc), rows, &mm) < 0)
@@ -1285,9 +1296,15 @@ int aural_model_load_buffer(const void *data, size_t size, const char *where,
     aural_model_load_config_default(&dflt);
     lcfg = &dflt;
   }
+  int rc = check_load_config(lcfg, err);
+  if (rc < 0) return rc;
+  if (where == NULL) where = "(memory)"; /* as aural_audiofile_open_memory */
+  if (data == NULL && size > 0)
+    return aural__err_set(err, AURAL_EINVAL, "%s: %zu bytes at a NULL address",
+                          where, size);
   const unsigned char *bytes = data;
   uint64_t hlen = 0;
-  int rc = header_length(bytes, size, where, &hlen, err);
+  rc = header_length(bytes, size, where, &hlen, err);
   if (rc < 0) return rc;
   return load(bytes, hlen, size - 8 - hlen, bytes + 8 + hlen, where, lcfg,
               out, err);
@@ -1345,6 +1362,13 @@ static int validate_header(int fd, const char *path, uint64_t size,
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err) {
   *out = NULL;
+  aural_model_load_config dflt;
+  if (cfg == NULL) {
+    aural_model_load_config_default(&dflt);
+    cfg = &dflt;
+  }
+  int rc = check_load_config(cfg, err);
+  if (rc < 0) return rc;
   /* Non-blocking, so that a FIFO without a writer cannot stall the open;
    * anything but a regular file is refused. */
   struct stat st;
@@ -1354,11 +1378,6 @@ int aural_model_load(const char *path, const aural_model_load_config *cfg,
   /* Every tensor byte in the file is a weight the model holds, in at
    * least 2 bytes for 4 in the file: a file past twice the memory limit
    * and a full header cannot be a model within it. */
-  aural_model_load_config dflt;
-  if (cfg == NULL) {
-    aural_model_load_config_default(&dflt);
-    cfg = &dflt;
-  }
   uint64_t limit = max_memory_of(cfg), most;
   if (__builtin_mul_overflow(limit, 2, &most) ||
       __builtin_add_overflow(most, 8 + MAX_HEADER_BYTES, &most))
@@ -1373,7 +1392,7 @@ int aural_model_load(const char *path, const aural_model_load_config *cfg,
                           fmt_bytes(b, sizeof b, limit),
                           fmt_bytes(c, sizeof c, most));
   }
-  int rc = validate_header(fd, path, size, cfg, err);
+  rc = validate_header(fd, path, size, cfg, err);
   if (rc < 0) {
     close(fd);
     return rc;

@@ -88,11 +88,11 @@ static int resolve_outputs(const aural_model_config *c, unsigned want,
   return (int)want;
 }
 
-static int check_frames(const char *field, size_t v, aural_err *err) {
-  if (v >= 1 && v <= AURAL_STREAM_MAX_FRAMES) return 0;
+static int check_frames(const char *field, size_t v, size_t max,
+                        aural_err *err) {
+  if (v >= 1 && v <= max) return 0;
   return aural__err_set(err, AURAL_ECONFIG,
-                        "stream: %s %zu is outside 1..%d", field, v,
-                        AURAL_STREAM_MAX_FRAMES);
+                        "stream: %s %zu is outside 1..%zu", field, v, max);
 }
 
 /* Bytes of the longest token (the blank, id 0, is never written). */
@@ -144,11 +144,16 @@ static int setup(aural_stream *s, const aural_model *model,
   const aural_model_config *c = aural_model_get_config(model);
   int outputs = resolve_outputs(c, cfg->outputs, err);
   if (outputs < 0) return outputs;
-  int rc = check_frames("chunk_frames", cfg->chunk_frames, err);
+  int rc = check_frames("chunk_frames", cfg->chunk_frames,
+                        AURAL_STREAM_MAX_FRAMES, err);
   if (rc == 0)
-    rc = check_frames("max_pending_frames", cfg->max_pending_frames, err);
+    rc = check_frames("max_pending_frames", cfg->max_pending_frames,
+                      AURAL_STREAM_MAX_FRAMES, err);
+  /* The encoder's own bound, checked here so that the error is the
+   * stream's, naming its field. */
   if (rc == 0)
-    rc = check_frames("encoder_batch_frames", cfg->encoder_batch_frames, err);
+    rc = check_frames("encoder_batch_frames", cfg->encoder_batch_frames,
+                      AURAL_ENCODER_MAX_BATCH_FRAMES, err);
   if (rc < 0) return rc;
   if (cfg->first_chunk > AURAL_STREAM_MAX_FIRST_CHUNK)
     return aural__err_set(err, AURAL_ECONFIG,

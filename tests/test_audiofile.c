@@ -310,6 +310,49 @@ static void test_nan_names_frame_and_channel(void **state) {
   assert_contains(err.msg, "non-finite samples are rejected");
 }
 
+/* A count beyond what the file holds reads what it holds, however large
+ * (SIZE_MAX once reached libsndfile as a negative length). */
+static void test_read_huge_count(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "huge_count.wav");
+  make_float_wav(path, 32, 2, 2000, 0, 0, 0.0); /* all finite */
+  aural_audiofile *af;
+  aural_err err = {0};
+  assert_int_equal(aural_audiofile_open(path, &af, &err), 0);
+  float *buf = malloc(2000 * 2 * sizeof *buf);
+  size_t n;
+  if (aural_audiofile_read(af, buf, SIZE_MAX, &n, &err) != 0)
+    fail_msg("%s", err.msg);
+  assert_int_equal(n, 2000);
+  assert_int_equal(aural_audiofile_read(af, buf, SIZE_MAX, &n, &err), 0);
+  assert_int_equal(n, 0);
+  free(buf);
+  aural_audiofile_close(af);
+}
+
+/* The refused block is consumed: reading on gives the frames after it and
+ * a clean end, not a file "truncated" where the block was. */
+static void test_read_goes_on_after_nan(void **state) {
+  char path[PATH_BYTES];
+  path_in(path, state, "nan_then_more.wav");
+  make_float_wav(path, 32, 2, 2000, 1234, 1, (double)NAN);
+  aural_audiofile *af;
+  aural_err err = {0};
+  assert_int_equal(aural_audiofile_open(path, &af, &err), 0);
+  float buf[256 * 2];
+  size_t n, total = 0;
+  int rc;
+  while ((rc = aural_audiofile_read(af, buf, 256, &n, &err)) == 0 && n > 0)
+    total += n;
+  assert_int_equal(rc, AURAL_ENONFINITE);
+  assert_int_equal(total, 1024); /* frames 1024..1279 hold the NaN */
+  while ((rc = aural_audiofile_read(af, buf, 256, &n, &err)) == 0 && n > 0)
+    total += n;
+  if (rc != 0) fail_msg("after the NaN: %s", err.msg);
+  assert_int_equal(total, 2000 - 256);
+  aural_audiofile_close(af);
+}
+
 static void test_positive_infinity(void **state) {
   char path[PATH_BYTES];
   path_in(path, state, "inf.wav");
@@ -859,6 +902,8 @@ int main(void) {
       T(test_truncated_other_formats),
       T(test_truncated_nist_sphere),
       T(test_nan_names_frame_and_channel),
+      T(test_read_goes_on_after_nan),
+      T(test_read_huge_count),
       T(test_positive_infinity),
       T(test_negative_infinity_float64),
       T(test_rate_zero),

@@ -1032,8 +1032,22 @@ static void test_config_rejects(void **state) {
   dc.endpoint_max_s = NAN;
   assert_int_equal(aural_decoder_create(&dc, model, lex, NULL, &d, &err),
                    AURAL_ECONFIG);
-  /* No LM: words by the acoustics and the penalty alone. */
+  /* An LM read over another lexicon: its tables follow that lexicon's
+   * words and tree, which this one outgrows. */
   aural_decoder_config_default(&dc);
+  aural_lexicon *small = lexicon(lex_abc);
+  aural_lm *other = lm_of(arpa3, small);
+  d = (aural_decoder *)1;
+  assert_int_equal(aural_decoder_create(&dc, model, lex, other, &d, &err),
+                   AURAL_ECONFIG);
+  assert_null(d);
+  assert_non_null(strstr(err.msg, "another lexicon"));
+  assert_int_equal(aural_decoder_create(&dc, model, small, other, &d, &err),
+                   0);
+  aural_decoder_destroy(d);
+  aural_lm_destroy(other);
+  aural_lexicon_destroy(small);
+  /* No LM: words by the acoustics and the penalty alone. */
   assert_int_equal(aural_decoder_create(&dc, model, lex, NULL, &d, &err), 0);
   float logits[4 * V] = {0};
   size_t n = 0;

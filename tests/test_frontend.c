@@ -407,6 +407,15 @@ static void test_bad_create(void **state) {
     assert_null(fe);
     assert_non_null(strstr(err.msg, cases[i].word));
   }
+  /* A policy out of the enum is a config error, as create promises. */
+  aural_frontend_config cfg;
+  aural_frontend_config_default(&cfg);
+  cfg.nonfinite = (aural_nonfinite_policy)2;
+  aural_frontend *fe = (aural_frontend *)&cfg;
+  aural_err err = {0};
+  assert_int_equal(aural_frontend_create(&cfg, &fe, &err), AURAL_ECONFIG);
+  assert_null(fe);
+  assert_non_null(strstr(err.msg, "nonfinite policy 2"));
   aural_frontend_destroy(NULL);
 }
 

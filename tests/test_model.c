@@ -1215,6 +1215,17 @@ static void test_bad_paths(void **state) {
     const char *const expect[3] = {cases[i].expect, NULL, NULL};
     check_rejected(rc, m, &err, cases[i].code, cases[i].path, expect);
   }
+  /* A NULL buffer of some bytes is refused, as the other loaders do. */
+  aural_model *m = (aural_model *)&m;
+  aural_err err = {0};
+  int rc = aural_model_load_buffer(NULL, 100, "buf", NULL, &m, &err);
+  const char *const expect[3] = {"100 bytes at a NULL address", NULL, NULL};
+  check_rejected(rc, m, &err, AURAL_EINVAL, "buf", expect);
+  /* Without a name, messages say "(memory)" (printf of a NULL %s is
+   * undefined). */
+  rc = aural_model_load_buffer("aural", 5, NULL, NULL, &m, &err);
+  const char *const short_buf[3] = {"too short", NULL, NULL};
+  check_rejected(rc, m, &err, AURAL_ETRUNCATED, "(memory)", short_buf);
 }
 
 /* A FIFO with no writer: a blocking open(O_RDONLY) would wait for one
@@ -1878,6 +1889,18 @@ static void test_precision_config_refused(void **state) {
   lc.weights = (aural_weight_type)9;
   assert_int_equal(aural_model_load_buffer(buf, size, "m", &lc, &m, &err),
                    AURAL_EINVAL);
+  /* The load config is the caller's: checked before the file is read, so
+   * that a broken or missing file does not hide its fault. */
+  aural_model_load_config_default(&lc);
+  lc.batch_rows = AURAL_ENCODER_MAX_BATCH_FRAMES + 1;
+  assert_int_equal(aural_model_load_buffer(buf, 20, "m", &lc, &m, &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "load config: batch_rows");
+  assert_int_equal(aural_model_load("/nonexistent/m.safetensors", &lc, &m,
+                                    &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "load config: batch_rows");
+  assert_null(m);
   aural_model_memory mm;
   assert_int_equal(aural_model_memory_need(&(aural_model_config){.d_model = 4,
                        .n_heads = 1, .n_layers = 1, .d_ff = 4, .window = 2,

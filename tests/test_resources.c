@@ -9,6 +9,7 @@
  * prefix of it, and every damaged copy, is refused or loads, never worse;
  * each kind of damage gets a message that says what it is.
  */
+#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -379,7 +380,10 @@ static void test_resource_path(void **state) {
   /* Too long for out (the gzipped name must fit too). */
   assert_int_equal(aural_decoder_resource_path("x/m.safetensors",
                                                ".lexicon.txt", got, 18),
-                   -1);
+                   -ENAMETOOLONG);
+  assert_int_equal(aural_decoder_resource_path("x/m.safetensors", ".lm", got,
+                                               12),
+                   -ENAMETOOLONG);
   assert_int_equal(aural_decoder_resource_path("x/m.safetensors",
                                                ".lexicon.txt", got, 19),
                    0); /* "x/m.lexicon.txt.gz" and its NUL: 19 bytes */

@@ -636,6 +636,16 @@ static void test_errors(void **state) {
   sc.max_pending_frames = AURAL_STREAM_MAX_FRAMES + 1;
   assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ECONFIG);
   assert_contains(err.msg, "max_pending_frames");
+  /* The encoder's bound on its rows is the stream's too, refused as the
+   * stream's field. */
+  aural_stream_config_default(&sc);
+  sc.encoder_batch_frames = AURAL_ENCODER_MAX_BATCH_FRAMES + 1;
+  assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ECONFIG);
+  assert_null(s);
+  assert_contains(err.msg, "stream: encoder_batch_frames");
+  sc.encoder_batch_frames = 0;
+  assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ECONFIG);
+  assert_contains(err.msg, "encoder_batch_frames");
   aural_stream_config_default(&sc);
   sc.outputs = 1u << 9;
   assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ECONFIG);
@@ -651,6 +661,10 @@ static void test_errors(void **state) {
   aural_stream_config_default(&sc);
   sc.n_channels = 0;
   assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ECHANNELS);
+  aural_stream_config_default(&sc);
+  sc.nonfinite = (aural_nonfinite_policy)2;
+  assert_int_equal(aural_stream_create(m, &sc, &s, &err), AURAL_ECONFIG);
+  assert_contains(err.msg, "nonfinite");
   aural_stream_destroy(NULL);
 
   /* A model without a head: embeddings only by default. */

@@ -33,7 +33,9 @@ int main(int argc, char **argv) {
       if (!(rc = aural_stream_push(s, pcm + at * nch, n - at, &k)))
         rc = drain(s, &ch, si.frame_seconds);
   if (!rc && !(rc = aural_stream_end(s))) rc = drain(s, &ch, si.frame_seconds);
-  if (rc) fprintf(stderr, "stream_file: %s\n", aural_strerror(rc));
+  if (rc) /* a failed read says where in err; the stream's calls do not */
+    fprintf(stderr, "stream_file: %s\n",
+            err.code == rc ? err.msg : aural_strerror(rc));
   free(ch.text);
   aural_stream_destroy(s);
   aural_audiofile_close(af);

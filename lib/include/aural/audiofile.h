@@ -60,7 +60,8 @@ void aural_audiofile_get_info(const aural_audiofile *af,
 
 /* Reads up to max_frames frames into buf (max_frames * n_channels floats);
  * *n_read is 0 at the end. Returns 0, AURAL_ENONFINITE (err gives the frame
- * and channel) or AURAL_EIO / AURAL_ETRUNCATED. */
+ * and channel; the refused frames are consumed, and a further read goes on
+ * after them) or AURAL_EIO / AURAL_ETRUNCATED. */
 int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
                          size_t *n_read, aural_err *err);
 

@@ -9,6 +9,10 @@
  *   aural_decoder_config dc;
  *   aural_decoder_config_default(&dc);
  *   aural_decoder_create(&dc, model, lex, lm, &dec, &err);
+ *   aural_decoder_info di;
+ *   aural_decoder_get_info(dec, &di);
+ *   size_t cap = di.max_words;                    // always enough
+ *   aural_word *words = malloc(cap * sizeof *words);
  *   // each chunk's logits (n_frames, vocab_size), as aural_stream pulls them:
  *   for (size_t at = 0; at < n_frames;) {
  *     at += aural_decoder_push(dec, logits + at * vocab, n_frames - at);
@@ -75,8 +79,8 @@ extern "C" {
  * one when that exists, else the plain name (a loader then says it is
  * missing). The suffix ".lm" names the LM in either form: the first of
  * MODEL.lm.bin, MODEL.lm.bin.gz, MODEL.lm.arpa, MODEL.lm.arpa.gz that
- * exists, else MODEL.lm.bin. Returns 0, or -1 when the path does not fit
- * in cap.
+ * exists, else MODEL.lm.bin. Returns 0, or -ENAMETOOLONG when the path
+ * (or its gzipped form) does not fit in cap.
  * Thread-safe; it asks the file system, so not for a real-time path. */
 int aural_decoder_resource_path(const char *model_path, const char *suffix,
                                 char *out, size_t cap);
@@ -225,8 +229,11 @@ void aural_decoder_config_default(aural_decoder_config *cfg);
 typedef struct aural_decoder aural_decoder;
 
 /* model gives the vocabulary and the frame duration; lex and lm (lm may be
- * NULL: words are then scored by the penalty alone) must outlive the
- * decoder. */
+ * NULL: words are then scored by the penalty alone; else loaded over lex)
+ * must outlive the decoder. Returns 0, AURAL_EINVAL (no model or lexicon),
+ * AURAL_ECONFIG (a setting out of range, a lexicon made for another
+ * vocabulary, an LM loaded over another lexicon) or AURAL_ENOMEM, with err
+ * naming the problem. */
 int aural_decoder_create(const aural_decoder_config *cfg,
                          const aural_model *model, const aural_lexicon *lex,
                          const aural_lm *lm, aural_decoder **out,

@@ -31,11 +31,16 @@
 extern "C" {
 #endif
 
+/* The most rows of one pass: an encoder's max_batch_frames, an aural_batch's
+ * max_rows. */
+#define AURAL_ENCODER_MAX_BATCH_FRAMES 65536
+
 typedef struct aural_encoder_config {
   uint64_t first_frame;   /* absolute index of the stream's first frame
                              (its position, plus the model's lead-in) */
-  size_t max_batch_frames; /* frames computed together; larger calls are
-                              split (default 64) */
+  size_t max_batch_frames; /* frames computed together, at most
+                              AURAL_ENCODER_MAX_BATCH_FRAMES; larger calls
+                              are split (default, and 0: 64) */
 } aural_encoder_config;
 
 typedef struct aural_encoder aural_encoder;
@@ -43,7 +48,8 @@ typedef struct aural_encoder aural_encoder;
 void aural_encoder_config_default(aural_encoder_config *cfg);
 
 /* Creates the state of one stream over model, which must outlive it.
- * Allocates everything the stream will ever need. Thread-safe. */
+ * Allocates everything the stream will ever need. Returns 0, AURAL_EINVAL
+ * (max_batch_frames above its bound) or AURAL_ENOMEM. Thread-safe. */
 int aural_encoder_create(const aural_model *model,
                          const aural_encoder_config *cfg, aural_encoder **out,
                          aural_err *err);
@@ -95,7 +101,8 @@ typedef struct aural_batch_item {
   float *logits;       /* (n, vocab_size) or NULL */
 } aural_batch_item;
 
-/* Allocates scratch for passes of up to max_rows rows (1..65536) over
+/* Allocates scratch for passes of up to max_rows rows
+ * (1..AURAL_ENCODER_MAX_BATCH_FRAMES) over
  * encoders of model. Thread-safe. */
 int aural_batch_create(const aural_model *model, size_t max_rows,
                        aural_batch **out, aural_err *err);

@@ -80,7 +80,9 @@ int aural_frontend_create(const aural_frontend_config *cfg,
 
 /* Consumes n interleaved PCM frames (n * n_channels floats) and calls fn
  * with every feature frame that became complete, in batches. Allocates
- * nothing. With policy REJECT, a block holding a non-finite sample returns
+ * nothing at the model's rate; when resampling, libsoxr makes its state in
+ * the first calls after create or reset (aural/resampler.h). With policy
+ * REJECT, a block holding a non-finite sample returns
  * AURAL_ENONFINITE before anything is consumed or fn is called. Returns
  * AURAL_ESTATE after finish. Real-time-safe apart from fn; one object is
  * not thread-safe, distinct objects are independent. */
@@ -92,7 +94,8 @@ int aural_frontend_push(aural_frontend *fe, const float *pcm, size_t n,
 int aural_frontend_finish(aural_frontend *fe, aural_frames_fn fn,
                           void *user);
 
-/* Returns to the freshly created state, ready for a new stream. */
+/* Returns to the freshly created state, ready for a new stream (when
+ * resampling, not real-time-safe: aural_resampler_reset). */
 int aural_frontend_reset(aural_frontend *fe);
 
 /* Counters since create or the last reset. */

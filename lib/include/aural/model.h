@@ -108,7 +108,9 @@ typedef struct aural_model_load_config {
                                 and one batch of batch_rows rows need more
                                 (aural_model_memory_need); 0: the default */
   size_t batch_rows;         /* rows of the largest aural_batch the caller
-                                will make; 0: the default */
+                                will make, at most 65536
+                                (AURAL_ENCODER_MAX_BATCH_FRAMES); 0: the
+                                default */
   aural_precision precision; /* f32 (default) or bf16; bf16 with weights
                                 f16 is refused (AURAL_EINVAL) */
 } aural_model_load_config;
@@ -134,9 +136,11 @@ void aural_model_load_config_default(aural_model_load_config *cfg);
  * defaults. A model
  * that needs more memory than cfg->max_memory_bytes, or a file too large
  * to hold such a model, is refused with AURAL_ECONFIG naming the
- * dimension that asks for it, before anything is allocated for it. Returns 0, -errno, AURAL_EEMPTY, AURAL_EFORMAT,
- * AURAL_ETRUNCATED, AURAL_ECONFIG or AURAL_ENOMEM; err names the file and
- * the tensor or field at fault. Weights are converted as stored: NaN or
+ * dimension that asks for it, before anything is allocated for it. Returns
+ * 0, AURAL_EINVAL (a load config field out of range, checked before the
+ * file is opened), -errno, AURAL_EEMPTY, AURAL_EFORMAT, AURAL_ETRUNCATED,
+ * AURAL_ECONFIG or AURAL_ENOMEM; err names the file and the tensor or
+ * field at fault. Weights are converted as stored: NaN or
  * infinite weights are not checked (CMVN statistics are). Thread-safe. */
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err);
@@ -151,7 +155,8 @@ int aural_model_memory_need(const aural_model_config *cfg,
                             aural_model_memory *out);
 
 /* Same, from a buffer holding a whole safetensors file (not retained);
- * `name` is used in messages. */
+ * `name` (NULL: "(memory)") is used in messages. NULL data with a
+ * nonzero size is AURAL_EINVAL. */
 int aural_model_load_buffer(const void *data, size_t size, const char *name,
                             const aural_model_load_config *cfg,
                             aural_model **out, aural_err *err);

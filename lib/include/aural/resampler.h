@@ -35,12 +35,16 @@ typedef int (*aural_samples_fn)(void *user, const float *samples,
                                 size_t n_samples);
 
 /* Creates a converter from in_rate_hz to out_rate_hz (both within
- * AURAL_RATE_MIN_HZ..AURAL_RATE_MAX_HZ). All memory is allocated here. */
+ * AURAL_RATE_MIN_HZ..AURAL_RATE_MAX_HZ). The converter's own buffers are
+ * allocated here; libsoxr allocates its filter state in the first push and
+ * finish after create or reset. */
 int aural_resampler_create(double in_rate_hz, double out_rate_hz,
                            aural_resampler **out, aural_err *err);
 
 /* Converts n samples; calls fn zero or more times with output. Allocates
- * nothing. Not thread-safe on one object; distinct objects are independent. */
+ * nothing once libsoxr has made its state (its first calls after create or
+ * reset). Not thread-safe on one object; distinct objects are
+ * independent. */
 int aural_resampler_push(aural_resampler *rs, const float *samples, size_t n,
                          aural_samples_fn fn, void *user);
 
@@ -48,7 +52,9 @@ int aural_resampler_push(aural_resampler *rs, const float *samples, size_t n,
 int aural_resampler_finish(aural_resampler *rs, aural_samples_fn fn,
                            void *user);
 
-/* Returns the object to its freshly created state. */
+/* Returns the object to its freshly created state: libsoxr frees its
+ * state here and makes it again in the next push, so neither is
+ * real-time-safe. */
 int aural_resampler_reset(aural_resampler *rs);
 
 /* NULL-safe. */

@@ -10,8 +10,9 @@
  *   aural_stream_get_info(s, &info);         // dims, frame_seconds, ...
  *   aural_chunk ch = {.emb = malloc(info.chunk_frames * info.d_model * 4),
  *                     .max_frames = info.chunk_frames,
- *                     .text = malloc(info.text_max_bytes), // NULL if no
- *                     .text_cap = info.text_max_bytes};    // CTC head
+ *                     .text_cap = info.text_max_bytes};
+ *   if (info.text_max_bytes > 0)            // a CTC head: text; without
+ *     ch.text = malloc(info.text_max_bytes); // one a text buffer is refused
  *   while ((n = read_audio(pcm)) > 0)
  *     for (size_t at = 0, k; at < n; at += k) {
  *       aural_stream_push(s, pcm + at * 2, n - at, &k);  // may take part
@@ -79,7 +80,8 @@ extern "C" {
 #define AURAL_STREAM_WORDS (1u << 4)      /* words: the lexicon and LM
                                              decoder of aural/decoder.h */
 
-/* Bound on chunk_frames, max_pending_frames and encoder_batch_frames. */
+/* Bound on chunk_frames and max_pending_frames (encoder_batch_frames:
+ * AURAL_ENCODER_MAX_BATCH_FRAMES). */
 #define AURAL_STREAM_MAX_FRAMES 1000000
 /* Bound on first_chunk: 2^40 chunks of 500 ms are 17,000 years. */
 #define AURAL_STREAM_MAX_FIRST_CHUNK (1ull << 40)
@@ -99,8 +101,9 @@ typedef struct aural_stream_config {
                                 resampler delay are added when resampling
                                 (aural_stream_info.pending_cap) */
   size_t encoder_batch_frames; /* rows of the encoder's own scratch for
-                                  aural_stream_compute (default 64); more
-                                  are encoded in several passes */
+                                  aural_stream_compute, 1..
+                                  AURAL_ENCODER_MAX_BATCH_FRAMES (default
+                                  64); more are encoded in several passes */
   uint64_t first_chunk;   /* 0 (default): the stream from its start. Else
                              the rest of a longer stream, from this chunk
                              on (a stream resumed elsewhere): chunks number
@@ -110,7 +113,7 @@ typedef struct aural_stream_config {
                              that frame's first. At most
                              AURAL_STREAM_MAX_FIRST_CHUNK. */
   /* AURAL_STREAM_WORDS: the resources (which must outlive the stream; lm
-   * may be NULL) and the search's settings. */
+   * may be NULL, else loaded over lexicon) and the search's settings. */
   const aural_lexicon *lexicon;
   const aural_lm *lm;
   aural_decoder_config decoder;
@@ -167,9 +170,10 @@ typedef struct aural_chunk {
                          single spaces; or NULL */
   size_t text_cap;    /* at least n_frames * (token_max_bytes + 1) + 1 when
                          text is given */
-  aural_word *words;  /* (words_cap) or NULL; words_max always suffice */
+  aural_word *words;  /* (words_cap) or NULL; at least words_max */
   size_t words_cap;
-  uint32_t *segments; /* (segments_cap) or NULL; segments_max suffice */
+  uint32_t *segments; /* (segments_cap), given with words, at least
+                         segments_max; or NULL with words */
   size_t segments_cap;
   /* Out. */
   uint64_t seq;         /* chunk number, from 0 */
@@ -250,7 +254,8 @@ int aural_stream_ready(const aural_stream *s, size_t *n_frames, bool *final);
 /* Copies the next chunk into chunk's buffers and fills its out fields.
  * Returns 1 when a chunk was pulled, 0 when none is complete yet (or the
  * stream is done), AURAL_EINVAL (a buffer for an output the stream does not
- * have, max_frames or text_cap too small for this chunk; nothing is
+ * have, max_frames or text_cap too small for this chunk, words without
+ * segments or either below words_max or segments_max; nothing is
  * consumed). The CTC
  * collapse state advances even when text is NULL. After a failed push,
  * end or compute, the frames computed before it still come out, as after
@@ -264,7 +269,9 @@ void aural_stream_get_info(const aural_stream *s, aural_stream_info *info);
 void aural_stream_get_stats(const aural_stream *s, aural_stream_stats *stats);
 
 /* Starts a new stream with the same config, forgetting all history and
- * anything pending. Returns 0 or AURAL_ERESAMPLE. Real-time-safe. */
+ * anything pending. Returns 0 or AURAL_ERESAMPLE. Real-time-safe at the
+ * model's rate; when the input is resampled, libsoxr frees its state here
+ * and grows it again in the next pushes (aural_resampler_reset). */
 int aural_stream_reset(aural_stream *s);
 
 #ifdef __cplusplus
