@@ -238,6 +238,13 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     log_debug("client %u: shut its side", c->id);
     c->eof = true;
     conn_read_stop(c);
+    /* A stream it left open can have no more audio: it ends as when its
+     * client goes away, and the connection is owed its end. */
+    if (c->n_streams > 0)
+      for (stream *s = c->srv->streams; s != NULL; s = s->loop.next)
+        if (s->loop.owner == c && !s->loop.closed_by_client)
+          stream_end_input(s, END_DISCONNECTED,
+                           "its client shut its side without AUDIO_CLOSE");
     conn_close_if_finished(c);
     return;
   }

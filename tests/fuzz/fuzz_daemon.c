@@ -69,9 +69,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (conn_adopt(&srv, sv[0]) < 0) abort();
 
   size_t off = 0;
-  int shut = 0;
+  int shut = 0, gone = 0;
   char sink[65536];
   for (long iter = 0;; iter++) {
+    /* A half-closed client is served until it is owed nothing, and a
+     * subscription is owed what comes for ever: once the server has read
+     * all of the input and computes nothing for it, the client goes,
+     * which the server finds out as its tick does (conn_check_limits). */
+    if (shut && !gone && srv.conns != NULL && srv.conns->eof &&
+        srv.n_streams == 0) {
+      close(sv[1]);
+      gone = 1;
+      srv.conns->eof_polled_at = 0; /* looked at on the next check */
+    }
+    if (gone) {
+      conn_check_limits(&srv);
+      int active = uv_run(&loop, UV_RUN_NOWAIT);
+      (void)active;
+      if (srv.n_conns == 0 && srv.n_streams == 0) return 0;
+      usleep(1000);
+      continue;
+    }
     if (off < size) {
       ssize_t k = write(sv[1], data + off, size - off);
       if (k > 0) off += (size_t)k;

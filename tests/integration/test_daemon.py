@@ -1748,6 +1748,38 @@ class TestHalfClose(DaemonTest):
                 time.sleep(0.05)
         self.stop_clean(d)
 
+    def test_half_closed_client_ends_the_streams_it_left_open(self):
+        """A client that pushes audio and shuts its side without
+        AUDIO_CLOSE can send no more: its stream ends (reason
+        disconnected, as when a client goes away without closing, its
+        last frames still computed), its subscriber gets every chunk and
+        STREAM_ENDED, and the connection, owed nothing more, is closed.
+        (The stream used to wait for ever for audio that could not come,
+        holding its slot and its subscribers.)"""
+        d = self.start()
+        c, sid = self.open_raw(d, "left")
+        with ac.Client(d.path, timeout=20) as watcher:
+            watcher.subscribe("left", outputs=["embeddings"])
+            audio = np.random.default_rng(4).standard_normal(24000) * 3000
+            c.sendall(msg(ac.AUDIO_DATA, audio.astype("<i2").tobytes(), sid))
+            c.shutdown(socket.SHUT_WR)
+            c.settimeout(20)
+            self.assertIsNone(read_msg(c))  # closed, nothing owed
+            c.close()
+            chunks, ended = [], None
+            for ev in watcher.events(timeout=20):
+                if isinstance(ev, ac.Chunk):
+                    chunks.append(ev)
+                elif isinstance(ev, ac.StreamEnded):
+                    ended = ev
+                    break
+        self.assertEqual(ended.reason, "disconnected")
+        self.assertEqual(sum(ch.n_frames for ch in chunks), ended.frames)
+        self.assertEqual(ended.frames, 1 + (24000 - 400) // 160)
+        with ac.Client(d.path, timeout=5) as q:
+            self.assertEqual(q.stats()["streams"], [])
+        self.stop_clean(d)
+
 
 class TestHostileClients(DaemonTest):
     def assert_still_serving(self, d):
