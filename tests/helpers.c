@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include <malloc.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -105,4 +106,14 @@ struct aural_model *test_tiny_ctc_model(int vocab_size) {
   free(bytes);
   if (rc < 0) fail_msg("%s", err.msg);
   return m;
+}
+
+extern size_t __sanitizer_get_current_allocated_bytes(void)
+    __attribute__((weak));
+
+size_t test_allocated_bytes(void) {
+  if (__sanitizer_get_current_allocated_bytes != NULL)
+    return __sanitizer_get_current_allocated_bytes();
+  struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
 }

@@ -23,6 +23,10 @@ const char *test_join(const char *dir, const char *name);
  * alternatives in parts, compared without regard to case. */
 void assert_contains(const char *text, const char *parts);
 
+/* Bytes this process has allocated now: the sanitizer's own count under
+ * ASan, else glibc's (mallinfo2). */
+size_t test_allocated_bytes(void);
+
 /* Writes len bytes to path; fails the test on error. */
 void test_write_file(const char *path, const void *data, size_t len);
 

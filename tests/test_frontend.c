@@ -3,7 +3,6 @@
  * tools/gen_fbank_goldens.py), independence from push sizes, resampler
  * quality, non-finite input, CMVN and configuration parsing.
  */
-#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -578,18 +577,6 @@ static void test_option_variants(void **state) {
   free(a.pcm);
 }
 
-/* Bytes currently allocated by this process: the sanitizer's own count
- * under ASan, else glibc's. */
-extern size_t __sanitizer_get_current_allocated_bytes(void)
-    __attribute__((weak));
-
-static size_t allocated_bytes(void) {
-  if (__sanitizer_get_current_allocated_bytes != NULL)
-    return __sanitizer_get_current_allocated_bytes();
-  struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
-}
-
 /* The largest options a model config may give (1024 mel bins, a window of
  * 65536 samples) make a frontend of a few MiB, what its buffers and the
  * filters' nonzero weights need: every stream makes one. Storing each
@@ -603,11 +590,11 @@ static void test_largest_config_memory(void **state) {
                                               NULL),
                    0);
   assert_int_equal(aural_fbank_window_samples(&cfg.fbank), 65536);
-  size_t before = allocated_bytes();
+  size_t before = test_allocated_bytes();
   aural_frontend *fe;
   aural_err err = {0};
   assert_int_equal(aural_frontend_create(&cfg, &fe, &err), 0);
-  size_t bytes = allocated_bytes() - before;
+  size_t bytes = test_allocated_bytes() - before;
   printf("  1024 mel bins, 65536-sample window: create allocated %zu bytes\n",
          bytes);
   assert_true(bytes < (size_t)16 << 20);

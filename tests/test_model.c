@@ -17,7 +17,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -739,12 +738,12 @@ static void mut_vocab_one(mfile *mf) {
            "\"vocab\":[\"t0\"]");
 }
 
-/* A token of 1025 bytes: over the limit, which keeps what every buffer
- * of CTC text holds (chunk_frames times the longest token) small. */
-static void mut_vocab_token_long(mfile *mf) {
+/* The vocabulary with token 2 made of len bytes of 'x'. */
+static void vocab_token_of(mfile *mf, size_t len) {
   char token[1100];
-  memset(token, 'x', 1025);
-  token[1025] = '\0';
+  assert_true(len < sizeof token);
+  memset(token, 'x', len);
+  token[len] = '\0';
   char *with;
   assert_true(asprintf(&with, "\"vocab\":[\"t0\",\"t1\",\"%s\",\"t3\","
                               "\"t4\"]",
@@ -753,18 +752,12 @@ static void mut_vocab_token_long(mfile *mf) {
   free(with);
 }
 
+/* A token of 1025 bytes: over the limit, which keeps what every buffer
+ * of CTC text holds (chunk_frames times the longest token) small. */
+static void mut_vocab_token_long(mfile *mf) { vocab_token_of(mf, 1025); }
+
 /* 1024 bytes, the limit itself, loads. */
-static void mut_vocab_token_at_limit(mfile *mf) {
-  char token[1100];
-  memset(token, 'x', 1024);
-  token[1024] = '\0';
-  char *with;
-  assert_true(asprintf(&with, "\"vocab\":[\"t0\",\"t1\",\"%s\",\"t3\","
-                              "\"t4\"]",
-                       token) > 0);
-  cfg_edit(mf, "\"vocab\":[\"t0\",\"t1\",\"t2\",\"t3\",\"t4\"]", with);
-  free(with);
-}
+static void mut_vocab_token_at_limit(mfile *mf) { vocab_token_of(mf, 1024); }
 
 static void mut_vocab_size_mismatch(mfile *mf) {
   cfg_edit(mf, ",\"t4\"]", "]");
@@ -1990,18 +1983,6 @@ static void test_base_counts(void **state) {
   aural_model_free(m);
 }
 
-/* Bytes currently allocated by this process: the sanitizer's own count
- * under ASan, else glibc's. */
-extern size_t __sanitizer_get_current_allocated_bytes(void)
-    __attribute__((weak));
-
-static size_t allocated_bytes(void) {
-  if (__sanitizer_get_current_allocated_bytes != NULL)
-    return __sanitizer_get_current_allocated_bytes();
-  struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
-}
-
 static void test_encoder_state_bytes(void **state) {
   (void)state;
   aural_model *m = load_base(AURAL_WEIGHTS_F32);
@@ -2014,11 +1995,11 @@ static void test_encoder_state_bytes(void **state) {
   assert_true(bytes >= rings);
 
   /* What create allocates: within a little allocator overhead. */
-  size_t before = allocated_bytes();
+  size_t before = test_allocated_bytes();
   aural_encoder *e;
   aural_err err = {0};
   assert_int_equal(aural_encoder_create(m, &ec, &e, &err), 0);
-  size_t after = allocated_bytes();
+  size_t after = test_allocated_bytes();
   size_t got = after - before;
 
   /* Encoding allocates nothing, however long the stream. */
@@ -2029,10 +2010,10 @@ static void test_encoder_state_bytes(void **state) {
   assert_non_null(emb);
   for (size_t i = 0; i < STEP * BASE_MELS; i++)
     feats[i] = (float)((i * 7919) % 1000) / 100.0f;
-  size_t steady = allocated_bytes();
+  size_t steady = test_allocated_bytes();
   for (int k = 0; k < 8; k++) /* 296 frames: the ring wraps 5 times */
     assert_int_equal(aural_encoder_forward(e, feats, STEP, emb, NULL), 0);
-  size_t later = allocated_bytes();
+  size_t later = test_allocated_bytes();
   assert_int_equal(aural_encoder_next_frame(e), 8 * STEP);
   for (size_t i = 0; i < STEP * 256; i++) assert_true(isfinite(emb[i]));
   assert_int_equal(aural_encoder_state_bytes(m, &ec), bytes);
