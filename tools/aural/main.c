@@ -155,8 +155,13 @@ int main(int argc, char **argv) {
     return finish(NULL, EXIT_OK);
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (strcmp(cmd, commands[i].name) == 0)
+    if (strcmp(cmd, commands[i].name) == 0) {
+      /* getopt's own messages name the program by argv[0]. */
+      char prog[32];
+      snprintf(prog, sizeof prog, "aural %s", cmd);
+      argv[1] = prog;
       return finish(cmd, commands[i].run(argc - 1, argv + 1));
+    }
   fprintf(stderr, "aural: unknown command '%s' (see 'aural --help')\n", cmd);
   return EXIT_USAGE;
 }
