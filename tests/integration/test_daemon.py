@@ -3049,9 +3049,12 @@ def main(module_name):
     suite = (loader.loadTestsFromNames(names, module) if names
              else loader.loadTestsFromModule(module))
     result = unittest.TextTestRunner(verbosity=2).run(suite)
-    failed = len(result.failures) + len(result.errors)
+    # A test counts once however many of its subtests failed (counting
+    # each made the passed count go below zero).
+    failed = len({getattr(t, "test_case", t).id()
+                  for t, _ in result.failures + result.errors})
     print("integration: %d passed, %d failed" %
-          (result.testsRun - failed - len(result.skipped), failed))
+          (max(result.testsRun - failed - len(result.skipped), 0), failed))
     sys.exit(0 if result.wasSuccessful() else 1)
 
 
