@@ -267,6 +267,48 @@ static int cfg_enum(cfg_reader *r, const char *key, const char *const *names,
   return 0;
 }
 
+/* Whether the n tokens of v are all spelled differently: a lexicon names
+ * a token by its spelling, and two ids for one spelling would make the
+ * words it spells depend on which the search met first. Otherwise sets
+ * *rc and err, naming the first id spelled again and that id (or
+ * ENOMEM). Sorting (spelling, id) pairs keeps a hostile million-token
+ * vocabulary at n log n. */
+typedef struct spelled {
+  const char *text;
+  int id;
+} spelled;
+
+static int by_spelling(const void *a, const void *b) {
+  const spelled *x = a, *y = b;
+  int c = strcmp(x->text, y->text);
+  return c != 0 ? c : (x->id > y->id) - (x->id < y->id);
+}
+
+static bool check_distinct(char **v, int n, const char *where, aural_err *err,
+                           int *rc) {
+  spelled *s = malloc((size_t)n * sizeof *s);
+  if (s == NULL) {
+    *rc = aural__err_set(err, AURAL_ENOMEM, "out of memory");
+    return false;
+  }
+  for (int i = 0; i < n; i++) s[i] = (spelled){v[i], i};
+  qsort(s, (size_t)n, sizeof *s, by_spelling);
+  /* Of the spellings that repeat, the one whose second id comes first. */
+  int first = -1, second = -1;
+  for (int i = 1; i < n; i++)
+    if (strcmp(s[i - 1].text, s[i].text) == 0 &&
+        (i < 2 || strcmp(s[i - 2].text, s[i].text) != 0) &&
+        (second < 0 || s[i].id < second))
+      first = s[i - 1].id, second = s[i].id;
+  free(s);
+  if (second < 0) return true;
+  *rc = aural__err_set(err, AURAL_ECONFIG,
+                       "%s: aural.config vocab entries %d and %d are both "
+                       "\"%s\"; tokens must differ",
+                       where, first, second, v[first]);
+  return false;
+}
+
 /* Parses aural.config into cfg and the vocabulary (malloc'ed strings). */
 static int parse_config(const char *json, const char *where,
                         aural_model_config *cfg, char ***vocab_out,
@@ -383,9 +425,12 @@ static int parse_config(const char *json, const char *where,
                                     where, i);
         for (int k = 0; v != NULL && k < i; k++) free(v[k]);
         free(v);
-      } else {
+      } else if (check_distinct(v, n, where, err, &r.rc)) {
         cfg->vocab_size = n;
         *vocab_out = v;
+      } else {
+        for (int k = 0; k < n; k++) free(v[k]);
+        free(v);
       }
     }
   }

@@ -759,6 +759,17 @@ static void mut_vocab_token_long(mfile *mf) { vocab_token_of(mf, 1025); }
 /* 1024 bytes, the limit itself, loads. */
 static void mut_vocab_token_at_limit(mfile *mf) { vocab_token_of(mf, 1024); }
 
+/* A token spelled twice: which id a lexicon's spelling meant is then
+ * anybody's guess. */
+static void mut_vocab_duplicate(mfile *mf) {
+  cfg_edit(mf, "\"t3\",\"t4\"]", "\"t3\",\"t1\"]");
+}
+
+/* The blank's spelling among the other tokens, likewise. */
+static void mut_vocab_blank_twice(mfile *mf) {
+  cfg_edit(mf, "\"t3\",\"t4\"]", "\"t0\",\"t4\"]");
+}
+
 static void mut_vocab_size_mismatch(mfile *mf) {
   cfg_edit(mf, ",\"t4\"]", "]");
 }
@@ -1018,6 +1029,10 @@ static bad_case bad_cases[] = {
      E("\"vocab\" must be a list of 2..")},
     {"vocab_token_long", mut_vocab_token_long, NULL, AURAL_ECONFIG,
      E("vocab entry 2 is 1025 bytes long", "at most 1024")},
+    {"vocab_duplicate", mut_vocab_duplicate, NULL, AURAL_ECONFIG,
+     E("vocab entries 1 and 4 are both \"t1\"", "must differ")},
+    {"vocab_blank_twice", mut_vocab_blank_twice, NULL, AURAL_ECONFIG,
+     E("vocab entries 0 and 3 are both \"t0\"")},
     {"vocab_size_mismatch", mut_vocab_size_mismatch, NULL, AURAL_EFORMAT,
      E("\"head.weight\" has shape [5, 16]", "implies [4, 16]")},
     {"head_without_vocab", mut_head_without_vocab, NULL, AURAL_EFORMAT,

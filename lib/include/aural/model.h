@@ -166,7 +166,9 @@ void aural_model_free(aural_model *model);
 
 const aural_model_config *aural_model_get_config(const aural_model *model);
 
-/* Token string of a CTC vocabulary entry (0 = blank), or NULL. */
+/* Token string of a CTC vocabulary entry (0 = blank), or NULL. A loaded
+ * model's tokens are all spelled differently (a vocabulary that repeats
+ * one is refused with AURAL_ECONFIG), so a spelling names one id. */
 const char *aural_model_token(const aural_model *model, int id);
 
 /* Parameters (weights and biases) in the model. */
