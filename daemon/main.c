@@ -8,6 +8,7 @@
  * within 2 s (server.c).
  */
 #define _GNU_SOURCE
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
@@ -38,6 +39,8 @@ enum {
   OPT_CLUSTER_DTYPE,
   OPT_HTTP, OPT_HTTP_TOKEN, OPT_HTTP_ORIGIN, OPT_HTTP_CERT, OPT_HTTP_KEY,
   OPT_HTTP_ROOT,
+  /* --no-NAME of options[i] is OPT_NO + i. */
+  OPT_NO = 1024,
 };
 
 /* Every option once: getopt's table and --help are made from this list,
@@ -253,12 +256,22 @@ static void usage(FILE *to) {
         "\n"
         "Options:\n",
         to);
-  for (size_t i = 0; i < N_OPTIONS; i++) usage_option(to, &options[i]);
+  for (size_t i = 0; i < N_OPTIONS; i++) {
+    usage_option(to, &options[i]);
+    if (options[i].id == OPT_NO_CONFIG)
+      usage_option(to, &(option_doc){"no-NAME", no_argument, OPT_NO, "",
+                                      "leave out the config file's NAME (e.g.\n"
+                                      "--no-mic, --no-file): its default, or\n"
+                                      "the command line's",
+                                      0});
+  }
   fputs("\n"
         "Config file lines are \"key = value\" with the long option names as\n"
         "keys, each once (\"file\" may repeat; \"file-realtime = PATH\" is\n"
         "--file PATH --realtime; switches take yes or no; a relative path is\n"
-        "the config file's neighbour), e.g. \"chunk-ms = 500\".\n"
+        "the config file's neighbour), e.g. \"chunk-ms = 500\". The command\n"
+        "line wins: its value replaces the file's, its --file adds to them,\n"
+        "and --no-NAME leaves the file's NAME out.\n"
         "Under systemd, a socket passed by socket activation is used instead\n"
         "of binding one, and readiness is reported on $NOTIFY_SOCKET.\n"
         "\n"
@@ -370,13 +383,31 @@ static int parse_http_option(int ch, const char *arg, http_options *h) {
   }
 }
 
+/* Whether the config file may set options[i], and so the command line
+ * may take it back with --no-NAME. */
+static bool negatable(size_t i) { return !(options[i].conf & CONFIG_NEVER); }
+
+/* getopt's table: every option, and --no-NAME for each one the file may
+ * set (names kept in no_names, filled on the first call). */
+static char no_names[N_OPTIONS][48];
+static void long_options(struct option longs[2 * N_OPTIONS + 1]) {
+  size_t n = 0;
+  for (size_t i = 0; i < N_OPTIONS; i++)
+    longs[n++] = (struct option){options[i].name, options[i].has_arg, NULL,
+                                 options[i].id};
+  for (size_t i = 0; i < N_OPTIONS; i++) {
+    if (!negatable(i)) continue;
+    snprintf(no_names[i], sizeof no_names[i], "no-%s", options[i].name);
+    longs[n++] = (struct option){no_names[i], no_argument, NULL,
+                                 OPT_NO + (int)i};
+  }
+  longs[n] = (struct option){NULL, 0, NULL, 0};
+}
+
 static int parse_options(int argc, char **argv, aurald_options *o,
                          bool *list) {
-  struct option longs[N_OPTIONS + 1];
-  for (size_t i = 0; i < N_OPTIONS; i++)
-    longs[i] = (struct option){options[i].name, options[i].has_arg, NULL,
-                               options[i].id};
-  longs[N_OPTIONS] = (struct option){NULL, 0, NULL, 0};
+  struct option longs[2 * N_OPTIONS + 1];
+  long_options(longs);
   int ch;
   long v;
   char *end;
@@ -546,11 +577,15 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_CONFIG:
     case OPT_NO_CONFIG:
       break; /* found before parsing (config_path) */
+    case '?':
+      fprintf(stderr, "Try 'aurald --help'.\n");
+      return 2;
     case 'h': usage(stdout); exit(0);
     case 'V': printf("aurald %s\n", AURAL_VERSION); exit(0);
     default:
-      fprintf(stderr, "Try 'aurald --help'.\n");
-      return 2;
+      /* --no-NAME: the file's NAME was left out (load_options). */
+      assert(ch >= OPT_NO && ch < OPT_NO + (int)N_OPTIONS);
+      break;
     }
   }
   if (optind < argc) {
@@ -593,13 +628,12 @@ static const aurald_options option_defaults = {
  * command line here as parse_options() does, so that "--conf PATH", which
  * it takes for --config, names the file here too. *answer is 'h' or 'V'
  * when --help or --version asks for an answer that needs no config. */
-static const char *find_config(int argc, char **argv, int *answer) {
+static const char *find_config(int argc, char **argv, int *answer,
+                               bool negated[N_OPTIONS]) {
   *answer = 0;
-  struct option longs[N_OPTIONS + 1];
-  for (size_t i = 0; i < N_OPTIONS; i++)
-    longs[i] = (struct option){options[i].name, options[i].has_arg, NULL,
-                               options[i].id};
-  longs[N_OPTIONS] = (struct option){NULL, 0, NULL, 0};
+  memset(negated, 0, N_OPTIONS * sizeof *negated);
+  struct option longs[2 * N_OPTIONS + 1];
+  long_options(longs);
   /* getopt permutes what it reads: a copy of argv keeps it as it is. */
   char **copy = malloc(((size_t)argc + 1) * sizeof *copy);
   if (copy == NULL) return NULL;
@@ -612,6 +646,8 @@ static const char *find_config(int argc, char **argv, int *answer) {
   while ((ch = getopt_long(argc, copy, "m:s:hV", longs, NULL)) != -1) {
     if (ch == OPT_CONFIG) path = optarg;
     else if (ch == OPT_NO_CONFIG) none = true;
+    else if (ch >= OPT_NO && ch < OPT_NO + (int)N_OPTIONS)
+      negated[ch - OPT_NO] = true;
     else if ((ch == 'h' || ch == 'V') && *answer == 0) *answer = ch;
   }
   opterr = was_opterr;
@@ -621,8 +657,22 @@ static const char *find_config(int argc, char **argv, int *answer) {
   return access(AURAL_CONFIG, F_OK) == 0 ? AURAL_CONFIG : NULL;
 }
 
-/* Options from the config file (if any), then the command line, which
- * wins. cw keeps the file's words alive: options point into them. Returns
+/* The option a word of the config file sets ("--NAME" or
+ * "--NAME=VALUE"), as an index into options[]. */
+static size_t option_of_word(const char *word) {
+  const char *name = word + 2, *eq = strchr(name, '=');
+  size_t len = eq != NULL ? (size_t)(eq - name) : strlen(name);
+  for (size_t i = 0; i < N_OPTIONS; i++)
+    if (strlen(options[i].name) == len &&
+        strncmp(options[i].name, name, len) == 0)
+      return i;
+  assert(!"config words are made from option names");
+  return 0;
+}
+
+/* Options from the config file (if any), less those the command line
+ * takes back with --no-NAME, then the command line, which wins. cw keeps
+ * the file's words alive: options point into them. Returns
  * 0, or the exit status with the errors on stderr and where, one line,
  * saying where they are. */
 static int load_options(int argc, char **argv, const char *conf,
@@ -641,14 +691,19 @@ static int load_options(int argc, char **argv, const char *conf,
       snprintf(where, where_len, "%s", why);
       return 2;
     }
+    bool negated[N_OPTIONS];
+    int answer;
+    find_config(argc, argv, &answer, negated);
     /* One line of the file at a time, so that an error names its line. */
     for (size_t i = 1, j; i < cw->n; i = j) {
       char *line_argv[4] = {cw->words[0]};
       int line_argc = 1;
-      for (j = i; j < cw->n && cw->lines[j] == cw->lines[i] && line_argc < 3;
+      for (j = i; j < cw->n && cw->lines[j] == cw->lines[i] && j - i < 2;
            j++)
-        line_argv[line_argc++] = cw->words[j];
+        if (!negated[option_of_word(cw->words[j])])
+          line_argv[line_argc++] = cw->words[j];
       line_argv[line_argc] = NULL;
+      if (line_argc == 1) continue;
       int rc = parse_options(line_argc, line_argv, o, list);
       if (rc != 0) {
         aurald_usage_error("%s:%d: the setting refused above\n", conf,
@@ -942,7 +997,8 @@ int main(int argc, char **argv) {
   config_words cw;
   bool list = false;
   int answer;
-  const char *conf = find_config(argc, argv, &answer);
+  bool negated[N_OPTIONS];
+  const char *conf = find_config(argc, argv, &answer, negated);
   /* Before the config file, whose errors say to see --help. */
   if (answer == 'h') usage(stdout);
   if (answer == 'V') printf("aurald %s\n", AURAL_VERSION);

@@ -1455,6 +1455,45 @@ class TestServiceManager(DaemonTest):
                                         % os.path.join(etc, "in.wav")), 2,
                          p.stderr)
 
+    def test_command_line_takes_back_the_files_settings(self):
+        """--no-NAME leaves the config file's NAME out, so that the command
+        line wins for switches, devices and lists too: a file that asks
+        for a missing microphone, holds its streams and lists a file ran
+        that way whatever the command line said."""
+        a, b = self.wav(1, name="a.wav"), self.wav(1, name="b.wav")
+        conf = os.path.join(self.tmp, "n.conf")
+        with open(conf, "w") as f:
+            f.write("mic = no-such-device\nhold = yes\nfile = %s\n"
+                    "exit-when-done = yes\nthreads = 1\n" % a)
+        sock = os.path.join(self.tmp, "n.sock")
+        base = [AURALD, "-m", TINY, "-s", sock, "--config", conf]
+        # As the file says: the microphone is not there.
+        p = run(*base, check=False, timeout=30)
+        self.assertNotEqual(p.returncode, 0, p.stderr)
+        self.assertIn("no-such-device", p.stderr)
+        # Without the file's mic and hold: a.wav is encoded and aurald exits.
+        p = run(*base, "--no-mic", "--no-hold", check=False, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("file %s" % a, p.stderr)
+        # Without the file's files, the command line's alone.
+        p = run(*base, "--no-mic", "--no-hold", "--no-file", "--file", b,
+                check=False, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("file %s" % b, p.stderr)
+        self.assertNotIn("file %s" % a, p.stderr)
+        # Without the file's exit-when-done as well, nothing is left to
+        # wait for: refused, as on a command line alone.
+        p = run(*base, "--no-mic", "--no-file", "--no-exit-when-done",
+                "--exit-when-done", check=False, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--exit-when-done needs a --file", p.stderr)
+        # Only the options a file may set have a --no- form.
+        for bad in ("--no-help", "--no-list-devices", "--no-bogus"):
+            with self.subTest(option=bad):
+                p = run(*base, bad, check=False, timeout=30)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("unrecognized option '%s'" % bad, p.stderr)
+
     def test_help_and_version_do_not_read_the_config_file(self):
         """--help and --version answer whatever the config file holds
         (the default one is read when it exists): a config error told
