@@ -746,6 +746,13 @@ static int parse(const char *data, size_t len, const char *name,
   name = name ? name : "LM";
   if (data == NULL || lex == NULL)
     return aural__err_set(err, AURAL_EINVAL, "LM: no text or no lexicon");
+  size_t blank = 0; /* as the lexicon and the other readers: EEMPTY */
+  while (blank < len && strchr(" \t\r\n", data[blank]) != NULL &&
+         data[blank] != '\0')
+    blank++;
+  if (blank == len)
+    return aural__err_set(err, AURAL_EEMPTY, "%s: empty (no \\data\\ "
+                          "section)", name);
   size_t magic = sizeof BIN_MAGIC - 1;
   if (len > 0 && memcmp(data, BIN_MAGIC, len < magic ? len : magic) == 0) {
     if (len <= magic)

@@ -262,7 +262,8 @@ static void test_lm_rejects(void **state) {
   snprintf(buf[5], sizeof buf[5],
            "\\data\\\nngram 1=2\n\n\\1-grams:\n%s\n", ok1);
   const bad_case cases[] = {
-      {"", "ends in its \\data\\"},
+      {"", "lm: empty (no \\data\\ section)"},
+      {" \n\r\n\t", "lm: empty"},
       {"ngram 1=2\n", "not an ARPA file"},
       {"\\data\\\nngram 2=1\n\n", "ngram 2 out of order"},
       {"\\data\\\nngram 1=1\nngram 2=1\nngram 3=1\nngram 4=1\nngram 5=1\n",
@@ -295,6 +296,9 @@ static void test_lm_rejects(void **state) {
     if (rc >= 0 || lm != NULL || strstr(err.msg, cases[i].want) == NULL)
       fail_msg("case %zu: rc %d, message \"%s\", wanted \"%s\"", i, rc,
                err.msg, cases[i].want);
+    /* Nothing at all is EEMPTY, as for the other readers. */
+    if ((rc == AURAL_EEMPTY) != (strstr(cases[i].want, "empty") != NULL))
+      fail_msg("case %zu: rc %d (%s)", i, rc, aural_err_name(rc));
   }
   aural_lexicon_destroy(lex);
 }
