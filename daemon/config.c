@@ -163,9 +163,15 @@ static int line_words(const char *path, int lineno, char *s,
       snprintf(why, why_len, "%s:%d: %s needs a value", path, lineno, key);
     return -1;
   } else {
-    /* A relative path is the file's neighbour, wherever aurald runs. */
-    int dir = (k->flags & CONFIG_PATH) && value[0] != '/' ? (int)dir_len : 0;
-    rc = add_word(cw, lineno, "--%s=%.*s%s", k->name, dir, path, value);
+    /* A relative path is the file's neighbour, wherever aurald runs; so
+     * is a unix: URL's. */
+    const char *scheme = "", *rest = value;
+    if ((k->flags & CONFIG_URL) && strncmp(value, "unix:", 5) == 0)
+      scheme = "unix:", rest = value + 5;
+    bool relative = ((k->flags & CONFIG_PATH) || *scheme) && rest[0] != '/';
+    int dir = relative ? (int)dir_len : 0;
+    rc = add_word(cw, lineno, "--%s=%s%.*s%s", k->name, scheme, dir, path,
+                  rest);
     if (rc == 0 && realtime) rc = add_word(cw, lineno, "--realtime");
   }
   return rc < 0 ? -2 : 0;

@@ -729,6 +729,7 @@ enum {
   CONFIG_PATH = 1,   /* a relative value is taken from the file's directory */
   CONFIG_REPEAT = 2, /* may be given on several lines */
   CONFIG_NEVER = 4,  /* command line only (--config, --help, ...) */
+  CONFIG_URL = 8,    /* a relative unix:PATH is taken as CONFIG_PATH's */
 };
 typedef struct config_key {
   const char *name;

@@ -144,7 +144,7 @@ static const option_doc options[] = {
      "also take streams from a Redis cluster:\n"
      "redis://[USER@]HOST[:PORT][/DB] or unix:PATH\n"
      "(docs/CLUSTER.md); exits if it is unreachable",
-     CONFIG_ONCE},
+     CONFIG_URL},
     {"cluster-optional", no_argument, OPT_CLUSTER_OPTIONAL, "",
      "serve locally while the cluster is unreachable,\n"
      "and join it when it answers",

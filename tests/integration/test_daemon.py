@@ -1454,6 +1454,15 @@ class TestServiceManager(DaemonTest):
         self.assertEqual(p.stderr.count("file %s (16000 Hz, 1 ch, real time)"
                                         % os.path.join(etc, "in.wav")), 2,
                          p.stderr)
+        # So is a cluster's unix: socket (none there: aurald says which).
+        with open(conf, "w") as f:
+            f.write("cluster = unix:redis.sock\n")
+        p = run(os.path.abspath(AURALD), "-m", os.path.abspath(TINY), "-s",
+                os.path.join(self.tmp, "r.sock"), "--config", conf,
+                check=False, timeout=30, cwd="/")
+        self.assertNotEqual(p.returncode, 0, p.stderr)
+        self.assertIn("cluster unix:%s: cannot connect"
+                      % os.path.join(etc, "redis.sock"), p.stderr)
 
     def test_command_line_takes_back_the_files_settings(self):
         """--no-NAME leaves the config file's NAME out, so that the command
