@@ -1088,6 +1088,102 @@ static void test_encode_batch_quiet(void **state) {
   assert_int_equal(stat(test_join(out, "b.npy"), &st), 0);
 }
 
+/* A directory's entries with audio names that cannot be read as files (a
+ * symbolic link loop, a link to nothing, a FIFO) are failures named on
+ * stderr, not silently left out: the exit status says that not all the
+ * audio was encoded. The good file is still written. */
+static void test_encode_batch_reports_unreadable_entries(void **state) {
+  fixture *fx = *state;
+  char good[PATH_BYTES], path[PATH_BYTES];
+  size_t len;
+  input_path(good, fx, "good.wav");
+  free(copy_speech(good, &len));
+  input_path(path, fx, "loop1.wav");
+  assert_int_equal(symlink("loop2.wav", path), 0);
+  input_path(path, fx, "loop2.wav");
+  assert_int_equal(symlink("loop1.wav", path), 0);
+  input_path(path, fx, "dangling.wav");
+  assert_int_equal(symlink("nothing.wav", path), 0);
+  input_path(path, fx, "fifo.wav");
+  assert_int_equal(mkfifo(path, 0600), 0);
+  input_path(path, fx, "notes.txt"); /* not audio by its name: ignored */
+  test_write_file(path, "x", 1);
+
+  int status = run_aural(fx, "encode", "-q", "-o", fx->out_dir, fx->in_dir,
+                         NULL);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 1);
+  assert_dir_holds(fx->out_dir, "good.npy");
+  const char *named[] = {"loop1.wav", "loop2.wav", "dangling.wav",
+                         "fifo.wav"};
+  for (size_t i = 0; i < sizeof named / sizeof *named; i++) {
+    input_path(path, fx, named[i]);
+    assert_contains(fx->err, path);
+  }
+  assert_contains(fx->err, "symbolic links");
+  assert_contains(fx->err, "no such file");
+  assert_contains(fx->err, "not a regular file");
+  if (strstr(fx->err, "notes.txt") != NULL)
+    fail_msg("a file without an audio name was reported: %s", fx->err);
+}
+
+/* Two inputs that would write one output are refused before any work, and
+ * the message names both inputs and the output (-o DIR/ as well as -o
+ * DIR). */
+static void test_encode_batch_same_output_names_inputs(void **state) {
+  fixture *fx = *state;
+  char a[PATH_BYTES], b[PATH_BYTES], sub[PATH_BYTES], out[PATH_BYTES];
+  size_t len;
+  input_path(a, fx, "a.wav");
+  free(copy_speech(a, &len));
+  input_path(sub, fx, "sub");
+  assert_int_equal(mkdir(sub, 0700), 0);
+  input_path(b, fx, "sub/a.flac");
+  free(copy_speech(b, &len));
+  snprintf(out, sizeof out, "%s/", fx->out_dir);
+  int status = run_aural(fx, "encode", "-q", "-o", out, a, b, NULL);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 1);
+  assert_contains(fx->err, a);
+  assert_contains(fx->err, b);
+  snprintf(out, sizeof out, "%s/a.npy", fx->out_dir);
+  assert_contains(fx->err, out);
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
+/* Ctrl-C in the middle of several inputs: what was written stays, what was
+ * being encoded is dropped, and the summary counts the files written, not
+ * the files started. */
+static void test_encode_batch_interrupted_summary(void **state) {
+  fixture *fx = *state;
+  char a[PATH_BYTES], live[PATH_BYTES], c[PATH_BYTES];
+  size_t len;
+  input_path(a, fx, "a.wav");
+  input_path(live, fx, "live.wav");
+  input_path(c, fx, "c.wav");
+  free(copy_speech(a, &len));
+  free(copy_speech(c, &len));
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+  /* One job: a.wav is written before the FIFO is opened. */
+  const char *args[] = {"encode", "-j", "1", "-o", fx->out_dir, a, live, c,
+                        NULL};
+  pid_t pid;
+  int busy;
+  int fd = start_live_encode(fx, live, args, &pid, &busy);
+  assert_int_equal(kill(pid, SIGINT), 0);
+  uint8_t more[200] = {0};
+  assert_int_equal(write(fd, more, sizeof more), (ssize_t)sizeof more);
+  close(fd);
+  int status = wait_aural(fx, pid);
+  signal(SIGPIPE, old_pipe);
+  print_message("    exit %d: %s%s", status, fx->out, fx->err);
+  assert_true(busy);
+  assert_int_equal(status, 130);
+  assert_dir_holds(fx->out_dir, "a.npy");
+  assert_contains(fx->out, "1 of 3 files written");
+  assert_contains(fx->out, "interrupted");
+}
+
 /* aural sub checks -o before it connects: a directory is refused at once
  * (and not after a whole stream was received). */
 static void test_sub_output_checked_first(void **state) {
@@ -1196,6 +1292,9 @@ int main(void) {
       T(test_kill9_leaves_no_temp_file),
       T(test_encode_fifo_says_it_waits),
       T(test_encode_batch_quiet),
+      T(test_encode_batch_reports_unreadable_entries),
+      T(test_encode_batch_same_output_names_inputs),
+      T(test_encode_batch_interrupted_summary),
       T(test_sub_output_checked_first),
   };
 #undef T

@@ -114,6 +114,9 @@ static void usage(FILE *to) {
           "on all cores; a progress bar shows on a terminal, and a summary\n"
           "line gives files, hours of audio, wall time and x real time. A\n"
           "file that fails is reported at the end; the others are written.\n"
+          "So is an entry of a directory with an audio name that is no file\n"
+          "to read (a link to nothing, a FIFO). Two inputs that would write\n"
+          "one output (a.wav and a.flac) are refused before any work.\n"
           "\n"
           "Samples that are NaN or infinite make the input invalid: the\n"
           "command names the first one and writes nothing.\n"
@@ -623,12 +626,16 @@ typedef struct batch {
   char **errors;               /* (n) messages of failed files, or NULL */
   double *audio_s;             /* (n) seconds of audio of each file */
   size_t n;
+  char **skipped;              /* (n_skipped) messages: entries of a
+                                  directory that are not files to read */
+  size_t n_skipped;
   pthread_mutex_t mu;
-  size_t next, done, failed;
+  size_t next, done, written, failed; /* failed counts the skipped too */
   double audio_done_s;
 } batch;
 
-static int add_input(char ***v, size_t *n, size_t *cap, const char *path) {
+/* Appends a copy of s to the list v of *n strings (room for *cap). */
+static int add_string(char ***v, size_t *n, size_t *cap, const char *s) {
   if (*n == *cap) {
     size_t c = *cap ? *cap * 2 : 64;
     char **p = realloc(*v, c * sizeof *p);
@@ -636,7 +643,7 @@ static int add_input(char ***v, size_t *n, size_t *cap, const char *path) {
     *v = p;
     *cap = c;
   }
-  (*v)[*n] = strdup(path);
+  (*v)[*n] = strdup(s);
   return (*v)[(*n)++] == NULL ? -1 : 0;
 }
 
@@ -644,71 +651,120 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Expands the command line's inputs: files as given, directories to the
- * audio files directly in them (by extension, sorted). */
-static int collect_inputs(char **args, int n_args, char ***out, size_t *n) {
-  size_t cap = 0;
-  *out = NULL;
-  *n = 0;
+/* Adds the audio files directly in the directory dir to b->inputs, sorted.
+ * An entry with an audio name that is not a file we can read (a link to
+ * nothing or a loop of links, a FIFO, a socket) goes to b->skipped with the
+ * reason: the user asked for the directory's audio and must hear what was
+ * left out. Subdirectories are not entered. */
+static int collect_dir(batch *b, const char *dir, size_t *cap,
+                       size_t *skipped_cap) {
+  DIR *d = opendir(dir);
+  if (d == NULL) {
+    fprintf(stderr, "aural encode: %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
+  size_t first = b->n, first_skipped = b->n_skipped;
+  int rc = 0;
+  struct dirent *e;
+  while (rc == 0 && (e = readdir(d)) != NULL) {
+    if (!is_audio_name(e->d_name)) continue;
+    char *path = NULL, *why = NULL;
+    if (asprintf(&path, "%s/%s", dir, e->d_name) < 0) {
+      rc = -1;
+      break;
+    }
+    struct stat st;
+    int got = 0;
+    if (stat(path, &st) != 0) {
+      got = asprintf(&why, "%s: %s; not encoded", path, strerror(errno));
+    } else if (S_ISREG(st.st_mode)) {
+      rc = add_string(&b->inputs, &b->n, cap, path);
+    } else if (!S_ISDIR(st.st_mode)) {
+      /* A FIFO would hold a job until someone writes to it; named alone
+       * on the command line, it is read. */
+      got = asprintf(&why, "%s: not a regular file; not encoded", path);
+    }
+    if (got < 0) {
+      why = NULL;
+      rc = -1;
+    } else if (why != NULL) {
+      rc = add_string(&b->skipped, &b->n_skipped, skipped_cap, why);
+    }
+    free(why);
+    free(path);
+  }
+  closedir(d);
+  if (rc < 0) return -1;
+  if (b->n > first)
+    qsort(b->inputs + first, b->n - first, sizeof *b->inputs, cmp_str);
+  if (b->n_skipped > first_skipped)
+    qsort(b->skipped + first_skipped, b->n_skipped - first_skipped,
+          sizeof *b->skipped, cmp_str);
+  if (b->n == first)
+    fprintf(stderr, "aural encode: %s: no audio files in it\n", dir);
+  return 0;
+}
+
+/* Expands the command line's inputs into b->inputs: files as given,
+ * directories to the audio files directly in them (by extension,
+ * sorted). */
+static int collect_inputs(batch *b, char **args, int n_args) {
+  size_t cap = 0, skipped_cap = 0;
   for (int i = 0; i < n_args; i++) {
     struct stat st;
     if (stat(args[i], &st) == 0 && S_ISDIR(st.st_mode)) {
-      DIR *d = opendir(args[i]);
-      if (d == NULL) {
-        fprintf(stderr, "aural encode: %s: %s\n", args[i], strerror(errno));
-        return -1;
-      }
-      size_t first = *n;
-      struct dirent *e;
-      while ((e = readdir(d)) != NULL) {
-        if (!is_audio_name(e->d_name)) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", args[i], e->d_name);
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
-            add_input(out, n, &cap, path) < 0) {
-          closedir(d);
-          return -1;
-        }
-      }
-      closedir(d);
-      if (*n > first) qsort(*out + first, *n - first, sizeof **out, cmp_str);
-      if (*n == first)
-        fprintf(stderr, "aural encode: %s: no audio files in it\n",
-                args[i]);
-    } else if (add_input(out, n, &cap, args[i]) < 0) {
+      if (collect_dir(b, args[i], &cap, &skipped_cap) < 0) return -1;
+    } else if (add_string(&b->inputs, &b->n, &cap, args[i]) < 0) {
       return -1;
     }
   }
   return 0;
 }
 
+static int cmp_str_ref(const void *a, const void *b) {
+  return strcmp(**(char **const *)a, **(char **const *)b);
+}
+
 /* OUT_DIR/BASE.npy (or .txt for text); two inputs with one base name are
- * refused before any work, so no output overwrites another. */
+ * refused before any work, so no output overwrites another. The message
+ * names both inputs: in a directory of many files, the user must find
+ * them. */
 static int plan_outputs(batch *b, const char *dir, const char *ext) {
   b->outputs = calloc(b->n, sizeof *b->outputs);
   if (b->outputs == NULL) return -1;
+  /* -o out/ names out: no "out//a.npy" in messages. */
+  int dir_len = (int)strlen(dir);
+  while (dir_len > 1 && dir[dir_len - 1] == '/') dir_len--;
   for (size_t i = 0; i < b->n; i++) {
     const char *base = strrchr(b->inputs[i], '/');
     base = base ? base + 1 : b->inputs[i];
     const char *dot = strrchr(base, '.');
     int len = dot && dot != base ? (int)(dot - base) : (int)strlen(base);
-    if (asprintf(&b->outputs[i], "%s/%.*s.%s", dir, len, base, ext) < 0)
-      return -1;
-  }
-  char **sorted = malloc(b->n * sizeof *sorted);
-  if (sorted == NULL) return -1;
-  memcpy(sorted, b->outputs, b->n * sizeof *sorted);
-  qsort(sorted, b->n, sizeof *sorted, cmp_str);
-  for (size_t i = 1; i < b->n; i++)
-    if (strcmp(sorted[i - 1], sorted[i]) == 0) {
-      fprintf(stderr,
-              "aural encode: two inputs would both write %s; rename one\n",
-              sorted[i]);
-      free(sorted);
+    if (asprintf(&b->outputs[i], "%.*s/%.*s.%s", dir_len, dir, len, base,
+                 ext) < 0) {
+      b->outputs[i] = NULL;
       return -1;
     }
+  }
+  /* Sorted references into b->outputs, so that each one's index (and so
+   * its input) is known. */
+  char ***sorted = malloc(b->n * sizeof *sorted);
+  if (sorted == NULL) return -1;
+  for (size_t i = 0; i < b->n; i++) sorted[i] = &b->outputs[i];
+  qsort(sorted, b->n, sizeof *sorted, cmp_str_ref);
+  int clash = 0;
+  for (size_t i = 1; i < b->n; i++)
+    if (strcmp(*sorted[i - 1], *sorted[i]) == 0) {
+      size_t x = (size_t)(sorted[i - 1] - b->outputs);
+      size_t y = (size_t)(sorted[i] - b->outputs);
+      fprintf(stderr,
+              "aural encode: %s and %s would both write %s; rename one\n",
+              b->inputs[x < y ? x : y], b->inputs[x < y ? y : x],
+              *sorted[i]);
+      clash = 1;
+    }
   free(sorted);
-  return 0;
+  return clash ? -1 : 0;
 }
 
 static void *batch_worker(void *arg) {
@@ -730,7 +786,9 @@ static void *batch_worker(void *arg) {
     b->done++;
     b->audio_s[i] = job.audio_s;
     b->audio_done_s += job.audio_s;
-    if (rc < 0 && !interrupted) {
+    if (rc == 0) {
+      b->written++;
+    } else if (!interrupted) {
       b->failed++;
       b->errors[i] = strdup(msg && msg[0] ? msg : "failed");
     }
@@ -762,11 +820,14 @@ static int run_batch(encode_job *proto, char **args, int n_args,
                      const char *out_dir, size_t n_jobs) {
   batch b = {.proto = proto};
   int rc = EXIT_FAIL;
-  if (collect_inputs(args, n_args, &b.inputs, &b.n) < 0) goto out;
+  if (collect_inputs(&b, args, n_args) < 0) goto out;
   if (b.n == 0) {
+    for (size_t i = 0; i < b.n_skipped; i++)
+      fprintf(stderr, "aural encode: %s\n", b.skipped[i]);
     fprintf(stderr, "aural encode: no input files\n");
     goto out;
   }
+  b.failed = b.n_skipped;
   if (mkdir(out_dir, 0777) < 0 && errno != EEXIST) {
     fprintf(stderr, "aural encode: cannot create %s: %s\n", out_dir,
             strerror(errno));
@@ -835,14 +896,21 @@ static int run_batch(encode_job *proto, char **args, int n_args,
     for (size_t i = 0; i < started; i++) pthread_join(threads[i], NULL);
     if (tty) batch_progress(&b, t0, 1);
     double wall = cli_now_s() - t0;
+    for (size_t i = 0; i < b.n_skipped; i++)
+      fprintf(stderr, "aural encode: %s\n", b.skipped[i]);
     for (size_t i = 0; i < b.n; i++)
       if (b.errors[i]) fprintf(stderr, "aural encode: %s\n", b.errors[i]);
+    /* Files written, not files started: after a Ctrl-C, those being
+     * encoded were dropped. */
+    char failed[64] = "";
+    if (b.failed > 0)
+      snprintf(failed, sizeof failed, ", %zu failed", b.failed);
     if (!quiet)
-      printf("%zu files (%zu failed%s), %.3f h of audio in %.1f s with "
+      printf("%zu of %zu files written%s%s, %.3f h of audio in %.1f s with "
              "%zu threads: %.0fx real time, outputs in %s\n",
-             b.done, b.failed, interrupted ? ", interrupted" : "",
-             b.audio_done_s / 3600.0, wall, started,
-             wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
+             b.written, b.n + b.n_skipped, failed,
+             interrupted ? ", interrupted" : "", b.audio_done_s / 3600.0,
+             wall, started, wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
     rc = b.failed == 0 && !interrupted ? EXIT_OK : EXIT_FAIL;
   }
   free(threads);
@@ -855,6 +923,8 @@ out:
     if (b.outputs) free(b.outputs[i]);
     if (b.errors) free(b.errors[i]);
   }
+  for (size_t i = 0; i < b.n_skipped; i++) free(b.skipped[i]);
+  free(b.skipped);
   free(b.inputs);
   free(b.outputs);
   free(b.errors);
