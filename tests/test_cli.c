@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pty.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
@@ -1088,6 +1089,113 @@ static void test_encode_batch_quiet(void **state) {
   assert_int_equal(stat(test_join(out, "b.npy"), &st), 0);
 }
 
+/* Runs aural with args (NULL-terminated, without argv[0]) with stdout and
+ * stderr on a pseudo-terminal, and returns its exit status; *screen gets
+ * the lines as the terminal shows them (free it): a carriage return goes
+ * back to the line's start, ESC [ K erases to its end. *percent tells
+ * whether a '%' was written at all, even one erased later. */
+static int run_on_terminal(const char *const *args, char **screen,
+                           int *percent) {
+  char *argv[MAX_ARGS + 2];
+  argv[0] = (char *)aural_bin();
+  size_t n = 0;
+  for (; args[n] != NULL; n++) {
+    assert_true(n < MAX_ARGS);
+    argv[n + 1] = (char *)args[n];
+  }
+  argv[n + 1] = NULL;
+  int master, slave;
+  assert_int_equal(openpty(&master, &slave, NULL, NULL, NULL), 0);
+  posix_spawn_file_actions_t fa;
+  assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
+  assert_int_equal(
+      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 1), 0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 2), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, slave), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, master), 0);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+  if (rc != 0) fail_msg("cannot run %s: %s", argv[0], strerror(rc));
+  posix_spawn_file_actions_destroy(&fa);
+  close(slave);
+
+  size_t cap = 65536, len = 0, line_len = 0, col = 0;
+  char *out = malloc(cap), line[1024];
+  assert_non_null(out);
+  int esc = 0; /* bytes of an escape sequence seen */
+  *percent = 0;
+  for (;;) {
+    char buf[4096];
+    ssize_t got = read(master, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break; /* EIO once the tool has closed the terminal */
+    for (ssize_t i = 0; i < got; i++) {
+      char c = buf[i];
+      if (c == '%') *percent = 1;
+      if (esc == 1) {
+        esc = c == '[' ? 2 : 0;
+      } else if (esc == 2) {
+        if (c == 'K') line_len = col;
+        esc = 0;
+      } else if (c == '\033') {
+        esc = 1;
+      } else if (c == '\r') {
+        col = 0;
+      } else if (c == '\n') {
+        assert_true(len + line_len + 2 < cap);
+        memcpy(out + len, line, line_len);
+        len += line_len;
+        out[len++] = '\n';
+        line_len = col = 0;
+      } else if (col < sizeof line) {
+        line[col++] = c;
+        if (col > line_len) line_len = col;
+      }
+    }
+  }
+  close(master);
+  out[len] = '\0';
+  *screen = out;
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+/* On a terminal the text of each chunk goes on a line of its own, above the
+ * progress line: it was printed after the progress line, on the same
+ * line ("in.wav [####  ]  40%[   0.50 s] ..."). */
+static void test_encode_text_lines_apart_from_progress(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES];
+  size_t len;
+  input_path(in, fx, "speech.wav");
+  free(copy_speech(in, &len));
+  snprintf(out, sizeof out, "%s/text.txt", fx->out_dir);
+  const char *to_file[] = {"encode", "--output", "text", "-o", out, in, NULL};
+  const char *to_stdout[] = {"encode", "--output", "text", in, NULL};
+  const char *const *runs[] = {to_file, to_stdout};
+  for (size_t r = 0; r < 2; r++) {
+    char *screen;
+    int percent;
+    assert_int_equal(run_on_terminal(runs[r], &screen, &percent), 0);
+    print_message("    screen:\n%s", screen);
+    assert_true(percent); /* the progress line was drawn */
+    assert_contains(screen, "[   0.00 s]");
+    assert_contains(screen, "[   0.50 s]");
+    for (char *line = screen, *end; *line != '\0'; line = end + 1) {
+      end = strchr(line, '\n');
+      *end = '\0';
+      if (strstr(line, " s]") != NULL && strchr(line, '%') != NULL)
+        fail_msg("a chunk's text shares a line with the progress: '%s'",
+                 line);
+    }
+    free(screen);
+  }
+  assert_dir_holds(fx->out_dir, "text.txt");
+}
+
 /* A directory's entries with audio names that cannot be read as files (a
  * symbolic link loop, a link to nothing, a FIFO) are failures named on
  * stderr, not silently left out: the exit status says that not all the
@@ -1279,6 +1387,7 @@ int main(void) {
       T(test_bench_model_file),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),
+      T(test_encode_text_lines_apart_from_progress),
       T(test_full_stdout_fails),
       T(test_closed_stdout_stays_apart),
       T(test_encode_dash_is_stdout),

@@ -160,6 +160,7 @@ typedef struct encode_job {
   double t_start, t_progress;
   int64_t total_in, done_in; /* input frames, for progress */
   int progress;              /* draw a progress line on stderr */
+  int progress_shown;        /* ... and one is on the terminal now */
   int shared_model;          /* model belongs to the caller (batch mode) */
   char *errors;              /* batch mode: the error message goes here */
   double audio_s;            /* seconds of audio read */
@@ -215,20 +216,61 @@ static int emit_rows(encode_job *job, const float *rows, size_t n) {
   return 0;
 }
 
+enum { PROGRESS_SOON, PROGRESS_NOW, PROGRESS_DONE };
+
+/* Draws the progress line on stderr (a terminal): PROGRESS_SOON at most
+ * every 0.2 s, PROGRESS_NOW at once, PROGRESS_DONE for the last time,
+ * erased. */
+static void draw_progress(encode_job *job, int when) {
+  double now = cli_now_s();
+  if (!job->progress ||
+      (when == PROGRESS_SOON && now - job->t_progress < 0.2))
+    return;
+  job->t_progress = now;
+  double frac = job->total_in > 0 ? (double)job->done_in / job->total_in : 1;
+  int width = 30, filled = (int)(frac * width);
+  fprintf(stderr, "\r%s [%.*s%*s] %3.0f%%", job->in_path, filled,
+          "##############################", width - filled, "", frac * 100);
+  job->progress_shown = when != PROGRESS_DONE;
+  if (when == PROGRESS_DONE) fputs("\r\033[K", stderr);
+}
+
+/* A report line (a chunk's text or words) goes on a line of its own, above
+ * the progress line, where both are on one terminal: the progress line is
+ * erased first and drawn again after it. */
+static void progress_pause(encode_job *job) {
+  if (!job->progress_shown) return;
+  fputs("\r\033[K", stderr);
+  job->progress_shown = 0;
+}
+
+static void progress_resume(encode_job *job) {
+  if (!job->progress) return;
+  fflush(job->said);
+  draw_progress(job, PROGRESS_NOW);
+}
+
 /* Passes one chunk's output on: its rows, or for text a line with its
  * tokens (an empty final chunk prints nothing). */
 static int on_chunk(encode_job *job, const aural_chunk *ch) {
   size_t n = ch->n_frames;
   if (job->kind == OUT_WORDS) {
     job->n_rows += n;
-    return words_chunk(&job->wr, ch) < 0 ? AURAL_ENOMEM : 0;
+    int lines = job->wr.live != NULL && ch->n_segments > 0; /* finals */
+    if (lines) progress_pause(job);
+    int rc = words_chunk(&job->wr, ch) < 0 ? AURAL_ENOMEM : 0;
+    if (lines) progress_resume(job);
+    return rc;
   }
   if (job->kind != OUT_TEXT) return emit_rows(job, job->rows, n);
   if (n == 0) return 0;
   job->n_rows += n;
-  if (!job->quiet)
+  if (!job->quiet) {
+    progress_pause(job);
     fprintf(job->said, "[%7.2f s] %s\n",
             (double)ch->first_frame * job->frame_s, ch->text);
+    progress_resume(job);
+  }
   /* Tokens are separated by single spaces: phoneme tokens may be several
    * characters long, so plain concatenation would be ambiguous. */
   if (ch->text_len > 0 &&
@@ -258,17 +300,6 @@ static int feed(encode_job *job, const float *pcm, size_t n, size_t ch) {
     if (at < n && (rc = compute_and_drain(job)) < 0) return rc;
   }
   return 0;
-}
-
-static void draw_progress(encode_job *job, int final) {
-  double now = cli_now_s();
-  if (!job->progress || (!final && now - job->t_progress < 0.2)) return;
-  job->t_progress = now;
-  double frac = job->total_in > 0 ? (double)job->done_in / job->total_in : 1;
-  int width = 30, filled = (int)(frac * width);
-  fprintf(stderr, "\r%s [%.*s%*s] %3.0f%%", job->in_path, filled,
-          "##############################", width - filled, "", frac * 100);
-  if (final) fputs("\r\033[K", stderr);
 }
 
 static int cmp_float(const void *a, const void *b) {
@@ -513,12 +544,12 @@ static int run(encode_job *job) {
     rc = feed(job, pcm, n, (size_t)info.n_channels);
     if (rc < 0) goto push_fail;
     job->done_in += (int64_t)n;
-    draw_progress(job, 0);
+    draw_progress(job, PROGRESS_SOON);
   }
   rc = aural_stream_end(job->stream);
   if (rc == 0) rc = compute_and_drain(job);
   if (rc < 0) goto push_fail;
-  draw_progress(job, 1);
+  draw_progress(job, PROGRESS_DONE);
   if (job->kind == OUT_TEXT && !job->quiet && job->out_path != NULL)
     fprintf(job->said, "text: %s\n", job->text ? job->text : "");
   if (job->of.f != NULL) {
