@@ -49,6 +49,8 @@ typedef struct fixture {
   char out_dir[DIR_BYTES];  /* outputs only, so leftovers show */
   char *out, *err;          /* stdout and stderr of the last run */
   const char *stdout_to;    /* a file for the next runs' stdout instead */
+  const char *stdin_from;   /* a file for the next runs' stdin, not
+                               /dev/null */
   int stdout_closed;        /* the next runs start with fd 1 closed */
 } fixture;
 
@@ -87,7 +89,8 @@ static void sleep_ms(long ms) {
 /* ---- Running the tool. ---- */
 
 /* Starts $AURAL_BIN with args (NULL-terminated, without argv[0]); stdin
- * is /dev/null, stdout and stderr go to files in the test's directory. */
+ * is /dev/null (or fx->stdin_from), stdout and stderr go to files in the
+ * test's directory. */
 static pid_t spawn_aural(fixture *fx, const char *const *args) {
   char *argv[MAX_ARGS + 2];
   argv[0] = (char *)aural_bin();
@@ -105,7 +108,9 @@ static pid_t spawn_aural(fixture *fx, const char *const *args) {
   assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
   int flags = O_WRONLY | O_CREAT | O_TRUNC;
   assert_int_equal(
-      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
+      posix_spawn_file_actions_addopen(
+          &fa, 0, fx->stdin_from ? fx->stdin_from : "/dev/null", O_RDONLY, 0),
+      0);
   assert_int_equal(
       posix_spawn_file_actions_addopen(
           &fa, 1, fx->stdout_to ? fx->stdout_to : out_path, flags, 0600),
@@ -1196,6 +1201,43 @@ static void test_encode_text_lines_apart_from_progress(void **state) {
   assert_dir_holds(fx->out_dir, "text.txt");
 }
 
+/* INPUT - is standard input, as for aural send (it was "-: No such file or
+ * directory"): a pipe or a redirected file gives the same output as the
+ * file itself; an empty one is named in the error; with several inputs it
+ * is refused, having no name for its output. */
+static void test_encode_stdin_input(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], from_file[PATH_BYTES], from_stdin[PATH_BYTES];
+  char batch[PATH_BYTES];
+  size_t len;
+  input_path(in, fx, "speech.wav");
+  char *bytes = copy_speech(in, &len);
+  free(bytes);
+  snprintf(from_file, sizeof from_file, "%s/file.npy", fx->out_dir);
+  snprintf(from_stdin, sizeof from_stdin, "%s/stdin.npy", fx->out_dir);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", from_file, in, NULL),
+                   0);
+  fx->stdin_from = in;
+  int status = run_aural(fx, "encode", "-q", "-o", from_stdin, "-", NULL);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 0);
+  bytes = test_read_file(from_file, &len);
+  assert_same_bytes(from_stdin, bytes, len);
+  free(bytes);
+  assert_true(unlink(from_stdin) == 0);
+
+  fx->stdin_from = "/dev/null";
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", from_stdin, "-", NULL),
+                   1);
+  assert_contains(fx->err, "standard input");
+  assert_contains(fx->err, "empty");
+  snprintf(batch, sizeof batch, "%s/batch", fx->out_dir);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", batch, in, "-", NULL),
+                   2);
+  assert_contains(fx->err, "standard input");
+  assert_dir_holds(fx->out_dir, "file.npy");
+}
+
 /* A directory's entries with audio names that cannot be read as files (a
  * symbolic link loop, a link to nothing, a FIFO) are failures named on
  * stderr, not silently left out: the exit status says that not all the
@@ -1401,6 +1443,7 @@ int main(void) {
       T(test_kill9_leaves_no_temp_file),
       T(test_encode_fifo_says_it_waits),
       T(test_encode_batch_quiet),
+      T(test_encode_stdin_input),
       T(test_encode_batch_reports_unreadable_entries),
       T(test_encode_batch_same_output_names_inputs),
       T(test_encode_batch_interrupted_summary),

@@ -42,7 +42,8 @@ static void usage(FILE *to) {
           "       aural encode [OPTIONS] [-j N] -o OUT_DIR INPUT|DIR...\n"
           "\n"
           "Reads INPUT (WAV, FLAC, Ogg/Vorbis, AIFF or anything else\n"
-          "libsndfile opens; any sample rate and channel count), converts it\n"
+          "libsndfile opens; any sample rate and channel count; - is\n"
+          "standard input, read whole, up to 1 GiB), converts it\n"
           "to the model's rate and runs the frontend and the encoder over it,\n"
           "as a stream. Writes one row per 10 ms frame to OUT.npy as a\n"
           "float32 NumPy array [n_frames, dim].\n"
@@ -138,6 +139,8 @@ static const char *const kind_names[] = {"embeddings", "logits", "features",
 
 typedef struct encode_job {
   const char *in_path, *out_path, *model_path;
+  const char *in_name;   /* in_path, or "standard input" for "-" */
+  void *stdin_bytes;     /* INPUT "-": standard input, read whole */
   aural_precision precision; /* --precision */
   out_kind kind;
   int quiet, show;
@@ -229,7 +232,7 @@ static void draw_progress(encode_job *job, int when) {
   job->t_progress = now;
   double frac = job->total_in > 0 ? (double)job->done_in / job->total_in : 1;
   int width = 30, filled = (int)(frac * width);
-  fprintf(stderr, "\r%s [%.*s%*s] %3.0f%%", job->in_path, filled,
+  fprintf(stderr, "\r%s [%.*s%*s] %3.0f%%", job->in_name, filled,
           "##############################", width - filled, "", frac * 100);
   job->progress_shown = when != PROGRESS_DONE;
   if (when == PROGRESS_DONE) fputs("\r\033[K", stderr);
@@ -376,8 +379,16 @@ static void *notice_after_delay(void *arg) {
 
 /* aural_audiofile_open, which says on stderr when it waits on a FIFO
  * (even with -q: a silent hang is worse than a line on stderr). */
-static int open_input(const encode_job *job, aural_audiofile **af,
+static int open_input(encode_job *job, aural_audiofile **af,
                       aural_err *err) {
+  if (strcmp(job->in_path, "-") == 0) {
+    size_t n;
+    if (cli_read_stdin(&job->stdin_bytes, &n, &interrupted, err->msg,
+                       sizeof err->msg) < 0)
+      return interrupted ? -EINTR : AURAL_EIO;
+    return aural_audiofile_open_memory(job->stdin_bytes, n, job->in_name, af,
+                                       err);
+  }
   struct stat st;
   if (stat(job->in_path, &st) != 0 || !S_ISFIFO(st.st_mode))
     return aural_audiofile_open(job->in_path, af, err);
@@ -500,6 +511,8 @@ static int run(encode_job *job) {
    * words) or with -o /dev/stdout they go to stderr, so that what stdout
    * holds is the result alone. */
   job->said = job->out_path == NULL ? stderr : stdout;
+  job->in_name =
+      strcmp(job->in_path, "-") == 0 ? "standard input" : job->in_path;
   int rc = prepare(job, &err);
   if (rc < 0) goto fail;
   rc = open_input(job, &af, &err);
@@ -519,7 +532,8 @@ static int run(encode_job *job) {
     goto fail;
   }
   if (job->out_path != NULL) {
-    if (outfile_open(&job->of, "aural encode", job->out_path, job->in_path,
+    if (outfile_open(&job->of, "aural encode", job->out_path,
+                     strcmp(job->in_path, "-") == 0 ? NULL : job->in_path,
                      err.msg, sizeof err.msg) < 0) {
       rc = AURAL_EIO;
       goto fail;
@@ -582,7 +596,7 @@ static int run(encode_job *job) {
     fprintf(job->said,
             "%s: %.2f s of %.0f Hz, %d channel%s (%s)\n"
             "  -> %zu frames x %zu %s in %.1f ms (%.0fx real time)%s%s\n",
-            job->in_path, secs, info.rate_hz, info.n_channels,
+            job->in_name, secs, info.rate_hz, info.n_channels,
             info.n_channels == 1 ? "" : "s", info.format, job->n_rows,
             job->kind == OUT_TEXT || job->kind == OUT_WORDS ? (size_t)1
                                                             : job->dim,
@@ -606,7 +620,7 @@ write_fail:
   goto fail;
 push_fail:
   if (job->write_failed) goto write_fail;
-  snprintf(err.msg, sizeof err.msg, "%s: %s", job->in_path,
+  snprintf(err.msg, sizeof err.msg, "%s: %s", job->in_name,
            aural_strerror(rc));
 fail:
   if (job->progress) fputs("\r\033[K", stderr);
@@ -631,6 +645,8 @@ done:
     job->words = NULL;
   }
   aural_audiofile_close(af);
+  free(job->stdin_bytes); /* after af, which reads it in place */
+  job->stdin_bytes = NULL;
   if (!job->shared_model) aural_model_free(job->model);
   job->audio_s = af_seconds;
   return rc;
@@ -1142,6 +1158,13 @@ int cmd_encode(int argc, char **argv) {
     fprintf(stderr, "aural encode: --show takes one input\n");
     return EXIT_USAGE;
   }
+  for (int i = optind; batch_mode && i < argc; i++)
+    if (strcmp(argv[i], "-") == 0) {
+      /* It would have no name to make its output's from. */
+      fprintf(stderr, "aural encode: - (standard input) is read only as "
+                      "the one INPUT\n");
+      return EXIT_USAGE;
+    }
   job.in_path = argv[optind];
   job.t_start = cli_now_s();
   job.progress = !job.quiet && isatty(STDERR_FILENO);
