@@ -574,6 +574,60 @@ static void test_sigint_leaves_nothing(void **state) {
   assert_dir_holds(fx->out_dir, NULL);
 }
 
+/* Whether process pid catches SIGINT now (its handler is installed):
+ * from the SigCgt mask in /proc/PID/status. */
+static int catches_sigint(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  unsigned long long mask = 0;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "SigCgt: %llx", &mask) == 1) break;
+  fclose(f);
+  return (mask >> (SIGINT - 1)) & 1;
+}
+
+/* A second Ctrl-C ends the tool at once. The first asks it to stop where
+ * it can, but a read from a FIFO whose writer is idle does not end on a
+ * signal (libsndfile reads again), so that the tool waited for audio that
+ * may never come, deaf to every further Ctrl-C. Nothing is left behind
+ * either way. */
+static void test_second_sigint_quits_at_once(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES];
+  input_path(in, fx, "live.wav");
+  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+  const char *args[] = {"encode", "-q", "-o", out, in, NULL};
+  pid_t pid;
+  int busy;
+  int fd = start_live_encode(fx, in, args, &pid, &busy);
+  assert_true(busy);
+  assert_int_equal(kill(pid, SIGINT), 0);
+  /* The first one must have arrived before the second is sent (two
+   * pending signals are one): with the fix its handler is gone then. */
+  for (int i = 0; i < 500 && catches_sigint(pid); i++) sleep_ms(10);
+  assert_int_equal(kill(pid, SIGINT), 0);
+  int status = 0, gone = 0;
+  for (int i = 0; i < 500 && !gone; i++) {
+    pid_t got = waitpid(pid, &status, WNOHANG);
+    assert_true(got >= 0);
+    gone = got == pid;
+    if (!gone) sleep_ms(10);
+  }
+  close(fd); /* the writer goes only now: the tool had no audio to wake */
+  if (!gone) {
+    waitpid(pid, &status, 0);
+    signal(SIGPIPE, old_pipe);
+    fail_msg("still waiting for audio 5 s after a second SIGINT");
+  }
+  signal(SIGPIPE, old_pipe);
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGINT);
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
 /* ---- Good inputs against the goldens. ---- */
 
 static void test_goldens(void **state) {
@@ -1424,6 +1478,7 @@ int main(void) {
       T(test_output_directory_missing),
       T(test_output_is_directory),
       T(test_sigint_leaves_nothing),
+      T(test_second_sigint_quits_at_once),
       T(test_goldens),
       T(test_summary_and_show),
       T(test_bench_model_file),

@@ -122,8 +122,11 @@ static void usage(FILE *to) {
           "Samples that are NaN or infinite make the input invalid: the\n"
           "command names the first one and writes nothing.\n"
           "\n"
+          "Ctrl-C stops the work and writes nothing more; a second Ctrl-C\n"
+          "ends the command at once (as while it waits on a FIFO).\n"
+          "\n"
           "Exit status: 0 on success, 1 if the input or model could not be\n"
-          "processed, 2 for a bad command line.\n");
+          "processed, 2 for a bad command line, 130 when interrupted.\n");
 }
 
 typedef enum out_kind {
@@ -1175,7 +1178,13 @@ int cmd_encode(int argc, char **argv) {
                 : ": emulated, this CPU has no AVX512-BF16 (the same results, "
                   "slower than f32)");
 
-  struct sigaction sa = {.sa_handler = on_signal};
+  /* The first Ctrl-C stops the work where it can and writes nothing more;
+   * the second ends the process at once (SA_RESETHAND). That one is
+   * needed: libsndfile reads again when a signal interrupts its read, so
+   * a FIFO input whose writer is idle, or one that nobody opened for
+   * writing in a worker's open, would hold the command for as long as no
+   * audio comes. Outputs have no name until committed: nothing is left. */
+  struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
