@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -710,6 +711,62 @@ static void test_summary_and_show(void **state) {
   assert_contains(said, "log-mel");
   free(said);
   assert_dir_holds(fx->out_dir, "speech.npy");
+}
+
+/* The peak memory (kB) of aural run with the NULL-terminated args, which
+ * must succeed; its stdout is then in fx->out. */
+static long peak_kb_of(fixture *fx, const char *const *args) {
+  pid_t pid = spawn_aural(fx, args);
+  int status;
+  struct rusage ru;
+  pid_t got;
+  while ((got = wait4(pid, &status, 0, &ru)) < 0 && errno == EINTR) {
+  }
+  assert_int_equal(got, pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  char path[PATH_BYTES];
+  snprintf(path, sizeof path, "%s/stdout.txt", fx->root);
+  free(fx->out);
+  fx->out = read_text(path);
+  return ru.ru_maxrss;
+}
+
+/* --show draws 24 lines, so its memory does not grow with the input: it
+ * kept every row of the output (and sorted a copy of them all), about
+ * 56 MB more for 10 minutes of features, gigabytes for a day of audio. */
+static void test_show_memory_bounded(void **state) {
+  fixture *fx = *state;
+  enum { N_FRAMES = 16000 * 600 }; /* 10 minutes */
+  char in[PATH_BYTES], out[PATH_BYTES];
+  input_path(in, fx, "long.wav");
+  snprintf(out, sizeof out, "%s/long.npy", fx->out_dir);
+  uint8_t *b = malloc(44 + 2 * (size_t)N_FRAMES);
+  assert_non_null(b);
+  wav_header(b, WAV_PCM, 1, 16000, 16, 2u * N_FRAMES);
+  fill_pcm16(b + 44, N_FRAMES);
+  test_write_file(in, b, 44 + 2 * (size_t)N_FRAMES);
+  free(b);
+  const char *plain[] = {"encode", "-q", "--output", "features", "-o", out,
+                         in, NULL};
+  const char *shown[] = {"encode", "-q", "--show", "--output", "features",
+                         "-o", out, in, NULL};
+  long plain_kb = peak_kb_of(fx, plain);
+  long shown_kb = peak_kb_of(fx, shown);
+  print_message("    peak %ld kB, with --show %ld kB\n", plain_kb, shown_kb);
+  assert_contains(fx->out, "log-mel energy");
+  /* The whole input in 24 lines, the last one starting past 570 s. */
+  size_t lines = 0;
+  double last_s = 0;
+  for (const char *at = fx->out; (at = strstr(at, " s |")) != NULL; at++) {
+    const char *start = at;
+    while (start > fx->out && start[-1] != '\n') start--;
+    last_s = strtod(start, NULL);
+    lines++;
+  }
+  assert_int_equal(lines, 24);
+  assert_true(last_s > 570 && last_s < 600);
+  assert_true(shown_kb - plain_kb < 16 * 1024);
 }
 
 /* ---- The encoder through the CLI. ---- */
@@ -1481,6 +1538,7 @@ int main(void) {
       T(test_second_sigint_quits_at_once),
       T(test_goldens),
       T(test_summary_and_show),
+      T(test_show_memory_bounded),
       T(test_bench_model_file),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),

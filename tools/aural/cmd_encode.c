@@ -161,8 +161,10 @@ typedef struct encode_job {
   char *chunk_text;      /* one chunk's text (text_max_bytes) */
   char *text;            /* the whole transcript */
   size_t text_len, text_cap;
-  float *kept;           /* (n_rows, dim) rows kept for --show */
-  size_t kept_cap;
+  float *kept;           /* (kept_max, dim) rows kept for --show: every
+                            kept_stride-th row, row k being frame
+                            k * kept_stride */
+  size_t n_kept, kept_max, kept_stride;
   double t_start, t_progress;
   int64_t total_in, done_in; /* input frames, for progress */
   int progress;              /* draw a progress line on stderr */
@@ -199,6 +201,43 @@ static int text_append(encode_job *job, const char *s) {
   return 0;
 }
 
+/* Most values --show keeps (4 MiB), whatever the input's length. */
+#define SHOW_MAX_VALUES ((size_t)1 << 20)
+/* Lines of the --show picture. */
+#define SHOW_LINES 24
+
+/* Keeps rows (the n after the job->n_rows written so far) for --show, in
+ * memory bounded by SHOW_MAX_VALUES: when the buffer is full, every other
+ * kept row goes and the stride doubles, so that the rows kept stay evenly
+ * spread over the whole input. An input of up to kept_max rows is kept
+ * whole. */
+static int keep_rows(encode_job *job, const float *rows, size_t n) {
+  size_t dim = job->dim;
+  if (job->kept == NULL) {
+    /* Even, and at least twice the picture's lines, so that a halving
+     * leaves a row for each line. */
+    size_t max = SHOW_MAX_VALUES / dim;
+    if (max < 2 * SHOW_LINES) max = 2 * SHOW_LINES;
+    job->kept_max = max & ~(size_t)1;
+    job->kept_stride = 1;
+    job->kept = malloc(job->kept_max * dim * sizeof *job->kept);
+    if (job->kept == NULL) return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if ((job->n_rows + i) % job->kept_stride != 0) continue;
+    memcpy(job->kept + job->n_kept * dim, rows + i * dim,
+           dim * sizeof *rows);
+    if (++job->n_kept == job->kept_max) {
+      for (size_t k = 0; 2 * k < job->n_kept; k++)
+        memmove(job->kept + k * dim, job->kept + 2 * k * dim,
+                dim * sizeof *rows);
+      job->n_kept /= 2;
+      job->kept_stride *= 2;
+    }
+  }
+  return 0;
+}
+
 /* Writes n rows of the current output kind. */
 static int emit_rows(encode_job *job, const float *rows, size_t n) {
   if (job->of.f != NULL &&
@@ -206,18 +245,7 @@ static int emit_rows(encode_job *job, const float *rows, size_t n) {
     job->write_failed = errno ? errno : EIO;
     return AURAL_EIO;
   }
-  if (job->show) {
-    size_t need = (job->n_rows + n) * job->dim;
-    if (need > job->kept_cap) {
-      size_t cap = need * 2;
-      float *p = realloc(job->kept, cap * sizeof *p);
-      if (p == NULL) return AURAL_ENOMEM;
-      job->kept = p;
-      job->kept_cap = cap;
-    }
-    memcpy(job->kept + job->n_rows * job->dim, rows,
-           n * job->dim * sizeof *rows);
-  }
+  if (job->show && keep_rows(job, rows, n) < 0) return AURAL_ENOMEM;
   job->n_rows += n;
   return 0;
 }
@@ -319,15 +347,15 @@ static int cmp_float(const void *a, const void *b) {
  * does not flatten the contrast. */
 static void show(const encode_job *job) {
   static const char shades[] = " .:-=+*#%@";
-  const size_t rows = 24, cols = 40, n = job->n_rows * job->dim;
-  if (job->n_rows == 0) return;
+  const size_t rows = SHOW_LINES, cols = 40, n = job->n_kept * job->dim;
+  if (job->n_kept == 0) return;
   float *sorted = malloc(n * sizeof *sorted);
   if (sorted == NULL) return;
   memcpy(sorted, job->kept, n * sizeof *sorted);
   qsort(sorted, n, sizeof *sorted, cmp_float);
   float lo = sorted[n / 10], hi = sorted[n - 1 - n / 200];
   free(sorted);
-  size_t n_r = job->n_rows < rows ? job->n_rows : rows;
+  size_t n_r = job->n_kept < rows ? job->n_kept : rows;
   size_t n_c = job->dim < cols ? job->dim : cols;
   fprintf(job->said,
           "%s (time down, %s across; ' ' <= %.2f, '@' >= %.2f):\n",
@@ -335,8 +363,9 @@ static void show(const encode_job *job) {
           job->kind == OUT_FEATURES ? "low to high bands" : "dimensions",
           (double)lo, (double)hi);
   for (size_t r = 0; r < n_r; r++) {
-    size_t t0 = r * job->n_rows / n_r, t1 = (r + 1) * job->n_rows / n_r;
-    fprintf(job->said, "%7.2f s |", (double)t0 * job->frame_s);
+    size_t t0 = r * job->n_kept / n_r, t1 = (r + 1) * job->n_kept / n_r;
+    fprintf(job->said, "%7.2f s |",
+            (double)(t0 * job->kept_stride) * job->frame_s);
     for (size_t c = 0; c < n_c; c++) {
       size_t m0 = c * job->dim / n_c, m1 = (c + 1) * job->dim / n_c;
       double sum = 0;
