@@ -1471,6 +1471,15 @@ static void test_info(void **state) {
   assert_int_equal(run_aural(fx, "info", model, NULL), 1);
   assert_contains(fx->err, "empty.safetensors");
   assert_contains(fx->err, "empty");
+  /* -m MODEL, as every other command that takes a model (it was an
+   * invalid option here alone); one model, by either way, at most. */
+  const char *f16 = test_data_path("encoder/f16_head.safetensors");
+  assert_int_equal(run_aural(fx, "info", "-m", f16, NULL), 0);
+  assert_contains(fx->out, "f16_head.safetensors");
+  assert_int_equal(run_aural(fx, "info", "--model", model, NULL), 1);
+  assert_contains(fx->err, "empty.safetensors");
+  assert_int_equal(run_aural(fx, "info", "-m", f16, model, NULL), 2);
+  assert_contains(fx->err, "one MODEL");
 }
 
 /* aural bench -m measures a model file: its shape in the report, a clear
