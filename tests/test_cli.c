@@ -1127,6 +1127,51 @@ static void test_output_char_device_written_through(void **state) {
   assert_dir_holds(fx->out_dir, "null");
 }
 
+/* Output to a device or a FIFO waits in a spool file in $TMPDIR until the
+ * end. When that file cannot grow (a full /tmp; here a file size limit),
+ * the message says where it was: "/dev/null: write failed: No space left
+ * on device" alone sent the user to look at /dev/null. */
+static void test_output_spool_failure_named(void **state) {
+  fixture *fx = *state;
+  enum { N_FRAMES = 16000 * 10 }; /* 1000 rows of 80 features: 320 kB */
+  char in[PATH_BYTES];
+  input_path(in, fx, "ten.wav");
+  uint8_t *b = malloc(44 + 2 * (size_t)N_FRAMES);
+  assert_non_null(b);
+  wav_header(b, WAV_PCM, 1, 16000, 16, 2u * N_FRAMES);
+  fill_pcm16(b + 44, N_FRAMES);
+  test_write_file(in, b, 44 + 2 * (size_t)N_FRAMES);
+  free(b);
+
+  const char *old_tmp = getenv("TMPDIR");
+  char *saved_tmp = old_tmp ? strdup(old_tmp) : NULL;
+  assert_int_equal(setenv("TMPDIR", fx->out_dir, 1), 0);
+  void (*old_xfsz)(int) = signal(SIGXFSZ, SIG_IGN); /* EFBIG instead */
+  struct rlimit old_lim, lim;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+  lim = old_lim;
+  lim.rlim_cur = 64 * 1024;
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  pid_t pid = spawn_aural(fx, (const char *const[]){"encode", "-q", "--output",
+                                                    "features", "-o",
+                                                    "/dev/null", in, NULL});
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old_lim), 0);
+  signal(SIGXFSZ, old_xfsz);
+  if (saved_tmp != NULL)
+    setenv("TMPDIR", saved_tmp, 1);
+  else
+    unsetenv("TMPDIR");
+  free(saved_tmp);
+
+  int status = wait_aural(fx, pid);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 1);
+  assert_contains(fx->err, "/dev/null: write failed");
+  assert_contains(fx->err, "spool");
+  assert_contains(fx->err, fx->out_dir);
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
 /* kill -9 while -o is being written leaves nothing in the directory: the
  * output is written to a file without a name until it is complete. */
 static void test_kill9_leaves_no_temp_file(void **state) {
@@ -1562,6 +1607,7 @@ int main(void) {
       T(test_output_symlink_kept),
       T(test_output_fifo_written_through),
       T(test_output_char_device_written_through),
+      T(test_output_spool_failure_named),
       T(test_kill9_leaves_no_temp_file),
       T(test_encode_fifo_says_it_waits),
       T(test_encode_batch_quiet),

@@ -647,8 +647,7 @@ static int run(encode_job *job) {
 
 write_fail:
   rc = -(job->write_failed ? job->write_failed : errno ? errno : EIO);
-  snprintf(err.msg, sizeof err.msg, "%s: write failed: %s", job->out_path,
-           strerror(-rc));
+  outfile_write_error(&job->of, -rc, err.msg, sizeof err.msg);
   goto fail;
 push_fail:
   if (job->write_failed) goto write_fail;
