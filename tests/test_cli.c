@@ -1266,7 +1266,10 @@ static int run_on_terminal(const char *const *args, char **screen,
   }
   argv[n + 1] = NULL;
   int master, slave;
-  assert_int_equal(openpty(&master, &slave, NULL, NULL, NULL), 0);
+  if (openpty(&master, &slave, NULL, NULL, NULL) != 0) {
+    print_message("    openpty: %s (no /dev/pts?)\n", strerror(errno));
+    skip();
+  }
   posix_spawn_file_actions_t fa;
   assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
   assert_int_equal(
