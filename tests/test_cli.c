@@ -1530,6 +1530,22 @@ static void test_info(void **state) {
   assert_contains(fx->err, "one MODEL");
 }
 
+/* aural load's bad command lines say what is wrong, naming the option as
+ * typed (it said "-n must be 1..2000" for --streams) or the extra
+ * argument (it printed the whole usage, and nothing about why). */
+static void test_load_usage_errors(void **state) {
+  fixture *fx = *state;
+  assert_int_equal(run_aural(fx, "load", "--streams", "0", NULL), 2);
+  assert_contains(fx->err, "--streams 0");
+  assert_contains(fx->err, "1..2000");
+  assert_int_equal(run_aural(fx, "load", "--seconds", "2x", NULL), 2);
+  assert_contains(fx->err, "--seconds 2x");
+  assert_int_equal(run_aural(fx, "load", "a.wav", "b.wav", NULL), 2);
+  assert_contains(fx->err, "unexpected argument 'b.wav'");
+  if (strstr(fx->err, "Usage") != NULL)
+    fail_msg("the whole usage instead of the problem: %s", fx->err);
+}
+
 /* aural bench -m measures a model file: its shape in the report, a clear
  * error for a missing one, and no mixing with the random model's flags.
  * --cpus N runs chunk mode on N threads at once as well. */
@@ -1597,6 +1613,7 @@ int main(void) {
       T(test_summary_and_show),
       T(test_show_memory_bounded),
       T(test_bench_model_file),
+      T(test_load_usage_errors),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),
       T(test_encode_text_lines_apart_from_progress),
