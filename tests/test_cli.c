@@ -11,12 +11,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pty.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -48,6 +50,8 @@ typedef struct fixture {
   char out_dir[DIR_BYTES];  /* outputs only, so leftovers show */
   char *out, *err;          /* stdout and stderr of the last run */
   const char *stdout_to;    /* a file for the next runs' stdout instead */
+  const char *stdin_from;   /* a file for the next runs' stdin, not
+                               /dev/null */
   int stdout_closed;        /* the next runs start with fd 1 closed */
 } fixture;
 
@@ -86,7 +90,8 @@ static void sleep_ms(long ms) {
 /* ---- Running the tool. ---- */
 
 /* Starts $AURAL_BIN with args (NULL-terminated, without argv[0]); stdin
- * is /dev/null, stdout and stderr go to files in the test's directory. */
+ * is /dev/null (or fx->stdin_from), stdout and stderr go to files in the
+ * test's directory. */
 static pid_t spawn_aural(fixture *fx, const char *const *args) {
   char *argv[MAX_ARGS + 2];
   argv[0] = (char *)aural_bin();
@@ -104,7 +109,9 @@ static pid_t spawn_aural(fixture *fx, const char *const *args) {
   assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
   int flags = O_WRONLY | O_CREAT | O_TRUNC;
   assert_int_equal(
-      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
+      posix_spawn_file_actions_addopen(
+          &fa, 0, fx->stdin_from ? fx->stdin_from : "/dev/null", O_RDONLY, 0),
+      0);
   assert_int_equal(
       posix_spawn_file_actions_addopen(
           &fa, 1, fx->stdout_to ? fx->stdout_to : out_path, flags, 0600),
@@ -568,6 +575,60 @@ static void test_sigint_leaves_nothing(void **state) {
   assert_dir_holds(fx->out_dir, NULL);
 }
 
+/* Whether process pid catches SIGINT now (its handler is installed):
+ * from the SigCgt mask in /proc/PID/status. */
+static int catches_sigint(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  unsigned long long mask = 0;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "SigCgt: %llx", &mask) == 1) break;
+  fclose(f);
+  return (mask >> (SIGINT - 1)) & 1;
+}
+
+/* A second Ctrl-C ends the tool at once. The first asks it to stop where
+ * it can, but a read from a FIFO whose writer is idle does not end on a
+ * signal (libsndfile reads again), so that the tool waited for audio that
+ * may never come, deaf to every further Ctrl-C. Nothing is left behind
+ * either way. */
+static void test_second_sigint_quits_at_once(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES];
+  input_path(in, fx, "live.wav");
+  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+  const char *args[] = {"encode", "-q", "-o", out, in, NULL};
+  pid_t pid;
+  int busy;
+  int fd = start_live_encode(fx, in, args, &pid, &busy);
+  assert_true(busy);
+  assert_int_equal(kill(pid, SIGINT), 0);
+  /* The first one must have arrived before the second is sent (two
+   * pending signals are one): with the fix its handler is gone then. */
+  for (int i = 0; i < 500 && catches_sigint(pid); i++) sleep_ms(10);
+  assert_int_equal(kill(pid, SIGINT), 0);
+  int status = 0, gone = 0;
+  for (int i = 0; i < 500 && !gone; i++) {
+    pid_t got = waitpid(pid, &status, WNOHANG);
+    assert_true(got >= 0);
+    gone = got == pid;
+    if (!gone) sleep_ms(10);
+  }
+  close(fd); /* the writer goes only now: the tool had no audio to wake */
+  if (!gone) {
+    waitpid(pid, &status, 0);
+    signal(SIGPIPE, old_pipe);
+    fail_msg("still waiting for audio 5 s after a second SIGINT");
+  }
+  signal(SIGPIPE, old_pipe);
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGINT);
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
 /* ---- Good inputs against the goldens. ---- */
 
 static void test_goldens(void **state) {
@@ -650,6 +711,62 @@ static void test_summary_and_show(void **state) {
   assert_contains(said, "log-mel");
   free(said);
   assert_dir_holds(fx->out_dir, "speech.npy");
+}
+
+/* The peak memory (kB) of aural run with the NULL-terminated args, which
+ * must succeed; its stdout is then in fx->out. */
+static long peak_kb_of(fixture *fx, const char *const *args) {
+  pid_t pid = spawn_aural(fx, args);
+  int status;
+  struct rusage ru;
+  pid_t got;
+  while ((got = wait4(pid, &status, 0, &ru)) < 0 && errno == EINTR) {
+  }
+  assert_int_equal(got, pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  char path[PATH_BYTES];
+  snprintf(path, sizeof path, "%s/stdout.txt", fx->root);
+  free(fx->out);
+  fx->out = read_text(path);
+  return ru.ru_maxrss;
+}
+
+/* --show draws 24 lines, so its memory does not grow with the input: it
+ * kept every row of the output (and sorted a copy of them all), about
+ * 56 MB more for 10 minutes of features, gigabytes for a day of audio. */
+static void test_show_memory_bounded(void **state) {
+  fixture *fx = *state;
+  enum { N_FRAMES = 16000 * 600 }; /* 10 minutes */
+  char in[PATH_BYTES], out[PATH_BYTES];
+  input_path(in, fx, "long.wav");
+  snprintf(out, sizeof out, "%s/long.npy", fx->out_dir);
+  uint8_t *b = malloc(44 + 2 * (size_t)N_FRAMES);
+  assert_non_null(b);
+  wav_header(b, WAV_PCM, 1, 16000, 16, 2u * N_FRAMES);
+  fill_pcm16(b + 44, N_FRAMES);
+  test_write_file(in, b, 44 + 2 * (size_t)N_FRAMES);
+  free(b);
+  const char *plain[] = {"encode", "-q", "--output", "features", "-o", out,
+                         in, NULL};
+  const char *shown[] = {"encode", "-q", "--show", "--output", "features",
+                         "-o", out, in, NULL};
+  long plain_kb = peak_kb_of(fx, plain);
+  long shown_kb = peak_kb_of(fx, shown);
+  print_message("    peak %ld kB, with --show %ld kB\n", plain_kb, shown_kb);
+  assert_contains(fx->out, "log-mel energy");
+  /* The whole input in 24 lines, the last one starting past 570 s. */
+  size_t lines = 0;
+  double last_s = 0;
+  for (const char *at = fx->out; (at = strstr(at, " s |")) != NULL; at++) {
+    const char *start = at;
+    while (start > fx->out && start[-1] != '\n') start--;
+    last_s = strtod(start, NULL);
+    lines++;
+  }
+  assert_int_equal(lines, 24);
+  assert_true(last_s > 570 && last_s < 600);
+  assert_true(shown_kb - plain_kb < 16 * 1024);
 }
 
 /* ---- The encoder through the CLI. ---- */
@@ -1010,6 +1127,51 @@ static void test_output_char_device_written_through(void **state) {
   assert_dir_holds(fx->out_dir, "null");
 }
 
+/* Output to a device or a FIFO waits in a spool file in $TMPDIR until the
+ * end. When that file cannot grow (a full /tmp; here a file size limit),
+ * the message says where it was: "/dev/null: write failed: No space left
+ * on device" alone sent the user to look at /dev/null. */
+static void test_output_spool_failure_named(void **state) {
+  fixture *fx = *state;
+  enum { N_FRAMES = 16000 * 10 }; /* 1000 rows of 80 features: 320 kB */
+  char in[PATH_BYTES];
+  input_path(in, fx, "ten.wav");
+  uint8_t *b = malloc(44 + 2 * (size_t)N_FRAMES);
+  assert_non_null(b);
+  wav_header(b, WAV_PCM, 1, 16000, 16, 2u * N_FRAMES);
+  fill_pcm16(b + 44, N_FRAMES);
+  test_write_file(in, b, 44 + 2 * (size_t)N_FRAMES);
+  free(b);
+
+  const char *old_tmp = getenv("TMPDIR");
+  char *saved_tmp = old_tmp ? strdup(old_tmp) : NULL;
+  assert_int_equal(setenv("TMPDIR", fx->out_dir, 1), 0);
+  void (*old_xfsz)(int) = signal(SIGXFSZ, SIG_IGN); /* EFBIG instead */
+  struct rlimit old_lim, lim;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+  lim = old_lim;
+  lim.rlim_cur = 64 * 1024;
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  pid_t pid = spawn_aural(fx, (const char *const[]){"encode", "-q", "--output",
+                                                    "features", "-o",
+                                                    "/dev/null", in, NULL});
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old_lim), 0);
+  signal(SIGXFSZ, old_xfsz);
+  if (saved_tmp != NULL)
+    setenv("TMPDIR", saved_tmp, 1);
+  else
+    unsetenv("TMPDIR");
+  free(saved_tmp);
+
+  int status = wait_aural(fx, pid);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 1);
+  assert_contains(fx->err, "/dev/null: write failed");
+  assert_contains(fx->err, "spool");
+  assert_contains(fx->err, fx->out_dir);
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
 /* kill -9 while -o is being written leaves nothing in the directory: the
  * output is written to a file without a name until it is complete. */
 static void test_kill9_leaves_no_temp_file(void **state) {
@@ -1088,6 +1250,249 @@ static void test_encode_batch_quiet(void **state) {
   assert_int_equal(stat(test_join(out, "b.npy"), &st), 0);
 }
 
+/* Runs aural with args (NULL-terminated, without argv[0]) with stdout and
+ * stderr on a pseudo-terminal, and returns its exit status; *screen gets
+ * the lines as the terminal shows them (free it): a carriage return goes
+ * back to the line's start, ESC [ K erases to its end. *percent tells
+ * whether a '%' was written at all, even one erased later. */
+static int run_on_terminal(const char *const *args, char **screen,
+                           int *percent) {
+  char *argv[MAX_ARGS + 2];
+  argv[0] = (char *)aural_bin();
+  size_t n = 0;
+  for (; args[n] != NULL; n++) {
+    assert_true(n < MAX_ARGS);
+    argv[n + 1] = (char *)args[n];
+  }
+  argv[n + 1] = NULL;
+  int master, slave;
+  if (openpty(&master, &slave, NULL, NULL, NULL) != 0) {
+    print_message("    openpty: %s (no /dev/pts?)\n", strerror(errno));
+    skip();
+  }
+  posix_spawn_file_actions_t fa;
+  assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
+  assert_int_equal(
+      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 1), 0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 2), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, slave), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, master), 0);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+  if (rc != 0) fail_msg("cannot run %s: %s", argv[0], strerror(rc));
+  posix_spawn_file_actions_destroy(&fa);
+  close(slave);
+
+  size_t cap = 65536, len = 0, line_len = 0, col = 0;
+  char *out = malloc(cap), line[1024];
+  assert_non_null(out);
+  int esc = 0; /* bytes of an escape sequence seen */
+  *percent = 0;
+  for (;;) {
+    char buf[4096];
+    ssize_t got = read(master, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break; /* EIO once the tool has closed the terminal */
+    for (ssize_t i = 0; i < got; i++) {
+      char c = buf[i];
+      if (c == '%') *percent = 1;
+      if (esc == 1) {
+        esc = c == '[' ? 2 : 0;
+      } else if (esc == 2) {
+        if (c == 'K') line_len = col;
+        esc = 0;
+      } else if (c == '\033') {
+        esc = 1;
+      } else if (c == '\r') {
+        col = 0;
+      } else if (c == '\n') {
+        assert_true(len + line_len + 2 < cap);
+        memcpy(out + len, line, line_len);
+        len += line_len;
+        out[len++] = '\n';
+        line_len = col = 0;
+      } else if (col < sizeof line) {
+        line[col++] = c;
+        if (col > line_len) line_len = col;
+      }
+    }
+  }
+  close(master);
+  out[len] = '\0';
+  *screen = out;
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+/* On a terminal the text of each chunk goes on a line of its own, above the
+ * progress line: it was printed after the progress line, on the same
+ * line ("in.wav [####  ]  40%[   0.50 s] ..."). */
+static void test_encode_text_lines_apart_from_progress(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES];
+  size_t len;
+  input_path(in, fx, "speech.wav");
+  free(copy_speech(in, &len));
+  snprintf(out, sizeof out, "%s/text.txt", fx->out_dir);
+  const char *to_file[] = {"encode", "--output", "text", "-o", out, in, NULL};
+  const char *to_stdout[] = {"encode", "--output", "text", in, NULL};
+  const char *const *runs[] = {to_file, to_stdout};
+  for (size_t r = 0; r < 2; r++) {
+    char *screen;
+    int percent;
+    assert_int_equal(run_on_terminal(runs[r], &screen, &percent), 0);
+    print_message("    screen:\n%s", screen);
+    assert_true(percent); /* the progress line was drawn */
+    assert_contains(screen, "[   0.00 s]");
+    assert_contains(screen, "[   0.50 s]");
+    for (char *line = screen, *end; *line != '\0'; line = end + 1) {
+      end = strchr(line, '\n');
+      *end = '\0';
+      if (strstr(line, " s]") != NULL && strchr(line, '%') != NULL)
+        fail_msg("a chunk's text shares a line with the progress: '%s'",
+                 line);
+    }
+    free(screen);
+  }
+  assert_dir_holds(fx->out_dir, "text.txt");
+}
+
+/* INPUT - is standard input, as for aural send (it was "-: No such file or
+ * directory"): a pipe or a redirected file gives the same output as the
+ * file itself; an empty one is named in the error; with several inputs it
+ * is refused, having no name for its output. */
+static void test_encode_stdin_input(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], from_file[PATH_BYTES], from_stdin[PATH_BYTES];
+  char batch[PATH_BYTES];
+  size_t len;
+  input_path(in, fx, "speech.wav");
+  char *bytes = copy_speech(in, &len);
+  free(bytes);
+  snprintf(from_file, sizeof from_file, "%s/file.npy", fx->out_dir);
+  snprintf(from_stdin, sizeof from_stdin, "%s/stdin.npy", fx->out_dir);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", from_file, in, NULL),
+                   0);
+  fx->stdin_from = in;
+  int status = run_aural(fx, "encode", "-q", "-o", from_stdin, "-", NULL);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 0);
+  bytes = test_read_file(from_file, &len);
+  assert_same_bytes(from_stdin, bytes, len);
+  free(bytes);
+  assert_true(unlink(from_stdin) == 0);
+
+  fx->stdin_from = "/dev/null";
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", from_stdin, "-", NULL),
+                   1);
+  assert_contains(fx->err, "standard input");
+  assert_contains(fx->err, "empty");
+  snprintf(batch, sizeof batch, "%s/batch", fx->out_dir);
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", batch, in, "-", NULL),
+                   2);
+  assert_contains(fx->err, "standard input");
+  assert_dir_holds(fx->out_dir, "file.npy");
+}
+
+/* A directory's entries with audio names that cannot be read as files (a
+ * symbolic link loop, a link to nothing, a FIFO) are failures named on
+ * stderr, not silently left out: the exit status says that not all the
+ * audio was encoded. The good file is still written. */
+static void test_encode_batch_reports_unreadable_entries(void **state) {
+  fixture *fx = *state;
+  char good[PATH_BYTES], path[PATH_BYTES];
+  size_t len;
+  input_path(good, fx, "good.wav");
+  free(copy_speech(good, &len));
+  input_path(path, fx, "loop1.wav");
+  assert_int_equal(symlink("loop2.wav", path), 0);
+  input_path(path, fx, "loop2.wav");
+  assert_int_equal(symlink("loop1.wav", path), 0);
+  input_path(path, fx, "dangling.wav");
+  assert_int_equal(symlink("nothing.wav", path), 0);
+  input_path(path, fx, "fifo.wav");
+  assert_int_equal(mkfifo(path, 0600), 0);
+  input_path(path, fx, "notes.txt"); /* not audio by its name: ignored */
+  test_write_file(path, "x", 1);
+
+  int status = run_aural(fx, "encode", "-q", "-o", fx->out_dir, fx->in_dir,
+                         NULL);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 1);
+  assert_dir_holds(fx->out_dir, "good.npy");
+  const char *named[] = {"loop1.wav", "loop2.wav", "dangling.wav",
+                         "fifo.wav"};
+  for (size_t i = 0; i < sizeof named / sizeof *named; i++) {
+    input_path(path, fx, named[i]);
+    assert_contains(fx->err, path);
+  }
+  assert_contains(fx->err, "symbolic links");
+  assert_contains(fx->err, "no such file");
+  assert_contains(fx->err, "not a regular file");
+  if (strstr(fx->err, "notes.txt") != NULL)
+    fail_msg("a file without an audio name was reported: %s", fx->err);
+}
+
+/* Two inputs that would write one output are refused before any work, and
+ * the message names both inputs and the output (-o DIR/ as well as -o
+ * DIR). */
+static void test_encode_batch_same_output_names_inputs(void **state) {
+  fixture *fx = *state;
+  char a[PATH_BYTES], b[PATH_BYTES], sub[PATH_BYTES], out[PATH_BYTES];
+  size_t len;
+  input_path(a, fx, "a.wav");
+  free(copy_speech(a, &len));
+  input_path(sub, fx, "sub");
+  assert_int_equal(mkdir(sub, 0700), 0);
+  input_path(b, fx, "sub/a.flac");
+  free(copy_speech(b, &len));
+  snprintf(out, sizeof out, "%s/", fx->out_dir);
+  int status = run_aural(fx, "encode", "-q", "-o", out, a, b, NULL);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_int_equal(status, 1);
+  assert_contains(fx->err, a);
+  assert_contains(fx->err, b);
+  snprintf(out, sizeof out, "%s/a.npy", fx->out_dir);
+  assert_contains(fx->err, out);
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
+/* Ctrl-C in the middle of several inputs: what was written stays, what was
+ * being encoded is dropped, and the summary counts the files written, not
+ * the files started. */
+static void test_encode_batch_interrupted_summary(void **state) {
+  fixture *fx = *state;
+  char a[PATH_BYTES], live[PATH_BYTES], c[PATH_BYTES];
+  size_t len;
+  input_path(a, fx, "a.wav");
+  input_path(live, fx, "live.wav");
+  input_path(c, fx, "c.wav");
+  free(copy_speech(a, &len));
+  free(copy_speech(c, &len));
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+  /* One job: a.wav is written before the FIFO is opened. */
+  const char *args[] = {"encode", "-j", "1", "-o", fx->out_dir, a, live, c,
+                        NULL};
+  pid_t pid;
+  int busy;
+  int fd = start_live_encode(fx, live, args, &pid, &busy);
+  assert_int_equal(kill(pid, SIGINT), 0);
+  uint8_t more[200] = {0};
+  assert_int_equal(write(fd, more, sizeof more), (ssize_t)sizeof more);
+  close(fd);
+  int status = wait_aural(fx, pid);
+  signal(SIGPIPE, old_pipe);
+  print_message("    exit %d: %s%s", status, fx->out, fx->err);
+  assert_true(busy);
+  assert_int_equal(status, 130);
+  assert_dir_holds(fx->out_dir, "a.npy");
+  assert_contains(fx->out, "1 of 3 files written");
+  assert_contains(fx->out, "interrupted");
+}
+
 /* aural sub checks -o before it connects: a directory is refused at once
  * (and not after a whole stream was received). */
 static void test_sub_output_checked_first(void **state) {
@@ -1114,6 +1519,31 @@ static void test_info(void **state) {
   assert_int_equal(run_aural(fx, "info", model, NULL), 1);
   assert_contains(fx->err, "empty.safetensors");
   assert_contains(fx->err, "empty");
+  /* -m MODEL, as every other command that takes a model (it was an
+   * invalid option here alone); one model, by either way, at most. */
+  const char *f16 = test_data_path("encoder/f16_head.safetensors");
+  assert_int_equal(run_aural(fx, "info", "-m", f16, NULL), 0);
+  assert_contains(fx->out, "f16_head.safetensors");
+  assert_int_equal(run_aural(fx, "info", "--model", model, NULL), 1);
+  assert_contains(fx->err, "empty.safetensors");
+  assert_int_equal(run_aural(fx, "info", "-m", f16, model, NULL), 2);
+  assert_contains(fx->err, "one MODEL");
+}
+
+/* aural load's bad command lines say what is wrong, naming the option as
+ * typed (it said "-n must be 1..2000" for --streams) or the extra
+ * argument (it printed the whole usage, and nothing about why). */
+static void test_load_usage_errors(void **state) {
+  fixture *fx = *state;
+  assert_int_equal(run_aural(fx, "load", "--streams", "0", NULL), 2);
+  assert_contains(fx->err, "--streams 0");
+  assert_contains(fx->err, "1..2000");
+  assert_int_equal(run_aural(fx, "load", "--seconds", "2x", NULL), 2);
+  assert_contains(fx->err, "--seconds 2x");
+  assert_int_equal(run_aural(fx, "load", "a.wav", "b.wav", NULL), 2);
+  assert_contains(fx->err, "unexpected argument 'b.wav'");
+  if (strstr(fx->err, "Usage") != NULL)
+    fail_msg("the whole usage instead of the problem: %s", fx->err);
 }
 
 /* aural bench -m measures a model file: its shape in the report, a clear
@@ -1178,11 +1608,15 @@ int main(void) {
       T(test_output_directory_missing),
       T(test_output_is_directory),
       T(test_sigint_leaves_nothing),
+      T(test_second_sigint_quits_at_once),
       T(test_goldens),
       T(test_summary_and_show),
+      T(test_show_memory_bounded),
       T(test_bench_model_file),
+      T(test_load_usage_errors),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),
+      T(test_encode_text_lines_apart_from_progress),
       T(test_full_stdout_fails),
       T(test_closed_stdout_stays_apart),
       T(test_encode_dash_is_stdout),
@@ -1193,9 +1627,14 @@ int main(void) {
       T(test_output_symlink_kept),
       T(test_output_fifo_written_through),
       T(test_output_char_device_written_through),
+      T(test_output_spool_failure_named),
       T(test_kill9_leaves_no_temp_file),
       T(test_encode_fifo_says_it_waits),
       T(test_encode_batch_quiet),
+      T(test_encode_stdin_input),
+      T(test_encode_batch_reports_unreadable_entries),
+      T(test_encode_batch_same_output_names_inputs),
+      T(test_encode_batch_interrupted_summary),
       T(test_sub_output_checked_first),
   };
 #undef T

@@ -2,6 +2,7 @@
 #ifndef AURAL_TOOLS_CLI_H
 #define AURAL_TOOLS_CLI_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -41,6 +42,16 @@ int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out);
  * write that failed, even one whose result nobody checked). main() calls it
  * after every command; a command that streams calls it after each batch. */
 int cli_stdout_flush(char *err, size_t err_bytes);
+
+/* The most bytes of standard input read as one file (INPUT "-"). */
+#define CLI_STDIN_MAX_BYTES ((size_t)1 << 30)
+
+/* Standard input read whole into *bytes (malloc'ed; free it, also after a
+ * failure), *n its size: libsndfile seeks in most formats, so a pipe is
+ * held in memory. A read that a signal interrupts goes on unless *stop is
+ * set. Returns 0, or -1 with "standard input: REASON" in err. */
+int cli_read_stdin(void **bytes, size_t *n, const volatile sig_atomic_t *stop,
+                   char *err, size_t err_bytes);
 
 /* Monotonic wall clock and this thread's CPU time, in seconds. */
 double cli_now_s(void);

@@ -42,7 +42,8 @@ static void usage(FILE *to) {
           "       aural encode [OPTIONS] [-j N] -o OUT_DIR INPUT|DIR...\n"
           "\n"
           "Reads INPUT (WAV, FLAC, Ogg/Vorbis, AIFF or anything else\n"
-          "libsndfile opens; any sample rate and channel count), converts it\n"
+          "libsndfile opens; any sample rate and channel count; - is\n"
+          "standard input, read whole, up to 1 GiB), converts it\n"
           "to the model's rate and runs the frontend and the encoder over it,\n"
           "as a stream. Writes one row per 10 ms frame to OUT.npy as a\n"
           "float32 NumPy array [n_frames, dim].\n"
@@ -114,12 +115,18 @@ static void usage(FILE *to) {
           "on all cores; a progress bar shows on a terminal, and a summary\n"
           "line gives files, hours of audio, wall time and x real time. A\n"
           "file that fails is reported at the end; the others are written.\n"
+          "So is an entry of a directory with an audio name that is no file\n"
+          "to read (a link to nothing, a FIFO). Two inputs that would write\n"
+          "one output (a.wav and a.flac) are refused before any work.\n"
           "\n"
           "Samples that are NaN or infinite make the input invalid: the\n"
           "command names the first one and writes nothing.\n"
           "\n"
+          "Ctrl-C stops the work and writes nothing more; a second Ctrl-C\n"
+          "ends the command at once (as while it waits on a FIFO).\n"
+          "\n"
           "Exit status: 0 on success, 1 if the input or model could not be\n"
-          "processed, 2 for a bad command line.\n");
+          "processed, 2 for a bad command line, 130 when interrupted.\n");
 }
 
 typedef enum out_kind {
@@ -135,6 +142,8 @@ static const char *const kind_names[] = {"embeddings", "logits", "features",
 
 typedef struct encode_job {
   const char *in_path, *out_path, *model_path;
+  const char *in_name;   /* in_path, or "standard input" for "-" */
+  void *stdin_bytes;     /* INPUT "-": standard input, read whole */
   aural_precision precision; /* --precision */
   out_kind kind;
   int quiet, show;
@@ -152,11 +161,14 @@ typedef struct encode_job {
   char *chunk_text;      /* one chunk's text (text_max_bytes) */
   char *text;            /* the whole transcript */
   size_t text_len, text_cap;
-  float *kept;           /* (n_rows, dim) rows kept for --show */
-  size_t kept_cap;
+  float *kept;           /* (kept_max, dim) rows kept for --show: every
+                            kept_stride-th row, row k being frame
+                            k * kept_stride */
+  size_t n_kept, kept_max, kept_stride;
   double t_start, t_progress;
   int64_t total_in, done_in; /* input frames, for progress */
   int progress;              /* draw a progress line on stderr */
+  int progress_shown;        /* ... and one is on the terminal now */
   int shared_model;          /* model belongs to the caller (batch mode) */
   char *errors;              /* batch mode: the error message goes here */
   double audio_s;            /* seconds of audio read */
@@ -189,6 +201,43 @@ static int text_append(encode_job *job, const char *s) {
   return 0;
 }
 
+/* Most values --show keeps (4 MiB), whatever the input's length. */
+#define SHOW_MAX_VALUES ((size_t)1 << 20)
+/* Lines of the --show picture. */
+#define SHOW_LINES 24
+
+/* Keeps rows (the n after the job->n_rows written so far) for --show, in
+ * memory bounded by SHOW_MAX_VALUES: when the buffer is full, every other
+ * kept row goes and the stride doubles, so that the rows kept stay evenly
+ * spread over the whole input. An input of up to kept_max rows is kept
+ * whole. */
+static int keep_rows(encode_job *job, const float *rows, size_t n) {
+  size_t dim = job->dim;
+  if (job->kept == NULL) {
+    /* Even, and at least twice the picture's lines, so that a halving
+     * leaves a row for each line. */
+    size_t max = SHOW_MAX_VALUES / dim;
+    if (max < 2 * SHOW_LINES) max = 2 * SHOW_LINES;
+    job->kept_max = max & ~(size_t)1;
+    job->kept_stride = 1;
+    job->kept = malloc(job->kept_max * dim * sizeof *job->kept);
+    if (job->kept == NULL) return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if ((job->n_rows + i) % job->kept_stride != 0) continue;
+    memcpy(job->kept + job->n_kept * dim, rows + i * dim,
+           dim * sizeof *rows);
+    if (++job->n_kept == job->kept_max) {
+      for (size_t k = 0; 2 * k < job->n_kept; k++)
+        memmove(job->kept + k * dim, job->kept + 2 * k * dim,
+                dim * sizeof *rows);
+      job->n_kept /= 2;
+      job->kept_stride *= 2;
+    }
+  }
+  return 0;
+}
+
 /* Writes n rows of the current output kind. */
 static int emit_rows(encode_job *job, const float *rows, size_t n) {
   if (job->of.f != NULL &&
@@ -196,20 +245,43 @@ static int emit_rows(encode_job *job, const float *rows, size_t n) {
     job->write_failed = errno ? errno : EIO;
     return AURAL_EIO;
   }
-  if (job->show) {
-    size_t need = (job->n_rows + n) * job->dim;
-    if (need > job->kept_cap) {
-      size_t cap = need * 2;
-      float *p = realloc(job->kept, cap * sizeof *p);
-      if (p == NULL) return AURAL_ENOMEM;
-      job->kept = p;
-      job->kept_cap = cap;
-    }
-    memcpy(job->kept + job->n_rows * job->dim, rows,
-           n * job->dim * sizeof *rows);
-  }
+  if (job->show && keep_rows(job, rows, n) < 0) return AURAL_ENOMEM;
   job->n_rows += n;
   return 0;
+}
+
+enum { PROGRESS_SOON, PROGRESS_NOW, PROGRESS_DONE };
+
+/* Draws the progress line on stderr (a terminal): PROGRESS_SOON at most
+ * every 0.2 s, PROGRESS_NOW at once, PROGRESS_DONE for the last time,
+ * erased. */
+static void draw_progress(encode_job *job, int when) {
+  double now = cli_now_s();
+  if (!job->progress ||
+      (when == PROGRESS_SOON && now - job->t_progress < 0.2))
+    return;
+  job->t_progress = now;
+  double frac = job->total_in > 0 ? (double)job->done_in / job->total_in : 1;
+  int width = 30, filled = (int)(frac * width);
+  fprintf(stderr, "\r%s [%.*s%*s] %3.0f%%", job->in_name, filled,
+          "##############################", width - filled, "", frac * 100);
+  job->progress_shown = when != PROGRESS_DONE;
+  if (when == PROGRESS_DONE) fputs("\r\033[K", stderr);
+}
+
+/* A report line (a chunk's text or words) goes on a line of its own, above
+ * the progress line, where both are on one terminal: the progress line is
+ * erased first and drawn again after it. */
+static void progress_pause(encode_job *job) {
+  if (!job->progress_shown) return;
+  fputs("\r\033[K", stderr);
+  job->progress_shown = 0;
+}
+
+static void progress_resume(encode_job *job) {
+  if (!job->progress) return;
+  fflush(job->said);
+  draw_progress(job, PROGRESS_NOW);
 }
 
 /* Passes one chunk's output on: its rows, or for text a line with its
@@ -218,14 +290,21 @@ static int on_chunk(encode_job *job, const aural_chunk *ch) {
   size_t n = ch->n_frames;
   if (job->kind == OUT_WORDS) {
     job->n_rows += n;
-    return words_chunk(&job->wr, ch) < 0 ? AURAL_ENOMEM : 0;
+    int lines = job->wr.live != NULL && ch->n_segments > 0; /* finals */
+    if (lines) progress_pause(job);
+    int rc = words_chunk(&job->wr, ch) < 0 ? AURAL_ENOMEM : 0;
+    if (lines) progress_resume(job);
+    return rc;
   }
   if (job->kind != OUT_TEXT) return emit_rows(job, job->rows, n);
   if (n == 0) return 0;
   job->n_rows += n;
-  if (!job->quiet)
+  if (!job->quiet) {
+    progress_pause(job);
     fprintf(job->said, "[%7.2f s] %s\n",
             (double)ch->first_frame * job->frame_s, ch->text);
+    progress_resume(job);
+  }
   /* Tokens are separated by single spaces: phoneme tokens may be several
    * characters long, so plain concatenation would be ambiguous. */
   if (ch->text_len > 0 &&
@@ -257,17 +336,6 @@ static int feed(encode_job *job, const float *pcm, size_t n, size_t ch) {
   return 0;
 }
 
-static void draw_progress(encode_job *job, int final) {
-  double now = cli_now_s();
-  if (!job->progress || (!final && now - job->t_progress < 0.2)) return;
-  job->t_progress = now;
-  double frac = job->total_in > 0 ? (double)job->done_in / job->total_in : 1;
-  int width = 30, filled = (int)(frac * width);
-  fprintf(stderr, "\r%s [%.*s%*s] %3.0f%%", job->in_path, filled,
-          "##############################", width - filled, "", frac * 100);
-  if (final) fputs("\r\033[K", stderr);
-}
-
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
   return (x > y) - (x < y);
@@ -279,15 +347,15 @@ static int cmp_float(const void *a, const void *b) {
  * does not flatten the contrast. */
 static void show(const encode_job *job) {
   static const char shades[] = " .:-=+*#%@";
-  const size_t rows = 24, cols = 40, n = job->n_rows * job->dim;
-  if (job->n_rows == 0) return;
+  const size_t rows = SHOW_LINES, cols = 40, n = job->n_kept * job->dim;
+  if (job->n_kept == 0) return;
   float *sorted = malloc(n * sizeof *sorted);
   if (sorted == NULL) return;
   memcpy(sorted, job->kept, n * sizeof *sorted);
   qsort(sorted, n, sizeof *sorted, cmp_float);
   float lo = sorted[n / 10], hi = sorted[n - 1 - n / 200];
   free(sorted);
-  size_t n_r = job->n_rows < rows ? job->n_rows : rows;
+  size_t n_r = job->n_kept < rows ? job->n_kept : rows;
   size_t n_c = job->dim < cols ? job->dim : cols;
   fprintf(job->said,
           "%s (time down, %s across; ' ' <= %.2f, '@' >= %.2f):\n",
@@ -295,8 +363,9 @@ static void show(const encode_job *job) {
           job->kind == OUT_FEATURES ? "low to high bands" : "dimensions",
           (double)lo, (double)hi);
   for (size_t r = 0; r < n_r; r++) {
-    size_t t0 = r * job->n_rows / n_r, t1 = (r + 1) * job->n_rows / n_r;
-    fprintf(job->said, "%7.2f s |", (double)t0 * job->frame_s);
+    size_t t0 = r * job->n_kept / n_r, t1 = (r + 1) * job->n_kept / n_r;
+    fprintf(job->said, "%7.2f s |",
+            (double)(t0 * job->kept_stride) * job->frame_s);
     for (size_t c = 0; c < n_c; c++) {
       size_t m0 = c * job->dim / n_c, m1 = (c + 1) * job->dim / n_c;
       double sum = 0;
@@ -342,8 +411,16 @@ static void *notice_after_delay(void *arg) {
 
 /* aural_audiofile_open, which says on stderr when it waits on a FIFO
  * (even with -q: a silent hang is worse than a line on stderr). */
-static int open_input(const encode_job *job, aural_audiofile **af,
+static int open_input(encode_job *job, aural_audiofile **af,
                       aural_err *err) {
+  if (strcmp(job->in_path, "-") == 0) {
+    size_t n;
+    if (cli_read_stdin(&job->stdin_bytes, &n, &interrupted, err->msg,
+                       sizeof err->msg) < 0)
+      return interrupted ? -EINTR : AURAL_EIO;
+    return aural_audiofile_open_memory(job->stdin_bytes, n, job->in_name, af,
+                                       err);
+  }
   struct stat st;
   if (stat(job->in_path, &st) != 0 || !S_ISFIFO(st.st_mode))
     return aural_audiofile_open(job->in_path, af, err);
@@ -466,6 +543,8 @@ static int run(encode_job *job) {
    * words) or with -o /dev/stdout they go to stderr, so that what stdout
    * holds is the result alone. */
   job->said = job->out_path == NULL ? stderr : stdout;
+  job->in_name =
+      strcmp(job->in_path, "-") == 0 ? "standard input" : job->in_path;
   int rc = prepare(job, &err);
   if (rc < 0) goto fail;
   rc = open_input(job, &af, &err);
@@ -485,7 +564,8 @@ static int run(encode_job *job) {
     goto fail;
   }
   if (job->out_path != NULL) {
-    if (outfile_open(&job->of, "aural encode", job->out_path, job->in_path,
+    if (outfile_open(&job->of, "aural encode", job->out_path,
+                     strcmp(job->in_path, "-") == 0 ? NULL : job->in_path,
                      err.msg, sizeof err.msg) < 0) {
       rc = AURAL_EIO;
       goto fail;
@@ -510,12 +590,12 @@ static int run(encode_job *job) {
     rc = feed(job, pcm, n, (size_t)info.n_channels);
     if (rc < 0) goto push_fail;
     job->done_in += (int64_t)n;
-    draw_progress(job, 0);
+    draw_progress(job, PROGRESS_SOON);
   }
   rc = aural_stream_end(job->stream);
   if (rc == 0) rc = compute_and_drain(job);
   if (rc < 0) goto push_fail;
-  draw_progress(job, 1);
+  draw_progress(job, PROGRESS_DONE);
   if (job->kind == OUT_TEXT && !job->quiet && job->out_path != NULL)
     fprintf(job->said, "text: %s\n", job->text ? job->text : "");
   if (job->of.f != NULL) {
@@ -548,7 +628,7 @@ static int run(encode_job *job) {
     fprintf(job->said,
             "%s: %.2f s of %.0f Hz, %d channel%s (%s)\n"
             "  -> %zu frames x %zu %s in %.1f ms (%.0fx real time)%s%s\n",
-            job->in_path, secs, info.rate_hz, info.n_channels,
+            job->in_name, secs, info.rate_hz, info.n_channels,
             info.n_channels == 1 ? "" : "s", info.format, job->n_rows,
             job->kind == OUT_TEXT || job->kind == OUT_WORDS ? (size_t)1
                                                             : job->dim,
@@ -567,12 +647,11 @@ static int run(encode_job *job) {
 
 write_fail:
   rc = -(job->write_failed ? job->write_failed : errno ? errno : EIO);
-  snprintf(err.msg, sizeof err.msg, "%s: write failed: %s", job->out_path,
-           strerror(-rc));
+  outfile_write_error(&job->of, -rc, err.msg, sizeof err.msg);
   goto fail;
 push_fail:
   if (job->write_failed) goto write_fail;
-  snprintf(err.msg, sizeof err.msg, "%s: %s", job->in_path,
+  snprintf(err.msg, sizeof err.msg, "%s: %s", job->in_name,
            aural_strerror(rc));
 fail:
   if (job->progress) fputs("\r\033[K", stderr);
@@ -597,6 +676,8 @@ done:
     job->words = NULL;
   }
   aural_audiofile_close(af);
+  free(job->stdin_bytes); /* after af, which reads it in place */
+  job->stdin_bytes = NULL;
   if (!job->shared_model) aural_model_free(job->model);
   job->audio_s = af_seconds;
   return rc;
@@ -623,12 +704,16 @@ typedef struct batch {
   char **errors;               /* (n) messages of failed files, or NULL */
   double *audio_s;             /* (n) seconds of audio of each file */
   size_t n;
+  char **skipped;              /* (n_skipped) messages: entries of a
+                                  directory that are not files to read */
+  size_t n_skipped;
   pthread_mutex_t mu;
-  size_t next, done, failed;
+  size_t next, done, written, failed; /* failed counts the skipped too */
   double audio_done_s;
 } batch;
 
-static int add_input(char ***v, size_t *n, size_t *cap, const char *path) {
+/* Appends a copy of s to the list v of *n strings (room for *cap). */
+static int add_string(char ***v, size_t *n, size_t *cap, const char *s) {
   if (*n == *cap) {
     size_t c = *cap ? *cap * 2 : 64;
     char **p = realloc(*v, c * sizeof *p);
@@ -636,7 +721,7 @@ static int add_input(char ***v, size_t *n, size_t *cap, const char *path) {
     *v = p;
     *cap = c;
   }
-  (*v)[*n] = strdup(path);
+  (*v)[*n] = strdup(s);
   return (*v)[(*n)++] == NULL ? -1 : 0;
 }
 
@@ -644,71 +729,120 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Expands the command line's inputs: files as given, directories to the
- * audio files directly in them (by extension, sorted). */
-static int collect_inputs(char **args, int n_args, char ***out, size_t *n) {
-  size_t cap = 0;
-  *out = NULL;
-  *n = 0;
+/* Adds the audio files directly in the directory dir to b->inputs, sorted.
+ * An entry with an audio name that is not a file we can read (a link to
+ * nothing or a loop of links, a FIFO, a socket) goes to b->skipped with the
+ * reason: the user asked for the directory's audio and must hear what was
+ * left out. Subdirectories are not entered. */
+static int collect_dir(batch *b, const char *dir, size_t *cap,
+                       size_t *skipped_cap) {
+  DIR *d = opendir(dir);
+  if (d == NULL) {
+    fprintf(stderr, "aural encode: %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
+  size_t first = b->n, first_skipped = b->n_skipped;
+  int rc = 0;
+  struct dirent *e;
+  while (rc == 0 && (e = readdir(d)) != NULL) {
+    if (!is_audio_name(e->d_name)) continue;
+    char *path = NULL, *why = NULL;
+    if (asprintf(&path, "%s/%s", dir, e->d_name) < 0) {
+      rc = -1;
+      break;
+    }
+    struct stat st;
+    int got = 0;
+    if (stat(path, &st) != 0) {
+      got = asprintf(&why, "%s: %s; not encoded", path, strerror(errno));
+    } else if (S_ISREG(st.st_mode)) {
+      rc = add_string(&b->inputs, &b->n, cap, path);
+    } else if (!S_ISDIR(st.st_mode)) {
+      /* A FIFO would hold a job until someone writes to it; named alone
+       * on the command line, it is read. */
+      got = asprintf(&why, "%s: not a regular file; not encoded", path);
+    }
+    if (got < 0) {
+      why = NULL;
+      rc = -1;
+    } else if (why != NULL) {
+      rc = add_string(&b->skipped, &b->n_skipped, skipped_cap, why);
+    }
+    free(why);
+    free(path);
+  }
+  closedir(d);
+  if (rc < 0) return -1;
+  if (b->n > first)
+    qsort(b->inputs + first, b->n - first, sizeof *b->inputs, cmp_str);
+  if (b->n_skipped > first_skipped)
+    qsort(b->skipped + first_skipped, b->n_skipped - first_skipped,
+          sizeof *b->skipped, cmp_str);
+  if (b->n == first)
+    fprintf(stderr, "aural encode: %s: no audio files in it\n", dir);
+  return 0;
+}
+
+/* Expands the command line's inputs into b->inputs: files as given,
+ * directories to the audio files directly in them (by extension,
+ * sorted). */
+static int collect_inputs(batch *b, char **args, int n_args) {
+  size_t cap = 0, skipped_cap = 0;
   for (int i = 0; i < n_args; i++) {
     struct stat st;
     if (stat(args[i], &st) == 0 && S_ISDIR(st.st_mode)) {
-      DIR *d = opendir(args[i]);
-      if (d == NULL) {
-        fprintf(stderr, "aural encode: %s: %s\n", args[i], strerror(errno));
-        return -1;
-      }
-      size_t first = *n;
-      struct dirent *e;
-      while ((e = readdir(d)) != NULL) {
-        if (!is_audio_name(e->d_name)) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", args[i], e->d_name);
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
-            add_input(out, n, &cap, path) < 0) {
-          closedir(d);
-          return -1;
-        }
-      }
-      closedir(d);
-      if (*n > first) qsort(*out + first, *n - first, sizeof **out, cmp_str);
-      if (*n == first)
-        fprintf(stderr, "aural encode: %s: no audio files in it\n",
-                args[i]);
-    } else if (add_input(out, n, &cap, args[i]) < 0) {
+      if (collect_dir(b, args[i], &cap, &skipped_cap) < 0) return -1;
+    } else if (add_string(&b->inputs, &b->n, &cap, args[i]) < 0) {
       return -1;
     }
   }
   return 0;
 }
 
+static int cmp_str_ref(const void *a, const void *b) {
+  return strcmp(**(char **const *)a, **(char **const *)b);
+}
+
 /* OUT_DIR/BASE.npy (or .txt for text); two inputs with one base name are
- * refused before any work, so no output overwrites another. */
+ * refused before any work, so no output overwrites another. The message
+ * names both inputs: in a directory of many files, the user must find
+ * them. */
 static int plan_outputs(batch *b, const char *dir, const char *ext) {
   b->outputs = calloc(b->n, sizeof *b->outputs);
   if (b->outputs == NULL) return -1;
+  /* -o out/ names out: no "out//a.npy" in messages. */
+  int dir_len = (int)strlen(dir);
+  while (dir_len > 1 && dir[dir_len - 1] == '/') dir_len--;
   for (size_t i = 0; i < b->n; i++) {
     const char *base = strrchr(b->inputs[i], '/');
     base = base ? base + 1 : b->inputs[i];
     const char *dot = strrchr(base, '.');
     int len = dot && dot != base ? (int)(dot - base) : (int)strlen(base);
-    if (asprintf(&b->outputs[i], "%s/%.*s.%s", dir, len, base, ext) < 0)
-      return -1;
-  }
-  char **sorted = malloc(b->n * sizeof *sorted);
-  if (sorted == NULL) return -1;
-  memcpy(sorted, b->outputs, b->n * sizeof *sorted);
-  qsort(sorted, b->n, sizeof *sorted, cmp_str);
-  for (size_t i = 1; i < b->n; i++)
-    if (strcmp(sorted[i - 1], sorted[i]) == 0) {
-      fprintf(stderr,
-              "aural encode: two inputs would both write %s; rename one\n",
-              sorted[i]);
-      free(sorted);
+    if (asprintf(&b->outputs[i], "%.*s/%.*s.%s", dir_len, dir, len, base,
+                 ext) < 0) {
+      b->outputs[i] = NULL;
       return -1;
     }
+  }
+  /* Sorted references into b->outputs, so that each one's index (and so
+   * its input) is known. */
+  char ***sorted = malloc(b->n * sizeof *sorted);
+  if (sorted == NULL) return -1;
+  for (size_t i = 0; i < b->n; i++) sorted[i] = &b->outputs[i];
+  qsort(sorted, b->n, sizeof *sorted, cmp_str_ref);
+  int clash = 0;
+  for (size_t i = 1; i < b->n; i++)
+    if (strcmp(*sorted[i - 1], *sorted[i]) == 0) {
+      size_t x = (size_t)(sorted[i - 1] - b->outputs);
+      size_t y = (size_t)(sorted[i] - b->outputs);
+      fprintf(stderr,
+              "aural encode: %s and %s would both write %s; rename one\n",
+              b->inputs[x < y ? x : y], b->inputs[x < y ? y : x],
+              *sorted[i]);
+      clash = 1;
+    }
   free(sorted);
-  return 0;
+  return clash ? -1 : 0;
 }
 
 static void *batch_worker(void *arg) {
@@ -730,7 +864,9 @@ static void *batch_worker(void *arg) {
     b->done++;
     b->audio_s[i] = job.audio_s;
     b->audio_done_s += job.audio_s;
-    if (rc < 0 && !interrupted) {
+    if (rc == 0) {
+      b->written++;
+    } else if (!interrupted) {
       b->failed++;
       b->errors[i] = strdup(msg && msg[0] ? msg : "failed");
     }
@@ -762,11 +898,14 @@ static int run_batch(encode_job *proto, char **args, int n_args,
                      const char *out_dir, size_t n_jobs) {
   batch b = {.proto = proto};
   int rc = EXIT_FAIL;
-  if (collect_inputs(args, n_args, &b.inputs, &b.n) < 0) goto out;
+  if (collect_inputs(&b, args, n_args) < 0) goto out;
   if (b.n == 0) {
+    for (size_t i = 0; i < b.n_skipped; i++)
+      fprintf(stderr, "aural encode: %s\n", b.skipped[i]);
     fprintf(stderr, "aural encode: no input files\n");
     goto out;
   }
+  b.failed = b.n_skipped;
   if (mkdir(out_dir, 0777) < 0 && errno != EEXIST) {
     fprintf(stderr, "aural encode: cannot create %s: %s\n", out_dir,
             strerror(errno));
@@ -835,14 +974,21 @@ static int run_batch(encode_job *proto, char **args, int n_args,
     for (size_t i = 0; i < started; i++) pthread_join(threads[i], NULL);
     if (tty) batch_progress(&b, t0, 1);
     double wall = cli_now_s() - t0;
+    for (size_t i = 0; i < b.n_skipped; i++)
+      fprintf(stderr, "aural encode: %s\n", b.skipped[i]);
     for (size_t i = 0; i < b.n; i++)
       if (b.errors[i]) fprintf(stderr, "aural encode: %s\n", b.errors[i]);
+    /* Files written, not files started: after a Ctrl-C, those being
+     * encoded were dropped. */
+    char failed[64] = "";
+    if (b.failed > 0)
+      snprintf(failed, sizeof failed, ", %zu failed", b.failed);
     if (!quiet)
-      printf("%zu files (%zu failed%s), %.3f h of audio in %.1f s with "
+      printf("%zu of %zu files written%s%s, %.3f h of audio in %.1f s with "
              "%zu threads: %.0fx real time, outputs in %s\n",
-             b.done, b.failed, interrupted ? ", interrupted" : "",
-             b.audio_done_s / 3600.0, wall, started,
-             wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
+             b.written, b.n + b.n_skipped, failed,
+             interrupted ? ", interrupted" : "", b.audio_done_s / 3600.0,
+             wall, started, wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
     rc = b.failed == 0 && !interrupted ? EXIT_OK : EXIT_FAIL;
   }
   free(threads);
@@ -855,6 +1001,8 @@ out:
     if (b.outputs) free(b.outputs[i]);
     if (b.errors) free(b.errors[i]);
   }
+  for (size_t i = 0; i < b.n_skipped; i++) free(b.skipped[i]);
+  free(b.skipped);
   free(b.inputs);
   free(b.outputs);
   free(b.errors);
@@ -1041,6 +1189,13 @@ int cmd_encode(int argc, char **argv) {
     fprintf(stderr, "aural encode: --show takes one input\n");
     return EXIT_USAGE;
   }
+  for (int i = optind; batch_mode && i < argc; i++)
+    if (strcmp(argv[i], "-") == 0) {
+      /* It would have no name to make its output's from. */
+      fprintf(stderr, "aural encode: - (standard input) is read only as "
+                      "the one INPUT\n");
+      return EXIT_USAGE;
+    }
   job.in_path = argv[optind];
   job.t_start = cli_now_s();
   job.progress = !job.quiet && isatty(STDERR_FILENO);
@@ -1051,7 +1206,13 @@ int cmd_encode(int argc, char **argv) {
                 : ": emulated, this CPU has no AVX512-BF16 (the same results, "
                   "slower than f32)");
 
-  struct sigaction sa = {.sa_handler = on_signal};
+  /* The first Ctrl-C stops the work where it can and writes nothing more;
+   * the second ends the process at once (SA_RESETHAND). That one is
+   * needed: libsndfile reads again when a signal interrupts its read, so
+   * a FIFO input whose writer is idle, or one that nobody opened for
+   * writing in a worker's open, would hold the command for as long as no
+   * audio comes. Outputs have no name until committed: nothing is left. */
+  struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);

@@ -11,7 +11,7 @@
 
 static void usage(FILE *to) {
   fprintf(to,
-          "Usage: aural info [OPTIONS] [MODEL]\n"
+          "Usage: aural info [OPTIONS] [[-m] MODEL]\n"
           "\n"
           "Validates MODEL (default: the bundled model, %s) and prints its\n"
           "configuration, parameter count, weight memory, memory per\n"
@@ -19,6 +19,8 @@ static void usage(FILE *to) {
           "compute kernels this CPU runs (AVX-512, AVX2 or scalar).\n"
           "\n"
           "Options:\n"
+          "  -m, --model PATH  the model, as MODEL (the same option as the\n"
+          "                 other commands')\n"
           "      --f16      report weight memory with matrices held as f16\n"
           "      --precision P  load in precision P (f32 or bf16) and report\n"
           "                 its weight memory\n"
@@ -68,6 +70,7 @@ static void print_words(const aural_model *m, const char *path) {
 
 int cmd_info(int argc, char **argv) {
   static const struct option opts[] = {
+      {"model", required_argument, NULL, 'm'},
       {"f16", no_argument, NULL, 'F'},
       {"precision", required_argument, NULL, 'P'},
       {"help", no_argument, NULL, 'h'},
@@ -75,10 +78,12 @@ int cmd_info(int argc, char **argv) {
   };
   aural_model_load_config lc;
   aural_model_load_config_default(&lc);
+  const char *path = NULL;
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
     switch (c) {
+    case 'm': path = optarg; break;
     case 'F': lc.weights = AURAL_WEIGHTS_F16; break;
     case 'P':
       if (aural_model_precision_parse(optarg, &lc.precision) < 0) {
@@ -93,11 +98,12 @@ int cmd_info(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
-  if (argc - optind > 1) {
-    fprintf(stderr, "aural info: one MODEL at most\n");
+  if (argc - optind > (path == NULL ? 1 : 0)) {
+    fprintf(stderr, "aural info: one MODEL at most (-m MODEL or MODEL)\n");
     return EXIT_USAGE;
   }
-  const char *path = optind < argc ? argv[optind] : cli_default_model();
+  if (path == NULL)
+    path = optind < argc ? argv[optind] : cli_default_model();
   aural_model *m;
   aural_err err;
   if (aural_model_load(path, &lc, &m, &err) < 0) {

@@ -307,29 +307,35 @@ static int parse_load_options(int argc, char **argv, const char **sock,
     case 's': *sock = optarg; break;
     case 'n':
       if (cli_parse_size(optarg, 1, 2000, n_streams) < 0) {
-        fprintf(stderr, "aural load: -n must be 1..2000\n");
+        fprintf(stderr, "aural load: -n/--streams %s: expected 1..2000\n",
+                optarg);
         return EXIT_USAGE;
       }
       break;
     case 'S':
       if (cli_parse_size(optarg, 1, 86400, seconds) < 0) {
-        fprintf(stderr, "aural load: --seconds must be 1..86400\n");
+        fprintf(stderr, "aural load: --seconds %s: expected 1..86400\n",
+                optarg);
         return EXIT_USAGE;
       }
       break;
     case 'B':
       if (cli_parse_size(optarg, 5, 1000, block_ms) < 0) {
-        fprintf(stderr, "aural load: --block-ms must be 5..1000\n");
+        fprintf(stderr, "aural load: --block-ms %s: expected 5..1000\n",
+                optarg);
         return EXIT_USAGE;
       }
       break;
     case 'j': *json = true; break;
     case 'h': usage(stdout); return 0;
-    default: usage(stderr); return EXIT_USAGE;
+    default:
+      fprintf(stderr, "(see 'aural load --help')\n");
+      return EXIT_USAGE;
     }
   }
   if (argc - optind > 1) {
-    usage(stderr);
+    fprintf(stderr, "aural load: unexpected argument '%s' (one INPUT at "
+                    "most)\n(see 'aural load --help')\n", argv[optind + 1]);
     return EXIT_USAGE;
   }
   return -1;

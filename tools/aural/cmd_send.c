@@ -249,42 +249,6 @@ static const char *input_name(const send_job *job) {
 
 /* --- the audio -------------------------------------------------------------- */
 
-/* Most bytes of standard input read as one file ("-"). */
-#define STDIN_MAX_BYTES ((size_t)1 << 30)
-
-/* Standard input, read whole into a->stdin_bytes (libsndfile needs to
- * seek in most formats, so a pipe is held in memory); *n its size. */
-static int read_stdin(send_job *job, size_t *n) {
-  size_t cap = 0;
-  *n = 0;
-  for (;;) {
-    if (*n == cap) {
-      size_t want = cap ? 2 * cap : 1 << 20;
-      char *p = want <= STDIN_MAX_BYTES ? realloc(job->audio.stdin_bytes, want)
-                                        : NULL;
-      if (p == NULL) {
-        snprintf(job->err, sizeof job->err, "standard input: %s",
-                 want > STDIN_MAX_BYTES
-                     ? "more than 1 GiB (give a file instead)"
-                     : "out of memory");
-        return -1;
-      }
-      job->audio.stdin_bytes = p;
-      cap = want;
-    }
-    ssize_t k = read(STDIN_FILENO, (char *)job->audio.stdin_bytes + *n,
-                     cap - *n);
-    if (k < 0 && errno == EINTR && !interrupted) continue;
-    if (k < 0) {
-      snprintf(job->err, sizeof job->err, "standard input: %s",
-               interrupted ? "interrupted" : strerror(errno));
-      return -1;
-    }
-    if (k == 0) return 0;
-    *n += (size_t)k;
-  }
-}
-
 /* Opens INPUT (a file, or "-" for standard input) and checks that its
  * rate can be sent. */
 static int audio_open(send_job *job) {
@@ -293,7 +257,9 @@ static int audio_open(send_job *job) {
   int rc;
   if (strcmp(job->in_path, "-") == 0) {
     size_t n;
-    if (read_stdin(job, &n) < 0) return -1;
+    if (cli_read_stdin(&a->stdin_bytes, &n, &interrupted, job->err,
+                       sizeof job->err) < 0)
+      return -1;
     rc = aural_audiofile_open_memory(a->stdin_bytes, n, "standard input",
                                      &a->af, &aerr);
   } else {

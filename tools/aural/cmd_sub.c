@@ -239,8 +239,8 @@ static int jw_print(sub_job *job, aural_jw *w) {
 static int begin_output(sub_job *job, size_t dim) {
   job->out_dim = dim;
   if (npy_write_begin(job->of.f, dim) < 0) {
-    snprintf(job->err, sizeof job->err, "%s: write failed: %s",
-             job->out_path, strerror(errno));
+    outfile_write_error(&job->of, errno ? errno : EIO, job->err,
+                        sizeof job->err);
     return -1;
   }
   return 0;
@@ -255,8 +255,8 @@ static int finish_output(sub_job *job) {
     if (begin_output(job, dim) < 0) return -1;
   }
   if (npy_write_end(job->of.f, job->out_rows, job->out_dim) < 0) {
-    snprintf(job->err, sizeof job->err, "%s: write failed: %s",
-             job->out_path, strerror(errno));
+    outfile_write_error(&job->of, errno ? errno : EIO, job->err,
+                        sizeof job->err);
     return -1;
   }
   if (outfile_commit(&job->of, job->err, sizeof job->err) < 0) return -1;
@@ -487,8 +487,8 @@ width:
            s->name, (unsigned long long)ch->seq);
   return -1;
 write_fail:
-  snprintf(job->err, sizeof job->err, "%s: write failed: %s", job->out_path,
-           strerror(errno));
+  outfile_write_error(&job->of, errno ? errno : EIO, job->err,
+                      sizeof job->err);
   return -1;
 oom:
   snprintf(job->err, sizeof job->err, "out of memory");
@@ -622,8 +622,8 @@ oom:
 static int finish_transcript(sub_job *job, const sub_stream *s) {
   if (fprintf(job->of.f, "%s\n", s->words.p ? s->words.p : "") < 0 ||
       fflush(job->of.f) != 0) {
-    snprintf(job->err, sizeof job->err, "%s: write failed: %s",
-             job->out_path, strerror(errno));
+    outfile_write_error(&job->of, errno ? errno : EIO, job->err,
+                        sizeof job->err);
     return -1;
   }
   if (outfile_commit(&job->of, job->err, sizeof job->err) < 0) return -1;

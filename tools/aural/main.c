@@ -105,6 +105,36 @@ int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
   return 0;
 }
 
+int cli_read_stdin(void **bytes, size_t *n, const volatile sig_atomic_t *stop,
+                   char *err, size_t err_bytes) {
+  size_t cap = 0;
+  *n = 0;
+  for (;;) {
+    if (*n == cap) {
+      size_t want = cap ? 2 * cap : 1 << 20;
+      char *p = want <= CLI_STDIN_MAX_BYTES ? realloc(*bytes, want) : NULL;
+      if (p == NULL) {
+        snprintf(err, err_bytes, "standard input: %s",
+                 want > CLI_STDIN_MAX_BYTES
+                     ? "more than 1 GiB (give a file instead)"
+                     : "out of memory");
+        return -1;
+      }
+      *bytes = p;
+      cap = want;
+    }
+    ssize_t k = read(STDIN_FILENO, (char *)*bytes + *n, cap - *n);
+    if (k < 0 && errno == EINTR && !*stop) continue;
+    if (k < 0) {
+      snprintf(err, err_bytes, "standard input: %s",
+               *stop ? "interrupted" : strerror(errno));
+      return -1;
+    }
+    if (k == 0) return 0;
+    *n += (size_t)k;
+  }
+}
+
 /* The exit status of a command that returned rc: whatever it wrote to
  * stdout arrived, or it fails (a result lost on a full disk is not a
  * success). A command that failed already said why. */

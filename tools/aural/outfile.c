@@ -163,14 +163,17 @@ static int open_device(outfile *o, const char *prog, const struct stat *st,
                 strerror(errno));
 
   const char *tmp = getenv("TMPDIR");
-  int sfd = open_unnamed(tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", 0600);
+  if (tmp == NULL || tmp[0] == '\0') tmp = "/tmp";
+  int sfd = open_unnamed(tmp, 0600);
   if (sfd >= 0) {
     o->f = fdopen(sfd, "w+b");
     if (o->f == NULL) close(sfd);
   } else {
-    o->f = tmpfile();
+    o->f = tmpfile(); /* in P_tmpdir */
+    tmp = P_tmpdir;
   }
-  if (o->f == NULL)
+  o->spool_dir = strdup(tmp);
+  if (o->f == NULL || o->spool_dir == NULL)
     return fail(o, err, err_len, "%s: cannot create a spool file: %s",
                 o->path, strerror(errno));
   return 0;
@@ -303,15 +306,31 @@ static int copy_out(outfile *o) {
   return e;
 }
 
+void outfile_write_error(const outfile *o, int e, char *err,
+                         size_t err_len) {
+  if (o->spool_dir == NULL)
+    snprintf(err, err_len, "%s: write failed: %s", o->path, strerror(e));
+  else
+    snprintf(err, err_len,
+             "%s: write failed: %s, in its spool file in %s (the output "
+             "waits there until the end; TMPDIR chooses the place)",
+             o->path, strerror(e), o->spool_dir);
+}
+
 int outfile_commit(outfile *o, char *err, size_t err_len) {
   int e = 0;
-  if (fflush(o->f) != 0 || ferror(o->f)) e = errno ? errno : EIO;
-  if (e == 0 && o->has_dest) {
+  if (fflush(o->f) != 0 || ferror(o->f)) {
+    e = errno ? errno : EIO;
+    outfile_write_error(o, e, err, err_len);
+    outfile_discard(o);
+    return -1;
+  }
+  if (o->has_dest) {
     e = copy_out(o);
     int fd = o->dest_fd;
     o->has_dest = 0;
     if (close(fd) != 0 && e == 0 && errno != EINTR) e = errno;
-  } else if (e == 0) {
+  } else {
     /* The data reaches the disk before the name does. */
     if (fsync(fileno(o->f)) != 0) e = errno;
     if (e == 0 && o->tmp_path != NULL) {
@@ -341,6 +360,7 @@ void outfile_discard(outfile *o) {
   if (o->has_dest) close(o->dest_fd);
   if (o->tmp_path != NULL) unlink(o->tmp_path);
   free(o->tmp_path);
+  free(o->spool_dir);
   free(o->target);
   free(o->path);
   memset(o, 0, sizeof *o);

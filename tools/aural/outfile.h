@@ -38,6 +38,8 @@ typedef struct outfile {
   int has_dest;   /* ... when this is 1 (a zeroed outfile holds no fd) */
   int is_stdout;  /* PATH is what standard output writes to (-o
                      /dev/stdout): reports had better go to stderr */
+  char *spool_dir; /* the directory of o->f when it is a spool file for a
+                      device or FIFO ($TMPDIR), or NULL */
 } outfile;
 
 /* The path that -o ARG names: /dev/stdout for "-" (the usual name of
@@ -51,6 +53,11 @@ const char *outfile_path(const char *arg);
  * returns -1 with a message naming PATH in err, and o holds nothing. */
 int outfile_open(outfile *o, const char *prog, const char *path,
                  const char *input, char *err, size_t err_len);
+
+/* The message for a write to o->f that failed with errno e: "PATH: write
+ * failed: REASON", and where the bytes were going when that is a spool
+ * file (a full $TMPDIR is not a full PATH). */
+void outfile_write_error(const outfile *o, int e, char *err, size_t err_len);
 
 /* Makes the output appear: PATH replaced, or the bytes written into the
  * device or FIFO. Returns 0, or -1 with a message in err; either way o is
