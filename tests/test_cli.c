@@ -443,6 +443,18 @@ static void test_usage_errors(void **state) {
     assert_contains(fx->err, words_only[i][0]);
     assert_contains(fx->err, "needs --output words");
   }
+  /* A malformed custom-word list and a boost with no custom words are bad
+   * command lines, as in aural sub and send (the list was judged only
+   * after the model and the LM had loaded, exit 1; the boost was
+   * ignored). */
+  assert_int_equal(run_aural(fx, "encode", "--output", "words",
+                             "--vocabulary", "Fox,,Dog", "-o", out, in, NULL),
+                   2);
+  assert_contains(fx->err, "--vocabulary: a comma-separated list");
+  assert_int_equal(run_aural(fx, "encode", "--output", "words", "--boost",
+                             "2", "-o", out, in, NULL),
+                   2);
+  assert_contains(fx->err, "--boost needs --vocabulary");
   assert_dir_holds(fx->out_dir, NULL);
 }
 
