@@ -256,9 +256,10 @@ static void usage(FILE *to) {
   for (size_t i = 0; i < N_OPTIONS; i++) usage_option(to, &options[i]);
   fputs("\n"
         "Config file lines are \"key = value\" with the long option names as\n"
-        "keys, each once (\"file\" may repeat; \"file-realtime = PATH\" is\n"
-        "--file PATH --realtime; switches take yes or no; a relative path is\n"
-        "the config file's neighbour), e.g. \"chunk-ms = 500\".\n"
+        "keys, each once (\"file\", \"realtime\" after each file it paces and\n"
+        "\"http-origin\" may repeat; \"file-realtime = PATH\" is --file PATH\n"
+        "--realtime; switches take yes or no; a relative path is the config\n"
+        "file's neighbour), e.g. \"chunk-ms = 500\".\n"
         "Under systemd, a socket passed by socket activation is used instead\n"
         "of binding one, and readiness is reported on $NOTIFY_SOCKET.\n"
         "\n"
