@@ -672,6 +672,15 @@ static int load_options(int argc, char **argv, const char *conf,
     snprintf(where, where_len, "exit-when-done without a file");
     return 2;
   }
+  if (o->f16_weights && o->precision == AURAL_PRECISION_BF16) {
+    /* A bad command line or config (exit 2, which aurald.service does not
+     * restart): found after the model had loaded, it exited 1 and was
+     * started again every RestartSec. */
+    aurald_usage_error("--f16 and --precision bf16 exclude each other "
+                       "(bf16 holds the weights as bfloat16)\n");
+    snprintf(where, where_len, "f16 with precision bf16");
+    return 2;
+  }
   if (o->sub_soft_bytes > o->sub_hard_bytes) {
     aurald_usage_error("--sub-soft-limit must not exceed "
                        "--sub-hard-limit\n");
