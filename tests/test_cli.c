@@ -1126,6 +1126,12 @@ static void test_info(void **state) {
   assert_int_equal(run_aural(fx, "info", model, NULL), 1);
   assert_contains(fx->err, "empty.safetensors");
   assert_contains(fx->err, "empty");
+  /* Options that exclude each other are a bad command line (exit 2, as
+   * aural(1) says), not a model that failed (it was 1). */
+  assert_int_equal(run_aural(fx, "info", "--f16", "--precision", "bf16",
+                             NULL),
+                   2);
+  assert_contains(fx->err, "--f16 and --precision bf16 exclude each other");
 }
 
 /* aural bench -m measures a model file: its shape in the report, a clear

@@ -97,6 +97,12 @@ int cmd_info(int argc, char **argv) {
     fprintf(stderr, "aural info: one MODEL at most\n");
     return EXIT_USAGE;
   }
+  if (lc.weights == AURAL_WEIGHTS_F16 &&
+      lc.precision == AURAL_PRECISION_BF16) {
+    fprintf(stderr, "aural info: --f16 and --precision bf16 exclude each "
+                    "other (bf16 holds the weights as bfloat16)\n");
+    return EXIT_USAGE;
+  }
   const char *path = optind < argc ? argv[optind] : cli_default_model();
   aural_model *m;
   aural_err err;
