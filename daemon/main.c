@@ -681,6 +681,12 @@ static int load_options(int argc, char **argv, const char *conf,
     snprintf(where, where_len, "f16 with precision bf16");
     return 2;
   }
+  char http_why[256];
+  if (http_check_options(&o->http, http_why, sizeof http_why) < 0) {
+    aurald_usage_error("%s\n", http_why);
+    snprintf(where, where_len, "%s", http_why);
+    return 2;
+  }
   if (o->sub_soft_bytes > o->sub_hard_bytes) {
     aurald_usage_error("--sub-soft-limit must not exceed "
                        "--sub-hard-limit\n");
