@@ -710,6 +710,56 @@ static bool str_differs(const char *a, const char *b) {
   return (a == NULL) != (b == NULL) || (a != NULL && strcmp(a, b) != 0);
 }
 
+/* Appends name to a list of option names ("a, b"). */
+static void name_append(char *list, size_t cap, bool given, const char *name) {
+  size_t used = strlen(list);
+  if (given && used < cap)
+    snprintf(list + used, cap - used, "%s%s", used ? ", " : "", name);
+}
+
+/* The options of --http and of --cluster do nothing without it. They are
+ * named in the log rather than refused, so that a config file can turn
+ * either off by commenting out its one line and keep the rest. */
+static void warn_idle_options(const aurald_options *o) {
+  const aurald_options *d = &option_defaults;
+  char list[512] = "";
+  if (!o->http.on) {
+    name_append(list, sizeof list, o->http.token_file, "http-token-file");
+    name_append(list, sizeof list, o->http.n_origins > 0, "http-origin");
+    name_append(list, sizeof list, o->http.cert, "http-cert");
+    name_append(list, sizeof list, o->http.key, "http-key");
+    name_append(list, sizeof list, o->http.root, "http-root");
+    if (list[0] != '\0') log_warn("without --http, these do nothing: %s", list);
+  }
+  list[0] = '\0';
+  if (o->cluster_url == NULL) {
+    name_append(list, sizeof list, o->cluster_optional, "cluster-optional");
+    name_append(list, sizeof list, o->cluster_password_file,
+                "cluster-password-file");
+    name_append(list, sizeof list, o->cluster_node, "cluster-node");
+    name_append(list, sizeof list, o->cluster_capacity != d->cluster_capacity,
+                "cluster-capacity");
+    name_append(list, sizeof list,
+                o->cluster_retention != d->cluster_retention,
+                "cluster-retention");
+    name_append(list, sizeof list, o->cluster_ttl_s != d->cluster_ttl_s,
+                "cluster-ttl");
+    name_append(list, sizeof list,
+                o->cluster_timeout_s != d->cluster_timeout_s,
+                "cluster-timeout");
+    name_append(list, sizeof list, o->cluster_expire_s != d->cluster_expire_s,
+                "cluster-expire");
+    name_append(list, sizeof list, o->cluster_idle_s != d->cluster_idle_s,
+                "cluster-idle");
+    name_append(list, sizeof list, o->cluster_outputs != d->cluster_outputs,
+                "cluster-outputs");
+    name_append(list, sizeof list, o->cluster_dtype != d->cluster_dtype,
+                "cluster-dtype");
+    if (list[0] != '\0')
+      log_warn("without --cluster, these do nothing: %s", list);
+  }
+}
+
 /* Descriptors kept for everything but clients: the loop's own, the
  * listener, the lock, model and audio files, PortAudio's, logs. */
 #define FD_RESERVE 64
@@ -976,6 +1026,7 @@ int main(int argc, char **argv) {
   if (o.n_threads < 1) o.n_threads = 1;
 
   signal(SIGPIPE, SIG_IGN);
+  warn_idle_options(&o);
   fit_clients_to_fd_limit(&o);
   /* Streams' state (about 1.4 MB for the base model) is allocated and
    * freed as clients come and go. glibc raises its mmap threshold to the

@@ -1713,6 +1713,24 @@ class TestShutdown(DaemonTest):
                               p.stderr)
                 self.assertFalse(os.path.exists(sock))
 
+    def test_http_and_cluster_options_without_them_are_named(self):
+        """--http-* without --http and --cluster-* without --cluster do
+        nothing; aurald served without a word about them (a forgotten
+        --http left a TLS setup silently off). It now names them in the
+        log, and serves: a config file may keep them with its --http or
+        --cluster line commented out."""
+        d = self.start("--http-cert", "c.pem", "--http-key", "k.pem",
+                       "--http-origin", "https://app.example",
+                       "--cluster-node", "n1", "--cluster-ttl", "5")
+        self.assertIn("without --http, these do nothing: http-origin, "
+                      "http-cert, http-key", d.text())
+        self.assertIn("without --cluster, these do nothing: cluster-node, "
+                      "cluster-ttl", d.text())
+        self.stop_clean(d)
+        d = self.start()
+        self.assertNotIn("do nothing", d.text())
+        self.stop_clean(d)
+
 
 class TestHalfClose(DaemonTest):
     def open_raw(self, d, name):
