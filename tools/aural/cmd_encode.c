@@ -119,7 +119,8 @@ static void usage(FILE *to) {
           "command names the first one and writes nothing.\n"
           "\n"
           "Exit status: 0 on success, 1 if the input or model could not be\n"
-          "processed, 2 for a bad command line.\n");
+          "processed, 2 for a bad command line, 130 when interrupted (no\n"
+          "partial output is written).\n");
 }
 
 typedef enum out_kind {
