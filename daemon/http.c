@@ -694,19 +694,6 @@ static void find_root(http_server *hs) {
   snprintf(hs->root, sizeof hs->root, "%s", root);
 }
 
-static int check_options(const http_options *o, char *why, size_t why_len) {
-  if (!o->addr.loopback && o->token_file == NULL) {
-    snprintf(why, why_len, "--http %s:%d is not a loopback address: give "
-             "--http-token-file too", o->addr.host, o->addr.port);
-    return -1;
-  }
-  if ((o->cert == NULL) != (o->key == NULL)) {
-    snprintf(why, why_len, "TLS needs both --http-cert and --http-key");
-    return -1;
-  }
-  return 0;
-}
-
 static struct lws_context *create_context(http_server *hs) {
   const http_options *o = &hs->srv->opt->http;
   void *loops[1] = {hs->srv->loop};
@@ -743,7 +730,7 @@ static struct lws_context *create_context(http_server *hs) {
 int http_start(server *srv, char *why, size_t why_len) {
   const http_options *o = &srv->opt->http;
   if (!o->on) return 0;
-  if (check_options(o, why, why_len) < 0) return -1;
+  if (http_check_options(o, why, why_len) < 0) return -1;
   http_server *hs = calloc(1, sizeof *hs);
   if (hs == NULL) {
     snprintf(why, why_len, "out of memory for --http");

@@ -267,11 +267,12 @@ static void usage(FILE *to) {
   }
   fputs("\n"
         "Config file lines are \"key = value\" with the long option names as\n"
-        "keys, each once (\"file\" may repeat; \"file-realtime = PATH\" is\n"
-        "--file PATH --realtime; switches take yes or no; a relative path is\n"
-        "the config file's neighbour), e.g. \"chunk-ms = 500\". The command\n"
-        "line wins: its value replaces the file's, its --file adds to them,\n"
-        "and --no-NAME leaves the file's NAME out.\n"
+        "keys, each once (\"file\", \"realtime\" after each file it paces and\n"
+        "\"http-origin\" may repeat; \"file-realtime = PATH\" is --file PATH\n"
+        "--realtime; switches take yes or no; a relative path is the config\n"
+        "file's neighbour), e.g. \"chunk-ms = 500\". The command line wins:\n"
+        "its value replaces the file's, its --file adds to them, and\n"
+        "--no-NAME leaves the file's NAME out.\n"
         "Under systemd, a socket passed by socket activation is used instead\n"
         "of binding one, and readiness is reported on $NOTIFY_SOCKET.\n"
         "\n"
@@ -726,6 +727,21 @@ static int load_options(int argc, char **argv, const char *conf,
     snprintf(where, where_len, "exit-when-done without a file");
     return 2;
   }
+  if (o->f16_weights && o->precision == AURAL_PRECISION_BF16) {
+    /* A bad command line or config (exit 2, which aurald.service does not
+     * restart): found after the model had loaded, it exited 1 and was
+     * started again every RestartSec. */
+    aurald_usage_error("--f16 and --precision bf16 exclude each other "
+                       "(bf16 holds the weights as bfloat16)\n");
+    snprintf(where, where_len, "f16 with precision bf16");
+    return 2;
+  }
+  char http_why[256];
+  if (http_check_options(&o->http, http_why, sizeof http_why) < 0) {
+    aurald_usage_error("%s\n", http_why);
+    snprintf(where, where_len, "%s", http_why);
+    return 2;
+  }
   if (o->sub_soft_bytes > o->sub_hard_bytes) {
     aurald_usage_error("--sub-soft-limit must not exceed "
                        "--sub-hard-limit\n");
@@ -747,6 +763,56 @@ static int load_options(int argc, char **argv, const char *conf,
 
 static bool str_differs(const char *a, const char *b) {
   return (a == NULL) != (b == NULL) || (a != NULL && strcmp(a, b) != 0);
+}
+
+/* Appends name to a list of option names ("a, b"). */
+static void name_append(char *list, size_t cap, bool given, const char *name) {
+  size_t used = strlen(list);
+  if (given && used < cap)
+    snprintf(list + used, cap - used, "%s%s", used ? ", " : "", name);
+}
+
+/* The options of --http and of --cluster do nothing without it. They are
+ * named in the log rather than refused, so that a config file can turn
+ * either off by commenting out its one line and keep the rest. */
+static void warn_idle_options(const aurald_options *o) {
+  const aurald_options *d = &option_defaults;
+  char list[512] = "";
+  if (!o->http.on) {
+    name_append(list, sizeof list, o->http.token_file, "http-token-file");
+    name_append(list, sizeof list, o->http.n_origins > 0, "http-origin");
+    name_append(list, sizeof list, o->http.cert, "http-cert");
+    name_append(list, sizeof list, o->http.key, "http-key");
+    name_append(list, sizeof list, o->http.root, "http-root");
+    if (list[0] != '\0') log_warn("without --http, these do nothing: %s", list);
+  }
+  list[0] = '\0';
+  if (o->cluster_url == NULL) {
+    name_append(list, sizeof list, o->cluster_optional, "cluster-optional");
+    name_append(list, sizeof list, o->cluster_password_file,
+                "cluster-password-file");
+    name_append(list, sizeof list, o->cluster_node, "cluster-node");
+    name_append(list, sizeof list, o->cluster_capacity != d->cluster_capacity,
+                "cluster-capacity");
+    name_append(list, sizeof list,
+                o->cluster_retention != d->cluster_retention,
+                "cluster-retention");
+    name_append(list, sizeof list, o->cluster_ttl_s != d->cluster_ttl_s,
+                "cluster-ttl");
+    name_append(list, sizeof list,
+                o->cluster_timeout_s != d->cluster_timeout_s,
+                "cluster-timeout");
+    name_append(list, sizeof list, o->cluster_expire_s != d->cluster_expire_s,
+                "cluster-expire");
+    name_append(list, sizeof list, o->cluster_idle_s != d->cluster_idle_s,
+                "cluster-idle");
+    name_append(list, sizeof list, o->cluster_outputs != d->cluster_outputs,
+                "cluster-outputs");
+    name_append(list, sizeof list, o->cluster_dtype != d->cluster_dtype,
+                "cluster-dtype");
+    if (list[0] != '\0')
+      log_warn("without --cluster, these do nothing: %s", list);
+  }
 }
 
 /* Descriptors kept for everything but clients: the loop's own, the
@@ -1016,6 +1082,7 @@ int main(int argc, char **argv) {
   if (o.n_threads < 1) o.n_threads = 1;
 
   signal(SIGPIPE, SIG_IGN);
+  warn_idle_options(&o);
   fit_clients_to_fd_limit(&o);
   /* Streams' state (about 1.4 MB for the base model) is allocated and
    * freed as clients come and go. glibc raises its mmap threshold to the

@@ -141,11 +141,7 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
   aural_err err = {0};
   aural_model_load_config lc;
   aural_model_load_config_default(&lc);
-  if (o->f16_weights && o->precision == AURAL_PRECISION_BF16) {
-    snprintf(why, why_len, "--f16 and --precision bf16 exclude each other "
-                           "(bf16 holds the weights as bfloat16)");
-    return -1;
-  }
+  /* --f16 with --precision bf16 is refused with the options (main.c). */
   if (o->f16_weights) lc.weights = AURAL_WEIGHTS_F16;
   lc.precision = o->precision;
   lc.max_memory_bytes = o->max_model_bytes;

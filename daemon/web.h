@@ -46,6 +46,10 @@ typedef struct http_options {
 /* Parses ADDR:PORT into a. Returns 0, or -1 with why naming what is
  * wrong. */
 int http_parse_addr(const char *s, http_addr *a, char *why, size_t why_len);
+/* Whether the --http options go together: a non-loopback address needs a
+ * token file, and a certificate needs its key (and the key a
+ * certificate). 0 when they do or --http is off, else -1 with why. */
+int http_check_options(const http_options *o, char *why, size_t why_len);
 /* Whether an Authorization header value is "Bearer TOKEN" for this token,
  * compared in time independent of where they differ. */
 bool http_bearer_ok(const char *header, const char *token);

@@ -215,3 +215,19 @@ int ws_framer_feed(ws_framer *f, const uint8_t *p, size_t n, bool final,
   f->want = 0;
   return 1;
 }
+
+/* Options that only make sense together: main.c refuses them with the
+ * rest of the command line (exit 2), http_start() again. */
+int http_check_options(const http_options *o, char *why, size_t why_len) {
+  if (!o->on) return 0;
+  if (!o->addr.loopback && o->token_file == NULL) {
+    snprintf(why, why_len, "--http %s:%d is not a loopback address: give "
+             "--http-token-file too", o->addr.host, o->addr.port);
+    return -1;
+  }
+  if ((o->cert == NULL) != (o->key == NULL)) {
+    snprintf(why, why_len, "TLS needs both --http-cert and --http-key");
+    return -1;
+  }
+  return 0;
+}

@@ -450,6 +450,18 @@ static void test_usage_errors(void **state) {
     assert_contains(fx->err, words_only[i][0]);
     assert_contains(fx->err, "needs --output words");
   }
+  /* A malformed custom-word list and a boost with no custom words are bad
+   * command lines, as in aural sub and send (the list was judged only
+   * after the model and the LM had loaded, exit 1; the boost was
+   * ignored). */
+  assert_int_equal(run_aural(fx, "encode", "--output", "words",
+                             "--vocabulary", "Fox,,Dog", "-o", out, in, NULL),
+                   2);
+  assert_contains(fx->err, "--vocabulary: a comma-separated list");
+  assert_int_equal(run_aural(fx, "encode", "--output", "words", "--boost",
+                             "2", "-o", out, in, NULL),
+                   2);
+  assert_contains(fx->err, "--boost needs --vocabulary");
   assert_dir_holds(fx->out_dir, NULL);
 }
 
@@ -1519,6 +1531,12 @@ static void test_info(void **state) {
   assert_int_equal(run_aural(fx, "info", model, NULL), 1);
   assert_contains(fx->err, "empty.safetensors");
   assert_contains(fx->err, "empty");
+  /* Options that exclude each other are a bad command line (exit 2, as
+   * aural(1) says), not a model that failed (it was 1). */
+  assert_int_equal(run_aural(fx, "info", "--f16", "--precision", "bf16",
+                             NULL),
+                   2);
+  assert_contains(fx->err, "--f16 and --precision bf16 exclude each other");
   /* -m MODEL, as every other command that takes a model (it was an
    * invalid option here alone); one model, by either way, at most. */
   const char *f16 = test_data_path("encoder/f16_head.safetensors");

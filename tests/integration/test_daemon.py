@@ -1742,6 +1742,43 @@ class TestShutdown(DaemonTest):
                 self.assertIn("--exit-when-done needs a --file", p.stderr)
                 self.assertFalse(os.path.exists(sock))
 
+    def test_f16_with_bf16_is_a_bad_command_line(self):
+        """--f16 with --precision bf16, on the command line or in the
+        config file, is a bad command line (exit 2, which aurald.service
+        does not restart), refused before the model loads; it exited 1
+        and aurald.service started it again every RestartSec."""
+        sock = os.path.join(self.tmp, "p.sock")
+        conf = os.path.join(self.tmp, "p.conf")
+        with open(conf, "w") as f:
+            f.write("f16 = yes\nprecision = bf16\n")
+        for args in (["--no-config", "--f16", "--precision", "bf16"],
+                     ["--config", conf]):
+            with self.subTest(args=args):
+                p = run(AURALD, "-m", os.path.join(self.tmp, "none.st"),
+                        "-s", sock, *args, check=False, timeout=20)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("--f16 and --precision bf16 exclude each other",
+                              p.stderr)
+                self.assertFalse(os.path.exists(sock))
+
+    def test_http_and_cluster_options_without_them_are_named(self):
+        """--http-* without --http and --cluster-* without --cluster do
+        nothing; aurald served without a word about them (a forgotten
+        --http left a TLS setup silently off). It now names them in the
+        log, and serves: a config file may keep them with its --http or
+        --cluster line commented out."""
+        d = self.start("--http-cert", "c.pem", "--http-key", "k.pem",
+                       "--http-origin", "https://app.example",
+                       "--cluster-node", "n1", "--cluster-ttl", "5")
+        self.assertIn("without --http, these do nothing: http-origin, "
+                      "http-cert, http-key", d.text())
+        self.assertIn("without --cluster, these do nothing: cluster-node, "
+                      "cluster-ttl", d.text())
+        self.stop_clean(d)
+        d = self.start()
+        self.assertNotIn("do nothing", d.text())
+        self.stop_clean(d)
+
 
 class TestHalfClose(DaemonTest):
     def open_raw(self, d, name):

@@ -228,12 +228,23 @@ class TestHttp(WebTest):
         self.stop_clean(d)
 
     def test_non_loopback_bind_needs_a_token(self):
-        p = subprocess.run([test_daemon.AURALD, "-m", test_daemon.TINY, "-s",
-                            os.path.join(self.tmp, "x.sock"), "--http",
-                            "0.0.0.0:0"], capture_output=True, text=True,
-                           timeout=30)
-        self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("--http-token-file", p.stderr)
+        # Options that do not go together are a bad command line: exit 2,
+        # which aurald.service does not restart (it was 1), found before
+        # the model loads (a missing one here).
+        for args, why in ((["--http", "0.0.0.0:0"], "--http-token-file"),
+                          (["--http", "127.0.0.1:0", "--http-cert", "c.pem"],
+                           "TLS needs both --http-cert and --http-key"),
+                          (["--http", "127.0.0.1:0", "--http-key", "k.pem"],
+                           "TLS needs both --http-cert and --http-key")):
+            with self.subTest(args=args):
+                p = subprocess.run([test_daemon.AURALD, "--no-config", "-m",
+                                    os.path.join(self.tmp, "none.st"), "-s",
+                                    os.path.join(self.tmp, "x.sock"), *args],
+                                   capture_output=True, text=True,
+                                   timeout=30)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn(why, p.stderr)
+                self.assertNotIn("none.st", p.stderr)
         # A token too long to fit in a request's headers beside the rest
         # is refused at start (it used to be taken, and never matched).
         token = self.token_file("t" * 2000)

@@ -126,7 +126,8 @@ static void usage(FILE *to) {
           "ends the command at once (as while it waits on a FIFO).\n"
           "\n"
           "Exit status: 0 on success, 1 if the input or model could not be\n"
-          "processed, 2 for a bad command line, 130 when interrupted.\n");
+          "processed, 2 for a bad command line, 130 when interrupted (no\n"
+          "partial output is written).\n");
 }
 
 typedef enum out_kind {
@@ -1081,7 +1082,7 @@ int cmd_encode(int argc, char **argv) {
   aural_decoder_config_default(&job.dcfg);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   size_t n_jobs = cpus > 0 ? (size_t)cpus : 1;
-  int jobs_given = 0;
+  int jobs_given = 0, boost_given = 0;
   const char *kind = NULL;
   const char *words_only = NULL; /* an option that only words use */
   int c, li;
@@ -1136,6 +1137,7 @@ int cmd_encode(int argc, char **argv) {
     case 'P':
     case 'K':
       if (parse_decoder_option(&job.dcfg, c, optarg) < 0) return EXIT_USAGE;
+      if (c == 'X') boost_given = 1;
       break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
@@ -1160,6 +1162,18 @@ int cmd_encode(int argc, char **argv) {
      * wonder why it changed nothing. */
     fprintf(stderr, "aural encode: --%s needs --output words\n",
             words_only);
+    return EXIT_USAGE;
+  }
+  /* As aural sub and send do: a bad list or a boost with nothing to boost
+   * is a bad command line, found before the model and the LM load. */
+  char why[256];
+  if (job.vocabulary != NULL &&
+      words_custom_check(job.vocabulary, why, sizeof why) < 0) {
+    fprintf(stderr, "aural encode: %s\n", why);
+    return EXIT_USAGE;
+  }
+  if (boost_given && job.vocabulary == NULL) {
+    fprintf(stderr, "aural encode: --boost needs --vocabulary\n");
     return EXIT_USAGE;
   }
   if (job.model_path == NULL) job.model_path = cli_default_model();

@@ -102,6 +102,12 @@ int cmd_info(int argc, char **argv) {
     fprintf(stderr, "aural info: one MODEL at most (-m MODEL or MODEL)\n");
     return EXIT_USAGE;
   }
+  if (lc.weights == AURAL_WEIGHTS_F16 &&
+      lc.precision == AURAL_PRECISION_BF16) {
+    fprintf(stderr, "aural info: --f16 and --precision bf16 exclude each "
+                    "other (bf16 holds the weights as bfloat16)\n");
+    return EXIT_USAGE;
+  }
   if (path == NULL)
     path = optind < argc ? argv[optind] : cli_default_model();
   aural_model *m;

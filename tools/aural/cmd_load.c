@@ -105,7 +105,12 @@ static void usage(FILE *to) {
 "  -h, --help          show this help\n"
 "\n"
 "Example:\n"
-"  aural load -n 20 --seconds 60 --json\n");
+"  aural load -n 20 --seconds 60 --json\n"
+"\n"
+"Exit status: 0 when every chunk arrived, 1 on an error (aurald\n"
+"unreachable or refusing a stream, INPUT unreadable), 2 for a bad\n"
+"command line, 3 when chunks were lost or missing or the run was\n"
+"interrupted (the report covers what ran).\n");
 }
 
 /* Reads the recording once and converts it to 16-bit mono at its rate. */

@@ -25,7 +25,10 @@ static void usage(FILE *to) {
           "  -h, --help         show this help\n"
           "\n"
           "Example:\n"
-          "  aural pronounce Dashwood Kubernetes\n");
+          "  aural pronounce Dashwood Kubernetes\n"
+          "\n"
+          "Exit status: 0 on success, 1 when a word cannot be pronounced or a\n"
+          "file cannot be read, 2 for a bad command line.\n");
 }
 
 int cmd_pronounce(int argc, char **argv) {

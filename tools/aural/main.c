@@ -33,8 +33,9 @@ static void usage(FILE *to) {
           "Usage: aural COMMAND [OPTIONS] [ARGS]\n"
           "\n"
           "aural runs the streaming speech-frame encoder's library from the\n"
-          "command line, without the daemon (encode, info, bench), and talks\n"
-          "to a running aurald (sub, send, stats, load).\n"
+          "command line, without the daemon (encode, info, bench,\n"
+          "pronounce), and talks to a running aurald (sub, send, stats,\n"
+          "load).\n"
           "\n"
           "Commands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

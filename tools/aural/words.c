@@ -64,17 +64,40 @@ int words_split(const char *list, char *buf, size_t buf_len, char **out,
   }
 }
 
+/* Room for one --vocabulary list of aural encode: its copy, and its words. */
+#define CUSTOM_LIST_BYTES 65536
+#define CUSTOM_WORDS_MAX 1024
+
+static int custom_split(const char *list, char *buf, char **words, char *err,
+                        size_t err_len) {
+  int n = words_split(list, buf, CUSTOM_LIST_BYTES, words, CUSTOM_WORDS_MAX);
+  if (n < 0)
+    snprintf(err, err_len, "--vocabulary: a comma-separated list of at most "
+                           "%d words (%d bytes), none empty",
+             CUSTOM_WORDS_MAX, CUSTOM_LIST_BYTES - 1);
+  return n;
+}
+
+int words_custom_check(const char *list, char *err, size_t err_len) {
+  char *buf = malloc(CUSTOM_LIST_BYTES);
+  char **words = malloc(CUSTOM_WORDS_MAX * sizeof *words);
+  int n = -1;
+  if (buf == NULL || words == NULL)
+    snprintf(err, err_len, "--vocabulary: out of memory");
+  else
+    n = custom_split(list, buf, words, err, err_len);
+  free(words);
+  free(buf);
+  return n < 0 ? -1 : 0;
+}
+
 int words_custom(words_res *r, const aural_model *model, const char *model_path,
                  const char *g2p_path, const char *list, char *err,
                  size_t err_len) {
-  char path_buf[4096], buf[65536];
-  char *words[1024];
-  int n = words_split(list, buf, sizeof buf, words, 1024);
-  if (n < 0) {
-    snprintf(err, err_len, "--vocabulary: a comma-separated list of at most "
-                           "1024 words, none empty");
-    return -1;
-  }
+  char path_buf[4096], buf[CUSTOM_LIST_BYTES];
+  char *words[CUSTOM_WORDS_MAX];
+  int n = custom_split(list, buf, words, err, err_len);
+  if (n < 0) return -1;
   if (g2p_path == NULL) {
     if (aural_decoder_resource_path(model_path, ".g2p.txt", path_buf,
                                     sizeof path_buf) < 0) {

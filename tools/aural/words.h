@@ -35,6 +35,10 @@ int words_load(words_res *r, const aural_model *model, const char *model_path,
 int words_custom(words_res *r, const aural_model *model, const char *model_path,
                  const char *g2p_path, const char *list, char *err,
                  size_t err_len);
+/* Whether list is a --vocabulary that words_custom() takes (at most 1,024
+ * words, none empty), checked before anything is loaded. Returns 0, or -1
+ * with err naming the option. */
+int words_custom_check(const char *list, char *err, size_t err_len);
 /* Splits a comma-separated list into at most cap words (pointers into
  * buf, a copy the caller gives room for). Returns how many, or -1 (an
  * empty item, or more than cap). */
