@@ -743,8 +743,13 @@ static int load_options(int argc, char **argv, const char *conf,
     return 2;
   }
   if (o->sub_soft_bytes > o->sub_hard_bytes) {
-    aurald_usage_error("--sub-soft-limit must not exceed "
-                       "--sub-hard-limit\n");
+    /* Name both, and a soft limit nobody gave as the default it is. */
+    bool dflt = o->sub_soft_bytes == option_defaults.sub_soft_bytes;
+    aurald_usage_error("--sub-soft-limit (%zu bytes%s) must not exceed "
+                       "--sub-hard-limit (%zu bytes)%s\n",
+                       o->sub_soft_bytes, dflt ? ", its default" : "",
+                       o->sub_hard_bytes,
+                       dflt ? ": give a --sub-soft-limit below it too" : "");
     snprintf(where, where_len, "sub-soft-limit exceeds sub-hard-limit");
     return 2;
   }

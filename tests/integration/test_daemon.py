@@ -1503,6 +1503,24 @@ class TestServiceManager(DaemonTest):
                 self.assertEqual(p.returncode, 2, p.stderr)
                 self.assertIn("unrecognized option '%s'" % bad, p.stderr)
 
+    def test_soft_limit_above_hard_limit_names_both(self):
+        """A hard limit under the soft limit's default was refused with a
+        message about --sub-soft-limit alone, which the user never gave:
+        both values are named, and the default as such."""
+        p = run(AURALD, "-m", TINY, "-s", os.path.join(self.tmp, "l.sock"),
+                "--no-config", "--sub-hard-limit", "1K", check=False,
+                timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--sub-soft-limit (4194304 bytes, its default) must "
+                      "not exceed --sub-hard-limit (1024 bytes): give a "
+                      "--sub-soft-limit below it too", p.stderr)
+        p = run(AURALD, "-m", TINY, "-s", os.path.join(self.tmp, "l.sock"),
+                "--no-config", "--sub-hard-limit", "1K", "--sub-soft-limit",
+                "2K", check=False, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--sub-soft-limit (2048 bytes) must not exceed "
+                      "--sub-hard-limit (1024 bytes)\n", p.stderr)
+
     def test_help_and_version_do_not_read_the_config_file(self):
         """--help and --version answer whatever the config file holds
         (the default one is read when it exists): a config error told
