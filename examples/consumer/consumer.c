@@ -46,17 +46,15 @@ static const char *stream_name(uint32_t id) {
 /* The default socket path of aurald and its clients: $AURAL_SOCKET, else
  * $XDG_RUNTIME_DIR/aural.sock, else /run/aural/aural.sock for root, else
  * /tmp/aural-UID/aural.sock. */
+/* The path aurald and its clients use when none is given (the codec's
+ * rule: $AURAL_SOCKET, $XDG_RUNTIME_DIR, ...), and the system service's
+ * when that is not there and no $AURAL_SOCKET asks for it. */
 static void default_socket(char *buf, size_t len) {
   const char *env = getenv("AURAL_SOCKET");
-  const char *xdg = getenv("XDG_RUNTIME_DIR");
-  if (env != NULL && env[0] != '\0')
-    snprintf(buf, len, "%s", env);
-  else if (xdg != NULL && xdg[0] != '\0')
-    snprintf(buf, len, "%s/aural.sock", xdg);
-  else if (getuid() == 0)
-    snprintf(buf, len, "/run/aural/aural.sock");
-  else
-    snprintf(buf, len, "/tmp/aural-%u/aural.sock", (unsigned)getuid());
+  if (aural_proto_default_socket(buf, len) < 0) buf[0] = '\0';
+  if ((env == NULL || env[0] == '\0') && access(buf, F_OK) != 0 &&
+      access(AURAL_PROTO_SYSTEM_SOCKET, F_OK) == 0)
+    snprintf(buf, len, "%s", AURAL_PROTO_SYSTEM_SOCKET);
 }
 
 static int write_all(int fd, const uint8_t *p, size_t n) {
@@ -149,9 +147,10 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--until-end") == 0)
       until_end = 1;
     else {
-      fprintf(stderr, "usage: consumer [-s SOCKET] [--stream NAME] "
-                      "[--until-end]\n");
-      return 2;
+      int help = strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
+      fprintf(help ? stdout : stderr,
+              "usage: consumer [-s SOCKET] [--stream NAME] [--until-end]\n");
+      return help ? 0 : 2;
     }
   }
 

@@ -200,6 +200,15 @@ make -s -C "$tmp/consumer" CFLAGS="-O2 -Wall -Wextra -Wpedantic -Werror" \
   >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log"; fail "the consumer example does not build"; }
 consumer=$tmp/consumer/consumer
 ok "examples/consumer built with its Makefile: $(pkg-config --cflags --libs aural-proto)"
+# Its --help answers (it was refused as an unknown option, exit 2), and
+# with no -s it takes the codec's default path, $AURAL_SOCKET first.
+help=$("$consumer" --help) || fail "consumer --help exits $?"
+[[ $help == usage:* ]] || fail "consumer --help printed '$help'"
+rc=0
+err=$(AURAL_SOCKET="$tmp/no-such.sock" "$consumer" 2>&1) || rc=$?
+[[ $rc -eq 1 && $err == *"$tmp/no-such.sock"* ]] ||
+  fail "consumer without -s: exit $rc, '$err' (wanted \$AURAL_SOCKET's path)"
+ok "examples/consumer --help, and \$AURAL_SOCKET without -s"
 
 cflags=$(pkg-config --cflags aural)
 cc -std=c11 -Wall -Wextra -Wpedantic -Werror $cflags -o "$tmp/link_shared" \
