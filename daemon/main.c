@@ -1017,12 +1017,13 @@ static void on_signal(uv_signal_t *h, int signum) {
     if (!srv->stopping) reload(srv);
     return;
   }
+  const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
   if (srv->stopping) {
-    log_warn("second %s: closing now", strsignal(signum));
+    log_warn("second %s: closing now", name);
     server_close_handles(srv);
     return;
   }
-  server_stop(srv, signum == SIGINT ? "SIGINT" : "SIGTERM");
+  server_stop(srv, name);
 }
 
 static void on_tick(uv_timer_t *t) {
