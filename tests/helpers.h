@@ -27,6 +27,12 @@ void assert_contains(const char *text, const char *parts);
  * ASan, else glibc's (mallinfo2). */
 size_t test_allocated_bytes(void);
 
+/* Heap allocations (malloc, calloc, realloc, the aligned ones) this
+ * thread has made since it started, whoever made them: compare two
+ * readings around a call that should allocate nothing
+ * (tests/alloc_calls.c). */
+unsigned long test_alloc_calls(void);
+
 /* Writes len bytes to path; fails the test on error. */
 void test_write_file(const char *path, const void *data, size_t len);
 

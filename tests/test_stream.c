@@ -826,6 +826,163 @@ static void test_no_allocation_after_create(void **state) {
   aural_model_free(m);
 }
 
+/* Fails naming call when it made a heap allocation on this thread (any,
+ * freed or not: tests/alloc_calls.c counts the calls). */
+#define NO_ALLOC(call)                                                     \
+  do {                                                                     \
+    unsigned long before_ = test_alloc_calls();                            \
+    call;                                                                  \
+    unsigned long n_ = test_alloc_calls() - before_;                       \
+    if (n_ != 0) fail_msg("%s made %lu heap allocations", #call, n_);      \
+  } while (0)
+
+/* One stream, every call its header calls real-time-safe, through a
+ * whole stream, an end, an abort and a reset: not one allocation, even
+ * one freed before the call returns. When the input is resampled, libsoxr
+ * grows its own buffers in push, end and reset (aural/stream.h); the
+ * other calls are checked then. */
+static void stream_calls_allocate_nothing(const aural_model *m,
+                                          aural_stream_config sc,
+                                          const float *pcm, size_t n) {
+  aural_stream *s;
+  aural_err err = {0};
+  if (aural_stream_create(m, &sc, &s, &err) != 0) fail_msg("%s", err.msg);
+  aural_stream_info in;
+  aural_stream_get_info(s, &in);
+  size_t C = in.chunk_frames, ch_n = (size_t)sc.n_channels;
+  bool resampled =
+      sc.input_rate_hz != 0 && sc.input_rate_hz != in.model_rate_hz;
+  aural_chunk ch = {.max_frames = C};
+  if (in.outputs & AURAL_STREAM_EMBEDDINGS)
+    ch.emb = malloc(C * (size_t)in.d_model * sizeof(float));
+  if (in.outputs & AURAL_STREAM_LOGITS)
+    ch.logits = malloc(C * (size_t)in.vocab_size * sizeof(float));
+  if (in.outputs & AURAL_STREAM_FEATURES)
+    ch.features = malloc(C * (size_t)in.n_mels * sizeof(float));
+  if (in.outputs & AURAL_STREAM_TEXT) {
+    ch.text = malloc(in.text_max_bytes);
+    ch.text_cap = in.text_max_bytes;
+  }
+  if (in.outputs & AURAL_STREAM_WORDS) {
+    ch.words = malloc(in.words_max * sizeof *ch.words);
+    ch.words_cap = in.words_max;
+    ch.segments = malloc(in.segments_max * sizeof *ch.segments);
+    ch.segments_cap = in.segments_max;
+  }
+  aural_batch *b;
+  assert_int_equal(aural_batch_create(m, 64, &b, NULL), 0);
+  for (int round = 0; round < 2; round++) {
+    size_t at = 0, chunks = 0, taken = 0;
+    int rc = 0;
+    size_t room = 0, n_ready = 0;
+    bool final = false;
+    aural_stream_stats st;
+    while (at < n) {
+      size_t want = n - at < 777 ? n - at : 777;
+      NO_ALLOC(room = aural_stream_input_room(s));
+      assert_true(room > 0);
+      if (resampled)
+        rc = aural_stream_push(s, pcm + at * ch_n, want, &taken);
+      else
+        NO_ALLOC(rc = aural_stream_push(s, pcm + at * ch_n, want, &taken));
+      assert_int_equal(rc, 0);
+      at += taken;
+      NO_ALLOC(rc = at % 2 ? aural_stream_compute(s)
+                           : aural_stream_compute_batch(b, &s, 1));
+      assert_int_equal(rc, 0);
+      NO_ALLOC(aural_stream_get_stats(s, &st));
+      for (;;) {
+        NO_ALLOC(rc = aural_stream_ready(s, &n_ready, &final));
+        if (rc == 0) break;
+        NO_ALLOC(rc = aural_stream_pull(s, &ch));
+        assert_int_equal(rc, 1);
+        chunks++;
+      }
+    }
+    if (round == 0) {
+      if (resampled) rc = aural_stream_end(s);
+      else NO_ALLOC(rc = aural_stream_end(s));
+    } else {
+      NO_ALLOC(rc = aural_stream_abort(s));
+    }
+    assert_int_equal(rc, 0);
+    NO_ALLOC(rc = aural_stream_compute(s));
+    assert_int_equal(rc, 0);
+    while (aural_stream_ready(s, &n_ready, &final) == 1)
+      NO_ALLOC(chunks += (size_t)aural_stream_pull(s, &ch));
+    assert_true(ch.final);
+    assert_true(chunks > 4);
+    NO_ALLOC(aural_stream_get_stats(s, &st));
+    assert_true(st.done);
+    if (resampled) rc = aural_stream_reset(s);
+    else NO_ALLOC(rc = aural_stream_reset(s));
+    assert_int_equal(rc, 0);
+  }
+  aural_batch_destroy(b);
+  aural_stream_destroy(s);
+  free(ch.emb);
+  free(ch.logits);
+  free(ch.features);
+  free(ch.text);
+  free(ch.words);
+  free(ch.segments);
+}
+
+static void test_real_time_calls_allocate_nothing(void **state) {
+  (void)state;
+  aural_model *m = load_model("prenorm_gelu_rope");
+  aural_stream_config sc;
+  aural_stream_config_default(&sc);
+  sc.outputs = AURAL_STREAM_EMBEDDINGS | AURAL_STREAM_LOGITS |
+               AURAL_STREAM_TEXT | AURAL_STREAM_FEATURES;
+  size_t n = 16000 * 3;
+  float *pcm = make_audio(n, 1, 16000);
+  stream_calls_allocate_nothing(m, sc, pcm, n);
+  free(pcm);
+  /* 44.1 kHz stereo. */
+  sc.input_rate_hz = 44100;
+  sc.n_channels = 2;
+  n = 44100 * 3;
+  pcm = make_audio(n, 2, 44100);
+  stream_calls_allocate_nothing(m, sc, pcm, n);
+  free(pcm);
+  aural_model_free(m);
+
+  /* Words: the bundled model, its lexicon and LM. */
+  aural_err err = {0};
+  const char *path = getenv("AURAL_DEFAULT_MODEL");
+  assert_non_null(path);
+  if (aural_model_load(path, NULL, &m, &err) != 0) fail_msg("%s", err.msg);
+  aural_lexicon *lex;
+  aural_lm *lm;
+  if (aural_lexicon_load(test_data_path("words/sample.lexicon.txt"), m, &lex,
+                         &err) < 0 ||
+      aural_lm_load(test_data_path("words/sample.lm.arpa"), lex, &lm, &err) <
+          0)
+    fail_msg("%s", err.msg);
+  aural_audiofile *af;
+  if (aural_audiofile_open(test_data_path("../../models/sample.flac"), &af,
+                           &err) < 0)
+    fail_msg("%s", err.msg);
+  aural_audiofile_info ai;
+  aural_audiofile_get_info(af, &ai);
+  pcm = malloc((size_t)ai.n_frames * (size_t)ai.n_channels * sizeof *pcm);
+  assert_int_equal(aural_audiofile_read(af, pcm, (size_t)ai.n_frames, &n,
+                                        &err), 0);
+  aural_audiofile_close(af);
+  aural_stream_config_default(&sc);
+  sc.input_rate_hz = ai.rate_hz;
+  sc.n_channels = ai.n_channels;
+  sc.outputs = AURAL_STREAM_WORDS | AURAL_STREAM_TEXT;
+  sc.lexicon = lex;
+  sc.lm = lm;
+  stream_calls_allocate_nothing(m, sc, pcm, n);
+  free(pcm);
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+  aural_model_free(m);
+}
+
 /* Words: the finals (words, frames, confidences) of the bundled model on
  * the bundled sample do not depend on chunk size or push size, and a
  * stream asking words needs a lexicon and buffers big enough. */
@@ -955,6 +1112,7 @@ int main(void) {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_abort),
       cmocka_unit_test(test_no_allocation_after_create),
+      cmocka_unit_test(test_real_time_calls_allocate_nothing),
       cmocka_unit_test(test_words),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
