@@ -1012,5 +1012,6 @@ int main(void) {
       cmocka_unit_test(test_error_strings),
   };
 #undef T
+  test_select_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

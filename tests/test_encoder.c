@@ -849,5 +849,6 @@ int main(void) {
       cmocka_unit_test(test_model_shared_across_threads),
       cmocka_unit_test(test_batch_equals_alone),
   };
+  test_select_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -167,5 +167,6 @@ int main(void) {
       cmocka_unit_test(test_memory_is_flat),
       cmocka_unit_test(test_threads),
   };
+  test_select_from_env();
   return cmocka_run_group_tests(tests, setup, teardown);
 }
