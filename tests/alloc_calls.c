@@ -10,7 +10,9 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <malloc.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "helpers.h"
 

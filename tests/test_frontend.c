@@ -677,7 +677,7 @@ typedef struct fe_job {
   const float *want[2]; /* (FE_ROWS, 80) each, n_want rows */
   size_t n_want[2];
   int n_wrong;
-  char wrong[160];
+  char wrong[sizeof ((aural_err *)0)->msg + 100];
 } fe_job;
 
 /* Collects rows without cmocka's asserts, which are not for threads. */
@@ -701,7 +701,7 @@ static int fe_run(const aural_frontend_config *cfg, const float *pcm,
   aural_err err = {0};
   out->n = 0;
   if (aural_frontend_create(cfg, &fe, &err) != 0) {
-    snprintf(why, why_len, "create: %s", err.msg);
+    snprintf(why, why_len, "create: %.400s", err.msg);
     return -1;
   }
   int rc = aural_frontend_push(fe, pcm, FE_SAMPLES, fe_collect, out);
@@ -716,7 +716,7 @@ static void *fe_thread(void *arg) {
   fe_rows *got = malloc(sizeof *got);
   for (int i = 0; i < FE_ROUNDS && got != NULL; i++) {
     int k = i % 2;
-    char why[128] = "";
+    char why[420] = "";
     /* Mostly plans made and destroyed, the planner's part; some used. */
     if (i % 16 != 0) {
       aural_frontend *fe;
@@ -754,7 +754,7 @@ static void test_threads_create_and_push(void **state) {
       aural_frontend_config_default(c);
       c->fbank.frame_length_ms = window_ms[t * 2 + k];
       c->fbank.round_to_power_of_two = t * 2 + k != FE_THREADS * 2 - 1;
-      char why[128] = "";
+      char why[420] = "";
       fe_rows *a = &alone[t * 2 + k];
       if (fe_run(c, pcm, a, why, sizeof why) != 0) fail_msg("%s", why);
       jobs[t].want[k] = a->rows;

@@ -20,6 +20,8 @@
 #include <aural.h>
 #include <aural/decoder.h>
 
+#include "helpers.h"
+
 static aural_model *model;
 static aural_g2p *g2p;
 

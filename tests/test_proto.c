@@ -23,6 +23,8 @@
 #include <aural/cluster.h>
 #include <aural/proto.h>
 
+#include "helpers.h"
+
 #define BUF_BYTES 4096
 
 /* --- framing -------------------------------------------------------------- */

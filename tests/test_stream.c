@@ -1004,7 +1004,7 @@ typedef struct share_job {
    * embeddings' bits; or what failed. */
   char out[SHARE_STREAMS][SHARE_OUT];
   uint64_t emb_hash[SHARE_STREAMS];
-  char failed[256];
+  char failed[sizeof ((aural_err *)0)->msg + 16];
 } share_job;
 
 static void share_append(char *out, const char *fmt, ...) {
