@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <sndfile.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,6 +388,17 @@ static int check_nist_length(const source *src, int64_t n_frames,
                         path, declared, n_frames);
 }
 
+/* libsndfile keeps the reason its last failed open gave in one variable
+ * for the whole process (sf_strerror(NULL)), which every open, failed or
+ * not, writes: two threads opening at once could each report the other's
+ * reason, or "No Error.". So the library's opens of what can be read
+ * without waiting (a buffer, a regular file) are serialized, with the
+ * reason read before the lock is let go. A pipe's open waits for its
+ * writer, and the lock must not wait with it: a pipe that libsndfile
+ * refuses is reported without libsndfile's reason. Opens by others in the
+ * process can still overwrite it. */
+static pthread_mutex_t sndfile_open_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Both opens end here. af is allocated, with af->src and af->path set;
  * af->src.fd (if any) is owned by af from now on. path names the input in
  * messages (in full: af->path may be shortened). Runs the checks before
@@ -406,6 +418,9 @@ static int open_source(aural_audiofile *af, const char *path,
   SF_INFO sfi;
   memset(&sfi, 0, sizeof sfi);
   SNDFILE *sf;
+  bool serialized = af->src.size_known;
+  char why[256] = "";
+  if (serialized) pthread_mutex_lock(&sndfile_open_lock);
   if (af->src.fd >= 0) {
     /* sf_open_fd closes the descriptor when it fails. */
     sf = sf_open_fd(af->src.fd, SFM_READ, &sfi, 1);
@@ -414,15 +429,16 @@ static int open_source(aural_audiofile *af, const char *path,
                          vio_tell};
     sf = sf_open_virtual(&vio, SFM_READ, &sfi, &af->src);
   }
+  if (sf == NULL && serialized)
+    snprintf(why, sizeof why, " (libsndfile: %s)", sf_strerror(NULL));
+  if (serialized) pthread_mutex_unlock(&sndfile_open_lock);
   if (sf == NULL) {
     /* libsndfile reads FLAC (and a few others) only where it can seek. */
     rc = aural__err_set(err, AURAL_EFORMAT,
-                        "%s: not a readable audio file (libsndfile: %s)%s",
-                        path, sf_strerror(NULL),
-                        af->src.fd >= 0 && !af->src.size_known
-                            ? "; read from a pipe: FLAC and some other "
-                              "formats need a regular file"
-                            : "");
+                        "%s: not a readable audio file%s%s", path, why,
+                        serialized ? ""
+                                   : "; read from a pipe: FLAC and some "
+                                     "other formats need a regular file");
     free(af);
     return rc;
   }

@@ -27,6 +27,17 @@ void assert_contains(const char *text, const char *parts);
  * ASan, else glibc's (mallinfo2). */
 size_t test_allocated_bytes(void);
 
+/* Heap allocations (malloc, calloc, realloc, the aligned ones) this
+ * thread has made since it started, whoever made them: compare two
+ * readings around a call that should allocate nothing
+ * (tests/alloc_calls.c). */
+unsigned long test_alloc_calls(void);
+
+/* Runs only the tests whose names match the cmocka pattern in
+ * $AURAL_TEST_ONLY, when it is set (the thread tests alone, under
+ * ThreadSanitizer). Call before cmocka_run_group_tests. */
+void test_select_from_env(void);
+
 /* Writes len bytes to path; fails the test on error. */
 void test_write_file(const char *path, const void *data, size_t len);
 

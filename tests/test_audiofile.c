@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -848,6 +849,90 @@ static void test_fifo_input(void **state) {
   }
 }
 
+/* Opens on several threads at once each give their own outcome: libsndfile
+ * keeps the reason of a failed open in one variable for the process, which
+ * each open writes. */
+enum { OPEN_THREADS = 4, OPEN_ROUNDS = 10000 };
+
+typedef struct open_job {
+  const char *path;          /* opened by path, or */
+  const unsigned char *data; /* from memory */
+  size_t size;
+  int want_rc;
+  char want[sizeof ((aural_err *)0)->msg];
+  int n_wrong;
+  char wrong[sizeof ((aural_err *)0)->msg];
+} open_job;
+
+static int open_once(const open_job *j, aural_err *err) {
+  aural_audiofile *af;
+  memset(err, 0, sizeof *err);
+  int rc = j->path != NULL
+               ? aural_audiofile_open(j->path, &af, err)
+               : aural_audiofile_open_memory(j->data, j->size, "buffer", &af,
+                                             err);
+  if (rc == 0) aural_audiofile_close(af);
+  return rc;
+}
+
+static void *open_many(void *arg) {
+  open_job *j = arg;
+  for (int i = 0; i < OPEN_ROUNDS; i++) {
+    aural_err err;
+    int rc = open_once(j, &err);
+    if ((rc != j->want_rc || strcmp(err.msg, j->want) != 0) &&
+        j->n_wrong++ == 0)
+      snprintf(j->wrong, sizeof j->wrong, "%s", err.msg);
+  }
+  return NULL;
+}
+
+static void test_threads_open_at_once(void **state) {
+  /* Two of libsndfile's reasons, and a success, from memory; a text
+   * file by path. */
+  unsigned char au[24] = ".snd";
+  const uint32_t au_fields[] = {24, 4000, 3, 16000, 100000};
+  for (int i = 0; i < 5; i++)
+    for (int b = 0; b < 4; b++)
+      au[4 + i * 4 + b] = (unsigned char)(au_fields[i] >> (24 - 8 * b));
+  static const char text[] = "this is not a recording, only text\n";
+  char path[PATH_BYTES];
+  path_in(path, state, "notes.wav");
+  test_write_file(path, "some notes, saved with the wrong name\n", 38);
+  size_t good_size;
+  unsigned char *good = (unsigned char *)test_read_file(
+      test_data_path("fbank/speech.wav"), &good_size);
+  open_job jobs[OPEN_THREADS] = {
+      {.data = au, .size = sizeof au},
+      {.data = (const unsigned char *)text, .size = sizeof text - 1},
+      {.path = path},
+      {.data = good, .size = good_size},
+  };
+  for (int t = 0; t < OPEN_THREADS; t++) {
+    aural_err err;
+    jobs[t].want_rc = open_once(&jobs[t], &err);
+    snprintf(jobs[t].want, sizeof jobs[t].want, "%s", err.msg);
+    print_message("    alone: %s\n", t == 3 ? "(opened)" : err.msg);
+  }
+  assert_int_equal(jobs[0].want_rc, AURAL_EFORMAT);
+  assert_contains(jobs[0].want, "channels");
+  assert_int_equal(jobs[1].want_rc, AURAL_EFORMAT);
+  assert_int_equal(jobs[2].want_rc, AURAL_EFORMAT);
+  assert_string_not_equal(jobs[0].want, jobs[1].want);
+  assert_int_equal(jobs[3].want_rc, 0);
+  pthread_t th[OPEN_THREADS];
+  for (int t = 0; t < OPEN_THREADS; t++)
+    assert_int_equal(pthread_create(&th[t], NULL, open_many, &jobs[t]), 0);
+  for (int t = 0; t < OPEN_THREADS; t++)
+    assert_int_equal(pthread_join(th[t], NULL), 0);
+  for (int t = 0; t < OPEN_THREADS; t++)
+    if (jobs[t].n_wrong > 0)
+      fail_msg("input %d: %d of %d opens beside others said \"%s\", "
+               "alone \"%s\"",
+               t, jobs[t].n_wrong, OPEN_ROUNDS, jobs[t].wrong, jobs[t].want);
+  free(good);
+}
+
 /* ---- Error codes. ---- */
 
 static void test_error_strings(void **state) {
@@ -920,11 +1005,13 @@ int main(void) {
       cmocka_unit_test(test_memory_empty_and_null),
       cmocka_unit_test(test_memory_ogg_vorbis_headers),
       T(test_fifo_input),
+      T(test_threads_open_at_once),
       cmocka_unit_test(test_good_speech),
       cmocka_unit_test(test_good_stereo_44k),
       cmocka_unit_test(test_close_null),
       cmocka_unit_test(test_error_strings),
   };
 #undef T
+  test_select_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

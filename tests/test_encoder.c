@@ -699,6 +699,139 @@ static void test_memory_flat_over_100k_frames(void **state) {
   free(feats);
 }
 
+/* aural_encoder_forward and aural_encoder_forward_batch make no heap
+ * allocation, not even one freed again (tests/alloc_calls.c), from the
+ * first call (the lead-in's) on, with f32 or f16 weights or bf16
+ * precision, embeddings and logits, and batches split into passes. */
+static void test_forward_allocates_nothing(void **state) {
+  (void)state;
+  const char *path = getenv("AURAL_DEFAULT_MODEL");
+  assert_non_null(path);
+  char paths[2][4096];
+  snprintf(paths[0], sizeof paths[0], "%s",
+           test_data_path("encoder/prenorm_gelu_rope.safetensors"));
+  snprintf(paths[1], sizeof paths[1], "%s", path);
+  size_t t_in, mels;
+  float *feats = load_npy("encoder/input.npy", &t_in, &mels);
+  assert_true(t_in >= 300 && mels == 80);
+  for (int mi = 0; mi < 2; mi++)
+    for (int kind = 0; kind < 3; kind++) {
+      aural_model_load_config lc;
+      aural_model_load_config_default(&lc);
+      lc.weights = kind == 1 ? AURAL_WEIGHTS_F16 : AURAL_WEIGHTS_F32;
+      if (kind == 2) lc.precision = AURAL_PRECISION_BF16;
+      aural_model *m;
+      aural_err err = {0};
+      if (aural_model_load(paths[mi], &lc, &m, &err) != 0)
+        fail_msg("%s", err.msg);
+      const aural_model_config *c = aural_model_get_config(m);
+      size_t d = (size_t)c->d_model, v = (size_t)c->vocab_size;
+      float *emb = malloc(300 * d * sizeof *emb);
+      float *lg = v ? malloc(300 * v * sizeof *lg) : NULL;
+      aural_encoder *e[2];
+      for (int k = 0; k < 2; k++)
+        assert_int_equal(aural_encoder_create(m, NULL, &e[k], NULL), 0);
+      aural_batch *b;
+      assert_int_equal(aural_batch_create(m, 40, &b, NULL), 0);
+      unsigned long before = test_alloc_calls();
+      int rc = 0;
+      for (size_t at = 0, n = 1; at + n <= 150 && rc == 0; at += n, n += 7)
+        rc = aural_encoder_forward(e[0], feats + at * mels, n, emb, lg);
+      aural_batch_item items[2] = {
+          {e[0], feats + 150 * mels, 70, emb, lg},
+          {e[1], feats, 50, emb + 70 * d, lg ? lg + 70 * v : NULL}};
+      if (rc == 0) rc = aural_encoder_forward_batch(b, items, 2);
+      unsigned long n_alloc = test_alloc_calls() - before;
+      assert_int_equal(rc, 0);
+      if (n_alloc != 0)
+        fail_msg("%s, weights %d, precision %d: %lu heap allocations",
+                 paths[mi], (int)lc.weights, (int)lc.precision, n_alloc);
+      for (size_t i = 0; i < 120 * d; i++) assert_true(isfinite(emb[i]));
+      aural_batch_destroy(b);
+      for (int k = 0; k < 2; k++) aural_encoder_destroy(e[k]);
+      free(emb);
+      free(lg);
+      aural_model_free(m);
+    }
+  free(feats);
+}
+
+/* The process's first use of the library, on four threads at once: the
+ * kernels chosen once per process (and the bf16 check) are set up while
+ * models load and encode, and every thread sees the same choice and the
+ * bits of the same load alone. This test runs first in its program; under
+ * ThreadSanitizer a lazy set-up without its once-guard is reported. */
+enum { FIRST_THREADS = 4, FIRST_FRAMES = 60 };
+
+typedef struct first_job {
+  aural_model_load_config lc;
+  const char *path; /* test_data_path's buffer is not for threads */
+  const float *feats;
+  const char *isa, *gemm, *text;
+  bool bf16_native;
+  float emb[FIRST_FRAMES * 32];
+  char failed[600];
+} first_job;
+
+static void *first_use(void *arg) {
+  first_job *j = arg;
+  j->isa = aural_isa_name();
+  j->gemm = aural_gemm_name();
+  j->bf16_native = aural_model_bf16_native();
+  j->text = aural_strerror(AURAL_ENONFINITE);
+  aural_model *m;
+  aural_encoder *e;
+  aural_err err = {0};
+  if (aural_model_load(j->path, &j->lc, &m, &err) != 0) {
+    snprintf(j->failed, sizeof j->failed, "load: %s", err.msg);
+    return NULL;
+  }
+  if (aural_encoder_create(m, NULL, &e, &err) != 0)
+    snprintf(j->failed, sizeof j->failed, "create: %s", err.msg);
+  else if (aural_encoder_forward(e, j->feats, FIRST_FRAMES, j->emb, NULL) != 0)
+    snprintf(j->failed, sizeof j->failed, "forward failed");
+  aural_encoder_destroy(e);
+  aural_model_free(m);
+  return NULL;
+}
+
+static void test_threads_first_use(void **state) {
+  (void)state;
+  size_t t_in, mels;
+  float *feats = load_npy("encoder/input.npy", &t_in, &mels);
+  assert_true(t_in >= FIRST_FRAMES && mels == 80);
+  first_job *jobs = calloc(FIRST_THREADS + 1, sizeof *jobs);
+  char path[4096];
+  snprintf(path, sizeof path, "%s",
+           test_data_path("encoder/prenorm_gelu_rope.safetensors"));
+  for (int t = 0; t <= FIRST_THREADS; t++) {
+    jobs[t].path = path;
+    aural_model_load_config_default(&jobs[t].lc);
+    jobs[t].lc.weights = t % 2 ? AURAL_WEIGHTS_F16 : AURAL_WEIGHTS_F32;
+    if (t % 4 == 2) jobs[t].lc.precision = AURAL_PRECISION_BF16;
+    jobs[t].feats = feats;
+  }
+  pthread_t th[FIRST_THREADS];
+  for (int t = 0; t < FIRST_THREADS; t++)
+    assert_int_equal(pthread_create(&th[t], NULL, first_use, &jobs[t]), 0);
+  for (int t = 0; t < FIRST_THREADS; t++)
+    assert_int_equal(pthread_join(th[t], NULL), 0);
+  first_job *alone = &jobs[FIRST_THREADS];
+  for (int t = 0; t < FIRST_THREADS; t++) {
+    if (jobs[t].failed[0] != '\0') fail_msg("thread %d: %s", t, jobs[t].failed);
+    alone->lc = jobs[t].lc;
+    first_use(alone);
+    if (alone->failed[0] != '\0') fail_msg("alone: %s", alone->failed);
+    assert_string_equal(jobs[t].isa, alone->isa);
+    assert_string_equal(jobs[t].gemm, alone->gemm);
+    assert_int_equal(jobs[t].bf16_native, alone->bf16_native);
+    assert_string_equal(jobs[t].text, alone->text);
+    assert_memory_equal(jobs[t].emb, alone->emb, sizeof alone->emb);
+  }
+  free(jobs);
+  free(feats);
+}
+
 /* One model, several streams on several threads at once: each stream's
  * output equals the same stream run alone. */
 typedef struct thread_job {
@@ -837,6 +970,7 @@ static void test_batch_equals_alone(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_threads_first_use), /* first: see there */
       cmocka_unit_test(test_parity_with_pytorch),
       cmocka_unit_test(test_default_model_parity),
       cmocka_unit_test(test_default_model_bf16),
@@ -848,6 +982,8 @@ int main(void) {
       cmocka_unit_test(test_memory_flat_over_100k_frames),
       cmocka_unit_test(test_model_shared_across_threads),
       cmocka_unit_test(test_batch_equals_alone),
+      cmocka_unit_test(test_forward_allocates_nothing),
   };
+  test_select_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

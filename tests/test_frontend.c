@@ -623,6 +623,159 @@ static void test_largest_config_memory(void **state) {
   free(x);
 }
 
+/* A push at the model's rate makes no heap allocation, not even one it
+ * frees again, from the first push after create or reset on (counted by
+ * tests/alloc_calls.c); nor do the counters. */
+static void test_push_allocates_nothing(void **state) {
+  (void)state;
+  enum { N = 16000 * 2 };
+  float *pcm = malloc(N * 2 * sizeof *pcm);
+  for (size_t i = 0; i < N * 2; i++) pcm[i] = 0.3f * test_frand();
+  const int channels[] = {1, 2};
+  for (int c = 0; c < 2; c++) {
+    unsigned long at_create = test_alloc_calls();
+    aural_frontend *fe = make_frontend(16000, channels[c]);
+    /* The count sees the library's allocations: create has some. */
+    assert_true(test_alloc_calls() > at_create);
+    sink s = {.dim = (size_t)aural_frontend_dim(fe)};
+    s.cap_rows = 400;
+    s.rows = malloc(s.cap_rows * s.dim * sizeof *s.rows);
+    for (int round = 0; round < 2; round++) {
+      s.n_rows = 0;
+      unsigned long before = test_alloc_calls();
+      for (size_t at = 0, k = 1; at < N; at += k, k = k * 3 % 1000 + 1) {
+        if (k > N - at) k = N - at;
+        assert_int_equal(aural_frontend_push(fe, pcm + at * (size_t)channels[c],
+                                             k, sink_fn, &s),
+                         0);
+      }
+      aural_frontend_stats st;
+      aural_frontend_get_stats(fe, &st);
+      unsigned long n_alloc = test_alloc_calls() - before;
+      if (n_alloc != 0)
+        fail_msg("%d channel(s), round %d: pushes made %lu heap allocations",
+                 channels[c], round, n_alloc);
+      assert_int_equal(st.n_feature_frames, s.n_rows);
+      assert_int_equal(s.n_rows, 1 + (N - 400) / 160);
+      assert_int_equal(aural_frontend_reset(fe), 0);
+    }
+    free(s.rows);
+    aural_frontend_destroy(fe);
+  }
+  free(pcm);
+}
+
+/* Frontends created, used and destroyed on several threads at once, each
+ * thread with FFT sizes of its own, so that FFTW plans and destroys plans
+ * concurrently (aural_frontend_create is thread-safe): every thread's
+ * features equal those made alone, bit for bit. */
+enum { FE_THREADS = 4, FE_ROUNDS = 800, FE_SAMPLES = 8000, FE_ROWS = 64 };
+
+typedef struct fe_job {
+  aural_frontend_config cfg[2];
+  const float *pcm;
+  const float *want[2]; /* (FE_ROWS, 80) each, n_want rows */
+  size_t n_want[2];
+  int n_wrong;
+  char wrong[sizeof ((aural_err *)0)->msg + 100];
+} fe_job;
+
+/* Collects rows without cmocka's asserts, which are not for threads. */
+typedef struct fe_rows {
+  float rows[FE_ROWS * 80];
+  size_t n;
+} fe_rows;
+
+static int fe_collect(void *user, const float *rows, size_t n,
+                      uint64_t first) {
+  fe_rows *r = user;
+  if (first != r->n || r->n + n > FE_ROWS) return 1;
+  memcpy(r->rows + r->n * 80, rows, n * 80 * sizeof *rows);
+  r->n += n;
+  return 0;
+}
+
+static int fe_run(const aural_frontend_config *cfg, const float *pcm,
+                  fe_rows *out, char *why, size_t why_len) {
+  aural_frontend *fe;
+  aural_err err = {0};
+  out->n = 0;
+  if (aural_frontend_create(cfg, &fe, &err) != 0) {
+    snprintf(why, why_len, "create: %.400s", err.msg);
+    return -1;
+  }
+  int rc = aural_frontend_push(fe, pcm, FE_SAMPLES, fe_collect, out);
+  if (rc == 0) rc = aural_frontend_finish(fe, fe_collect, out);
+  aural_frontend_destroy(fe);
+  if (rc != 0) snprintf(why, why_len, "push or finish: %d", rc);
+  return rc;
+}
+
+static void *fe_thread(void *arg) {
+  fe_job *j = arg;
+  fe_rows *got = malloc(sizeof *got);
+  for (int i = 0; i < FE_ROUNDS && got != NULL; i++) {
+    int k = i % 2;
+    char why[420] = "";
+    /* Mostly plans made and destroyed, the planner's part; some used. */
+    if (i % 16 != 0) {
+      aural_frontend *fe;
+      if (aural_frontend_create(&j->cfg[k], &fe, NULL) != 0) {
+        if (j->n_wrong++ == 0)
+          snprintf(j->wrong, sizeof j->wrong, "round %d: create failed", i);
+      }
+      aural_frontend_destroy(fe);
+    } else if (fe_run(&j->cfg[k], j->pcm, got, why, sizeof why) != 0 ||
+               got->n != j->n_want[k] ||
+               memcmp(got->rows, j->want[k], got->n * 80 * sizeof(float)) !=
+                   0) {
+      if (j->n_wrong++ == 0)
+        snprintf(j->wrong, sizeof j->wrong, "round %d: %zu rows of %zu %s",
+                 i, got->n, j->n_want[k], why);
+    }
+  }
+  free(got);
+  return NULL;
+}
+
+static void test_threads_create_and_push(void **state) {
+  (void)state;
+  /* Windows of 10, 20, 25, 50, 64, 100, 30 ms and 25 ms unrounded: FFTs
+   * of 256, 512, 512, 1024, 1024, 2048, 512 and 400 points. */
+  const double window_ms[FE_THREADS * 2] = {10, 20, 25, 50, 64, 100, 30, 25};
+  float *pcm = malloc(FE_SAMPLES * sizeof *pcm);
+  for (size_t i = 0; i < FE_SAMPLES; i++) pcm[i] = 0.3f * test_frand();
+  fe_job jobs[FE_THREADS];
+  fe_rows *alone = malloc(FE_THREADS * 2 * sizeof *alone);
+  for (int t = 0; t < FE_THREADS; t++) {
+    jobs[t] = (fe_job){.pcm = pcm};
+    for (int k = 0; k < 2; k++) {
+      aural_frontend_config *c = &jobs[t].cfg[k];
+      aural_frontend_config_default(c);
+      c->fbank.frame_length_ms = window_ms[t * 2 + k];
+      c->fbank.round_to_power_of_two = t * 2 + k != FE_THREADS * 2 - 1;
+      char why[420] = "";
+      fe_rows *a = &alone[t * 2 + k];
+      if (fe_run(c, pcm, a, why, sizeof why) != 0) fail_msg("%s", why);
+      jobs[t].want[k] = a->rows;
+      jobs[t].n_want[k] = a->n;
+      assert_true(a->n > 0);
+    }
+  }
+  pthread_t th[FE_THREADS];
+  for (int t = 0; t < FE_THREADS; t++)
+    assert_int_equal(pthread_create(&th[t], NULL, fe_thread, &jobs[t]), 0);
+  for (int t = 0; t < FE_THREADS; t++)
+    assert_int_equal(pthread_join(th[t], NULL), 0);
+  for (int t = 0; t < FE_THREADS; t++)
+    if (jobs[t].n_wrong > 0)
+      fail_msg("thread %d: %d of %d rounds failed or differ from the same "
+               "alone, first %s",
+               t, jobs[t].n_wrong, FE_ROUNDS, jobs[t].wrong);
+  free(alone);
+  free(pcm);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parity_with_torchaudio),
@@ -638,6 +791,9 @@ int main(void) {
       cmocka_unit_test(test_config_json_error_offset),
       cmocka_unit_test(test_option_variants),
       cmocka_unit_test(test_largest_config_memory),
+      cmocka_unit_test(test_push_allocates_nothing),
+      cmocka_unit_test(test_threads_create_and_push),
   };
+  test_select_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,6 +20,8 @@
 #include <aural.h>
 #include <aural/decoder.h>
 
+#include "helpers.h"
+
 static aural_model *model;
 static aural_g2p *g2p;
 
@@ -167,5 +169,6 @@ int main(void) {
       cmocka_unit_test(test_memory_is_flat),
       cmocka_unit_test(test_threads),
   };
+  test_select_from_env();
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -23,6 +23,8 @@
 #include <aural/cluster.h>
 #include <aural/proto.h>
 
+#include "helpers.h"
+
 #define BUF_BYTES 4096
 
 /* --- framing -------------------------------------------------------------- */
@@ -2827,6 +2829,77 @@ static void test_cluster_password(void **state) {
                                           sizeof why), 0);
 }
 
+/* The codec allocates nothing (aural/proto.h; aural_json_parse_into's
+ * duplicate check aside, which none of these reach): each test above whose
+ * own code allocates nothing (not the password file's, which writes
+ * files) runs again here, its heap allocations counted
+ * (tests/alloc_calls.c). */
+static void test_codec_allocates_nothing(void **state) {
+  static const struct {
+    const char *name;
+    void (*fn)(void **);
+  } runs[] = {
+      {"test_header_round_trip_every_type", test_header_round_trip_every_type},
+      {"test_header_bytes", test_header_bytes},
+      {"test_header_errors", test_header_errors},
+      {"test_one_code_list", test_one_code_list},
+      {"test_error_names", test_error_names},
+      {"test_valid_name", test_valid_name},
+      {"test_hello_round_trip", test_hello_round_trip},
+      {"test_subscribe_round_trip", test_subscribe_round_trip},
+      {"test_unsubscribe_round_trip", test_unsubscribe_round_trip},
+      {"test_stats_round_trip", test_stats_round_trip},
+      {"test_audio_open_round_trip", test_audio_open_round_trip},
+      {"test_error_round_trip", test_error_round_trip},
+      {"test_raw_round_trip", test_raw_round_trip},
+      {"test_encoders_short_buffer", test_encoders_short_buffer},
+      {"test_request_defaults_and_unknown_members", test_request_defaults_and_unknown_members},
+      {"test_json_malformed", test_json_malformed},
+      {"test_json_valid", test_json_valid},
+      {"test_json_tokens_and_accessors", test_json_tokens_and_accessors},
+      {"test_json_double_conversion", test_json_double_conversion},
+      {"test_request_field_errors", test_request_field_errors},
+      {"test_request_limits_accepted", test_request_limits_accepted},
+      {"test_chunk_round_trip", test_chunk_round_trip},
+      {"test_chunk_header_bytes", test_chunk_header_bytes},
+      {"test_chunk_wrong_lengths", test_chunk_wrong_lengths},
+      {"test_chunk_bad_fields", test_chunk_bad_fields},
+      {"test_chunk_overflow", test_chunk_overflow},
+      {"test_f16_known_values", test_f16_known_values},
+      {"test_f16_every_half_round_trips", test_f16_every_half_round_trips},
+      {"test_f16_nearest_oracle", test_f16_nearest_oracle},
+      {"test_jw_structure_and_escaping", test_jw_structure_and_escaping},
+      {"test_jw_double_round_trip", test_jw_double_round_trip},
+      {"test_jw_overflow", test_jw_overflow},
+      {"test_server_message_bytes", test_server_message_bytes},
+      {"test_error_decode", test_error_decode},
+      {"test_ping_pong_and_empty_requests", test_ping_pong_and_empty_requests},
+      {"test_subscribed_round_trip", test_subscribed_round_trip},
+      {"test_stream_events_round_trip", test_stream_events_round_trip},
+      {"test_words_malformed", test_words_malformed},
+      {"test_text_field_of_stray_bytes_round_trips", test_text_field_of_stray_bytes_round_trips},
+      {"test_optional_u64_high_bits_round_trip", test_optional_u64_high_bits_round_trip},
+      {"test_server_field_errors", test_server_field_errors},
+      {"test_server_encoders_short_buffer", test_server_encoders_short_buffer},
+      {"test_cluster_url_accepted", test_cluster_url_accepted},
+      {"test_cluster_url_refused", test_cluster_url_refused},
+      {"test_cluster_valid_name", test_cluster_valid_name},
+      {"test_cluster_key", test_cluster_key},
+  };
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    unsigned long before = test_alloc_calls();
+    runs[i].fn(state);
+    unsigned long n = test_alloc_calls() - before;
+    if (n != 0) fail_msg("%s made %lu heap allocations", runs[i].name, n);
+  }
+  /* The default socket path too (test_default_socket sets variables,
+   * which allocates). */
+  char path[128];
+  unsigned long before = test_alloc_calls();
+  assert_int_equal(aural_proto_default_socket(path, sizeof path), 0);
+  assert_int_equal(test_alloc_calls(), before);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_header_round_trip_every_type),
@@ -2882,6 +2955,7 @@ int main(void) {
       cmocka_unit_test(test_cluster_valid_name),
       cmocka_unit_test(test_cluster_key),
       cmocka_unit_test(test_cluster_password),
+      cmocka_unit_test(test_codec_allocates_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
  */
 #include <malloc.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -826,6 +827,357 @@ static void test_no_allocation_after_create(void **state) {
   aural_model_free(m);
 }
 
+/* Fails naming call when it made a heap allocation on this thread (any,
+ * freed or not: tests/alloc_calls.c counts the calls). */
+#define NO_ALLOC(call)                                                     \
+  do {                                                                     \
+    unsigned long before_ = test_alloc_calls();                            \
+    call;                                                                  \
+    unsigned long n_ = test_alloc_calls() - before_;                       \
+    if (n_ != 0) fail_msg("%s made %lu heap allocations", #call, n_);      \
+  } while (0)
+
+/* One stream, every call its header calls real-time-safe, through a
+ * whole stream, an end, an abort and a reset: not one allocation, even
+ * one freed before the call returns. When the input is resampled, libsoxr
+ * grows its own buffers in push, end and reset (aural/stream.h); the
+ * other calls are checked then. */
+static void stream_calls_allocate_nothing(const aural_model *m,
+                                          aural_stream_config sc,
+                                          const float *pcm, size_t n) {
+  aural_stream *s;
+  aural_err err = {0};
+  if (aural_stream_create(m, &sc, &s, &err) != 0) fail_msg("%s", err.msg);
+  aural_stream_info in;
+  aural_stream_get_info(s, &in);
+  size_t C = in.chunk_frames, ch_n = (size_t)sc.n_channels;
+  bool resampled =
+      sc.input_rate_hz != 0 && sc.input_rate_hz != in.model_rate_hz;
+  aural_chunk ch = {.max_frames = C};
+  if (in.outputs & AURAL_STREAM_EMBEDDINGS)
+    ch.emb = malloc(C * (size_t)in.d_model * sizeof(float));
+  if (in.outputs & AURAL_STREAM_LOGITS)
+    ch.logits = malloc(C * (size_t)in.vocab_size * sizeof(float));
+  if (in.outputs & AURAL_STREAM_FEATURES)
+    ch.features = malloc(C * (size_t)in.n_mels * sizeof(float));
+  if (in.outputs & AURAL_STREAM_TEXT) {
+    ch.text = malloc(in.text_max_bytes);
+    ch.text_cap = in.text_max_bytes;
+  }
+  if (in.outputs & AURAL_STREAM_WORDS) {
+    ch.words = malloc(in.words_max * sizeof *ch.words);
+    ch.words_cap = in.words_max;
+    ch.segments = malloc(in.segments_max * sizeof *ch.segments);
+    ch.segments_cap = in.segments_max;
+  }
+  aural_batch *b;
+  assert_int_equal(aural_batch_create(m, 64, &b, NULL), 0);
+  for (int round = 0; round < 2; round++) {
+    size_t at = 0, chunks = 0, taken = 0;
+    int rc = 0;
+    size_t room = 0, n_ready = 0;
+    bool final = false;
+    aural_stream_stats st;
+    while (at < n) {
+      size_t want = n - at < 777 ? n - at : 777;
+      NO_ALLOC(room = aural_stream_input_room(s));
+      assert_true(room > 0);
+      if (resampled)
+        rc = aural_stream_push(s, pcm + at * ch_n, want, &taken);
+      else
+        NO_ALLOC(rc = aural_stream_push(s, pcm + at * ch_n, want, &taken));
+      assert_int_equal(rc, 0);
+      at += taken;
+      NO_ALLOC(rc = at % 2 ? aural_stream_compute(s)
+                           : aural_stream_compute_batch(b, &s, 1));
+      assert_int_equal(rc, 0);
+      NO_ALLOC(aural_stream_get_stats(s, &st));
+      for (;;) {
+        NO_ALLOC(rc = aural_stream_ready(s, &n_ready, &final));
+        if (rc == 0) break;
+        NO_ALLOC(rc = aural_stream_pull(s, &ch));
+        assert_int_equal(rc, 1);
+        chunks++;
+      }
+    }
+    if (round == 0) {
+      if (resampled) rc = aural_stream_end(s);
+      else NO_ALLOC(rc = aural_stream_end(s));
+    } else {
+      NO_ALLOC(rc = aural_stream_abort(s));
+    }
+    assert_int_equal(rc, 0);
+    NO_ALLOC(rc = aural_stream_compute(s));
+    assert_int_equal(rc, 0);
+    while (aural_stream_ready(s, &n_ready, &final) == 1)
+      NO_ALLOC(chunks += (size_t)aural_stream_pull(s, &ch));
+    assert_true(ch.final);
+    assert_true(chunks > 4);
+    NO_ALLOC(aural_stream_get_stats(s, &st));
+    assert_true(st.done);
+    if (resampled) rc = aural_stream_reset(s);
+    else NO_ALLOC(rc = aural_stream_reset(s));
+    assert_int_equal(rc, 0);
+  }
+  aural_batch_destroy(b);
+  aural_stream_destroy(s);
+  free(ch.emb);
+  free(ch.logits);
+  free(ch.features);
+  free(ch.text);
+  free(ch.words);
+  free(ch.segments);
+}
+
+static void test_real_time_calls_allocate_nothing(void **state) {
+  (void)state;
+  aural_model *m = load_model("prenorm_gelu_rope");
+  aural_stream_config sc;
+  aural_stream_config_default(&sc);
+  sc.outputs = AURAL_STREAM_EMBEDDINGS | AURAL_STREAM_LOGITS |
+               AURAL_STREAM_TEXT | AURAL_STREAM_FEATURES;
+  size_t n = 16000 * 3;
+  float *pcm = make_audio(n, 1, 16000);
+  stream_calls_allocate_nothing(m, sc, pcm, n);
+  free(pcm);
+  /* 44.1 kHz stereo. */
+  sc.input_rate_hz = 44100;
+  sc.n_channels = 2;
+  n = 44100 * 3;
+  pcm = make_audio(n, 2, 44100);
+  stream_calls_allocate_nothing(m, sc, pcm, n);
+  free(pcm);
+  aural_model_free(m);
+
+  /* Words: the bundled model, its lexicon and LM. */
+  aural_err err = {0};
+  const char *path = getenv("AURAL_DEFAULT_MODEL");
+  assert_non_null(path);
+  if (aural_model_load(path, NULL, &m, &err) != 0) fail_msg("%s", err.msg);
+  aural_lexicon *lex;
+  aural_lm *lm;
+  if (aural_lexicon_load(test_data_path("words/sample.lexicon.txt"), m, &lex,
+                         &err) < 0 ||
+      aural_lm_load(test_data_path("words/sample.lm.arpa"), lex, &lm, &err) <
+          0)
+    fail_msg("%s", err.msg);
+  aural_audiofile *af;
+  if (aural_audiofile_open(test_data_path("../../models/sample.flac"), &af,
+                           &err) < 0)
+    fail_msg("%s", err.msg);
+  aural_audiofile_info ai;
+  aural_audiofile_get_info(af, &ai);
+  pcm = malloc((size_t)ai.n_frames * (size_t)ai.n_channels * sizeof *pcm);
+  assert_int_equal(aural_audiofile_read(af, pcm, (size_t)ai.n_frames, &n,
+                                        &err), 0);
+  aural_audiofile_close(af);
+  aural_stream_config_default(&sc);
+  sc.input_rate_hz = ai.rate_hz;
+  sc.n_channels = ai.n_channels;
+  sc.outputs = AURAL_STREAM_WORDS | AURAL_STREAM_TEXT;
+  sc.lexicon = lex;
+  sc.lm = lm;
+  stream_calls_allocate_nothing(m, sc, pcm, n);
+  free(pcm);
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+  aural_model_free(m);
+}
+
+/* One model, lexicon and LM shared by streams on several threads at once,
+ * each thread with streams, a batch and a chunk size of its own, created
+ * there (FFTW plans, libsoxr, the encoder state and the word decoder):
+ * every thread's chunks (embeddings, text, words with their frames and
+ * confidences) are bit-identical to the same streams run alone. Run under
+ * ThreadSanitizer in CI. */
+enum { SHARE_THREADS = 3, SHARE_STREAMS = 2, SHARE_OUT = 1 << 15 };
+
+typedef struct share_job {
+  const aural_model *m;
+  const aural_lexicon *lex;
+  const aural_lm *lm;
+  const float *pcm;
+  size_t n;
+  double rate_hz;
+  size_t chunk, step;
+  /* Out: per stream, the words and text as text, and a hash of the
+   * embeddings' bits; or what failed. */
+  char out[SHARE_STREAMS][SHARE_OUT];
+  uint64_t emb_hash[SHARE_STREAMS];
+  char failed[sizeof ((aural_err *)0)->msg + 16];
+} share_job;
+
+static void share_append(char *out, const char *fmt, ...) {
+  size_t len = strlen(out);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out + len, SHARE_OUT - len, fmt, ap);
+  va_end(ap);
+}
+
+/* No cmocka asserts here: they are not for threads. */
+static void *share_run(void *arg) {
+  share_job *j = arg;
+  aural_stream *s[SHARE_STREAMS] = {NULL};
+  aural_batch *b = NULL;
+  aural_word *words = NULL;
+  uint32_t *segs = NULL;
+  float *emb = NULL;
+  char *text = NULL;
+  aural_err err = {0};
+  aural_stream_config sc;
+  aural_stream_config_default(&sc);
+  sc.input_rate_hz = j->rate_hz;
+  sc.outputs = AURAL_STREAM_EMBEDDINGS | AURAL_STREAM_TEXT |
+               AURAL_STREAM_WORDS;
+  sc.chunk_frames = j->chunk;
+  sc.lexicon = j->lex;
+  sc.lm = j->lm;
+  for (int k = 0; k < SHARE_STREAMS; k++)
+    if (aural_stream_create(j->m, &sc, &s[k], &err) != 0) {
+      snprintf(j->failed, sizeof j->failed, "create: %s", err.msg);
+      goto done;
+    }
+  if (aural_batch_create(j->m, 128, &b, &err) != 0) {
+    snprintf(j->failed, sizeof j->failed, "batch: %s", err.msg);
+    goto done;
+  }
+  aural_stream_info in;
+  aural_stream_get_info(s[0], &in);
+  words = malloc(in.words_max * sizeof *words);
+  segs = malloc(in.segments_max * sizeof *segs);
+  emb = malloc(in.chunk_frames * (size_t)in.d_model * sizeof *emb);
+  text = malloc(in.text_max_bytes);
+  if (!words || !segs || !emb || !text) {
+    snprintf(j->failed, sizeof j->failed, "out of memory");
+    goto done;
+  }
+  for (int k = 0; k < SHARE_STREAMS; k++) {
+    j->out[k][0] = '\0';
+    j->emb_hash[k] = 1469598103934665603ull;
+  }
+  /* Stream k starts k steps late, so the batch has uneven rows. */
+  size_t at[SHARE_STREAMS] = {0};
+  bool all_done = false;
+  for (int round = 0; !all_done; round++) {
+    for (int k = 0; k < SHARE_STREAMS; k++) {
+      if (round < k) continue;
+      if (at[k] < j->n) {
+        size_t want = j->n - at[k] < j->step ? j->n - at[k] : j->step, taken;
+        if (aural_stream_push(s[k], j->pcm + at[k], want, &taken) != 0) {
+          snprintf(j->failed, sizeof j->failed, "push");
+          goto done;
+        }
+        at[k] += taken;
+      } else {
+        aural_stream_stats st;
+        aural_stream_get_stats(s[k], &st);
+        if (!st.ended) aural_stream_end(s[k]);
+      }
+    }
+    if (aural_stream_compute_batch(b, s, SHARE_STREAMS) != 0) {
+      snprintf(j->failed, sizeof j->failed, "compute_batch");
+      goto done;
+    }
+    all_done = true;
+    for (int k = 0; k < SHARE_STREAMS; k++) {
+      aural_chunk ch = {.emb = emb, .max_frames = in.chunk_frames,
+                        .text = text, .text_cap = in.text_max_bytes,
+                        .words = words, .words_cap = in.words_max,
+                        .segments = segs, .segments_cap = in.segments_max};
+      int rc;
+      while ((rc = aural_stream_pull(s[k], &ch)) == 1) {
+        share_append(j->out[k], "[%llu %s|", (unsigned long long)ch.seq,
+                     text);
+        for (size_t w = 0; w < ch.n_final_words + ch.n_partial_words; w++)
+          share_append(j->out[k], " %s %llu %llu %a", words[w].text,
+                       (unsigned long long)words[w].start_frame,
+                       (unsigned long long)words[w].end_frame,
+                       (double)words[w].confidence);
+        share_append(j->out[k], "]");
+        const unsigned char *bytes = (const unsigned char *)emb;
+        for (size_t i = 0; i < ch.n_frames * (size_t)in.d_model * 4; i++)
+          j->emb_hash[k] = (j->emb_hash[k] ^ bytes[i]) * 1099511628211ull;
+      }
+      if (rc < 0) {
+        snprintf(j->failed, sizeof j->failed, "pull: %d", rc);
+        goto done;
+      }
+      aural_stream_stats st;
+      aural_stream_get_stats(s[k], &st);
+      if (!st.done) all_done = false;
+    }
+  }
+done:
+  for (int k = 0; k < SHARE_STREAMS; k++) aural_stream_destroy(s[k]);
+  aural_batch_destroy(b);
+  free(words);
+  free(segs);
+  free(emb);
+  free(text);
+  return NULL;
+}
+
+static void test_threads_share_model(void **state) {
+  (void)state;
+  aural_model *m;
+  aural_err err = {0};
+  const char *path = getenv("AURAL_DEFAULT_MODEL");
+  assert_non_null(path);
+  if (aural_model_load(path, NULL, &m, &err) != 0) fail_msg("%s", err.msg);
+  aural_lexicon *lex;
+  aural_lm *lm;
+  if (aural_lexicon_load(test_data_path("words/sample.lexicon.txt"), m, &lex,
+                         &err) < 0 ||
+      aural_lm_load(test_data_path("words/sample.lm.arpa"), lex, &lm, &err) <
+          0)
+    fail_msg("%s", err.msg);
+  aural_audiofile *af;
+  if (aural_audiofile_open(test_data_path("../../models/sample.flac"), &af,
+                           &err) < 0)
+    fail_msg("%s", err.msg);
+  aural_audiofile_info ai;
+  aural_audiofile_get_info(af, &ai);
+  assert_int_equal(ai.n_channels, 1);
+  /* The first 2.5 s: "the quick brown fox", ended by end of stream. */
+  size_t n = (size_t)(ai.rate_hz * 2.5);
+  float *pcm = malloc(n * sizeof *pcm);
+  assert_int_equal(aural_audiofile_read(af, pcm, n, &n, &err), 0);
+  aural_audiofile_close(af);
+  const size_t chunks[SHARE_THREADS] = {50, 7, 32},
+               steps[SHARE_THREADS] = {2205, 441, 1000};
+  share_job *jobs = calloc(SHARE_THREADS, sizeof *jobs);
+  share_job *alone = calloc(1, sizeof *alone);
+  for (int t = 0; t < SHARE_THREADS; t++)
+    jobs[t] = (share_job){.m = m, .lex = lex, .lm = lm, .pcm = pcm, .n = n,
+                          .rate_hz = ai.rate_hz, .chunk = chunks[t],
+                          .step = steps[t]};
+  pthread_t th[SHARE_THREADS];
+  for (int t = 0; t < SHARE_THREADS; t++)
+    assert_int_equal(pthread_create(&th[t], NULL, share_run, &jobs[t]), 0);
+  for (int t = 0; t < SHARE_THREADS; t++)
+    assert_int_equal(pthread_join(th[t], NULL), 0);
+  for (int t = 0; t < SHARE_THREADS; t++) {
+    if (jobs[t].failed[0] != '\0')
+      fail_msg("thread %d: %s", t, jobs[t].failed);
+    *alone = jobs[t];
+    share_run(alone);
+    if (alone->failed[0] != '\0') fail_msg("alone: %s", alone->failed);
+    if (t == 0) print_message("    %.160s\n", alone->out[0]);
+    assert_non_null(strstr(alone->out[0], " fox "));
+    for (int k = 0; k < SHARE_STREAMS; k++) {
+      assert_string_equal(jobs[t].out[k], alone->out[k]);
+      assert_int_equal(jobs[t].emb_hash[k], alone->emb_hash[k]);
+    }
+  }
+  free(alone);
+  free(jobs);
+  free(pcm);
+  aural_lm_destroy(lm);
+  aural_lexicon_destroy(lex);
+  aural_model_free(m);
+}
+
 /* Words: the finals (words, frames, confidences) of the bundled model on
  * the bundled sample do not depend on chunk size or push size, and a
  * stream asking words needs a lexicon and buffers big enough. */
@@ -955,7 +1307,10 @@ int main(void) {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_abort),
       cmocka_unit_test(test_no_allocation_after_create),
+      cmocka_unit_test(test_real_time_calls_allocate_nothing),
       cmocka_unit_test(test_words),
+      cmocka_unit_test(test_threads_share_model),
   };
+  test_select_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

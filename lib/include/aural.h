@@ -54,7 +54,10 @@
  * guarded: the compute kernels chosen for this CPU (aural_isa_name(),
  * aural_gemm_name(); the environment variable AURAL_ISA may force a set,
  * and a set the CPU cannot run is refused with the library's one line on
- * stderr) and FFTW's planner, made thread-safe. Objects are not
+ * stderr), FFTW's planner, made thread-safe, and libespeak-ng (custom
+ * words, aural/decoder.h), whose every use is serialized. Opens of audio
+ * files are serialized too: libsndfile says why an open failed in one
+ * variable for the whole process (aural/audiofile.h). Objects are not
  * thread-safe; use one per thread or stream. A model is read-only once
  * loaded and may be shared by every stream and thread.
  */

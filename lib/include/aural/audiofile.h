@@ -42,7 +42,11 @@ typedef struct aural_audiofile_info {
 
 /* Opens and validates path. Errors (with err naming path and problem):
  * -ENOENT and other -errno, AURAL_EEMPTY, AURAL_EFORMAT, AURAL_ETRUNCATED,
- * AURAL_ERATE, AURAL_ECHANNELS. */
+ * AURAL_ERATE, AURAL_ECHANNELS. A FIFO is read as it comes: the open
+ * waits for its writer. Thread-safe for distinct files: the library's
+ * opens of regular files and buffers are serialized, for libsndfile
+ * reports a refused file process-wide (a FIFO's refusal, not serialized,
+ * lacks libsndfile's reason). Not real-time-safe (allocates). */
 int aural_audiofile_open(const char *path, aural_audiofile **out,
                          aural_err *err);
 

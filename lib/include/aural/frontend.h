@@ -80,12 +80,14 @@ int aural_frontend_create(const aural_frontend_config *cfg,
 
 /* Consumes n interleaved PCM frames (n * n_channels floats) and calls fn
  * with every feature frame that became complete, in batches. Allocates
- * nothing at the model's rate; when resampling, libsoxr makes its state in
- * the first calls after create or reset (aural/resampler.h). With policy
+ * nothing at the model's rate; when resampling, libsoxr allocates (its
+ * state in the first calls after create or reset, and more queue now and
+ * then: aural/resampler.h). With policy
  * REJECT, a block holding a non-finite sample returns
  * AURAL_ENONFINITE before anything is consumed or fn is called. Returns
- * AURAL_ESTATE after finish. Real-time-safe apart from fn; one object is
- * not thread-safe, distinct objects are independent. */
+ * AURAL_ESTATE after finish. Real-time-safe at the model's rate, apart
+ * from fn; one object is not thread-safe, distinct objects are
+ * independent. */
 int aural_frontend_push(aural_frontend *fe, const float *pcm, size_t n,
                         aural_frames_fn fn, void *user);
 

@@ -37,14 +37,15 @@ typedef int (*aural_samples_fn)(void *user, const float *samples,
 /* Creates a converter from in_rate_hz to out_rate_hz (both within
  * AURAL_RATE_MIN_HZ..AURAL_RATE_MAX_HZ). The converter's own buffers are
  * allocated here; libsoxr allocates its filter state in the first push and
- * finish after create or reset. */
+ * finish after create or reset, and grows its queues when they fill
+ * further than before: mostly within the first second of input, but at
+ * some rates now and then many seconds later. */
 int aural_resampler_create(double in_rate_hz, double out_rate_hz,
                            aural_resampler **out, aural_err *err);
 
-/* Converts n samples; calls fn zero or more times with output. Allocates
- * nothing once libsoxr has made its state (its first calls after create or
- * reset). Not thread-safe on one object; distinct objects are
- * independent. */
+/* Converts n samples; calls fn zero or more times with output. Not
+ * real-time-safe: libsoxr may allocate (see create). Not thread-safe on
+ * one object; distinct objects are independent. */
 int aural_resampler_push(aural_resampler *rs, const float *samples, size_t n,
                          aural_samples_fn fn, void *user);
 

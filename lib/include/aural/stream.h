@@ -46,8 +46,11 @@
  * or how computes are grouped: they are bit-identical.
  *
  * Everything is allocated at create; push, end, compute and pull allocate
- * nothing and are real-time-safe (when the input is resampled, libsoxr
- * grows its own buffers in its first calls and its flush). A stream has no
+ * nothing and are real-time-safe. When the input is resampled, push, end
+ * and reset are not: libsoxr makes its state in the first pushes after
+ * create or reset, grows its queues now and then (mostly within the first
+ * second, at some rates many seconds later) and in its flush
+ * (aural/resampler.h). A stream has no
  * threads of its own and is not thread-safe; distinct streams over one
  * model are independent.
  * Capture and arrival times are the caller's business: a chunk names its
@@ -210,7 +213,8 @@ void aural_stream_destroy(aural_stream *s);
  * frames as fit (aural_stream_input_room()) and says how many in *n_taken;
  * 0 when the pending features are full: compute, then push the rest.
  * Returns 0, AURAL_ENONFINITE (policy REJECT; nothing taken),
- * AURAL_ESTATE after end or a failure, or AURAL_EINVAL. Real-time-safe. */
+ * AURAL_ESTATE after end or a failure, or AURAL_EINVAL. Real-time-safe
+ * when the input is at the model's rate (see the top). */
 int aural_stream_push(aural_stream *s, const float *pcm, size_t n_frames,
                       size_t *n_taken);
 
@@ -222,7 +226,7 @@ size_t aural_stream_input_room(const aural_stream *s);
 /* Marks the end of the input: the frontend flushes (its last features are
  * pending; there is always room for them), so that after the next compute
  * the final chunk can be pulled. Returns 0, or AURAL_ESTATE when already
- * ended. Real-time-safe. */
+ * ended. Real-time-safe when the input is at the model's rate. */
 int aural_stream_end(aural_stream *s);
 
 /* Ends the stream at once, as on an error or a deadline: pending

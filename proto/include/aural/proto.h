@@ -1,8 +1,11 @@
 /*
  * aural wire protocol: framing, message structs, encode/decode over caller
- * buffers. No I/O, no allocation, no global state; every function is
- * thread-safe and real-time-safe. proto/PROTOCOL.md is the normative spec;
- * this header is its C form.
+ * buffers. No global state, and no I/O or allocation but where a function
+ * says so (aural_json_parse_into allocates once; aural_proto_user_name
+ * asks the system's user database, which may read files or the network):
+ * every function is thread-safe, and all but those two are
+ * real-time-safe. proto/PROTOCOL.md is the normative spec; this header is
+ * its C form.
  *
  *   uint8_t buf[AURAL_PROTO_HEADER_BYTES + 256];
  *   size_t n = aural_proto_encode_ping(buf, sizeof buf, "abc", 3);
@@ -113,7 +116,9 @@ const char *aural_proto_strerror(int code);
 int aural_proto_default_socket(char *out, size_t cap);
 
 /* The login name of uid into buf, or "no such user"; returns buf. For
- * messages about who owns a socket's directory or serves it. */
+ * messages about who owns a socket's directory or serves it. Thread-safe
+ * (getpwuid_r); not real-time-safe: the user database may read files,
+ * allocate or ask the network. */
 const char *aural_proto_user_name(unsigned uid, char *buf, size_t len);
 
 /* --- framing ------------------------------------------------------------ */
