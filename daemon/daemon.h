@@ -41,6 +41,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <uv.h>
 
@@ -487,6 +488,10 @@ typedef struct server {
   bool listening;
   int lock_fd;
   char lock_path[256];
+  /* The socket file aurald bound (0, 0 when none): only that file is
+   * removed at exit, never one that has since replaced it at the path. */
+  dev_t sock_dev;
+  ino_t sock_ino;
   uv_signal_t sigint, sigterm, sighup;
   bool activated;          /* the socket came from the service manager */
   int argc;                /* the command line, for reloads */
@@ -752,6 +757,7 @@ void notify(const char *state);
 /* socket.c */
 int socket_prepare(server *srv, char *why, size_t why_len);
 int socket_adopt(server *srv, int fd, char *why, size_t why_len);
+void socket_remove(server *srv);
 bool peer_allowed(server *srv, int fd, uid_t uid, gid_t gid);
 
 #endif

@@ -1012,7 +1012,7 @@ int main(int argc, char **argv) {
     if (srv.listening) {
       uv_close((uv_handle_t *)&srv.listener, NULL);
       srv.listening = false;
-      if (!srv.activated) unlink(o.socket_path);
+      socket_remove(&srv);
     }
     mic_stop(&srv);
     server_close_handles(&srv);

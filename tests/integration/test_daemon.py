@@ -1130,6 +1130,24 @@ class TestSocketSecurity(DaemonTest):
             c.ping(b"y")
         self.stop_clean(d2)
 
+    def test_exit_leaves_the_socket_that_replaced_its_own(self):
+        """The first daemon's socket and lock file go while it serves (as
+        a cleaner of /tmp removes old files), and a second daemon starts
+        on the path: when the first stops, the second's socket stays.
+        Before, the first removed whatever was at the path, and the
+        second served on as nobody could reach it."""
+        first = self.start()
+        os.unlink(first.path)
+        os.unlink(first.path + ".lock")
+        second = self.start()
+        self.stop_clean(first)
+        self.assertIn("no longer the one this aurald bound", first.text())
+        self.assertTrue(stat.S_ISSOCK(os.lstat(second.path).st_mode))
+        with ac.Client(second.path, timeout=5) as c:
+            c.ping(b"still here")
+        self.stop_clean(second)
+        self.assertFalse(os.path.exists(second.path), "socket left behind")
+
     def test_regular_file_at_socket_path_left_alone(self):
         path = os.path.join(self.tmp, "notasocket")
         with open(path, "w") as f:
