@@ -65,6 +65,16 @@ int aurald_log_level_parse(const char *s);
  * then every line carries its priority as "<N>" and no clock. Called once
  * at start, before any thread. */
 void aurald_log_setup(void);
+/* Hands stderr to a writer thread: from then on no line waits for
+ * stderr. Lines go through a bounded buffer; those that find it full are
+ * counted and dropped, and the count is written when stderr takes lines
+ * again. Before it, and when it fails, lines are written directly. */
+void aurald_log_start(void);
+/* Waits up to timeout_s for the buffered lines to be written and stops the
+ * writer. Lines that come later are written directly, unless stderr was
+ * still not taking them: then they are dropped, so that exit never waits
+ * on stderr. */
+void aurald_log_stop(double timeout_s);
 /* "aurald: MESSAGE" on stderr, an error of the command line or the config
  * file (fmt ends with its newline). */
 void aurald_usage_error(const char *fmt, ...)

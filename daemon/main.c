@@ -25,6 +25,9 @@
 #include "daemon.h"
 
 #define TICK_MS 10
+/* At exit, how long the last log lines may wait for a stderr that does not
+ * take them (a healthy one takes them at once). */
+#define LOG_DRAIN_S 0.5
 
 enum {
   OPT_CHUNK_MS = 256, OPT_MIC, OPT_LIST, OPT_FILE, OPT_REALTIME, OPT_EXIT,
@@ -974,17 +977,21 @@ int main(int argc, char **argv) {
    * much stays in the heap instead. */
   mallopt(M_TRIM_THRESHOLD, 8 * 1024 * 1024);
 
+  /* From here on a stderr that stops taking lines stops none of ours. */
+  aurald_log_start();
   server srv = {.argc = argc, .argv = argv, .config_path = conf};
   char why[640];
   uv_loop_t loop;
   if (uv_loop_init(&loop) < 0) {
     log_error("cannot create the event loop");
+    aurald_log_stop(LOG_DRAIN_S);
     return 1;
   }
   if (server_setup(&srv, &o, &loop, why, sizeof why) < 0) {
     log_error("%s", why);
     server_teardown(&srv);
     uv_loop_close(&loop);
+    aurald_log_stop(LOG_DRAIN_S);
     return 1;
   }
   uv_signal_init(&loop, &srv.sigint);
@@ -1042,5 +1049,6 @@ int main(int argc, char **argv) {
   free(o.files);
   config_words_free(&cw);
   if (srv.exit_code == 0) log_info("stopped");
+  aurald_log_stop(LOG_DRAIN_S);
   return srv.exit_code;
 }

@@ -1951,6 +1951,69 @@ class TestFaults(DaemonTest):
         watcher.close()
         self.stop_clean(d)
 
+    def test_stderr_that_stops_taking_lines_stops_no_client(self):
+        """stderr is a pipe whose reader stops reading (a stopped '| tee',
+        a stuck log collector). Before, the loop's next log line past the
+        pipe's 64 KiB blocked, and with it every client; now lines that
+        do not fit are dropped and counted, and the count is logged once
+        stderr takes lines again."""
+        path = os.path.join(self.tmp, "aural.sock")
+        r, w = os.pipe()
+        proc = subprocess.Popen([AURALD, "-m", TINY, "-s", path,
+                                 "--threads", "1", "--log-level", "debug"],
+                                stdout=w, stderr=w)
+        os.close(w)
+        out = b""
+        try:
+            while b"aurald info: serving" not in out:
+                self.assertTrue(select.select([r], [], [], 15)[0],
+                                "aurald did not say it was serving")
+                out += os.read(r, 65536)
+            # From here the pipe is not read. Each connection logs about
+            # 500 bytes at debug level (its name escaped: 6 bytes a byte),
+            # so 600 of them fill the pipe and the buffer behind it.
+            hello = msg(ac.HELLO, {"versions": [1], "client": "\x01" * 64})
+            for _ in range(12):
+                batch = []
+                for _ in range(50):
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    s.settimeout(10)
+                    s.connect(path)
+                    s.sendall(hello)
+                    batch.append(s)
+                for s in batch:
+                    m = read_msg(s)
+                    self.assertEqual(m[0] if m else None, ac.WELCOME)
+                    s.close()
+            with ac.Client(path, timeout=10) as c:
+                c.ping(b"still serving")
+            # The reader comes back: the lines kept, the count of those
+            # lost, and the exit's lines.
+            proc.send_signal(signal.SIGTERM)
+            while True:
+                self.assertTrue(select.select([r], [], [], 15)[0],
+                                "aurald's stderr stayed open")
+                part = os.read(r, 65536)
+                if not part:
+                    break
+                out += part
+            self.assertEqual(proc.wait(10), 0, out.decode()[-2000:])
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            os.close(r)
+        text = out.decode()
+        lost = [int(n) for n in
+                re.findall(r"aurald warn: (\d+) log lines? lost", text)]
+        self.assertTrue(lost, text[-2000:])
+        self.assertGreater(sum(lost), 0)
+        self.assertIn("hello from", text)
+        self.assertTrue(text.endswith("aurald info: stopped\n"),
+                        text[-500:])
+        for line in text.splitlines():
+            self.assertRegex(line, r"^\d\d:\d\d:\d\d\.\d{3} aurald ")
+
     def test_ten_thousand_connect_subscribe_disconnect_cycles(self):
         d = self.start()
         hello = msg(ac.HELLO, {"versions": [1]})
