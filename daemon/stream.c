@@ -273,6 +273,11 @@ void stream_end_input(stream *s, end_reason r, const char *message) {
     s->sched.reason = r;
     snprintf(s->sched.message, sizeof s->sched.message, "%s",
              message ? message : "");
+    /* A held stream (--hold, nobody subscribed yet) waits for nothing any
+     * more: it ends unstarted, with no frames and no chunk. Left held, it
+     * was never scheduled, so it never ended, and a shutdown waited for it
+     * until its deadline and closed every client without SHUTDOWN. */
+    s->sched.held = false;
     server_mark_ready(srv, s);
   }
   pthread_mutex_unlock(&srv->mu);

@@ -1683,6 +1683,26 @@ class TestShutdown(DaemonTest):
         self.assertNotIn("AddressSanitizer", d.text())
         self.assertNotIn("LeakSanitizer", d.text())
 
+    def test_sigterm_ends_held_streams_and_says_shutdown(self):
+        """With --hold, a file nobody has subscribed to is held. Before,
+        a held stream was never scheduled, so it never ended: every
+        shutdown waited for its deadline and closed the clients without
+        the fatal SHUTDOWN that PROTOCOL.md §3 promises."""
+        d = self.start("--hold", "--file", self.wav(2.0, name="held.wav"))
+        c = raw_client(d.path)
+        c.sendall(msg(ac.SUBSCRIBE, {"stream": "another"}))
+        self.assertEqual(read_msg(c)[0], ac.SUBSCRIBED)
+        d.proc.send_signal(signal.SIGTERM)
+        msgs = read_until_closed(c)
+        c.close()
+        self.assertEqual([m[0] for m in msgs], [ac.ERROR], msgs)
+        err = json.loads(msgs[0][2])
+        self.assertEqual((err["name"], err["fatal"]), ("SHUTDOWN", True))
+        self.assertEqual(d.proc.wait(10), 0, d.text())
+        self.stop_clean(d)  # exited already: its status and log
+        self.assertIn('"held.wav": ended (shutdown), 0 frames', d.text())
+        self.assertNotIn("deadline reached", d.text())
+
     def test_exit_when_done_with_file_sources(self):
         f1 = self.wav(2.0, name="one.wav")
         f2 = self.wav(3.0, name="one.wav".replace("one", "two"))
