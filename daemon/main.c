@@ -697,8 +697,8 @@ static bool str_differs(const char *a, const char *b) {
   return (a == NULL) != (b == NULL) || (a != NULL && strcmp(a, b) != 0);
 }
 
-/* Descriptors kept for everything but clients: the loop's own, the
- * listener, the lock, model and audio files, PortAudio's, logs. */
+/* Descriptors kept for everything but clients and --file sources: the
+ * loop's own, the listener, the lock, the model, PortAudio's, logs. */
 #define FD_RESERVE 64
 
 /* Raises the open-file limit to its hard maximum (systemd's default soft
@@ -716,12 +716,19 @@ static void fit_clients_to_fd_limit(aurald_options *o) {
     if (setrlimit(RLIMIT_NOFILE, &rl) < 0) rl.rlim_cur = was;
   }
   if (rl.rlim_cur == RLIM_INFINITY) return;
-  long room = (long)rl.rlim_cur - FD_RESERVE;
+  /* Every --file source holds its file open while its stream runs (all of
+   * them at once with --hold or --realtime). */
+  long room = (long)rl.rlim_cur - FD_RESERVE - o->n_files;
   if (o->http.on) room = (room - HTTP_EXTRA_FDS) / 2;
   if (room < 1) room = 1;
   if (o->max_clients > room) {
-    log_warn("--max-clients %d lowered to %ld: the open file limit is %llu",
-             o->max_clients, room, (unsigned long long)rl.rlim_cur);
+    char files[64] = "";
+    if (o->n_files > 0)
+      snprintf(files, sizeof files, ", with %d --file sources open",
+               o->n_files);
+    log_warn("--max-clients %d lowered to %ld: the open file limit is "
+             "%llu%s",
+             o->max_clients, room, (unsigned long long)rl.rlim_cur, files);
     o->max_clients = (int)room;
   }
 }

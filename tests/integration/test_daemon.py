@@ -2671,6 +2671,29 @@ class TestReviewFindings(DaemonTest):
 
         d = self.start(preexec_fn=few_fds)
         self.assertIn("--max-clients 1024 lowered to 16", d.text())
+        self.assert_sixteen_of_a_hundred_welcome(d)
+
+    def test_clients_past_the_fd_limit_with_open_files(self):
+        """Every --file source holds its file open while its stream runs
+        (all of them with --hold). --max-clients was lowered by a fixed
+        reserve alone, so with 60 files and 140 descriptors 76 clients
+        were let in, and those past the descriptors left were reset by
+        the failed accept instead of refused with LIMIT."""
+        import resource
+
+        def some_fds():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (140, 140))
+
+        wav = self.wav(1.0, name="held.wav")
+        files = ["--file", wav] * 60
+        d = self.start("--hold", *files, preexec_fn=some_fds)
+        self.assert_sixteen_of_a_hundred_welcome(d)
+        self.assertIn("--max-clients 1024 lowered to 16: the open file limit "
+                      "is 140, with 60 --file sources open", d.text())
+
+    def assert_sixteen_of_a_hundred_welcome(self, d):
+        """100 clients at once, where 16 fit: 16 are welcomed, 84 refused
+        with LIMIT, none reset."""
         # All connect first: the refused ones get their ERROR at once, and
         # nothing they sent is left unread when the server closes them
         # (which would reset them); the others then say HELLO.
@@ -2691,7 +2714,7 @@ class TestReviewFindings(DaemonTest):
                 answers.append("welcome")
             else:
                 answers.append(json.loads(m[2])["name"])
-        self.assertEqual(answers.count("welcome"), 16)
+        self.assertEqual(answers.count("welcome"), 16, answers)
         self.assertEqual(answers.count("LIMIT"), 84, answers)
         for s in clients:
             s.close()
