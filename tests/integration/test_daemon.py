@@ -39,6 +39,9 @@ DATA = os.environ.get("AURAL_TEST_DATA", os.path.join(HERE, "..", "data"))
 TINY = os.path.join(DATA, "encoder", "tiny.safetensors")
 CTC = os.path.join(DATA, "encoder", "prenorm_gelu_rope.safetensors")
 SAMPLE = os.path.join(HERE, "..", "..", "models", "sample.flac")
+# Preloaded into aurald to step its system clock (tests/daemon/clock_step.c).
+CLOCK_STEP = os.environ.get("AURAL_TEST_CLOCK_STEP",
+                            "build/tests/libclock_step.so")
 
 HEADER = struct.Struct("<IBBHII")
 MAGIC = 0x4C525541
@@ -2720,6 +2723,46 @@ class TestReviewFindings(DaemonTest):
             s.close()
         self.assert_room_again(d)
         self.stop_clean(d)
+
+    def test_system_clock_step_leaves_chunk_latency_alone(self):
+        """The system clock steps an hour ahead while a --realtime file
+        plays. A paced file's ready_us was its start_us plus the audio's
+        duration, so every chunk after the step claimed an hour of
+        latency (in STATS and /metrics too); it is now when the audio
+        became available, by the monotonic clock, in the system clock's
+        terms. The one chunk that straddles the step may be off."""
+        step_file = os.path.join(self.tmp, "clock-step")
+        with open(step_file, "w") as f:
+            f.write("0")
+        env = dict(os.environ, AURAL_TEST_CLOCK_STEP_FILE=step_file)
+        # A sanitizer's runtime must come first among the preloaded.
+        ldd = run("ldd", AURALD).stdout
+        runtime = re.findall(r"(\S*lib[at]san\.so\S*) => (\S+)", ldd)
+        env["LD_PRELOAD"] = " ".join([p for _, p in runtime[:1]] +
+                                     [os.path.abspath(CLOCK_STEP)])
+        d = self.start("--chunk-ms", "200", "--hold", "--file",
+                       self.wav(4.0, name="clock.wav"), "--realtime",
+                       env=env)
+        chunks = []
+        with ac.Client(d.path, timeout=10) as c:
+            c.subscribe("clock.wav")
+            for ev in c.events(timeout=10):
+                if isinstance(ev, ac.Chunk):
+                    chunks.append(ev)
+                    if len(chunks) == 3:
+                        with open(step_file + ".new", "w") as f:
+                            f.write("3600")
+                        os.replace(step_file + ".new", step_file)
+                elif isinstance(ev, ac.StreamEnded):
+                    break
+        self.stop_clean(d)
+        self.assertEqual(len(chunks), 20)  # 399 frames: 19 of 20, 1 of 19
+        # The step took: the daemon's clock moved an hour in 4 s.
+        self.assertGreater(chunks[-1].emitted_us - chunks[0].emitted_us,
+                           3600e6)
+        for ch in chunks[:3] + chunks[4:]:
+            self.assertGreaterEqual(ch.emitted_us - ch.ready_us, 0, ch.seq)
+            self.assertLess(ch.emitted_us - ch.ready_us, 60e6, ch.seq)
 
     def test_file_stream_names_are_cleaned_then_made_unique(self):
         """Two files called "a b.wav": their names are cleaned ("a_b.wav")
