@@ -1706,6 +1706,63 @@ class TestShutdown(DaemonTest):
         self.assertIn('"held.wav": ended (shutdown), 0 frames', d.text())
         self.assertNotIn("deadline reached", d.text())
 
+    def test_nothing_is_read_after_sigterm(self):
+        """A pusher writes audio at full speed, so that flow control has
+        paused its connection, and goes on writing after SIGTERM, then
+        asks for a new stream. Before, the connection was read again once
+        the workers caught up: every AUDIO_DATA still coming got an
+        ERROR NO_STREAM (hundreds), and a stream opened then kept the
+        shutdown waiting. Now nothing more is read: the pusher gets its
+        stream's chunks, STREAM_ENDED and SHUTDOWN, and nothing else."""
+        d = self.start()
+        s = raw_client(d.path)
+        s.sendall(msg(ac.SUBSCRIBE, {"stream": "push"}))
+        self.assertEqual(read_msg(s)[0], ac.SUBSCRIBED)
+        s.sendall(msg(ac.AUDIO_OPEN, {"name": "push", "sample_rate": 16000,
+                                      "channels": 1, "format": "s16"}))
+        mtype, sid, _ = read_msg(s)
+        self.assertEqual(mtype, ac.AUDIO_OPENED)
+        stopped = threading.Event()
+
+        def push():
+            data = msg(ac.AUDIO_DATA, b"\x01\x00" * 16000, sid)
+            try:
+                while not stopped.is_set():
+                    s.sendall(data)
+                for _ in range(20):
+                    s.sendall(data)
+                s.sendall(msg(ac.AUDIO_OPEN, {"name": "late",
+                                              "sample_rate": 16000,
+                                              "channels": 1,
+                                              "format": "s16"}))
+            except OSError:
+                pass  # closed by the server: expected
+
+        writer = threading.Thread(target=push)
+        writer.start()
+        got = []
+        try:
+            while len(got) < 3:  # flow control paused the reading by now
+                got.append(read_msg(s))
+            d.proc.send_signal(signal.SIGTERM)
+            stopped.set()
+            got += read_until_closed(s)
+        finally:
+            stopped.set()
+            writer.join(30)
+            s.close()
+        self.assertEqual(d.proc.wait(10), 0, d.text())
+        self.stop_clean(d)  # exited already: its status and log
+        types = [m[0] for m in got]
+        self.assertEqual(set(types), {ac.STREAM_STARTED, ac.CHUNK,
+                                      ac.STREAM_ENDED, ac.ERROR},
+                         [m for m in got if m[0] != ac.CHUNK][:5])
+        self.assertEqual(types[-2:], [ac.STREAM_ENDED, ac.ERROR])
+        self.assertEqual(json.loads(got[-1][2])["name"], "SHUTDOWN")
+        self.assertEqual(json.loads(got[-2][2])["reason"], "shutdown")
+        self.assertNotIn("deadline reached", d.text())
+        self.assertNotIn('"late"', d.text())
+
     def test_exit_when_done_with_file_sources(self):
         f1 = self.wav(2.0, name="one.wav")
         f2 = self.wav(3.0, name="one.wav".replace("one", "two"))
