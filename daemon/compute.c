@@ -160,10 +160,17 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
         pthread_mutex_unlock(&srv->mu);
         done = true;
       }
-      int64_t t = s->realtime
-                      ? s->start_us + (int64_t)((double)s->work.read_frames /
-                                                s->rate_hz * 1e6)
-                      : aurald_now_us();
+      /* A paced file's audio is available once its pace reaches it: that
+       * moment on the monotonic clock, given in the protocol's clock as
+       * how long ago it was. Counted from the stream's start_us instead,
+       * every later chunk's latency was off by any step of the system
+       * clock since (an hour for the rest of the stream, after NTP or a
+       * resumed VM set it). */
+      int64_t t = aurald_now_us();
+      if (s->realtime) {
+        double due = s->t0_mono + (double)s->work.read_frames / s->rate_hz;
+        t -= (int64_t)((aurald_mono_s() - due) * 1e6);
+      }
       *ready_us = t;
       if (*capture_us == 0) *capture_us = t;
     }

@@ -272,8 +272,12 @@ static void start_reading(conn *c) {
 }
 
 /* Handles what input is buffered, then reads on unless that paused or
- * yielded again. */
+ * yielded again. Never once the server stops: it reads no more requests
+ * (server_stop), and a connection whose input waited (for room, for its
+ * turn, for its custom words) was read again when that ended, so that
+ * a pusher's stream opened or fed after SIGTERM held the shutdown. */
 static void resume_input(conn *c) {
+  if (c->srv->stopping) return;
   process_input(c);
   start_reading(c);
 }
@@ -282,7 +286,8 @@ static void resume_input(conn *c) {
  * pile up unread, is not read until the workers or the client have caught
  * up. */
 void conn_resume_if_drained(conn *c) {
-  if (!c->paused || c->closing || c->q_len >= CONN_QUEUE_CAP / 4 ||
+  if (!c->paused || c->closing || c->srv->stopping ||
+      c->q_len >= CONN_QUEUE_CAP / 4 ||
       c->q_bytes >= c->srv->opt->sub_soft_bytes / 2)
     return;
   if (c->n_streams > 0)

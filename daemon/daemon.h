@@ -41,6 +41,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <uv.h>
 
@@ -64,6 +65,16 @@ int aurald_log_level_parse(const char *s);
  * then every line carries its priority as "<N>" and no clock. Called once
  * at start, before any thread. */
 void aurald_log_setup(void);
+/* Hands stderr to a writer thread: from then on no line waits for
+ * stderr. Lines go through a bounded buffer; those that find it full are
+ * counted and dropped, and the count is written when stderr takes lines
+ * again. Before it, and when it fails, lines are written directly. */
+void aurald_log_start(void);
+/* Waits up to timeout_s for the buffered lines to be written and stops the
+ * writer. Lines that come later are written directly, unless stderr was
+ * still not taking them: then they are dropped, so that exit never waits
+ * on stderr. */
+void aurald_log_stop(double timeout_s);
 /* "aurald: MESSAGE" on stderr, an error of the command line or the config
  * file (fmt ends with its newline). */
 void aurald_usage_error(const char *fmt, ...)
@@ -487,6 +498,10 @@ typedef struct server {
   bool listening;
   int lock_fd;
   char lock_path[256];
+  /* The socket file aurald bound (0, 0 when none): only that file is
+   * removed at exit, never one that has since replaced it at the path. */
+  dev_t sock_dev;
+  ino_t sock_ino;
   uv_signal_t sigint, sigterm, sighup;
   bool activated;          /* the socket came from the service manager */
   int argc;                /* the command line, for reloads */
@@ -753,6 +768,7 @@ void notify(const char *state);
 /* socket.c */
 int socket_prepare(server *srv, char *why, size_t why_len);
 int socket_adopt(server *srv, int fd, char *why, size_t why_len);
+void socket_remove(server *srv);
 bool peer_allowed(server *srv, int fd, uid_t uid, gid_t gid);
 
 #endif

@@ -26,6 +26,9 @@
 #include "daemon.h"
 
 #define TICK_MS 10
+/* At exit, how long the last log lines may wait for a stderr that does not
+ * take them (a healthy one takes them at once). */
+#define LOG_DRAIN_S 0.5
 
 enum {
   OPT_CHUNK_MS = 256, OPT_MIC, OPT_LIST, OPT_FILE, OPT_REALTIME, OPT_EXIT,
@@ -820,8 +823,8 @@ static void warn_idle_options(const aurald_options *o) {
   }
 }
 
-/* Descriptors kept for everything but clients: the loop's own, the
- * listener, the lock, model and audio files, PortAudio's, logs. */
+/* Descriptors kept for everything but clients and --file sources: the
+ * loop's own, the listener, the lock, the model, PortAudio's, logs. */
 #define FD_RESERVE 64
 
 /* Raises the open-file limit to its hard maximum (systemd's default soft
@@ -839,12 +842,19 @@ static void fit_clients_to_fd_limit(aurald_options *o) {
     if (setrlimit(RLIMIT_NOFILE, &rl) < 0) rl.rlim_cur = was;
   }
   if (rl.rlim_cur == RLIM_INFINITY) return;
-  long room = (long)rl.rlim_cur - FD_RESERVE;
+  /* Every --file source holds its file open while its stream runs (all of
+   * them at once with --hold or --realtime). */
+  long room = (long)rl.rlim_cur - FD_RESERVE - o->n_files;
   if (o->http.on) room = (room - HTTP_EXTRA_FDS) / 2;
   if (room < 1) room = 1;
   if (o->max_clients > room) {
-    log_warn("--max-clients %d lowered to %ld: the open file limit is %llu",
-             o->max_clients, room, (unsigned long long)rl.rlim_cur);
+    char files[64] = "";
+    if (o->n_files > 0)
+      snprintf(files, sizeof files, ", with %d --file sources open",
+               o->n_files);
+    log_warn("--max-clients %d lowered to %ld: the open file limit is "
+             "%llu%s",
+             o->max_clients, room, (unsigned long long)rl.rlim_cur, files);
     o->max_clients = (int)room;
   }
 }
@@ -1103,17 +1113,21 @@ int main(int argc, char **argv) {
    * much stays in the heap instead. */
   mallopt(M_TRIM_THRESHOLD, 8 * 1024 * 1024);
 
+  /* From here on a stderr that stops taking lines stops none of ours. */
+  aurald_log_start();
   server srv = {.argc = argc, .argv = argv, .config_path = conf};
   char why[640];
   uv_loop_t loop;
   if (uv_loop_init(&loop) < 0) {
     log_error("cannot create the event loop");
+    aurald_log_stop(LOG_DRAIN_S);
     return 1;
   }
   if (server_setup(&srv, &o, &loop, why, sizeof why) < 0) {
     log_error("%s", why);
     server_teardown(&srv);
     uv_loop_close(&loop);
+    aurald_log_stop(LOG_DRAIN_S);
     return 1;
   }
   uv_signal_init(&loop, &srv.sigint);
@@ -1141,7 +1155,7 @@ int main(int argc, char **argv) {
     if (srv.listening) {
       uv_close((uv_handle_t *)&srv.listener, NULL);
       srv.listening = false;
-      if (!srv.activated) unlink(o.socket_path);
+      socket_remove(&srv);
     }
     mic_stop(&srv);
     server_close_handles(&srv);
@@ -1171,5 +1185,6 @@ int main(int argc, char **argv) {
   free(o.files);
   config_words_free(&cw);
   if (srv.exit_code == 0) log_info("stopped");
+  aurald_log_stop(LOG_DRAIN_S);
   return srv.exit_code;
 }

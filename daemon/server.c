@@ -265,7 +265,7 @@ void server_stop(server *srv, const char *why) {
   if (srv->listening) {
     uv_close((uv_handle_t *)&srv->listener, NULL);
     srv->listening = false;
-    if (!srv->activated) unlink(srv->opt->socket_path); /* else systemd's */
+    socket_remove(srv); /* not systemd's, nor one that replaced ours */
   }
   mic_stop(srv);
   cluster_stop(srv);

@@ -277,16 +277,29 @@ int socket_prepare(server *srv, char *why, size_t why_len) {
     return -1;
   }
 
-  int rc = uv_pipe_init(srv->loop, &srv->listener, 0);
-  if (rc == 0) {
-    mode_t old = umask(0117);
-    rc = uv_pipe_bind(&srv->listener, path);
-    umask(old);
-    if (rc < 0) uv_close((uv_handle_t *)&srv->listener, NULL);
-  }
-  if (rc < 0) {
-    snprintf(why, why_len, "cannot bind %s: %s", path, uv_strerror(rc));
+  /* Bound here, not by uv_pipe_bind: libuv removes the path of a pipe it
+   * bound when the handle closes, whatever is there by then. */
+  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(why, why_len, "cannot create a socket for %s: %s", path,
+             strerror(errno));
     return -1;
+  }
+  struct sockaddr_un sa_bind = {.sun_family = AF_UNIX};
+  memcpy(sa_bind.sun_path, path, strlen(path) + 1); /* length checked */
+  mode_t old = umask(0117);
+  int rc = bind(fd, (struct sockaddr *)&sa_bind, sizeof sa_bind);
+  umask(old);
+  if (rc < 0) {
+    snprintf(why, why_len, "cannot bind %s: %s", path, strerror(errno));
+    close(fd);
+    return -1;
+  }
+  /* What we bound, so that the exit removes this file and no other. */
+  struct stat bound;
+  if (lstat(path, &bound) == 0) {
+    srv->sock_dev = bound.st_dev;
+    srv->sock_ino = bound.st_ino;
   }
   /* --group: members must pass the socket's mode (0660) before the
    * credential check sees them, so the socket gets the group before
@@ -297,23 +310,52 @@ int socket_prepare(server *srv, char *why, size_t why_len) {
     if (errno != EPERM) {
       snprintf(why, why_len, "cannot give socket %s to group %s: %s", path,
                srv->opt->group, strerror(errno));
-      uv_close((uv_handle_t *)&srv->listener, NULL);
-      unlink(path);
+      close(fd);
+      socket_remove(srv);
       return -1;
     }
     log_warn("cannot give socket %s to group %s: %s; its members cannot "
              "connect", path, srv->opt->group, strerror(errno));
   }
-  srv->listener.data = srv;
-  rc = uv_listen((uv_stream_t *)&srv->listener, 128, on_connection);
+  rc = uv_pipe_init(srv->loop, &srv->listener, 0);
+  if (rc == 0) {
+    srv->listener.data = srv;
+    rc = uv_pipe_open(&srv->listener, fd); /* then the handle owns fd */
+    if (rc < 0) close(fd);
+    else rc = uv_listen((uv_stream_t *)&srv->listener, 128, on_connection);
+    if (rc < 0) uv_close((uv_handle_t *)&srv->listener, NULL);
+  } else {
+    close(fd);
+  }
   if (rc < 0) {
     snprintf(why, why_len, "cannot listen on %s: %s", path, uv_strerror(rc));
-    uv_close((uv_handle_t *)&srv->listener, NULL);
-    unlink(path);
+    socket_remove(srv);
     return -1;
   }
   srv->listening = true;
   return 0;
+}
+
+/* Removes the socket file we bound, if it is still the one at the path.
+ * The path can have been taken over while we served: the file removed
+ * (by hand, or by a cleaner of /tmp that ages files, with the lock file
+ * beside it) and a second aurald started there, whose socket must outlive
+ * us. A socket passed by the service manager is its own, never ours. */
+void socket_remove(server *srv) {
+  if (srv->activated || srv->sock_ino == 0) return;
+  const char *path = srv->opt->socket_path;
+  struct stat st;
+  if (lstat(path, &st) == 0 && st.st_dev == srv->sock_dev &&
+      st.st_ino == srv->sock_ino) {
+    if (unlink(path) < 0)
+      log_warn("cannot remove socket %s: %s", path, strerror(errno));
+  } else {
+    log_warn("socket %s is no longer the one this aurald bound (removed or "
+             "replaced while it served); leaving the path alone",
+             path);
+  }
+  srv->sock_dev = 0;
+  srv->sock_ino = 0;
 }
 
 /* Same user, root, or a member of --group: by the peer's primary group or,

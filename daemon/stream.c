@@ -104,6 +104,20 @@ int stream_words_limits(server *srv, char *why, size_t why_len) {
   return 0;
 }
 
+/* A new stream's id: the next of the count, but never 0 (the protocol's
+ * "no stream") nor one a live stream has. A long-lived server wraps past
+ * 2^32 - 1 after as many streams (50 days of 1,000 pushed utterances a
+ * second); it then gave out 0, and the ids of streams still live (the
+ * microphone's, from the start), so that a client's AUDIO_DATA found the
+ * other stream and subscribers could not tell two streams apart. */
+static uint32_t new_stream_id(server *srv) {
+  uint32_t id;
+  do
+    id = ++srv->next_stream_id;
+  while (id == 0 || stream_find_id(srv, id) != NULL);
+  return id;
+}
+
 stream *stream_create(server *srv, const char *name, stream_source src,
                       double rate_hz, int channels, aural_lexicon *custom,
                       double boost, uint64_t first_chunk, char *why,
@@ -115,7 +129,7 @@ stream *stream_create(server *srv, const char *name, stream_source src,
   }
   s->custom = custom;
   s->srv = srv;
-  s->id = ++srv->next_stream_id;
+  s->id = new_stream_id(srv);
   snprintf(s->name, sizeof s->name, "%s", name);
   s->source = src;
   s->rate_hz = rate_hz;
@@ -273,6 +287,11 @@ void stream_end_input(stream *s, end_reason r, const char *message) {
     s->sched.reason = r;
     snprintf(s->sched.message, sizeof s->sched.message, "%s",
              message ? message : "");
+    /* A held stream (--hold, nobody subscribed yet) waits for nothing any
+     * more: it ends unstarted, with no frames and no chunk. Left held, it
+     * was never scheduled, so it never ended, and a shutdown waited for it
+     * until its deadline and closed every client without SHUTDOWN. */
+    s->sched.held = false;
     server_mark_ready(srv, s);
   }
   pthread_mutex_unlock(&srv->mu);

@@ -39,6 +39,9 @@ DATA = os.environ.get("AURAL_TEST_DATA", os.path.join(HERE, "..", "data"))
 TINY = os.path.join(DATA, "encoder", "tiny.safetensors")
 CTC = os.path.join(DATA, "encoder", "prenorm_gelu_rope.safetensors")
 SAMPLE = os.path.join(HERE, "..", "..", "models", "sample.flac")
+# Preloaded into aurald to step its system clock (tests/daemon/clock_step.c).
+CLOCK_STEP = os.environ.get("AURAL_TEST_CLOCK_STEP",
+                            "build/tests/libclock_step.so")
 
 HEADER = struct.Struct("<IBBHII")
 MAGIC = 0x4C525541
@@ -1130,6 +1133,24 @@ class TestSocketSecurity(DaemonTest):
             c.ping(b"y")
         self.stop_clean(d2)
 
+    def test_exit_leaves_the_socket_that_replaced_its_own(self):
+        """The first daemon's socket and lock file go while it serves (as
+        a cleaner of /tmp removes old files), and a second daemon starts
+        on the path: when the first stops, the second's socket stays.
+        Before, the first removed whatever was at the path, and the
+        second served on as nobody could reach it."""
+        first = self.start()
+        os.unlink(first.path)
+        os.unlink(first.path + ".lock")
+        second = self.start()
+        self.stop_clean(first)
+        self.assertIn("no longer the one this aurald bound", first.text())
+        self.assertTrue(stat.S_ISSOCK(os.lstat(second.path).st_mode))
+        with ac.Client(second.path, timeout=5) as c:
+            c.ping(b"still here")
+        self.stop_clean(second)
+        self.assertFalse(os.path.exists(second.path), "socket left behind")
+
     def test_regular_file_at_socket_path_left_alone(self):
         path = os.path.join(self.tmp, "notasocket")
         with open(path, "w") as f:
@@ -1731,6 +1752,83 @@ class TestShutdown(DaemonTest):
         self.assertNotIn("AddressSanitizer", d.text())
         self.assertNotIn("LeakSanitizer", d.text())
 
+    def test_sigterm_ends_held_streams_and_says_shutdown(self):
+        """With --hold, a file nobody has subscribed to is held. Before,
+        a held stream was never scheduled, so it never ended: every
+        shutdown waited for its deadline and closed the clients without
+        the fatal SHUTDOWN that PROTOCOL.md §3 promises."""
+        d = self.start("--hold", "--file", self.wav(2.0, name="held.wav"))
+        c = raw_client(d.path)
+        c.sendall(msg(ac.SUBSCRIBE, {"stream": "another"}))
+        self.assertEqual(read_msg(c)[0], ac.SUBSCRIBED)
+        d.proc.send_signal(signal.SIGTERM)
+        msgs = read_until_closed(c)
+        c.close()
+        self.assertEqual([m[0] for m in msgs], [ac.ERROR], msgs)
+        err = json.loads(msgs[0][2])
+        self.assertEqual((err["name"], err["fatal"]), ("SHUTDOWN", True))
+        self.assertEqual(d.proc.wait(10), 0, d.text())
+        self.stop_clean(d)  # exited already: its status and log
+        self.assertIn('"held.wav": ended (shutdown), 0 frames', d.text())
+        self.assertNotIn("deadline reached", d.text())
+
+    def test_nothing_is_read_after_sigterm(self):
+        """A pusher writes audio at full speed, so that flow control has
+        paused its connection, and goes on writing after SIGTERM, then
+        asks for a new stream. Before, the connection was read again once
+        the workers caught up: every AUDIO_DATA still coming got an
+        ERROR NO_STREAM (hundreds), and a stream opened then kept the
+        shutdown waiting. Now nothing more is read: the pusher gets its
+        stream's chunks, STREAM_ENDED and SHUTDOWN, and nothing else."""
+        d = self.start()
+        s = raw_client(d.path)
+        s.sendall(msg(ac.SUBSCRIBE, {"stream": "push"}))
+        self.assertEqual(read_msg(s)[0], ac.SUBSCRIBED)
+        s.sendall(msg(ac.AUDIO_OPEN, {"name": "push", "sample_rate": 16000,
+                                      "channels": 1, "format": "s16"}))
+        mtype, sid, _ = read_msg(s)
+        self.assertEqual(mtype, ac.AUDIO_OPENED)
+        stopped = threading.Event()
+
+        def push():
+            data = msg(ac.AUDIO_DATA, b"\x01\x00" * 16000, sid)
+            try:
+                while not stopped.is_set():
+                    s.sendall(data)
+                for _ in range(20):
+                    s.sendall(data)
+                s.sendall(msg(ac.AUDIO_OPEN, {"name": "late",
+                                              "sample_rate": 16000,
+                                              "channels": 1,
+                                              "format": "s16"}))
+            except OSError:
+                pass  # closed by the server: expected
+
+        writer = threading.Thread(target=push)
+        writer.start()
+        got = []
+        try:
+            while len(got) < 3:  # flow control paused the reading by now
+                got.append(read_msg(s))
+            d.proc.send_signal(signal.SIGTERM)
+            stopped.set()
+            got += read_until_closed(s)
+        finally:
+            stopped.set()
+            writer.join(30)
+            s.close()
+        self.assertEqual(d.proc.wait(10), 0, d.text())
+        self.stop_clean(d)  # exited already: its status and log
+        types = [m[0] for m in got]
+        self.assertEqual(set(types), {ac.STREAM_STARTED, ac.CHUNK,
+                                      ac.STREAM_ENDED, ac.ERROR},
+                         [m for m in got if m[0] != ac.CHUNK][:5])
+        self.assertEqual(types[-2:], [ac.STREAM_ENDED, ac.ERROR])
+        self.assertEqual(json.loads(got[-1][2])["name"], "SHUTDOWN")
+        self.assertEqual(json.loads(got[-2][2])["reason"], "shutdown")
+        self.assertNotIn("deadline reached", d.text())
+        self.assertNotIn('"late"', d.text())
+
     def test_exit_when_done_with_file_sources(self):
         f1 = self.wav(2.0, name="one.wav")
         f2 = self.wav(3.0, name="one.wav".replace("one", "two"))
@@ -2035,6 +2133,69 @@ class TestFaults(DaemonTest):
         watcher.ping(b"alive")
         watcher.close()
         self.stop_clean(d)
+
+    def test_stderr_that_stops_taking_lines_stops_no_client(self):
+        """stderr is a pipe whose reader stops reading (a stopped '| tee',
+        a stuck log collector). Before, the loop's next log line past the
+        pipe's 64 KiB blocked, and with it every client; now lines that
+        do not fit are dropped and counted, and the count is logged once
+        stderr takes lines again."""
+        path = os.path.join(self.tmp, "aural.sock")
+        r, w = os.pipe()
+        proc = subprocess.Popen([AURALD, "-m", TINY, "-s", path,
+                                 "--threads", "1", "--log-level", "debug"],
+                                stdout=w, stderr=w)
+        os.close(w)
+        out = b""
+        try:
+            while b"aurald info: serving" not in out:
+                self.assertTrue(select.select([r], [], [], 15)[0],
+                                "aurald did not say it was serving")
+                out += os.read(r, 65536)
+            # From here the pipe is not read. Each connection logs about
+            # 500 bytes at debug level (its name escaped: 6 bytes a byte),
+            # so 600 of them fill the pipe and the buffer behind it.
+            hello = msg(ac.HELLO, {"versions": [1], "client": "\x01" * 64})
+            for _ in range(12):
+                batch = []
+                for _ in range(50):
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    s.settimeout(10)
+                    s.connect(path)
+                    s.sendall(hello)
+                    batch.append(s)
+                for s in batch:
+                    m = read_msg(s)
+                    self.assertEqual(m[0] if m else None, ac.WELCOME)
+                    s.close()
+            with ac.Client(path, timeout=10) as c:
+                c.ping(b"still serving")
+            # The reader comes back: the lines kept, the count of those
+            # lost, and the exit's lines.
+            proc.send_signal(signal.SIGTERM)
+            while True:
+                self.assertTrue(select.select([r], [], [], 15)[0],
+                                "aurald's stderr stayed open")
+                part = os.read(r, 65536)
+                if not part:
+                    break
+                out += part
+            self.assertEqual(proc.wait(10), 0, out.decode()[-2000:])
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            os.close(r)
+        text = out.decode()
+        lost = [int(n) for n in
+                re.findall(r"aurald warn: (\d+) log lines? lost", text)]
+        self.assertTrue(lost, text[-2000:])
+        self.assertGreater(sum(lost), 0)
+        self.assertIn("hello from", text)
+        self.assertTrue(text.endswith("aurald info: stopped\n"),
+                        text[-500:])
+        for line in text.splitlines():
+            self.assertRegex(line, r"^\d\d:\d\d:\d\d\.\d{3} aurald ")
 
     def test_ten_thousand_connect_subscribe_disconnect_cycles(self):
         d = self.start()
@@ -2673,6 +2834,29 @@ class TestReviewFindings(DaemonTest):
 
         d = self.start(preexec_fn=few_fds)
         self.assertIn("--max-clients 1024 lowered to 16", d.text())
+        self.assert_sixteen_of_a_hundred_welcome(d)
+
+    def test_clients_past_the_fd_limit_with_open_files(self):
+        """Every --file source holds its file open while its stream runs
+        (all of them with --hold). --max-clients was lowered by a fixed
+        reserve alone, so with 60 files and 140 descriptors 76 clients
+        were let in, and those past the descriptors left were reset by
+        the failed accept instead of refused with LIMIT."""
+        import resource
+
+        def some_fds():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (140, 140))
+
+        wav = self.wav(1.0, name="held.wav")
+        files = ["--file", wav] * 60
+        d = self.start("--hold", *files, preexec_fn=some_fds)
+        self.assert_sixteen_of_a_hundred_welcome(d)
+        self.assertIn("--max-clients 1024 lowered to 16: the open file limit "
+                      "is 140, with 60 --file sources open", d.text())
+
+    def assert_sixteen_of_a_hundred_welcome(self, d):
+        """100 clients at once, where 16 fit: 16 are welcomed, 84 refused
+        with LIMIT, none reset."""
         # All connect first: the refused ones get their ERROR at once, and
         # nothing they sent is left unread when the server closes them
         # (which would reset them); the others then say HELLO.
@@ -2693,12 +2877,52 @@ class TestReviewFindings(DaemonTest):
                 answers.append("welcome")
             else:
                 answers.append(json.loads(m[2])["name"])
-        self.assertEqual(answers.count("welcome"), 16)
+        self.assertEqual(answers.count("welcome"), 16, answers)
         self.assertEqual(answers.count("LIMIT"), 84, answers)
         for s in clients:
             s.close()
         self.assert_room_again(d)
         self.stop_clean(d)
+
+    def test_system_clock_step_leaves_chunk_latency_alone(self):
+        """The system clock steps an hour ahead while a --realtime file
+        plays. A paced file's ready_us was its start_us plus the audio's
+        duration, so every chunk after the step claimed an hour of
+        latency (in STATS and /metrics too); it is now when the audio
+        became available, by the monotonic clock, in the system clock's
+        terms. The one chunk that straddles the step may be off."""
+        step_file = os.path.join(self.tmp, "clock-step")
+        with open(step_file, "w") as f:
+            f.write("0")
+        env = dict(os.environ, AURAL_TEST_CLOCK_STEP_FILE=step_file)
+        # A sanitizer's runtime must come first among the preloaded.
+        ldd = run("ldd", AURALD).stdout
+        runtime = re.findall(r"(\S*lib[at]san\.so\S*) => (\S+)", ldd)
+        env["LD_PRELOAD"] = " ".join([p for _, p in runtime[:1]] +
+                                     [os.path.abspath(CLOCK_STEP)])
+        d = self.start("--chunk-ms", "200", "--hold", "--file",
+                       self.wav(4.0, name="clock.wav"), "--realtime",
+                       env=env)
+        chunks = []
+        with ac.Client(d.path, timeout=10) as c:
+            c.subscribe("clock.wav")
+            for ev in c.events(timeout=10):
+                if isinstance(ev, ac.Chunk):
+                    chunks.append(ev)
+                    if len(chunks) == 3:
+                        with open(step_file + ".new", "w") as f:
+                            f.write("3600")
+                        os.replace(step_file + ".new", step_file)
+                elif isinstance(ev, ac.StreamEnded):
+                    break
+        self.stop_clean(d)
+        self.assertEqual(len(chunks), 20)  # 399 frames: 19 of 20, 1 of 19
+        # The step took: the daemon's clock moved an hour in 4 s.
+        self.assertGreater(chunks[-1].emitted_us - chunks[0].emitted_us,
+                           3600e6)
+        for ch in chunks[:3] + chunks[4:]:
+            self.assertGreaterEqual(ch.emitted_us - ch.ready_us, 0, ch.seq)
+            self.assertLess(ch.emitted_us - ch.ready_us, 60e6, ch.seq)
 
     def test_file_stream_names_are_cleaned_then_made_unique(self):
         """Two files called "a b.wav": their names are cleaned ("a_b.wav")
