@@ -91,6 +91,9 @@ static void usage(FILE *to) {
           "call.flac\n"
           "  aural send --cluster redis://10.0.0.5/0 --name call-17 call.flac\n"
           "\n"
+          "Ctrl-C ends the stream with the audio sent so far; a second\n"
+          "Ctrl-C ends the command at once (as while it waits on a FIFO).\n"
+          "\n"
           "Exit status: 0 when the whole file was encoded (with --cluster:\n"
           "stored), 1 on an error (unreadable file, aurald or Redis\n"
           "unreachable or refusing the audio, a cluster stream of that name\n"
@@ -837,7 +840,12 @@ int cmd_send(int argc, char **argv) {
     return EXIT_USAGE;
   }
 
-  struct sigaction sa = {.sa_handler = on_signal};
+  /* The first Ctrl-C (or SIGTERM) stops where it can: the stream ends
+   * with the audio sent so far. The second ends the process at once
+   * (SA_RESETHAND): libsndfile reads again when a signal interrupts its
+   * read, so a FIFO input whose writer is idle would otherwise hold the
+   * command for as long as no audio comes. */
+  struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
