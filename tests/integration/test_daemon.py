@@ -2349,6 +2349,21 @@ def wait_stopped(pid):
     raise AssertionError("process %d did not stop" % pid)
 
 
+def wait_catches(pid, sig, deadline_s=30):
+    """Until process pid has its handler of sig installed (SigCgt in
+    /proc/PID/status)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if (line.startswith("SigCgt:")
+                        and int(line.split()[1], 16) >> (sig - 1) & 1):
+                    return
+        time.sleep(0.02)
+    raise AssertionError("no handler of signal %d after %d s"
+                         % (sig, deadline_s))
+
+
 def vm_size_kb(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -2755,6 +2770,39 @@ class TestHostileServer(unittest.TestCase):
                                 frame_length_ms=25, n_mels=80, n_layers=1,
                                 window=50)
         return welcome
+
+    def listener_taking_nothing(self):
+        """A socket path whose server accepts no connection and whose
+        listen queue is full, as a stopped or stuck aurald's: a blocking
+        connect to it waits."""
+        path, ls = self.listener()
+        ls.listen(0)
+        while True:
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            self.addCleanup(c.close)
+            try:
+                c.connect(path)
+            except BlockingIOError:
+                return path
+
+    def test_clients_give_up_on_a_server_that_takes_no_connection(self):
+        # The connect waited for ever, and took a signal as a reason to
+        # try again: aural stats never ended, nor aural sub on Ctrl-C.
+        path = self.listener_taking_nothing()
+        p = run(AURAL, "stats", "-s", path, check=False, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("took no connection", p.stderr)
+        sub = subprocess.Popen([AURAL, "sub", "-s", path, "--all"],
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        self.addCleanup(sub.kill)
+        wait_catches(sub.pid, signal.SIGINT)
+        sub.send_signal(signal.SIGINT)
+        out, err = sub.communicate(timeout=60)
+        self.assertEqual(sub.returncode, 130, err)
+        self.assertEqual(err, "aural sub: interrupted\n")
+        self.assertEqual(out, "")
 
     def test_malformed_events_are_protocol_errors(self):
         deep = b"[" * 100000 + b"]" * 100000
