@@ -450,6 +450,18 @@ static void test_usage_errors(void **state) {
     assert_contains(fx->err, words_only[i][0]);
     assert_contains(fx->err, "needs --output words");
   }
+  /* A WORD no model can take is a bad command line (it exited 1, as for
+   * a word espeak-ng cannot say), told before any model is read. */
+  const char *bad_words[] = {"", "two words", "a,b", "#hash",
+                             "x2345678901234567890123456789012345678901234567"
+                             "890123456789012345"};
+  for (size_t i = 0; i < sizeof bad_words / sizeof *bad_words; i++) {
+    assert_int_equal(run_aural(fx, "pronounce", "-m", "no-such-model",
+                               "hello", bad_words[i], NULL),
+                     2);
+    assert_contains(fx->err, "custom words");
+    assert_contains(fx->err, "aural pronounce --help");
+  }
   assert_dir_holds(fx->out_dir, NULL);
 }
 
