@@ -10,6 +10,7 @@ verdict) unless the test is about it failing.
 """
 
 import errno
+import fcntl
 import io
 import json
 import select
@@ -23,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import unittest
@@ -320,6 +322,46 @@ class TestPushedStreams(DaemonTest):
         self.assertTrue(np.array_equal(have, want))
         self.assertIn(b"talk  #0", err)
         self.assertIn(b"written to /dev/stdout", err)
+        self.stop_clean(d)
+
+    def test_second_sigint_ends_sub_stuck_writing_its_fifo(self):
+        # -o into a FIFO whose reader does not read: at the stream's end
+        # the write waits, and a write that a signal interrupts is made
+        # again, so every Ctrl-C was swallowed. The second must end it.
+        d = self.start()
+        fifo = os.path.join(self.tmp, "out.fifo")
+        os.mkfifo(fifo)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        self.addCleanup(os.close, reader)
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
+                                "talk", "-q", "-o", fifo],
+                               stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+        self.addCleanup(sub.kill)
+        wait_subscribed(d.path, "talk", sub)
+        # 1000 frames of 32 floats: twice what the pipe holds.
+        run(AURAL, "send", "-q", "-s", d.path, "--name", "talk",
+            self.wav(10.0))
+        capacity = fcntl.fcntl(reader, fcntl.F_GETPIPE_SZ)
+        end = time.monotonic() + 30
+        while pipe_bytes(reader) < capacity:
+            if sub.poll() is not None:
+                self.fail("aural sub exited %d: %s"
+                          % (sub.returncode, sub.stderr.read()))
+            self.assertLess(time.monotonic(), end, "the pipe never filled")
+            time.sleep(0.02)
+        sub.send_signal(signal.SIGINT)
+        # Two pending signals are one: the second goes once the first
+        # arrived (with the fix, once its handler is gone).
+        end = time.monotonic() + 5
+        while catches(sub.pid, signal.SIGINT) and time.monotonic() < end:
+            time.sleep(0.02)
+        sub.send_signal(signal.SIGINT)
+        try:
+            sub.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.fail("aural sub still writing 30 s after a second SIGINT")
+        self.assertEqual(sub.returncode, -signal.SIGINT)
         self.stop_clean(d)
 
     def test_bf16_precision_is_said_and_equals_offline_encoding(self):
@@ -2349,19 +2391,31 @@ def wait_stopped(pid):
     raise AssertionError("process %d did not stop" % pid)
 
 
-def wait_catches(pid, sig, deadline_s=30):
-    """Until process pid has its handler of sig installed (SigCgt in
+def catches(pid, sig):
+    """Whether process pid has a handler of sig installed (SigCgt in
     /proc/PID/status)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+def wait_catches(pid, sig, deadline_s=30):
+    """Until process pid has its handler of sig installed."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if (line.startswith("SigCgt:")
-                        and int(line.split()[1], 16) >> (sig - 1) & 1):
-                    return
+        if catches(pid, sig):
+            return
         time.sleep(0.02)
     raise AssertionError("no handler of signal %d after %d s"
                          % (sig, deadline_s))
+
+
+def pipe_bytes(fd):
+    """The bytes waiting in the pipe or FIFO whose reading end is fd."""
+    buf = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    return struct.unpack("i", buf)[0]
 
 
 def vm_size_kb(pid):
