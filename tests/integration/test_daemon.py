@@ -1723,6 +1723,34 @@ class TestShutdown(DaemonTest):
         self.assertIn("streams", run(AURAL, "stats", "-s", d.path).stdout)
         self.stop_clean(d)
 
+    def test_send_says_how_much_went_when_aurald_stops(self):
+        # aural send to a daemon that stops in the middle said only
+        # "aurald: SHUTDOWN: ...": not what the stream holds.
+        d = self.start()
+        send = subprocess.Popen([AURAL, "send", "-q", "-s", d.path,
+                                 "--name", "talk", "--realtime",
+                                 self.wav(30.0)],
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(send.kill)
+        end = time.monotonic() + 30
+        with ac.Client(d.path, timeout=10) as c:
+            while not any(x["name"] == "talk" and x["frames"] > 0
+                          for x in c.stats()["streams"]):
+                self.assertIsNone(send.poll())
+                self.assertLess(time.monotonic(), end)
+                time.sleep(0.05)
+        self.stop_clean(d)
+        out, err = send.communicate(timeout=60)
+        self.assertEqual(send.returncode, 1, err)
+        self.assertIn("SHUTDOWN", err)
+        m = re.search(r"stream 'talk' ended after ([0-9.]+) s of audio sent",
+                      err)
+        self.assertIsNotNone(m, err)
+        self.assertGreater(float(m.group(1)), 0)
+        self.assertLess(float(m.group(1)), 30)
+        self.assertEqual(out, "")
+
     def test_sigterm_flushes_final_chunks_to_everyone(self):
         d = self.start("--file", self.wav(30.0, name="long.wav"),
                        "--realtime")

@@ -143,6 +143,8 @@ typedef struct send_job {
   aural_client *cl;    /* aurald, or ... */
   cluster_conn redis;  /* ... the cluster's Redis */
   uint32_t stream_id;
+  bool opened;         /* the server opened our stream */
+  uint64_t sent;       /* frames sent in AUDIO_DATA */
   int stream_failed;   /* the server rejected our audio */
   char err[512];
 } send_job;
@@ -362,6 +364,7 @@ static int open_stream(send_job *job) {
     return -1;
   }
   job->stream_id = m.h.stream_id;
+  job->opened = true;
   snprintf(job->name, sizeof job->name, "%s", m.u.opened.name);
   /* From here the server may rightly be slow to read (flow control) and
    * AUDIO_CLOSED comes once the stream is computed: no time limit. */
@@ -381,6 +384,7 @@ static int run_local(send_job *job) {
 
   double t0 = cli_now_s();
   uint64_t sent = 0;
+  job->sent = 0;
   for (;;) {
     size_t got;
     if (audio_next(job, &got) < 0) return -1;
@@ -393,6 +397,7 @@ static int run_local(send_job *job) {
     if (r < 0 && !interrupted) explain_failure(job);
     if (r < 0 || interrupted) return -1;
     sent += got;
+    job->sent = sent;
     if (drain(job) < 0) return -1;
   }
 
@@ -712,6 +717,12 @@ static int run(send_job *job) {
   if (rc == 0) rc = job->cluster_url ? run_cluster(job) : run_local(job);
   if (interrupted) snprintf(job->err, sizeof job->err, "interrupted");
   if (rc < 0) fprintf(stderr, "aural send: %s\n", job->err);
+  /* A stream that ended early (interrupted, aurald stopping or gone)
+   * holds the audio sent so far: how much, as --cluster says. */
+  if (rc < 0 && job->opened)
+    fprintf(stderr, "aural send: stream '%s' ended after %.2f s of audio "
+                    "sent\n",
+            job->name, (double)job->sent / job->audio.rate);
   client_close(job->cl);
   cluster_close(&job->redis);
   audio_close(&job->audio);
