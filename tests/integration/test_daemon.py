@@ -969,6 +969,26 @@ class TestChunking(DaemonTest):
         self.stop_clean(d)
 
 
+class TestLoadTool(DaemonTest):
+    def test_interrupted_load_reports_and_exits_130(self):
+        # Ctrl-C ended aural load with status 3, which says chunks were
+        # lost; every other command exits 130 when interrupted.
+        d = self.start()
+        load = subprocess.Popen([AURAL, "load", "-s", d.path, "-n", "1",
+                                 "--seconds", "60", "--json"],
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(load.kill)
+        wait_catches(load.pid, signal.SIGINT)
+        load.send_signal(signal.SIGINT)
+        out, err = load.communicate(timeout=60)
+        self.assertEqual(load.returncode, 130, err)
+        rep = json.loads(out)
+        self.assertIs(rep["interrupted"], True)
+        self.assertEqual(rep["chunks_lost"], 0)
+        self.stop_clean(d)
+
+
 class TestSlowSubscriber(DaemonTest):
     def test_stuck_subscriber_is_disconnected_others_unharmed(self):
         # The hard limit holds the whole stream, so the healthy subscriber

@@ -105,7 +105,13 @@ static void usage(FILE *to) {
 "  -h, --help          show this help\n"
 "\n"
 "Example:\n"
-"  aural load -n 20 --seconds 60 --json\n");
+"  aural load -n 20 --seconds 60 --json\n"
+"\n"
+"Ctrl-C ends the run early; the report covers what was measured.\n"
+"\n"
+"Exit status: 0 when every chunk arrived, 1 when aurald could not be\n"
+"reached or INPUT read, 2 for a bad command line, 3 when chunks were\n"
+"lost, 130 when interrupted (after the report).\n");
 }
 
 /* Reads the recording once and converts it to 16-bit mono at its rate. */
@@ -626,7 +632,8 @@ static int report_load(load_run *r, const load_result *res, size_t block_ms,
   }
   free(all);
   free(per);
-  return (chunks == expected && lost == 0 && !interrupted) ? 0 : 3;
+  if (interrupted) return EXIT_SIGNAL;
+  return chunks == expected && lost == 0 ? EXIT_OK : 3;
 }
 
 int cmd_load(int argc, char **argv) {
