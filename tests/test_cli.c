@@ -462,6 +462,24 @@ static void test_usage_errors(void **state) {
     assert_contains(fx->err, "custom words");
     assert_contains(fx->err, "aural pronounce --help");
   }
+  /* The same words as --vocabulary of send and sub: refused before
+   * anything is sent (aurald refused them, exit 1). */
+  char sock[PATH_BYTES];
+  snprintf(sock, sizeof sock, "%s/none.sock", fx->root);
+  for (size_t i = 1; i < sizeof bad_words / sizeof *bad_words; i++) {
+    if (strchr(bad_words[i], ',') != NULL) continue; /* two words */
+    char list[128];
+    snprintf(list, sizeof list, "hello,%s", bad_words[i]);
+    assert_int_equal(run_aural(fx, "send", "-s", sock, "--vocabulary", list,
+                               in, NULL),
+                     2);
+    assert_contains(fx->err, "--vocabulary");
+    assert_int_equal(run_aural(fx, "sub", "-s", sock, "--stream", "x",
+                               "--output", "words", "--vocabulary", list,
+                               NULL),
+                     2);
+    assert_contains(fx->err, "--vocabulary");
+  }
   assert_dir_holds(fx->out_dir, NULL);
 }
 
