@@ -345,7 +345,7 @@ static int map_pron(const aural_g2p *g, const dialect *d, const char *word,
 /* A word as given: 1..64 bytes of UTF-8 with no space, comma or control
  * byte, and not starting with '#': in the lexicon text the word becomes,
  * such a line is a comment (the word would vanish without a word said). */
-static int check_word(const char *w, aural_err *err) {
+int aural_g2p_check_word(const char *w, aural_err *err) {
   size_t n = strlen(w);
   if (n == 0 || n > 64)
     return aural__err_set(err, AURAL_EINVAL,
@@ -446,7 +446,7 @@ int aural_g2p_text(const aural_g2p *g, const char *const *words, size_t n,
                           "custom words: %zu of them (at most %d)", n,
                           MAX_WORDS);
   int rc = 0;
-  for (size_t i = 0; i < n && rc == 0; i++) rc = check_word(words[i], err);
+  for (size_t i = 0; i < n && rc == 0; i++) rc = aural_g2p_check_word(words[i], err);
   if (rc < 0) return rc;
   int *tok = calloc(n * (size_t)g->n_dialects * ROW, sizeof *tok);
   if (tok == NULL) return aural__err_set(err, AURAL_ENOMEM, "out of memory");

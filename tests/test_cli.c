@@ -462,6 +462,36 @@ static void test_usage_errors(void **state) {
                              "2", "-o", out, in, NULL),
                    2);
   assert_contains(fx->err, "--boost needs --vocabulary");
+  /* A WORD no model can take is a bad command line (it exited 1, as for
+   * a word espeak-ng cannot say), told before any model is read. */
+  const char *bad_words[] = {"", "two words", "a,b", "#hash",
+                             "x2345678901234567890123456789012345678901234567"
+                             "890123456789012345"};
+  for (size_t i = 0; i < sizeof bad_words / sizeof *bad_words; i++) {
+    assert_int_equal(run_aural(fx, "pronounce", "-m", "no-such-model",
+                               "hello", bad_words[i], NULL),
+                     2);
+    assert_contains(fx->err, "custom words");
+    assert_contains(fx->err, "aural pronounce --help");
+  }
+  /* The same words as --vocabulary of send and sub: refused before
+   * anything is sent (aurald refused them, exit 1). */
+  char sock[PATH_BYTES];
+  snprintf(sock, sizeof sock, "%s/none.sock", fx->root);
+  for (size_t i = 1; i < sizeof bad_words / sizeof *bad_words; i++) {
+    if (strchr(bad_words[i], ',') != NULL) continue; /* two words */
+    char list[128];
+    snprintf(list, sizeof list, "hello,%s", bad_words[i]);
+    assert_int_equal(run_aural(fx, "send", "-s", sock, "--vocabulary", list,
+                               in, NULL),
+                     2);
+    assert_contains(fx->err, "--vocabulary");
+    assert_int_equal(run_aural(fx, "sub", "-s", sock, "--stream", "x",
+                               "--output", "words", "--vocabulary", list,
+                               NULL),
+                     2);
+    assert_contains(fx->err, "--vocabulary");
+  }
   assert_dir_holds(fx->out_dir, NULL);
 }
 
@@ -601,6 +631,32 @@ static int catches_sigint(pid_t pid) {
   return (mask >> (SIGINT - 1)) & 1;
 }
 
+/* Sends SIGINT to pid twice, the second once the first has arrived (two
+ * pending signals are one), and checks that the second ended it at once,
+ * by the signal. fd, the writer of the FIFO the tool reads, is closed only
+ * afterwards: the tool had no audio to wake it. */
+static void assert_second_sigint_ends(fixture *fx, pid_t pid, int fd) {
+  assert_int_equal(kill(pid, SIGINT), 0);
+  /* With the fix its handler is gone once the first one arrived. */
+  for (int i = 0; i < 500 && catches_sigint(pid); i++) sleep_ms(10);
+  assert_int_equal(kill(pid, SIGINT), 0);
+  int status = 0, gone = 0;
+  for (int i = 0; i < 500 && !gone; i++) {
+    pid_t got = waitpid(pid, &status, WNOHANG);
+    assert_true(got >= 0);
+    gone = got == pid;
+    if (!gone) sleep_ms(10);
+  }
+  close(fd);
+  if (!gone) {
+    waitpid(pid, &status, 0);
+    fail_msg("still waiting for audio 5 s after a second SIGINT");
+  }
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGINT);
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
 /* A second Ctrl-C ends the tool at once. The first asks it to stop where
  * it can, but a read from a FIFO whose writer is idle does not end on a
  * signal (libsndfile reads again), so that the tool waited for audio that
@@ -617,28 +673,37 @@ static void test_second_sigint_quits_at_once(void **state) {
   int busy;
   int fd = start_live_encode(fx, in, args, &pid, &busy);
   assert_true(busy);
-  assert_int_equal(kill(pid, SIGINT), 0);
-  /* The first one must have arrived before the second is sent (two
-   * pending signals are one): with the fix its handler is gone then. */
-  for (int i = 0; i < 500 && catches_sigint(pid); i++) sleep_ms(10);
-  assert_int_equal(kill(pid, SIGINT), 0);
-  int status = 0, gone = 0;
-  for (int i = 0; i < 500 && !gone; i++) {
-    pid_t got = waitpid(pid, &status, WNOHANG);
-    assert_true(got >= 0);
-    gone = got == pid;
-    if (!gone) sleep_ms(10);
-  }
-  close(fd); /* the writer goes only now: the tool had no audio to wake */
-  if (!gone) {
-    waitpid(pid, &status, 0);
-    signal(SIGPIPE, old_pipe);
-    fail_msg("still waiting for audio 5 s after a second SIGINT");
-  }
+  assert_second_sigint_ends(fx, pid, fd);
   signal(SIGPIPE, old_pipe);
-  assert_true(WIFSIGNALED(status));
-  assert_int_equal(WTERMSIG(status), SIGINT);
-  assert_dir_holds(fx->out_dir, NULL);
+}
+
+/* aural send reading a FIFO whose writer has written nothing yet waits in
+ * libsndfile's read of the header, which a signal does not end: the
+ * second Ctrl-C must. (No aurald is needed: the input is read first.) */
+static void test_send_second_sigint_quits_at_once(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], sock[PATH_BYTES];
+  input_path(in, fx, "live.wav");
+  snprintf(sock, sizeof sock, "%s/none.sock", fx->root);
+  assert_int_equal(mkfifo(in, 0600), 0);
+  const char *args[] = {"send", "-s", sock, in, NULL};
+  pid_t pid = spawn_aural(fx, args);
+  /* A non-blocking open for writing succeeds once aural send has the
+   * FIFO open for reading, which it does after installing its handlers. */
+  int fd = -1;
+  for (int i = 0; i < 1000 && fd < 0; i++) {
+    fd = open(in, O_WRONLY | O_NONBLOCK);
+    if (fd < 0) {
+      assert_int_equal(errno, ENXIO);
+      sleep_ms(10);
+    }
+  }
+  if (fd < 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fail_msg("aural send never opened %s", in);
+  }
+  assert_second_sigint_ends(fx, pid, fd);
 }
 
 /* ---- Good inputs against the goldens. ---- */
@@ -1627,6 +1692,7 @@ int main(void) {
       T(test_output_is_directory),
       T(test_sigint_leaves_nothing),
       T(test_second_sigint_quits_at_once),
+      T(test_send_second_sigint_quits_at_once),
       T(test_goldens),
       T(test_summary_and_show),
       T(test_show_memory_bounded),

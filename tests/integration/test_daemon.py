@@ -10,6 +10,7 @@ verdict) unless the test is about it failing.
 """
 
 import errno
+import fcntl
 import io
 import json
 import select
@@ -23,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import unittest
@@ -323,6 +325,46 @@ class TestPushedStreams(DaemonTest):
         self.assertTrue(np.array_equal(have, want))
         self.assertIn(b"talk  #0", err)
         self.assertIn(b"written to /dev/stdout", err)
+        self.stop_clean(d)
+
+    def test_second_sigint_ends_sub_stuck_writing_its_fifo(self):
+        # -o into a FIFO whose reader does not read: at the stream's end
+        # the write waits, and a write that a signal interrupts is made
+        # again, so every Ctrl-C was swallowed. The second must end it.
+        d = self.start()
+        fifo = os.path.join(self.tmp, "out.fifo")
+        os.mkfifo(fifo)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        self.addCleanup(os.close, reader)
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
+                                "talk", "-q", "-o", fifo],
+                               stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+        self.addCleanup(sub.kill)
+        wait_subscribed(d.path, "talk", sub)
+        # 1000 frames of 32 floats: twice what the pipe holds.
+        run(AURAL, "send", "-q", "-s", d.path, "--name", "talk",
+            self.wav(10.0))
+        capacity = fcntl.fcntl(reader, fcntl.F_GETPIPE_SZ)
+        end = time.monotonic() + 30
+        while pipe_bytes(reader) < capacity:
+            if sub.poll() is not None:
+                self.fail("aural sub exited %d: %s"
+                          % (sub.returncode, sub.stderr.read()))
+            self.assertLess(time.monotonic(), end, "the pipe never filled")
+            time.sleep(0.02)
+        sub.send_signal(signal.SIGINT)
+        # Two pending signals are one: the second goes once the first
+        # arrived (with the fix, once its handler is gone).
+        end = time.monotonic() + 5
+        while catches(sub.pid, signal.SIGINT) and time.monotonic() < end:
+            time.sleep(0.02)
+        sub.send_signal(signal.SIGINT)
+        try:
+            sub.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.fail("aural sub still writing 30 s after a second SIGINT")
+        self.assertEqual(sub.returncode, -signal.SIGINT)
         self.stop_clean(d)
 
     def test_bf16_precision_is_said_and_equals_offline_encoding(self):
@@ -926,6 +968,26 @@ class TestChunking(DaemonTest):
         # // 100 = 238 frames, 4 whole chunks of 50 and a final one each.
         self.assertEqual(rep["chunks_expected"], 2 * (238 // 50 + 1))
         self.assertEqual(rep["chunks_received"], rep["chunks_expected"])
+        self.assertEqual(rep["chunks_lost"], 0)
+        self.stop_clean(d)
+
+
+class TestLoadTool(DaemonTest):
+    def test_interrupted_load_reports_and_exits_130(self):
+        # Ctrl-C ended aural load with status 3, which says chunks were
+        # lost; every other command exits 130 when interrupted.
+        d = self.start()
+        load = subprocess.Popen([AURAL, "load", "-s", d.path, "-n", "1",
+                                 "--seconds", "60", "--json"],
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(load.kill)
+        wait_catches(load.pid, signal.SIGINT)
+        load.send_signal(signal.SIGINT)
+        out, err = load.communicate(timeout=60)
+        self.assertEqual(load.returncode, 130, err)
+        rep = json.loads(out)
+        self.assertIs(rep["interrupted"], True)
         self.assertEqual(rep["chunks_lost"], 0)
         self.stop_clean(d)
 
@@ -1719,6 +1781,34 @@ class TestShutdown(DaemonTest):
             os.kill(d.proc.pid, signal.SIGCONT)
         self.assertIn("streams", run(AURAL, "stats", "-s", d.path).stdout)
         self.stop_clean(d)
+
+    def test_send_says_how_much_went_when_aurald_stops(self):
+        # aural send to a daemon that stops in the middle said only
+        # "aurald: SHUTDOWN: ...": not what the stream holds.
+        d = self.start()
+        send = subprocess.Popen([AURAL, "send", "-q", "-s", d.path,
+                                 "--name", "talk", "--realtime",
+                                 self.wav(30.0)],
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(send.kill)
+        end = time.monotonic() + 30
+        with ac.Client(d.path, timeout=10) as c:
+            while not any(x["name"] == "talk" and x["frames"] > 0
+                          for x in c.stats()["streams"]):
+                self.assertIsNone(send.poll())
+                self.assertLess(time.monotonic(), end)
+                time.sleep(0.05)
+        self.stop_clean(d)
+        out, err = send.communicate(timeout=60)
+        self.assertEqual(send.returncode, 1, err)
+        self.assertIn("SHUTDOWN", err)
+        m = re.search(r"stream 'talk' ended after ([0-9.]+) s of audio sent",
+                      err)
+        self.assertIsNotNone(m, err)
+        self.assertGreater(float(m.group(1)), 0)
+        self.assertLess(float(m.group(1)), 30)
+        self.assertEqual(out, "")
 
     def test_sigterm_flushes_final_chunks_to_everyone(self):
         d = self.start("--file", self.wav(30.0, name="long.wav"),
@@ -2565,6 +2655,33 @@ def wait_stopped(pid):
     raise AssertionError("process %d did not stop" % pid)
 
 
+def catches(pid, sig):
+    """Whether process pid has a handler of sig installed (SigCgt in
+    /proc/PID/status)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+def wait_catches(pid, sig, deadline_s=30):
+    """Until process pid has its handler of sig installed."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if catches(pid, sig):
+            return
+        time.sleep(0.02)
+    raise AssertionError("no handler of signal %d after %d s"
+                         % (sig, deadline_s))
+
+
+def pipe_bytes(fd):
+    """The bytes waiting in the pipe or FIFO whose reading end is fd."""
+    buf = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    return struct.unpack("i", buf)[0]
+
+
 def vm_size_kb(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -3034,6 +3151,39 @@ class TestHostileServer(unittest.TestCase):
                                 frame_length_ms=25, n_mels=80, n_layers=1,
                                 window=50)
         return welcome
+
+    def listener_taking_nothing(self):
+        """A socket path whose server accepts no connection and whose
+        listen queue is full, as a stopped or stuck aurald's: a blocking
+        connect to it waits."""
+        path, ls = self.listener()
+        ls.listen(0)
+        while True:
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            self.addCleanup(c.close)
+            try:
+                c.connect(path)
+            except BlockingIOError:
+                return path
+
+    def test_clients_give_up_on_a_server_that_takes_no_connection(self):
+        # The connect waited for ever, and took a signal as a reason to
+        # try again: aural stats never ended, nor aural sub on Ctrl-C.
+        path = self.listener_taking_nothing()
+        p = run(AURAL, "stats", "-s", path, check=False, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("took no connection", p.stderr)
+        sub = subprocess.Popen([AURAL, "sub", "-s", path, "--all"],
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        self.addCleanup(sub.kill)
+        wait_catches(sub.pid, signal.SIGINT)
+        sub.send_signal(signal.SIGINT)
+        out, err = sub.communicate(timeout=60)
+        self.assertEqual(sub.returncode, 130, err)
+        self.assertEqual(err, "aural sub: interrupted\n")
+        self.assertEqual(out, "")
 
     def test_malformed_events_are_protocol_errors(self):
         deep = b"[" * 100000 + b"]" * 100000

@@ -64,7 +64,8 @@ class G2P(unittest.TestCase):
     def test_bad_words_are_named(self):
         for bad in ["", "two words", "a,b", "x" * 65, "\x01ctl"]:
             rc, out, err = pronounce([bad])
-            self.assertEqual(rc, 1, bad)
+            # A word of the wrong form is a bad command line.
+            self.assertEqual(rc, 2, bad)
             self.assertIn("custom words", err)
             self.assertEqual(out, "")
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -420,17 +421,34 @@ static int open_socket(aural_client *c, const char *path, char *err,
     snprintf(err, err_len, "socket: %s", strerror(errno));
     return -1;
   }
-  int rc;
-  do
-    rc = connect(c->fd, (struct sockaddr *)&sa, sizeof sa);
-  while (rc < 0 && errno == EINTR);
-  if (rc == 0) return check_server(c, path, err, err_len);
+  /* A server that takes no connections (stopped, or stuck with its
+   * listen queue full) holds a blocking connect for ever: SO_SNDTIMEO
+   * bounds the wait of a Unix socket's connect to c->timeout_ms, as the
+   * reads are bounded, and a signal ends it (the command's Ctrl-C). The
+   * sends after it wait as long as they must. */
+  struct timeval tv = {.tv_sec = c->timeout_ms / 1000,
+                       .tv_usec = (c->timeout_ms % 1000) * 1000};
+  if (c->timeout_ms >= 0)
+    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  int rc = connect(c->fd, (struct sockaddr *)&sa, sizeof sa);
   int e = errno;
+  struct timeval none = {0};
+  setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+  if (rc == 0) return check_server(c, path, err, err_len);
   struct stat st;
   if ((e == ECONNREFUSED || e == ENOTSOCK) && stat(path, &st) == 0 &&
       !S_ISSOCK(st.st_mode))
     e = ENOTSOCK;
   switch (e) {
+  case EINTR:
+    snprintf(err, err_len, "interrupted");
+    break;
+  case EAGAIN:
+    snprintf(err, err_len,
+             "%s: aurald took no connection in %d s (is it stopped, or "
+             "stuck?)",
+             path, (c->timeout_ms + 999) / 1000);
+    break;
   case ENOENT:
     snprintf(err, err_len, "aurald not running? no socket at %s", path);
     break;

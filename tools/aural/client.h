@@ -93,10 +93,11 @@ typedef struct client_msg {
 const char *client_default_socket(char *buf, size_t len);
 
 /* Connects to path (NULL: the default) and does the HELLO/WELCOME
- * handshake, introducing itself as name; reads wait CLIENT_TIMEOUT_MS
- * (c->timeout_ms), the handshake's too. The default path's directory
- * (/tmp/aural-UID, /run/aural) must be owned by us or root and writable by
- * nobody else, and the server must run as us, root, user aural (the
+ * handshake, introducing itself as name; the connect (to a server whose
+ * listen queue is full) and reads wait CLIENT_TIMEOUT_MS (c->timeout_ms),
+ * the handshake's too, and a signal ends the wait. The default path's
+ * directory (/tmp/aural-UID, /run/aural) must be owned by us or root and
+ * writable by nobody else, and the server must run as us, root, user aural (the
  * service) or the user in $AURAL_SERVER_USER; this is checked before
  * anything is sent. On failure returns -1 with a readable message in err
  * (no socket, permission, path too long, an untrusted directory or

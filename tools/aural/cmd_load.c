@@ -107,10 +107,12 @@ static void usage(FILE *to) {
 "Example:\n"
 "  aural load -n 20 --seconds 60 --json\n"
 "\n"
-"Exit status: 0 when every chunk arrived, 1 on an error (aurald\n"
-"unreachable or refusing a stream, INPUT unreadable), 2 for a bad\n"
-"command line, 3 when chunks were lost or missing or the run was\n"
-"interrupted (the report covers what ran).\n");
+"Ctrl-C ends the run early; the report covers what was measured.\n"
+"\n"
+"Exit status: 0 when every chunk arrived, 1 when aurald could not be\n"
+"reached or refused a stream or INPUT could not be read, 2 for a bad\n"
+"command line, 3 when chunks were lost or missing, 130 when interrupted\n"
+"(after the report).\n");
 }
 
 /* Reads the recording once and converts it to 16-bit mono at its rate. */
@@ -631,7 +633,8 @@ static int report_load(load_run *r, const load_result *res, size_t block_ms,
   }
   free(all);
   free(per);
-  return (chunks == expected && lost == 0 && !interrupted) ? 0 : 3;
+  if (interrupted) return EXIT_SIGNAL;
+  return chunks == expected && lost == 0 ? EXIT_OK : 3;
 }
 
 int cmd_load(int argc, char **argv) {

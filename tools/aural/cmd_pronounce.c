@@ -19,6 +19,9 @@ static void usage(FILE *to) {
           "dialect of the g2p map, mapped into the model's tokens the way its\n"
           "training labels were. The lines are in the lexicon's format.\n"
           "\n"
+          "A WORD is 1-64 bytes of UTF-8 without spaces, commas or control\n"
+          "characters, and does not start with '#'.\n"
+          "\n"
           "Options:\n"
           "  -m, --model PATH   the model (default: the bundled one)\n"
           "      --g2p PATH     the g2p map (default: MODEL.g2p.txt)\n"
@@ -27,8 +30,9 @@ static void usage(FILE *to) {
           "Example:\n"
           "  aural pronounce Dashwood Kubernetes\n"
           "\n"
-          "Exit status: 0 on success, 1 when a word cannot be pronounced or a\n"
-          "file cannot be read, 2 for a bad command line.\n");
+          "Exit status: 0 on success, 1 when a word cannot be pronounced or\n"
+          "a file cannot be read, 2 for a bad command line (a WORD of the\n"
+          "wrong form among them).\n");
 }
 
 int cmd_pronounce(int argc, char **argv) {
@@ -55,6 +59,16 @@ int cmd_pronounce(int argc, char **argv) {
     fprintf(stderr, "aural pronounce: no WORD given\n"
                     "(see 'aural pronounce --help')\n");
     return EXIT_USAGE;
+  }
+  /* A word that no model could take is a bad command line, told before
+   * the model is loaded. */
+  for (int i = optind; i < argc; i++) {
+    aural_err werr = {0};
+    if (aural_g2p_check_word(argv[i], &werr) < 0) {
+      fprintf(stderr, "aural pronounce: %s\n(see 'aural pronounce --help')\n",
+              werr.msg);
+      return EXIT_USAGE;
+    }
   }
   if (model_path == NULL) model_path = cli_default_model();
   char path_buf[4096];

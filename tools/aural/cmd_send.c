@@ -91,6 +91,9 @@ static void usage(FILE *to) {
           "call.flac\n"
           "  aural send --cluster redis://10.0.0.5/0 --name call-17 call.flac\n"
           "\n"
+          "Ctrl-C ends the stream with the audio sent so far; a second\n"
+          "Ctrl-C ends the command at once (as while it waits on a FIFO).\n"
+          "\n"
           "Exit status: 0 when the whole file was encoded (with --cluster:\n"
           "stored), 1 on an error (unreadable file, aurald or Redis\n"
           "unreachable or refusing the audio, a cluster stream of that name\n"
@@ -140,6 +143,8 @@ typedef struct send_job {
   aural_client *cl;    /* aurald, or ... */
   cluster_conn redis;  /* ... the cluster's Redis */
   uint32_t stream_id;
+  bool opened;         /* the server opened our stream */
+  uint64_t sent;       /* frames sent in AUDIO_DATA */
   int stream_failed;   /* the server rejected our audio */
   char err[512];
 } send_job;
@@ -359,6 +364,7 @@ static int open_stream(send_job *job) {
     return -1;
   }
   job->stream_id = m.h.stream_id;
+  job->opened = true;
   snprintf(job->name, sizeof job->name, "%s", m.u.opened.name);
   /* From here the server may rightly be slow to read (flow control) and
    * AUDIO_CLOSED comes once the stream is computed: no time limit. */
@@ -378,6 +384,7 @@ static int run_local(send_job *job) {
 
   double t0 = cli_now_s();
   uint64_t sent = 0;
+  job->sent = 0;
   for (;;) {
     size_t got;
     if (audio_next(job, &got) < 0) return -1;
@@ -390,6 +397,7 @@ static int run_local(send_job *job) {
     if (r < 0 && !interrupted) explain_failure(job);
     if (r < 0 || interrupted) return -1;
     sent += got;
+    job->sent = sent;
     if (drain(job) < 0) return -1;
   }
 
@@ -709,6 +717,12 @@ static int run(send_job *job) {
   if (rc == 0) rc = job->cluster_url ? run_cluster(job) : run_local(job);
   if (interrupted) snprintf(job->err, sizeof job->err, "interrupted");
   if (rc < 0) fprintf(stderr, "aural send: %s\n", job->err);
+  /* A stream that ended early (interrupted, aurald stopping or gone)
+   * holds the audio sent so far: how much, as --cluster says. */
+  if (rc < 0 && job->opened)
+    fprintf(stderr, "aural send: stream '%s' ended after %.2f s of audio "
+                    "sent\n",
+            job->name, (double)job->sent / job->audio.rate);
   client_close(job->cl);
   cluster_close(&job->redis);
   audio_close(&job->audio);
@@ -837,7 +851,12 @@ int cmd_send(int argc, char **argv) {
     return EXIT_USAGE;
   }
 
-  struct sigaction sa = {.sa_handler = on_signal};
+  /* The first Ctrl-C (or SIGTERM) stops where it can: the stream ends
+   * with the audio sent so far. The second ends the process at once
+   * (SA_RESETHAND): libsndfile reads again when a signal interrupts its
+   * read, so a FIFO input whose writer is idle would otherwise hold the
+   * command for as long as no audio comes. */
+  struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);

@@ -150,6 +150,9 @@ static void usage(FILE *to) {
           "  aural sub --stream speech.wav --dtype f16 -o speech-emb.npy\n"
           "  aural sub --cluster redis://10.0.0.5 --stream call-17 --from 40\n"
           "\n"
+          "Ctrl-C stops the command, and -o writes nothing; a second\n"
+          "Ctrl-C ends it at once (as while a -o FIFO is not read).\n"
+          "\n"
           "Exit status: 0 after the end of the stream(s) with --until-end or\n"
           "-o (with --cluster, after the final chunk); 1 on an error (aurald\n"
           "or Redis unreachable, refused subscription, lost chunks with -o);\n"
@@ -1104,7 +1107,11 @@ int cmd_sub(int argc, char **argv) {
   if (job.stream == NULL) job.all = 1;
   job.tty = isatty(STDOUT_FILENO);
 
-  struct sigaction sa = {.sa_handler = on_signal};
+  /* The first Ctrl-C (or SIGTERM) stops where it can and writes no -o.
+   * The second ends the process at once (SA_RESETHAND): a write to a -o
+   * FIFO or device whose reader does not read is made again when a
+   * signal interrupts it, and would hold the command for as long. */
+  struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);

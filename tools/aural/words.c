@@ -130,6 +130,15 @@ int words_request(const char *list, const char *boost,
              AURAL_PROTO_VOCAB_MAX, AURAL_PROTO_VOCAB_WORD_MAX);
     return -1;
   }
+  /* A word that no server can take (a space, a leading '#', ...) is a
+   * bad command line, told before anything is sent. */
+  for (int i = 0; i < n; i++) {
+    aural_err werr = {0};
+    if (aural_g2p_check_word(words[i], &werr) < 0) {
+      snprintf(err, err_len, "--vocabulary: %s", werr.msg);
+      return -1;
+    }
+  }
   for (int i = 0; i < n; i++) strcpy(v->words[i], words[i]);
   v->n_words = (uint32_t)n;
   if (boost != NULL) {

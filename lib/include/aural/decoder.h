@@ -190,6 +190,10 @@ int aural_g2p_lexicon(const aural_g2p *g, const char *const *words, size_t n,
  * malloc'd into *out, for tools. */
 int aural_g2p_text(const aural_g2p *g, const char *const *words, size_t n,
                    char **out, aural_err *err);
+/* Whether word has the form the two above take (without pronouncing it):
+ * 0, or AURAL_EINVAL with err naming the problem. For a tool to tell a
+ * bad command line from a word that cannot be said. Thread-safe. */
+int aural_g2p_check_word(const char *word, aural_err *err);
 
 /* --- decoder -------------------------------------------------------------- */
 
