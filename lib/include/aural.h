@@ -53,9 +53,11 @@
  * its own. Its only process-wide state is set once, on first use, and
  * guarded: the compute kernels chosen for this CPU (aural_isa_name(),
  * aural_gemm_name(); the environment variable AURAL_ISA may force a set,
- * and a set the CPU cannot run is refused with the library's one line on
- * stderr), FFTW's planner, made thread-safe, and libespeak-ng (custom
- * words, aural/decoder.h), whose every use is serialized. Opens of audio
+ * and a set the CPU cannot run is refused with a line on stderr; so are
+ * AVX512-BF16 dot products that disagree with their emulation, which
+ * precision bf16 then uses: the library's only output), FFTW's planner,
+ * made thread-safe, and libespeak-ng (custom words, aural/decoder.h),
+ * whose every use is serialized. Opens of audio
  * files are serialized too: libsndfile says why an open failed in one
  * variable for the whole process (aural/audiofile.h). Objects are not
  * thread-safe; use one per thread or stream. A model is read-only once
