@@ -1511,6 +1511,18 @@ class TestServiceManager(DaemonTest):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("file %s" % b, p.stderr)
         self.assertNotIn("file %s" % a, p.stderr)
+        # A file's "realtime", on its own line or in file-realtime, paces
+        # the file before it: it goes with the files it paces.
+        paced = os.path.join(self.tmp, "r.conf")
+        with open(paced, "w") as f:
+            f.write("file-realtime = %s\nfile = %s\nrealtime = yes\n"
+                    "exit-when-done = yes\nthreads = 1\n" % (a, a))
+        p = run(AURALD, "-m", TINY, "-s", sock, "--config", paced,
+                "--no-file", "--file", b, check=False, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("file %s" % b, p.stderr)
+        self.assertNotIn("real time", p.stderr)
+        self.assertNotIn("file %s" % a, p.stderr)
         # Without the file's exit-when-done as well, nothing is left to
         # wait for: refused, as on a command line alone.
         p = run(*base, "--no-mic", "--no-file", "--no-exit-when-done",
