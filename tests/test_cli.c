@@ -587,9 +587,9 @@ static void test_sigint_leaves_nothing(void **state) {
   assert_dir_holds(fx->out_dir, NULL);
 }
 
-/* Whether process pid catches SIGINT now (its handler is installed):
+/* Whether process pid catches signal sig now (its handler is installed):
  * from the SigCgt mask in /proc/PID/status. */
-static int catches_sigint(pid_t pid) {
+static int catches_signal(pid_t pid, int sig) {
   char path[64], line[256];
   snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
   FILE *f = fopen(path, "r");
@@ -598,16 +598,15 @@ static int catches_sigint(pid_t pid) {
   while (fgets(line, sizeof line, f) != NULL)
     if (sscanf(line, "SigCgt: %llx", &mask) == 1) break;
   fclose(f);
-  return (mask >> (SIGINT - 1)) & 1;
+  return (mask >> (sig - 1)) & 1;
 }
 
-/* A second Ctrl-C ends the tool at once. The first asks it to stop where
- * it can, but a read from a FIFO whose writer is idle does not end on a
- * signal (libsndfile reads again), so that the tool waited for audio that
- * may never come, deaf to every further Ctrl-C. Nothing is left behind
- * either way. */
-static void test_second_sigint_quits_at_once(void **state) {
-  fixture *fx = *state;
+/* A second Ctrl-C (or a SIGTERM after a Ctrl-C) ends the tool at once.
+ * The first asks it to stop where it can, but a read from a FIFO whose
+ * writer is idle does not end on a signal (libsndfile reads again), so
+ * that the tool waited for audio that may never come, deaf to every
+ * further Ctrl-C. Nothing is left behind either way. */
+static void second_signal_quits_at_once(fixture *fx, int second) {
   char in[PATH_BYTES], out[PATH_BYTES];
   input_path(in, fx, "live.wav");
   snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
@@ -619,9 +618,10 @@ static void test_second_sigint_quits_at_once(void **state) {
   assert_true(busy);
   assert_int_equal(kill(pid, SIGINT), 0);
   /* The first one must have arrived before the second is sent (two
-   * pending signals are one): with the fix its handler is gone then. */
-  for (int i = 0; i < 500 && catches_sigint(pid); i++) sleep_ms(10);
-  assert_int_equal(kill(pid, SIGINT), 0);
+   * pending signals are one): with the fix the second's handler is gone
+   * then. */
+  for (int i = 0; i < 500 && catches_signal(pid, second); i++) sleep_ms(10);
+  assert_int_equal(kill(pid, second), 0);
   int status = 0, gone = 0;
   for (int i = 0; i < 500 && !gone; i++) {
     pid_t got = waitpid(pid, &status, WNOHANG);
@@ -633,12 +633,21 @@ static void test_second_sigint_quits_at_once(void **state) {
   if (!gone) {
     waitpid(pid, &status, 0);
     signal(SIGPIPE, old_pipe);
-    fail_msg("still waiting for audio 5 s after a second SIGINT");
+    fail_msg("still waiting for audio 5 s after a second signal (%s)",
+             strsignal(second));
   }
   signal(SIGPIPE, old_pipe);
   assert_true(WIFSIGNALED(status));
-  assert_int_equal(WTERMSIG(status), SIGINT);
+  assert_int_equal(WTERMSIG(status), second);
   assert_dir_holds(fx->out_dir, NULL);
+}
+
+static void test_second_sigint_quits_at_once(void **state) {
+  second_signal_quits_at_once(*state, SIGINT);
+}
+
+static void test_sigterm_after_sigint_quits_at_once(void **state) {
+  second_signal_quits_at_once(*state, SIGTERM);
 }
 
 /* ---- Good inputs against the goldens. ---- */
@@ -1627,6 +1636,7 @@ int main(void) {
       T(test_output_is_directory),
       T(test_sigint_leaves_nothing),
       T(test_second_sigint_quits_at_once),
+      T(test_sigterm_after_sigint_quits_at_once),
       T(test_goldens),
       T(test_summary_and_show),
       T(test_show_memory_bounded),
