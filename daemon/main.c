@@ -674,6 +674,14 @@ static size_t option_of_word(const char *word) {
   return 0;
 }
 
+/* The index in options[] of the option whose getopt id is id. */
+static size_t option_index(int id) {
+  for (size_t i = 0; i < N_OPTIONS; i++)
+    if (options[i].id == id) return i;
+  assert(!"every id is in options[]");
+  return 0;
+}
+
 /* Options from the config file (if any), less those the command line
  * takes back with --no-NAME, then the command line, which wins. cw keeps
  * the file's words alive: options point into them. Returns
@@ -698,6 +706,11 @@ static int load_options(int argc, char **argv, const char *conf,
     bool negated[N_OPTIONS];
     int answer;
     find_config(argc, argv, &answer, negated);
+    /* "realtime" paces the file before it ("file-realtime = PATH" is both
+     * words): with the file's files left out, it would pace nothing and
+     * be refused as a --realtime without a --file. */
+    if (negated[option_index(OPT_FILE)])
+      negated[option_index(OPT_REALTIME)] = true;
     /* One line of the file at a time, so that an error names its line. */
     for (size_t i = 1, j; i < cw->n; i = j) {
       char *line_argv[4] = {cw->words[0]};

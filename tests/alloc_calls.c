@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "helpers.h"
@@ -27,7 +28,30 @@
 
 static _Thread_local unsigned long n_alloc_calls;
 
-unsigned long test_alloc_calls(void) { return n_alloc_calls; }
+/* Through a volatile pointer, so that the compiler cannot leave out the
+ * pair of calls the check below makes. */
+static void *(*volatile check_malloc)(size_t) = malloc;
+static void (*volatile check_free)(void *) = free;
+
+/* A count that stayed 0 (a sanitizer whose hook is not installed, a
+ * libc whose calls do not reach ours) would pass every "allocates
+ * nothing" test without checking anything: the first reading on each
+ * thread makes one allocation and fails the program if it went
+ * uncounted. */
+unsigned long test_alloc_calls(void) {
+  static _Thread_local int checked;
+  if (!checked) {
+    unsigned long before = n_alloc_calls;
+    check_free(check_malloc(24));
+    if (n_alloc_calls == before) {
+      fprintf(stderr, "tests/alloc_calls.c: a malloc() went uncounted; "
+                      "the allocation tests would check nothing\n");
+      abort();
+    }
+    checked = 1;
+  }
+  return n_alloc_calls;
+}
 
 #ifdef SANITIZER_ALLOCATOR
 

@@ -617,9 +617,9 @@ static void test_sigint_leaves_nothing(void **state) {
   assert_dir_holds(fx->out_dir, NULL);
 }
 
-/* Whether process pid catches SIGINT now (its handler is installed):
+/* Whether process pid catches signal sig now (its handler is installed):
  * from the SigCgt mask in /proc/PID/status. */
-static int catches_sigint(pid_t pid) {
+static int catches_signal(pid_t pid, int sig) {
   char path[64], line[256];
   snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
   FILE *f = fopen(path, "r");
@@ -628,18 +628,19 @@ static int catches_sigint(pid_t pid) {
   while (fgets(line, sizeof line, f) != NULL)
     if (sscanf(line, "SigCgt: %llx", &mask) == 1) break;
   fclose(f);
-  return (mask >> (SIGINT - 1)) & 1;
+  return (mask >> (sig - 1)) & 1;
 }
 
-/* Sends SIGINT to pid twice, the second once the first has arrived (two
+/* Sends SIGINT to pid, then signal second once the first has arrived (two
  * pending signals are one), and checks that the second ended it at once,
- * by the signal. fd, the writer of the FIFO the tool reads, is closed only
- * afterwards: the tool had no audio to wake it. */
-static void assert_second_sigint_ends(fixture *fx, pid_t pid, int fd) {
+ * by that signal. fd, the writer of the FIFO the tool reads, is closed
+ * only afterwards: the tool had no audio to wake it. */
+static void assert_second_signal_ends(fixture *fx, pid_t pid, int fd,
+                                      int second) {
   assert_int_equal(kill(pid, SIGINT), 0);
-  /* With the fix its handler is gone once the first one arrived. */
-  for (int i = 0; i < 500 && catches_sigint(pid); i++) sleep_ms(10);
-  assert_int_equal(kill(pid, SIGINT), 0);
+  /* With the fix the second's handler is gone once the first arrived. */
+  for (int i = 0; i < 500 && catches_signal(pid, second); i++) sleep_ms(10);
+  assert_int_equal(kill(pid, second), 0);
   int status = 0, gone = 0;
   for (int i = 0; i < 500 && !gone; i++) {
     pid_t got = waitpid(pid, &status, WNOHANG);
@@ -650,20 +651,20 @@ static void assert_second_sigint_ends(fixture *fx, pid_t pid, int fd) {
   close(fd);
   if (!gone) {
     waitpid(pid, &status, 0);
-    fail_msg("still waiting for audio 5 s after a second SIGINT");
+    fail_msg("still waiting for audio 5 s after a second signal (%s)",
+             strsignal(second));
   }
   assert_true(WIFSIGNALED(status));
-  assert_int_equal(WTERMSIG(status), SIGINT);
+  assert_int_equal(WTERMSIG(status), second);
   assert_dir_holds(fx->out_dir, NULL);
 }
 
-/* A second Ctrl-C ends the tool at once. The first asks it to stop where
- * it can, but a read from a FIFO whose writer is idle does not end on a
- * signal (libsndfile reads again), so that the tool waited for audio that
- * may never come, deaf to every further Ctrl-C. Nothing is left behind
- * either way. */
-static void test_second_sigint_quits_at_once(void **state) {
-  fixture *fx = *state;
+/* A second Ctrl-C (or a SIGTERM after a Ctrl-C) ends the tool at once.
+ * The first asks it to stop where it can, but a read from a FIFO whose
+ * writer is idle does not end on a signal (libsndfile reads again), so
+ * that the tool waited for audio that may never come, deaf to every
+ * further Ctrl-C. Nothing is left behind either way. */
+static void second_signal_quits_at_once(fixture *fx, int second) {
   char in[PATH_BYTES], out[PATH_BYTES];
   input_path(in, fx, "live.wav");
   snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
@@ -673,7 +674,7 @@ static void test_second_sigint_quits_at_once(void **state) {
   int busy;
   int fd = start_live_encode(fx, in, args, &pid, &busy);
   assert_true(busy);
-  assert_second_sigint_ends(fx, pid, fd);
+  assert_second_signal_ends(fx, pid, fd, second);
   signal(SIGPIPE, old_pipe);
 }
 
@@ -703,7 +704,15 @@ static void test_send_second_sigint_quits_at_once(void **state) {
     waitpid(pid, NULL, 0);
     fail_msg("aural send never opened %s", in);
   }
-  assert_second_sigint_ends(fx, pid, fd);
+  assert_second_signal_ends(fx, pid, fd, SIGINT);
+}
+
+static void test_second_sigint_quits_at_once(void **state) {
+  second_signal_quits_at_once(*state, SIGINT);
+}
+
+static void test_sigterm_after_sigint_quits_at_once(void **state) {
+  second_signal_quits_at_once(*state, SIGTERM);
 }
 
 /* ---- Good inputs against the goldens. ---- */
@@ -1693,6 +1702,7 @@ int main(void) {
       T(test_sigint_leaves_nothing),
       T(test_second_sigint_quits_at_once),
       T(test_send_second_sigint_quits_at_once),
+      T(test_sigterm_after_sigint_quits_at_once),
       T(test_goldens),
       T(test_summary_and_show),
       T(test_show_memory_bounded),

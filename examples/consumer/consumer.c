@@ -43,9 +43,6 @@ static const char *stream_name(uint32_t id) {
   return "?";
 }
 
-/* The default socket path of aurald and its clients: $AURAL_SOCKET, else
- * $XDG_RUNTIME_DIR/aural.sock, else /run/aural/aural.sock for root, else
- * /tmp/aural-UID/aural.sock. */
 /* The path aurald and its clients use when none is given (the codec's
  * rule: $AURAL_SOCKET, $XDG_RUNTIME_DIR, ...), and the system service's
  * when that is not there and no $AURAL_SOCKET asks for it. */

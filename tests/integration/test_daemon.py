@@ -1573,6 +1573,18 @@ class TestServiceManager(DaemonTest):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("file %s" % b, p.stderr)
         self.assertNotIn("file %s" % a, p.stderr)
+        # A file's "realtime", on its own line or in file-realtime, paces
+        # the file before it: it goes with the files it paces.
+        paced = os.path.join(self.tmp, "r.conf")
+        with open(paced, "w") as f:
+            f.write("file-realtime = %s\nfile = %s\nrealtime = yes\n"
+                    "exit-when-done = yes\nthreads = 1\n" % (a, a))
+        p = run(AURALD, "-m", TINY, "-s", sock, "--config", paced,
+                "--no-file", "--file", b, check=False, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("file %s" % b, p.stderr)
+        self.assertNotIn("real time", p.stderr)
+        self.assertNotIn("file %s" % a, p.stderr)
         # Without the file's exit-when-done as well, nothing is left to
         # wait for: refused, as on a command line alone.
         p = run(*base, "--no-mic", "--no-file", "--no-exit-when-done",
@@ -3037,9 +3049,18 @@ class TestReviewFindings(DaemonTest):
         # The step took: the daemon's clock moved an hour in 4 s.
         self.assertGreater(chunks[-1].emitted_us - chunks[0].emitted_us,
                            3600e6)
-        for ch in chunks[:3] + chunks[4:]:
+        # The step lands after the third chunk has arrived, but which
+        # chunk it straddles (made before it, sent after) depends on how
+        # late this process writes it: on a loaded machine that can be
+        # the fifth as well as the fourth. One chunk at most, from the
+        # fourth on; none goes back in time.
+        off = []
+        for i, ch in enumerate(chunks):
             self.assertGreaterEqual(ch.emitted_us - ch.ready_us, 0, ch.seq)
-            self.assertLess(ch.emitted_us - ch.ready_us, 60e6, ch.seq)
+            if ch.emitted_us - ch.ready_us >= 60e6:
+                off.append(i)
+        self.assertLessEqual(len(off), 1, off)
+        self.assertTrue(all(i >= 3 for i in off), off)
 
     def test_file_stream_names_are_cleaned_then_made_unique(self):
         """Two files called "a b.wav": their names are cleaned ("a_b.wav")

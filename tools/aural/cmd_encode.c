@@ -34,7 +34,15 @@
 #define FIFO_NOTICE_MS 250
 
 static volatile sig_atomic_t interrupted;
-static void on_signal(int sig) { interrupted = sig; }
+/* The first SIGINT or SIGTERM asks the work to stop; either one after it
+ * ends the process (the default action), whichever came first: with
+ * SA_RESETHAND alone a Ctrl-C left SIGTERM caught, and a 'kill' after it
+ * was swallowed as the first was. signal() is async-signal-safe. */
+static void on_signal(int sig) {
+  interrupted = sig;
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+}
 
 static void usage(FILE *to) {
   fprintf(to,
