@@ -680,9 +680,9 @@ static void second_signal_quits_at_once(fixture *fx, int second) {
 
 /* aural send reading a FIFO whose writer has written nothing yet waits in
  * libsndfile's read of the header, which a signal does not end: the
- * second Ctrl-C must. (No aurald is needed: the input is read first.) */
-static void test_send_second_sigint_quits_at_once(void **state) {
-  fixture *fx = *state;
+ * second Ctrl-C, or a SIGTERM after the first, must. (No aurald is
+ * needed: the input is read first.) */
+static void send_second_signal_quits_at_once(fixture *fx, int second) {
   char in[PATH_BYTES], sock[PATH_BYTES];
   input_path(in, fx, "live.wav");
   snprintf(sock, sizeof sock, "%s/none.sock", fx->root);
@@ -704,7 +704,15 @@ static void test_send_second_sigint_quits_at_once(void **state) {
     waitpid(pid, NULL, 0);
     fail_msg("aural send never opened %s", in);
   }
-  assert_second_signal_ends(fx, pid, fd, SIGINT);
+  assert_second_signal_ends(fx, pid, fd, second);
+}
+
+static void test_send_second_sigint_quits_at_once(void **state) {
+  send_second_signal_quits_at_once(*state, SIGINT);
+}
+
+static void test_send_sigterm_after_sigint_quits_at_once(void **state) {
+  send_second_signal_quits_at_once(*state, SIGTERM);
 }
 
 static void test_second_sigint_quits_at_once(void **state) {
@@ -1702,6 +1710,7 @@ int main(void) {
       T(test_sigint_leaves_nothing),
       T(test_second_sigint_quits_at_once),
       T(test_send_second_sigint_quits_at_once),
+      T(test_send_sigterm_after_sigint_quits_at_once),
       T(test_sigterm_after_sigint_quits_at_once),
       T(test_goldens),
       T(test_summary_and_show),

@@ -331,6 +331,14 @@ class TestPushedStreams(DaemonTest):
         # -o into a FIFO whose reader does not read: at the stream's end
         # the write waits, and a write that a signal interrupts is made
         # again, so every Ctrl-C was swallowed. The second must end it.
+        self.second_signal_ends_sub_stuck_writing(signal.SIGINT)
+
+    def test_sigterm_after_sigint_ends_sub_stuck_writing_its_fifo(self):
+        # So must a SIGTERM after the Ctrl-C (the first's handler reset
+        # only the signal that came).
+        self.second_signal_ends_sub_stuck_writing(signal.SIGTERM)
+
+    def second_signal_ends_sub_stuck_writing(self, second):
         d = self.start()
         fifo = os.path.join(self.tmp, "out.fifo")
         os.mkfifo(fifo)
@@ -357,14 +365,15 @@ class TestPushedStreams(DaemonTest):
         # Two pending signals are one: the second goes once the first
         # arrived (with the fix, once its handler is gone).
         end = time.monotonic() + 5
-        while catches(sub.pid, signal.SIGINT) and time.monotonic() < end:
+        while catches(sub.pid, second) and time.monotonic() < end:
             time.sleep(0.02)
-        sub.send_signal(signal.SIGINT)
+        sub.send_signal(second)
         try:
             sub.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            self.fail("aural sub still writing 30 s after a second SIGINT")
-        self.assertEqual(sub.returncode, -signal.SIGINT)
+            self.fail("aural sub still writing 30 s after a second signal "
+                      "(%s)" % signal.Signals(second).name)
+        self.assertEqual(sub.returncode, -second)
         self.stop_clean(d)
 
     def test_bf16_precision_is_said_and_equals_offline_encoding(self):

@@ -53,6 +53,18 @@ int cli_stdout_flush(char *err, size_t err_bytes);
 int cli_read_stdin(void **bytes, size_t *n, const volatile sig_atomic_t *stop,
                    char *err, size_t err_bytes);
 
+/* SIGINT and SIGTERM to on_stop, for a command whose first one asks its
+ * work to stop where it can. on_stop records the signal and calls
+ * cli_stop_now_on_next(), so that either signal after it ends the process
+ * at once (the default action): a read from a FIFO whose writer is idle,
+ * or a write to one whose reader does not read, is made again when a
+ * signal interrupts it, and would otherwise hold the command for as long.
+ * (SA_RESETHAND alone resets only the signal that came: a Ctrl-C left
+ * SIGTERM caught.) */
+void cli_catch_stop(void (*on_stop)(int));
+/* Async-signal-safe: SIGINT and SIGTERM back to their default action. */
+void cli_stop_now_on_next(void);
+
 /* Monotonic wall clock and this thread's CPU time, in seconds. */
 double cli_now_s(void);
 double cli_thread_cpu_s(void);

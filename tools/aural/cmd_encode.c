@@ -35,13 +35,10 @@
 
 static volatile sig_atomic_t interrupted;
 /* The first SIGINT or SIGTERM asks the work to stop; either one after it
- * ends the process (the default action), whichever came first: with
- * SA_RESETHAND alone a Ctrl-C left SIGTERM caught, and a 'kill' after it
- * was swallowed as the first was. signal() is async-signal-safe. */
+ * ends the process (cli_catch_stop). */
 static void on_signal(int sig) {
   interrupted = sig;
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
+  cli_stop_now_on_next();
 }
 
 static void usage(FILE *to) {
@@ -1229,15 +1226,12 @@ int cmd_encode(int argc, char **argv) {
                   "slower than f32)");
 
   /* The first Ctrl-C stops the work where it can and writes nothing more;
-   * the second ends the process at once (SA_RESETHAND). That one is
-   * needed: libsndfile reads again when a signal interrupts its read, so
-   * a FIFO input whose writer is idle, or one that nobody opened for
-   * writing in a worker's open, would hold the command for as long as no
-   * audio comes. Outputs have no name until committed: nothing is left. */
-  struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+   * the second ends the process at once. That one is needed: libsndfile
+   * reads again when a signal interrupts its read, so a FIFO input whose
+   * writer is idle, or one that nobody opened for writing in a worker's
+   * open, would hold the command for as long as no audio comes. Outputs
+   * have no name until committed: nothing is left. */
+  cli_catch_stop(on_signal);
 
   if (batch_mode) {
     int brc = run_batch(&job, argv + optind, argc - optind, job.out_path,

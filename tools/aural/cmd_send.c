@@ -33,7 +33,10 @@
 #include "words.h"
 
 static volatile sig_atomic_t interrupted;
-static void on_signal(int sig) { interrupted = sig; }
+static void on_signal(int sig) {
+  interrupted = sig;
+  cli_stop_now_on_next();
+}
 
 static void usage(FILE *to) {
   char sock[128];
@@ -852,14 +855,11 @@ int cmd_send(int argc, char **argv) {
   }
 
   /* The first Ctrl-C (or SIGTERM) stops where it can: the stream ends
-   * with the audio sent so far. The second ends the process at once
-   * (SA_RESETHAND): libsndfile reads again when a signal interrupts its
-   * read, so a FIFO input whose writer is idle would otherwise hold the
-   * command for as long as no audio comes. */
-  struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+   * with the audio sent so far. The second ends the process at once:
+   * libsndfile reads again when a signal interrupts its read, so a FIFO
+   * input whose writer is idle would otherwise hold the command for as
+   * long as no audio comes. */
+  cli_catch_stop(on_signal);
 
   int rc = run(&job);
   if (interrupted) return EXIT_SIGNAL;

@@ -37,7 +37,10 @@
                                  answer in as long again, aurald is gone */
 
 volatile sig_atomic_t sub_interrupted;
-static void on_signal(int sig) { sub_interrupted = sig; }
+static void on_signal(int sig) {
+  sub_interrupted = sig;
+  cli_stop_now_on_next();
+}
 
 static void usage(FILE *to) {
   char sock[128];
@@ -1108,13 +1111,10 @@ int cmd_sub(int argc, char **argv) {
   job.tty = isatty(STDOUT_FILENO);
 
   /* The first Ctrl-C (or SIGTERM) stops where it can and writes no -o.
-   * The second ends the process at once (SA_RESETHAND): a write to a -o
-   * FIFO or device whose reader does not read is made again when a
-   * signal interrupts it, and would hold the command for as long. */
-  struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+   * The second ends the process at once: a write to a -o FIFO or device
+   * whose reader does not read is made again when a signal interrupts
+   * it, and would hold the command for as long. */
+  cli_catch_stop(on_signal);
 
   /* A bad -o is told now, not after a whole stream was received. */
   int rc = EXIT_OK;

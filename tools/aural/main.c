@@ -106,6 +106,18 @@ int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
   return 0;
 }
 
+void cli_stop_now_on_next(void) {
+  signal(SIGINT, SIG_DFL); /* signal() is async-signal-safe */
+  signal(SIGTERM, SIG_DFL);
+}
+
+void cli_catch_stop(void (*on_stop)(int)) {
+  struct sigaction sa = {.sa_handler = on_stop};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
 int cli_read_stdin(void **bytes, size_t *n, const volatile sig_atomic_t *stop,
                    char *err, size_t err_bytes) {
   size_t cap = 0;
