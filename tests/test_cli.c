@@ -557,12 +557,14 @@ static int wait_open_in(pid_t pid, const char *dir) {
  * length and 0.5 s of audio into it and waits until the tool has a file
  * in the output directory open. Returns the writing end of the FIFO (the
  * tool waits for more audio); *busy tells whether the output was seen. */
-static int start_live_encode(fixture *fx, const char *in,
-                             const char *const *args, pid_t *pid, int *busy) {
+/* Makes the FIFO in, starts `aural ARGS` reading it and returns the
+ * FIFO's writing end (blocking) once the tool has opened it, which it does
+ * after installing its signal handlers. */
+static int spawn_fifo_reader(fixture *fx, const char *in,
+                             const char *const *args, pid_t *pid) {
   assert_int_equal(mkfifo(in, 0600), 0);
   *pid = spawn_aural(fx, args);
-  /* A non-blocking open for writing succeeds once the tool has the FIFO
-   * open for reading, which it does after installing its handlers. */
+  /* A non-blocking open for writing succeeds once there is a reader. */
   int fd = -1;
   for (int i = 0; i < 1000 && fd < 0; i++) {
     fd = open(in, O_WRONLY | O_NONBLOCK);
@@ -577,6 +579,12 @@ static int start_live_encode(fixture *fx, const char *in,
     fail_msg("aural never opened %s", in);
   }
   assert_int_equal(fcntl(fd, F_SETFL, 0), 0);
+  return fd;
+}
+
+static int start_live_encode(fixture *fx, const char *in,
+                             const char *const *args, pid_t *pid, int *busy) {
+  int fd = spawn_fifo_reader(fx, in, args, pid);
 
   /* A WAV of unknown length, as a live recorder writes it, and 0.5 s. */
   enum { N_FRAMES = 8000 };
@@ -686,24 +694,9 @@ static void send_second_signal_quits_at_once(fixture *fx, int second) {
   char in[PATH_BYTES], sock[PATH_BYTES];
   input_path(in, fx, "live.wav");
   snprintf(sock, sizeof sock, "%s/none.sock", fx->root);
-  assert_int_equal(mkfifo(in, 0600), 0);
   const char *args[] = {"send", "-s", sock, in, NULL};
-  pid_t pid = spawn_aural(fx, args);
-  /* A non-blocking open for writing succeeds once aural send has the
-   * FIFO open for reading, which it does after installing its handlers. */
-  int fd = -1;
-  for (int i = 0; i < 1000 && fd < 0; i++) {
-    fd = open(in, O_WRONLY | O_NONBLOCK);
-    if (fd < 0) {
-      assert_int_equal(errno, ENXIO);
-      sleep_ms(10);
-    }
-  }
-  if (fd < 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    fail_msg("aural send never opened %s", in);
-  }
+  pid_t pid;
+  int fd = spawn_fifo_reader(fx, in, args, &pid);
   assert_second_signal_ends(fx, pid, fd, second);
 }
 

@@ -1118,26 +1118,35 @@ done:
   return NULL;
 }
 
-static void test_threads_share_model(void **state) {
-  (void)state;
-  aural_model *m;
+/* The bundled model with the sample lexicon and LM, and the bundled
+ * recording opened (*ai its info), for the tests of words. */
+static void open_words_sample(aural_model **m, aural_lexicon **lex,
+                              aural_lm **lm, aural_audiofile **af,
+                              aural_audiofile_info *ai) {
   aural_err err = {0};
   const char *path = getenv("AURAL_DEFAULT_MODEL");
   assert_non_null(path);
-  if (aural_model_load(path, NULL, &m, &err) != 0) fail_msg("%s", err.msg);
-  aural_lexicon *lex;
-  aural_lm *lm;
-  if (aural_lexicon_load(test_data_path("words/sample.lexicon.txt"), m, &lex,
+  if (aural_model_load(path, NULL, m, &err) != 0) fail_msg("%s", err.msg);
+  if (aural_lexicon_load(test_data_path("words/sample.lexicon.txt"), *m, lex,
                          &err) < 0 ||
-      aural_lm_load(test_data_path("words/sample.lm.arpa"), lex, &lm, &err) <
+      aural_lm_load(test_data_path("words/sample.lm.arpa"), *lex, lm, &err) <
           0)
     fail_msg("%s", err.msg);
-  aural_audiofile *af;
-  if (aural_audiofile_open(test_data_path("../../models/sample.flac"), &af,
+  if (aural_audiofile_open(test_data_path("../../models/sample.flac"), af,
                            &err) < 0)
     fail_msg("%s", err.msg);
+  aural_audiofile_get_info(*af, ai);
+}
+
+static void test_threads_share_model(void **state) {
+  (void)state;
+  aural_model *m;
+  aural_lexicon *lex;
+  aural_lm *lm;
+  aural_audiofile *af;
   aural_audiofile_info ai;
-  aural_audiofile_get_info(af, &ai);
+  open_words_sample(&m, &lex, &lm, &af, &ai);
+  aural_err err = {0};
   assert_int_equal(ai.n_channels, 1);
   /* The first 2.5 s: "the quick brown fox", ended by end of stream. */
   size_t n = (size_t)(ai.rate_hz * 2.5);
@@ -1244,23 +1253,12 @@ static char *stream_words(const aural_model *m, const aural_lexicon *lex,
 static void test_words(void **state) {
   (void)state;
   aural_model *m;
-  aural_err err = {0};
-  const char *path = getenv("AURAL_DEFAULT_MODEL");
-  assert_non_null(path);
-  if (aural_model_load(path, NULL, &m, &err) != 0) fail_msg("%s", err.msg);
   aural_lexicon *lex;
   aural_lm *lm;
-  if (aural_lexicon_load(test_data_path("words/sample.lexicon.txt"), m, &lex,
-                         &err) < 0 ||
-      aural_lm_load(test_data_path("words/sample.lm.arpa"), lex, &lm, &err) <
-          0)
-    fail_msg("%s", err.msg);
   aural_audiofile *af;
-  if (aural_audiofile_open(test_data_path("../../models/sample.flac"), &af,
-                           &err) < 0)
-    fail_msg("%s", err.msg);
   aural_audiofile_info ai;
-  aural_audiofile_get_info(af, &ai);
+  open_words_sample(&m, &lex, &lm, &af, &ai);
+  aural_err err = {0};
   float *pcm = malloc((size_t)ai.n_frames * sizeof *pcm);
   size_t n = 0;
   assert_int_equal(

@@ -16,33 +16,11 @@
 
 #include <cmocka.h>
 
-#include "daemon.h"
+#include "server_fixture.h"
 #include "fake_portaudio.h"
 
-typedef struct fixture {
-  uv_loop_t loop;
-  aurald_options opt;
-  server srv;
-} fixture;
-
 static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  assert_non_null(f);
-  const char *data = getenv("AURAL_TEST_DATA");
-  static char model[512];
-  snprintf(model, sizeof model, "%s/encoder/tiny.safetensors",
-           data ? data : "tests/data");
-  f->opt = (aurald_options){
-      .model_path = model, .socket_path = "(test)", .chunk_ms = 500,
-      .n_threads = 1, .max_request_bytes = 1u << 20,
-      .max_message_bytes = 64u << 20, .max_clients = 4, .max_streams = 4,
-      .sub_hard_bytes = 16u << 20, .sub_soft_bytes = 4u << 20,
-      .sub_soft_s = 10.0, .hello_timeout_s = 10.0};
-  char why[640] = "";
-  assert_int_equal(uv_loop_init(&f->loop), 0);
-  if (server_setup(&f->srv, &f->opt, &f->loop, why, sizeof why) < 0 ||
-      workers_start(&f->srv, 1, why, sizeof why) < 0)
-    fail_msg("cannot start the server: %s", why);
+  fixture *f = server_fixture_new(4, true);
   atomic_store(&fake_pa_active, 1);
   atomic_store(&fake_pa_hold, 0);
   atomic_store(&fake_pa_open_fails, 0);
@@ -67,17 +45,12 @@ static void wait_callbacks(long n) {
 }
 
 static int teardown(void **state) {
-  fixture *f = *state;
-  server_close_handles(&f->srv);
-  uv_run(&f->loop, UV_RUN_DEFAULT);
-  assert_int_equal(server_teardown(&f->srv), 0);
-  assert_int_equal(uv_loop_close(&f->loop), 0);
+  server_fixture_free(*state);
   /* The closer thread lets go of the source once the device has closed. */
   atomic_store(&fake_pa_hold, 0);
   for (int i = 0; i < 10000 && mic_closers_running() > 0; i++) usleep(1000);
   assert_int_equal(mic_closers_running(), 0);
   assert_int_equal(atomic_load(&fake_pa_open_streams), 0);
-  free(f);
   return 0;
 }
 
