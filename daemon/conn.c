@@ -783,6 +783,26 @@ static size_t handle_message(conn *c, const aural_msg_header *h,
 
 /* ---- accepting ----------------------------------------------------------- */
 
+/* A new connection's id: the next of the count, but never 0 (the
+ * WELCOME's "no client") nor one a live connection has. The count wraps
+ * after 2^32 - 1 connections (50 days of 1,000 a second), and from then
+ * on STATS could list two clients under one id; the walk of the list is
+ * only needed from then on. */
+static uint32_t new_conn_id(server *srv) {
+  for (;;) {
+    uint32_t id = ++srv->next_conn_id;
+    if (id == 0) {
+      srv->conn_ids_wrapped = true;
+      continue;
+    }
+    bool taken = false;
+    for (conn *c = srv->conns; srv->conn_ids_wrapped && c != NULL && !taken;
+         c = c->next)
+      taken = c->id == id;
+    if (!taken) return id;
+  }
+}
+
 /* A new connection in the server's list, its pipe initialised but not
  * yet connected. NULL when out of memory. */
 static conn *conn_new(server *srv) {
@@ -796,7 +816,7 @@ static conn *conn_new(server *srv) {
   }
   c->q = q;
   c->srv = srv;
-  c->id = ++srv->next_conn_id;
+  c->id = new_conn_id(srv);
   c->connected_at = aurald_mono_s();
   c->pipe.data = c;
   c->next = srv->conns;

@@ -53,7 +53,9 @@
 /* ---- logging (log.c) ---------------------------------------------------- */
 
 enum { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
-extern int aurald_log_level;
+/* Read by every thread that logs, written by the loop thread (--log-level,
+ * a reload). */
+extern _Atomic int aurald_log_level;
 void aurald_log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 #define log_error(...) aurald_log(LOG_ERROR, __VA_ARGS__)
@@ -523,6 +525,7 @@ typedef struct server {
   uv_idle_cb on_later;     /* conn_on_later */
   conn *later_head;
   uint32_t next_conn_id;
+  bool conn_ids_wrapped;    /* ids are no longer unique by the count */
   stream *streams;
   /* The same streams by id (bucket id % STREAM_ID_BUCKETS): every
    * AUDIO_DATA names its stream, and at hundreds of streams a walk of
@@ -532,6 +535,7 @@ typedef struct server {
   int n_file_streams_left;
   bool files_done;         /* the last --file stream has ended */
   uint32_t next_stream_id;
+  uint64_t streams_created; /* aurald_streams_created_total */
 
   /* Shared with workers. */
   pthread_mutex_t mu;

@@ -14,7 +14,7 @@
 
 #include "daemon.h"
 
-int aurald_log_level = LOG_INFO;
+_Atomic int aurald_log_level = LOG_INFO;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 /* syslog(3)'s priorities of the levels: LOG_ERR, LOG_WARNING, LOG_INFO,

@@ -98,7 +98,8 @@ static void server_gauges(server *srv, text *t) {
   family(t, "aurald_streams", "gauge", "Live streams.");
   put(t, "aurald_streams %d\n", srv->n_streams);
   family(t, "aurald_streams_created_total", "counter", "Streams ever created.");
-  put(t, "aurald_streams_created_total %u\n", srv->next_stream_id);
+  put(t, "aurald_streams_created_total %llu\n",
+      (unsigned long long)srv->streams_created);
   family(t, "aurald_subscribers", "gauge", "Subscriptions on all clients.");
   put(t, "aurald_subscribers %d\n", n_subs);
   family(t, "aurald_queue_bytes", "gauge",

@@ -163,6 +163,7 @@ stream *stream_create(server *srv, const char *name, stream_source src,
   s->loop.id_next = *bucket;
   *bucket = s;
   srv->n_streams++;
+  srv->streams_created++;
   return s;
 oom:
   snprintf(why, why_len, "out of memory for a new stream");

@@ -41,13 +41,14 @@ run_suite build "release build"
 run_suite build-asan "ASan+UBSan build" -Db_sanitize=address,undefined -Db_lundef=false
 # The daemon's threads (loop, workers, capture) under ThreadSanitizer: the
 # integration suite, which fails on any report (a daemon's exit status is
-# then non-zero), and the capture source's handoff with a fake device; and
+# then non-zero), the capture source's handoff with a fake device, the
+# log level that every thread reads and a reload writes; and
 # the library's thread tests (the headers' thread-safety promises: one
 # model shared by streams on several threads, objects created at once),
 # about 15 s in all.
-SUITES="daemon mic frontend_threads audiofile_threads encoder_threads \
+SUITES="daemon mic log frontend_threads audiofile_threads encoder_threads \
 stream_threads g2p_lib_threads" \
-TARGETS="daemon/aurald tools/aural tests/test_mic tests/test_frontend \
+TARGETS="daemon/aurald tools/aural tests/test_mic tests/test_log tests/test_frontend \
 tests/test_audiofile tests/test_encoder tests/test_stream tests/test_g2p_lib" \
   run_suite build-tsan "TSan build" -Db_sanitize=thread -Db_lundef=false
 
