@@ -275,6 +275,10 @@ typedef struct stream_sched {
   uint64_t in_total;      /* input frames received (or, for a real-time
                              file, released by the pacing) */
   double pending_since;   /* monotonic s of the oldest untaken input */
+  /* Monotonic s when the input received so far is due at the stream's
+   * rate, counted from when it arrived and never from before the clock:
+   * far past now, the stream is fed faster than real time (compute.c). */
+  double input_due;
   bool input_done;        /* no more input will come */
   end_reason reason;      /* why input is done */
   char message[512];      /* details for STREAM_ENDED (an aural_err) */
