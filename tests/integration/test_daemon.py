@@ -1319,6 +1319,57 @@ class TestSocketSecurity(DaemonTest):
         self.assertTrue(p.stdout.startswith("2 "), p.stdout + p.stderr)
         self.stop_clean(d2)
 
+    def test_one_group_member_cannot_take_every_place(self):
+        """A member of --group could hold every connection and stream the
+        server has (--max-clients, --max-streams), so that nobody else got
+        in: each of them was LIMIT. A member (here uid 65534) now holds at
+        most half of either, and the daemon's own user and root the rest."""
+        os.chmod(self.tmp, 0o755)
+        greedy = (
+            "import socket,struct,json,sys\n"
+            "def m(t,o):\n"
+            " p=json.dumps(o).encode()\n"
+            " return struct.pack('<IBBHII',0x4C525541,1,t,0,0,len(p))+p\n"
+            "def reply(s):\n"
+            " h=b''\n"
+            " while len(h)<16: h+=s.recv(16-len(h))\n"
+            " n=struct.unpack('<I',h[12:16])[0];b=b''\n"
+            " while len(b)<n: b+=s.recv(n-len(b))\n"
+            " return h[5],b\n"
+            "held=[];got=[]\n"
+            "for i in range(6):\n"
+            " s=socket.socket(socket.AF_UNIX);s.settimeout(5)\n"
+            " s.connect(sys.argv[1]);held.append(s)\n"
+            " try: s.sendall(m(1,{'versions':[1]}))\n"
+            " except OSError: pass\n"  # refused: the ERROR is there to read
+            " try: got.append(reply(s)[0])\n"
+            " except OSError: got.append(0)\n"
+            "s=held[0];opened=[]\n"
+            "for i in range(4):\n"
+            " s.sendall(m(0x10,{'sample_rate':16000,'channels':1,"
+            "'format':'s16'}))\n"
+            " opened.append(reply(s)[0])\n"
+            "print(json.dumps([got,opened]),flush=True)\n"
+            "sys.stdin.readline()\n")
+        d = self.start("--group", "root", "--max-clients", "6",
+                       "--max-streams", "4")
+        p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=0",
+                              "--clear-groups", "/usr/bin/python3", "-c",
+                              greedy, d.path], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        got, opened = json.loads(p.stdout.readline() or "null")
+        # WELCOME (2) for half of the connections, ERROR (3) for the rest;
+        # AUDIO_OPENED (0x11) for half of the streams.
+        self.assertEqual(got, [2, 2, 2, 3, 3, 3])
+        self.assertEqual(opened, [0x11, 0x11, 3, 3])
+        # The server's own user still gets in, and opens the other streams.
+        with ac.Client(d.path, timeout=5) as c:
+            c.open_audio("mine-1")
+            c.open_audio("mine-2")
+        p.communicate("\n", timeout=10)
+        self.stop_clean(d)
+
 
 class TestServiceManager(DaemonTest):
     def test_config_file_reload_and_readiness(self):
