@@ -301,7 +301,8 @@ void conn_resume_if_drained(conn *c) {
 /* ---- requests ------------------------------------------------------------ */
 
 /* A member of --group (any user but aurald's own and root) holds at most
- * half of the server's connections, and half of its streams: otherwise
+ * half of the server's connections, half of its streams and half of its
+ * subscriptions with custom words (AURALD_VOCAB_SUBS): otherwise
  * one such user could take every place and lock the others out (LIMIT
  * for everyone else). A daemon's own user and root are not counted:
  * without --group every client is one of them. */
@@ -326,6 +327,16 @@ static int user_streams(server *srv, uid_t uid) {
   int n = 0;
   for (conn *o = srv->conns; o != NULL; o = o->next)
     if (o->tr == NULL && o->uid == uid) n += o->n_streams;
+  return n;
+}
+
+/* Subscriptions with custom words of connections of uid. */
+static int user_vocab_subs(server *srv, uid_t uid) {
+  int n = 0;
+  for (conn *o = srv->conns; o != NULL; o = o->next)
+    if (o->tr == NULL && o->uid == uid)
+      for (subscription *sub = o->subs; sub != NULL; sub = sub->next)
+        n += sub->custom != NULL;
   return n;
 }
 
@@ -551,6 +562,16 @@ static void do_subscribe(conn *c, const aural_msg_subscribe *m) {
   if (m->vocabulary.n_words > 0 && srv->n_vocab_subs >= AURALD_VOCAB_SUBS) {
     conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
                     "at most %d subscriptions with custom words at once",
+                    AURALD_VOCAB_SUBS);
+    return;
+  }
+  if (m->vocabulary.n_words > 0 && c->tr == NULL && user_capped(c->uid) &&
+      user_vocab_subs(srv, c->uid) >= user_share(AURALD_VOCAB_SUBS)) {
+    conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
+                    "uid %u holds %d subscriptions with custom words, the "
+                    "most one group member may hold (half of the "
+                    "server's %d)",
+                    (unsigned)c->uid, user_share(AURALD_VOCAB_SUBS),
                     AURALD_VOCAB_SUBS);
     return;
   }

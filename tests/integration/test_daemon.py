@@ -816,6 +816,49 @@ class TestWords(DaemonTest):
         c.close()
         self.stop_clean(d)
 
+    def test_one_group_member_cannot_take_every_custom_words_place(self):
+        """The server keeps at most 16 subscriptions with custom words (each
+        decodes on the loop); one member of --group (here uid 65534) took
+        all 16 and everyone else's got LIMIT. A member now holds at most
+        8 of them, and the daemon's own user gets the others."""
+        os.chmod(self.tmp, 0o755)
+        greedy = (
+            "import socket,struct,json,sys\n"
+            "s=socket.socket(socket.AF_UNIX);s.settimeout(30)\n"
+            "s.connect(sys.argv[1])\n"
+            "def m(t,o):\n"
+            " p=json.dumps(o).encode()\n"
+            " return struct.pack('<IBBHII',0x4C525541,1,t,0,0,len(p))+p\n"
+            "def reply():\n"
+            " h=b''\n"
+            " while len(h)<16: h+=s.recv(16-len(h))\n"
+            " n=struct.unpack('<I',h[12:16])[0];b=b''\n"
+            " while len(b)<n: b+=s.recv(n-len(b))\n"
+            " return h[5]\n"
+            "s.sendall(m(1,{'versions':[1]}));reply()\n"
+            "got=[]\n"
+            "for i in range(16):\n"
+            " s.sendall(m(8,{'stream':'s%d'%i,'outputs':['words'],"
+            "'vocabulary':['Dashwood']}))\n"
+            " got.append(reply())\n"
+            "print(json.dumps(got),flush=True)\n"
+            "sys.stdin.readline()\n")
+        d = self.start("--group", "root", model=self.custom_model())
+        p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=0",
+                              "--clear-groups", "/usr/bin/python3", "-c",
+                              greedy, d.path], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        got = json.loads(p.stdout.readline() or "null")
+        # SUBSCRIBED (9) for 8 of them, ERROR (3) for the rest.
+        self.assertEqual(got, [9] * 8 + [3] * 8)
+        with ac.Client(d.path, timeout=10) as c:
+            for i in range(8):
+                c.subscribe("mine-%d" % i, outputs=("words",),
+                            vocabulary=["Dashwood"])
+        p.communicate("\n", timeout=10)
+        self.stop_clean(d)
+
     def test_custom_words_do_not_hold_up_other_clients(self):
         """Custom words are pronounced off the loop: a client pipelining
         SUBSCRIBE with 64 custom words and UNSUBSCRIBE, 64 times (each
