@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "daemon.h"
 
@@ -299,6 +300,46 @@ void conn_resume_if_drained(conn *c) {
 
 /* ---- requests ------------------------------------------------------------ */
 
+/* A member of --group (any user but aurald's own and root) holds at most
+ * half of the server's connections, half of its streams and half of its
+ * subscriptions with custom words (AURALD_VOCAB_SUBS): otherwise
+ * one such user could take every place and lock the others out (LIMIT
+ * for everyone else). A daemon's own user and root are not counted:
+ * without --group every client is one of them. */
+static bool user_capped(uid_t uid) {
+  return uid != geteuid() && uid != 0;
+}
+
+static int user_share(int limit) {
+  return limit / 2 + limit % 2;
+}
+
+/* Live connections of uid other than c. */
+static int user_conns(server *srv, uid_t uid, const conn *c) {
+  int n = 0;
+  for (conn *o = srv->conns; o != NULL; o = o->next)
+    if (o != c && !o->closing && o->tr == NULL && o->uid == uid) n++;
+  return n;
+}
+
+/* Streams fed by connections of uid. */
+static int user_streams(server *srv, uid_t uid) {
+  int n = 0;
+  for (conn *o = srv->conns; o != NULL; o = o->next)
+    if (o->tr == NULL && o->uid == uid) n += o->n_streams;
+  return n;
+}
+
+/* Subscriptions with custom words of connections of uid. */
+static int user_vocab_subs(server *srv, uid_t uid) {
+  int n = 0;
+  for (conn *o = srv->conns; o != NULL; o = o->next)
+    if (o->tr == NULL && o->uid == uid)
+      for (subscription *sub = o->subs; sub != NULL; sub = sub->next)
+        n += sub->custom != NULL;
+  return n;
+}
+
 /* The WELCOME with the connection's own id as "client": the id STATS
  * lists its subscriptions under. srv->welcome is the same message without
  * it, so this one is at most a few bytes longer. */
@@ -524,6 +565,16 @@ static void do_subscribe(conn *c, const aural_msg_subscribe *m) {
                     AURALD_VOCAB_SUBS);
     return;
   }
+  if (m->vocabulary.n_words > 0 && c->tr == NULL && user_capped(c->uid) &&
+      user_vocab_subs(srv, c->uid) >= user_share(AURALD_VOCAB_SUBS)) {
+    conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
+                    "uid %u holds %d subscriptions with custom words, the "
+                    "most one group member may hold (half of the "
+                    "server's %d)",
+                    (unsigned)c->uid, user_share(AURALD_VOCAB_SUBS),
+                    AURALD_VOCAB_SUBS);
+    return;
+  }
   bool failed;
   aural_lexicon *custom = custom_words(c, &m->vocabulary, &failed);
   if (failed) return;
@@ -594,6 +645,15 @@ static void do_audio_open(conn *c, const aural_msg_audio_open *req) {
   if (srv->n_streams >= srv->opt->max_streams) {
     conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
                     "the server's limit of %d streams is reached",
+                    srv->opt->max_streams);
+    return;
+  }
+  if (c->tr == NULL && user_capped(c->uid) &&
+      user_streams(srv, c->uid) >= user_share(srv->opt->max_streams)) {
+    conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
+                    "uid %u feeds %d streams, the most one group member "
+                    "may feed (half of the server's %d)",
+                    (unsigned)c->uid, user_share(srv->opt->max_streams),
                     srv->opt->max_streams);
     return;
   }
@@ -877,6 +937,19 @@ static void conn_admit(conn *c) {
              srv->opt->max_clients);
     conn_refuse(c, AURAL_PROTO_ELIMIT,
                 "the server's limit of %d connections is reached",
+                srv->opt->max_clients);
+    return;
+  }
+  if (user_capped(cred.uid) &&
+      user_conns(srv, cred.uid, c) >= user_share(srv->opt->max_clients)) {
+    log_warn("client %u: uid %u holds %d connections, its share of %d; "
+             "refused",
+             c->id, (unsigned)cred.uid, user_share(srv->opt->max_clients),
+             srv->opt->max_clients);
+    conn_refuse(c, AURAL_PROTO_ELIMIT,
+                "uid %u holds %d connections, the most one group member "
+                "may hold (half of the server's %d)",
+                (unsigned)cred.uid, user_share(srv->opt->max_clients),
                 srv->opt->max_clients);
     return;
   }

@@ -277,6 +277,10 @@ typedef struct stream_sched {
   uint64_t in_total;      /* input frames received (or, for a real-time
                              file, released by the pacing) */
   double pending_since;   /* monotonic s of the oldest untaken input */
+  /* Monotonic s when the input received so far is due at the stream's
+   * rate, counted from when it arrived and never from before the clock:
+   * far past now, the stream is fed faster than real time (compute.c). */
+  double input_due;
   bool input_done;        /* no more input will come */
   end_reason reason;      /* why input is done */
   char message[512];      /* details for STREAM_ENDED (an aural_err) */
@@ -495,6 +499,10 @@ typedef struct server {
    * once. */
   aural_g2p *g2p;
   int n_vocab_subs;
+  /* heap_bytes() as last measured (server_heap_bytes), at loop time
+   * heap_at_ms (uv_now); heap_at_ms 0: never. */
+  size_t heap_cached;
+  uint64_t heap_at_ms;
   float *scratch;          /* loop thread: one request's samples */
   uv_pipe_t listener;
   bool listening;
@@ -699,6 +707,9 @@ void send_stream_started(delivery *d);
  * memory the heap keeps, which RSS counts); 0 where the C library cannot
  * say. Walks every arena: for STATS and /metrics, not a hot path. */
 size_t heap_bytes(void);
+/* heap_bytes() as STATS and /metrics report it: measured once per
+ * millisecond of the loop's clock, shared by every reply built in it. */
+size_t server_heap_bytes(server *srv);
 /* A STATS_REPLY page and a STREAMS message encoded into out: their bytes,
  * or 0 when cap is too small. */
 size_t build_stats(server *srv, uint8_t *out, size_t cap,

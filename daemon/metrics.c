@@ -108,7 +108,7 @@ static void server_gauges(server *srv, text *t) {
   family(t, "aurald_message_bytes", "gauge",
          "Memory held by encoded messages not yet written to every client.");
   put(t, "aurald_message_bytes %zu\n", msgbuf_live_bytes);
-  size_t heap = heap_bytes();
+  size_t heap = server_heap_bytes(srv);
   if (heap != 0) {
     family(t, "aurald_heap_bytes", "gauge",
            "Memory allocated from the heap and in use.");

@@ -233,7 +233,10 @@ size_t stream_push(stream *s, const float *pcm, size_t n_frames,
   pthread_mutex_lock(&srv->mu);
   atomic_store_explicit(&s->in.head, head + n, memory_order_release);
   if (s->sched.in_frames == 0) s->sched.in_first_us = arrival_us;
-  if (s->sched.pending_since == 0) s->sched.pending_since = aurald_mono_s();
+  double now = aurald_mono_s();
+  if (s->sched.pending_since == 0) s->sched.pending_since = now;
+  if (s->sched.input_due < now) s->sched.input_due = now;
+  s->sched.input_due += (double)n / s->rate_hz;
   s->sched.in_frames += n;
   s->sched.in_total += n;
   s->sched.in_last_us = arrival_us;

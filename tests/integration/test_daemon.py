@@ -44,6 +44,9 @@ SAMPLE = os.path.join(HERE, "..", "..", "models", "sample.flac")
 # Preloaded into aurald to step its system clock (tests/daemon/clock_step.c).
 CLOCK_STEP = os.environ.get("AURAL_TEST_CLOCK_STEP",
                             "build/tests/libclock_step.so")
+# Preloaded into aurald to count its heap walks (tests/daemon/count_mallinfo.c).
+COUNT_MALLINFO = os.environ.get("AURAL_TEST_COUNT_MALLINFO",
+                                "build/tests/libcount_mallinfo.so")
 
 HEADER = struct.Struct("<IBBHII")
 MAGIC = 0x4C525541
@@ -813,6 +816,49 @@ class TestWords(DaemonTest):
         c.close()
         self.stop_clean(d)
 
+    def test_one_group_member_cannot_take_every_custom_words_place(self):
+        """The server keeps at most 16 subscriptions with custom words (each
+        decodes on the loop); one member of --group (here uid 65534) took
+        all 16 and everyone else's got LIMIT. A member now holds at most
+        8 of them, and the daemon's own user gets the others."""
+        os.chmod(self.tmp, 0o755)
+        greedy = (
+            "import socket,struct,json,sys\n"
+            "s=socket.socket(socket.AF_UNIX);s.settimeout(30)\n"
+            "s.connect(sys.argv[1])\n"
+            "def m(t,o):\n"
+            " p=json.dumps(o).encode()\n"
+            " return struct.pack('<IBBHII',0x4C525541,1,t,0,0,len(p))+p\n"
+            "def reply():\n"
+            " h=b''\n"
+            " while len(h)<16: h+=s.recv(16-len(h))\n"
+            " n=struct.unpack('<I',h[12:16])[0];b=b''\n"
+            " while len(b)<n: b+=s.recv(n-len(b))\n"
+            " return h[5]\n"
+            "s.sendall(m(1,{'versions':[1]}));reply()\n"
+            "got=[]\n"
+            "for i in range(16):\n"
+            " s.sendall(m(8,{'stream':'s%d'%i,'outputs':['words'],"
+            "'vocabulary':['Dashwood']}))\n"
+            " got.append(reply())\n"
+            "print(json.dumps(got),flush=True)\n"
+            "sys.stdin.readline()\n")
+        d = self.start("--group", "root", model=self.custom_model())
+        p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=0",
+                              "--clear-groups", "/usr/bin/python3", "-c",
+                              greedy, d.path], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        got = json.loads(p.stdout.readline() or "null")
+        # SUBSCRIBED (9) for 8 of them, ERROR (3) for the rest.
+        self.assertEqual(got, [9] * 8 + [3] * 8)
+        with ac.Client(d.path, timeout=10) as c:
+            for i in range(8):
+                c.subscribe("mine-%d" % i, outputs=("words",),
+                            vocabulary=["Dashwood"])
+        p.communicate("\n", timeout=10)
+        self.stop_clean(d)
+
     def test_custom_words_do_not_hold_up_other_clients(self):
         """Custom words are pronounced off the loop: a client pipelining
         SUBSCRIBE with 64 custom words and UNSUBSCRIBE, 64 times (each
@@ -1173,6 +1219,53 @@ class TestScheduling(DaemonTest):
         c.close()
         self.stop_clean(d)
 
+    def test_streams_fed_faster_than_real_time_stay_out_of_live_rounds(self):
+        """One client pushing 16 streams as fast as they are taken, beside
+        a live one. Each of its streams has a complete chunk at every
+        round; counted urgent, every round took 300 to 450 of their frames
+        (two workers, half a second of each of up to 9 streams), and a live
+        stream's chunk waited for such rounds (p99 25 ms to 142 ms with the
+        bundled model on two shared cores). A round now takes at most 128
+        of their frames, and one more stream's half second (51) past
+        that; the daemon's debug log says what each round held."""
+        bare = os.path.join(self.tmp, "bare.safetensors")
+        shutil.copyfile(DEFAULT, bare)  # words off: a faster start
+        d = self.start("--log-level", "debug", model=bare)
+        fast = ac.Client(d.path, timeout=30)
+        ids = [fast.open_audio("fast-%d" % i) for i in range(16)]
+        noise = (np.random.default_rng(1).standard_normal(16000)
+                 * 3000).astype(np.int16)
+        stop = threading.Event()
+
+        def push_fast():
+            while not stop.is_set():
+                for sid in ids:
+                    fast.send_audio(sid, noise)
+
+        pusher = threading.Thread(target=push_fast, daemon=True)
+        pusher.start()
+        live = ac.Client(d.path, timeout=10)
+        sid = live.open_audio("live")
+        block = (0.1 * np.sin(np.arange(320) * 0.3) * 32767).astype(np.int16)
+        self.push_paced(live, sid, block, 5.0)
+        log = d.text()  # before the fast streams end (then they are urgent)
+        stop.set()
+        pusher.join(30)
+        self.assertFalse(pusher.is_alive())
+        live.close_audio(sid)
+        live.close()
+        fast.close()
+        self.stop_clean(d)
+        rounds = [(int(m.group(1)), int(m.group(2))) for m in re.finditer(
+            r"round of \d+ streams, (\d+) frames \((\d+) of streams fed "
+            r"faster than real time\)", log)]
+        ahead = [a for _, a in rounds]
+        # The fast streams were fed faster than real time: 20 s of audio
+        # or more in 5 s.
+        self.assertGreater(sum(ahead), 2000, log[-3000:])
+        self.assertLessEqual(max(ahead), 128 + 51,
+                             sorted(ahead)[-10:])
+
 
 class TestSocketSecurity(DaemonTest):
     def test_socket_mode_is_0660(self):
@@ -1271,6 +1364,57 @@ class TestSocketSecurity(DaemonTest):
         p = run(*as_member, d2.path, check=False)
         self.assertTrue(p.stdout.startswith("2 "), p.stdout + p.stderr)
         self.stop_clean(d2)
+
+    def test_one_group_member_cannot_take_every_place(self):
+        """A member of --group could hold every connection and stream the
+        server has (--max-clients, --max-streams), so that nobody else got
+        in: each of them was LIMIT. A member (here uid 65534) now holds at
+        most half of either, and the daemon's own user and root the rest."""
+        os.chmod(self.tmp, 0o755)
+        greedy = (
+            "import socket,struct,json,sys\n"
+            "def m(t,o):\n"
+            " p=json.dumps(o).encode()\n"
+            " return struct.pack('<IBBHII',0x4C525541,1,t,0,0,len(p))+p\n"
+            "def reply(s):\n"
+            " h=b''\n"
+            " while len(h)<16: h+=s.recv(16-len(h))\n"
+            " n=struct.unpack('<I',h[12:16])[0];b=b''\n"
+            " while len(b)<n: b+=s.recv(n-len(b))\n"
+            " return h[5],b\n"
+            "held=[];got=[]\n"
+            "for i in range(6):\n"
+            " s=socket.socket(socket.AF_UNIX);s.settimeout(5)\n"
+            " s.connect(sys.argv[1]);held.append(s)\n"
+            " try: s.sendall(m(1,{'versions':[1]}))\n"
+            " except OSError: pass\n"  # refused: the ERROR is there to read
+            " try: got.append(reply(s)[0])\n"
+            " except OSError: got.append(0)\n"
+            "s=held[0];opened=[]\n"
+            "for i in range(4):\n"
+            " s.sendall(m(0x10,{'sample_rate':16000,'channels':1,"
+            "'format':'s16'}))\n"
+            " opened.append(reply(s)[0])\n"
+            "print(json.dumps([got,opened]),flush=True)\n"
+            "sys.stdin.readline()\n")
+        d = self.start("--group", "root", "--max-clients", "6",
+                       "--max-streams", "4")
+        p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=0",
+                              "--clear-groups", "/usr/bin/python3", "-c",
+                              greedy, d.path], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        got, opened = json.loads(p.stdout.readline() or "null")
+        # WELCOME (2) for half of the connections, ERROR (3) for the rest;
+        # AUDIO_OPENED (0x11) for half of the streams.
+        self.assertEqual(got, [2, 2, 2, 3, 3, 3])
+        self.assertEqual(opened, [0x11, 0x11, 3, 3])
+        # The server's own user still gets in, and opens the other streams.
+        with ac.Client(d.path, timeout=5) as c:
+            c.open_audio("mine-1")
+            c.open_audio("mine-2")
+        p.communicate("\n", timeout=10)
+        self.stop_clean(d)
 
 
 class TestServiceManager(DaemonTest):
@@ -2788,6 +2932,34 @@ class TestReviewFindings(DaemonTest):
         x.close()
         y.close()
         self.stop_clean(d)
+
+    def test_pipelined_stats_share_one_heap_walk_per_turn(self):
+        """STATS reports heap_bytes from glibc's mallinfo2(), which walks
+        every free block of every arena under its lock: 6 to 21 ms with a
+        thousand streams open. Called for every STATS, 200 pipelined ones
+        walked the heap 200 times, 32 a loop turn, while every other
+        client waited (another client's PING: 20 ms at the median, up to
+        176 ms). Replies of one turn now share one walk: counted here by a
+        preloaded mallinfo2()."""
+        ldd = run("ldd", AURALD).stdout
+        if re.search(r"lib[at]san\.so", ldd):
+            self.skipTest("the sanitizers count the heap without mallinfo2")
+        env = dict(os.environ, LD_PRELOAD=os.path.abspath(COUNT_MALLINFO))
+        d = self.start(env=env)
+        x, y = send_in_one_iteration(d, msg(ac.STATS) * 200, msg(ac.PING))
+        self.assertEqual(read_msg(y)[0], ac.PONG)
+        for _ in range(200):
+            mtype, _, payload = read_msg(x)
+            self.assertEqual(mtype, ac.STATS_REPLY)
+            self.assertGreater(json.loads(payload)["heap_bytes"], 0)
+        x.close()
+        y.close()
+        self.stop_clean(d)
+        calls = re.findall(r"mallinfo2 calls: (\d+)", d.text())
+        self.assertEqual(len(calls), 1, d.text()[-2000:])
+        # 200 requests at 32 a turn: 7 turns (more when the client's
+        # replies pile up and reading pauses), far from one walk each.
+        self.assertLess(int(calls[0]), 50)
 
     def test_unread_stream_lists_are_bounded_in_bytes(self):
         """A client pipelining LIST_STREAMS without reading the replies
