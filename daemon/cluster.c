@@ -1183,6 +1183,28 @@ static const char REFRESH[] = "local lost = {}\n"
                               "end\n"
                               "return lost\n";
 
+/* Deletes the group's consumers that hold no pending entry and have been
+ * idle for longer than ARGV[2] ms. XREADGROUP makes a consumer of every
+ * node name that takes a stream, and Redis never removes one: a node
+ * named HOST-PID (the default) would leave one behind at every start. A
+ * consumer with pending entries (a stopped node's streams not yet taken
+ * over) stays; one deleted while its node lives is made again by its next
+ * XREADGROUP or claim. An error (no group yet, an ACL without these
+ * commands) deletes nothing. */
+static const char PRUNE[] =
+    "local cs = redis.pcall('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])\n"
+    "if cs.err then return 0 end\n"
+    "local n = 0\n"
+    "for _, c in ipairs(cs) do\n"
+    "  local f = {}\n"
+    "  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end\n"
+    "  if f.pending == 0 and f.idle > tonumber(ARGV[2]) then\n"
+    "    redis.pcall('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f.name)\n"
+    "    n = n + 1\n"
+    "  end\n"
+    "end\n"
+    "return n\n";
+
 static void on_refresh(redisAsyncContext *ac, void *r, void *priv) {
   cluster *cl = priv;
   const redisReply *rep = r;
@@ -1265,6 +1287,13 @@ static void heartbeat(cluster *cl) {
   const char *prune[] = {"ZREMRANGEBYSCORE", AURAL_CLUSTER_NODES, "-inf",
                          old};
   command(cl->cmd, ignore_reply, NULL, 4, prune);
+  /* Their consumers in the group go the same way. */
+  char idle[32];
+  snprintf(idle, sizeof idle, "%lld",
+           (long long)(srv->opt->cluster_expire_s * 1000));
+  const char *consumers[] = {"EVAL", PRUNE, "1", AURAL_CLUSTER_ANNOUNCE,
+                             AURAL_CLUSTER_GROUP, idle};
+  command(cl->cmd, ignore_reply, NULL, 6, consumers);
   int k = 0;
   const char **argv = malloc((size_t)(6 + cl->n_streams) * sizeof *argv);
   if (argv == NULL) return;

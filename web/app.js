@@ -9,9 +9,15 @@ const SEND_EVERY_S = 0.02;   // microphone audio batched this long
 const RETRY_FIRST_S = 1;     // reconnecting: the first wait, doubled
 const RETRY_MAX_S = 10;      // after each failure up to this
 const PING_EVERY_S = 5;      // is aurald still there? (see keepAlive)
+// A page left open for weeks sees streams without end, and a stream
+// (a microphone) may run for weeks: it keeps this much of them.
+const KEEP_ENDED = 20;       // ended streams' cards, the latest to end
+const KEEP_CHUNKS = 400;     // a stream's token text: its latest chunks'
+const KEEP_WORDS = 2000;     // a stream's final words: the latest
 
 const $ = (sel, root = document) => root.querySelector(sel);
 const cards = new Map();     // stream id -> card state (this connection's)
+let ended = [];              // ids of its ended streams' cards, oldest first
 let client = null;
 let mic = null;              // {stream, name, media, ctx} while pushing
 
@@ -106,6 +112,7 @@ function onChunk(ch) {
   if (!card) return;
   if (ch.text) {
     card.tokens.push(ch.text);
+    if (card.tokens.length > KEEP_CHUNKS) card.tokens.shift();
     $(".tokens", card.node).textContent = card.tokens.join(" ");
   }
   if (ch.logits) drawPosteriors(card, ch);
@@ -119,6 +126,8 @@ function onWords(w) {
   const card = cards.get(w.streamId);
   if (!card) return;
   for (const seg of w.segments) card.finals.push(...seg.map((x) => x.word));
+  if (card.finals.length > KEEP_WORDS)
+    card.finals.splice(0, card.finals.length - KEEP_WORDS);
   card.partial = w.partial.map((x) => x.word);
   const el = $(".words", card.node);
   el.textContent = card.finals.join(" ");
@@ -133,8 +142,14 @@ function onWords(w) {
 function onEnded(ev) {
   const card = cards.get(ev.streamId);
   if (!card) return;
+  if (!card.node.classList.contains("ended")) ended.push(ev.streamId);
   card.node.classList.add("ended");
   $(".state", card.node).textContent = `ended (${ev.reason})`;
+  while (ended.length > KEEP_ENDED) {
+    const id = ended.shift();
+    cards.get(id).node.remove();
+    cards.delete(id);
+  }
 }
 
 // ---- the microphone ----------------------------------------------------------------
@@ -276,6 +291,7 @@ function onLost(c) {
     stale.push(card.node);
   }
   cards.clear(); // stream ids start again with the next connection
+  ended = [];
   if (mic)
     releaseMic().then((m) => {
       $("#mic-state").textContent = `"${m.name}" ended: the connection was lost`;

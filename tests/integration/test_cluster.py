@@ -683,6 +683,39 @@ class TestCluster(ClusterTest):
         self.assertIsNotNone(self.r.zscore("aural:nodes", "a"))
         self.stop_clean(d)
 
+    def test_stopped_nodes_leave_the_consumer_group(self):
+        """Every node that has taken a stream is a consumer of the group,
+        which Redis keeps until it is deleted: with names HOST-PID, one
+        more at every start. A live node's heartbeat deletes those idle
+        for longer than --cluster-expire with nothing pending; one whose
+        announcement is still pending (a stream not yet taken over)
+        stays."""
+        self.r.xgroup_create("aural:announce", "nodes", id="0", mkstream=True)
+        self.r.xadd("aural:announce", {"name": "held", "rate": 16000,
+                                       "channels": 1, "format": "s16"})
+        self.r.xreadgroup("nodes", "busy", {"aural:announce": ">"}, count=1)
+        for i in range(20):
+            self.r.xgroup_createconsumer("aural:announce", "nodes",
+                                         "gone-%d" % i)
+
+        def names():
+            return {c["name"].decode() for c in
+                    self.r.xinfo_consumers("aural:announce", "nodes")}
+
+        self.assertEqual(len(names()), 21)
+        # A --cluster-ttl past the test: "busy"'s entry is not taken over.
+        d = self.node("a", "--cluster-expire", "1", "--cluster-ttl", "3600")
+        deadline = time.monotonic() + 15
+        while any(n.startswith("gone-") for n in names()):
+            self.assertLess(time.monotonic(), deadline, sorted(names()))
+            time.sleep(0.05)
+        # "busy" has been idle for as long as the others (it came first).
+        self.assertIn("busy", names())
+        self.assertEqual(self.r.xpending("aural:announce", "nodes")["pending"],
+                         1)
+        self.assertNotIn("Redis said", d.text())
+        self.stop_clean(d)
+
     def test_words_and_text(self):
         """With the bundled model and its lexicon, each entry carries the
         chunk's text and WORDS payload: the same words `aural encode

@@ -476,6 +476,27 @@ class TestPushedStreams(DaemonTest):
             "--input", inp, "--expect", want)
         self.stop_clean(d)
 
+    def test_python_client_forgets_ended_streams(self):
+        """The Python client keeps a stream's name from STREAM_STARTED (or
+        AUDIO_OPENED) to its end, not after: a subscriber of every stream
+        that runs for weeks holds the live streams' names alone."""
+        d = self.start()
+        x = np.zeros(1600, np.int16)
+        with ac.Client(d.path, timeout=10) as sub, \
+                ac.Client(d.path, timeout=10) as push:
+            sub.subscribe(all=True)
+            for i in range(200):
+                sid = push.open_audio("s%d" % i)
+                push.send_audio(sid, x)
+                push.close_audio(sid)
+                for ev in sub.events(timeout=10):
+                    if isinstance(ev, ac.StreamEnded):
+                        self.assertEqual(ev.name, "s%d" % i)
+                        break
+            self.assertEqual(len(sub._names), 0)
+            self.assertEqual(len(push._names), 0)
+        self.stop_clean(d)
+
     def test_ten_subscribers_receive_identical_data(self):
         d = self.start(model=CTC)
         inp = self.wav(5.0)

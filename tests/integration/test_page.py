@@ -26,6 +26,8 @@ import time
 import wave
 import unittest
 
+import numpy as np
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import cdp  # noqa: E402
@@ -147,6 +149,51 @@ class TestPage(DaemonTest):
             self.assertTrue(b.evaluate(card_field(card, "tokens"))
                             .startswith("DH AH K W IH K"))
             self.shot(b, "page-file-stream.png")
+        self.stop_clean(d)
+
+    def test_page_keeps_the_latest_ended_streams_and_chunks(self):
+        """A page left open keeps the cards of the 20 streams that ended
+        last (KEEP_ENDED in web/app.js), and of a stream's token text its
+        last 400 chunks' (KEEP_CHUNKS): it used to keep every stream and
+        every chunk it had ever seen."""
+        d = self.start("--http", "127.0.0.1:0", model=test_daemon.CTC)
+        with wave.open(self.wav(300.0)) as w:
+            speech = np.frombuffer(w.readframes(w.getnframes()), "<i2")
+        cards = "document.querySelectorAll('section.stream').length"
+        card = "document.querySelector('section.stream[data-name=\"%s\"]')"
+        with cdp.Chromium() as b:
+            b.navigate("http://127.0.0.1:%d/" % http_port(d))
+            b.wait_for(READY, 30, "the page to connect")
+            sub = ac.Client(d.path, timeout=30)
+            sub.subscribe("long", outputs=("text",))
+            with ac.Client(d.path, timeout=30) as c:
+                for i in range(30):
+                    sid = c.open_audio("short-%d" % i)
+                    c.send_audio(sid, speech[:8000])
+                    c.close_audio(sid)
+                    b.wait_for(card_field(card % ("short-%d" % i), "state")
+                               + ".startsWith('ended')", 10, "its end")
+                self.assertEqual(b.evaluate(cards), 20)
+                self.assertIsNone(b.evaluate(card % "short-9"))
+                self.assertIsNotNone(b.evaluate(card % "short-10"))
+                sid = c.open_audio("long")
+                c.send_audio(sid, speech)
+                c.close_audio(sid)
+            texts = []
+            for ev in sub.events(timeout=30):
+                if isinstance(ev, ac.Chunk) and ev.text:
+                    texts.append(ev.text)
+                elif isinstance(ev, ac.StreamEnded):
+                    break
+            sub.close()
+            self.assertGreater(len(texts), 400)
+            b.wait_for(card_field(card % "long", "state") +
+                       ".startsWith('ended')", 30, "the long stream's end")
+            self.assertEqual(b.evaluate(card_field(card % "long", "tokens")),
+                             " ".join(texts[-400:]))
+            self.assertEqual(b.evaluate(cards), 20)
+            self.assertEqual([e for e in b.console_messages()
+                              if e["method"] == "Runtime.exceptionThrown"], [])
         self.stop_clean(d)
 
     def test_page_reconnects_after_a_restart(self):

@@ -370,7 +370,8 @@ export class AuralClient {
       case MSG.STREAM_STARTED:
         this.names.set(streamId, obj.name);
         return this.#emit("started", { streamId, ...obj });
-      case MSG.STREAM_ENDED:
+      case MSG.STREAM_ENDED: // the stream's last message
+        this.names.delete(streamId);
         return this.#emit("ended", { streamId, ...obj });
       case MSG.WORDS:
         return this.#emit("words", { streamId, name: this.names.get(streamId), ...obj });
@@ -380,6 +381,7 @@ export class AuralClient {
         const p = this.closing.get(streamId);
         this.closing.delete(streamId);
         this.audio.delete(streamId);
+        this.names.delete(streamId);
         if (p) p.resolve(obj);
         return;
       }

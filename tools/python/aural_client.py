@@ -638,10 +638,9 @@ class Client:
                                  _int(obj, "channels", what),
                                  _int(obj, "start_us", what),
                                  _int(obj, "next_chunk", what))
-        if mtype == STREAM_ENDED:
-            return StreamEnded(stream_id,
-                               str(obj.get("name",
-                                           self._names.get(stream_id, ""))),
+        if mtype == STREAM_ENDED:  # the stream's last message
+            known = self._names.pop(stream_id, "")
+            return StreamEnded(stream_id, str(obj.get("name", known)),
                                str(obj.get("reason", "")),
                                str(obj.get("message", "")),
                                _int(obj, "frames", "STREAM_ENDED"),
@@ -925,6 +924,7 @@ class Client:
                                       err.fatal, sid)
                 self._events.append(err)
         self._audio.pop(stream_id, None)
+        self._names.pop(stream_id, None)
         reply = self._closed_replies.pop(stream_id)
         return {"frames": _int(reply, "frames", "AUDIO_CLOSED"),
                 "chunks": _int(reply, "chunks", "AUDIO_CLOSED")}

@@ -215,6 +215,23 @@ test("events: a chunk carries its stream's name; an AUDIO_DATA error is not a re
   assert.deepEqual(await closed, { frames: 40, chunks: 1 });
 });
 
+test("a stream's name is forgotten at its end, so a client open for weeks keeps the live ones alone", async () => {
+  const [c, ws] = await client();
+  for (let id = 1; id <= 1000; id++) {
+    ws.reply(MSG.STREAM_STARTED, { name: `s${id}` }, id);
+    ws.reply(MSG.STREAM_ENDED, { name: `s${id}`, reason: "closed" }, id);
+  }
+  ws.reply(MSG.STREAM_STARTED, { name: "live" }, 1001);
+  const open = c.openAudio({ name: "mine", sampleRate: 16000 });
+  ws.reply(MSG.AUDIO_OPENED, { stream: 1002, name: "mine" }, 1002);
+  await open;
+  assert.deepEqual([...c.names.values()], ["live", "mine"]);
+  const closed = c.closeAudio(1002);
+  ws.reply(MSG.AUDIO_CLOSED, { frames: 0, chunks: 0 }, 1002);
+  await closed;
+  assert.deepEqual([...c.names.values()], ["live"]);
+});
+
 test("a fatal ERROR rejects every request waiting", async () => {
   const [c, ws] = await client();
   const a = c.stats();
