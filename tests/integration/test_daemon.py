@@ -958,7 +958,7 @@ class TestChunking(DaemonTest):
         sock = os.path.join(self.tmp, "bad.sock")
         p = run(AURALD, "-m", model, "-s", sock, "--no-config", "--chunk-ms",
                 "510", check=False, timeout=20)
-        self.assertNotEqual(p.returncode, 0)
+        self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("not a whole number of the model's 12.5 ms frames",
                       p.stderr)
         d = self.start("--chunk-ms", "625", model=model)
@@ -1987,6 +1987,35 @@ class TestShutdown(DaemonTest):
                 self.assertIn("--f16 and --precision bf16 exclude each other",
                               p.stderr)
                 self.assertFalse(os.path.exists(sock))
+
+    def test_chunk_ms_and_socket_path_are_bad_command_lines(self):
+        """A --chunk-ms that is not whole frames of the model's, or a
+        socket path longer than a Unix socket address holds, is a bad
+        command line (exit 2, which aurald.service does not restart); both
+        were found after the model had loaded and exited 1, so that
+        aurald.service started it again every RestartSec. The path is
+        refused before the model loads."""
+        sock = os.path.join(self.tmp, "c.sock")
+        p = run(AURALD, "-m", TINY, "-s", sock, "--no-config", "--chunk-ms",
+                "15", check=False, timeout=20)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--chunk-ms 15 is not a whole number of the model's "
+                      "10 ms frames", p.stderr)
+        self.assertFalse(os.path.exists(sock))
+        for n in (107, 108, 1 << 12):
+            long_path = os.path.join(self.tmp, "s" * n)[:n]
+            with self.subTest(length=n):
+                p = run(AURALD, "-m", os.path.join(self.tmp, "none.st"),
+                        "-s", long_path, "--no-config", check=False,
+                        timeout=20)
+                if n == 107:
+                    # It fits: what stops it is the missing model.
+                    self.assertEqual(p.returncode, 1, p.stderr)
+                    self.assertNotIn("socket path", p.stderr)
+                    continue
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("socket path is %d bytes long; the limit is "
+                              "107" % n, p.stderr)
 
     def test_http_and_cluster_options_without_them_are_named(self):
         """--http-* without --http and --cluster-* without --cluster do
