@@ -295,12 +295,15 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
-/* "16M", "512K", "1048576" -> bytes. */
+/* "16M", "512K", "1048576" -> bytes. Digits first: strtoull skips
+ * spaces and negates what follows a minus, so " -18446744073709551615G"
+ * was 1 GiB. */
 static int parse_bytes(const char *s, size_t *out) {
+  if (s[0] < '0' || s[0] > '9') return -1;
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s || s[0] == '-') return -1;
+  if (errno) return -1;
   unsigned long long mult = 1;
   if (*end == 'K' || *end == 'k') mult = 1024, end++;
   else if (*end == 'M' || *end == 'm') mult = 1024 * 1024, end++;

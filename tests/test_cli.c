@@ -1034,6 +1034,19 @@ static void test_encode_bad_model(void **state) {
   assert_int_equal(run_aural(fx, "encode", "--chunk-frames", "0", "-o", out,
                              in, NULL),
                    2);
+  /* Digits alone: strtoull negates what follows a minus after a space,
+   * which made the first of these 1. */
+  const char *bad[] = {" -18446744073709551615", " -1", "-1", "+5", " 5",
+                       "5 ", "", "0x10", "1e3", "18446744073709551616",
+                       "100001"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(run_aural(fx, "encode", "--chunk-frames", bad[i], "-o",
+                               out, in, NULL),
+                     2);
+    assert_contains(fx->err, "--chunk-frames");
+    assert_contains(fx->err, "1..100000");
+  }
+  assert_dir_holds(fx->out_dir, NULL);
 }
 
 /* ---- Where -o writes: never over what it should not replace. ---- */

@@ -1607,6 +1607,21 @@ class TestServiceManager(DaemonTest):
                 self.assertEqual(p.returncode, 2, p.stderr)
                 self.assertIn("unrecognized option '%s'" % bad, p.stderr)
 
+    def test_byte_counts_are_digits_first(self):
+        """A byte count is digits and an optional K, M or G: strtoull
+        skips spaces and negates what follows a minus, so that
+        " -18446744073709551615G" was a hard limit of 1 GiB."""
+        for opt in ("--sub-hard-limit", "--sub-soft-limit",
+                    "--max-model-memory"):
+            for bad in (" -18446744073709551615G", " -1", "-1", "+5", " 5",
+                        "5 ", "", "0", "1T", "1025G"):
+                with self.subTest(option=opt, value=bad):
+                    p = run(AURALD, "-m", os.path.join(self.tmp, "none.st"),
+                            "-s", os.path.join(self.tmp, "b.sock"),
+                            "--no-config", opt, bad, check=False, timeout=20)
+                    self.assertEqual(p.returncode, 2, p.stderr)
+                    self.assertIn("bad byte count", p.stderr)
+
     def test_soft_limit_above_hard_limit_names_both(self):
         """A hard limit under the soft limit's default was refused with a
         message about --sub-soft-limit alone, which the user never gave:
