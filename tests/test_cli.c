@@ -1688,6 +1688,18 @@ static void test_bench_model_file(void **state) {
   assert_contains(fx->err, "model flags");
 }
 
+/* The random model's largest flags ask for 1.3 TB of weights: refused by
+ * name before anything is built (the malloc for its file failed, and
+ * aural bench exited 1 without a word). */
+static void test_bench_model_too_large(void **state) {
+  fixture *fx = *state;
+  assert_int_equal(run_aural(fx, "bench", "--d-model", "8192", "--d-ff",
+                             "65536", "--layers", "256", "encoder", NULL),
+                   1);
+  assert_contains(fx->err, "d_model 8192, d_ff 65536 and 256 layers need "
+                           "1280.1 GiB of weights; the limit is 2.0 GiB");
+}
+
 int main(void) {
   if (getenv("AURAL_BIN") == NULL || getenv("AURAL_TEST_DATA") == NULL) {
     fprintf(stderr, "test_cli: set AURAL_BIN and AURAL_TEST_DATA\n");
@@ -1722,6 +1734,7 @@ int main(void) {
       T(test_summary_and_show),
       T(test_show_memory_bounded),
       T(test_bench_model_file),
+      T(test_bench_model_too_large),
       T(test_load_usage_errors),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),
