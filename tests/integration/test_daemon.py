@@ -2413,6 +2413,26 @@ class TestFaults(DaemonTest):
         s.close()
         self.stop_clean(d)
 
+    def test_subscription_ids_skip_0_at_the_wrap(self):
+        """A connection's subscription ids skip 0, which UNSUBSCRIBE cannot
+        name, when their 32-bit count wraps after 2^32 subscriptions on
+        one connection: the subscription got id 0 and could not be ended.
+        The test hook starts the count just before the wrap."""
+        env = dict(os.environ, AURALD_SUB_ID_BASE=str(2**32 - 3))
+        d = self.start("--threads", "1", env=env)
+        c = ac.Client(d.path, timeout=10)
+        kept = c.subscribe(stream="kept")
+        self.assertEqual(kept, 2**32 - 2)
+        last = c.subscribe(stream="last")
+        self.assertEqual(last, 2**32 - 1)
+        c.unsubscribe(last)
+        after = c.subscribe(stream="after")
+        self.assertEqual(after, 1)
+        c.unsubscribe(after)
+        c.unsubscribe(kept)
+        c.close()
+        self.stop_clean(d)
+
     def test_failed_encoder_call_ends_only_its_streams(self):
         env = dict(os.environ, AURALD_FAIL_ENCODER_CALL="3")
         d = self.start("--threads", "1", env=env)
