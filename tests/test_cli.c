@@ -1650,6 +1650,19 @@ static void test_load_usage_errors(void **state) {
   assert_contains(fx->err, "unexpected argument 'b.wav'");
   if (strstr(fx->err, "Usage") != NULL)
     fail_msg("the whole usage instead of the problem: %s", fx->err);
+  /* Each block's latency is kept: the largest values together asked for
+   * 414 GB. Refused before any connection (the socket is not there). */
+  char sock[PATH_BYTES];
+  snprintf(sock, sizeof sock, "%s/none.sock", fx->in_dir);
+  assert_int_equal(run_aural(fx, "load", "-s", sock, "-n", "2000",
+                             "--seconds", "86400", "--block-ms", "5", NULL),
+                   2);
+  assert_contains(fx->err, "2000 streams of 86400 s in blocks of 5 ms are "
+                           "34560004000 blocks to time; at most 33554432");
+  assert_int_equal(run_aural(fx, "load", "-s", sock, "-n", "2000",
+                             "--seconds", "300", NULL),
+                   1);
+  assert_contains(fx->err, "none.sock");
 }
 
 /* aural bench -m measures a model file: its shape in the report, a clear
