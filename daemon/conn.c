@@ -526,6 +526,21 @@ static aural_lexicon *custom_words(conn *c, const aural_msg_vocabulary *v,
   return lex;
 }
 
+/* A new subscription's id: the next of the connection's count, but never
+ * 0, which UNSUBSCRIBE cannot name, nor the id of one the connection
+ * still holds. A client that subscribes and unsubscribes 2^32 times on one
+ * connection wraps the count; it then got 0, and after it the ids of its
+ * live subscriptions, so that UNSUBSCRIBE removed the older one. */
+static uint32_t new_sub_id(conn *c) {
+  for (;;) {
+    uint32_t id = ++c->next_sub_id;
+    bool used = id == 0;
+    for (subscription *o = c->subs; o != NULL && !used; o = o->next)
+      used = o->id == id;
+    if (!used) return id;
+  }
+}
+
 static void do_subscribe(conn *c, const aural_msg_subscribe *m) {
   server *srv = c->srv;
   if ((m->outputs & (AURAL_OUT_LOGITS | AURAL_OUT_TEXT)) &&
@@ -592,7 +607,7 @@ static void do_subscribe(conn *c, const aural_msg_subscribe *m) {
     srv->n_vocab_subs++;
   }
   sub->c = c;
-  sub->id = ++c->next_sub_id;
+  sub->id = new_sub_id(c);
   sub->all = m->all;
   memcpy(sub->name, m->stream, sizeof sub->name);
   sub->outputs = m->outputs;
@@ -877,6 +892,10 @@ static conn *conn_new(server *srv) {
   c->q = q;
   c->srv = srv;
   c->id = new_conn_id(srv);
+  /* Test hook: AURALD_SUB_ID_BASE=N gives this connection's subscriptions
+   * the ids after N, so that a test meets the wrap of their count. */
+  const char *base = getenv("AURALD_SUB_ID_BASE");
+  if (base != NULL) c->next_sub_id = (uint32_t)strtoul(base, NULL, 10);
   c->connected_at = aurald_mono_s();
   c->pipe.data = c;
   c->next = srv->conns;

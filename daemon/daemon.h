@@ -570,7 +570,9 @@ typedef struct server {
 
 /* server.c */
 /* Loads the model and sets up the shared state and the loop's handles
- * (not the listener, sources or signals). Returns 0 or -1 with why. */
+ * (not the listener, sources or signals). Returns 0, or -1 with why, or
+ * -2 with why when an option does not fit the model (a bad command line
+ * or config, exit 2). */
 int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
                  size_t why_len);
 /* Frees what server_setup made once the loop has run down; returns 0, or

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <aural/cluster.h>
@@ -294,12 +295,15 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
-/* "16M", "512K", "1048576" -> bytes. */
+/* "16M", "512K", "1048576" -> bytes. Digits first: strtoull skips
+ * spaces and negates what follows a minus, so " -18446744073709551615G"
+ * was 1 GiB. */
 static int parse_bytes(const char *s, size_t *out) {
+  if (s[0] < '0' || s[0] > '9') return -1;
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s || s[0] == '-') return -1;
+  if (errno) return -1;
   unsigned long long mult = 1;
   if (*end == 'K' || *end == 'k') mult = 1024, end++;
   else if (*end == 'M' || *end == 'm') mult = 1024 * 1024, end++;
@@ -1079,6 +1083,20 @@ static void on_tick(uv_timer_t *t) {
   if (srv->n_conns == 0) server_close_handles(srv);
 }
 
+/* A socket path that cannot be bound is a bad command line (exit 2, which
+ * aurald.service does not restart): found when binding, after the model
+ * had loaded, it exited 1. A socket passed by the service manager is used
+ * whatever the path says. Returns 0 or the exit status. */
+static int check_socket_path(const char *path) {
+  const char *pid = getenv("LISTEN_PID");
+  if (pid != NULL && strtol(pid, NULL, 10) == (long)getpid()) return 0;
+  size_t max = sizeof ((struct sockaddr_un *)0)->sun_path - 1;
+  if (strlen(path) <= max) return 0;
+  aurald_usage_error("socket path is %zu bytes long; the limit is %zu: %s\n",
+                     strlen(path), max, path);
+  return 2;
+}
+
 int main(int argc, char **argv) {
   aurald_log_setup();
   /* SIGHUP, whose default action ends the process, waits (pending, in
@@ -1101,6 +1119,7 @@ int main(int argc, char **argv) {
   char where[600];
   int rc = load_options(argc, argv, conf, &o, &cw, &list, where,
                         sizeof where);
+  if (rc == 0 && !list) rc = check_socket_path(o.socket_path);
   if (rc == 0 && list) rc = mic_list_devices();
   if (rc != 0 || list) {
     free(o.files);
@@ -1136,12 +1155,13 @@ int main(int argc, char **argv) {
     aurald_log_stop(LOG_DRAIN_S);
     return 1;
   }
-  if (server_setup(&srv, &o, &loop, why, sizeof why) < 0) {
+  rc = server_setup(&srv, &o, &loop, why, sizeof why);
+  if (rc < 0) {
     log_error("%s", why);
     server_teardown(&srv);
     uv_loop_close(&loop);
     aurald_log_stop(LOG_DRAIN_S);
-    return 1;
+    return rc == -2 ? 2 : 1; /* -2: an option the model refuses */
   }
   uv_signal_init(&loop, &srv.sigint);
   uv_signal_init(&loop, &srv.sigterm);

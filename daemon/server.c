@@ -165,7 +165,7 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
              "--chunk-ms %d is not a whole number of the model's %g ms "
              "frames",
              o->chunk_ms, frame_ms);
-    return -1;
+    return -2;
   }
   srv->chunk_frames = (size_t)round(frames);
   for (int i = 0; i < srv->mc->vocab_size; i++) {

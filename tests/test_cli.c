@@ -1034,6 +1034,19 @@ static void test_encode_bad_model(void **state) {
   assert_int_equal(run_aural(fx, "encode", "--chunk-frames", "0", "-o", out,
                              in, NULL),
                    2);
+  /* Digits alone: strtoull negates what follows a minus after a space,
+   * which made the first of these 1. */
+  const char *bad[] = {" -18446744073709551615", " -1", "-1", "+5", " 5",
+                       "5 ", "", "0x10", "1e3", "18446744073709551616",
+                       "100001"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(run_aural(fx, "encode", "--chunk-frames", bad[i], "-o",
+                               out, in, NULL),
+                     2);
+    assert_contains(fx->err, "--chunk-frames");
+    assert_contains(fx->err, "1..100000");
+  }
+  assert_dir_holds(fx->out_dir, NULL);
 }
 
 /* ---- Where -o writes: never over what it should not replace. ---- */
@@ -1637,6 +1650,19 @@ static void test_load_usage_errors(void **state) {
   assert_contains(fx->err, "unexpected argument 'b.wav'");
   if (strstr(fx->err, "Usage") != NULL)
     fail_msg("the whole usage instead of the problem: %s", fx->err);
+  /* Each block's latency is kept: the largest values together asked for
+   * 414 GB. Refused before any connection (the socket is not there). */
+  char sock[PATH_BYTES];
+  snprintf(sock, sizeof sock, "%s/none.sock", fx->in_dir);
+  assert_int_equal(run_aural(fx, "load", "-s", sock, "-n", "2000",
+                             "--seconds", "86400", "--block-ms", "5", NULL),
+                   2);
+  assert_contains(fx->err, "2000 streams of 86400 s in blocks of 5 ms are "
+                           "34560004000 blocks to time; at most 33554432");
+  assert_int_equal(run_aural(fx, "load", "-s", sock, "-n", "2000",
+                             "--seconds", "300", NULL),
+                   1);
+  assert_contains(fx->err, "none.sock");
 }
 
 /* aural bench -m measures a model file: its shape in the report, a clear
@@ -1675,6 +1701,18 @@ static void test_bench_model_file(void **state) {
   assert_contains(fx->err, "model flags");
 }
 
+/* The random model's largest flags ask for 1.3 TB of weights: refused by
+ * name before anything is built (the malloc for its file failed, and
+ * aural bench exited 1 without a word). */
+static void test_bench_model_too_large(void **state) {
+  fixture *fx = *state;
+  assert_int_equal(run_aural(fx, "bench", "--d-model", "8192", "--d-ff",
+                             "65536", "--layers", "256", "encoder", NULL),
+                   1);
+  assert_contains(fx->err, "d_model 8192, d_ff 65536 and 256 layers need "
+                           "1280.1 GiB of weights; the limit is 2.0 GiB");
+}
+
 int main(void) {
   if (getenv("AURAL_BIN") == NULL || getenv("AURAL_TEST_DATA") == NULL) {
     fprintf(stderr, "test_cli: set AURAL_BIN and AURAL_TEST_DATA\n");
@@ -1709,6 +1747,7 @@ int main(void) {
       T(test_summary_and_show),
       T(test_show_memory_bounded),
       T(test_bench_model_file),
+      T(test_bench_model_too_large),
       T(test_load_usage_errors),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),

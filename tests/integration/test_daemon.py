@@ -1025,7 +1025,7 @@ class TestChunking(DaemonTest):
         sock = os.path.join(self.tmp, "bad.sock")
         p = run(AURALD, "-m", model, "-s", sock, "--no-config", "--chunk-ms",
                 "510", check=False, timeout=20)
-        self.assertNotEqual(p.returncode, 0)
+        self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("not a whole number of the model's 12.5 ms frames",
                       p.stderr)
         d = self.start("--chunk-ms", "625", model=model)
@@ -1772,6 +1772,21 @@ class TestServiceManager(DaemonTest):
                 self.assertEqual(p.returncode, 2, p.stderr)
                 self.assertIn("unrecognized option '%s'" % bad, p.stderr)
 
+    def test_byte_counts_are_digits_first(self):
+        """A byte count is digits and an optional K, M or G: strtoull
+        skips spaces and negates what follows a minus, so that
+        " -18446744073709551615G" was a hard limit of 1 GiB."""
+        for opt in ("--sub-hard-limit", "--sub-soft-limit",
+                    "--max-model-memory"):
+            for bad in (" -18446744073709551615G", " -1", "-1", "+5", " 5",
+                        "5 ", "", "0", "1T", "1025G"):
+                with self.subTest(option=opt, value=bad):
+                    p = run(AURALD, "-m", os.path.join(self.tmp, "none.st"),
+                            "-s", os.path.join(self.tmp, "b.sock"),
+                            "--no-config", opt, bad, check=False, timeout=20)
+                    self.assertEqual(p.returncode, 2, p.stderr)
+                    self.assertIn("bad byte count", p.stderr)
+
     def test_soft_limit_above_hard_limit_names_both(self):
         """A hard limit under the soft limit's default was refused with a
         message about --sub-soft-limit alone, which the user never gave:
@@ -2153,6 +2168,35 @@ class TestShutdown(DaemonTest):
                               p.stderr)
                 self.assertFalse(os.path.exists(sock))
 
+    def test_chunk_ms_and_socket_path_are_bad_command_lines(self):
+        """A --chunk-ms that is not whole frames of the model's, or a
+        socket path longer than a Unix socket address holds, is a bad
+        command line (exit 2, which aurald.service does not restart); both
+        were found after the model had loaded and exited 1, so that
+        aurald.service started it again every RestartSec. The path is
+        refused before the model loads."""
+        sock = os.path.join(self.tmp, "c.sock")
+        p = run(AURALD, "-m", TINY, "-s", sock, "--no-config", "--chunk-ms",
+                "15", check=False, timeout=20)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--chunk-ms 15 is not a whole number of the model's "
+                      "10 ms frames", p.stderr)
+        self.assertFalse(os.path.exists(sock))
+        for n in (107, 108, 1 << 12):
+            long_path = os.path.join(self.tmp, "s" * n)[:n]
+            with self.subTest(length=n):
+                p = run(AURALD, "-m", os.path.join(self.tmp, "none.st"),
+                        "-s", long_path, "--no-config", check=False,
+                        timeout=20)
+                if n == 107:
+                    # It fits: what stops it is the missing model.
+                    self.assertEqual(p.returncode, 1, p.stderr)
+                    self.assertNotIn("socket path", p.stderr)
+                    continue
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("socket path is %d bytes long; the limit is "
+                              "107" % n, p.stderr)
+
     def test_http_and_cluster_options_without_them_are_named(self):
         """--http-* without --http and --cluster-* without --cluster do
         nothing; aurald served without a word about them (a forgotten
@@ -2532,6 +2576,26 @@ class TestFaults(DaemonTest):
             self.assertEqual(read_msg(s), (ac.PONG, 0, b"x"))
         sender.join()
         s.close()
+        self.stop_clean(d)
+
+    def test_subscription_ids_skip_0_at_the_wrap(self):
+        """A connection's subscription ids skip 0, which UNSUBSCRIBE cannot
+        name, when their 32-bit count wraps after 2^32 subscriptions on
+        one connection: the subscription got id 0 and could not be ended.
+        The test hook starts the count just before the wrap."""
+        env = dict(os.environ, AURALD_SUB_ID_BASE=str(2**32 - 3))
+        d = self.start("--threads", "1", env=env)
+        c = ac.Client(d.path, timeout=10)
+        kept = c.subscribe(stream="kept")
+        self.assertEqual(kept, 2**32 - 2)
+        last = c.subscribe(stream="last")
+        self.assertEqual(last, 2**32 - 1)
+        c.unsubscribe(last)
+        after = c.subscribe(stream="after")
+        self.assertEqual(after, 1)
+        c.unsubscribe(after)
+        c.unsubscribe(kept)
+        c.close()
         self.stop_clean(d)
 
     def test_failed_encoder_call_ends_only_its_streams(self):

@@ -34,7 +34,8 @@ const char *cli_default_sample(void);
  * "none", "sinusoidal" or "rope". */
 const char *cli_pos_name(int pos_encoding);
 
-/* Parses a decimal integer in lo..hi; -1 if it is not one. */
+/* Parses a decimal integer in lo..hi, digits alone (no sign or spaces);
+ * -1 if it is not one. */
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out);
 
 /* Flushes stdout and says whether everything written to it so far arrived:

@@ -548,8 +548,25 @@ typedef struct enc_bench {
 static int bench_encoder(enc_bench *b) {
   size_t size = 0;
   unsigned char *file = NULL;
-  if (b->model_path == NULL && (file = synth_model(&b->spec, &size)) == NULL)
-    return -1;
+  if (b->model_path == NULL) {
+    /* Not gigabytes of random weights for the loader to refuse: a file
+     * over its limit on memory was written in full first (6.4 GiB and
+     * 18 s for --d-model 8192), and one malloc could not hold failed
+     * without a word. */
+    uint64_t need = synth_model_tensor_bytes(&b->spec);
+    if (need > AURAL_MODEL_DEFAULT_MAX_MEMORY) {
+      fprintf(stderr, "aural bench: d_model %d, d_ff %d and %d layers need "
+                      "%.1f GiB of weights; the limit is %.1f GiB\n",
+              b->spec.d_model, b->spec.d_ff, b->spec.n_layers,
+              (double)need / (1 << 30),
+              (double)AURAL_MODEL_DEFAULT_MAX_MEMORY / (1 << 30));
+      return -1;
+    }
+    if ((file = synth_model(&b->spec, &size)) == NULL) {
+      fprintf(stderr, "aural bench: out of memory for the model\n");
+      return -1;
+    }
+  }
   size_t frames = (size_t)(b->seconds * 100);
   /* f32 weights, f16 weights, then precision bf16. */
   for (int pass = 0; pass < 3; pass++) {

@@ -30,6 +30,9 @@
 #include "cli.h"
 #include "client.h"
 
+/* Blocks timed in one run, over all its streams (about 540 MB at most). */
+#define LOAD_MAX_BLOCKS ((uint64_t)1 << 25)
+
 typedef struct load_stream {
   aural_client *c;
   uint32_t id;            /* server's stream id */
@@ -98,9 +101,11 @@ static void usage(FILE *to) {
 "\n"
 "Options:\n"
 "  -s, --socket PATH   aurald's socket (default: as aurald)\n"
-"  -n, --streams N     concurrent streams (default 10)\n"
-"      --seconds S     how long each stream runs (default 30)\n"
-"      --block-ms B    audio per AUDIO_DATA message (default 20)\n"
+"  -n, --streams N     concurrent streams (default 10; 1..2000)\n"
+"      --seconds S     how long each stream runs (default 30; 1..86400)\n"
+"      --block-ms B    audio per AUDIO_DATA message (default 20; 5..1000);\n"
+"                      N x S x 1000 / B is at most 33554432 (each block's\n"
+"                      latency is kept for the report)\n"
 "      --json          one JSON object on stdout\n"
 "  -h, --help          show this help\n"
 "\n"
@@ -343,6 +348,18 @@ static int parse_load_options(int argc, char **argv, const char **sock,
   if (argc - optind > 1) {
     fprintf(stderr, "aural load: unexpected argument '%s' (one INPUT at "
                     "most)\n(see 'aural load --help')\n", argv[optind + 1]);
+    return EXIT_USAGE;
+  }
+  /* Each block of each stream keeps its send time and a latency (12
+   * bytes, and 4 more for the report): the options' largest values asked
+   * for 2000 x 17.3 million blocks, 414 GB. */
+  uint64_t blocks = (uint64_t)*n_streams * (*seconds * 1000 / *block_ms + 2);
+  if (blocks > LOAD_MAX_BLOCKS) {
+    fprintf(stderr, "aural load: %zu streams of %zu s in blocks of %zu ms "
+                    "are %llu blocks to time; at most %llu (fewer streams "
+                    "or seconds, or a longer --block-ms)\n",
+            *n_streams, *seconds, *block_ms, (unsigned long long)blocks,
+            (unsigned long long)LOAD_MAX_BLOCKS);
     return EXIT_USAGE;
   }
   return -1;

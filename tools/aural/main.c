@@ -96,12 +96,13 @@ int cli_stdout_flush(char *err, size_t err_bytes) {
 }
 
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
+  /* Digits alone: strtoull skips spaces and takes a sign, and negates
+   * what follows a minus, so " -18446744073709551615" was 1. */
+  if (s[0] < '0' || s[0] > '9') return -1;
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < lo ||
-      v > hi)
-    return -1;
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return -1;
   *out = (size_t)v;
   return 0;
 }

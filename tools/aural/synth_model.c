@@ -43,6 +43,18 @@ static uint16_t to_half(float f) {
   return (uint16_t)(sign | h);
 }
 
+uint64_t synth_model_tensor_bytes(const synth_spec *s) {
+  /* As synth_model lays them out; every dimension is an int, so the
+   * products fit in 64 bits. */
+  uint64_t d = (uint64_t)s->d_model, ff = (uint64_t)s->d_ff, mels = 80;
+  uint64_t v = (uint64_t)s->vocab_size;
+  uint64_t layer = 4 * d * d + 2 * d * ff + 3 * d + d + ff + d + 4 * d;
+  uint64_t n = d * mels + d + (uint64_t)s->n_layers * layer +
+               (s->final_norm ? 2 * d : 0) + (v > 0 ? v * d + v : 0) +
+               (s->cmvn ? 2 * mels : 0);
+  return n * (s->f16 ? 2 : 4);
+}
+
 unsigned char *synth_model(const synth_spec *s, size_t *size) {
   size_t d = (size_t)s->d_model, ff = (size_t)s->d_ff, mels = 80;
   size_t cap = 16 + 12 * (size_t)s->n_layers;

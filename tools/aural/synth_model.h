@@ -21,6 +21,9 @@ typedef struct synth_spec {
  * d_ff 1024, 6 layers, W 50, rope, Pre-LN, gelu, final norm, no head. */
 void synth_spec_base(synth_spec *s);
 
+/* Bytes of the tensors of synth_model(spec)'s file (its header aside). */
+uint64_t synth_model_tensor_bytes(const synth_spec *s);
+
 /* A complete safetensors file for spec, malloc'ed; NULL on failure. */
 unsigned char *synth_model(const synth_spec *s, size_t *size);
 
