@@ -405,30 +405,34 @@ static float *logits_at(aural_stream *s) {
   return s->out_logits ? s->out_logits + s->n_ready * s->v : NULL;
 }
 
-/* Rows of the k just computed whose embeddings and logits are all
- * finite, counted from the first. */
+/* Rows of the k just computed whose outputs (embeddings, logits, and
+ * features when they are one) are all finite, counted from the first. */
 static size_t finite_rows(const aural_stream *s, size_t k) {
   for (size_t r = 0; r < k; r++) {
     const float *e = s->out_emb ? s->out_emb + (s->n_ready + r) * s->d : NULL;
     const float *l =
         s->out_logits ? s->out_logits + (s->n_ready + r) * s->v : NULL;
+    const float *f = s->out_feats ? s->pend + r * s->mels : NULL;
     for (size_t j = 0; e != NULL && j < s->d; j++)
       if (!isfinite(e[j])) return r;
     for (size_t j = 0; l != NULL && j < s->v; j++)
       if (!isfinite(l[j])) return r;
+    for (size_t j = 0; f != NULL && j < s->mels; j++)
+      if (!isfinite(f[j])) return r;
   }
   return k;
 }
 
 /* The first k pending frames were encoded: they become ready rows. A
  * model can overflow on some input (weights, CMVN or input_scale that are
- * finite but huge): then the stream fails with AURAL_EOVERFLOW at the
+ * finite but huge; features, before CMVN, only with an input_scale far
+ * beyond any real one): then the stream fails with AURAL_EOVERFLOW at the
  * first frame whose outputs are NaN or infinite, and the frames before it
  * come out as its last, rather than NaN going on to text, words and
  * subscribers. Returns 0 or AURAL_EOVERFLOW. */
 static int end_compute(aural_stream *s, size_t k) {
   if (k == 0) return 0;
-  size_t m = s->mels, good = s->enc != NULL ? finite_rows(s, k) : k;
+  size_t m = s->mels, good = finite_rows(s, k);
   if (s->out_feats)
     memcpy(s->out_feats + s->n_ready * m, s->pend, good * m * sizeof(float));
   memmove(s->pend, s->pend + k * m, (s->n_pending - k) * m * sizeof(float));

@@ -833,6 +833,26 @@ static void test_overflow_fails_only_its_stream(void **state) {
   result_free(r);
   aural_stream_destroy(s);
 
+  /* Features alone (no encoder): the same, from the same frame. */
+  aural_stream_config fc = sc;
+  fc.outputs = AURAL_STREAM_FEATURES;
+  assert_int_equal(aural_stream_create(m, &fc, &s, NULL), 0);
+  r = calloc(1, sizeof *r);
+  rc = 0;
+  for (size_t pos = 0; pos < N && rc == 0; pos += taken) {
+    assert_int_equal(aural_stream_push(s, loud + pos, N - pos, &taken), 0);
+    rc = aural_stream_compute(s);
+    drain(s, r);
+  }
+  assert_int_equal(rc, AURAL_EOVERFLOW);
+  drain(s, r);
+  assert_true(r->final_seen);
+  assert_int_equal(r->n_frames, 98);
+  for (size_t i = 0; i < r->n_frames * 80; i++)
+    assert_true(isfinite(r->feats[i]));
+  result_free(r);
+  aural_stream_destroy(s);
+
   /* Batched with a quiet stream: the batch succeeds, the loud stream fails
    * alone, the quiet one gets every frame it gets alone. */
   aural_batch *b;

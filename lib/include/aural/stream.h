@@ -240,10 +240,11 @@ int aural_stream_abort(aural_stream *s);
 
 /* Encodes the pending features (those that fit beside computed frames not
  * yet pulled: pull whole chunks to make room) with the stream's own
- * encoder scratch. Returns 0, AURAL_EOVERFLOW (a frame's embeddings or
- * logits came out NaN or infinite, as a model with huge weights or CMVN
- * gives on some input: the stream fails, and the frames before that one
- * come out as its last chunks), or AURAL_ESTATE after a failure.
+ * encoder scratch. Returns 0, AURAL_EOVERFLOW (a frame's embeddings,
+ * logits or, as an output, features came out NaN or infinite, as a model
+ * with huge weights, CMVN or input_scale gives on some input: the stream
+ * fails, and the frames before that one come out as its last chunks), or
+ * AURAL_ESTATE after a failure.
  * Real-time-safe; not thread-safe with other calls on the stream. */
 int aural_stream_compute(aural_stream *s);
 
