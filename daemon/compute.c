@@ -380,6 +380,21 @@ static void run_round(worker *w, int n_taken) {
         abort_stream(s);
         ending[i] = true;
       }
+    } else {
+      /* A stream whose outputs overflowed failed alone (aural/stream.h):
+       * it ends with the frames before, the others of the round go on. */
+      for (int i = 0; i < n_taken; i++) {
+        stream *s = w->taken[i];
+        aural_stream_stats st;
+        aural_stream_get_stats(s->work.as, &st);
+        if (s->work.aborted || st.error == 0) continue;
+        char what[64];
+        snprintf(what, sizeof what, "encoder, frame %llu",
+                 (unsigned long long)(st.first_frame + st.n_encoded_frames));
+        fail_stream(s, what, st.error);
+        abort_stream(s);
+        ending[i] = true;
+      }
     }
   }
   double dt = aurald_mono_s() - t0;

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -39,6 +40,7 @@ struct aural_audiofile {
   source src;     /* the virtual I/O callbacks point here */
   aural_audiofile_info info;
   int64_t n_done; /* frames read so far */
+  bool is_double; /* 64-bit float samples, read as doubles */
   char path[256]; /* for messages; shortened if needed */
 };
 
@@ -483,6 +485,7 @@ static int open_source(aural_audiofile *af, const char *path,
   /* Formats whose length libsndfile cannot tell (some Ogg files) report
    * the largest count; they are read to their end instead. */
   af->info.n_frames = sfi.frames == SF_COUNT_MAX ? -1 : sfi.frames;
+  af->is_double = (sfi.format & SF_FORMAT_SUBMASK) == SF_FORMAT_DOUBLE;
 
   SF_FORMAT_INFO major = {.format = sfi.format & SF_FORMAT_TYPEMASK};
   SF_FORMAT_INFO sub = {.format = sfi.format & SF_FORMAT_SUBMASK};
@@ -547,6 +550,31 @@ void aural_audiofile_get_info(const aural_audiofile *af,
   *info = af->info;
 }
 
+/* Reads up to n frames into buf as floats. libsndfile converts a double
+ * beyond float's range to infinity, which the check below would refuse as
+ * an infinite sample although the file holds a finite one: doubles are
+ * read as such and such a value is clamped to the largest float, as the
+ * frontend clamps any value far beyond full scale (aural/frontend.h). */
+static sf_count_t read_floats(aural_audiofile *af, float *buf, sf_count_t n) {
+  if (!af->is_double) return sf_readf_float(af->sf, buf, n);
+  double tmp[1024];
+  sf_count_t n_ch = af->info.n_channels, per = 1024 / n_ch, done = 0;
+  while (done < n) {
+    sf_count_t want = n - done < per ? n - done : per;
+    sf_count_t got = sf_readf_double(af->sf, tmp, want);
+    if (got <= 0) return done > 0 ? done : got;
+    for (sf_count_t i = 0; i < got * n_ch; i++) {
+      double v = tmp[i];
+      buf[done * n_ch + i] =
+          isfinite(v) && fabs(v) > FLT_MAX ? (v < 0 ? -FLT_MAX : FLT_MAX)
+                                           : (float)v;
+    }
+    done += got;
+    if (got < want) break;
+  }
+  return done;
+}
+
 int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
                          size_t *n_read, aural_err *err) {
   *n_read = 0;
@@ -558,7 +586,7 @@ int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
   if (af->info.n_frames >= 0 && (uint64_t)max_frames > (uint64_t)left)
     max_frames = (size_t)left;
   if (max_frames == 0) return 0;
-  sf_count_t got = sf_readf_float(af->sf, buf, (sf_count_t)max_frames);
+  sf_count_t got = read_floats(af, buf, (sf_count_t)max_frames);
   if (got <= 0) {
     int e = sf_error(af->sf);
     if (e != SF_ERR_NO_ERROR)

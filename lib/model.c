@@ -1010,6 +1010,49 @@ static void *weight_arena(size_t bytes) {
   return p;
 }
 
+/* Checks every value of the wanted tensors, as stored and as it will be
+ * held. A NaN or infinite weight makes every output it reaches NaN, and
+ * a model that loads and then says nothing (or nonsense, with full
+ * confidence) is worse than one refused naming the tensor and element;
+ * so is a float weight beyond half precision's range when the matrices
+ * are held as f16 or bf16, where it would become infinite. */
+static int check_values(const want_list *wl, const unsigned char *tensor_data,
+                        aural_weight_type held, const char *where,
+                        aural_err *err) {
+  for (size_t i = 0; i < wl->n; i++) {
+    const want *w = &wl->w[i];
+    if (strncmp(w->name, "frontend.cmvn.", 14) == 0)
+      continue; /* check_cmvn() names the bin and its own rule */
+    const unsigned char *src = tensor_data + w->found->begin;
+    size_t cols = w->cols ? (size_t)w->cols : 1;
+    size_t n = (size_t)w->rows * cols;
+    for (size_t j = 0; j < n; j++) {
+      float v = elem_f32(src, w->found->type, j);
+      float as_held = v;
+      if (w->is_matrix && held == AURAL_WEIGHTS_F16)
+        as_held = aural__f16_to_f32(aural__f32_to_f16(v));
+      else if (w->is_matrix && held == AURAL_WEIGHTS_BF16)
+        as_held = aural__bf16_to_f32(aural__f32_to_bf16(v));
+      if (isfinite(as_held)) continue;
+      char at[48];
+      if (w->cols) snprintf(at, sizeof at, "[%zu, %zu]", j / cols, j % cols);
+      else snprintf(at, sizeof at, "[%zu]", j);
+      if (!isfinite(v))
+        return aural__err_set(err, AURAL_EFORMAT,
+                              "%s: tensor \"%s\" element %s is %s: weights "
+                              "must be finite",
+                              where, w->name, at, isnan(v) ? "NaN" : "infinite");
+      return aural__err_set(err, AURAL_EFORMAT,
+                            "%s: tensor \"%s\" element %s is %g, beyond "
+                            "the range of %s, in which the matrices are "
+                            "held (it loads with f32 weights and precision f32)",
+                            where, w->name, at, (double)v,
+                            held == AURAL_WEIGHTS_F16 ? "f16" : "bf16");
+    }
+  }
+  return 0;
+}
+
 /* Everything is known to fit; allocates the arenas and converts every
  * wanted tensor into them. The arenas are bounded by the file's tensor
  * bytes, times two for half to float, times the padding of matrix rows to
@@ -1301,6 +1344,8 @@ static int load(const unsigned char *bytes, uint64_t hlen, uint64_t data_len,
   }
 
   if (tensor_data == NULL) goto done; /* validated */
+  rc = check_values(&wl, tensor_data, held_type(lcfg), where, err);
+  if (rc < 0) goto done;
   rc = convert_weights(m, &wl, tensor_data, lcfg, n_f32, n_f16, where, err);
   if (rc < 0) goto done;
   if (m->cfg.has_cmvn) m->n_params -= 2u * (uint64_t)m->cfg.fbank.num_mel_bins;

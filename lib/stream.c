@@ -405,16 +405,44 @@ static float *logits_at(aural_stream *s) {
   return s->out_logits ? s->out_logits + s->n_ready * s->v : NULL;
 }
 
-/* The first k pending frames were encoded: they become ready rows. */
-static void end_compute(aural_stream *s, size_t k) {
-  if (k == 0) return;
-  size_t m = s->mels;
+/* Rows of the k just computed whose outputs (embeddings, logits, and
+ * features when they are one) are all finite, counted from the first. */
+static size_t finite_rows(const aural_stream *s, size_t k) {
+  for (size_t r = 0; r < k; r++) {
+    const float *e = s->out_emb ? s->out_emb + (s->n_ready + r) * s->d : NULL;
+    const float *l =
+        s->out_logits ? s->out_logits + (s->n_ready + r) * s->v : NULL;
+    const float *f = s->out_feats ? s->pend + r * s->mels : NULL;
+    for (size_t j = 0; e != NULL && j < s->d; j++)
+      if (!isfinite(e[j])) return r;
+    for (size_t j = 0; l != NULL && j < s->v; j++)
+      if (!isfinite(l[j])) return r;
+    for (size_t j = 0; f != NULL && j < s->mels; j++)
+      if (!isfinite(f[j])) return r;
+  }
+  return k;
+}
+
+/* The first k pending frames were encoded: they become ready rows. A
+ * model can overflow on some input (weights, CMVN or input_scale that are
+ * finite but huge; features, before CMVN, only with an input_scale far
+ * beyond any real one): then the stream fails with AURAL_EOVERFLOW at the
+ * first frame whose outputs are NaN or infinite, and the frames before it
+ * come out as its last, rather than NaN going on to text, words and
+ * subscribers. Returns 0 or AURAL_EOVERFLOW. */
+static int end_compute(aural_stream *s, size_t k) {
+  if (k == 0) return 0;
+  size_t m = s->mels, good = finite_rows(s, k);
   if (s->out_feats)
-    memcpy(s->out_feats + s->n_ready * m, s->pend, k * m * sizeof(float));
+    memcpy(s->out_feats + s->n_ready * m, s->pend, good * m * sizeof(float));
   memmove(s->pend, s->pend + k * m, (s->n_pending - k) * m * sizeof(float));
   s->n_pending -= k;
-  s->n_ready += k;
-  s->n_encoded += k;
+  s->n_ready += good;
+  s->n_encoded += good;
+  if (good == k) return 0;
+  s->n_pending = 0;
+  s->failed = AURAL_EOVERFLOW;
+  return AURAL_EOVERFLOW;
 }
 
 int aural_stream_compute(aural_stream *s) {
@@ -429,8 +457,7 @@ int aural_stream_compute(aural_stream *s) {
       return rc;
     }
   }
-  end_compute(s, k);
-  return 0;
+  return end_compute(s, k);
 }
 
 /* Checks the streams of a batch: of b's model, none twice, none failed. */
@@ -470,7 +497,7 @@ int aural_stream_compute_batch(aural_batch *b, aural_stream *const *streams,
     if (n_items > 0) rc = aural_encoder_forward_batch(b, items, n_items);
     for (size_t i = first; i < at; i++) {
       if (rc < 0) streams[i]->failed = rc; /* checked above: unreachable */
-      else end_compute(streams[i], streams[i]->batch_k);
+      else (void)end_compute(streams[i], streams[i]->batch_k); /* alone */
     }
     if (rc < 0) return rc;
   }
@@ -605,6 +632,7 @@ void aural_stream_get_stats(const aural_stream *s, aural_stream_stats *st) {
   st->n_nonfinite = fs.n_nonfinite;
   st->n_clamped = fs.n_clamped;
   st->ended = s->ended;
+  st->error = s->failed;
   /* Done as well when it ended with no frames at all: no chunk will come
    * (pull would say so too, but a caller that asks ready() first never
    * pulls). */

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -369,6 +370,34 @@ static void test_negative_infinity_float64(void **state) {
   make_float_wav(path, 64, 1, 1000, 0, 0, -(double)INFINITY);
   const char *msg = assert_rejected(path, AURAL_ENONFINITE, 0, "infinite|inf ");
   assert_contains(msg, "frame 0,");
+}
+
+/* A 64-bit float sample beyond float's range is finite: libsndfile's
+ * conversion made it infinite, and the file was refused with "sample
+ * infinite" where a 32-bit file's 1e30 is read (and clamped by the
+ * frontend). It is read as the largest float of its sign, in every
+ * channel and read size. */
+static void test_huge_float64_is_finite(void **state) {
+  const double values[] = {1e300, -1e300, DBL_MAX};
+  for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+    char path[PATH_BYTES];
+    path_in(path, state, "huge64.wav");
+    make_float_wav(path, 64, 3, 3000, 1234, 2, values[k]);
+    aural_audiofile_info info;
+    float *samples;
+    size_t n_frames;
+    aural_err err = {0};
+    int rc = read_all(path, 256, &info, &samples, &n_frames, &err);
+    if (rc != 0) fail_msg("%g: %s", values[k], err.msg);
+    assert_int_equal(n_frames, 3000);
+    for (size_t i = 0; i < 3000 * 3; i++) {
+      float want = i == 1234 * 3 + 2
+                       ? (values[k] < 0 ? -FLT_MAX : FLT_MAX)
+                       : (float)((double)(i % 200) / 400.0 - 0.25);
+      assert_true(samples[i] == want);
+    }
+    free(samples);
+  }
 }
 
 /* ---- Absurd headers. ---- */
@@ -991,6 +1020,7 @@ int main(void) {
       T(test_read_huge_count),
       T(test_positive_infinity),
       T(test_negative_infinity_float64),
+      T(test_huge_float64_is_finite),
       T(test_rate_zero),
       T(test_rate_one),
       T(test_rate_ten_million),

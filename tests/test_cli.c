@@ -1031,6 +1031,27 @@ static void test_encode_bad_model(void **state) {
                    1);
   assert_contains(fx->err, "no CTC head");
   assert_dir_holds(fx->out_dir, NULL);
+  /* A model that overflows on this audio (input_scale 1e300): its NaN
+   * outputs were written, exit 0; now nothing is, exit 1, naming the
+   * frame. */
+  size_t size;
+  char *bytes = test_read_file(
+      test_data_path("encoder/prenorm_gelu_rope.safetensors"), &size);
+  const char *from = "input_scale\\\":32768.0",
+             *to = "input_scale\\\":1e300  ";
+  size_t at = 0, k = strlen(from);
+  while (at + k <= size && memcmp(bytes + at, from, k) != 0) at++;
+  assert_true(at + k <= size);
+  memcpy(bytes + at, to, k);
+  snprintf(model, sizeof model, "%s/loud.safetensors", fx->in_dir);
+  test_write_file(model, bytes, size);
+  free(bytes);
+  in = test_data_path("fbank/speech.wav"); /* its buffer was reused */
+  assert_int_equal(run_aural(fx, "encode", "-m", model, "-o", out, in, NULL),
+                   1);
+  assert_contains(fx->err, "speech.wav");
+  assert_contains(fx->err, "NaN or infinite from frame");
+  assert_dir_holds(fx->out_dir, NULL);
   assert_int_equal(run_aural(fx, "encode", "--chunk-frames", "0", "-o", out,
                              in, NULL),
                    2);

@@ -968,6 +968,79 @@ static void test_batch_equals_alone(void **state) {
   free(feats);
 }
 
+/* Rows of several streams share every matrix product of a batched pass
+ * (and, in the daemon, a round). A stream whose features are NaN,
+ * infinite or huge (a model whose input_scale or CMVN overflows on its
+ * audio) gets non-finite outputs; the streams beside it must still get
+ * exactly the bits they get alone. Each pass here holds 20 rows of each
+ * stream, so the bad stream's rows share the kernels' tiles of 6 rows with
+ * both neighbours'; the kernel sets are covered by the suite's *_avx2 and
+ * *_scalar runs, the weights' types here (f32, f16, bf16). */
+static void test_batch_nonfinite_stream_stays_its_own(void **state) {
+  (void)state;
+  size_t t_in, mels;
+  float *feats = load_npy("encoder/input.npy", &t_in, &mels);
+  const aural_weight_type wts[] = {AURAL_WEIGHTS_F32, AURAL_WEIGHTS_F16,
+                                   AURAL_WEIGHTS_BF16};
+  enum { N = 40 };
+  float *bad = malloc(N * mels * sizeof *bad);
+  memcpy(bad, feats, N * mels * sizeof *bad);
+  bad[3 * mels + 7] = NAN;
+  bad[11 * mels] = INFINITY;
+  bad[20 * mels + 79] = -INFINITY;
+  bad[30 * mels + 40] = 1e30f;
+  for (size_t wi = 0; wi < 3; wi++) {
+    aural_model *m = load_model("prenorm_gelu_rope", wts[wi]);
+    const aural_model_config *c = aural_model_get_config(m);
+    size_t d = (size_t)c->d_model, v = (size_t)c->vocab_size;
+    aural_encoder *enc[3];
+    float *emb[3], *lg[3];
+    for (int s = 0; s < 3; s++) {
+      assert_int_equal(aural_encoder_create(m, NULL, &enc[s], NULL), 0);
+      emb[s] = malloc(N * d * sizeof(float));
+      lg[s] = malloc(N * v * sizeof(float));
+    }
+    aural_batch *b;
+    assert_int_equal(aural_batch_create(m, 64, &b, NULL), 0);
+    /* Two calls, the bad stream between the good ones and its rows in
+     * the same tiles as theirs. */
+    for (size_t at = 0; at < N; at += N / 2) {
+      aural_batch_item items[3];
+      for (int s = 0; s < 3; s++) {
+        const float *f = s == 1 ? bad : feats + (size_t)(s + 1) * 50 * mels;
+        items[s] = (aural_batch_item){.enc = enc[s], .feats = f + at * mels,
+                                      .n = N / 2, .emb = emb[s] + at * d,
+                                      .logits = lg[s] + at * v};
+      }
+      assert_int_equal(aural_encoder_forward_batch(b, items, 3), 0);
+    }
+    size_t n_bad = 0;
+    for (size_t i = 0; i < N * d; i++) n_bad += !isfinite(emb[1][i]);
+    assert_true(n_bad > 0); /* the case is what it claims to be */
+    float *alone = malloc(N * d * sizeof *alone);
+    float *alone_lg = malloc(N * v * sizeof *alone_lg);
+    for (int s = 0; s < 3; s += 2) {
+      run(m, 0, feats + (size_t)(s + 1) * 50 * mels, N, 0, 0, alone, alone_lg);
+      assert_memory_equal(emb[s], alone, N * d * sizeof *alone);
+      assert_memory_equal(lg[s], alone_lg, N * v * sizeof *alone_lg);
+    }
+    printf("  weights %s: %zu of %d outputs of the bad stream non-finite, "
+           "the two beside it identical to each alone\n",
+           wi == 0 ? "f32" : wi == 1 ? "f16" : "bf16", n_bad, (int)(N * d));
+    free(alone);
+    free(alone_lg);
+    aural_batch_destroy(b);
+    for (int s = 0; s < 3; s++) {
+      aural_encoder_destroy(enc[s]);
+      free(emb[s]);
+      free(lg[s]);
+    }
+    aural_model_free(m);
+  }
+  free(bad);
+  free(feats);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_threads_first_use), /* first: see there */
@@ -982,6 +1055,7 @@ int main(void) {
       cmocka_unit_test(test_memory_flat_over_100k_frames),
       cmocka_unit_test(test_model_shared_across_threads),
       cmocka_unit_test(test_batch_equals_alone),
+      cmocka_unit_test(test_batch_nonfinite_stream_stays_its_own),
       cmocka_unit_test(test_forward_allocates_nothing),
   };
   test_select_from_env();

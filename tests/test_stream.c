@@ -769,6 +769,142 @@ static void test_abort(void **state) {
   aural_model_free(m);
 }
 
+/* A model whose values are all finite can still overflow on some input:
+ * here its input_scale is 1e300, so that digital silence makes finite
+ * features and any sound infinite ones. Its outputs used to come out NaN,
+ * and the CLI printed no text or one word over and over, exit 0. A
+ * stream now fails with AURAL_EOVERFLOW at its first such frame, the
+ * frames before it come out as its last chunks, and a stream batched
+ * beside it is computed as if alone. */
+static void test_overflow_fails_only_its_stream(void **state) {
+  (void)state;
+  size_t size;
+  char *bytes = test_read_file(
+      test_data_path("encoder/prenorm_gelu_rope.safetensors"), &size);
+  /* The config is a JSON string in the header's JSON: its quotes are
+   * escaped. */
+  const char *from = "input_scale\\\":32768.0",
+             *to = "input_scale\\\":1e300  ";
+  size_t at = 0, k = strlen(from);
+  while (at + k <= size && memcmp(bytes + at, from, k) != 0) at++;
+  assert_true(at + k <= size);
+  memcpy(bytes + at, to, k);
+  aural_model *m;
+  aural_err err = {0};
+  if (aural_model_load_buffer(bytes, size, "loud", NULL, &m, &err) != 0)
+    fail_msg("%s", err.msg);
+  aural_stream_config sc;
+  aural_stream_config_default(&sc);
+  sc.chunk_frames = 30;
+  /* 1 s of silence, then sound (loud) or more silence (quiet). */
+  enum { N = 32000, SILENT = 16000 };
+  float *loud = make_audio(N, 1, 16000), *quiet = calloc(N, sizeof *quiet);
+  memset(loud, 0, SILENT * sizeof *loud);
+  result *alone = run_stream(m, &sc, quiet, N, 0);
+  size_t d = (size_t)aural_model_get_config(m)->d_model;
+
+  /* Alone: the frames of silence, then the failure. */
+  aural_stream *s;
+  assert_int_equal(aural_stream_create(m, &sc, &s, NULL), 0);
+  result *r = calloc(1, sizeof *r);
+  size_t taken;
+  int rc = 0;
+  for (size_t pos = 0; pos < N && rc == 0; pos += taken) {
+    assert_int_equal(aural_stream_push(s, loud + pos, N - pos, &taken), 0);
+    rc = aural_stream_compute(s);
+    drain(s, r);
+  }
+  assert_int_equal(rc, AURAL_EOVERFLOW);
+  drain(s, r);
+  assert_true(r->final_seen);
+  aural_stream_stats st;
+  aural_stream_get_stats(s, &st);
+  assert_int_equal(st.error, AURAL_EOVERFLOW);
+  assert_true(st.done);
+  /* The last frame of silence alone is frame 97; the windows after it
+   * hold sound. */
+  assert_true(r->n_frames >= 90 && r->n_frames <= 98);
+  for (size_t i = 0; i < r->n_frames * d; i++) assert_true(isfinite(r->emb[i]));
+  assert_memory_equal(r->emb, alone->emb, r->n_frames * d * sizeof(float));
+  assert_int_equal(aural_stream_compute(s), AURAL_ESTATE);
+  assert_int_equal(aural_stream_push(s, quiet, 10, &taken), AURAL_ESTATE);
+  printf("  alone: %zu frames of silence out, then AURAL_EOVERFLOW\n",
+         r->n_frames);
+  result_free(r);
+  aural_stream_destroy(s);
+
+  /* Features alone (no encoder): the same, from the same frame. */
+  aural_stream_config fc = sc;
+  fc.outputs = AURAL_STREAM_FEATURES;
+  assert_int_equal(aural_stream_create(m, &fc, &s, NULL), 0);
+  r = calloc(1, sizeof *r);
+  rc = 0;
+  for (size_t pos = 0; pos < N && rc == 0; pos += taken) {
+    assert_int_equal(aural_stream_push(s, loud + pos, N - pos, &taken), 0);
+    rc = aural_stream_compute(s);
+    drain(s, r);
+  }
+  assert_int_equal(rc, AURAL_EOVERFLOW);
+  drain(s, r);
+  assert_true(r->final_seen);
+  assert_int_equal(r->n_frames, 98);
+  for (size_t i = 0; i < r->n_frames * 80; i++)
+    assert_true(isfinite(r->feats[i]));
+  result_free(r);
+  aural_stream_destroy(s);
+
+  /* Batched with a quiet stream: the batch succeeds, the loud stream fails
+   * alone, the quiet one gets every frame it gets alone. */
+  aural_batch *b;
+  assert_int_equal(aural_batch_create(m, 256, &b, NULL), 0);
+  aural_stream *two[2];
+  result *rs[2];
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(aural_stream_create(m, &sc, &two[i], NULL), 0);
+    rs[i] = calloc(1, sizeof *rs[i]);
+  }
+  size_t pos[2] = {0, 0};
+  while (pos[1] < N) {
+    aural_stream *live[2];
+    size_t n_live = 0;
+    for (int i = 0; i < 2; i++) {
+      aural_stream_get_stats(two[i], &st);
+      if (st.error != 0) continue;
+      const float *pcm = i == 0 ? loud : quiet;
+      assert_int_equal(aural_stream_push(two[i], pcm + pos[i], N - pos[i],
+                                         &taken), 0);
+      pos[i] += taken;
+      live[n_live++] = two[i];
+    }
+    assert_int_equal(aural_stream_compute_batch(b, live, n_live), 0);
+    for (int i = 0; i < 2; i++) drain(two[i], rs[i]);
+  }
+  assert_int_equal(aural_stream_end(two[1]), 0);
+  assert_int_equal(aural_stream_compute_batch(b, &two[1], 1), 0);
+  drain(two[1], rs[1]);
+  aural_stream_get_stats(two[0], &st);
+  assert_int_equal(st.error, AURAL_EOVERFLOW);
+  assert_true(rs[0]->final_seen && rs[0]->n_frames < 100);
+  aural_stream_get_stats(two[1], &st);
+  assert_int_equal(st.error, 0);
+  assert_true(rs[1]->final_seen);
+  assert_int_equal(rs[1]->n_frames, alone->n_frames);
+  assert_memory_equal(rs[1]->emb, alone->emb,
+                      alone->n_frames * d * sizeof(float));
+  printf("  batched: the loud stream failed after %zu frames, the quiet "
+         "one has all %zu\n", rs[0]->n_frames, rs[1]->n_frames);
+  for (int i = 0; i < 2; i++) {
+    result_free(rs[i]);
+    aural_stream_destroy(two[i]);
+  }
+  aural_batch_destroy(b);
+  result_free(alone);
+  free(loud);
+  free(quiet);
+  free(bytes);
+  aural_model_free(m);
+}
+
 /* Bytes in use on the heap (glibc). */
 static size_t heap_in_use(void) {
   struct mallinfo2 mi = mallinfo2();
@@ -1304,6 +1440,7 @@ int main(void) {
       cmocka_unit_test(test_batch_equals_alone),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_abort),
+      cmocka_unit_test(test_overflow_fails_only_its_stream),
       cmocka_unit_test(test_no_allocation_after_create),
       cmocka_unit_test(test_real_time_calls_allocate_nothing),
       cmocka_unit_test(test_words),

@@ -2651,6 +2651,51 @@ class TestBadModel(DaemonTest):
             self.assertIn(word.lower(), text.lower(), text)
             self.assertFalse(os.path.exists(sock), name)
 
+    def test_model_that_overflows_ends_only_that_stream(self):
+        """A model whose values are finite can overflow on some input:
+        input_scale 1e300 makes digital silence finite and any sound
+        infinite. A stream of sound, computed in the same rounds as one of
+        silence (one worker), ends with reason error naming the overflow;
+        before, its chunks carried NaN. The silent stream gets every chunk
+        and the daemon goes on."""
+        with open(TINY, "rb") as f:
+            data = f.read()
+        loud_model = data.replace(b'input_scale\\":32768.0',
+                                  b'input_scale\\":1e300  ')
+        self.assertNotEqual(loud_model, data)
+        path = os.path.join(self.tmp, "loud.safetensors")
+        with open(path, "wb") as f:
+            f.write(loud_model)
+        d = self.start("--threads", "1", model=path)
+        c = ac.Client(d.path, timeout=10)
+        c.subscribe(all=True, outputs=["embeddings", "logits"])
+        quiet = c.open_audio("quiet", 16000, 1, "s16")
+        loud = c.open_audio("loud", 16000, 1, "s16")
+        rng = np.random.default_rng(3)
+        for _ in range(3):
+            c.send_audio(quiet, np.zeros(16000, np.int16))
+            c.send_audio(loud, rng.integers(-3000, 3000, 16000,
+                                            dtype=np.int16))
+        c.close_audio(quiet)
+        ended, chunks = {}, {"quiet": [], "loud": []}
+        for ev in c.events(timeout=10):
+            if isinstance(ev, ac.Chunk):
+                chunks[ev.name].append(ev)
+            elif isinstance(ev, ac.StreamEnded):
+                ended[ev.name] = ev
+                if len(ended) == 2:
+                    break
+        self.assertEqual(ended["loud"].reason, "error")
+        self.assertIn("not finite", ended["loud"].message)
+        self.assertEqual(ended["quiet"].reason, "closed")
+        self.assertEqual(sum(ch.n_frames for ch in chunks["quiet"]), 298)
+        for name in ("quiet", "loud"):
+            for ch in chunks[name]:
+                self.assertTrue(np.isfinite(ch.emb).all(), name)
+                self.assertTrue(np.isfinite(ch.logits).all(), name)
+        c.close()
+        self.stop_clean(d)
+
     def test_model_over_memory_limit_is_refused_at_start(self):
         """A 4 MB file (d_model 1, d_ff 2^20, F16) whose every compute
         thread would need 4 GiB of scratch: refused at start, naming d_ff,

@@ -657,8 +657,20 @@ write_fail:
   goto fail;
 push_fail:
   if (job->write_failed) goto write_fail;
-  snprintf(err.msg, sizeof err.msg, "%s: %s", job->in_name,
-           aural_strerror(rc));
+  if (rc == AURAL_EOVERFLOW) {
+    aural_stream_stats st;
+    aural_stream_get_stats(job->stream, &st);
+    uint64_t bad = st.first_frame + st.n_encoded_frames;
+    snprintf(err.msg, sizeof err.msg,
+             "%s: the model's outputs are NaN or infinite from frame %llu "
+             "(%.2f s) on: its weights, CMVN or input_scale overflow on "
+             "this audio",
+             job->in_name, (unsigned long long)bad,
+             (double)bad * job->frame_s);
+  } else {
+    snprintf(err.msg, sizeof err.msg, "%s: %s", job->in_name,
+             aural_strerror(rc));
+  }
 fail:
   if (job->progress) fputs("\r\033[K", stderr);
   if (job->errors != NULL)

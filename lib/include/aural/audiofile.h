@@ -65,7 +65,9 @@ void aural_audiofile_get_info(const aural_audiofile *af,
 /* Reads up to max_frames frames into buf (max_frames * n_channels floats);
  * *n_read is 0 at the end. Returns 0, AURAL_ENONFINITE (err gives the frame
  * and channel; the refused frames are consumed, and a further read goes on
- * after them) or AURAL_EIO / AURAL_ETRUNCATED. */
+ * after them) or AURAL_EIO / AURAL_ETRUNCATED. A 64-bit float sample
+ * beyond float's range is finite, and read as the largest float of its
+ * sign. */
 int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
                          size_t *n_read, aural_err *err);
 

@@ -140,8 +140,9 @@ void aural_model_load_config_default(aural_model_load_config *cfg);
  * 0, AURAL_EINVAL (a load config field out of range, checked before the
  * file is opened), -errno, AURAL_EEMPTY, AURAL_EFORMAT, AURAL_ETRUNCATED,
  * AURAL_ECONFIG or AURAL_ENOMEM; err names the file and the tensor or
- * field at fault. Weights are converted as stored: NaN or
- * infinite weights are not checked (CMVN statistics are). Thread-safe. */
+ * field at fault. A NaN or infinite weight (or CMVN statistic) is
+ * refused with AURAL_EFORMAT naming the tensor and element, as is a float
+ * weight that would become infinite held as f16 or bf16. Thread-safe. */
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err);
 

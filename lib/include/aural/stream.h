@@ -153,6 +153,9 @@ typedef struct aural_stream_stats {
   size_t n_ready_frames;     /* computed frames not yet pulled */
   uint64_t n_nonfinite;      /* samples replaced by 0 (policy ZERO) */
   uint64_t n_clamped;        /* samples clamped to ±AURAL_SAMPLE_ABS_MAX */
+  int error;                 /* the code that broke the stream (a failed
+                                push, end or compute; AURAL_EOVERFLOW), or
+                                0 */
   bool ended;                /* aural_stream_end() was called */
   bool done;                 /* ended, and the last chunk was pulled (or
                                 there is none): nothing more will come */
@@ -237,7 +240,11 @@ int aural_stream_abort(aural_stream *s);
 
 /* Encodes the pending features (those that fit beside computed frames not
  * yet pulled: pull whole chunks to make room) with the stream's own
- * encoder scratch. Returns 0, or AURAL_ESTATE after a failure.
+ * encoder scratch. Returns 0, AURAL_EOVERFLOW (a frame's embeddings,
+ * logits or, as an output, features came out NaN or infinite, as a model
+ * with huge weights, CMVN or input_scale gives on some input: the stream
+ * fails, and the frames before that one come out as its last chunks), or
+ * AURAL_ESTATE after a failure.
  * Real-time-safe; not thread-safe with other calls on the stream. */
 int aural_stream_compute(aural_stream *s);
 
@@ -246,7 +253,10 @@ int aural_stream_compute(aural_stream *s);
  * each weight matrix is read once per pass for all of them; each stream's
  * outputs are bit-identical to aural_stream_compute() on it alone. Returns
  * 0, or AURAL_EINVAL (a NULL stream, one of another model, one listed
- * twice) or AURAL_ESTATE (a failed stream), and then computes nothing.
+ * twice) or AURAL_ESTATE (a failed stream), and then computes nothing. A
+ * stream whose outputs overflow fails alone, as in aural_stream_compute()
+ * (its stats' error is AURAL_EOVERFLOW): the call still returns 0 and
+ * the others' outputs are untouched.
  * Allocates nothing; one batch and its streams on one thread at a time. */
 int aural_stream_compute_batch(aural_batch *b, aural_stream *const *streams,
                                size_t n_streams);

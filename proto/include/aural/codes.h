@@ -33,7 +33,8 @@
   X(RESAMPLE, -10010, "resampler failure")                                   \
   X(FFT, -10011, "FFT setup failure")                                        \
   X(STATE, -10012, "call not valid in the current state")                    \
-  X(EMPTY, -10013, "input is empty")
+  X(EMPTY, -10013, "input is empty")                                         \
+  X(OVERFLOW, -10014, "the model's outputs are not finite (it overflows)")
 
 /* The protocol's codes, by wire value (PROTOCOL.md §6); the code a
  * function returns is -(AURAL_PROTO_ERROR_BASE + wire value).
