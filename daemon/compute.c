@@ -218,7 +218,13 @@ static bool take_input(worker *w, stream *s, int64_t *ready_us,
   if (done) {
     aural_stream_stats st;
     aural_stream_get_stats(s->work.as, &st);
-    if (!st.ended) aural_stream_end(s->work.as); /* the frontend flushes */
+    /* The frontend flushes: a failure there (the resampler's) is the
+     * stream's alone, as a push's is. */
+    int rc = st.ended ? 0 : aural_stream_end(s->work.as);
+    if (rc < 0) {
+      fail_stream(s, "frontend", rc);
+      abort_stream(s);
+    }
   }
   return done;
 }
