@@ -86,6 +86,7 @@ struct worker {
   stream *taken[MAX_PER_ROUND];
   bool ahead[MAX_PER_ROUND];        /* taken[i] was fed faster than real
                                        time when taken */
+  int n_urgent;                     /* the first n_urgent taken were */
   aural_stream *batch_streams[MAX_PER_ROUND]; /* this round's to compute */
   /* One pull's words (server.lexicon set): what aural_stream_pull may
    * write; a chunk keeps a copy of the few it has. */
@@ -408,9 +409,10 @@ static void run_round(worker *w, int n_taken) {
     size_t ahead_rows = 0;
     for (int i = 0; i < n_taken; i++)
       if (w->ahead[i]) ahead_rows += pending[i];
-    log_debug("worker %d: round of %d streams, %zu frames (%zu of streams "
-              "fed faster than real time), %.1f ms",
-              w->index, n_taken, total_rows, ahead_rows, dt * 1e3);
+    log_debug("worker %d: round of %d streams (%d urgent), %zu frames (%zu "
+              "of streams fed faster than real time), %.1f ms",
+              w->index, n_taken, w->n_urgent, total_rows, ahead_rows,
+              dt * 1e3);
   }
 
   chunk_out *events[MAX_PER_ROUND];
@@ -487,9 +489,11 @@ static uint64_t frames_for_input(const server *srv, uint64_t in_total,
 }
 
 /* With server.mu held: whether a client feeds s faster than real time,
- * more than AHEAD_S of its input ahead of the clock. */
+ * more than AHEAD_S of its input ahead of the clock, and it goes on (at
+ * its end its last chunk is urgent like any other). */
 static bool ahead(const stream *s, double now) {
-  return s->source == SRC_CLIENT && s->sched.input_due - now > AHEAD_S;
+  return s->source == SRC_CLIENT && !s->sched.input_done &&
+         s->sched.input_due - now > AHEAD_S;
 }
 
 /* With server.mu held. */
@@ -595,6 +599,7 @@ static int take_streams(server *srv, worker *w) {
       w->taken[n++] = s;
     }
   }
+  w->n_urgent = n_urgent;
   return n;
 }
 

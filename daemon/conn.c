@@ -892,10 +892,7 @@ static conn *conn_new(server *srv) {
   c->q = q;
   c->srv = srv;
   c->id = new_conn_id(srv);
-  /* Test hook: AURALD_SUB_ID_BASE=N gives this connection's subscriptions
-   * the ids after N, so that a test meets the wrap of their count. */
-  const char *base = getenv("AURALD_SUB_ID_BASE");
-  if (base != NULL) c->next_sub_id = (uint32_t)strtoul(base, NULL, 10);
+  c->next_sub_id = srv->sub_id_base;
   c->connected_at = aurald_mono_s();
   c->pipe.data = c;
   c->next = srv->conns;

@@ -212,6 +212,9 @@ typedef struct chunk_out {
 
 #define LATENCY_RING 1024
 #define STREAM_FEAT_CAP 256     /* feature rows a stream holds per round */
+/* Audio a client's stream may be behind the clock and still catch up
+ * without counting as fed faster than real time (stream.input_due). */
+#define CATCH_UP_S 5.0
 /* Microphone ring, a power of two: 5.9 s at 44.1 kHz, so that the loop
  * can fall seconds behind a device before samples are lost (its stream's
  * input buffer holds one drain of it too). */
@@ -278,8 +281,9 @@ typedef struct stream_sched {
                              file, released by the pacing) */
   double pending_since;   /* monotonic s of the oldest untaken input */
   /* Monotonic s when the input received so far is due at the stream's
-   * rate, counted from when it arrived and never from before the clock:
-   * far past now, the stream is fed faster than real time (compute.c). */
+   * rate, counted from when it arrived and never from more than
+   * CATCH_UP_S before the clock: far past now, the stream is fed faster
+   * than real time (compute.c). */
   double input_due;
   bool input_done;        /* no more input will come */
   end_reason reason;      /* why input is done */
@@ -563,6 +567,7 @@ typedef struct server {
   struct http_server *http; /* --http (http.c), or NULL */
   metrics_counters counters;
   uint64_t fail_call;          /* test hook: this encoder call fails */
+  uint32_t sub_id_base;        /* test hook: subscription ids start after */
   double assume_load;          /* test hook: the load, when > 0 */
   _Atomic uint64_t n_calls;    /* encoder calls so far (with fail_call) */
   int exit_code;

@@ -121,6 +121,10 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
   srv->loop = loop;
   srv->lock_fd = -1;
   srv->t_start = aurald_mono_s();
+  /* Test hook: AURALD_SUB_ID_BASE=N gives each connection's subscriptions
+   * the ids after N, so that a test meets the wrap of their count. */
+  const char *base = getenv("AURALD_SUB_ID_BASE");
+  if (base != NULL) srv->sub_id_base = (uint32_t)strtoul(base, NULL, 10);
   pthread_mutex_init(&srv->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);

@@ -235,7 +235,10 @@ size_t stream_push(stream *s, const float *pcm, size_t n_frames,
   if (s->sched.in_frames == 0) s->sched.in_first_us = arrival_us;
   double now = aurald_mono_s();
   if (s->sched.pending_since == 0) s->sched.pending_since = now;
-  if (s->sched.input_due < now) s->sched.input_due = now;
+  /* A live client that stalled and then sends what it holds is not
+   * ahead of the clock: input due up to CATCH_UP_S ago is credited. */
+  if (s->sched.input_due < now - CATCH_UP_S)
+    s->sched.input_due = now - CATCH_UP_S;
   s->sched.input_due += (double)n / s->rate_hz;
   s->sched.in_frames += n;
   s->sched.in_total += n;

@@ -1679,7 +1679,16 @@ static void test_load_usage_errors(void **state) {
                              "--seconds", "86400", "--block-ms", "5", NULL),
                    2);
   assert_contains(fx->err, "2000 streams of 86400 s in blocks of 5 ms are "
-                           "34560004000 blocks to time; at most 33554432");
+                           "34560000000 blocks to time; at most 33554432");
+  /* The bound as --help gives it: N x S x 1000 / B blocks. */
+  assert_int_equal(run_aural(fx, "load", "-s", sock, "-n", "2000",
+                             "--seconds", "16777", "--block-ms", "1000",
+                             NULL),
+                   1); /* 2000 x 16777 = 33554000: served, were aurald there */
+  assert_int_equal(run_aural(fx, "load", "-s", sock, "-n", "2000",
+                             "--seconds", "16778", "--block-ms", "1000",
+                             NULL),
+                   2); /* 33556000 */
   assert_int_equal(run_aural(fx, "load", "-s", sock, "-n", "2000",
                              "--seconds", "300", NULL),
                    1);

@@ -837,6 +837,7 @@ class TestWords(DaemonTest):
         c.close()
         self.stop_clean(d)
 
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to switch uid")
     def test_one_group_member_cannot_take_every_custom_words_place(self):
         """The server keeps at most 16 subscriptions with custom words (each
         decodes on the loop); one member of --group (here uid 65534) took
@@ -1278,14 +1279,39 @@ class TestScheduling(DaemonTest):
         fast.close()
         self.stop_clean(d)
         rounds = [(int(m.group(1)), int(m.group(2))) for m in re.finditer(
-            r"round of \d+ streams, (\d+) frames \((\d+) of streams fed "
-            r"faster than real time\)", log)]
+            r"round of \d+ streams \((\d+) urgent\), \d+ frames \((\d+) "
+            r"of streams fed faster than real time\)", log)]
         ahead = [a for _, a in rounds]
         # The fast streams were fed faster than real time: 20 s of audio
         # or more in 5 s.
         self.assertGreater(sum(ahead), 2000, log[-3000:])
         self.assertLessEqual(max(ahead), 128 + 51,
                              sorted(ahead)[-10:])
+        # And never in a round that answers a stream whose chunk is due.
+        self.assertEqual([r for r in rounds if r[0] > 0 and r[1] > 0], [])
+
+    def test_live_stream_catching_up_after_a_stall_is_not_ahead(self):
+        """A live client stalls for 3 s, then sends what it held at once
+        and goes on at its pace. Its input was counted due from the moment
+        it arrived, so the 3 s came out ahead of the clock and its chunks
+        stopped being urgent just when they were late; input due up to
+        CATCH_UP_S (5 s) before the clock is now credited."""
+        d = self.start("--log-level", "debug")
+        c = ac.Client(d.path, timeout=10)
+        sid = c.open_audio("live")
+        block = (0.1 * np.sin(np.arange(320) * 0.3) * 32767).astype(np.int16)
+        self.push_paced(c, sid, block, 1.0)
+        time.sleep(3.0)
+        c.send_audio(sid, np.tile(block, 150))  # the 3 s it held
+        self.push_paced(c, sid, block, 1.0)
+        c.close_audio(sid)
+        c.close()
+        log = d.text()
+        self.stop_clean(d)
+        ahead = [int(m.group(1)) for m in re.finditer(
+            r"frames \((\d+) of streams fed faster than real time\)", log)]
+        self.assertGreater(len(ahead), 0, log[-2000:])
+        self.assertEqual(sum(ahead), 0, ahead)
 
 
 class TestSocketSecurity(DaemonTest):
@@ -1386,6 +1412,7 @@ class TestSocketSecurity(DaemonTest):
         self.assertTrue(p.stdout.startswith("2 "), p.stdout + p.stderr)
         self.stop_clean(d2)
 
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to switch uid")
     def test_one_group_member_cannot_take_every_place(self):
         """A member of --group could hold every connection and stream the
         server has (--max-clients, --max-streams), so that nobody else got

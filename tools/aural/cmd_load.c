@@ -353,7 +353,7 @@ static int parse_load_options(int argc, char **argv, const char **sock,
   /* Each block of each stream keeps its send time and a latency (12
    * bytes, and 4 more for the report): the options' largest values asked
    * for 2000 x 17.3 million blocks, 414 GB. */
-  uint64_t blocks = (uint64_t)*n_streams * (*seconds * 1000 / *block_ms + 2);
+  uint64_t blocks = (uint64_t)*n_streams * (*seconds * 1000 / *block_ms);
   if (blocks > LOAD_MAX_BLOCKS) {
     fprintf(stderr, "aural load: %zu streams of %zu s in blocks of %zu ms "
                     "are %llu blocks to time; at most %llu (fewer streams "
