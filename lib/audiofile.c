@@ -557,7 +557,7 @@ void aural_audiofile_get_info(const aural_audiofile *af,
  * frontend clamps any value far beyond full scale (aural/frontend.h). */
 static sf_count_t read_floats(aural_audiofile *af, float *buf, sf_count_t n) {
   if (!af->is_double) return sf_readf_float(af->sf, buf, n);
-  double tmp[1024];
+  double tmp[1024]; /* libsndfile opens at most 1,024 channels: per >= 1 */
   sf_count_t n_ch = af->info.n_channels, per = 1024 / n_ch, done = 0;
   while (done < n) {
     sf_count_t want = n - done < per ? n - done : per;
