@@ -80,6 +80,20 @@ char *test_read_file(const char *path, size_t *len) {
   return buf;
 }
 
+char *test_loud_model(size_t *len) {
+  char *bytes = test_read_file(
+      test_data_path("encoder/prenorm_gelu_rope.safetensors"), len);
+  /* The config is a JSON string in the header's JSON: its quotes are
+   * escaped. */
+  const char *from = "input_scale\\\":32768.0",
+             *to = "input_scale\\\":1e300  ";
+  size_t at = 0, k = strlen(from);
+  while (at + k <= *len && memcmp(bytes + at, from, k) != 0) at++;
+  assert_true(at + k <= *len);
+  memcpy(bytes + at, to, k);
+  return bytes;
+}
+
 float test_frand(void) {
   static uint32_t rng = 2463534242u;
   rng ^= rng << 13;

@@ -45,6 +45,11 @@ void test_write_file(const char *path, const void *data, size_t len);
  * fails the test on error. */
 char *test_read_file(const char *path, size_t *len);
 
+/* The bytes of test model prenorm_gelu_rope (free them) with its
+ * input_scale 1e300: finite everywhere, but any sound overflows its
+ * features, while digital silence stays finite. */
+char *test_loud_model(size_t *len);
+
 /* A one-layer model of random weights, d_model 8, with a CTC head of
  * vocab_size tokens (t0, the blank, then t1, t2, ...): enough for the
  * words resources and decoder. Fails the test on error; free it with
