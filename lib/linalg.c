@@ -1352,15 +1352,29 @@ DEFINE_SOFTMAX(softmax3, 3)
     acc[j][0][q] = acc[j][1][q];                                               \
     acc[j][1][q] = t;                                                          \
   }
-DEFINE_MIX_PV(mix_pv1x2, 1, 2)
 DEFINE_MIX_PV(mix_pv1x1, 1, 1)
-DEFINE_MIX_PV(mix_pv2x2, 2, 2)
+DEFINE_MIX_PV(mix_pv1x2, 1, 2)
+DEFINE_MIX_PV(mix_pv1x3, 1, 3)
+DEFINE_MIX_PV(mix_pv1x4, 1, 4)
 DEFINE_MIX_PV(mix_pv2x1, 2, 1)
-DEFINE_MIX_PV(mix_pv3x2, 3, 2)
+DEFINE_MIX_PV(mix_pv2x2, 2, 2)
+DEFINE_MIX_PV(mix_pv2x3, 2, 3)
+DEFINE_MIX_PV(mix_pv2x4, 2, 4)
 DEFINE_MIX_PV(mix_pv3x1, 3, 1)
+DEFINE_MIX_PV(mix_pv3x2, 3, 2)
+DEFINE_MIX_PV(mix_pv3x3, 3, 3)
+DEFINE_MIX_PV(mix_pv3x4, 3, 4)
 
-/* Each row's softmax, then the values, 32 lanes of the head at a time
- * (16 for the last when there are 16 left). */
+typedef void mix_pv_fn(const aural__mix_plan *mp, float *const *p,
+                       const float *v, size_t ldv, const float *v_new,
+                       size_t ld_new, float *o, size_t ldo);
+/* mix_pv[g - 1][nv - 1]: the kernel for g rows and nv vectors. */
+static mix_pv_fn *const mix_pv[AURAL__MIX_ROWS][4] = {
+    {mix_pv1x1, mix_pv1x2, mix_pv1x3, mix_pv1x4},
+    {mix_pv2x1, mix_pv2x2, mix_pv2x3, mix_pv2x4},
+    {mix_pv3x1, mix_pv3x2, mix_pv3x3, mix_pv3x4}};
+
+/* Each row's softmax, then the values. */
 __attribute__((target("avx512f,fma"))) static void mix_rows_avx512(
     const aural__mix_plan *mp, double *scores, size_t lds, const float *v,
     size_t ldv, const float *v_new, size_t ld_new, size_t hs, float *o,
@@ -1371,18 +1385,15 @@ __attribute__((target("avx512f,fma"))) static void mix_rows_avx512(
   case 2: softmax2(mp, scores, lds, p); break;
   default: softmax3(mp, scores, lds, p); break;
   }
-  for (size_t c = 0; c < hs; c += 32) {
-    int two = hs - c >= 32;
-    const float *vc = v + c, *nc = v_new + c;
-    float *oc = o + c;
-    switch (mp->g * 2 - (size_t)two) {
-    case 1: mix_pv1x2(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
-    case 2: mix_pv1x1(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
-    case 3: mix_pv2x2(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
-    case 4: mix_pv2x1(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
-    case 5: mix_pv3x2(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
-    default: mix_pv3x1(mp, p, vc, ldv, nc, ld_new, oc, ldo); break;
-    }
+  /* Four vectors of the head at a time (three rows' 24 accumulators and
+   * the four values fill 28 of the 32 registers), then the one to three
+   * left together: each value is loaded once for every row, and each
+   * weight broadcast once for as many lanes as fit. */
+  size_t nv = hs / 16;
+  for (size_t q = 0; q < nv; q += 4) {
+    size_t n = nv - q < 4 ? nv - q : 4;
+    mix_pv[mp->g - 1][n - 1](mp, p, v + 16 * q, ldv, v_new + 16 * q, ld_new,
+                             o + 16 * q, ldo);
   }
 }
 
