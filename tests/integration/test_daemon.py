@@ -703,6 +703,15 @@ class TestWords(DaemonTest):
         self.assertIn('"event":"chunk"', p.stdout.replace(" ", ""))
         self.assert_same_words(self.sub_words(p.stdout), want)
         d.stop()
+        # --quiet prints the transcript alone at the end (the final words
+        # are kept for it, as for -o and --json, and for nothing else).
+        d = self.start("--hold", "--file", inp, "--exit-when-done",
+                       model=self.model)
+        p = run(AURAL, "sub", "-q", "-s", d.path, "--all", "--output",
+                "words", "--until-end", check=False)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.strip(), transcript)
+        d.stop()
 
     def test_embeddings_subscriber_sees_no_words(self):
         """A client that does not ask for words never sees WORDS; one that

@@ -586,7 +586,12 @@ int sub_on_words(sub_job *job, uint32_t id, const aural_msg_words *mw,
   }
   aural_json_list segs = mw->segments, words;
   aural_msg_word x;
-  while (aural_proto_words_segment_next(&segs, &words, NULL, 0) == 1) {
+  /* The final words are kept only for what prints them at the stream's
+   * end (--json's ended line, --quiet's transcript, -o): a live caption
+   * running for weeks holds none. */
+  int keep = job->json || job->quiet ||
+             (job->out_path != NULL && job->out_kind == AURAL_OUT_WORDS);
+  while (keep && aural_proto_words_segment_next(&segs, &words, NULL, 0) == 1) {
     aural_json_list w = words;
     while (aural_proto_words_word_next(&w, &x, NULL, 0) == 1)
       if (text_append(&s->words, x.word, strlen(x.word)) < 0) goto oom;

@@ -38,7 +38,8 @@ typedef struct sub_stream {
   uint64_t n_chunks;       /* chunks received */
   uint64_t n_lost;         /* chunks reported lost by GAPs */
   strbuf text;             /* the whole text so far */
-  strbuf words;            /* the final words so far, space-separated */
+  strbuf words;            /* the final words so far, space-separated
+                              (kept only for --json, --quiet and -o) */
 } sub_stream;
 
 typedef struct sub_job {
