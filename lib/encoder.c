@@ -176,6 +176,9 @@ size_t aural_encoder_state_bytes(const aural_model *model,
 int aural_encoder_create(const aural_model *model,
                          const aural_encoder_config *cfg, aural_encoder **out,
                          aural_err *err) {
+  if (out == NULL || model == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "encoder: no %s",
+                          out == NULL ? "out pointer" : "model");
   *out = NULL;
   aural_encoder_config dflt;
   if (cfg == NULL) {
@@ -528,6 +531,9 @@ size_t aural__batch_bytes(const aural_model_config *c, size_t rows) {
 
 int aural_batch_create(const aural_model *model, size_t max_rows,
                        aural_batch **out, aural_err *err) {
+  if (out == NULL || model == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "batch: no %s",
+                          out == NULL ? "out pointer" : "model");
   *out = NULL;
   const aural_model_config *c = aural_model_get_config(model);
   if (max_rows == 0 || max_rows > AURAL_ENCODER_MAX_BATCH_FRAMES)

@@ -73,6 +73,9 @@ int aural__err_set(aural_err *err, int code, const char *fmt, ...) {
 
 int aural__open_input(const char *path, int flags, int regular_only,
                       const char *what, struct stat *st, aural_err *err) {
+  /* open(NULL) fails with EFAULT, and the message would print NULL. */
+  if (path == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "no path given for %s", what);
   int fd = open(path, O_RDONLY | O_CLOEXEC | flags);
   if (fd < 0)
     return aural__err_set(err, -errno, "%s: %s", path, strerror(errno));

@@ -251,6 +251,9 @@ static void chunk_words(aural_stream *s, size_t n, bool final,
 int aural_stream_create(const aural_model *model,
                         const aural_stream_config *cfg, aural_stream **out,
                         aural_err *err) {
+  if (out == NULL || model == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "stream: no %s",
+                          out == NULL ? "out pointer" : "model");
   *out = NULL;
   aural_stream_config defaults;
   if (cfg == NULL) {
@@ -478,6 +481,7 @@ static int check_batch(const aural_model *m, aural_stream *const *streams,
 
 int aural_stream_compute_batch(aural_batch *b, aural_stream *const *streams,
                                size_t n_streams) {
+  if (b == NULL || (streams == NULL && n_streams > 0)) return AURAL_EINVAL;
   int rc = check_batch(aural__batch_model(b), streams, n_streams);
   if (rc < 0) return rc;
   size_t cap;

@@ -727,6 +727,45 @@ static void test_errors(void **state) {
   aural_model_free(m);
 }
 
+/* NULL where a caller must give something is AURAL_EINVAL with err
+ * filled, never a crash (STYLE.md: nothing a caller can cause crashes
+ * lib/). */
+static void test_null_arguments(void **state) {
+  (void)state;
+  aural_model *m = load_model("prenorm_gelu_rope");
+  aural_err err = {0};
+  aural_stream *s = (aural_stream *)1;
+  assert_int_equal(aural_stream_create(NULL, NULL, &s, &err), AURAL_EINVAL);
+  assert_contains(err.msg, "stream: no model");
+  err = (aural_err){0};
+  assert_int_equal(aural_stream_create(m, NULL, NULL, &err), AURAL_EINVAL);
+  assert_contains(err.msg, "stream: no out");
+  aural_encoder *enc = (aural_encoder *)1;
+  assert_int_equal(aural_encoder_create(NULL, NULL, &enc, &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "encoder: no model");
+  assert_int_equal(aural_encoder_create(m, NULL, NULL, &err), AURAL_EINVAL);
+  aural_batch *b = (aural_batch *)1;
+  assert_int_equal(aural_batch_create(NULL, 8, &b, &err), AURAL_EINVAL);
+  assert_contains(err.msg, "batch: no model");
+  assert_int_equal(aural_batch_create(m, 8, NULL, &err), AURAL_EINVAL);
+  aural_model *m2 = (aural_model *)1;
+  err = (aural_err){0};
+  assert_int_equal(aural_model_load(NULL, NULL, &m2, &err), AURAL_EINVAL);
+  assert_int_equal(err.code, AURAL_EINVAL);
+  assert_contains(err.msg, "no path given for a model file");
+
+  assert_int_equal(aural_stream_create(m, NULL, &s, &err), 0);
+  assert_int_equal(aural_batch_create(m, 8, &b, &err), 0);
+  assert_int_equal(aural_stream_compute_batch(b, NULL, 1), AURAL_EINVAL);
+  assert_int_equal(aural_stream_compute_batch(NULL, &s, 1), AURAL_EINVAL);
+  assert_int_equal(aural_stream_compute_batch(b, NULL, 0), 0);
+  assert_int_equal(aural_stream_compute_batch(b, &s, 1), 0);
+  aural_batch_destroy(b);
+  aural_stream_destroy(s);
+  aural_model_free(m);
+}
+
 /* Abort drops what is not computed yet; what is comes out, then a final
  * chunk. */
 static void test_abort(void **state) {
@@ -1430,6 +1469,7 @@ int main(void) {
       cmocka_unit_test(test_rates_and_channels),
       cmocka_unit_test(test_batch_equals_alone),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_null_arguments),
       cmocka_unit_test(test_abort),
       cmocka_unit_test(test_overflow_fails_only_its_stream),
       cmocka_unit_test(test_no_allocation_after_create),

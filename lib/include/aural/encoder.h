@@ -49,7 +49,8 @@ void aural_encoder_config_default(aural_encoder_config *cfg);
 
 /* Creates the state of one stream over model, which must outlive it.
  * Allocates everything the stream will ever need. Returns 0, AURAL_EINVAL
- * (max_batch_frames above its bound) or AURAL_ENOMEM. Thread-safe. */
+ * (model or out NULL, max_batch_frames above its bound) or AURAL_ENOMEM.
+ * Thread-safe. */
 int aural_encoder_create(const aural_model *model,
                          const aural_encoder_config *cfg, aural_encoder **out,
                          aural_err *err);
@@ -103,7 +104,8 @@ typedef struct aural_batch_item {
 
 /* Allocates scratch for passes of up to max_rows rows
  * (1..AURAL_ENCODER_MAX_BATCH_FRAMES) over
- * encoders of model. Thread-safe. */
+ * encoders of model. Returns 0, AURAL_EINVAL (model or out NULL, max_rows
+ * out of range) or AURAL_ENOMEM. Thread-safe. */
 int aural_batch_create(const aural_model *model, size_t max_rows,
                        aural_batch **out, aural_err *err);
 

@@ -138,7 +138,7 @@ void aural_model_load_config_default(aural_model_load_config *cfg);
  * to hold such a model, is refused with AURAL_ECONFIG naming the
  * dimension that asks for it, before anything is allocated for it. Returns
  * 0, AURAL_EINVAL (a load config field out of range, checked before the
- * file is opened), -errno, AURAL_EEMPTY, AURAL_EFORMAT, AURAL_ETRUNCATED,
+ * file is opened, or path NULL), -errno, AURAL_EEMPTY, AURAL_EFORMAT, AURAL_ETRUNCATED,
  * AURAL_ECONFIG or AURAL_ENOMEM; err names the file and the tensor or
  * field at fault. A NaN or infinite weight (or CMVN statistic) is
  * refused with AURAL_EFORMAT naming the tensor and element, as is a float

@@ -201,9 +201,10 @@ void aural_stream_config_default(aural_stream_config *cfg);
 
 /* Creates a stream over model (which must outlive it), allocating all the
  * memory it will ever use. cfg may be NULL for the defaults. Returns 0,
- * AURAL_ECONFIG (a field out of range, or logits/text of a model without
- * a CTC head), AURAL_ERATE, AURAL_ECHANNELS or AURAL_ENOMEM, with err
- * naming the field. Thread-safe. */
+ * AURAL_EINVAL (model or out NULL), AURAL_ECONFIG (a field out of range,
+ * or logits/text of a model without a CTC head), AURAL_ERATE,
+ * AURAL_ECHANNELS or AURAL_ENOMEM, with err naming the field.
+ * Thread-safe. */
 int aural_stream_create(const aural_model *model,
                         const aural_stream_config *cfg, aural_stream **out,
                         aural_err *err);
@@ -252,8 +253,8 @@ int aural_stream_compute(aural_stream *s);
  * pending frames go through aural_encoder_forward_batch() together, so
  * each weight matrix is read once per pass for all of them; each stream's
  * outputs are bit-identical to aural_stream_compute() on it alone. Returns
- * 0, or AURAL_EINVAL (a NULL stream, one of another model, one listed
- * twice) or AURAL_ESTATE (a failed stream), and then computes nothing. A
+ * 0, or AURAL_EINVAL (b NULL, streams NULL with n_streams > 0, a NULL
+ * stream, one of another model, one listed twice) or AURAL_ESTATE (a failed stream), and then computes nothing. A
  * stream whose outputs overflow fails alone, as in aural_stream_compute()
  * (its stats' error is AURAL_EOVERFLOW): the call still returns 0 and
  * the others' outputs are untouched.
