@@ -103,6 +103,7 @@ static int run_soxr(aural_resampler *rs, const float *in, size_t n,
 
 int aural_resampler_push(aural_resampler *rs, const float *samples, size_t n,
                          aural_samples_fn fn, void *user) {
+  if (fn == NULL || (samples == NULL && n > 0)) return AURAL_EINVAL;
   if (rs->finished) return AURAL_ESTATE;
   while (n > 0) {
     size_t take = rs->block - rs->n_held;
@@ -122,6 +123,7 @@ int aural_resampler_push(aural_resampler *rs, const float *samples, size_t n,
 
 int aural_resampler_finish(aural_resampler *rs, aural_samples_fn fn,
                            void *user) {
+  if (fn == NULL) return AURAL_EINVAL;
   if (rs->finished) return AURAL_ESTATE;
   rs->finished = 1;
   int rc = 0;

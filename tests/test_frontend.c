@@ -276,6 +276,40 @@ static void test_resampler_snr(void **state) {
   }
 }
 
+static int count_samples_fn(void *user, const float *out, size_t n) {
+  (void)out;
+  *(size_t *)user += n;
+  return 0;
+}
+
+/* A NULL callback or samples is refused, as the frontend refuses them,
+ * and consumes nothing: the object still works. */
+static void test_resampler_null_arguments(void **state) {
+  (void)state;
+  aural_err err = {0};
+  aural_resampler *rs;
+  assert_int_equal(aural_resampler_create(48000, 16000, &rs, &err), 0);
+  float x[4800] = {0};
+  size_t n_out = 0;
+  assert_int_equal(aural_resampler_push(rs, x, 4800, NULL, NULL),
+                   AURAL_EINVAL);
+  assert_int_equal(aural_resampler_push(rs, NULL, 5, count_samples_fn,
+                                        &n_out),
+                   AURAL_EINVAL);
+  assert_int_equal(aural_resampler_push(rs, NULL, 0, count_samples_fn,
+                                        &n_out),
+                   0);
+  assert_int_equal(aural_resampler_finish(rs, NULL, NULL), AURAL_EINVAL);
+  assert_int_equal(aural_resampler_push(rs, x, 4800, count_samples_fn,
+                                        &n_out),
+                   0);
+  assert_int_equal(aural_resampler_finish(rs, count_samples_fn, &n_out), 0);
+  assert_int_equal(n_out, 1600);
+  assert_int_equal(aural_resampler_finish(rs, count_samples_fn, &n_out),
+                   AURAL_ESTATE);
+  aural_resampler_destroy(rs);
+}
+
 static int count_fn(void *user, const float *rows, size_t n, uint64_t first) {
   (void)rows;
   (void)first;
@@ -782,6 +816,7 @@ int main(void) {
       cmocka_unit_test(test_push_size_invariance_16k),
       cmocka_unit_test(test_push_size_invariance_resampled),
       cmocka_unit_test(test_resampler_snr),
+      cmocka_unit_test(test_resampler_null_arguments),
       cmocka_unit_test(test_nonfinite_rejected),
       cmocka_unit_test(test_nonfinite_zeroed_and_huge_clamped),
       cmocka_unit_test(test_reset_and_state),

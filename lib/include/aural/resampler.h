@@ -43,13 +43,16 @@ typedef int (*aural_samples_fn)(void *user, const float *samples,
 int aural_resampler_create(double in_rate_hz, double out_rate_hz,
                            aural_resampler **out, aural_err *err);
 
-/* Converts n samples; calls fn zero or more times with output. Not
+/* Converts n samples; calls fn zero or more times with output. Returns 0,
+ * fn's nonzero return, AURAL_ESTATE after finish, or AURAL_EINVAL (fn
+ * NULL, or samples NULL with n > 0; nothing consumed). Not
  * real-time-safe: libsoxr may allocate (see create). Not thread-safe on
  * one object; distinct objects are independent. */
 int aural_resampler_push(aural_resampler *rs, const float *samples, size_t n,
                          aural_samples_fn fn, void *user);
 
-/* Flushes the remaining output; afterwards only reset or destroy apply. */
+/* Flushes the remaining output; afterwards only reset or destroy apply
+ * (push and finish return AURAL_ESTATE). AURAL_EINVAL when fn is NULL. */
 int aural_resampler_finish(aural_resampler *rs, aural_samples_fn fn,
                            void *user);
 
