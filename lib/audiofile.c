@@ -499,6 +499,8 @@ static int open_source(aural_audiofile *af, const char *path,
 
 int aural_audiofile_open(const char *path, aural_audiofile **out,
                          aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "audio file: no out pointer");
   *out = NULL;
   struct stat st;
   /* A FIFO is a live input (a recorder writing into it): the open waits
@@ -522,6 +524,8 @@ int aural_audiofile_open(const char *path, aural_audiofile **out,
 int aural_audiofile_open_memory(const void *data, size_t size,
                                 const char *name, aural_audiofile **out,
                                 aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "audio file: no out pointer");
   *out = NULL;
   if (name == NULL) name = "(memory)";
   if (size == 0)
@@ -577,6 +581,9 @@ static sf_count_t read_floats(aural_audiofile *af, float *buf, sf_count_t n) {
 
 int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
                          size_t *n_read, aural_err *err) {
+  if (n_read == NULL || (buf == NULL && max_frames > 0))
+    return aural__err_set(err, AURAL_EINVAL, "%s: read: no %s", af->path,
+                          n_read == NULL ? "n_read" : "buffer");
   *n_read = 0;
   /* Compared unsigned: a count past INT64_MAX, cast, would turn negative
    * and reach libsndfile as a negative length. */

@@ -767,6 +767,36 @@ static void test_memory_empty_and_null(void **state) {
   assert_contains(err.msg, "clip.wav");
 }
 
+/* NULL where a pointer is needed is AURAL_EINVAL with err filled, never
+ * a crash; a refused read consumes nothing. */
+static void test_null_arguments(void **state) {
+  (void)state;
+  aural_err err = {0};
+  const char *path = test_data_path("fbank/speech.wav");
+  assert_int_equal(aural_audiofile_open(path, NULL, &err), AURAL_EINVAL);
+  assert_contains(err.msg, "no out pointer");
+  aural_audiofile *af = (aural_audiofile *)&af;
+  err = (aural_err){0};
+  assert_int_equal(aural_audiofile_open(NULL, &af, &err), AURAL_EINVAL);
+  assert_null(af);
+  assert_contains(err.msg, "no path");
+  static const char byte = 0;
+  assert_int_equal(aural_audiofile_open_memory(&byte, 1, "x", NULL, &err),
+                   AURAL_EINVAL);
+  assert_int_equal(aural_audiofile_open(path, &af, &err), 0);
+  float buf[100];
+  size_t n = 99;
+  assert_int_equal(aural_audiofile_read(af, NULL, 100, &n, &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "speech.wav: read: no buffer");
+  assert_int_equal(aural_audiofile_read(af, buf, 100, NULL, &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "no n_read");
+  assert_int_equal(aural_audiofile_read(af, buf, 100, &n, &err), 0);
+  assert_int_equal(n, 100);
+  aural_audiofile_close(af);
+}
+
 /* An Ogg Vorbis file cut anywhere inside its three header packets, or with
  * a byte of them changed, is refused before libsndfile reads it (which
  * would leak libvorbis's state; ASan builds check that nothing leaks). */
@@ -1033,6 +1063,7 @@ int main(void) {
       T(test_memory_good_files_match_path),
       T(test_memory_bad_files_same_errors),
       cmocka_unit_test(test_memory_empty_and_null),
+      cmocka_unit_test(test_null_arguments),
       cmocka_unit_test(test_memory_ogg_vorbis_headers),
       T(test_fifo_input),
       T(test_threads_open_at_once),

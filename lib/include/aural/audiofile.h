@@ -42,7 +42,7 @@ typedef struct aural_audiofile_info {
 
 /* Opens and validates path. Errors (with err naming path and problem):
  * -ENOENT and other -errno, AURAL_EEMPTY, AURAL_EFORMAT, AURAL_ETRUNCATED,
- * AURAL_ERATE, AURAL_ECHANNELS. A FIFO is read as it comes: the open
+ * AURAL_ERATE, AURAL_ECHANNELS, AURAL_EINVAL (path or out NULL). A FIFO is read as it comes: the open
  * waits for its writer. Thread-safe for distinct files: the library's
  * opens of regular files and buffers are serialized, for libsndfile
  * reports a refused file process-wide (a FIFO's refusal, not serialized,
@@ -65,7 +65,8 @@ void aural_audiofile_get_info(const aural_audiofile *af,
 /* Reads up to max_frames frames into buf (max_frames * n_channels floats);
  * *n_read is 0 at the end. Returns 0, AURAL_ENONFINITE (err gives the frame
  * and channel; the refused frames are consumed, and a further read goes on
- * after them) or AURAL_EIO / AURAL_ETRUNCATED. A 64-bit float sample
+ * after them), AURAL_EIO / AURAL_ETRUNCATED, or AURAL_EINVAL (n_read
+ * NULL, or buf NULL with max_frames > 0). A 64-bit float sample
  * beyond float's range is finite, and read as the largest float of its
  * sign. */
 int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
