@@ -581,6 +581,7 @@ aural_batch_item *aural__batch_items(aural_batch *b, size_t *cap) {
 
 int aural_encoder_forward_batch(aural_batch *b, const aural_batch_item *items,
                                 size_t n_items) {
+  if (b == NULL || (items == NULL && n_items > 0)) return AURAL_EINVAL;
   const aural_model_config *c = &b->model->cfg;
   for (size_t i = 0; i < n_items; i++) {
     const aural_batch_item *it = &items[i];

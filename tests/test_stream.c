@@ -760,6 +760,9 @@ static void test_null_arguments(void **state) {
   assert_int_equal(aural_stream_compute_batch(b, NULL, 1), AURAL_EINVAL);
   assert_int_equal(aural_stream_compute_batch(NULL, &s, 1), AURAL_EINVAL);
   assert_int_equal(aural_stream_compute_batch(b, NULL, 0), 0);
+  assert_int_equal(aural_encoder_forward_batch(NULL, NULL, 0), AURAL_EINVAL);
+  assert_int_equal(aural_encoder_forward_batch(b, NULL, 1), AURAL_EINVAL);
+  assert_int_equal(aural_encoder_forward_batch(b, NULL, 0), 0);
   assert_int_equal(aural_stream_compute_batch(b, &s, 1), 0);
   aural_batch_destroy(b);
   aural_stream_destroy(s);

@@ -110,8 +110,9 @@ int aural_batch_create(const aural_model *model, size_t max_rows,
                        aural_batch **out, aural_err *err);
 
 /* Encodes every item's frames. Returns AURAL_EINVAL (and computes
- * nothing) if an encoder is of another model or appears twice, or logits
- * are asked of a model without a head. Allocates nothing. Not thread-safe
+ * nothing) if b is NULL, items is NULL with n_items > 0, an encoder is of
+ * another model or appears twice, or logits are asked of a model without
+ * a head. Allocates nothing. Not thread-safe
  * on one batch or on encoders in use elsewhere. */
 int aural_encoder_forward_batch(aural_batch *b, const aural_batch_item *items,
                                 size_t n_items);
