@@ -346,6 +346,8 @@ static int map_pron(const aural_g2p *g, const dialect *d, const char *word,
  * byte, and not starting with '#': in the lexicon text the word becomes,
  * such a line is a comment (the word would vanish without a word said). */
 int aural_g2p_check_word(const char *w, aural_err *err) {
+  if (w == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "custom words: no word given");
   size_t n = strlen(w);
   if (n == 0 || n > 64)
     return aural__err_set(err, AURAL_EINVAL,

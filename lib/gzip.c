@@ -152,6 +152,7 @@ static int one_path(const char *model_path, const char *suffix, char *out,
 int aural_decoder_resource_path(const char *model_path, const char *suffix,
                                 char *out, size_t cap) {
   bool found;
+  if (model_path == NULL || suffix == NULL || out == NULL) return AURAL_EINVAL;
   if (strcmp(suffix, ".lm") != 0)
     return one_path(model_path, suffix, out, cap, &found);
   /* The LM in either form: binary first, then ARPA, else the binary's name. */

@@ -1528,6 +1528,8 @@ aural_precision aural_model_precision(const aural_model *m) {
 }
 
 int aural_model_precision_parse(const char *name, aural_precision *out) {
+  if (name == NULL || out == NULL)
+    return AURAL_EINVAL;
   if (strcmp(name, "f32") == 0)
     *out = AURAL_PRECISION_F32;
   else if (strcmp(name, "bf16") == 0)

@@ -64,6 +64,8 @@ static void test_lexicon_of_words(void **state) {
   for (int i = 0; i < 4; i++) assert_true(aural_lexicon_find(lex, names[i]) >= 0);
   assert_int_equal(aural_lexicon_find(lex, "dashwood"), -1); /* as given */
   aural_lexicon_destroy(lex);
+  assert_int_equal(aural_g2p_check_word(NULL, &err), AURAL_EINVAL);
+  assert_contains(err.msg, "no word given");
   /* None, too many, or a bad one: refused by name, nothing made. */
   lex = (aural_lexicon *)1;
   assert_int_equal(aural_g2p_lexicon(g2p, names, 0, &lex, &err), AURAL_EEMPTY);

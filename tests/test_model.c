@@ -1916,6 +1916,14 @@ static void test_precision_config_refused(void **state) {
   lc.weights = (aural_weight_type)9;
   assert_int_equal(aural_model_load_buffer(buf, size, "m", &lc, &m, &err),
                    AURAL_EINVAL);
+  /* The names of precisions, and what is not one. */
+  aural_precision pr = AURAL_PRECISION_BF16;
+  assert_int_equal(aural_model_precision_parse("f32", &pr), 0);
+  assert_int_equal(pr, AURAL_PRECISION_F32);
+  assert_int_equal(aural_model_precision_parse("f16", &pr), AURAL_EINVAL);
+  assert_int_equal(aural_model_precision_parse(NULL, &pr), AURAL_EINVAL);
+  assert_int_equal(aural_model_precision_parse("bf16", NULL), AURAL_EINVAL);
+  assert_int_equal(pr, AURAL_PRECISION_F32);
   /* The load config is the caller's: checked before the file is read, so
    * that a broken or missing file does not hide its fault. */
   aural_model_load_config_default(&lc);

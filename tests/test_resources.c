@@ -388,6 +388,15 @@ static void test_resource_path(void **state) {
                                                ".lexicon.txt", got, 19),
                    0); /* "x/m.lexicon.txt.gz" and its NUL: 19 bytes */
   assert_string_equal(got, "x/m.lexicon.txt");
+  /* A NULL argument is refused, not followed. */
+  assert_int_equal(aural_decoder_resource_path(NULL, ".lm", got, sizeof got),
+                   AURAL_EINVAL);
+  assert_int_equal(aural_decoder_resource_path("x/m.safetensors", NULL, got,
+                                               sizeof got),
+                   AURAL_EINVAL);
+  assert_int_equal(aural_decoder_resource_path("x/m.safetensors", ".lm", NULL,
+                                               sizeof got),
+                   AURAL_EINVAL);
   test_rmtree(dir);
   free(dir);
   free(zl);

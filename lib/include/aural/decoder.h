@@ -79,8 +79,9 @@ extern "C" {
  * one when that exists, else the plain name (a loader then says it is
  * missing). The suffix ".lm" names the LM in either form: the first of
  * MODEL.lm.bin, MODEL.lm.bin.gz, MODEL.lm.arpa, MODEL.lm.arpa.gz that
- * exists, else MODEL.lm.bin. Returns 0, or -ENAMETOOLONG when the path
- * (or its gzipped form) does not fit in cap.
+ * exists, else MODEL.lm.bin. Returns 0, -ENAMETOOLONG when the path
+ * (or its gzipped form) does not fit in cap, or AURAL_EINVAL when an
+ * argument is NULL.
  * Thread-safe; it asks the file system, so not for a real-time path. */
 int aural_decoder_resource_path(const char *model_path, const char *suffix,
                                 char *out, size_t cap);
@@ -191,7 +192,7 @@ int aural_g2p_lexicon(const aural_g2p *g, const char *const *words, size_t n,
 int aural_g2p_text(const aural_g2p *g, const char *const *words, size_t n,
                    char **out, aural_err *err);
 /* Whether word has the form the two above take (without pronouncing it):
- * 0, or AURAL_EINVAL with err naming the problem. For a tool to tell a
+ * 0, or AURAL_EINVAL with err naming the problem (NULL: none given). For a tool to tell a
  * bad command line from a word that cannot be said. Thread-safe. */
 int aural_g2p_check_word(const char *word, aural_err *err);
 

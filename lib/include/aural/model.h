@@ -180,7 +180,7 @@ uint64_t aural_model_weight_bytes(const aural_model *model);
 
 /* The precision the model was loaded with, and its name ("f32", "bf16");
  * parse: the precision of a name (0), or AURAL_EINVAL (*out unchanged)
- * for another. */
+ * for another name or a NULL argument. */
 aural_precision aural_model_precision(const aural_model *model);
 const char *aural_model_precision_name(aural_precision precision);
 int aural_model_precision_parse(const char *name, aural_precision *out);
