@@ -985,7 +985,8 @@ static void test_encode_dash_is_stdout(void **state) {
 
 /* Started with fd 1 closed, the tool does not hand that number to the
  * first file it opens: the reports of 'encode -o' (which go to stdout)
- * stay out of the output file, which holds the transcript alone. */
+ * stay out of the output file, which holds the transcript alone; and
+ * -o - is refused rather than thrown away. */
 static void test_closed_stdout_stays_apart(void **state) {
   fixture *fx = *state;
   const char *in = test_data_path("fbank/speech.wav");
@@ -998,6 +999,10 @@ static void test_closed_stdout_stays_apart(void **state) {
   fx->stdout_closed = 1;
   assert_int_equal(
       run_aural(fx, "encode", "--output", "text", "-o", out, in, NULL), 0);
+  /* An output asked of the closed stdout itself would vanish into the
+   * /dev/null that holds its number: refused, as a write to it would be. */
+  assert_int_equal(run_aural(fx, "encode", "-q", "-o", "-", in, NULL), 1);
+  assert_contains(fx->err, "standard output is closed");
   fx->stdout_closed = 0;
   char *want = read_text(want_path), *got = read_text(out);
   assert_true(strlen(want) > 1);

@@ -44,6 +44,11 @@ int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out);
  * after every command; a command that streams calls it after each batch. */
 int cli_stdout_flush(char *err, size_t err_bytes);
 
+/* 1 when standard output was closed as aural started (main() then opens
+ * /dev/null there, so that no other file takes its number): an output
+ * asked of it (-o -) would vanish, and is refused instead. */
+extern int cli_stdout_closed;
+
 /* The most bytes of standard input read as one file (INPUT "-"). */
 #define CLI_STDIN_MAX_BYTES ((size_t)1 << 30)
 

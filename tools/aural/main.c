@@ -166,9 +166,12 @@ static int finish(const char *cmd, int rc) {
  * number: with fd 1 closed, 'aural stats' would write its table into its
  * own connection to aurald, and 'aural encode -o' its reports into the
  * output file. */
+int cli_stdout_closed;
+
 static int std_fds_open(void) {
   for (int fd = 0; fd <= 2; fd++) {
     if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    if (fd == STDOUT_FILENO) cli_stdout_closed = 1;
     /* The lower numbers are open, so the lowest free one is fd. */
     int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
     if (got != fd) {

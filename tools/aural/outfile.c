@@ -25,6 +25,8 @@
 #define _GNU_SOURCE
 #include "outfile.h"
 
+#include "cli.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -188,6 +190,9 @@ int outfile_open(outfile *o, const char *prog, const char *path,
   memset(o, 0, sizeof *o);
   if (path[0] == '\0')
     return fail(o, err, err_len, "-o: the output path is empty");
+  if (cli_stdout_closed && strcmp(path, "/dev/stdout") == 0)
+    return fail(o, err, err_len,
+                "-o: standard output is closed; nothing written");
   o->path = strdup(path);
   if (o->path == NULL)
     return fail(o, err, err_len, "%s: out of memory", path);
