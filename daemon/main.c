@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <malloc.h>
@@ -1097,7 +1098,25 @@ static int check_socket_path(const char *path) {
   return 2;
 }
 
+/* Opens /dev/null onto any of fds 0, 1 and 2 that is closed; -1 if one
+ * cannot be. Without it the loop's own descriptors take those numbers
+ * (with stderr closed, log lines went into the epoll descriptor), and
+ * libuv, which never closes them, aborts the exit. */
+static int std_fds_open(void) {
+  for (int fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    /* The lower numbers are open, so the lowest free one is fd. */
+    int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (got != fd) {
+      if (got >= 0) close(got);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (std_fds_open() < 0) return 1;
   aurald_log_setup();
   /* SIGHUP, whose default action ends the process, waits (pending, in
    * every thread started meanwhile) until its handler is in place: one

@@ -983,6 +983,24 @@ static void test_encode_dash_is_stdout(void **state) {
   free(want);
 }
 
+/* Started with fd 1 closed, a result printed to stdout is lost, so the
+ * command fails naming stdout, as a shell's builtins do; it used to go
+ * into the /dev/null that holds the number, with exit status 0. Reports
+ * beside a result written to a file are no loss (test above). */
+static void test_closed_stdout_result_fails(void **state) {
+  fixture *fx = *state;
+  const char *in = test_data_path("fbank/speech.wav");
+  fx->stdout_closed = 1;
+  assert_int_equal(
+      run_aural(fx, "encode", "-q", "--output", "text", in, NULL), 1);
+  assert_contains(fx->err, "aural encode: standard output: Bad file "
+                           "descriptor");
+  assert_int_equal(run_aural(fx, "--version", NULL), 1);
+  assert_contains(fx->err, "standard output: Bad file descriptor");
+  fx->stdout_closed = 0;
+  assert_int_equal(run_aural(fx, "--version", NULL), 0);
+}
+
 /* Started with fd 1 closed, the tool does not hand that number to the
  * first file it opens: the reports of 'encode -o' (which go to stdout)
  * stay out of the output file, which holds the transcript alone; and
@@ -1782,6 +1800,7 @@ int main(void) {
       T(test_encode_text_lines_apart_from_progress),
       T(test_full_stdout_fails),
       T(test_closed_stdout_stays_apart),
+      T(test_closed_stdout_result_fails),
       T(test_encode_dash_is_stdout),
       T(test_encode_bad_model),
       T(test_info),

@@ -2168,6 +2168,25 @@ class TestShutdown(DaemonTest):
         self.assertIn('"two.wav": ended (eof), 298 frames', d.text())
 
 
+    def test_exit_with_standard_fds_closed(self):
+        """Started with fds 0 and 1, or 2, closed (a careless init script's
+        '<&- >&-'), aurald serves and exits 0: its loop's descriptors took
+        those numbers (log lines went into its epoll descriptor), and libuv
+        aborted the exit on closing them."""
+        inp = self.wav(1.0)
+        d = self.start("--file", inp, "--hold", "--exit-when-done",
+                       preexec_fn=lambda: (os.close(0), os.close(1)))
+        with ac.Client(d.path, timeout=10) as c:
+            self.assertGreaterEqual(c.ping(b"fds"), 0)
+        run(AURAL, "sub", "-s", d.path, "--stream", os.path.basename(inp),
+            "--until-end", timeout=30)
+        self.assertEqual(d.proc.wait(30), 0, d.text())
+        self.assertIn("ended (eof)", d.text())
+        p = subprocess.run([AURALD, "-m", TINY, "-s", d.path, "--threads",
+                            "1", "--file", inp, "--exit-when-done"],
+                           preexec_fn=lambda: os.close(2), timeout=30)
+        self.assertEqual(p.returncode, 0)
+
     def test_exit_when_done_without_files_is_refused(self):
         """--exit-when-done waits for the --file streams to end: with none
         (from the command line or the config file) it ran for ever."""

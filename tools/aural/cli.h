@@ -45,9 +45,16 @@ int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out);
 int cli_stdout_flush(char *err, size_t err_bytes);
 
 /* 1 when standard output was closed as aural started (main() then opens
- * /dev/null there, so that no other file takes its number): an output
- * asked of it (-o -) would vanish, and is refused instead. */
+ * /dev/null there for reading, so that no other file takes its number and
+ * a write to it still fails): an output asked of it (-o -) would vanish,
+ * and is refused instead. */
 extern int cli_stdout_closed;
+
+/* For a command whose stdout carries reports alone (its result goes to
+ * a file: encode, sub -o FILE, send): when stdout was closed at start,
+ * fd 1 becomes a writable /dev/null, so the reports go nowhere, as asked,
+ * and their loss fails nothing. Returns 0, or -1 with errno set. */
+int cli_stdout_reports_only(void);
 
 /* The most bytes of standard input read as one file (INPUT "-"). */
 #define CLI_STDIN_MAX_BYTES ((size_t)1 << 30)

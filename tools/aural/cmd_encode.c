@@ -1227,6 +1227,13 @@ int cmd_encode(int argc, char **argv) {
                       "the one INPUT\n");
       return EXIT_USAGE;
     }
+  /* With -o FILE, stdout holds reports alone. */
+  if (strcmp(job.out_path ? job.out_path : "/dev/stdout", "/dev/stdout") !=
+          0 &&
+      cli_stdout_reports_only() < 0) {
+    fprintf(stderr, "aural encode: /dev/null: %s\n", strerror(errno));
+    return EXIT_FAIL;
+  }
   job.in_path = argv[optind];
   job.t_start = cli_now_s();
   job.progress = !job.quiet && isatty(STDERR_FILENO);

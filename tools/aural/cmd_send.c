@@ -861,6 +861,11 @@ int cmd_send(int argc, char **argv) {
    * long as no audio comes. */
   cli_catch_stop(on_signal);
 
+  /* Its stdout holds reports alone: the audio went to aurald. */
+  if (cli_stdout_reports_only() < 0) {
+    fprintf(stderr, "aural send: /dev/null: %s\n", strerror(errno));
+    return EXIT_FAIL;
+  }
   int rc = run(&job);
   if (interrupted) return EXIT_SIGNAL;
   return rc < 0 ? EXIT_FAIL : EXIT_OK;

@@ -1113,6 +1113,12 @@ int cmd_sub(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (job.stream == NULL) job.all = 1;
+  /* With -o FILE, stdout holds reports alone. */
+  if (job.out_path != NULL && strcmp(job.out_path, "/dev/stdout") != 0 &&
+      cli_stdout_reports_only() < 0) {
+    fprintf(stderr, "aural sub: /dev/null: %s\n", strerror(errno));
+    return EXIT_FAIL;
+  }
   job.tty = isatty(STDOUT_FILENO);
 
   /* The first Ctrl-C (or SIGTERM) stops where it can and writes no -o.

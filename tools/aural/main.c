@@ -165,7 +165,9 @@ static int finish(const char *cmd, int rc) {
  * cannot be. Without it the next file or socket opened takes the closed
  * number: with fd 1 closed, 'aural stats' would write its table into its
  * own connection to aurald, and 'aural encode -o' its reports into the
- * output file. */
+ * output file. Fd 1 gets it for reading only, so that a write to stdout
+ * still fails (EBADF) as on the closed descriptor: a result printed there
+ * is lost, and the command's exit status says so (finish()). */
 int cli_stdout_closed;
 
 static int std_fds_open(void) {
@@ -173,13 +175,22 @@ static int std_fds_open(void) {
     if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
     if (fd == STDOUT_FILENO) cli_stdout_closed = 1;
     /* The lower numbers are open, so the lowest free one is fd. */
-    int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    int got = open("/dev/null", fd == 2 ? O_WRONLY : O_RDONLY);
     if (got != fd) {
       if (got >= 0) close(got);
       return -1;
     }
   }
   return 0;
+}
+
+int cli_stdout_reports_only(void) {
+  if (!cli_stdout_closed) return 0;
+  int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = dup2(fd, STDOUT_FILENO) < 0 ? -1 : 0;
+  close(fd);
+  return rc;
 }
 
 int main(int argc, char **argv) {
