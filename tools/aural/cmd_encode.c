@@ -1228,8 +1228,7 @@ int cmd_encode(int argc, char **argv) {
       return EXIT_USAGE;
     }
   /* With -o FILE, stdout holds reports alone. */
-  if (strcmp(job.out_path ? job.out_path : "/dev/stdout", "/dev/stdout") !=
-          0 &&
+  if (job.out_path != NULL && strcmp(job.out_path, "/dev/stdout") != 0 &&
       cli_stdout_reports_only() < 0) {
     fprintf(stderr, "aural encode: /dev/null: %s\n", strerror(errno));
     return EXIT_FAIL;
