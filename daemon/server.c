@@ -155,12 +155,22 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
     return -1;
   }
   srv->mc = aural_model_get_config(srv->model);
-  if (o->precision == AURAL_PRECISION_BF16)
-    log_info("precision bf16 (approximate): %s",
-             aural_model_bf16_native()
-                 ? "bfloat16 dot products (AVX512-BF16)"
-                 : "this CPU has no AVX512-BF16: emulated, the same results "
-                   "but slower than f32");
+  if (o->precision == AURAL_PRECISION_BF16) {
+    size_t dot_rows = aural_model_bf16_dot_rows();
+    if (dot_rows == SIZE_MAX)
+      log_info("precision bf16 (approximate): bfloat16 dot products "
+               "(AVX512-BF16)");
+    else if (dot_rows > 0)
+      log_info("precision bf16 (approximate): bfloat16 dot products "
+               "(AVX512-BF16) for products of up to %zu rows; more are "
+               "emulated by the f32 kernels (the same results), which this "
+               "CPU runs faster than its dot products: rounds of many "
+               "streams take about the time they take in f32",
+               dot_rows);
+    else
+      log_info("precision bf16 (approximate): this CPU has no AVX512-BF16: "
+               "emulated, the same results but slower than f32");
+  }
   /* Chunks in whole frames of the model's frontend. */
   double frame_ms = srv->mc->fbank.frame_shift_ms;
   double frames = o->chunk_ms / frame_ms;

@@ -461,10 +461,17 @@ void aural__rope(float *v, int n_heads, int hs, const float *cs,
                  const float *sn);
 void aural__relu(float *x, size_t n);
 
-/* For tests that compare the bf16 paths in one process: on, products of
- * bf16 matrices take the emulation even where the CPU has AVX512-BF16.
- * Not thread-safe: call it while no other thread computes. */
-void aural__bf16_emulate(bool on);
+/* For tests that compare the bf16 paths in one process: products of bf16
+ * matrices take the emulation even where the CPU has AVX512-BF16
+ * (EMULATE), or its dot products at every size where it has them (DOT),
+ * or as aural_model_bf16_dot_rows() says (AUTO). Not thread-safe: call it
+ * while no other thread computes. */
+typedef enum aural__bf16_path {
+  AURAL__BF16_AUTO,
+  AURAL__BF16_EMULATE,
+  AURAL__BF16_DOT,
+} aural__bf16_path;
+void aural__bf16_force(aural__bf16_path path);
 /* Whether CPUID reports AVX512-BF16 (with AVX-512), whatever the self-check
  * at first use and AURAL_BF16 made of it. */
 bool aural__bf16_cpu(void);

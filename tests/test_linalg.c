@@ -190,6 +190,19 @@ static void test_bf16_kernel_matches_oracle(void **state) {
       !(want != NULL && strcmp(want, "emulate") == 0) && !native)
     fail_msg("this CPU has AVX512-BF16, but its dot products disagreed with "
              "the emulation at start-up");
+  /* The sizes the dot products take: all, none, or up to 7 rows where
+   * the start-up probe found them slow; what the tests force, as said. */
+  size_t dot_rows = aural_model_bf16_dot_rows();
+  assert_int_equal(native, dot_rows > 0);
+  assert_true(dot_rows == 0 || dot_rows == 7 || dot_rows == SIZE_MAX);
+  aural__bf16_force(AURAL__BF16_EMULATE);
+  assert_true(aural_model_bf16_dot_rows() == 0);
+  aural__bf16_force(AURAL__BF16_DOT);
+  assert_true(aural_model_bf16_dot_rows() == (native ? SIZE_MAX : 0));
+  aural__bf16_force(AURAL__BF16_AUTO);
+  assert_true(aural_model_bf16_dot_rows() == dot_rows);
+  printf("  bf16 dot products for products of up to %s rows\n",
+         dot_rows == SIZE_MAX ? "any number of" : dot_rows == 7 ? "7" : "0");
   for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++)
     for (size_t ci = 0; ci < sizeof cols / sizeof *cols; ci++) {
       size_t R = rows[ri], C = cols[ci];
@@ -214,12 +227,13 @@ static void test_bf16_kernel_matches_oracle(void **state) {
           aural__linear(&w, bb, x, n, fast);
           aural__linear_ref(&w, bb, x, n, ref);
           assert_memory_equal(fast, ref, n * R * sizeof *fast);
-          if (native) {
-            aural__bf16_emulate(true);
-            aural__linear(&w, bb, x, n, ref);
-            aural__bf16_emulate(false);
-            assert_memory_equal(fast, ref, n * R * sizeof *fast);
-          }
+          if (native) /* each path at every size, as the one in use */
+            for (int p = AURAL__BF16_EMULATE; p <= AURAL__BF16_DOT; p++) {
+              aural__bf16_force((aural__bf16_path)p);
+              aural__linear(&w, bb, x, n, ref);
+              aural__bf16_force(AURAL__BF16_AUTO);
+              assert_memory_equal(fast, ref, n * R * sizeof *fast);
+            }
           n_checked++;
           aural__linear_ref(&w, bb, x, n, ref);
           for (size_t i = 0; i < n; i++)
@@ -285,12 +299,13 @@ static void test_bf16_special_inputs(void **state) {
       aural__linear(&w, NULL, x, n, fast);
       aural__linear_ref(&w, NULL, x, n, ref);
       assert_memory_equal(fast, ref, n * R * sizeof *fast);
-      if (native) {
-        aural__bf16_emulate(true);
-        aural__linear(&w, NULL, x, n, ref);
-        aural__bf16_emulate(false);
-        assert_memory_equal(fast, ref, n * R * sizeof *fast);
-      }
+      if (native)
+        for (int p = AURAL__BF16_EMULATE; p <= AURAL__BF16_DOT; p++) {
+          aural__bf16_force((aural__bf16_path)p);
+          aural__linear(&w, NULL, x, n, ref);
+          aural__bf16_force(AURAL__BF16_AUTO);
+          assert_memory_equal(fast, ref, n * R * sizeof *fast);
+        }
     }
     free(plain);
     free(mem);

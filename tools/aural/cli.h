@@ -34,6 +34,10 @@ const char *cli_default_sample(void);
  * "none", "sinusoidal" or "rope". */
 const char *cli_pos_name(int pos_encoding);
 
+/* How precision bf16 runs on this CPU, in words (aural_model_bf16_dot_rows
+ * said as a phrase; the AVX-512 or AVX2 sets, not the scalar oracle). */
+const char *cli_bf16_method(void);
+
 /* Parses a decimal integer in lo..hi, digits alone (no sign or spaces);
  * -1 if it is not one. */
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out);

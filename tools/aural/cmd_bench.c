@@ -537,6 +537,7 @@ typedef struct enc_bench {
   enc_result chunk_f32, frame_f32, chunk_f16, frame_f16;
   enc_result chunk_bf16, frame_bf16; /* precision bf16 */
   int bf16_native;                   /* with AVX512-BF16 (else emulated) */
+  size_t bf16_dot_rows; /* products of up to this many rows with them */
   size_t streams;         /* streams per batched pass */
   enc_result batched_f32; /* all of them together, chunk mode */
   int cpus;               /* threads at once for the next three (1: none) */
@@ -622,6 +623,7 @@ static int bench_encoder(enc_bench *b) {
   }
   free(file);
   b->bf16_native = aural_model_bf16_native();
+  b->bf16_dot_rows = aural_model_bf16_dot_rows();
   peak_gflops(&b->peak_avx512, &b->peak_avx2);
 #if defined(__x86_64__)
   b->peak_bf16 = b->bf16_native ? peak_gflops_bf16() : 0.0;
@@ -677,7 +679,8 @@ static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
            "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f, "
            "\"f16\": {\"chunk_frames_per_s\": %.1f, \"chunk_gflops\": %.2f, "
            "\"frame_frames_per_s\": %.1f, \"frame_gflops\": %.2f}, "
-           "\"bf16\": {\"native\": %s, \"chunk_frames_per_s\": %.1f, "
+           "\"bf16\": {\"native\": %s, \"dot_rows\": %lld, "
+           "\"chunk_frames_per_s\": %.1f, "
            "\"chunk_gflops\": %.2f, \"frame_frames_per_s\": %.1f, "
            "\"frame_gflops\": %.2f}, "
            "\"batched\": {\"streams\": %zu, \"frames_per_s\": %.1f, "
@@ -695,7 +698,9 @@ static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
            eb->frame_f32.frames_per_s, eb->frame_f32.gflops,
            eb->chunk_f16.frames_per_s, eb->chunk_f16.gflops,
            eb->frame_f16.frames_per_s, eb->frame_f16.gflops,
-           eb->bf16_native ? "true" : "false", eb->chunk_bf16.frames_per_s,
+           eb->bf16_native ? "true" : "false",
+           eb->bf16_dot_rows == SIZE_MAX ? -1LL : (long long)eb->bf16_dot_rows,
+           eb->chunk_bf16.frames_per_s,
            eb->chunk_bf16.gflops, eb->frame_bf16.frames_per_s,
            eb->frame_bf16.gflops, eb->streams,
            eb->batched_f32.frames_per_s, eb->batched_f32.gflops, eb->cpus,
@@ -744,17 +749,26 @@ static void print_bench_table(const enc_bench *eb,
                 {"chunk bf16", &eb->chunk_bf16}, {"frame bf16", &eb->frame_bf16}};
     for (size_t i = 0; i < 6; i++) {
       /* bf16 with the dot products: against their own peak. */
-      double peak = i >= 4 && eb->peak_bf16 > 0 ? eb->peak_bf16 : eb->peak;
+      size_t n_rows = i % 2 == 0 ? eb->chunk : 1;
+      double peak = i >= 4 && eb->peak_bf16 > 0 && n_rows <= eb->bf16_dot_rows
+                        ? eb->peak_bf16
+                        : eb->peak;
       printf("  %s: %8.0f frames/s  %6.1f GFLOP/s (%2.0f%% of peak), "
              "%.0f real-time streams\n",
              rows[i].name, rows[i].r->frames_per_s, rows[i].r->gflops,
              peak > 0 ? 100 * rows[i].r->gflops / peak : 0.0,
              rows[i].r->frames_per_s / 100);
     }
-    if (eb->peak_bf16 > 0)
+    if (eb->peak_bf16 > 0 && eb->bf16_dot_rows == SIZE_MAX)
       printf("  (bf16: precision bf16, AVX512-BF16 dot products; %% of their "
              "peak, %.0f GFLOP/s)\n",
              eb->peak_bf16);
+    else if (eb->peak_bf16 > 0)
+      printf("  (bf16: precision bf16, AVX512-BF16 dot products for products "
+             "of up to %zu rows, %% of their peak, %.0f GFLOP/s; more rows "
+             "emulated by the f32 kernels, faster on this CPU, %% of the FMA "
+             "peak)\n",
+             eb->bf16_dot_rows, eb->peak_bf16);
     else
       printf("  (bf16: precision bf16, emulated by the f32 kernels, without "
              "AVX512-BF16's dot products; %% of the FMA peak)\n");

@@ -1237,11 +1237,8 @@ int cmd_encode(int argc, char **argv) {
   job.t_start = cli_now_s();
   job.progress = !job.quiet && isatty(STDERR_FILENO);
   if (job.precision == AURAL_PRECISION_BF16 && !job.quiet)
-    fprintf(stderr, "aural encode: precision bf16 (approximate)%s\n",
-            aural_model_bf16_native()
-                ? ": AVX512-BF16 dot products"
-                : ": emulated, this CPU has no AVX512-BF16 (the same results, "
-                  "slower than f32)");
+    fprintf(stderr, "aural encode: precision bf16 (approximate): %s\n",
+            cli_bf16_method());
 
   /* The first Ctrl-C stops the work where it can and writes nothing more;
    * the second ends the process at once. That one is needed: libsndfile

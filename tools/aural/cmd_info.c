@@ -163,9 +163,8 @@ int cmd_info(int argc, char **argv) {
   printf("precision    %s; modes on this CPU: f32 (default, exact), bf16 "
          "(opt-in, approximate: %s)\n",
          aural_model_precision_name(aural_model_precision(m)),
-         aural_model_bf16_native() ? "AVX512-BF16 dot products"
-         : strcmp(aural_isa_name(), "scalar") != 0
-             ? "emulated, no AVX512-BF16: slower than f32"
+         strcmp(aural_isa_name(), "scalar") != 0
+             ? cli_bf16_method()
              : "the scalar oracle: much slower than f32");
   printf("per stream   %zu bytes (%.2f MB): KV rings %zu bytes, scratch for "
          "%zu-frame batches %zu bytes\n",

@@ -80,6 +80,20 @@ const char *cli_pos_name(int pos_encoding) {
                                                 : "none";
 }
 
+const char *cli_bf16_method(void) {
+  static char text[200];
+  size_t dot_rows = aural_model_bf16_dot_rows();
+  if (dot_rows == SIZE_MAX) return "AVX512-BF16 dot products";
+  if (dot_rows == 0)
+    return "emulated, no AVX512-BF16: the same results, slower than f32";
+  snprintf(text, sizeof text,
+           "AVX512-BF16 dot products for products of up to %zu rows, "
+           "emulated by the f32 kernels for more (faster on this CPU, whose "
+           "dot products are slow: chunk mode about as fast as f32)",
+           dot_rows);
+  return text;
+}
+
 /* The first error of a write to stdout, kept because the stream's error
  * flag stays set and a later fflush() may have nothing left to write (and
  * so no errno to give). */

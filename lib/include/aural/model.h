@@ -186,9 +186,20 @@ const char *aural_model_precision_name(aural_precision precision);
 int aural_model_precision_parse(const char *name, aural_precision *out);
 
 /* Whether this CPU computes precision bf16 with its own bfloat16 dot
- * products (AVX512-BF16); when it does not, bf16 is emulated with the
- * same bits and runs slower than f32. */
+ * products (AVX512-BF16), for products of some sizes at least; when it
+ * does not, bf16 is emulated with the same bits and runs slower than f32. */
 bool aural_model_bf16_native(void);
+
+/* The most rows (frames computed together) of a matrix product that
+ * precision bf16 computes with the dot products; a product of more rows
+ * is emulated by the f32 kernels, with the same bits. SIZE_MAX where the
+ * dot products are the faster at every size (AMD Zen 4 and 5); 7 where
+ * this core runs them at fewer products a second than its FMAs (measured
+ * at first use: Intel Xeons, where AMX would be the fast path), so that
+ * chunk mode and batches, which the emulation runs faster there, take
+ * it; 0 without them. AURAL_BF16=emulate makes it 0, AURAL_BF16=dot
+ * SIZE_MAX where the CPU has them. */
+size_t aural_model_bf16_dot_rows(void);
 
 /* Floating-point operations (multiply and add counted apart) to encode one
  * frame once its window is full: matrix products and attention. */
