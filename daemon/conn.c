@@ -305,39 +305,70 @@ void conn_resume_if_drained(conn *c) {
  * subscriptions with custom words (AURALD_VOCAB_SUBS): otherwise
  * one such user could take every place and lock the others out (LIMIT
  * for everyone else). A daemon's own user and root are not counted:
- * without --group every client is one of them. */
+ * without --group every client is one of them. The WebSocket clients of
+ * an --http without --http-token-file are any local user's (TCP carries
+ * no credentials): they share one such half among them all; with a token
+ * they are the token holder's, and not counted. */
 static bool user_capped(uid_t uid) {
   return uid != geteuid() && uid != 0;
+}
+
+static bool conn_capped(const conn *c) {
+  return c->tr != NULL ? c->srv->opt->http.token_file == NULL
+                       : user_capped(c->uid);
+}
+
+/* Whether a's places count against the same share as b's. */
+static bool same_holder(const conn *a, const conn *b) {
+  return (a->tr == NULL) == (b->tr == NULL) &&
+         (a->tr != NULL || a->uid == b->uid);
 }
 
 static int user_share(int limit) {
   return limit / 2 + limit % 2;
 }
 
-/* Live connections of uid other than c. */
-static int user_conns(server *srv, uid_t uid, const conn *c) {
+/* Live connections of c's holder other than c. */
+static int holder_conns(const conn *c) {
   int n = 0;
-  for (conn *o = srv->conns; o != NULL; o = o->next)
-    if (o != c && !o->closing && o->tr == NULL && o->uid == uid) n++;
+  for (conn *o = c->srv->conns; o != NULL; o = o->next)
+    if (o != c && !o->closing && same_holder(o, c)) n++;
   return n;
 }
 
-/* Streams fed by connections of uid. */
-static int user_streams(server *srv, uid_t uid) {
+/* Streams fed by connections of c's holder. */
+static int holder_streams(const conn *c) {
   int n = 0;
-  for (conn *o = srv->conns; o != NULL; o = o->next)
-    if (o->tr == NULL && o->uid == uid) n += o->n_streams;
+  for (conn *o = c->srv->conns; o != NULL; o = o->next)
+    if (same_holder(o, c)) n += o->n_streams;
   return n;
 }
 
-/* Subscriptions with custom words of connections of uid. */
-static int user_vocab_subs(server *srv, uid_t uid) {
+/* Subscriptions with custom words of connections of c's holder. */
+static int holder_vocab_subs(const conn *c) {
   int n = 0;
-  for (conn *o = srv->conns; o != NULL; o = o->next)
-    if (o->tr == NULL && o->uid == uid)
+  for (conn *o = c->srv->conns; o != NULL; o = o->next)
+    if (same_holder(o, c))
       for (subscription *sub = o->subs; sub != NULL; sub = sub->next)
         n += sub->custom != NULL;
   return n;
+}
+
+/* Whose share c's places count against, for an ERROR: "uid 1001" (in
+ * buf), or the WebSocket clients. */
+static const char *holder_name(const conn *c, char *buf, size_t n) {
+  if (c->tr != NULL) return "the WebSocket clients without a token together";
+  snprintf(buf, n, "uid %u", (unsigned)c->uid);
+  return buf;
+}
+
+bool conn_web_share_full(server *srv, int *share) {
+  *share = user_share(srv->opt->max_clients);
+  if (srv->opt->http.token_file != NULL) return false;
+  int n = 0;
+  for (conn *o = srv->conns; o != NULL; o = o->next)
+    n += !o->closing && o->tr != NULL;
+  return n >= *share;
 }
 
 /* The WELCOME with the connection's own id as "client": the id STATS
@@ -580,14 +611,14 @@ static void do_subscribe(conn *c, const aural_msg_subscribe *m) {
                     AURALD_VOCAB_SUBS);
     return;
   }
-  if (m->vocabulary.n_words > 0 && c->tr == NULL && user_capped(c->uid) &&
-      user_vocab_subs(srv, c->uid) >= user_share(AURALD_VOCAB_SUBS)) {
+  char who[32];
+  if (m->vocabulary.n_words > 0 && conn_capped(c) &&
+      holder_vocab_subs(c) >= user_share(AURALD_VOCAB_SUBS)) {
     conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
-                    "uid %u holds %d subscriptions with custom words, the "
-                    "most one group member may hold (half of the "
-                    "server's %d)",
-                    (unsigned)c->uid, user_share(AURALD_VOCAB_SUBS),
-                    AURALD_VOCAB_SUBS);
+                    "the share of subscriptions with custom words of %s "
+                    "is reached: %d, half of the server's %d",
+                    holder_name(c, who, sizeof who),
+                    user_share(AURALD_VOCAB_SUBS), AURALD_VOCAB_SUBS);
     return;
   }
   bool failed;
@@ -663,13 +694,14 @@ static void do_audio_open(conn *c, const aural_msg_audio_open *req) {
                     srv->opt->max_streams);
     return;
   }
-  if (c->tr == NULL && user_capped(c->uid) &&
-      user_streams(srv, c->uid) >= user_share(srv->opt->max_streams)) {
+  char who[32];
+  if (conn_capped(c) &&
+      holder_streams(c) >= user_share(srv->opt->max_streams)) {
     conn_send_error(c, 0, AURAL_PROTO_ELIMIT, false,
-                    "uid %u feeds %d streams, the most one group member "
-                    "may feed (half of the server's %d)",
-                    (unsigned)c->uid, user_share(srv->opt->max_streams),
-                    srv->opt->max_streams);
+                    "the share of streams of %s is reached: %d, half of "
+                    "the server's %d",
+                    holder_name(c, who, sizeof who),
+                    user_share(srv->opt->max_streams), srv->opt->max_streams);
     return;
   }
   /* An unnamed stream is "client-N" for the first N from its id on that no
@@ -957,7 +989,7 @@ static void conn_admit(conn *c) {
     return;
   }
   if (user_capped(cred.uid) &&
-      user_conns(srv, cred.uid, c) >= user_share(srv->opt->max_clients)) {
+      holder_conns(c) >= user_share(srv->opt->max_clients)) {
     log_warn("client %u: uid %u holds %d connections, its share of %d; "
              "refused",
              c->id, (unsigned)cred.uid, user_share(srv->opt->max_clients),

@@ -689,6 +689,10 @@ void conn_check_limits(server *srv);
 /* A connection over another transport (tr, with its data), reading;
  * NULL when out of memory. It is subject to --max-clients like any. */
 conn *conn_open(server *srv, const conn_transport *tr, void *data);
+/* Whether the WebSocket clients hold their share of the connections (half
+ * of --max-clients, in *share), which they share among them all when no
+ * --http-token-file says whose they are (conn.c). */
+bool conn_web_share_full(server *srv, int *share);
 /* Bytes that arrived for c; message_end: they end a whole message of the
  * transport, which is then handled (unless reading has stopped). */
 void conn_input(conn *c, const void *p, size_t n, bool message_end);

@@ -243,6 +243,8 @@ static int confirm_upgrade(http_server *hs, struct lws *wsi) {
   server *srv = hs->srv;
   char uri[256];
   const char *why = NULL;
+  char share_why[160];
+  int share;
   unsigned code = admit(hs, wsi, &why);
   if (code == 0 && strcmp(header(wsi, WSI_TOKEN_GET_URI, uri, sizeof uri),
                           "/ws") != 0) {
@@ -254,6 +256,13 @@ static int confirm_upgrade(http_server *hs, struct lws *wsi) {
   } else if (code == 0 && srv->n_conns >= srv->opt->max_clients) {
     code = HTTP_STATUS_SERVICE_UNAVAILABLE;
     why = "the server's connection limit is reached";
+  } else if (code == 0 && conn_web_share_full(srv, &share)) {
+    code = HTTP_STATUS_SERVICE_UNAVAILABLE;
+    snprintf(share_why, sizeof share_why,
+             "the WebSocket clients hold %d connections, their share "
+             "without --http-token-file (half of the server's %d)",
+             share, srv->opt->max_clients);
+    why = share_why;
   }
   if (code == 0) return 0;
   log_info("http: WebSocket upgrade refused (%u): %s", code, why);

@@ -438,6 +438,43 @@ class TestWebSocket(WebTest):
         self.assertEqual(seqs, list(range(done["chunks"])))
         self.stop_clean(d)
 
+    def test_websocket_clients_share_half_of_the_places(self):
+        """Without --http-token-file any local user can open /ws (TCP
+        carries no credentials), so the WebSocket clients together hold at
+        most half of --max-clients and of --max-streams, as one group
+        member does; with a token they are its holder's and not counted.
+        They used to be able to take every place and leave the Unix
+        socket's users LIMIT."""
+        d = self.start_http("--max-clients", "4", "--max-streams", "4")
+        ws = [ac.Client(d.url, timeout=10) for _ in range(2)]
+        with self.assertRaises(aural_ws.HandshakeError) as e:
+            ac.Client(d.url, timeout=10)
+        self.assertEqual(e.exception.status, 503)
+        self.assertIn("their share without --http-token-file", e.exception.text)
+        ws[0].open_audio("web-1", rate=16000)
+        ws[1].open_audio("web-2", rate=16000)
+        with self.assertRaises(ac.ServerError) as e:
+            ws[0].open_audio("web-3", rate=16000)
+        self.assertEqual(e.exception.name, "LIMIT")
+        self.assertIn("WebSocket clients", e.exception.message)
+        # The server's own user still gets in and opens the other streams.
+        unix = [ac.Client(d.path, timeout=10) for _ in range(2)]
+        unix[0].open_audio("mine-1", rate=16000)
+        unix[1].open_audio("mine-2", rate=16000)
+        for c in ws + unix:
+            c.close()
+        self.stop_clean(d)
+        # With a token, the clients are its holder's: every place.
+        d = self.start_http("--max-clients", "3", "--max-streams", "3",
+                            "--http-token-file", self.token_file())
+        auth = {"Authorization": "Bearer s3cret-token-0123456789"}
+        ws = [ac.Client(d.url, timeout=10, headers=auth) for _ in range(3)]
+        for i, c in enumerate(ws):
+            c.open_audio("web-%d" % i, rate=16000)
+        for c in ws:
+            c.close()
+        self.stop_clean(d)
+
     def test_shutdown_with_websocket_clients_exits_zero(self):
         d = self.start_http("--file", SAMPLE, "--realtime")
         clients = [ac.Client(d.url, timeout=10) for _ in range(3)]
