@@ -476,6 +476,12 @@ void aural__bf16_force(aural__bf16_path path);
  * at first use and AURAL_BF16 made of it. */
 bool aural__bf16_cpu(void);
 
+/* For tests that compare the two ways the AVX-512 matrix products
+ * broadcast their inputs (the same bits): each row's input by an
+ * instruction of its own (1, Intel's), or inside each multiply-add (0,
+ * AMD's), or as chosen for this CPU (-1). Not thread-safe. */
+void aural__gemm_broadcast(int how);
+
 /* Name of the kernel aural__linear uses on this CPU. */
 const char *aural__gemm_kernel(void);
 

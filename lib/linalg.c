@@ -47,6 +47,10 @@ typedef struct kernel_set {
 } kernel_set;
 static const kernel_set *kernels(void);
 
+static int gemm_bcast_forced = -1; /* aural__gemm_broadcast() */
+
+void aural__gemm_broadcast(int how) { gemm_bcast_forced = how; }
+
 static void linear_bf16_ref(const aural__mat *w, const float *b,
                             const float *x, size_t n, float *y);
 
@@ -214,15 +218,18 @@ DEFINE_FEW_ALL(f16, F16_W)
  * fused multiply-add chain from zero of x[r][k] * panel q's row k over
  * k = 0 .. n-1 (n >= 1). Each k step loads the two weight vectors once,
  * then does the 2 MR multiply-adds, in that order per accumulator, as the
- * oracle does, each taking its row's input from memory broadcast to every
- * lane ({1to16}: on an AMD Zen 4, 1.4% faster in chunk mode than a
- * separate broadcast per row, nine alternating runs). Written out by hand
+ * oracle does. Each row's input is broadcast to every lane either inside
+ * each of its two multiply-adds, from memory ({1to16}; bc 0), or once by
+ * its own instruction for both (bc 1), the same bits either way: on an
+ * AMD Zen 4 the first is 1.4% faster in chunk mode (nine alternating
+ * runs); on an Intel Xeon, whose two FMA units a step's 14 loads against
+ * 8 hold back, the second is about 6% faster (gemm_bcast). Written out by hand
  * because GCC, given the same loop in intrinsics, rotates the accumulators
  * through spare registers with a move per step and spills some: about 10%
  * of the peak lost in the kernel that does 95% of the encoder's work. */
 #define CHAIN_ROW_AT(BC, OP, R, AT)                                            \
   ".if %c[mr] > " #R "\n\t"                                                    \
-  ".ifnb " BC "\n\t"                                                           \
+  ".if %c[flags] & 2\n\t"                                                      \
   BC " " AT ", %%zmm29\n\t"                                                    \
   OP " %%zmm29, %%zmm30, %[a" #R "0]\n\t"                                      \
   OP " %%zmm29, %%zmm31, %[a" #R "1]\n\t"                                      \
@@ -247,7 +254,8 @@ DEFINE_FEW_ALL(f16, F16_W)
   "vpxord %[a" #R "1], %[a" #R "1], %[a" #R "1]\n\t"
 /* The whole chain: each step's input is 4 bytes (a float, or a bf16
  * pair) and its weights 64 (one line of each panel); OP accumulates, the
- * input broadcast by BC first, or (BC "") inside OP. Four steps per turn
+ * input broadcast by BC first (bc 1), or inside OP (bc 0): flags holds
+ * bc (2) and l1 (1), as the assembler reads them. Four steps per turn
  * of the loop (fewer pointer updates beside the arithmetic), then the
  * steps left one at a time. Each
  * turn also prefetches two lines, pf after its first step and pf after
@@ -259,7 +267,7 @@ DEFINE_FEW_ALL(f16, F16_W)
  * in the fifth. Half-precision and bfloat16 weights, which came out 2-3%
  * slower in a run like that, prefetch into L2 alone. */
 #define CHAIN_PF(I)                                                            \
-  ".if %c[l1]\n\t"                                                             \
+  ".if %c[flags] & 1\n\t"                                                      \
   "prefetcht0 (%[pf])\n\t"                                                     \
   ".else\n\t"                                                                  \
   "prefetcht1 (%[pf])\n\t"                                                     \
@@ -298,7 +306,7 @@ DEFINE_FEW_ALL(f16, F16_W)
     [w] "+r"(w0), [x] "+r"(x), [x3] "+r"(x3), [n4] "+r"(n4), [n1] "+r"(n1),    \
     [pf] "+r"(pf.at)                                                           \
   : [ld] "r"(ld), [woff] "r"(woff), [mr] "i"(mr), [ps0] "r"(pf.step[0]),       \
-    [ps1] "r"(pf.step[1]), [l1] "i"(l1)                                        \
+    [ps1] "r"(pf.step[1]), [flags] "i"(l1 | bc << 1)                           \
   : "xmm29", "xmm30", "xmm31", "memory", "cc"
 
 /* A chain's prefetching: the first line, and how far to move on after
@@ -331,11 +339,12 @@ chain_pf_of(const char **pf, size_t *lines, size_t want, size_t turns,
 
 __attribute__((target("avx512f,fma"), always_inline)) static inline void
 tile_chain(int mr, const float *w0, size_t w1_off, const float *x,
-           size_t ldx, size_t n, chain_pf pf, int l1, __m512 acc[MR_MAX][2]) {
+           size_t ldx, size_t n, chain_pf pf, int l1, int bc,
+           __m512 acc[MR_MAX][2]) {
   const float *x3 = x + 3 * ldx;
   size_t ld = ldx * sizeof(float), woff = w1_off * sizeof(float);
   size_t n4 = n / 4, n1 = n % 4;
-  __asm__ volatile(CHAIN_ASM("", "vfmadd231ps") CHAIN_OPERANDS);
+  __asm__ volatile(CHAIN_ASM("vbroadcastss", "vfmadd231ps") CHAIN_OPERANDS);
 }
 
 /* A tile's running totals of its MR rows x 32 outputs: from zero in the
@@ -365,13 +374,14 @@ tile_chain(int mr, const float *w0, size_t w1_off, const float *x,
  * y, so each output is the same sum of chains in order; the last k block
  * adds the bias. During each chain, the next pf_n lines per four k of the
  * pf_lines lines from pf on are prefetched into L2 (and L1 with l1, a
- * constant): the caller points pf at the weights it needs next. */
+ * constant): the caller points pf at the weights it needs next. bc (a
+ * constant): tile_chain's. */
 #define DEFINE_TILE(NAME, MR)                                                  \
   __attribute__((target("avx512f,fma"), always_inline)) static inline void    \
   NAME(const float *w0, const float *w1, const float *x, size_t ldx,           \
        size_t kc, float *y, size_t N, const __m512 *bs, const __mmask16 *ms,   \
        int first, int last, const char *pf, size_t pf_lines, size_t pf_n,      \
-       int l1) {                                                               \
+       int l1, int bc) {                                                       \
     TILE_TOTALS(MR)                                                            \
     for (size_t k0 = 0; k0 < kc; k0 += AURAL__CHAIN) {                         \
       size_t n = kc - k0 < AURAL__CHAIN ? kc - k0 : AURAL__CHAIN;              \
@@ -379,7 +389,7 @@ tile_chain(int mr, const float *w0, size_t w1_off, const float *x,
                                 w0 + 16 * k0);                                 \
       __m512 acc[MR_MAX][2];                                                   \
       tile_chain(MR, w0 + 16 * k0, (size_t)(w1 - w0), x + k0, ldx, n, cp, l1,  \
-                 acc);                                                         \
+                 bc, acc);                                                     \
       TILE_ADD_CHAIN(MR)                                                       \
     }                                                                          \
     TILE_STORE(MR)                                                             \
@@ -470,8 +480,8 @@ static inline const char *next_block_slice(const next_block *nb, size_t i,
  * block of the chunk, while the next pair's block is prefetched into L2, a
  * slice per row block.
  */
-#define DEFINE_LINEAR(T, ELEM)                                                 \
-  __attribute__((target("avx512f,fma,f16c"))) static void linear_##T(         \
+#define DEFINE_LINEAR(NAME, T, ELEM, BC)                                       \
+  __attribute__((target("avx512f,fma,f16c"))) static void NAME(               \
       const ELEM *w, size_t N, size_t K, const float *b, const float *x,       \
       size_t M, float *y) {                                                    \
     size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL;                   \
@@ -525,10 +535,10 @@ static inline const char *next_block_slice(const next_block *nb, size_t i,
             const char *pfj = next_block_slice(&nb, j - j0, w0, &n);           \
             size_t pf_n = nb.pf_n;                                             \
             switch (mr) {                                                      \
-            case 3: tile3(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n, l1); break; \
-            case 4: tile4(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n, l1); break; \
-            case 5: tile5(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n, l1); break; \
-            default: tile6(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n, l1); break; \
+            case 3: tile3(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n, l1, BC); break; \
+            case 4: tile4(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n, l1, BC); break; \
+            case 5: tile5(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n, l1, BC); break; \
+            default: tile6(w0, w1, xj, K, kc, yp, N, bs, ms, first, last, pfj, n, pf_n, l1, BC); break; \
             }                                                                  \
             xj += mr * K;                                                      \
             yp += mr * N;                                                      \
@@ -537,16 +547,28 @@ static inline const char *next_block_slice(const next_block *nb, size_t i,
       }                                                                        \
     }                                                                          \
   }
-DEFINE_LINEAR(f32, float)
-DEFINE_LINEAR(f16, uint16_t)
+DEFINE_LINEAR(linear_f32, f32, float, 0)
+DEFINE_LINEAR(linear_f32_bc, f32, float, 1)
+DEFINE_LINEAR(linear_f16, f16, uint16_t, 0)
+DEFINE_LINEAR(linear_f16_bc, f16, uint16_t, 1)
+
+/* Whether the tiles broadcast each input by an instruction of its own
+ * (tile_chain's bc): on Intel cores, chosen once with the kernels, unless
+ * a test asked otherwise. */
+static bool gemm_bcast_cpu;
+
+static bool gemm_bcast(void) {
+  return gemm_bcast_forced >= 0 ? gemm_bcast_forced != 0 : gemm_bcast_cpu;
+}
 
 static void linear_avx512(const aural__mat *w, const float *b, const float *x,
                           size_t M, float *y) {
   size_t N = (size_t)w->rows, K = (size_t)w->cols;
+  bool bc = gemm_bcast();
   if (w->f32 != NULL)
-    linear_f32(w->f32, N, K, b, x, M, y);
+    (bc ? linear_f32_bc : linear_f32)(w->f32, N, K, b, x, M, y);
   else
-    linear_f16(w->f16, N, K, b, x, M, y);
+    (bc ? linear_f16_bc : linear_f16)(w->f16, N, K, b, x, M, y);
 }
 
 /*
@@ -648,7 +670,7 @@ __attribute__((target("avx512f"))) static void widen_bf16_swapped(
 __attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
 tile_chain_dp(int mr, const uint16_t *w0, size_t w1_off, const uint32_t *x,
               size_t ldx, size_t n, chain_pf pf, __m512 acc[MR_MAX][2]) {
-  const int l1 = 0;
+  const int l1 = 0, bc = 1;
   const uint32_t *x3 = x + 3 * ldx;
   size_t ld = ldx * sizeof(uint32_t), woff = w1_off * sizeof(uint16_t);
   size_t n4 = n / 4, n1 = n % 4;
@@ -686,11 +708,12 @@ DEFINE_TILE_DP(tile_dp6, 6)
  * Either way, rows in blocks of 1 to 6 (as linear_f32's many-row path)
  * and chunks of blocks; for each chunk and k block the chunk's inputs are
  * rounded once, then each panel pair's block of weights is used by every
- * row block (widened once first, when emulating).
+ * row block (widened once first, when emulating, whose tiles take bc, a
+ * constant, as linear_f32's do).
  */
-__attribute__((target("avx512f,fma,avx512bf16"))) static void linear_bf16_avx512(
-    const aural__mat *mat, const float *b, const float *x, size_t M, float *y,
-    bool native) {
+__attribute__((target("avx512f,fma,avx512bf16"), always_inline)) static inline void
+linear_bf16_body(const aural__mat *mat, const float *b, const float *x,
+                 size_t M, float *y, bool native, int bc) {
   size_t N = (size_t)mat->rows, K = (size_t)mat->cols, Kp = (K + 1) / 2 * 2;
   size_t n_panels = (N + AURAL__PANEL - 1) / AURAL__PANEL, np = 2, k0 = 0;
   size_t ps = aural__bf16_panel_stride(K);
@@ -746,12 +769,12 @@ __attribute__((target("avx512f,fma,avx512bf16"))) static void linear_bf16_avx512
           } else {
             const float *xj = xs + at * KC, *v0 = wide, *v1 = wide + KC * AURAL__PANEL;
             switch (mr) {
-            case 1: tile1(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0); break;
-            case 2: tile2(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0); break;
-            case 3: tile3(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0); break;
-            case 4: tile4(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0); break;
-            case 5: tile5(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0); break;
-            default: tile6(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0); break;
+            case 1: tile1(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0, bc); break;
+            case 2: tile2(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0, bc); break;
+            case 3: tile3(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0, bc); break;
+            case 4: tile4(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0, bc); break;
+            case 5: tile5(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0, bc); break;
+            default: tile6(v0, v1, xj, KC, kc, yp, N, bs, ms, first, last, pf, n, pf_n, 0, bc); break;
             }
           }
           at += mr;
@@ -761,6 +784,15 @@ __attribute__((target("avx512f,fma,avx512bf16"))) static void linear_bf16_avx512
     }
   }
   _mm_setcsr(csr);
+}
+
+__attribute__((target("avx512f,fma,avx512bf16"))) static void linear_bf16_avx512(
+    const aural__mat *mat, const float *b, const float *x, size_t M, float *y,
+    bool native) {
+  if (gemm_bcast())
+    linear_bf16_body(mat, b, x, M, y, native, 1);
+  else
+    linear_bf16_body(mat, b, x, M, y, native, 0);
 }
 
 #endif /* AURAL_X86 */
@@ -1748,6 +1780,9 @@ static void pick_kernel(void) {
       use = (aural__isa)found;
   }
   active_set = &kernel_sets[use];
+#if AURAL_X86
+  gemm_bcast_cpu = __builtin_cpu_is("intel");
+#endif
 }
 
 static const kernel_set *kernels(void) {
@@ -1766,8 +1801,20 @@ bool aural__isa_use(aural__isa isa) {
   return true;
 }
 
-const char *aural__gemm_kernel(void) { return kernels()->name; }
+/* The kernels' name, which says how the AVX-512 tiles broadcast. */
+static const char *gemm_name(void) {
+  const kernel_set *k = kernels();
+#if AURAL_X86
+  if (k->isa == AURAL__ISA_AVX512 && gemm_bcast())
+    return "aural AVX-512 FMA (register tiles of 3-6 rows x 32 columns over "
+           "L1-sized weight blocks, each input broadcast once per step; f16 "
+           "weights via F16C)";
+#endif
+  return k->name;
+}
 
-const char *aural_gemm_name(void) { return kernels()->name; }
+const char *aural__gemm_kernel(void) { return gemm_name(); }
+
+const char *aural_gemm_name(void) { return gemm_name(); }
 
 const char *aural_isa_name(void) { return isa_names[kernels()->isa]; }

@@ -78,8 +78,15 @@ static void test_kernel_matches_oracle_bit_for_bit(void **state) {
           size_t n = ns[ni];
           for (int with_bias = 0; with_bias < 2; with_bias++) {
             const float *bb = with_bias ? b : NULL;
-            aural__linear(&w, bb, x, n, fast);
             aural__linear_ref(&w, bb, x, n, ref);
+            /* Both ways of broadcasting the inputs (AVX-512). */
+            for (int bc = 0; bc < 2; bc++) {
+              aural__gemm_broadcast(bc);
+              aural__linear(&w, bb, x, n, fast);
+              aural__gemm_broadcast(-1);
+              assert_memory_equal(fast, ref, n * R * sizeof *fast);
+            }
+            aural__linear(&w, bb, x, n, fast);
             assert_memory_equal(fast, ref, n * R * sizeof *fast);
             n_checked++;
             /* The oracle is a correct product. */
@@ -234,6 +241,14 @@ static void test_bf16_kernel_matches_oracle(void **state) {
               aural__bf16_force(AURAL__BF16_AUTO);
               assert_memory_equal(fast, ref, n * R * sizeof *fast);
             }
+          for (int bc = 0; bc < 2; bc++) { /* (linear_f32's) */
+            aural__gemm_broadcast(bc);
+            aural__bf16_force(AURAL__BF16_EMULATE);
+            aural__linear(&w, bb, x, n, ref);
+            aural__bf16_force(AURAL__BF16_AUTO);
+            aural__gemm_broadcast(-1);
+            assert_memory_equal(fast, ref, n * R * sizeof *fast);
+          }
           n_checked++;
           aural__linear_ref(&w, bb, x, n, ref);
           for (size_t i = 0; i < n; i++)
