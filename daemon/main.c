@@ -1105,14 +1105,27 @@ static int check_socket_path(const char *path) {
 static int std_fds_open(void) {
   for (int fd = 0; fd <= 2; fd++) {
     if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
-    /* The lower numbers are open, so the lowest free one is fd. */
-    int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    /* The lower numbers are open, so the lowest free one is fd. Fd 1 for
+     * reading alone: what --help, --version and --list-devices print
+     * there fails as on the closed descriptor (stdout_answered). */
+    int got = open("/dev/null", fd == 2 ? O_WRONLY : O_RDONLY);
     if (got != fd) {
       if (got >= 0) close(got);
       return -1;
     }
   }
   return 0;
+}
+
+/* The exit status of an answer printed on stdout (--help, --version,
+ * --list-devices): 0, or 1 with why on stderr when it could not all be
+ * written (a closed stdout, a full disk). */
+static int stdout_answered(void) {
+  errno = 0;
+  if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+  fprintf(stderr, "aurald: standard output: %s\n",
+          strerror(errno ? errno : EIO));
+  return 1;
 }
 
 int main(int argc, char **argv) {
@@ -1134,12 +1147,13 @@ int main(int argc, char **argv) {
   /* Before the config file, whose errors say to see --help. */
   if (answer == 'h') usage(stdout);
   if (answer == 'V') printf("aurald %s\n", AURAL_VERSION);
-  if (answer != 0) return 0;
+  if (answer != 0) return stdout_answered();
   char where[600];
   int rc = load_options(argc, argv, conf, &o, &cw, &list, where,
                         sizeof where);
   if (rc == 0 && !list) rc = check_socket_path(o.socket_path);
   if (rc == 0 && list) rc = mic_list_devices();
+  if (rc == 0 && list) rc = stdout_answered();
   if (rc != 0 || list) {
     free(o.files);
     config_words_free(&cw);

@@ -1861,6 +1861,21 @@ class TestServiceManager(DaemonTest):
                 self.assertTrue(p.stdout.startswith(want), p.stdout)
                 self.assertEqual(p.stderr, "")
 
+    def test_answers_into_a_closed_or_full_stdout_fail(self):
+        """--help and --version into a closed standard output, or one on
+        a full disk, exit 1 naming why: they exited 0 having written
+        nothing (a closed fd 1 got a writable /dev/null)."""
+        for arg in ("--help", "--version"):
+            with open("/dev/full", "w") as full:
+                for how, kw in (("closed", {"preexec_fn": lambda: os.close(1)}),
+                                ("full", {"stdout": full})):
+                    with self.subTest(arg=arg, stdout=how):
+                        p = subprocess.run([AURALD, "--no-config", arg],
+                                           stderr=subprocess.PIPE, text=True,
+                                           timeout=20, **kw)
+                        self.assertEqual(p.returncode, 1, p.stderr)
+                        self.assertIn("aurald: standard output: ", p.stderr)
+
     def test_config_option_abbreviated_on_the_command_line(self):
         """--conf PATH is --config PATH to getopt, and so to the search
         for the file: it was ignored, and aurald ran without it."""
