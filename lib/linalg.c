@@ -896,6 +896,8 @@ dot_probe_s(bool dot) {
       for (int j = 0; j < 12; j++)
         acc[j] = dot ? _mm512_dpbf16_ps(acc[j], pair, pair)
                      : _mm512_fmadd_ps(acc[j], one, tiny);
+    for (int j = 0; j < 12; j++) /* computed before the clock is read */
+      __asm__ volatile("" : "+v"(acc[j]));
     clock_gettime(CLOCK_MONOTONIC, &t1);
     float lanes[16], sum = 0;
     for (int j = 0; j < 12; j++) {
