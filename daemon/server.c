@@ -165,11 +165,13 @@ int server_setup(server *srv, aurald_options *o, uv_loop_t *loop, char *why,
                "(AVX512-BF16) for products of up to %zu rows; more are "
                "emulated by the f32 kernels (the same results), which this "
                "CPU runs faster than its dot products: rounds of many "
-               "streams take about the time they take in f32",
+               "streams take a little longer than in f32",
                dot_rows);
     else
-      log_info("precision bf16 (approximate): this CPU has no AVX512-BF16: "
-               "emulated, the same results but slower than f32");
+      log_info("precision bf16 (approximate): emulated by the f32 kernels "
+               "without AVX512-BF16's dot products (this CPU has none, or "
+               "AURAL_BF16 or AURAL_ISA set them aside): the same results, "
+               "slower than f32");
   }
   /* Chunks in whole frames of the model's frontend. */
   double frame_ms = srv->mc->fbank.frame_shift_ms;

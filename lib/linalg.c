@@ -862,6 +862,11 @@ static bool bf16_dot_slow(void);
 static void detect_bf16(void) {
   unsigned a, b, c, d;
   const char *want = getenv("AURAL_BF16");
+  kernels(); /* the self-check's tiles broadcast as chosen there */
+  if (want != NULL && *want != '\0' && strcmp(want, "emulate") != 0 &&
+      strcmp(want, "dot") != 0)
+    fprintf(stderr, "aural: AURAL_BF16=%s is not emulate or dot; ignored\n",
+            want);
   bf16_cpu_has = __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
                  (a & (1u << 5)) && __builtin_cpu_supports("avx512f");
   bf16_cpu = bf16_cpu_has && !(want != NULL && strcmp(want, "emulate") == 0);

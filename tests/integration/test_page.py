@@ -86,7 +86,7 @@ class TestPage(DaemonTest):
         with open(path, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
-    def test_microphone_transcript_equals_aural_encode(self):
+    def test_microphone_transcript_is_the_servers(self):
         wav = os.path.join(self.tmp, "mic.wav")
         run("sox", SAMPLE, "-r", "48000", "-c", "1", "-b", "16", wav, "pad",
             "0.5", "1.0")

@@ -475,6 +475,28 @@ class TestWebSocket(WebTest):
             c.close()
         self.stop_clean(d)
 
+    def test_websocket_clients_share_half_of_the_custom_words_places(self):
+        """The 16 subscriptions with custom words: the WebSocket clients
+        without a token hold 8 of them together, as one group member does,
+        and the Unix socket's users get the others."""
+        d = self.start_http(model=test_daemon.TestWords.custom_model(self))
+        ws = [ac.Client(d.url, timeout=30) for _ in range(2)]
+        for i in range(8):
+            ws[i % 2].subscribe("web-%d" % i, outputs=("words",),
+                                vocabulary=["Dashwood"])
+        with self.assertRaises(ac.ServerError) as e:
+            ws[0].subscribe("web-8", outputs=("words",),
+                            vocabulary=["Dashwood"])
+        self.assertEqual(e.exception.name, "LIMIT")
+        self.assertIn("WebSocket clients", e.exception.message)
+        with ac.Client(d.path, timeout=30) as c:
+            for i in range(8):
+                c.subscribe("mine-%d" % i, outputs=("words",),
+                            vocabulary=["Dashwood"])
+        for c in ws:
+            c.close()
+        self.stop_clean(d)
+
     def test_shutdown_with_websocket_clients_exits_zero(self):
         d = self.start_http("--file", SAMPLE, "--realtime")
         clients = [ac.Client(d.url, timeout=10) for _ in range(3)]

@@ -34,8 +34,8 @@ const char *cli_default_sample(void);
  * "none", "sinusoidal" or "rope". */
 const char *cli_pos_name(int pos_encoding);
 
-/* How precision bf16 runs on this CPU, in words (aural_model_bf16_dot_rows
- * said as a phrase; the AVX-512 or AVX2 sets, not the scalar oracle). */
+/* How precision bf16 runs on this CPU, in words: aural_model_bf16_dot_rows
+ * (and the scalar oracle, where AURAL_ISA chose it) said as a phrase. */
 const char *cli_bf16_method(void);
 
 /* Parses a decimal integer in lo..hi, digits alone (no sign or spaces);

@@ -660,7 +660,8 @@ static int save_model(const synth_spec *spec, const char *path) {
   return EXIT_OK;
 }
 
-/* The results as one JSON object. */
+/* The results as one JSON object. bf16's dot_rows is
+ * aural_model_bf16_dot_rows(), -1 where the dot products take every size. */
 static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
                              size_t n_cases, int run_enc, int run_fe) {
   /* The model file's path as a JSON string (escaped), or null. */

@@ -163,9 +163,7 @@ int cmd_info(int argc, char **argv) {
   printf("precision    %s; modes on this CPU: f32 (default, exact), bf16 "
          "(opt-in, approximate: %s)\n",
          aural_model_precision_name(aural_model_precision(m)),
-         strcmp(aural_isa_name(), "scalar") != 0
-             ? cli_bf16_method()
-             : "the scalar oracle: much slower than f32");
+         cli_bf16_method());
   printf("per stream   %zu bytes (%.2f MB): KV rings %zu bytes, scratch for "
          "%zu-frame batches %zu bytes\n",
          state, (double)state / 1e6, ring, ec.max_batch_frames, state - ring);

@@ -81,15 +81,19 @@ const char *cli_pos_name(int pos_encoding) {
 }
 
 const char *cli_bf16_method(void) {
-  static char text[200];
+  static char text[240];
   size_t dot_rows = aural_model_bf16_dot_rows();
+  if (strcmp(aural_isa_name(), "scalar") == 0)
+    return "the scalar oracle: much slower than f32";
   if (dot_rows == SIZE_MAX) return "AVX512-BF16 dot products";
   if (dot_rows == 0)
-    return "emulated, no AVX512-BF16: the same results, slower than f32";
+    return "emulated by the f32 kernels without AVX512-BF16's dot products "
+           "(this CPU has none, or AURAL_BF16 or AURAL_ISA set them aside): "
+           "the same results, slower than f32";
   snprintf(text, sizeof text,
            "AVX512-BF16 dot products for products of up to %zu rows, "
-           "emulated by the f32 kernels for more (faster on this CPU, whose "
-           "dot products are slow: chunk mode about as fast as f32)",
+           "emulated by the f32 kernels for more (faster on this CPU, where "
+           "the dot products are slow: chunk mode a little slower than f32)",
            dot_rows);
   return text;
 }
