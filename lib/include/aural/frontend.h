@@ -101,7 +101,8 @@ int aural_frontend_finish(aural_frontend *fe, aural_frames_fn fn,
                           void *user);
 
 /* Returns to the freshly created state, ready for a new stream (when
- * resampling, not real-time-safe: aural_resampler_reset). */
+ * resampling, not real-time-safe: aural_resampler_reset). Returns 0, or
+ * AURAL_ERESAMPLE when libsoxr fails. */
 int aural_frontend_reset(aural_frontend *fe);
 
 /* Counters since create or the last reset. */
