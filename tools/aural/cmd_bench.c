@@ -106,7 +106,11 @@ static void usage(FILE *to) {
           "      --save-model PATH  write the random model the flags\n"
           "                    describe to PATH and exit (for aurald and\n"
           "                    'aural load')\n"
-          "  -h, --help        show this help\n");
+          "  -h, --help        show this help\n"
+          "\n"
+          "Exit status: 0 on success, 1 if the model, the words' resources\n"
+          "or --save-model's file could not be read or written, 2 for a bad\n"
+          "command line.\n");
 }
 
 static int count_frames(void *user, const float *rows, size_t n,

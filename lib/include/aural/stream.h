@@ -217,7 +217,8 @@ void aural_stream_destroy(aural_stream *s);
  * frames as fit (aural_stream_input_room()) and says how many in *n_taken;
  * 0 when the pending features are full: compute, then push the rest.
  * Returns 0, AURAL_ENONFINITE (policy REJECT; nothing taken),
- * AURAL_ESTATE after end or a failure, or AURAL_EINVAL. Real-time-safe
+ * AURAL_ESTATE after end or a failure, AURAL_ERESAMPLE (libsoxr failed:
+ * the stream fails), or AURAL_EINVAL. Real-time-safe
  * when the input is at the model's rate (see the top). */
 int aural_stream_push(aural_stream *s, const float *pcm, size_t n_frames,
                       size_t *n_taken);
@@ -229,8 +230,10 @@ size_t aural_stream_input_room(const aural_stream *s);
 
 /* Marks the end of the input: the frontend flushes (its last features are
  * pending; there is always room for them), so that after the next compute
- * the final chunk can be pulled. Returns 0, or AURAL_ESTATE when already
- * ended. Real-time-safe when the input is at the model's rate. */
+ * the final chunk can be pulled. Returns 0, AURAL_ESTATE when already
+ * ended or after a failure, or AURAL_ERESAMPLE (libsoxr failed while
+ * flushing: the stream fails). Real-time-safe when the input is at the
+ * model's rate. */
 int aural_stream_end(aural_stream *s);
 
 /* Ends the stream at once, as on an error or a deadline: pending
