@@ -1380,6 +1380,8 @@ done:
 int aural_model_load_buffer(const void *data, size_t size, const char *where,
                             const aural_model_load_config *lcfg,
                             aural_model **out, aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "model: no out pointer");
   *out = NULL;
   aural_model_load_config dflt;
   if (lcfg == NULL) {
@@ -1451,6 +1453,8 @@ static int validate_header(int fd, const char *path, uint64_t size,
 
 int aural_model_load(const char *path, const aural_model_load_config *cfg,
                      aural_model **out, aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "model: no out pointer");
   *out = NULL;
   aural_model_load_config dflt;
   if (cfg == NULL) {
@@ -1513,7 +1517,8 @@ const aural_model_config *aural_model_get_config(const aural_model *m) {
 }
 
 const char *aural_model_token(const aural_model *m, int id) {
-  if (m->vocab == NULL || id < 0 || id >= m->cfg.vocab_size) return NULL;
+  if (m == NULL || m->vocab == NULL || id < 0 || id >= m->cfg.vocab_size)
+    return NULL;
   return m->vocab[id];
 }
 

@@ -1234,6 +1234,16 @@ static void test_bad_paths(void **state) {
   rc = aural_model_load_buffer("aural", 5, NULL, NULL, &m, &err);
   const char *const short_buf[3] = {"too short", NULL, NULL};
   check_rejected(rc, m, &err, AURAL_ETRUNCATED, "(memory)", short_buf);
+  /* Nowhere to put the model: refused by name (it crashed), before the
+   * file is read. */
+  const char *const no_out[3] = {"no out pointer", NULL, NULL};
+  m = NULL;
+  rc = aural_model_load(test_data_path("encoder/tiny.safetensors"), NULL,
+                        NULL, &err);
+  check_rejected(rc, m, &err, AURAL_EINVAL, "model", no_out);
+  rc = aural_model_load_buffer("aural", 5, "buf", NULL, NULL, &err);
+  check_rejected(rc, m, &err, AURAL_EINVAL, "model", no_out);
+  assert_null(aural_model_token(NULL, 0));
 }
 
 /* A FIFO with no writer: a blocking open(O_RDONLY) would wait for one

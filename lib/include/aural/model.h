@@ -138,7 +138,7 @@ void aural_model_load_config_default(aural_model_load_config *cfg);
  * to hold such a model, is refused with AURAL_ECONFIG naming the
  * dimension that asks for it, before anything is allocated for it. Returns
  * 0, AURAL_EINVAL (a load config field out of range, checked before the
- * file is opened, or path NULL), -errno, AURAL_EEMPTY, AURAL_EFORMAT, AURAL_ETRUNCATED,
+ * file is opened, or path or out NULL), -errno, AURAL_EEMPTY, AURAL_EFORMAT, AURAL_ETRUNCATED,
  * AURAL_ECONFIG or AURAL_ENOMEM; err names the file and the tensor or
  * field at fault. A NaN or infinite weight (or CMVN statistic) is
  * refused with AURAL_EFORMAT naming the tensor and element, as is a float
@@ -157,7 +157,7 @@ int aural_model_memory_need(const aural_model_config *cfg,
 
 /* Same, from a buffer holding a whole safetensors file (not retained);
  * `name` (NULL: "(memory)") is used in messages. NULL data with a
- * nonzero size is AURAL_EINVAL. */
+ * nonzero size, or a NULL out, is AURAL_EINVAL. */
 int aural_model_load_buffer(const void *data, size_t size, const char *name,
                             const aural_model_load_config *cfg,
                             aural_model **out, aural_err *err);
@@ -167,7 +167,8 @@ void aural_model_free(aural_model *model);
 
 const aural_model_config *aural_model_get_config(const aural_model *model);
 
-/* Token string of a CTC vocabulary entry (0 = blank), or NULL. A loaded
+/* Token string of a CTC vocabulary entry (0 = blank), or NULL (also for
+ * a NULL model). A loaded
  * model's tokens are all spelled differently (a vocabulary that repeats
  * one is refused with AURAL_ECONFIG), so a spelling names one id. */
 const char *aural_model_token(const aural_model *model, int id);
