@@ -313,9 +313,14 @@ static bool user_capped(uid_t uid) {
   return uid != geteuid() && uid != 0;
 }
 
+/* Whether the WebSocket clients are counted: without a token to say
+ * whose they are. */
+static bool web_capped(const server *srv) {
+  return srv->opt->http.token_file == NULL;
+}
+
 static bool conn_capped(const conn *c) {
-  return c->tr != NULL ? c->srv->opt->http.token_file == NULL
-                       : user_capped(c->uid);
+  return c->tr != NULL ? web_capped(c->srv) : user_capped(c->uid);
 }
 
 /* Whether a's places count against the same share as b's. */
@@ -364,7 +369,7 @@ static const char *holder_name(const conn *c, char *buf, size_t n) {
 
 bool conn_web_share_full(server *srv, int *share) {
   *share = user_share(srv->opt->max_clients);
-  if (srv->opt->http.token_file != NULL) return false;
+  if (!web_capped(srv)) return false;
   int n = 0;
   for (conn *o = srv->conns; o != NULL; o = o->next)
     n += !o->closing && o->tr != NULL;
