@@ -435,7 +435,7 @@ class TestCluster(ClusterTest):
                       ended["gap"][b"message"])
         self.assertIn(b"non-finite", ended["nan"][b"message"])
         self.assertIn(b"rate", ended["badrate"][b"message"])
-        self.assertIn(b"bad{name}", d.text().encode())
+        d.wait_text("bad{name}")
         # Nothing is left pending: bad streams are not retried forever.
         self.assertEqual(r.xpending("aural:announce", "nodes")["pending"], 0)
         self.stop_clean(d)

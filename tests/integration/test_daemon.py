@@ -203,6 +203,18 @@ class Daemon:
         with open(self.log_path) as f:
             return f.read()
 
+    def wait_text(self, needle, limit_s=10):
+        """Waits until the log holds needle and returns the log: aurald's
+        lines reach it from a writer thread, after whatever the line
+        reports (a notification, a disconnection) is already seen."""
+        end = time.monotonic() + limit_s
+        while needle not in self.text():
+            if time.monotonic() > end:
+                raise AssertionError("%r not in aurald's log after %g s:\n%s"
+                                     % (needle, limit_s, self.text()))
+            time.sleep(0.02)
+        return self.text()
+
     def stop(self, sig=signal.SIGTERM, timeout=10):
         """Signals the daemon and returns (exit status, seconds taken)."""
         t0 = time.monotonic()
@@ -1129,7 +1141,7 @@ class TestSlowSubscriber(DaemonTest):
             time.sleep(0.1)
         self.assertLess(time.monotonic() - t0,
                         30 if sanitized(d.proc.pid) else 10)
-        self.assertIn("slow consumer", d.text())
+        d.wait_text("slow consumer")
         # Its socket holds what had been written, then the SLOW_CONSUMER
         # error if the queue got that far, then end-of-file.
         stuck.settimeout(5)
@@ -1506,7 +1518,7 @@ class TestServiceManager(DaemonTest):
         d.proc.send_signal(signal.SIGHUP)
         note.recv(4096)
         note.recv(4096)
-        self.assertIn("aurald.conf:2", d.text())
+        d.wait_text("aurald.conf:2")
         with ac.Client(d.path, timeout=5) as c:
             c.ping(b"still 3")
         for k in keep:
@@ -2985,7 +2997,7 @@ class TestMicrophone(DaemonTest):
                         chunks += 1
             self.assertEqual(again.name, "mic")
             self.assertNotEqual(again.stream_id, first.stream_id)
-            self.assertIn("the capture device is back", d.text())
+            d.wait_text("the capture device is back")
             c.close()
         finally:
             os.close(wfd)  # unblocks the capture thread's read
@@ -3089,7 +3101,7 @@ class TestReviewFindings(DaemonTest):
         for o in openers:
             o.close()
         b.close()
-        self.assertIn("4096 messages queued; disconnecting", d.text())
+        d.wait_text("4096 messages queued; disconnecting")
         self.stop_clean(d)
 
     def test_text_subscriber_that_never_reads_is_disconnected(self):
@@ -3107,7 +3119,7 @@ class TestReviewFindings(DaemonTest):
         while b.stats()["subscribers"]:
             self.assertLess(time.monotonic(), deadline, d.text())
             time.sleep(0.1)
-        self.assertIn("disconnecting a slow consumer", d.text())
+        d.wait_text("disconnecting a slow consumer")
         self.assertIn("messages", d.text())
         a.settimeout(20)
         self.assertGreater(len(read_until_closed(a)), 1000)

@@ -263,7 +263,7 @@ class TestHostileHttp(WebTest):
             gone = all(s["client"] != me for s in st["subscribers"])
             time.sleep(0.5)
         self.assertTrue(gone, "the lazy WebSocket was not disconnected")
-        self.assertIn("disconnecting a slow consumer", self.d.text())
+        self.d.wait_text("disconnecting a slow consumer")
         lazy._sock.ws.sock.close()
 
 
