@@ -944,14 +944,17 @@ static void restart_only_changes(const server *srv, const aurald_options *o,
 
 /* SIGHUP: re-reads the config file and applies what can change while
  * streams run (limits, log level); the rest is reported as needing a
- * restart. A file that does not parse changes nothing. */
+ * restart. A file that does not parse changes nothing. The default file
+ * is looked for again, as a start would: one created since is read, and
+ * without one removed since, the command line's options are all. */
 static void reload(server *srv) {
   notify("RELOADING=1");
   aurald_options n;
   config_words cw;
-  bool list = false;
-  int old_level = aurald_log_level;
+  bool list = false, negated[N_OPTIONS];
+  int old_level = aurald_log_level, answer;
   char where[600], status[900];
+  srv->config_path = find_config(srv->argc, srv->argv, &answer, negated);
   if (load_options(srv->argc, srv->argv, srv->config_path, &n, &cw, &list,
                    where, sizeof where) != 0) {
     aurald_log_level = old_level;
@@ -978,7 +981,8 @@ static void reload(server *srv) {
   if (n.group == NULL || !str_differs(n.group, o->group))
     o->group_gid = n.group ? n.group_gid : o->group_gid;
   log_info("reloaded %s: limits and log level applied%s%s",
-           srv->config_path ? srv->config_path : "options",
+           srv->config_path ? srv->config_path
+                            : "the command line (no config file)",
            waiting[0] ? "; these change at the next restart: " : "",
            waiting);
   free(n.files);

@@ -47,6 +47,10 @@ CLOCK_STEP = os.environ.get("AURAL_TEST_CLOCK_STEP",
 # Preloaded into aurald to count its heap walks (tests/daemon/count_mallinfo.c).
 COUNT_MALLINFO = os.environ.get("AURAL_TEST_COUNT_MALLINFO",
                                 "build/tests/libcount_mallinfo.so")
+# Preloaded into aurald to put its default config file elsewhere
+# (tests/daemon/config_at.c).
+CONFIG_AT = os.environ.get("AURAL_TEST_CONFIG_AT",
+                           "build/tests/libconfig_at.so")
 
 HEADER = struct.Struct("<IBBHII")
 MAGIC = 0x4C525541
@@ -169,6 +173,16 @@ def wait_subscribed(path, stream, proc=None, deadline_s=30):
             time.sleep(0.05)
     raise AssertionError("no subscription to %r after %d s" %
                          (stream, deadline_s))
+
+
+def preloading(lib, **env):
+    """os.environ with env, and lib preloaded into what it runs after the
+    sanitizer's runtime (if aurald has one), which must come first; a
+    function the runtime intercepts reaches lib's from there."""
+    ldd = run("ldd", AURALD).stdout
+    runtime = re.findall(r"(\S*lib[at]san\.so\S*) => (\S+)", ldd)
+    return dict(os.environ, LD_PRELOAD=" ".join(
+        [p for _, p in runtime[:1]] + [os.path.abspath(lib)]), **env)
 
 
 class Daemon:
@@ -1526,6 +1540,35 @@ class TestServiceManager(DaemonTest):
         self.stop_clean(d)
         self.assertIn("STOPPING=1", note.recv(4096).decode())
         note.close()
+
+    def test_reload_looks_for_the_default_config_again(self):
+        """A reload read the config file found at the start, or none: a
+        default config file created after aurald started was never read
+        (systemctl reload said nothing of it), and one removed since made
+        every reload fail. A reload now looks for it as a start does.
+        The default file is a file of the test's here (config_at)."""
+        default = re.search(r"default: (/\S+?\.conf)",
+                            run(AURALD, "--help").stdout).group(1)
+        conf = os.path.join(self.tmp, "default.conf")
+        d = self.start(env=preloading(CONFIG_AT,
+                                      AURAL_TEST_CONFIG_FROM=default,
+                                      AURAL_TEST_CONFIG_TO=conf))
+        with open(conf, "w") as f:
+            f.write("max-clients = 2\n")
+        d.proc.send_signal(signal.SIGHUP)
+        d.wait_text("reloaded %s: limits" % default)
+        keep = [raw_client(d.path) for _ in range(2)]
+        third = raw_client(d.path, hello=False)
+        self.assertEqual(json.loads(read_until_closed(third)[0][2])["name"],
+                         "LIMIT")
+        os.unlink(conf)
+        d.proc.send_signal(signal.SIGHUP)
+        d.wait_text("reloaded the command line (no config file)")
+        with ac.Client(d.path, timeout=5) as c:  # 1024 again
+            c.ping(b"3")
+        for k in keep:
+            k.close()
+        self.stop_clean(d)
 
     def test_sighup_during_start_is_a_reload_once_serving(self):
         """SIGHUP before aurald serves (its model and config still being
@@ -3418,12 +3461,7 @@ class TestReviewFindings(DaemonTest):
         step_file = os.path.join(self.tmp, "clock-step")
         with open(step_file, "w") as f:
             f.write("0")
-        env = dict(os.environ, AURAL_TEST_CLOCK_STEP_FILE=step_file)
-        # A sanitizer's runtime must come first among the preloaded.
-        ldd = run("ldd", AURALD).stdout
-        runtime = re.findall(r"(\S*lib[at]san\.so\S*) => (\S+)", ldd)
-        env["LD_PRELOAD"] = " ".join([p for _, p in runtime[:1]] +
-                                     [os.path.abspath(CLOCK_STEP)])
+        env = preloading(CLOCK_STEP, AURAL_TEST_CLOCK_STEP_FILE=step_file)
         d = self.start("--chunk-ms", "200", "--hold", "--file",
                        self.wav(4.0, name="clock.wav"), "--realtime",
                        env=env)
