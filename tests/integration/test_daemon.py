@@ -1712,16 +1712,13 @@ class TestServiceManager(DaemonTest):
                     "cluster-node = other\nexit-when-done = yes\n"
                     "http-origin = http://example.org\n" % b)
         d.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while "reloaded" not in d.text():
-            self.assertLess(time.monotonic(), deadline, d.text())
-            time.sleep(0.05)
         self.assertIn("change at the next restart: file, exit-when-done, "
-                      "cluster-node, http-origin", d.text())
+                      "cluster-node, http-origin", d.wait_text("reloaded"))
         # Limits alone: nothing waits.
         with open(conf, "w") as f:
             f.write("file = %s\nhold = yes\nmax-clients = 7\n" % a)
         d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
         while d.text().count("reloaded") < 2:
             self.assertLess(time.monotonic(), deadline, d.text())
             time.sleep(0.05)
