@@ -220,6 +220,8 @@ int aural_decoder_create(const aural_decoder_config *cfg,
                          const aural_model *model, const aural_lexicon *lex,
                          const aural_lm *lm, aural_decoder **out,
                          aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "decoder: no out pointer");
   *out = NULL;
   aural_decoder_config dflt;
   if (cfg == NULL) {

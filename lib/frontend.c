@@ -51,6 +51,9 @@ void aural_frontend_config_default(aural_frontend_config *cfg) {
 
 int aural_frontend_create(const aural_frontend_config *cfg,
                           aural_frontend **out, aural_err *err) {
+  if (out == NULL || cfg == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "frontend: no %s",
+                          out == NULL ? "out pointer" : "config");
   *out = NULL;
   if (!(cfg->input_rate_hz >= AURAL_RATE_MIN_HZ &&
         cfg->input_rate_hz <= AURAL_RATE_MAX_HZ))

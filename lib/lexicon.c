@@ -352,6 +352,8 @@ static int parse_text(const char *text, size_t len, const char *name,
 int aural_lexicon_load_buffer(const char *text, size_t len, const char *name,
                               const aural_model *model, aural_lexicon **out,
                               aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "lexicon: no out pointer");
   *out = NULL;
   unsigned char *plain;
   int rc = aural__plain_text(&text, &len, name ? name : "lexicon",
@@ -363,6 +365,8 @@ int aural_lexicon_load_buffer(const char *text, size_t len, const char *name,
 
 int aural_lexicon_load(const char *path, const aural_model *model,
                        aural_lexicon **out, aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "lexicon: no out pointer");
   *out = NULL;
   unsigned char *buf;
   size_t size;

@@ -48,6 +48,8 @@ static soxr_t new_soxr(double in_hz, double out_hz) {
 
 int aural_resampler_create(double in_rate_hz, double out_rate_hz,
                            aural_resampler **out, aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "resampler: no out pointer");
   *out = NULL;
   if (!rate_ok(in_rate_hz) || !rate_ok(out_rate_hz))
     return aural__err_set(err, AURAL_ERATE,

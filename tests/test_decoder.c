@@ -1065,6 +1065,37 @@ static void test_config_rejects(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* Nowhere to put the object: AURAL_EINVAL naming the reader, before
+ * anything is read (they crashed). */
+static void test_null_out_pointers(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_err err = {0};
+  assert_int_equal(aural_lexicon_load_buffer(lex4, strlen(lex4), "lex",
+                                             model, NULL, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "lexicon: no out pointer"));
+  err = (aural_err){0};
+  assert_int_equal(aural_lexicon_load("no-such.lexicon.txt", model, NULL,
+                                      &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "lexicon: no out pointer"));
+  err = (aural_err){0};
+  assert_int_equal(aural_lm_load_buffer(arpa3, strlen(arpa3), "lm", lex,
+                                        NULL, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "LM: no out pointer"));
+  err = (aural_err){0};
+  assert_int_equal(aural_lm_load("no-such.lm.arpa", lex, NULL, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "LM: no out pointer"));
+  err = (aural_err){0};
+  assert_int_equal(aural_decoder_create(NULL, model, lex, NULL, NULL, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "decoder: no out pointer"));
+  aural_lexicon_destroy(lex);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lexicon_tree),
@@ -1083,6 +1114,7 @@ int main(void) {
       cmocka_unit_test(test_chunking_does_not_matter),
       cmocka_unit_test(test_finals_are_min_segment_frames_apart),
       cmocka_unit_test(test_config_rejects),
+      cmocka_unit_test(test_null_out_pointers),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

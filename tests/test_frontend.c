@@ -452,6 +452,25 @@ static void test_bad_create(void **state) {
   aural_frontend_destroy(NULL);
 }
 
+/* No config, or nowhere to put the object: AURAL_EINVAL naming what is
+ * missing, as the stream, encoder and model calls do (they crashed). */
+static void test_create_null_arguments(void **state) {
+  (void)state;
+  aural_frontend_config cfg;
+  aural_frontend_config_default(&cfg);
+  aural_frontend *fe = (aural_frontend *)&cfg;
+  aural_err err = {0};
+  assert_int_equal(aural_frontend_create(&cfg, NULL, &err), AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "frontend: no out pointer"));
+  assert_int_equal(aural_frontend_create(NULL, &fe, &err), AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "frontend: no config"));
+  assert_int_equal(aural_frontend_create(NULL, &fe, NULL), AURAL_EINVAL);
+  err = (aural_err){0};
+  assert_int_equal(aural_resampler_create(48000, 16000, NULL, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "resampler: no out pointer"));
+}
+
 static void test_config_json(void **state) {
   (void)state;
   aural_fbank_opts o;
@@ -822,6 +841,7 @@ int main(void) {
       cmocka_unit_test(test_reset_and_state),
       cmocka_unit_test(test_callback_stops_push),
       cmocka_unit_test(test_bad_create),
+      cmocka_unit_test(test_create_null_arguments),
       cmocka_unit_test(test_config_json),
       cmocka_unit_test(test_config_json_error_offset),
       cmocka_unit_test(test_option_variants),

@@ -93,7 +93,8 @@ typedef struct aural_lexicon aural_lexicon;
 /* Reads a lexicon: UTF-8 text, one pronunciation per line,
  * "word<TAB>token token ...", tokens from the model's vocabulary (not the
  * blank); a word may have several lines. Blank lines and lines starting
- * with '#' are skipped. Errors name the file, line and what is wrong. */
+ * with '#' are skipped. Errors name the file, line and what is wrong; no
+ * text, model or out pointer is AURAL_EINVAL. */
 int aural_lexicon_load(const char *path, const aural_model *model,
                        aural_lexicon **out, aural_err *err);
 /* The same from text in memory (len bytes); name is used in messages. */
@@ -128,7 +129,8 @@ typedef struct aural_lm aural_lm;
  * (it cannot be recognized), <s> and </s> are required, <unk> is optional
  * (the LM's probability for lexicon words it does not list); an LM with
  * neither <unk> nor any word of the lexicon is refused. Errors name
- * the file, the line or n-gram, and what is wrong. */
+ * the file, the line or n-gram, and what is wrong; no data, lexicon or
+ * out pointer is AURAL_EINVAL. */
 int aural_lm_load(const char *path, const aural_lexicon *lex, aural_lm **out,
                   aural_err *err);
 int aural_lm_load_buffer(const char *data, size_t len, const char *name,
@@ -170,7 +172,8 @@ double aural_lm_score(const aural_lm *lm, const int *words, size_t n);
  *
  * Each word gets one pronunciation per distinct result over the dialects.
  * The map is untrusted input: errors name the file, line and what is
- * wrong. libespeak-ng is not reentrant: calls into it are serialized. */
+ * wrong (no text, model or out pointer: AURAL_EINVAL). libespeak-ng is
+ * not reentrant: calls into it are serialized. */
 typedef struct aural_g2p aural_g2p;
 
 int aural_g2p_load(const char *path, const aural_model *model, aural_g2p **out,
@@ -184,7 +187,8 @@ void aural_g2p_destroy(aural_g2p *g);
  * commas or control characters, not starting with '#', which starts a
  * lexicon's comments; n <= 1024), spelled as given: the word a
  * decoder then outputs. Errors name the word (one espeak-ng cannot say, or
- * with a phoneme the map lacks). For aural_decoder_config.boost_words. */
+ * with a phoneme the map lacks); no map, words or out pointer is
+ * AURAL_EINVAL. For aural_decoder_config.boost_words. */
 int aural_g2p_lexicon(const aural_g2p *g, const char *const *words, size_t n,
                       aural_lexicon **out, aural_err *err);
 /* The same as lexicon text ("word<TAB>tok tok ...\n" per pronunciation),
@@ -235,10 +239,10 @@ typedef struct aural_decoder aural_decoder;
 
 /* model gives the vocabulary and the frame duration; lex and lm (lm may be
  * NULL: words are then scored by the penalty alone; else loaded over lex)
- * must outlive the decoder. Returns 0, AURAL_EINVAL (no model or lexicon),
- * AURAL_ECONFIG (a setting out of range, a lexicon made for another
- * vocabulary, an LM loaded over another lexicon) or AURAL_ENOMEM, with err
- * naming the problem. */
+ * must outlive the decoder. Returns 0, AURAL_EINVAL (no model, lexicon or
+ * out pointer), AURAL_ECONFIG (a setting out of range, a lexicon made for
+ * another vocabulary, an LM loaded over another lexicon) or AURAL_ENOMEM,
+ * with err naming the problem. */
 int aural_decoder_create(const aural_decoder_config *cfg,
                          const aural_model *model, const aural_lexicon *lex,
                          const aural_lm *lm, aural_decoder **out,

@@ -73,8 +73,9 @@ typedef int (*aural_frames_fn)(void *user, const float *frames,
 void aural_frontend_config_default(aural_frontend_config *cfg);
 
 /* Validates cfg and allocates every buffer the object will ever use.
- * Returns 0, AURAL_ECONFIG, AURAL_ERATE, AURAL_ECHANNELS or AURAL_ENOMEM
- * with err naming the problem. Thread-safe. */
+ * Returns 0, AURAL_EINVAL (cfg or out NULL), AURAL_ECONFIG, AURAL_ERATE,
+ * AURAL_ECHANNELS or AURAL_ENOMEM with err naming the problem.
+ * Thread-safe. */
 int aural_frontend_create(const aural_frontend_config *cfg,
                           aural_frontend **out, aural_err *err);
 
