@@ -715,7 +715,7 @@ int aural_decoder_final(aural_decoder *d, aural_word *out, size_t cap,
 size_t aural_decoder_partial(const aural_decoder *d, aural_word *out,
                              size_t cap) {
   if (d->n_cur == 0) return 0;
-  return chain_words(d, d->cur[0].link, out, cap);
+  return chain_words(d, d->cur[0].link, out, out != NULL ? cap : 0);
 }
 
 /* The fewest frames a segment that ends with words can last, from the

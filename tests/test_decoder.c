@@ -1096,6 +1096,28 @@ static void test_null_out_pointers(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* The partial with no buffer counts its words, as the final does (it
+ * wrote through the NULL pointer when cap was not 0). */
+static void test_partial_without_buffer(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_decoder *d;
+  aural_err err;
+  assert_int_equal(aural_decoder_create(NULL, model, lex, NULL, &d, &err), 0);
+  float logits[4 * V] = {0};
+  size_t n = 0;
+  put_frames(logits, &n, 2, 2);
+  put_frames(logits, &n, 0, 2);
+  assert_int_equal(aural_decoder_push(d, logits, 4), 4);
+  assert_int_equal(aural_decoder_partial(d, NULL, 2), 1);
+  assert_int_equal(aural_decoder_partial(d, NULL, 0), 1);
+  aural_word w[2];
+  assert_int_equal(aural_decoder_partial(d, w, 2), 1);
+  assert_string_equal(w[0].text, "b");
+  aural_decoder_destroy(d);
+  aural_lexicon_destroy(lex);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lexicon_tree),
@@ -1115,6 +1137,7 @@ int main(void) {
       cmocka_unit_test(test_finals_are_min_segment_frames_apart),
       cmocka_unit_test(test_config_rejects),
       cmocka_unit_test(test_null_out_pointers),
+      cmocka_unit_test(test_partial_without_buffer),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -268,13 +268,15 @@ size_t aural_decoder_push(aural_decoder *dec, const float *logits,
 void aural_decoder_end(aural_decoder *dec);
 
 /* The final segment waiting, if any: its words into out (at most cap;
- * *n_words says how many there were, which may exceed cap), and it is
- * cleared. Returns 1, or 0 when none is waiting. */
+ * none when out is NULL; *n_words, unless NULL, says how many there were,
+ * which may exceed cap), and it is cleared. Returns 1, or 0 when none is
+ * waiting. */
 int aural_decoder_final(aural_decoder *dec, aural_word *out, size_t cap,
                         size_t *n_words);
 
 /* The partial hypothesis: the words of the open segment so far, at most
- * cap of them into out. Returns how many there are (may exceed cap). */
+ * cap of them into out (NULL: none, only counted). Returns how many there
+ * are (may exceed cap). */
 size_t aural_decoder_partial(const aural_decoder *dec, aural_word *out,
                              size_t cap);
 
