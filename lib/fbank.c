@@ -75,7 +75,7 @@ int aural_fbank_opts_validate(const aural_fbank_opts *o, aural_err *err) {
   if (!(o->sample_rate_hz >= AURAL_RATE_MIN_HZ &&
         o->sample_rate_hz <= AURAL_RATE_MAX_HZ))
     return aural__err_set(err, AURAL_ECONFIG,
-                          "%s sample_rate = %g Hz is outside %g..%g", bad,
+                          "%s sample_rate = %.10g Hz is outside %g..%g", bad,
                           o->sample_rate_hz, AURAL_RATE_MIN_HZ,
                           AURAL_RATE_MAX_HZ);
   /* torchaudio's get_mel_banks asserts num_bins > 3. */

@@ -58,8 +58,8 @@ int aural_frontend_create(const aural_frontend_config *cfg,
   if (!(cfg->input_rate_hz >= AURAL_RATE_MIN_HZ &&
         cfg->input_rate_hz <= AURAL_RATE_MAX_HZ))
     return aural__err_set(err, AURAL_ERATE,
-                          "input sample rate %g Hz is outside the supported "
-                          "%g..%g Hz",
+                          "input sample rate %.10g Hz is outside the "
+                          "supported %g..%g Hz",
                           cfg->input_rate_hz, AURAL_RATE_MIN_HZ,
                           AURAL_RATE_MAX_HZ);
   if (cfg->n_channels < 1 || cfg->n_channels > AURAL_MAX_CHANNELS)

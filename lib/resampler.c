@@ -53,7 +53,7 @@ int aural_resampler_create(double in_rate_hz, double out_rate_hz,
   *out = NULL;
   if (!rate_ok(in_rate_hz) || !rate_ok(out_rate_hz))
     return aural__err_set(err, AURAL_ERATE,
-                          "resampler: rate %g Hz -> %g Hz is outside the "
+                          "resampler: rate %.10g Hz -> %.10g Hz is outside the "
                           "supported %g..%g Hz",
                           in_rate_hz, out_rate_hz, AURAL_RATE_MIN_HZ,
                           AURAL_RATE_MAX_HZ);

@@ -426,6 +426,10 @@ static void test_bad_create(void **state) {
   } cases[] = {
       {0, 1, AURAL_ERATE, "0 Hz"},        {1, 1, AURAL_ERATE, "1 Hz"},
       {1e7, 1, AURAL_ERATE, "Hz"},        {NAN, 1, AURAL_ERATE, "Hz"},
+      /* Rates just outside are printed as given, not rounded onto the
+       * bound ("4000 Hz is outside the supported 4000..768000 Hz"). */
+      {3999.9999, 1, AURAL_ERATE, "3999.9999 Hz"},
+      {768000.0001, 1, AURAL_ERATE, "768000.0001 Hz"},
       {16000, 0, AURAL_ECHANNELS, "0 channels"},
       {16000, 100000, AURAL_ECHANNELS, "100000 channels"},
   };
