@@ -72,6 +72,8 @@ static const char *const window_names[] = {
 
 int aural_fbank_opts_validate(const aural_fbank_opts *o, aural_err *err) {
   const char *bad = "aural.config: frontend option";
+  if (o == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "fbank: no options");
   if (!(o->sample_rate_hz >= AURAL_RATE_MIN_HZ &&
         o->sample_rate_hz <= AURAL_RATE_MAX_HZ))
     return aural__err_set(err, AURAL_ECONFIG,
@@ -167,6 +169,12 @@ static int json_bool(const aural_json *js, const char *key, bool *out,
 
 int aural_fbank_opts_from_json(aural_fbank_opts *opts, const char *json,
                                size_t json_len, aural_err *err) {
+  if (opts == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "fbank: no options");
+  if (json == NULL && json_len > 0)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "aural.config: no JSON text (NULL, %zu bytes)",
+                          json_len);
   aural__json *doc;
   char why[256];
   int rc = aural__json_parse(&doc, json, json_len, why, sizeof why);

@@ -475,6 +475,24 @@ static void test_create_null_arguments(void **state) {
   assert_non_null(strstr(err.msg, "resampler: no out pointer"));
 }
 
+/* No JSON text for a nonzero length, or no options: refused by name (the
+ * parser read from NULL). */
+static void test_config_json_null(void **state) {
+  (void)state;
+  aural_fbank_opts o;
+  aural_fbank_opts_default(&o);
+  aural_err err = {0};
+  assert_int_equal(aural_fbank_opts_from_json(&o, NULL, 5, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "aural.config: no JSON text"));
+  assert_int_equal(aural_fbank_opts_from_json(NULL, "{}", 2, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "no options"));
+  assert_int_equal(aural_fbank_opts_validate(NULL, &err), AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "no options"));
+  assert_int_equal(o.num_mel_bins, 80); /* left alone */
+}
+
 static void test_config_json(void **state) {
   (void)state;
   aural_fbank_opts o;
@@ -846,6 +864,7 @@ int main(void) {
       cmocka_unit_test(test_callback_stops_push),
       cmocka_unit_test(test_bad_create),
       cmocka_unit_test(test_create_null_arguments),
+      cmocka_unit_test(test_config_json_null),
       cmocka_unit_test(test_config_json),
       cmocka_unit_test(test_config_json_error_offset),
       cmocka_unit_test(test_option_variants),
