@@ -44,18 +44,26 @@ static double samples_of_ms(double rate_hz, double ms) {
   return rate_hz * ms * 0.001;
 }
 
+/* The count truncated, or 0 where it is negative, NaN or beyond size_t:
+ * options that were never validated must not reach a conversion the C
+ * standard leaves undefined. ((double)SIZE_MAX is 2^64.) */
+static size_t samples_count(double rate_hz, double ms) {
+  double x = samples_of_ms(rate_hz, ms);
+  return x >= 0 && x < (double)SIZE_MAX ? (size_t)x : 0;
+}
+
 size_t aural_fbank_window_samples(const aural_fbank_opts *opts) {
-  return (size_t)samples_of_ms(opts->sample_rate_hz, opts->frame_length_ms);
+  return samples_count(opts->sample_rate_hz, opts->frame_length_ms);
 }
 
 size_t aural_fbank_hop_samples(const aural_fbank_opts *opts) {
-  return (size_t)samples_of_ms(opts->sample_rate_hz, opts->frame_shift_ms);
+  return samples_count(opts->sample_rate_hz, opts->frame_shift_ms);
 }
 
 size_t aural_fbank_n_frames(const aural_fbank_opts *opts, size_t n_samples) {
   size_t win = aural_fbank_window_samples(opts);
   size_t hop = aural_fbank_hop_samples(opts);
-  if (hop == 0 || n_samples < win) return 0;
+  if (win == 0 || hop == 0 || n_samples < win) return 0;
   return 1 + (n_samples - win) / hop;
 }
 

@@ -493,6 +493,30 @@ static void test_config_json_null(void **state) {
   assert_int_equal(o.num_mel_bins, 80); /* left alone */
 }
 
+/* Sample counts of options never validated: 0 where rate x length is
+ * negative, NaN or beyond size_t (a conversion the C standard leaves
+ * undefined; it gave 18446744073709551216 for a window of -25 ms), and no
+ * frames from a window of 0. */
+static void test_sample_counts_of_bad_options(void **state) {
+  (void)state;
+  aural_fbank_opts o;
+  aural_fbank_opts_default(&o);
+  const double ms[] = {-25, NAN, INFINITY, 1e300, -INFINITY};
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+    o.frame_length_ms = ms[i];
+    o.frame_shift_ms = ms[i];
+    assert_int_equal(aural_fbank_window_samples(&o), 0);
+    assert_int_equal(aural_fbank_hop_samples(&o), 0);
+    assert_int_equal(aural_fbank_n_frames(&o, 100000), 0);
+  }
+  o.frame_length_ms = 0;
+  o.frame_shift_ms = 10;
+  assert_int_equal(aural_fbank_n_frames(&o, 100000), 0);
+  o.frame_length_ms = 25;
+  assert_int_equal(aural_fbank_window_samples(&o), 400);
+  assert_int_equal(aural_fbank_n_frames(&o, 16000), 98);
+}
+
 static void test_config_json(void **state) {
   (void)state;
   aural_fbank_opts o;
@@ -865,6 +889,7 @@ int main(void) {
       cmocka_unit_test(test_bad_create),
       cmocka_unit_test(test_create_null_arguments),
       cmocka_unit_test(test_config_json_null),
+      cmocka_unit_test(test_sample_counts_of_bad_options),
       cmocka_unit_test(test_config_json),
       cmocka_unit_test(test_config_json_error_offset),
       cmocka_unit_test(test_option_variants),

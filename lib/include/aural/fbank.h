@@ -68,12 +68,13 @@ int aural_fbank_opts_from_json(aural_fbank_opts *opts, const char *json,
 int aural_fbank_opts_validate(const aural_fbank_opts *opts, aural_err *err);
 
 /* Samples per analysis window and per hop at sample_rate_hz, computed as
- * torchaudio does (truncating rate * ms * 0.001). */
+ * torchaudio does (truncating rate * ms * 0.001); 0 where that is
+ * negative, NaN or beyond size_t (options not validated). */
 size_t aural_fbank_window_samples(const aural_fbank_opts *opts);
 size_t aural_fbank_hop_samples(const aural_fbank_opts *opts);
 
-/* Frames produced from n samples with snip_edges: 0 if n < window, else
- * 1 + (n - window) / hop. */
+/* Frames produced from n samples with snip_edges: 0 if n < window (or
+ * either count is 0), else 1 + (n - window) / hop. */
 size_t aural_fbank_n_frames(const aural_fbank_opts *opts, size_t n_samples);
 
 #ifdef __cplusplus
