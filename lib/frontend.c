@@ -166,9 +166,14 @@ static size_t first_nonfinite(const float *pcm, size_t n_values) {
   return n_values;
 }
 
-void aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
-                            float *mono, uint64_t *n_nonfinite,
-                            uint64_t *n_clamped) {
+int aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
+                           float *mono, uint64_t *n_nonfinite,
+                           uint64_t *n_clamped) {
+  /* The count sets the stride through pcm: one out of range would read
+   * far beyond it (a negative one, converted) or divide by 0. */
+  if (n_channels < 1 || n_channels > AURAL_MAX_CHANNELS ||
+      (n > 0 && (pcm == NULL || mono == NULL)))
+    return AURAL_EINVAL;
   size_t ch = (size_t)n_channels;
   uint64_t bad = 0, clamped = 0;
   for (size_t i = 0; i < n; i++) {
@@ -188,13 +193,14 @@ void aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
   }
   if (n_nonfinite != NULL) *n_nonfinite += bad;
   if (n_clamped != NULL) *n_clamped += clamped;
+  return 0;
 }
 
 /* Averages the channels of n frames into fe->mono, counting what was
- * replaced or clamped. */
+ * replaced or clamped (create validated the channel count). */
 static void downmix(aural_frontend *fe, const float *pcm, size_t n) {
-  aural_frontend_downmix(pcm, n, fe->cfg.n_channels, fe->mono,
-                         &fe->stats.n_nonfinite, &fe->stats.n_clamped);
+  (void)aural_frontend_downmix(pcm, n, fe->cfg.n_channels, fe->mono,
+                               &fe->stats.n_nonfinite, &fe->stats.n_clamped);
 }
 
 int aural_frontend_push(aural_frontend *fe, const float *pcm, size_t n,

@@ -3,6 +3,7 @@
  * tools/gen_fbank_goldens.py), independence from push sizes, resampler
  * quality, non-finite input, CMVN and configuration parsing.
  */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -517,6 +518,30 @@ static void test_sample_counts_of_bad_options(void **state) {
   assert_int_equal(aural_fbank_n_frames(&o, 16000), 98);
 }
 
+/* A channel count out of 1..AURAL_MAX_CHANNELS reads nothing (0 read
+ * beyond pcm, and a negative count far beyond) and is AURAL_EINVAL. */
+static void test_downmix_bad_channels(void **state) {
+  (void)state;
+  float pcm[4] = {0.5f, 0.25f, -0.5f, 1.0f}, mono[2] = {7, 7};
+  uint64_t bad = 0, clamped = 0;
+  const int channels[] = {-1, 0, AURAL_MAX_CHANNELS + 1, INT_MIN};
+  for (size_t i = 0; i < sizeof channels / sizeof channels[0]; i++) {
+    assert_int_equal(aural_frontend_downmix(pcm, 2, channels[i], mono, &bad,
+                                            &clamped),
+                     AURAL_EINVAL);
+    assert_true(mono[0] == 7 && mono[1] == 7);
+  }
+  assert_int_equal(aural_frontend_downmix(NULL, 2, 2, mono, NULL, NULL),
+                   AURAL_EINVAL);
+  assert_int_equal(aural_frontend_downmix(pcm, 2, 2, NULL, NULL, NULL),
+                   AURAL_EINVAL);
+  assert_int_equal(aural_frontend_downmix(NULL, 0, 2, NULL, NULL, NULL), 0);
+  assert_int_equal(aural_frontend_downmix(pcm, 2, 2, mono, &bad, &clamped),
+                   0);
+  assert_true(mono[0] == 0.375f && mono[1] == 0.25f);
+  assert_true(bad == 0 && clamped == 0);
+}
+
 static void test_config_json(void **state) {
   (void)state;
   aural_fbank_opts o;
@@ -890,6 +915,7 @@ int main(void) {
       cmocka_unit_test(test_create_null_arguments),
       cmocka_unit_test(test_config_json_null),
       cmocka_unit_test(test_sample_counts_of_bad_options),
+      cmocka_unit_test(test_downmix_bad_channels),
       cmocka_unit_test(test_config_json),
       cmocka_unit_test(test_config_json_error_offset),
       cmocka_unit_test(test_option_variants),

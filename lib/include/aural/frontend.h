@@ -122,10 +122,12 @@ void aural_frontend_destroy(aural_frontend *fe);
  * counter given (either may be NULL). A program that converts audio to
  * mono at the model's rate before sending it (aural send --cluster)
  * computes with this and aural_resampler exactly the samples a frontend
- * would. */
-void aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
-                            float *mono, uint64_t *n_nonfinite,
-                            uint64_t *n_clamped);
+ * would. Returns 0, or AURAL_EINVAL (nothing read or written) when
+ * n_channels is outside 1..AURAL_MAX_CHANNELS, or pcm or mono is NULL
+ * with n > 0. */
+int aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
+                           float *mono, uint64_t *n_nonfinite,
+                           uint64_t *n_clamped);
 
 #ifdef __cplusplus
 }
