@@ -404,6 +404,7 @@ void aural_lexicon_get_info(const aural_lexicon *lex,
 }
 
 int aural_lexicon_find(const aural_lexicon *lex, const char *word) {
+  if (lex == NULL || word == NULL) return -1;
   size_t n = strlen(word);
   uint32_t mask = (uint32_t)lex->hash_cap - 1;
   for (uint32_t i = hash_word(word, n) & mask;; i = (i + 1) & mask) {
@@ -414,7 +415,7 @@ int aural_lexicon_find(const aural_lexicon *lex, const char *word) {
 }
 
 const char *aural_lexicon_word(const aural_lexicon *lex, int id) {
-  if (id < 0 || (size_t)id >= lex->n_words) return NULL;
+  if (lex == NULL || id < 0 || (size_t)id >= lex->n_words) return NULL;
   return lex->text + lex->word_at[id];
 }
 

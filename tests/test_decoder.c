@@ -78,6 +78,11 @@ static void test_lexicon_tree(void **state) {
   assert_int_equal(aural_lexicon_find(lex, "zz"), -1);
   assert_string_equal(aural_lexicon_word(lex, 3), "\xc3\xa9t\xc3\xa9");
   assert_null(aural_lexicon_word(lex, 4));
+  /* No word, or no lexicon: not found, as aural_model_token(NULL, id)
+   * (strlen of NULL crashed). */
+  assert_int_equal(aural_lexicon_find(lex, NULL), -1);
+  assert_int_equal(aural_lexicon_find(NULL, "ba"), -1);
+  assert_null(aural_lexicon_word(NULL, 0));
   aural_lexicon_destroy(lex);
 }
 

@@ -112,9 +112,10 @@ typedef struct aural_lexicon_info {
 
 void aural_lexicon_get_info(const aural_lexicon *lex, aural_lexicon_info *info);
 
-/* The id of word (0..n_words-1), or -1 when the lexicon lacks it. */
+/* The id of word (0..n_words-1), or -1 when the lexicon lacks it (or
+ * either argument is NULL). */
 int aural_lexicon_find(const aural_lexicon *lex, const char *word);
-/* The text of word id; NULL when out of range. */
+/* The text of word id; NULL when out of range (or lex is NULL). */
 const char *aural_lexicon_word(const aural_lexicon *lex, int id);
 
 /* --- language model ------------------------------------------------------- */
