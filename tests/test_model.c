@@ -1553,6 +1553,12 @@ static void test_memory_limit_config(void **state) {
                    AURAL_EINVAL);
   assert_int_equal(aural_model_memory_need(&bad, AURAL_WEIGHTS_F32, 64, &mm),
                    0);
+  /* No config or nowhere to put the answer: AURAL_EINVAL, not a crash. */
+  assert_int_equal(aural_model_memory_need(NULL, AURAL_WEIGHTS_F32, 64, &mm),
+                   AURAL_EINVAL);
+  assert_int_equal(mm.total_bytes, 0);
+  assert_int_equal(aural_model_memory_need(&bad, AURAL_WEIGHTS_F32, 64, NULL),
+                   AURAL_EINVAL);
   free(b);
 }
 
