@@ -36,6 +36,7 @@ struct aural_frontend {
   size_t n_feats;
   aural_frontend_stats stats;
   int finished;
+  int busy;                /* in a push or finish: fn may not call in */
   /* The caller's callback during one push or finish. */
   aural_frames_fn fn;
   void *user;
@@ -205,7 +206,7 @@ static void downmix(aural_frontend *fe, const float *pcm, size_t n) {
 
 int aural_frontend_push(aural_frontend *fe, const float *pcm, size_t n,
                         aural_frames_fn fn, void *user) {
-  if (fe->finished) return AURAL_ESTATE;
+  if (fe->finished || fe->busy) return AURAL_ESTATE;
   if (n == 0) return 0;
   if (pcm == NULL || fn == NULL) return AURAL_EINVAL;
   size_t ch = (size_t)fe->cfg.n_channels;
@@ -217,6 +218,7 @@ int aural_frontend_push(aural_frontend *fe, const float *pcm, size_t n,
 
   fe->fn = fn;
   fe->user = user;
+  fe->busy = 1;
   int rc = 0;
   for (size_t done = 0; done < n && rc == 0;) {
     size_t k = n - done < BLOCK ? n - done : BLOCK;
@@ -228,23 +230,27 @@ int aural_frontend_push(aural_frontend *fe, const float *pcm, size_t n,
                         : take_samples(fe, fe->mono, k);
   }
   if (rc == 0) rc = deliver(fe);
+  fe->busy = 0;
   return rc;
 }
 
 int aural_frontend_finish(aural_frontend *fe, aural_frames_fn fn,
                           void *user) {
-  if (fe->finished) return AURAL_ESTATE;
+  if (fe->finished || fe->busy) return AURAL_ESTATE;
   if (fn == NULL) return AURAL_EINVAL;
   fe->finished = 1;
   fe->fn = fn;
   fe->user = user;
+  fe->busy = 1;
   int rc = fe->rs != NULL ? aural_resampler_finish(fe->rs, take_samples, fe)
                           : 0;
   if (rc == 0) rc = deliver(fe);
+  fe->busy = 0;
   return rc;
 }
 
 int aural_frontend_reset(aural_frontend *fe) {
+  if (fe->busy) return AURAL_ESTATE;
   fe->n_samples = 0;
   fe->n_feats = 0;
   fe->finished = 0;

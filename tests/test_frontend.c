@@ -417,6 +417,68 @@ static void test_callback_stops_push(void **state) {
   aural_frontend_destroy(fe);
 }
 
+/* A callback that calls back into its own frontend or resampler: each
+ * such call is refused with AURAL_ESTATE and changes nothing. (A push
+ * from inside the callback ran the frame loop again over the samples the
+ * outer loop was walking: a memmove of negative size.) */
+typedef struct reentry {
+  aural_frontend *fe;
+  aural_resampler *rs;
+  const float *x;
+  size_t n_rows, n_samples;
+  int calls, rc[3];
+} reentry;
+
+static int reenter_frontend_fn(void *user, const float *rows, size_t n,
+                               uint64_t first) {
+  (void)rows;
+  (void)first;
+  reentry *r = user;
+  r->n_rows += n;
+  if (r->calls++ == 0) {
+    r->rc[0] = aural_frontend_push(r->fe, r->x, 16000, reenter_frontend_fn, r);
+    r->rc[1] = aural_frontend_finish(r->fe, reenter_frontend_fn, r);
+    r->rc[2] = aural_frontend_reset(r->fe);
+  }
+  return 0;
+}
+
+static int reenter_resampler_fn(void *user, const float *out, size_t n) {
+  (void)out;
+  reentry *r = user;
+  r->n_samples += n;
+  if (r->calls++ == 0) {
+    r->rc[0] = aural_resampler_push(r->rs, r->x, 4800, reenter_resampler_fn, r);
+    r->rc[1] = aural_resampler_finish(r->rs, reenter_resampler_fn, r);
+    r->rc[2] = aural_resampler_reset(r->rs);
+  }
+  return 0;
+}
+
+static void test_callback_reentry_refused(void **state) {
+  (void)state;
+  static float x[48000];
+  for (size_t i = 0; i < 48000; i++) x[i] = (float)sin((double)i * 0.01) * 0.1f;
+  reentry r = {.fe = make_frontend(16000, 1), .x = x};
+  assert_int_equal(aural_frontend_push(r.fe, x, 48000, reenter_frontend_fn,
+                                       &r),
+                   0);
+  for (int i = 0; i < 3; i++) assert_int_equal(r.rc[i], AURAL_ESTATE);
+  assert_int_equal(aural_frontend_finish(r.fe, reenter_frontend_fn, &r), 0);
+  assert_int_equal(r.n_rows, 298); /* as from 48000 samples alone */
+  aural_frontend_destroy(r.fe);
+
+  r = (reentry){.x = x};
+  assert_int_equal(aural_resampler_create(48000, 16000, &r.rs, NULL), 0);
+  assert_int_equal(aural_resampler_push(r.rs, x, 48000, reenter_resampler_fn,
+                                        &r),
+                   0);
+  for (int i = 0; i < 3; i++) assert_int_equal(r.rc[i], AURAL_ESTATE);
+  assert_int_equal(aural_resampler_finish(r.rs, reenter_resampler_fn, &r), 0);
+  assert_int_equal(r.n_samples, 16000);
+  aural_resampler_destroy(r.rs);
+}
+
 static void test_bad_create(void **state) {
   (void)state;
   const struct {
@@ -911,6 +973,7 @@ int main(void) {
       cmocka_unit_test(test_nonfinite_zeroed_and_huge_clamped),
       cmocka_unit_test(test_reset_and_state),
       cmocka_unit_test(test_callback_stops_push),
+      cmocka_unit_test(test_callback_reentry_refused),
       cmocka_unit_test(test_bad_create),
       cmocka_unit_test(test_create_null_arguments),
       cmocka_unit_test(test_config_json_null),

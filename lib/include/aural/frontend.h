@@ -64,7 +64,9 @@ typedef struct aural_frontend aural_frontend;
 /* Receives n_frames consecutive feature frames, row-major
  * (n_frames, num_mel_bins), the first being frame number first_frame of the
  * stream. Valid during the call only. A nonzero return stops the push and is
- * returned by it. */
+ * returned by it. It may not call into its own frontend: a push, finish or
+ * reset from inside it returns AURAL_ESTATE and does nothing (destroy
+ * there is a use after free). */
 typedef int (*aural_frames_fn)(void *user, const float *frames,
                                size_t n_frames, uint64_t first_frame);
 

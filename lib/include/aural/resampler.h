@@ -30,7 +30,9 @@ extern "C" {
 typedef struct aural_resampler aural_resampler;
 
 /* Receives a block of output samples; a nonzero return stops the push and
- * is returned by it. The block is valid during the call only. */
+ * is returned by it. The block is valid during the call only. A push,
+ * finish or reset of the same resampler from inside it returns
+ * AURAL_ESTATE and does nothing. */
 typedef int (*aural_samples_fn)(void *user, const float *samples,
                                 size_t n_samples);
 
