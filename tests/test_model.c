@@ -2083,6 +2083,13 @@ static void test_encoder_state_bytes(void **state) {
   ec.max_batch_frames = 1;
   size_t bytes1 = aural_encoder_state_bytes(m, &ec);
   assert_true(bytes1 >= rings && bytes1 < bytes);
+  /* A config create refuses, or no model: SIZE_MAX, as for a size that
+   * overflows (it gave the bytes of an encoder that cannot be made, or
+   * crashed). */
+  ec.max_batch_frames = AURAL_ENCODER_MAX_BATCH_FRAMES + 1;
+  assert_true(aural_encoder_state_bytes(m, &ec) == SIZE_MAX);
+  assert_true(aural_encoder_state_bytes(NULL, NULL) == SIZE_MAX);
+  ec.max_batch_frames = 1;
 
   printf("  base encoder: state_bytes %zu (KV rings %zu, batch-1 state %zu); "
          "create allocated %zu; %zd bytes more after %d frames\n",
