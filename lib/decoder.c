@@ -220,6 +220,8 @@ int aural_decoder_create(const aural_decoder_config *cfg,
                          const aural_model *model, const aural_lexicon *lex,
                          const aural_lm *lm, aural_decoder **out,
                          aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "decoder: no out pointer");
   *out = NULL;
   aural_decoder_config dflt;
   if (cfg == NULL) {
@@ -713,7 +715,7 @@ int aural_decoder_final(aural_decoder *d, aural_word *out, size_t cap,
 size_t aural_decoder_partial(const aural_decoder *d, aural_word *out,
                              size_t cap) {
   if (d->n_cur == 0) return 0;
-  return chain_words(d, d->cur[0].link, out, cap);
+  return chain_words(d, d->cur[0].link, out, out != NULL ? cap : 0);
 }
 
 /* The fewest frames a segment that ends with words can last, from the

@@ -169,8 +169,9 @@ size_t aural_encoder_state_bytes(const aural_model *model,
     cfg = &dflt;
   }
   size_t batch = cfg->max_batch_frames ? cfg->max_batch_frames : DEFAULT_BATCH;
-  size_t n = encoder_floats(aural_model_get_config(model), batch);
-  return n == 0 ? SIZE_MAX : sizeof(aural_encoder) + n * sizeof(float);
+  /* What create refuses has no size: SIZE_MAX, as an overflow. */
+  if (model == NULL || batch > AURAL_ENCODER_MAX_BATCH_FRAMES) return SIZE_MAX;
+  return aural__encoder_bytes(aural_model_get_config(model), batch);
 }
 
 int aural_encoder_create(const aural_model *model,

@@ -44,18 +44,26 @@ static double samples_of_ms(double rate_hz, double ms) {
   return rate_hz * ms * 0.001;
 }
 
+/* The count truncated, or 0 where it is negative, NaN or beyond size_t:
+ * options that were never validated must not reach a conversion the C
+ * standard leaves undefined. ((double)SIZE_MAX is 2^64.) */
+static size_t samples_count(double rate_hz, double ms) {
+  double x = samples_of_ms(rate_hz, ms);
+  return x >= 0 && x < (double)SIZE_MAX ? (size_t)x : 0;
+}
+
 size_t aural_fbank_window_samples(const aural_fbank_opts *opts) {
-  return (size_t)samples_of_ms(opts->sample_rate_hz, opts->frame_length_ms);
+  return samples_count(opts->sample_rate_hz, opts->frame_length_ms);
 }
 
 size_t aural_fbank_hop_samples(const aural_fbank_opts *opts) {
-  return (size_t)samples_of_ms(opts->sample_rate_hz, opts->frame_shift_ms);
+  return samples_count(opts->sample_rate_hz, opts->frame_shift_ms);
 }
 
 size_t aural_fbank_n_frames(const aural_fbank_opts *opts, size_t n_samples) {
   size_t win = aural_fbank_window_samples(opts);
   size_t hop = aural_fbank_hop_samples(opts);
-  if (hop == 0 || n_samples < win) return 0;
+  if (win == 0 || hop == 0 || n_samples < win) return 0;
   return 1 + (n_samples - win) / hop;
 }
 
@@ -72,10 +80,12 @@ static const char *const window_names[] = {
 
 int aural_fbank_opts_validate(const aural_fbank_opts *o, aural_err *err) {
   const char *bad = "aural.config: frontend option";
+  if (o == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "fbank: no options");
   if (!(o->sample_rate_hz >= AURAL_RATE_MIN_HZ &&
         o->sample_rate_hz <= AURAL_RATE_MAX_HZ))
     return aural__err_set(err, AURAL_ECONFIG,
-                          "%s sample_rate = %g Hz is outside %g..%g", bad,
+                          "%s sample_rate = %.10g Hz is outside %g..%g", bad,
                           o->sample_rate_hz, AURAL_RATE_MIN_HZ,
                           AURAL_RATE_MAX_HZ);
   /* torchaudio's get_mel_banks asserts num_bins > 3. */
@@ -167,6 +177,12 @@ static int json_bool(const aural_json *js, const char *key, bool *out,
 
 int aural_fbank_opts_from_json(aural_fbank_opts *opts, const char *json,
                                size_t json_len, aural_err *err) {
+  if (opts == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "fbank: no options");
+  if (json == NULL && json_len > 0)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "aural.config: no JSON text (NULL, %zu bytes)",
+                          json_len);
   aural__json *doc;
   char why[256];
   int rc = aural__json_parse(&doc, json, json_len, why, sizeof why);

@@ -36,6 +36,7 @@ struct aural_frontend {
   size_t n_feats;
   aural_frontend_stats stats;
   int finished;
+  int busy;                /* in a push or finish: fn may not call in */
   /* The caller's callback during one push or finish. */
   aural_frames_fn fn;
   void *user;
@@ -51,12 +52,15 @@ void aural_frontend_config_default(aural_frontend_config *cfg) {
 
 int aural_frontend_create(const aural_frontend_config *cfg,
                           aural_frontend **out, aural_err *err) {
+  if (out == NULL || cfg == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "frontend: no %s",
+                          out == NULL ? "out pointer" : "config");
   *out = NULL;
   if (!(cfg->input_rate_hz >= AURAL_RATE_MIN_HZ &&
         cfg->input_rate_hz <= AURAL_RATE_MAX_HZ))
     return aural__err_set(err, AURAL_ERATE,
-                          "input sample rate %g Hz is outside the supported "
-                          "%g..%g Hz",
+                          "input sample rate %.10g Hz is outside the "
+                          "supported %g..%g Hz",
                           cfg->input_rate_hz, AURAL_RATE_MIN_HZ,
                           AURAL_RATE_MAX_HZ);
   if (cfg->n_channels < 1 || cfg->n_channels > AURAL_MAX_CHANNELS)
@@ -163,9 +167,14 @@ static size_t first_nonfinite(const float *pcm, size_t n_values) {
   return n_values;
 }
 
-void aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
-                            float *mono, uint64_t *n_nonfinite,
-                            uint64_t *n_clamped) {
+int aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
+                           float *mono, uint64_t *n_nonfinite,
+                           uint64_t *n_clamped) {
+  /* The count sets the stride through pcm: one out of range would read
+   * far beyond it (a negative one, converted) or divide by 0. */
+  if (n_channels < 1 || n_channels > AURAL_MAX_CHANNELS ||
+      (n > 0 && (pcm == NULL || mono == NULL)))
+    return AURAL_EINVAL;
   size_t ch = (size_t)n_channels;
   uint64_t bad = 0, clamped = 0;
   for (size_t i = 0; i < n; i++) {
@@ -185,18 +194,19 @@ void aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
   }
   if (n_nonfinite != NULL) *n_nonfinite += bad;
   if (n_clamped != NULL) *n_clamped += clamped;
+  return 0;
 }
 
 /* Averages the channels of n frames into fe->mono, counting what was
- * replaced or clamped. */
+ * replaced or clamped (create validated the channel count). */
 static void downmix(aural_frontend *fe, const float *pcm, size_t n) {
-  aural_frontend_downmix(pcm, n, fe->cfg.n_channels, fe->mono,
-                         &fe->stats.n_nonfinite, &fe->stats.n_clamped);
+  (void)aural_frontend_downmix(pcm, n, fe->cfg.n_channels, fe->mono,
+                               &fe->stats.n_nonfinite, &fe->stats.n_clamped);
 }
 
 int aural_frontend_push(aural_frontend *fe, const float *pcm, size_t n,
                         aural_frames_fn fn, void *user) {
-  if (fe->finished) return AURAL_ESTATE;
+  if (fe->finished || fe->busy) return AURAL_ESTATE;
   if (n == 0) return 0;
   if (pcm == NULL || fn == NULL) return AURAL_EINVAL;
   size_t ch = (size_t)fe->cfg.n_channels;
@@ -208,6 +218,7 @@ int aural_frontend_push(aural_frontend *fe, const float *pcm, size_t n,
 
   fe->fn = fn;
   fe->user = user;
+  fe->busy = 1;
   int rc = 0;
   for (size_t done = 0; done < n && rc == 0;) {
     size_t k = n - done < BLOCK ? n - done : BLOCK;
@@ -219,23 +230,27 @@ int aural_frontend_push(aural_frontend *fe, const float *pcm, size_t n,
                         : take_samples(fe, fe->mono, k);
   }
   if (rc == 0) rc = deliver(fe);
+  fe->busy = 0;
   return rc;
 }
 
 int aural_frontend_finish(aural_frontend *fe, aural_frames_fn fn,
                           void *user) {
-  if (fe->finished) return AURAL_ESTATE;
+  if (fe->finished || fe->busy) return AURAL_ESTATE;
   if (fn == NULL) return AURAL_EINVAL;
   fe->finished = 1;
   fe->fn = fn;
   fe->user = user;
+  fe->busy = 1;
   int rc = fe->rs != NULL ? aural_resampler_finish(fe->rs, take_samples, fe)
                           : 0;
   if (rc == 0) rc = deliver(fe);
+  fe->busy = 0;
   return rc;
 }
 
 int aural_frontend_reset(aural_frontend *fe) {
+  if (fe->busy) return AURAL_ESTATE;
   fe->n_samples = 0;
   fe->n_feats = 0;
   fe->finished = 0;

@@ -225,6 +225,8 @@ static int parse_text(const char *text, size_t len, const char *name,
 int aural_g2p_load_buffer(const char *text, size_t len, const char *name,
                           const aural_model *model, aural_g2p **out,
                           aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "g2p map: no out pointer");
   *out = NULL;
   unsigned char *plain;
   int rc = aural__plain_text(&text, &len, name ? name : "g2p map",
@@ -236,6 +238,8 @@ int aural_g2p_load_buffer(const char *text, size_t len, const char *name,
 
 int aural_g2p_load(const char *path, const aural_model *model, aural_g2p **out,
                    aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "g2p map: no out pointer");
   *out = NULL;
   unsigned char *buf;
   size_t size;
@@ -438,6 +442,8 @@ static int append_word(const aural_g2p *g, const char *word, const int *rows,
 
 int aural_g2p_text(const aural_g2p *g, const char *const *words, size_t n,
                    char **out, aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "custom words: no out pointer");
   *out = NULL;
   if (g == NULL || (words == NULL && n > 0))
     return aural__err_set(err, AURAL_EINVAL, "custom words: no map or words");
@@ -469,6 +475,8 @@ int aural_g2p_text(const aural_g2p *g, const char *const *words, size_t n,
 
 int aural_g2p_lexicon(const aural_g2p *g, const char *const *words, size_t n,
                       aural_lexicon **out, aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "custom words: no out pointer");
   *out = NULL;
   char *text;
   int rc = aural_g2p_text(g, words, n, &text, err);

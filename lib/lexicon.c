@@ -352,6 +352,8 @@ static int parse_text(const char *text, size_t len, const char *name,
 int aural_lexicon_load_buffer(const char *text, size_t len, const char *name,
                               const aural_model *model, aural_lexicon **out,
                               aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "lexicon: no out pointer");
   *out = NULL;
   unsigned char *plain;
   int rc = aural__plain_text(&text, &len, name ? name : "lexicon",
@@ -363,6 +365,8 @@ int aural_lexicon_load_buffer(const char *text, size_t len, const char *name,
 
 int aural_lexicon_load(const char *path, const aural_model *model,
                        aural_lexicon **out, aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "lexicon: no out pointer");
   *out = NULL;
   unsigned char *buf;
   size_t size;
@@ -400,6 +404,7 @@ void aural_lexicon_get_info(const aural_lexicon *lex,
 }
 
 int aural_lexicon_find(const aural_lexicon *lex, const char *word) {
+  if (lex == NULL || word == NULL) return -1;
   size_t n = strlen(word);
   uint32_t mask = (uint32_t)lex->hash_cap - 1;
   for (uint32_t i = hash_word(word, n) & mask;; i = (i + 1) & mask) {
@@ -410,7 +415,7 @@ int aural_lexicon_find(const aural_lexicon *lex, const char *word) {
 }
 
 const char *aural_lexicon_word(const aural_lexicon *lex, int id) {
-  if (id < 0 || (size_t)id >= lex->n_words) return NULL;
+  if (lex == NULL || id < 0 || (size_t)id >= lex->n_words) return NULL;
   return lex->text + lex->word_at[id];
 }
 

@@ -768,6 +768,8 @@ static int parse(const char *data, size_t len, const char *name,
 int aural_lm_load_buffer(const char *data, size_t len, const char *name,
                          const aural_lexicon *lex, aural_lm **out,
                          aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "LM: no out pointer");
   *out = NULL;
   unsigned char *plain;
   int rc = aural__plain_text(&data, &len, name ? name : "LM",
@@ -779,6 +781,8 @@ int aural_lm_load_buffer(const char *data, size_t len, const char *name,
 
 int aural_lm_load(const char *path, const aural_lexicon *lex, aural_lm **out,
                   aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "LM: no out pointer");
   *out = NULL;
   unsigned char *buf;
   size_t size;

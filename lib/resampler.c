@@ -26,6 +26,7 @@ struct aural_resampler {
   size_t out_cap;  /* capacity of out, in samples */
   float *out;      /* (out_cap) soxr output */
   int finished;
+  int busy;        /* in a push or finish: fn may not call in */
 };
 
 static int rate_ok(double hz) {
@@ -48,10 +49,12 @@ static soxr_t new_soxr(double in_hz, double out_hz) {
 
 int aural_resampler_create(double in_rate_hz, double out_rate_hz,
                            aural_resampler **out, aural_err *err) {
+  if (out == NULL)
+    return aural__err_set(err, AURAL_EINVAL, "resampler: no out pointer");
   *out = NULL;
   if (!rate_ok(in_rate_hz) || !rate_ok(out_rate_hz))
     return aural__err_set(err, AURAL_ERATE,
-                          "resampler: rate %g Hz -> %g Hz is outside the "
+                          "resampler: rate %.10g Hz -> %.10g Hz is outside the "
                           "supported %g..%g Hz",
                           in_rate_hz, out_rate_hz, AURAL_RATE_MIN_HZ,
                           AURAL_RATE_MAX_HZ);
@@ -104,8 +107,10 @@ static int run_soxr(aural_resampler *rs, const float *in, size_t n,
 int aural_resampler_push(aural_resampler *rs, const float *samples, size_t n,
                          aural_samples_fn fn, void *user) {
   if (fn == NULL || (samples == NULL && n > 0)) return AURAL_EINVAL;
-  if (rs->finished) return AURAL_ESTATE;
-  while (n > 0) {
+  if (rs->finished || rs->busy) return AURAL_ESTATE;
+  rs->busy = 1;
+  int rc = 0;
+  while (n > 0 && rc == 0) {
     size_t take = rs->block - rs->n_held;
     if (take > n) take = n;
     memcpy(rs->held + rs->n_held, samples, take * sizeof *samples);
@@ -114,26 +119,29 @@ int aural_resampler_push(aural_resampler *rs, const float *samples, size_t n,
     n -= take;
     if (rs->n_held == rs->block) {
       rs->n_held = 0;
-      int rc = run_soxr(rs, rs->held, rs->block, fn, user);
-      if (rc != 0) return rc;
+      rc = run_soxr(rs, rs->held, rs->block, fn, user);
     }
   }
-  return 0;
+  rs->busy = 0;
+  return rc;
 }
 
 int aural_resampler_finish(aural_resampler *rs, aural_samples_fn fn,
                            void *user) {
   if (fn == NULL) return AURAL_EINVAL;
-  if (rs->finished) return AURAL_ESTATE;
+  if (rs->finished || rs->busy) return AURAL_ESTATE;
   rs->finished = 1;
+  rs->busy = 1;
   int rc = 0;
   if (rs->n_held > 0) rc = run_soxr(rs, rs->held, rs->n_held, fn, user);
   rs->n_held = 0;
   if (rc == 0) rc = run_soxr(rs, NULL, 0, fn, user);
+  rs->busy = 0;
   return rc;
 }
 
 int aural_resampler_reset(aural_resampler *rs) {
+  if (rs->busy) return AURAL_ESTATE;
   rs->n_held = 0;
   rs->finished = 0;
   return soxr_clear(rs->soxr) == NULL ? 0 : AURAL_ERESAMPLE;

@@ -78,6 +78,11 @@ static void test_lexicon_tree(void **state) {
   assert_int_equal(aural_lexicon_find(lex, "zz"), -1);
   assert_string_equal(aural_lexicon_word(lex, 3), "\xc3\xa9t\xc3\xa9");
   assert_null(aural_lexicon_word(lex, 4));
+  /* No word, or no lexicon: not found, as aural_model_token(NULL, id)
+   * (strlen of NULL crashed). */
+  assert_int_equal(aural_lexicon_find(lex, NULL), -1);
+  assert_int_equal(aural_lexicon_find(NULL, "ba"), -1);
+  assert_null(aural_lexicon_word(NULL, 0));
   aural_lexicon_destroy(lex);
 }
 
@@ -1065,6 +1070,59 @@ static void test_config_rejects(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* Nowhere to put the object: AURAL_EINVAL naming the reader, before
+ * anything is read (they crashed). */
+static void test_null_out_pointers(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_err err = {0};
+  assert_int_equal(aural_lexicon_load_buffer(lex4, strlen(lex4), "lex",
+                                             model, NULL, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "lexicon: no out pointer"));
+  err = (aural_err){0};
+  assert_int_equal(aural_lexicon_load("no-such.lexicon.txt", model, NULL,
+                                      &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "lexicon: no out pointer"));
+  err = (aural_err){0};
+  assert_int_equal(aural_lm_load_buffer(arpa3, strlen(arpa3), "lm", lex,
+                                        NULL, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "LM: no out pointer"));
+  err = (aural_err){0};
+  assert_int_equal(aural_lm_load("no-such.lm.arpa", lex, NULL, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "LM: no out pointer"));
+  err = (aural_err){0};
+  assert_int_equal(aural_decoder_create(NULL, model, lex, NULL, NULL, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "decoder: no out pointer"));
+  aural_lexicon_destroy(lex);
+}
+
+/* The partial with no buffer counts its words, as the final does (it
+ * wrote through the NULL pointer when cap was not 0). */
+static void test_partial_without_buffer(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_decoder *d;
+  aural_err err;
+  assert_int_equal(aural_decoder_create(NULL, model, lex, NULL, &d, &err), 0);
+  float logits[4 * V] = {0};
+  size_t n = 0;
+  put_frames(logits, &n, 2, 2);
+  put_frames(logits, &n, 0, 2);
+  assert_int_equal(aural_decoder_push(d, logits, 4), 4);
+  assert_int_equal(aural_decoder_partial(d, NULL, 2), 1);
+  assert_int_equal(aural_decoder_partial(d, NULL, 0), 1);
+  aural_word w[2];
+  assert_int_equal(aural_decoder_partial(d, w, 2), 1);
+  assert_string_equal(w[0].text, "b");
+  aural_decoder_destroy(d);
+  aural_lexicon_destroy(lex);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lexicon_tree),
@@ -1083,6 +1141,8 @@ int main(void) {
       cmocka_unit_test(test_chunking_does_not_matter),
       cmocka_unit_test(test_finals_are_min_segment_frames_apart),
       cmocka_unit_test(test_config_rejects),
+      cmocka_unit_test(test_null_out_pointers),
+      cmocka_unit_test(test_partial_without_buffer),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

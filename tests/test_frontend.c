@@ -3,6 +3,7 @@
  * tools/gen_fbank_goldens.py), independence from push sizes, resampler
  * quality, non-finite input, CMVN and configuration parsing.
  */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -416,6 +417,68 @@ static void test_callback_stops_push(void **state) {
   aural_frontend_destroy(fe);
 }
 
+/* A callback that calls back into its own frontend or resampler: each
+ * such call is refused with AURAL_ESTATE and changes nothing. (A push
+ * from inside the callback ran the frame loop again over the samples the
+ * outer loop was walking: a memmove of negative size.) */
+typedef struct reentry {
+  aural_frontend *fe;
+  aural_resampler *rs;
+  const float *x;
+  size_t n_rows, n_samples;
+  int calls, rc[3];
+} reentry;
+
+static int reenter_frontend_fn(void *user, const float *rows, size_t n,
+                               uint64_t first) {
+  (void)rows;
+  (void)first;
+  reentry *r = user;
+  r->n_rows += n;
+  if (r->calls++ == 0) {
+    r->rc[0] = aural_frontend_push(r->fe, r->x, 16000, reenter_frontend_fn, r);
+    r->rc[1] = aural_frontend_finish(r->fe, reenter_frontend_fn, r);
+    r->rc[2] = aural_frontend_reset(r->fe);
+  }
+  return 0;
+}
+
+static int reenter_resampler_fn(void *user, const float *out, size_t n) {
+  (void)out;
+  reentry *r = user;
+  r->n_samples += n;
+  if (r->calls++ == 0) {
+    r->rc[0] = aural_resampler_push(r->rs, r->x, 4800, reenter_resampler_fn, r);
+    r->rc[1] = aural_resampler_finish(r->rs, reenter_resampler_fn, r);
+    r->rc[2] = aural_resampler_reset(r->rs);
+  }
+  return 0;
+}
+
+static void test_callback_reentry_refused(void **state) {
+  (void)state;
+  static float x[48000];
+  for (size_t i = 0; i < 48000; i++) x[i] = (float)sin((double)i * 0.01) * 0.1f;
+  reentry r = {.fe = make_frontend(16000, 1), .x = x};
+  assert_int_equal(aural_frontend_push(r.fe, x, 48000, reenter_frontend_fn,
+                                       &r),
+                   0);
+  for (int i = 0; i < 3; i++) assert_int_equal(r.rc[i], AURAL_ESTATE);
+  assert_int_equal(aural_frontend_finish(r.fe, reenter_frontend_fn, &r), 0);
+  assert_int_equal(r.n_rows, 298); /* as from 48000 samples alone */
+  aural_frontend_destroy(r.fe);
+
+  r = (reentry){.x = x};
+  assert_int_equal(aural_resampler_create(48000, 16000, &r.rs, NULL), 0);
+  assert_int_equal(aural_resampler_push(r.rs, x, 48000, reenter_resampler_fn,
+                                        &r),
+                   0);
+  for (int i = 0; i < 3; i++) assert_int_equal(r.rc[i], AURAL_ESTATE);
+  assert_int_equal(aural_resampler_finish(r.rs, reenter_resampler_fn, &r), 0);
+  assert_int_equal(r.n_samples, 16000);
+  aural_resampler_destroy(r.rs);
+}
+
 static void test_bad_create(void **state) {
   (void)state;
   const struct {
@@ -426,6 +489,10 @@ static void test_bad_create(void **state) {
   } cases[] = {
       {0, 1, AURAL_ERATE, "0 Hz"},        {1, 1, AURAL_ERATE, "1 Hz"},
       {1e7, 1, AURAL_ERATE, "Hz"},        {NAN, 1, AURAL_ERATE, "Hz"},
+      /* Rates just outside are printed as given, not rounded onto the
+       * bound ("4000 Hz is outside the supported 4000..768000 Hz"). */
+      {3999.9999, 1, AURAL_ERATE, "3999.9999 Hz"},
+      {768000.0001, 1, AURAL_ERATE, "768000.0001 Hz"},
       {16000, 0, AURAL_ECHANNELS, "0 channels"},
       {16000, 100000, AURAL_ECHANNELS, "100000 channels"},
   };
@@ -450,6 +517,91 @@ static void test_bad_create(void **state) {
   assert_null(fe);
   assert_non_null(strstr(err.msg, "nonfinite policy 2"));
   aural_frontend_destroy(NULL);
+}
+
+/* No config, or nowhere to put the object: AURAL_EINVAL naming what is
+ * missing, as the stream, encoder and model calls do (they crashed). */
+static void test_create_null_arguments(void **state) {
+  (void)state;
+  aural_frontend_config cfg;
+  aural_frontend_config_default(&cfg);
+  aural_frontend *fe = (aural_frontend *)&cfg;
+  aural_err err = {0};
+  assert_int_equal(aural_frontend_create(&cfg, NULL, &err), AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "frontend: no out pointer"));
+  assert_int_equal(aural_frontend_create(NULL, &fe, &err), AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "frontend: no config"));
+  assert_int_equal(aural_frontend_create(NULL, &fe, NULL), AURAL_EINVAL);
+  err = (aural_err){0};
+  assert_int_equal(aural_resampler_create(48000, 16000, NULL, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "resampler: no out pointer"));
+}
+
+/* No JSON text for a nonzero length, or no options: refused by name (the
+ * parser read from NULL). */
+static void test_config_json_null(void **state) {
+  (void)state;
+  aural_fbank_opts o;
+  aural_fbank_opts_default(&o);
+  aural_err err = {0};
+  assert_int_equal(aural_fbank_opts_from_json(&o, NULL, 5, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "aural.config: no JSON text"));
+  assert_int_equal(aural_fbank_opts_from_json(NULL, "{}", 2, &err),
+                   AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "no options"));
+  assert_int_equal(aural_fbank_opts_validate(NULL, &err), AURAL_EINVAL);
+  assert_non_null(strstr(err.msg, "no options"));
+  assert_int_equal(o.num_mel_bins, 80); /* left alone */
+}
+
+/* Sample counts of options never validated: 0 where rate x length is
+ * negative, NaN or beyond size_t (a conversion the C standard leaves
+ * undefined; it gave 18446744073709551216 for a window of -25 ms), and no
+ * frames from a window of 0. */
+static void test_sample_counts_of_bad_options(void **state) {
+  (void)state;
+  aural_fbank_opts o;
+  aural_fbank_opts_default(&o);
+  const double ms[] = {-25, NAN, INFINITY, 1e300, -INFINITY};
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+    o.frame_length_ms = ms[i];
+    o.frame_shift_ms = ms[i];
+    assert_int_equal(aural_fbank_window_samples(&o), 0);
+    assert_int_equal(aural_fbank_hop_samples(&o), 0);
+    assert_int_equal(aural_fbank_n_frames(&o, 100000), 0);
+  }
+  o.frame_length_ms = 0;
+  o.frame_shift_ms = 10;
+  assert_int_equal(aural_fbank_n_frames(&o, 100000), 0);
+  o.frame_length_ms = 25;
+  assert_int_equal(aural_fbank_window_samples(&o), 400);
+  assert_int_equal(aural_fbank_n_frames(&o, 16000), 98);
+}
+
+/* A channel count out of 1..AURAL_MAX_CHANNELS reads nothing (0 read
+ * beyond pcm, and a negative count far beyond) and is AURAL_EINVAL. */
+static void test_downmix_bad_channels(void **state) {
+  (void)state;
+  float pcm[4] = {0.5f, 0.25f, -0.5f, 1.0f}, mono[2] = {7, 7};
+  uint64_t bad = 0, clamped = 0;
+  const int channels[] = {-1, 0, AURAL_MAX_CHANNELS + 1, INT_MIN};
+  for (size_t i = 0; i < sizeof channels / sizeof channels[0]; i++) {
+    assert_int_equal(aural_frontend_downmix(pcm, 2, channels[i], mono, &bad,
+                                            &clamped),
+                     AURAL_EINVAL);
+    assert_true(mono[0] == 7 && mono[1] == 7);
+  }
+  assert_int_equal(aural_frontend_downmix(NULL, 2, 2, mono, NULL, NULL),
+                   AURAL_EINVAL);
+  assert_int_equal(aural_frontend_downmix(pcm, 2, 2, NULL, NULL, NULL),
+                   AURAL_EINVAL);
+  assert_int_equal(aural_frontend_downmix(NULL, 0, 2, NULL, NULL, NULL), 0);
+  assert_int_equal(aural_frontend_downmix(pcm, 2, 2, mono, &bad, &clamped),
+                   0);
+  assert_true(mono[0] == 0.375f && mono[1] == 0.25f);
+  assert_true(bad == 0 && clamped == 0);
 }
 
 static void test_config_json(void **state) {
@@ -821,7 +973,12 @@ int main(void) {
       cmocka_unit_test(test_nonfinite_zeroed_and_huge_clamped),
       cmocka_unit_test(test_reset_and_state),
       cmocka_unit_test(test_callback_stops_push),
+      cmocka_unit_test(test_callback_reentry_refused),
       cmocka_unit_test(test_bad_create),
+      cmocka_unit_test(test_create_null_arguments),
+      cmocka_unit_test(test_config_json_null),
+      cmocka_unit_test(test_sample_counts_of_bad_options),
+      cmocka_unit_test(test_downmix_bad_channels),
       cmocka_unit_test(test_config_json),
       cmocka_unit_test(test_config_json_error_offset),
       cmocka_unit_test(test_option_variants),

@@ -101,6 +101,29 @@ static void test_lexicon_of_words(void **state) {
   aural_g2p_destroy(g);
 }
 
+/* Nowhere to put the map, lexicon or text: AURAL_EINVAL naming the call
+ * (they crashed). */
+static void test_null_out_pointers(void **state) {
+  (void)state;
+  aural_err err = {0};
+  static const char map[] = "dialect en-us\nmap A AA\n";
+  assert_int_equal(aural_g2p_load_buffer(map, sizeof map - 1, "map", model,
+                                         NULL, &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "g2p map: no out pointer");
+  err = (aural_err){0};
+  assert_int_equal(aural_g2p_load("no-such.g2p.txt", model, NULL, &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "g2p map: no out pointer");
+  err = (aural_err){0};
+  assert_int_equal(aural_g2p_lexicon(g2p, names, 1, NULL, &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "custom words: no out pointer");
+  err = (aural_err){0};
+  assert_int_equal(aural_g2p_text(g2p, names, 1, NULL, &err), AURAL_EINVAL);
+  assert_contains(err.msg, "custom words: no out pointer");
+}
+
 /* Regression: libespeak-ng queues a copy of each new voice for its
  * synthesizer, so switching voices without synthesizing kept about 1.3 kB
  * per switch for good (a daemon pronouncing requests grew without bound:
@@ -168,6 +191,7 @@ static void test_threads(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lexicon_of_words),
+      cmocka_unit_test(test_null_out_pointers),
       cmocka_unit_test(test_memory_is_flat),
       cmocka_unit_test(test_threads),
   };

@@ -1553,6 +1553,12 @@ static void test_memory_limit_config(void **state) {
                    AURAL_EINVAL);
   assert_int_equal(aural_model_memory_need(&bad, AURAL_WEIGHTS_F32, 64, &mm),
                    0);
+  /* No config or nowhere to put the answer: AURAL_EINVAL, not a crash. */
+  assert_int_equal(aural_model_memory_need(NULL, AURAL_WEIGHTS_F32, 64, &mm),
+                   AURAL_EINVAL);
+  assert_int_equal(mm.total_bytes, 0);
+  assert_int_equal(aural_model_memory_need(&bad, AURAL_WEIGHTS_F32, 64, NULL),
+                   AURAL_EINVAL);
   free(b);
 }
 
@@ -2077,6 +2083,13 @@ static void test_encoder_state_bytes(void **state) {
   ec.max_batch_frames = 1;
   size_t bytes1 = aural_encoder_state_bytes(m, &ec);
   assert_true(bytes1 >= rings && bytes1 < bytes);
+  /* A config create refuses, or no model: SIZE_MAX, as for a size that
+   * overflows (it gave the bytes of an encoder that cannot be made, or
+   * crashed). */
+  ec.max_batch_frames = AURAL_ENCODER_MAX_BATCH_FRAMES + 1;
+  assert_true(aural_encoder_state_bytes(m, &ec) == SIZE_MAX);
+  assert_true(aural_encoder_state_bytes(NULL, NULL) == SIZE_MAX);
+  ec.max_batch_frames = 1;
 
   printf("  base encoder: state_bytes %zu (KV rings %zu, batch-1 state %zu); "
          "create allocated %zu; %zd bytes more after %d frames\n",

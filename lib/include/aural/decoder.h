@@ -93,7 +93,8 @@ typedef struct aural_lexicon aural_lexicon;
 /* Reads a lexicon: UTF-8 text, one pronunciation per line,
  * "word<TAB>token token ...", tokens from the model's vocabulary (not the
  * blank); a word may have several lines. Blank lines and lines starting
- * with '#' are skipped. Errors name the file, line and what is wrong. */
+ * with '#' are skipped. Errors name the file, line and what is wrong; no
+ * text, model or out pointer is AURAL_EINVAL. */
 int aural_lexicon_load(const char *path, const aural_model *model,
                        aural_lexicon **out, aural_err *err);
 /* The same from text in memory (len bytes); name is used in messages. */
@@ -111,9 +112,10 @@ typedef struct aural_lexicon_info {
 
 void aural_lexicon_get_info(const aural_lexicon *lex, aural_lexicon_info *info);
 
-/* The id of word (0..n_words-1), or -1 when the lexicon lacks it. */
+/* The id of word (0..n_words-1), or -1 when the lexicon lacks it (or
+ * either argument is NULL). */
 int aural_lexicon_find(const aural_lexicon *lex, const char *word);
-/* The text of word id; NULL when out of range. */
+/* The text of word id; NULL when out of range (or lex is NULL). */
 const char *aural_lexicon_word(const aural_lexicon *lex, int id);
 
 /* --- language model ------------------------------------------------------- */
@@ -128,7 +130,8 @@ typedef struct aural_lm aural_lm;
  * (it cannot be recognized), <s> and </s> are required, <unk> is optional
  * (the LM's probability for lexicon words it does not list); an LM with
  * neither <unk> nor any word of the lexicon is refused. Errors name
- * the file, the line or n-gram, and what is wrong. */
+ * the file, the line or n-gram, and what is wrong; no data, lexicon or
+ * out pointer is AURAL_EINVAL. */
 int aural_lm_load(const char *path, const aural_lexicon *lex, aural_lm **out,
                   aural_err *err);
 int aural_lm_load_buffer(const char *data, size_t len, const char *name,
@@ -170,7 +173,8 @@ double aural_lm_score(const aural_lm *lm, const int *words, size_t n);
  *
  * Each word gets one pronunciation per distinct result over the dialects.
  * The map is untrusted input: errors name the file, line and what is
- * wrong. libespeak-ng is not reentrant: calls into it are serialized. */
+ * wrong (no text, model or out pointer: AURAL_EINVAL). libespeak-ng is
+ * not reentrant: calls into it are serialized. */
 typedef struct aural_g2p aural_g2p;
 
 int aural_g2p_load(const char *path, const aural_model *model, aural_g2p **out,
@@ -184,7 +188,8 @@ void aural_g2p_destroy(aural_g2p *g);
  * commas or control characters, not starting with '#', which starts a
  * lexicon's comments; n <= 1024), spelled as given: the word a
  * decoder then outputs. Errors name the word (one espeak-ng cannot say, or
- * with a phoneme the map lacks). For aural_decoder_config.boost_words. */
+ * with a phoneme the map lacks); no map, words or out pointer is
+ * AURAL_EINVAL. For aural_decoder_config.boost_words. */
 int aural_g2p_lexicon(const aural_g2p *g, const char *const *words, size_t n,
                       aural_lexicon **out, aural_err *err);
 /* The same as lexicon text ("word<TAB>tok tok ...\n" per pronunciation),
@@ -235,10 +240,10 @@ typedef struct aural_decoder aural_decoder;
 
 /* model gives the vocabulary and the frame duration; lex and lm (lm may be
  * NULL: words are then scored by the penalty alone; else loaded over lex)
- * must outlive the decoder. Returns 0, AURAL_EINVAL (no model or lexicon),
- * AURAL_ECONFIG (a setting out of range, a lexicon made for another
- * vocabulary, an LM loaded over another lexicon) or AURAL_ENOMEM, with err
- * naming the problem. */
+ * must outlive the decoder. Returns 0, AURAL_EINVAL (no model, lexicon or
+ * out pointer), AURAL_ECONFIG (a setting out of range, a lexicon made for
+ * another vocabulary, an LM loaded over another lexicon) or AURAL_ENOMEM,
+ * with err naming the problem. */
 int aural_decoder_create(const aural_decoder_config *cfg,
                          const aural_model *model, const aural_lexicon *lex,
                          const aural_lm *lm, aural_decoder **out,
@@ -264,13 +269,15 @@ size_t aural_decoder_push(aural_decoder *dec, const float *logits,
 void aural_decoder_end(aural_decoder *dec);
 
 /* The final segment waiting, if any: its words into out (at most cap;
- * *n_words says how many there were, which may exceed cap), and it is
- * cleared. Returns 1, or 0 when none is waiting. */
+ * none when out is NULL; *n_words, unless NULL, says how many there were,
+ * which may exceed cap), and it is cleared. Returns 1, or 0 when none is
+ * waiting. */
 int aural_decoder_final(aural_decoder *dec, aural_word *out, size_t cap,
                         size_t *n_words);
 
 /* The partial hypothesis: the words of the open segment so far, at most
- * cap of them into out. Returns how many there are (may exceed cap). */
+ * cap of them into out (NULL: none, only counted). Returns how many there
+ * are (may exceed cap). */
 size_t aural_decoder_partial(const aural_decoder *dec, aural_word *out,
                              size_t cap);
 

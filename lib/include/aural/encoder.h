@@ -72,7 +72,9 @@ void aural_encoder_reset(aural_encoder *enc, uint64_t first_frame);
 uint64_t aural_encoder_next_frame(const aural_encoder *enc);
 
 /* Bytes one encoder created with cfg occupies: the KV rings (fixed by the
- * model) plus scratch for max_batch_frames. */
+ * model) plus scratch for max_batch_frames. SIZE_MAX where a size
+ * overflows, or for what create refuses (model NULL, max_batch_frames
+ * above its bound). */
 size_t aural_encoder_state_bytes(const aural_model *model,
                                  const aural_encoder_config *cfg);
 

@@ -57,22 +57,24 @@ void aural_fbank_opts_default(aural_fbank_opts *opts);
  * frame_shift, dither, preemphasis_coefficient, remove_dc_offset,
  * window_type, round_to_power_of_two, snip_edges, low_freq, high_freq,
  * use_power, use_log_fbank, use_energy, input_scale. Absent fields keep
- * their value; other fields are ignored. Validates the result. Returns 0 or
- * AURAL_ECONFIG with err naming the field. Thread-safe. */
+ * their value; other fields are ignored. Validates the result. Returns 0,
+ * AURAL_ECONFIG with err naming the field, or AURAL_EINVAL (opts NULL, or
+ * json NULL with json_len > 0). Thread-safe. */
 int aural_fbank_opts_from_json(aural_fbank_opts *opts, const char *json,
                                size_t json_len, aural_err *err);
 
-/* Checks that opts describe features this library computes. Returns 0 or
- * AURAL_ECONFIG with err naming the field. */
+/* Checks that opts describe features this library computes. Returns 0,
+ * AURAL_ECONFIG with err naming the field, or AURAL_EINVAL (opts NULL). */
 int aural_fbank_opts_validate(const aural_fbank_opts *opts, aural_err *err);
 
 /* Samples per analysis window and per hop at sample_rate_hz, computed as
- * torchaudio does (truncating rate * ms * 0.001). */
+ * torchaudio does (truncating rate * ms * 0.001); 0 where that is
+ * negative, NaN or beyond size_t (options not validated). */
 size_t aural_fbank_window_samples(const aural_fbank_opts *opts);
 size_t aural_fbank_hop_samples(const aural_fbank_opts *opts);
 
-/* Frames produced from n samples with snip_edges: 0 if n < window, else
- * 1 + (n - window) / hop. */
+/* Frames produced from n samples with snip_edges: 0 if n < window (or
+ * either count is 0), else 1 + (n - window) / hop. */
 size_t aural_fbank_n_frames(const aural_fbank_opts *opts, size_t n_samples);
 
 #ifdef __cplusplus

@@ -64,7 +64,9 @@ typedef struct aural_frontend aural_frontend;
 /* Receives n_frames consecutive feature frames, row-major
  * (n_frames, num_mel_bins), the first being frame number first_frame of the
  * stream. Valid during the call only. A nonzero return stops the push and is
- * returned by it. */
+ * returned by it. It may not call into its own frontend: a push, finish or
+ * reset from inside it returns AURAL_ESTATE and does nothing (destroy
+ * there is a use after free). */
 typedef int (*aural_frames_fn)(void *user, const float *frames,
                                size_t n_frames, uint64_t first_frame);
 
@@ -73,8 +75,9 @@ typedef int (*aural_frames_fn)(void *user, const float *frames,
 void aural_frontend_config_default(aural_frontend_config *cfg);
 
 /* Validates cfg and allocates every buffer the object will ever use.
- * Returns 0, AURAL_ECONFIG, AURAL_ERATE, AURAL_ECHANNELS or AURAL_ENOMEM
- * with err naming the problem. Thread-safe. */
+ * Returns 0, AURAL_EINVAL (cfg or out NULL), AURAL_ECONFIG, AURAL_ERATE,
+ * AURAL_ECHANNELS or AURAL_ENOMEM with err naming the problem.
+ * Thread-safe. */
 int aural_frontend_create(const aural_frontend_config *cfg,
                           aural_frontend **out, aural_err *err);
 
@@ -121,10 +124,12 @@ void aural_frontend_destroy(aural_frontend *fe);
  * counter given (either may be NULL). A program that converts audio to
  * mono at the model's rate before sending it (aural send --cluster)
  * computes with this and aural_resampler exactly the samples a frontend
- * would. */
-void aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
-                            float *mono, uint64_t *n_nonfinite,
-                            uint64_t *n_clamped);
+ * would. Returns 0, or AURAL_EINVAL (nothing read or written) when
+ * n_channels is outside 1..AURAL_MAX_CHANNELS, or pcm or mono is NULL
+ * with n > 0. */
+int aural_frontend_downmix(const float *pcm, size_t n, int n_channels,
+                           float *mono, uint64_t *n_nonfinite,
+                           uint64_t *n_clamped);
 
 #ifdef __cplusplus
 }

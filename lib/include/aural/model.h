@@ -149,8 +149,8 @@ int aural_model_load(const char *path, const aural_model_load_config *cfg,
 /* Bytes a model with config cfg (as aural_model_get_config gives it) needs
  * in memory with matrices held as `weights`, for one stream and one batch
  * of batch_rows rows, into *out. Sizes are overflow-checked. Returns 0, or
- * AURAL_EINVAL when batch_rows is not 1..65536 or a size overflows.
- * Thread-safe. */
+ * AURAL_EINVAL when batch_rows is not 1..65536, a size overflows, or cfg
+ * or out is NULL. Thread-safe. */
 int aural_model_memory_need(const aural_model_config *cfg,
                             aural_weight_type weights, size_t batch_rows,
                             aural_model_memory *out);

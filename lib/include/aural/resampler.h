@@ -30,7 +30,9 @@ extern "C" {
 typedef struct aural_resampler aural_resampler;
 
 /* Receives a block of output samples; a nonzero return stops the push and
- * is returned by it. The block is valid during the call only. */
+ * is returned by it. The block is valid during the call only. A push,
+ * finish or reset of the same resampler from inside it returns
+ * AURAL_ESTATE and does nothing. */
 typedef int (*aural_samples_fn)(void *user, const float *samples,
                                 size_t n_samples);
 
@@ -39,7 +41,8 @@ typedef int (*aural_samples_fn)(void *user, const float *samples,
  * allocated here; libsoxr allocates its filter state in the first push and
  * finish after create or reset, and grows its queues when they fill
  * further than before: mostly within the first second of input, but at
- * some rates now and then many seconds later. */
+ * some rates now and then many seconds later. Returns 0, AURAL_ERATE,
+ * AURAL_ERESAMPLE, AURAL_ENOMEM or AURAL_EINVAL (out NULL). */
 int aural_resampler_create(double in_rate_hz, double out_rate_hz,
                            aural_resampler **out, aural_err *err);
 
