@@ -1759,6 +1759,37 @@ static void test_bench_model_too_large(void **state) {
                            "1280.1 GiB of weights; the limit is 2.0 GiB");
 }
 
+/* --json prints one JSON object whatever the suites: with words and
+ * another suite it printed two, a line each, which no JSON reader takes. */
+static void test_bench_json_one_object(void **state) {
+  fixture *fx = *state;
+  const char *model = getenv("AURAL_DEFAULT_MODEL");
+  const char *words = "{\"words\": {\"frames\": ";
+  if (model == NULL) skip();
+  char lexicon[PATH_BYTES], lm[PATH_BYTES];
+  snprintf(lexicon, sizeof lexicon, "%s",
+           test_data_path("words/sample.lexicon.txt"));
+  snprintf(lm, sizeof lm, "%s", test_data_path("words/sample.lm.arpa"));
+  assert_int_equal(run_aural(fx, "bench", "--json", "--seconds", "1",
+                             "--repeat", "1", "-m", model, "--lexicon",
+                             lexicon, "--lm", lm, "words", "frontend", NULL),
+                   0);
+  /* One line: the words' member first, then the frontend's. */
+  size_t len = strlen(fx->out);
+  assert_true(len > 2);
+  assert_ptr_equal(strchr(fx->out, '\n'), fx->out + len - 1);
+  assert_true(strncmp(fx->out, words, strlen(words)) == 0);
+  assert_contains(fx->out, "}, \"frontend\": [{\"rate_hz\": 16000");
+  assert_true(strcmp(fx->out + len - 4, "}]}\n") == 0);
+  /* Alone, the words' object is as it was. */
+  assert_int_equal(run_aural(fx, "bench", "--json", "--seconds", "1",
+                             "--repeat", "1", "-m", model, "--lexicon",
+                             lexicon, "--lm", lm, "words", NULL),
+                   0);
+  assert_true(strncmp(fx->out, words, strlen(words)) == 0);
+  assert_true(strcmp(fx->out + strlen(fx->out) - 3, "}}\n") == 0);
+}
+
 int main(void) {
   if (getenv("AURAL_BIN") == NULL || getenv("AURAL_TEST_DATA") == NULL) {
     fprintf(stderr, "test_cli: set AURAL_BIN and AURAL_TEST_DATA\n");
@@ -1794,6 +1825,7 @@ int main(void) {
       T(test_show_memory_bounded),
       T(test_bench_model_file),
       T(test_bench_model_too_large),
+      T(test_bench_json_one_object),
       T(test_load_usage_errors),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),

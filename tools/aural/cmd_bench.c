@@ -664,13 +664,16 @@ static int save_model(const synth_spec *spec, const char *path) {
   return EXIT_OK;
 }
 
-/* The results as one JSON object. bf16's dot_rows is
+/* The results as one JSON object, with the words suite's member first
+ * when it ran (words: its '"words": {...}', or NULL). bf16's dot_rows is
  * aural_model_bf16_dot_rows(), -1 where the dot products take every size. */
 static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
-                             size_t n_cases, int run_enc, int run_fe) {
+                             size_t n_cases, int run_enc, int run_fe,
+                             const char *words) {
   /* The model file's path as a JSON string (escaped), or null. */
   char *file_json = eb->model_path ? json_string(eb->model_path) : NULL;
   printf("{");
+  if (words != NULL) printf("%s%s", words, run_enc || run_fe ? ", " : "");
   if (run_enc)
     printf("\"isa\": \"%s\", \"gemm\": \"%s\", \"peak_gflops\": %.1f, "
            "\"peak_gflops_avx512\": %.1f, \"peak_gflops_avx2\": %.1f, "
@@ -928,21 +931,34 @@ int cmd_bench(int argc, char **argv) {
     }
   }
 
+  char *words_json = NULL;
   if (run_words &&
       bench_words(eb.model_path ? eb.model_path : cli_default_model(),
-                  lexicon, lm, (int)beam, eb.seconds, eb.repeat, json) < 0)
+                  lexicon, lm, (int)beam, eb.seconds, eb.repeat,
+                  json ? &words_json : NULL) < 0)
     return EXIT_FAIL;
-  if (!run_enc && !run_fe) return EXIT_OK;
+  if (!run_enc && !run_fe) {
+    if (words_json != NULL) printf("{%s}\n", words_json);
+    free(words_json);
+    return EXIT_OK;
+  }
   frontend_case cases[] = {{16000, 1, 0, 0, 0}, {44100, 2, 0, 0, 0},
                            {48000, 1, 0, 0, 0}};
   size_t n_cases = sizeof cases / sizeof cases[0];
   if (run_fe)
     for (size_t i = 0; i < n_cases; i++)
-      if (bench_frontend_case(&cases[i], eb.seconds, eb.repeat) < 0)
+      if (bench_frontend_case(&cases[i], eb.seconds, eb.repeat) < 0) {
+        free(words_json);
         return EXIT_FAIL;
-  if (run_enc && bench_encoder(&eb) < 0) return EXIT_FAIL;
+      }
+  if (run_enc && bench_encoder(&eb) < 0) {
+    free(words_json);
+    return EXIT_FAIL;
+  }
 
-  if (json) print_bench_json(&eb, cases, n_cases, run_enc, run_fe);
+  if (json)
+    print_bench_json(&eb, cases, n_cases, run_enc, run_fe, words_json);
   else print_bench_table(&eb, cases, n_cases, run_enc, run_fe);
+  free(words_json);
   return EXIT_OK;
 }
