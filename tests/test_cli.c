@@ -1790,6 +1790,56 @@ static void test_bench_json_one_object(void **state) {
   assert_true(strcmp(fx->out + strlen(fx->out) - 3, "}}\n") == 0);
 }
 
+/* An option that no suite run uses, or any but the model's with
+ * --save-model (which measures nothing), is a bad command line naming it;
+ * each was ignored, and the run measured something else than asked. */
+static void test_bench_unused_options_refused(void **state) {
+  fixture *fx = *state;
+  const char *model = test_data_path("encoder/tiny.safetensors");
+  static const struct {
+    const char *args[4], *named, *needs;
+  } cases[] = {
+      {{"--beam", "3", "frontend"}, "--beam", "words suite"},
+      {{"--lexicon", "x.txt"}, "--lexicon", "words suite"},
+      {{"--lm", "x.arpa", "encoder"}, "--lm", "words suite"},
+      {{"--d-model", "64", "frontend"}, "--d-model", "encoder suite"},
+      {{"--cpus", "2", "words"}, "--cpus", "encoder suite"},
+      {{"--model", "", "frontend"}, "--model", "encoder or words suite"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *const *a = cases[i].args;
+    const char *m = a[1][0] == '\0' ? model : a[1];
+    assert_int_equal(run_aural(fx, "bench", "--seconds", "1", "--repeat",
+                               "1", a[0], m, a[2], a[3], NULL),
+                     2);
+    assert_contains(fx->err, cases[i].named);
+    assert_contains(fx->err, cases[i].needs);
+    assert_string_equal(fx->out, "");
+  }
+  char out[PATH_BYTES];
+  snprintf(out, sizeof out, "%s/random.safetensors", fx->out_dir);
+  assert_int_equal(run_aural(fx, "bench", "--save-model", out, "frontend",
+                             NULL),
+                   2);
+  assert_contains(fx->err, "--save-model writes a model and measures "
+                           "nothing: not with a SUITE such as frontend");
+  assert_int_equal(run_aural(fx, "bench", "--json", "--save-model", out,
+                             NULL),
+                   2);
+  assert_contains(fx->err, "not with --json");
+  assert_int_equal(run_aural(fx, "bench", "--save-model", out, "--streams",
+                             "2", NULL),
+                   2);
+  assert_contains(fx->err, "not with --streams");
+  assert_dir_holds(fx->out_dir, NULL);
+  /* The model's flags are what --save-model writes. */
+  assert_int_equal(run_aural(fx, "bench", "--save-model", out, "--d-model",
+                             "16", "--layers", "1", "--d-ff", "16", NULL),
+                   0);
+  assert_contains(fx->out, "d_model 16, 4 heads, d_ff 16, 1 layers");
+  assert_dir_holds(fx->out_dir, "random.safetensors");
+}
+
 int main(void) {
   if (getenv("AURAL_BIN") == NULL || getenv("AURAL_TEST_DATA") == NULL) {
     fprintf(stderr, "test_cli: set AURAL_BIN and AURAL_TEST_DATA\n");
@@ -1826,6 +1876,7 @@ int main(void) {
       T(test_bench_model_file),
       T(test_bench_model_too_large),
       T(test_bench_json_one_object),
+      T(test_bench_unused_options_refused),
       T(test_load_usage_errors),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),

@@ -105,8 +105,12 @@ static void usage(FILE *to) {
           "      --json        print one JSON object instead of text\n"
           "      --save-model PATH  write the random model the flags\n"
           "                    describe to PATH and exit (for aurald and\n"
-          "                    'aural load')\n"
+          "                    'aural load'; nothing is measured)\n"
           "  -h, --help        show this help\n"
+          "\n"
+          "An option that no suite run uses (--lexicon without words,\n"
+          "a model flag without encoder, -m with frontend alone) is a\n"
+          "bad command line.\n"
           "\n"
           "Exit status: 0 on success, 1 if the model, the words' resources\n"
           "or --save-model's file could not be read or written, 2 for a bad\n"
@@ -844,14 +848,22 @@ int cmd_bench(int argc, char **argv) {
   enc_bench eb = {.chunk = 50, .seconds = 20, .repeat = 3, .streams = 8,
                   .cpus = cpus_available()};
   synth_spec_base(&eb.spec);
-  int json = 0, c, model_flags = 0;
+  int json = 0, c, li, model_flags = 0;
   size_t v = 0;
   const char *save = NULL, *lexicon = NULL, *lm = NULL;
   size_t beam = 0; /* the decoder's default */
+  /* The last option given that only one suite, or only a measurement,
+   * uses: checked against the suites once they are known. */
+  const char *model_flag = NULL, *enc_only = NULL, *words_only = NULL,
+             *measure_only = NULL;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+  while ((li = -1, c = getopt_long(argc, argv, "m:h", opts, &li)) != -1) {
     int bad = 0;
     if (c >= O_D && c <= O_POS) model_flags = 1;
+    if (li >= 0 && c >= O_D && c <= O_POS) model_flag = opts[li].name;
+    if (li >= 0 && c >= O_CHUNK && c <= O_CPUS) enc_only = opts[li].name;
+    if (li >= 0 && c >= O_LEXICON && c <= O_BEAM) words_only = opts[li].name;
+    if (li >= 0 && c >= O_SECONDS && c <= O_JSON) measure_only = opts[li].name;
     switch (c) {
     case 'm': eb.model_path = optarg; break;
     case O_SECONDS:
@@ -913,6 +925,20 @@ int cmd_bench(int argc, char **argv) {
             eb.spec.n_heads, eb.spec.d_model);
     return EXIT_USAGE;
   }
+  if (save != NULL && (optind < argc || enc_only != NULL ||
+                       words_only != NULL || measure_only != NULL)) {
+    /* It writes the model and exits: whatever else was asked would be
+     * left undone without a word. */
+    fprintf(stderr,
+            "aural bench: --save-model writes a model and measures nothing: "
+            "not with %s%s\n(see 'aural bench --help')\n",
+            optind < argc ? "a SUITE such as " : "--",
+            optind < argc      ? argv[optind]
+            : enc_only != NULL   ? enc_only
+            : words_only != NULL ? words_only
+                                 : measure_only);
+    return EXIT_USAGE;
+  }
   if (save != NULL) return save_model(&eb.spec, save);
   int run_enc = optind == argc, run_fe = optind == argc, run_words = 0;
   for (int i = optind; i < argc; i++) {
@@ -931,6 +957,24 @@ int cmd_bench(int argc, char **argv) {
     }
   }
 
+  /* An option that no suite run uses would be ignored, and the user left
+   * to think it measured what was asked. */
+  const char *unused = NULL, *needs = NULL;
+  if (!run_enc && (enc_only != NULL || model_flag != NULL)) {
+    unused = enc_only != NULL ? enc_only : model_flag;
+    needs = "the encoder suite";
+  } else if (!run_words && words_only != NULL) {
+    unused = words_only;
+    needs = "the words suite (named: it runs only then)";
+  } else if (!run_enc && !run_words && eb.model_path != NULL) {
+    unused = "model";
+    needs = "the encoder or words suite";
+  }
+  if (needs != NULL) {
+    fprintf(stderr, "aural bench: --%s needs %s\n(see 'aural bench --help')\n",
+            unused, needs);
+    return EXIT_USAGE;
+  }
   char *words_json = NULL;
   if (run_words &&
       bench_words(eb.model_path ? eb.model_path : cli_default_model(),
