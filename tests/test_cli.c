@@ -450,6 +450,15 @@ static void test_usage_errors(void **state) {
     assert_contains(fx->err, words_only[i][0]);
     assert_contains(fx->err, "needs --output words");
   }
+  /* --show draws rows of numbers: with text or words it was ignored. */
+  const char *texts[] = {"text", "words"};
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(run_aural(fx, "encode", "--show", "--output", texts[i],
+                               "-o", out, in, NULL),
+                     2);
+    assert_contains(fx->err, "--show");
+    assert_contains(fx->err, texts[i]);
+  }
   /* A malformed custom-word list and a boost with no custom words are bad
    * command lines, as in aural sub and send (the list was judged only
    * after the model and the LM had loaded, exit 1; the boost was

@@ -86,6 +86,7 @@ static void usage(FILE *to) {
           "                       faster only on CPUs with AVX512-BF16;\n"
           "                       README, \"Precision bf16\")\n"
           "      --show           print a coarse text picture of the result\n"
+          "                       (embeddings, logits or features)\n"
           "  -q, --quiet          print no reports: only errors and the result\n"
           "  -j, --jobs N         with several inputs: files encoded at once\n"
           "                       (default: one per CPU)\n",
@@ -1173,6 +1174,13 @@ int cmd_encode(int argc, char **argv) {
       return EXIT_USAGE;
     }
     job.kind = (out_kind)k;
+  }
+  if (job.show && (job.kind == OUT_TEXT || job.kind == OUT_WORDS)) {
+    /* The picture is of rows of numbers; text has none to draw. */
+    fprintf(stderr, "aural encode: --show draws embeddings, logits or "
+                    "features, not --output %s\n",
+            kind_names[job.kind]);
+    return EXIT_USAGE;
   }
   if (words_only != NULL && job.kind != OUT_WORDS) {
     /* Taken without words it would be ignored, and the user left to
