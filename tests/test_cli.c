@@ -427,7 +427,16 @@ static void test_usage_errors(void **state) {
   assert_contains(fx->err, "an INPUT file is required");
   /* Several inputs write one file each into a directory, not OUT.npy. */
   assert_int_equal(run_aural(fx, "encode", "-o", out, in, in, NULL), 2);
-  assert_contains(fx->err, "names the output directory");
+  assert_contains(fx->err, "with several inputs, -o names the output "
+                           "directory");
+  /* So does one given -j, and the message says that it is -j (it said
+   * "with several inputs or a directory" of a lone file). */
+  assert_int_equal(run_aural(fx, "encode", "-j", "2", "-o", out, in, NULL),
+                   2);
+  assert_contains(fx->err, "/out.npy: with -j, -o names the output "
+                           "directory");
+  assert_int_equal(run_aural(fx, "encode", "-j", "2", in, NULL), 2);
+  assert_contains(fx->err, "-o DIR is required with -j");
   assert_int_equal(
       run_aural(fx, "encode", "--output", "bogus", "-o", out, in, NULL), 2);
   assert_contains(fx->err, "--output bogus");
