@@ -510,6 +510,14 @@ static void test_usage_errors(void **state) {
                      2);
     assert_contains(fx->err, "--vocabulary");
   }
+  /* --dtype with neither embeddings nor logits asked for had nothing to
+   * change, and was ignored. */
+  assert_int_equal(run_aural(fx, "sub", "-s", sock, "--stream", "x",
+                             "--output", "text,words", "--dtype", "f16",
+                             NULL),
+                   2);
+  assert_contains(fx->err, "--dtype");
+  assert_contains(fx->err, "--output asks for neither");
   assert_dir_holds(fx->out_dir, NULL);
 }
 

@@ -95,9 +95,11 @@ static void usage(FILE *to) {
           "                                   its time span\n"
           "                     (logits and text need a model with a head,\n"
           "                     words a server with a lexicon)\n"
-          "      --dtype TYPE   f32 (default) or f16 on the wire; -o always\n"
-          "                     writes float32 (not with --cluster: the\n"
-          "                     stream's node chose the dtype)\n"
+          "      --dtype TYPE   f32 (default) or f16 on the wire, of\n"
+          "                     embeddings and logits (--output has one);\n"
+          "                     -o always writes float32 (not with\n"
+          "                     --cluster: the stream's node chose the\n"
+          "                     dtype)\n"
           "  -o, --out PATH     write the stream's embeddings (or logits) as\n"
           "                     a float32 .npy [n_frames, dim] when it ends\n"
           "                     (with --output words alone: its transcript,\n"
@@ -1089,6 +1091,10 @@ int cmd_sub(int argc, char **argv) {
   else if (job.reconnect && job.cluster_url != NULL)
     bad = "--reconnect is for aurald's socket; --cluster reads Redis, which "
           "keeps the chunks (--from resumes)";
+  else if (dtype != NULL &&
+           !(job.outputs & (AURAL_OUT_EMBEDDINGS | AURAL_OUT_LOGITS)))
+    bad = "--dtype is how embeddings and logits travel; --output asks for "
+          "neither";
   else if (job.stream != NULL && !aural_proto_valid_name(job.stream))
     bad = "--stream: a stream name is 1-64 printable ASCII characters "
           "without spaces, '/' or '\\'";
