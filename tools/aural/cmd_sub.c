@@ -274,13 +274,16 @@ static int finish_output(sub_job *job) {
   return 0;
 }
 
-/* Converts n values of dtype at p to float32 in job->row_buf. */
+/* Converts n values of dtype at p to float32 in job->row_buf (allocated
+ * also for n = 0: an empty first chunk, the end of a cluster stream
+ * without frames, is no failure). */
 static float *to_f32(sub_job *job, const uint8_t *p, size_t n, uint8_t dtype) {
-  if (n > job->row_cap) {
-    float *b = realloc(job->row_buf, n * sizeof *b);
+  if (n > job->row_cap || job->row_buf == NULL) {
+    size_t cap = n > 0 ? n : 1;
+    float *b = realloc(job->row_buf, cap * sizeof *b);
     if (b == NULL) return NULL;
     job->row_buf = b;
-    job->row_cap = n;
+    job->row_cap = cap;
   }
   for (size_t i = 0; i < n; i++) {
     if (dtype == AURAL_DTYPE_F16) {
