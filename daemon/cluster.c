@@ -714,6 +714,31 @@ static void cstream_free(cstream *cs) {
   free(cs);
 }
 
+/* A stream that ends without a frame (no audio, or bad audio in its first
+ * entry) has no chunk (aural_stream_ready), so none is its final one, and
+ * consumers, who stop at the entry marked final, waited for ever. Its end
+ * goes out as an empty final chunk 0, as a stream of whole chunks ends
+ * with an empty one. */
+static void publish_empty_end(cstream *cs, stream *s) {
+  server *srv = cs->cl->srv;
+  float none[1] = {0};
+  char no_text[1] = "";
+  chunk_out co = {.s = s, .emb = none};
+  if (srv->mc->vocab_size > 0) { /* a CTC head: logits and text */
+    co.logits = none;
+    co.text = no_text;
+  }
+  co.h.flags = AURAL_CHUNK_FINAL;
+  co.h.start_us = s->start_us;
+  co.h.ready_us = aurald_now_us();
+  co.h.d_model = (uint32_t)srv->mc->d_model;
+  co.h.vocab_size = (uint32_t)srv->mc->vocab_size;
+  publish(cs, &co); /* the command holds copies of the messages' bytes */
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 8; o++) msgbuf_unref(co.variants[t][o]);
+  msgbuf_unref(co.words_msg);
+}
+
 /* stream_loop.on_end: the stream's end, before its subscribers hear. */
 static void on_end(stream *s) {
   cstream *cs = s->loop.ext;
@@ -721,6 +746,8 @@ static void on_end(stream *s) {
   s->loop.ext = NULL;
   s->loop.on_chunk = NULL;
   if (cl->state == CL_UP && !cs->cut) {
+    if (s->loop.chunks_emitted == 0 && cs->publish_from == 0)
+      publish_empty_end(cs, s);
     finish_entry(cl, cs);
     log_info("cluster stream \"%s\": done", cs->name);
   } else if (cl->state == CL_UP && cl->stopping) {

@@ -427,7 +427,16 @@ static void test_usage_errors(void **state) {
   assert_contains(fx->err, "an INPUT file is required");
   /* Several inputs write one file each into a directory, not OUT.npy. */
   assert_int_equal(run_aural(fx, "encode", "-o", out, in, in, NULL), 2);
-  assert_contains(fx->err, "names the output directory");
+  assert_contains(fx->err, "with several inputs, -o names the output "
+                           "directory");
+  /* So does one given -j, and the message says that it is -j (it said
+   * "with several inputs or a directory" of a lone file). */
+  assert_int_equal(run_aural(fx, "encode", "-j", "2", "-o", out, in, NULL),
+                   2);
+  assert_contains(fx->err, "/out.npy: with -j, -o names the output "
+                           "directory");
+  assert_int_equal(run_aural(fx, "encode", "-j", "2", in, NULL), 2);
+  assert_contains(fx->err, "-o DIR is required with -j");
   assert_int_equal(
       run_aural(fx, "encode", "--output", "bogus", "-o", out, in, NULL), 2);
   assert_contains(fx->err, "--output bogus");
@@ -449,6 +458,15 @@ static void test_usage_errors(void **state) {
                      2);
     assert_contains(fx->err, words_only[i][0]);
     assert_contains(fx->err, "needs --output words");
+  }
+  /* --show draws rows of numbers: with text or words it was ignored. */
+  const char *texts[] = {"text", "words"};
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(run_aural(fx, "encode", "--show", "--output", texts[i],
+                               "-o", out, in, NULL),
+                     2);
+    assert_contains(fx->err, "--show");
+    assert_contains(fx->err, texts[i]);
   }
   /* A malformed custom-word list and a boost with no custom words are bad
    * command lines, as in aural sub and send (the list was judged only
@@ -492,6 +510,14 @@ static void test_usage_errors(void **state) {
                      2);
     assert_contains(fx->err, "--vocabulary");
   }
+  /* --dtype with neither embeddings nor logits asked for had nothing to
+   * change, and was ignored. */
+  assert_int_equal(run_aural(fx, "sub", "-s", sock, "--stream", "x",
+                             "--output", "text,words", "--dtype", "f16",
+                             NULL),
+                   2);
+  assert_contains(fx->err, "--dtype");
+  assert_contains(fx->err, "--output asks for neither");
   assert_dir_holds(fx->out_dir, NULL);
 }
 
@@ -1759,6 +1785,87 @@ static void test_bench_model_too_large(void **state) {
                            "1280.1 GiB of weights; the limit is 2.0 GiB");
 }
 
+/* --json prints one JSON object whatever the suites: with words and
+ * another suite it printed two, a line each, which no JSON reader takes. */
+static void test_bench_json_one_object(void **state) {
+  fixture *fx = *state;
+  const char *model = getenv("AURAL_DEFAULT_MODEL");
+  const char *words = "{\"words\": {\"frames\": ";
+  if (model == NULL) skip();
+  char lexicon[PATH_BYTES], lm[PATH_BYTES];
+  snprintf(lexicon, sizeof lexicon, "%s",
+           test_data_path("words/sample.lexicon.txt"));
+  snprintf(lm, sizeof lm, "%s", test_data_path("words/sample.lm.arpa"));
+  assert_int_equal(run_aural(fx, "bench", "--json", "--seconds", "1",
+                             "--repeat", "1", "-m", model, "--lexicon",
+                             lexicon, "--lm", lm, "words", "frontend", NULL),
+                   0);
+  /* One line: the words' member first, then the frontend's. */
+  size_t len = strlen(fx->out);
+  assert_true(len > 2);
+  assert_ptr_equal(strchr(fx->out, '\n'), fx->out + len - 1);
+  assert_true(strncmp(fx->out, words, strlen(words)) == 0);
+  assert_contains(fx->out, "}, \"frontend\": [{\"rate_hz\": 16000");
+  assert_true(strcmp(fx->out + len - 4, "}]}\n") == 0);
+  /* Alone, the words' object is as it was. */
+  assert_int_equal(run_aural(fx, "bench", "--json", "--seconds", "1",
+                             "--repeat", "1", "-m", model, "--lexicon",
+                             lexicon, "--lm", lm, "words", NULL),
+                   0);
+  assert_true(strncmp(fx->out, words, strlen(words)) == 0);
+  assert_true(strcmp(fx->out + strlen(fx->out) - 3, "}}\n") == 0);
+}
+
+/* An option that no suite run uses, or any but the model's with
+ * --save-model (which measures nothing), is a bad command line naming it;
+ * each was ignored, and the run measured something else than asked. */
+static void test_bench_unused_options_refused(void **state) {
+  fixture *fx = *state;
+  const char *model = test_data_path("encoder/tiny.safetensors");
+  static const struct {
+    const char *args[4], *named, *needs;
+  } cases[] = {
+      {{"--beam", "3", "frontend"}, "--beam", "words suite"},
+      {{"--lexicon", "x.txt"}, "--lexicon", "words suite"},
+      {{"--lm", "x.arpa", "encoder"}, "--lm", "words suite"},
+      {{"--d-model", "64", "frontend"}, "--d-model", "encoder suite"},
+      {{"--cpus", "2", "words"}, "--cpus", "encoder suite"},
+      {{"--model", "", "frontend"}, "--model", "encoder or words suite"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *const *a = cases[i].args;
+    const char *m = a[1][0] == '\0' ? model : a[1];
+    assert_int_equal(run_aural(fx, "bench", "--seconds", "1", "--repeat",
+                               "1", a[0], m, a[2], a[3], NULL),
+                     2);
+    assert_contains(fx->err, cases[i].named);
+    assert_contains(fx->err, cases[i].needs);
+    assert_string_equal(fx->out, "");
+  }
+  char out[PATH_BYTES];
+  snprintf(out, sizeof out, "%s/random.safetensors", fx->out_dir);
+  assert_int_equal(run_aural(fx, "bench", "--save-model", out, "frontend",
+                             NULL),
+                   2);
+  assert_contains(fx->err, "--save-model writes a model and measures "
+                           "nothing: not with a SUITE such as frontend");
+  assert_int_equal(run_aural(fx, "bench", "--json", "--save-model", out,
+                             NULL),
+                   2);
+  assert_contains(fx->err, "not with --json");
+  assert_int_equal(run_aural(fx, "bench", "--save-model", out, "--streams",
+                             "2", NULL),
+                   2);
+  assert_contains(fx->err, "not with --streams");
+  assert_dir_holds(fx->out_dir, NULL);
+  /* The model's flags are what --save-model writes. */
+  assert_int_equal(run_aural(fx, "bench", "--save-model", out, "--d-model",
+                             "16", "--layers", "1", "--d-ff", "16", NULL),
+                   0);
+  assert_contains(fx->out, "d_model 16, 4 heads, d_ff 16, 1 layers");
+  assert_dir_holds(fx->out_dir, "random.safetensors");
+}
+
 int main(void) {
   if (getenv("AURAL_BIN") == NULL || getenv("AURAL_TEST_DATA") == NULL) {
     fprintf(stderr, "test_cli: set AURAL_BIN and AURAL_TEST_DATA\n");
@@ -1794,6 +1901,8 @@ int main(void) {
       T(test_show_memory_bounded),
       T(test_bench_model_file),
       T(test_bench_model_too_large),
+      T(test_bench_json_one_object),
+      T(test_bench_unused_options_refused),
       T(test_load_usage_errors),
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),

@@ -548,6 +548,44 @@ class TestCluster(ClusterTest):
         self.assertEqual(got, [c["seq"] for c in chunks])
         self.stop_clean(d)
 
+    def test_stream_without_frames_ends_for_its_consumers(self):
+        """A stream that ends before its first frame (no audio, or bad
+        audio in its first entry) has no chunk; its end goes out as an
+        empty final chunk 0. Without it consumers, who stop at the final
+        entry, waited for ever (aural sub --cluster hung)."""
+        d = self.node("a")
+        empty = os.path.join(self.tmp, "empty.wav")
+        with wave.open(empty, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+        td.run(td.AURAL, "send", "-q", "--cluster", self.redis.url(),
+               "--name", "empty", empty)
+        self.assertEqual(wait_finished(self.r, ["empty"], 30), set())
+        chunks = read_outputs(self.r, "empty")
+        self.assertEqual([(c["seq"], c["n"], c["final"]) for c in chunks],
+                         [(0, 0, True)])
+        out = os.path.join(self.tmp, "empty.npy")
+        p = td.run(td.AURAL, "sub", "--cluster", self.redis.url(),
+                   "--stream", "empty", "-o", out, timeout=30)
+        self.assertIn("ended: eof, 0 frames", p.stdout)
+        self.assertEqual(np.load(out).shape, (0, 32))
+        got = [ck.seq for ck in td.ac.cluster_subscribe(self.redis.url(),
+                                                        "empty")]
+        self.assertEqual(got, [0])
+        # Bad audio in the first entry: the empty final chunk says why.
+        self.r.xadd("aural:announce", {"name": "bad", "rate": 16000,
+                                       "channels": 1, "format": "s16"})
+        self.r.xadd("aural:{bad}:audio", {"pcm": b"\0" * 3}, id="0-1")
+        self.assertEqual(wait_finished(self.r, ["bad"], 30), set())
+        p = td.run(td.AURAL, "sub", "--cluster", self.redis.url(),
+                   "--stream", "bad", "-o", out + "2", check=False,
+                   timeout=30)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("ended with an error", p.stderr)
+        self.assertFalse(os.path.exists(out + "2"))
+        self.stop_clean(d)
+
     def test_consumers_of_a_stream_no_node_encodes(self):
         """A stream whose announcement is refused, or that cannot resume,
         says why in its meta hash: `aural sub --cluster` and the Python

@@ -1103,6 +1103,26 @@ class TestLoadTool(DaemonTest):
         self.assertEqual(rep["chunks_lost"], 0)
         self.stop_clean(d)
 
+    def test_interrupted_load_text_report_has_no_nan(self):
+        # The daemon's CPU was read only once a stream's audio was all
+        # out, so a run interrupted before (or ended by aurald going away)
+        # printed "daemon cpu  nan% of one core (nan% per stream)".
+        d = self.start()
+        load = subprocess.Popen([AURAL, "load", "-s", d.path, "-n", "1",
+                                 "--seconds", "60"],
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(load.kill)
+        wait_catches(load.pid, signal.SIGINT)
+        time.sleep(1.5)  # a chunk or two, and PINGs
+        load.send_signal(signal.SIGINT)
+        out, err = load.communicate(timeout=60)
+        self.assertEqual(load.returncode, 130, err)
+        self.assertNotIn("nan", out)
+        self.assertRegex(out, r"daemon cpu  [0-9.]+% of one core "
+                              r"\([0-9.]+% per stream\)")
+        self.stop_clean(d)
+
 
 class TestSlowSubscriber(DaemonTest):
     def test_stuck_subscriber_is_disconnected_others_unharmed(self):

@@ -70,7 +70,7 @@ static double encode(const aural_model *m, const float *pcm, size_t n,
 
 int bench_words(const char *model_path, const char *lexicon_path,
                 const char *lm_path, int beam, double seconds, int repeat,
-                bool json) {
+                char **json) {
   aural_err err;
   aural_model *m;
   if (aural_model_load(model_path, NULL, &m, &err) < 0) {
@@ -143,16 +143,24 @@ int bench_words(const char *model_path, const char *lexicon_path,
   aural_lm_info mi;
   aural_lm_get_info(res.lm, &mi);
   double enc_us = enc_s / (double)frames * 1e6, dec_us = dec_s / (double)frames * 1e6;
-  if (json)
-    printf("{\"words\": {\"frames\": %zu, \"encoder_us_per_frame\": %.3f, "
-           "\"decoder_us_per_frame\": %.3f, \"decoder_over_encoder\": %.4f, "
-           "\"beam\": %d, \"decoder_bytes_per_stream\": %zu, "
-           "\"lexicon_bytes\": %zu, \"lm_bytes\": %zu, \"load_s\": %.3f, "
-           "\"segments\": %llu}}\n",
-           frames, enc_us, dec_us, dec_us / enc_us, dc.beam, di.memory_bytes,
-           li.memory_bytes, mi.memory_bytes, load_s,
-           (unsigned long long)di.segments);
-  else
+  int rc_out = 0;
+  if (json != NULL) {
+    char member[512];
+    snprintf(member, sizeof member,
+             "\"words\": {\"frames\": %zu, \"encoder_us_per_frame\": %.3f, "
+             "\"decoder_us_per_frame\": %.3f, \"decoder_over_encoder\": "
+             "%.4f, \"beam\": %d, \"decoder_bytes_per_stream\": %zu, "
+             "\"lexicon_bytes\": %zu, \"lm_bytes\": %zu, \"load_s\": %.3f, "
+             "\"segments\": %llu}",
+             frames, enc_us, dec_us, dec_us / enc_us, dc.beam, di.memory_bytes,
+             li.memory_bytes, mi.memory_bytes, load_s,
+             (unsigned long long)di.segments);
+    *json = strdup(member);
+    if (*json == NULL) {
+      fprintf(stderr, "aural bench: out of memory\n");
+      rc_out = -1;
+    }
+  } else
     printf("words (%zu frames of the bundled recording, one thread):\n"
            "  encoder   %8.2f us CPU per frame (chunks of 50, with the "
            "frontend's features)\n"
@@ -169,5 +177,5 @@ int bench_words(const char *model_path, const char *lexicon_path,
   free(lg);
   words_free(&res);
   aural_model_free(m);
-  return 0;
+  return rc_out;
 }

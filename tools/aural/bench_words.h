@@ -2,11 +2,12 @@
 #ifndef AURAL_CLI_BENCH_WORDS_H
 #define AURAL_CLI_BENCH_WORDS_H
 
-#include <stdbool.h>
-
-/* beam: the decoder's (0: its default). Prints the measurement; returns 0 or -1 (with a message on stderr). */
+/* beam: the decoder's (0: its default). Prints the measurement as text,
+ * or with json set puts it in *json as the member '"words": {...}' of
+ * the caller's one JSON object (malloc'ed: free it). Returns 0 or -1
+ * (with a message on stderr). */
 int bench_words(const char *model_path, const char *lexicon_path,
                 const char *lm_path, int beam, double seconds, int repeat,
-                bool json);
+                char **json);
 
 #endif

@@ -105,8 +105,12 @@ static void usage(FILE *to) {
           "      --json        print one JSON object instead of text\n"
           "      --save-model PATH  write the random model the flags\n"
           "                    describe to PATH and exit (for aurald and\n"
-          "                    'aural load')\n"
+          "                    'aural load'; nothing is measured)\n"
           "  -h, --help        show this help\n"
+          "\n"
+          "An option that no suite run uses (--lexicon without words,\n"
+          "a model flag without encoder, -m with frontend alone) is a\n"
+          "bad command line.\n"
           "\n"
           "Exit status: 0 on success, 1 if the model, the words' resources\n"
           "or --save-model's file could not be read or written, 2 for a bad\n"
@@ -664,13 +668,16 @@ static int save_model(const synth_spec *spec, const char *path) {
   return EXIT_OK;
 }
 
-/* The results as one JSON object. bf16's dot_rows is
+/* The results as one JSON object, with the words suite's member first
+ * when it ran (words: its '"words": {...}', or NULL). bf16's dot_rows is
  * aural_model_bf16_dot_rows(), -1 where the dot products take every size. */
 static void print_bench_json(const enc_bench *eb, const frontend_case *cases,
-                             size_t n_cases, int run_enc, int run_fe) {
+                             size_t n_cases, int run_enc, int run_fe,
+                             const char *words) {
   /* The model file's path as a JSON string (escaped), or null. */
   char *file_json = eb->model_path ? json_string(eb->model_path) : NULL;
   printf("{");
+  if (words != NULL) printf("%s%s", words, run_enc || run_fe ? ", " : "");
   if (run_enc)
     printf("\"isa\": \"%s\", \"gemm\": \"%s\", \"peak_gflops\": %.1f, "
            "\"peak_gflops_avx512\": %.1f, \"peak_gflops_avx2\": %.1f, "
@@ -841,14 +848,22 @@ int cmd_bench(int argc, char **argv) {
   enc_bench eb = {.chunk = 50, .seconds = 20, .repeat = 3, .streams = 8,
                   .cpus = cpus_available()};
   synth_spec_base(&eb.spec);
-  int json = 0, c, model_flags = 0;
+  int json = 0, c, li, model_flags = 0;
   size_t v = 0;
   const char *save = NULL, *lexicon = NULL, *lm = NULL;
   size_t beam = 0; /* the decoder's default */
+  /* The last option given that only one suite, or only a measurement,
+   * uses: checked against the suites once they are known. */
+  const char *model_flag = NULL, *enc_only = NULL, *words_only = NULL,
+             *measure_only = NULL;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+  while ((li = -1, c = getopt_long(argc, argv, "m:h", opts, &li)) != -1) {
     int bad = 0;
     if (c >= O_D && c <= O_POS) model_flags = 1;
+    if (li >= 0 && c >= O_D && c <= O_POS) model_flag = opts[li].name;
+    if (li >= 0 && c >= O_CHUNK && c <= O_CPUS) enc_only = opts[li].name;
+    if (li >= 0 && c >= O_LEXICON && c <= O_BEAM) words_only = opts[li].name;
+    if (li >= 0 && c >= O_SECONDS && c <= O_JSON) measure_only = opts[li].name;
     switch (c) {
     case 'm': eb.model_path = optarg; break;
     case O_SECONDS:
@@ -910,6 +925,20 @@ int cmd_bench(int argc, char **argv) {
             eb.spec.n_heads, eb.spec.d_model);
     return EXIT_USAGE;
   }
+  if (save != NULL && (optind < argc || enc_only != NULL ||
+                       words_only != NULL || measure_only != NULL)) {
+    /* It writes the model and exits: whatever else was asked would be
+     * left undone without a word. */
+    fprintf(stderr,
+            "aural bench: --save-model writes a model and measures nothing: "
+            "not with %s%s\n(see 'aural bench --help')\n",
+            optind < argc ? "a SUITE such as " : "--",
+            optind < argc      ? argv[optind]
+            : enc_only != NULL   ? enc_only
+            : words_only != NULL ? words_only
+                                 : measure_only);
+    return EXIT_USAGE;
+  }
   if (save != NULL) return save_model(&eb.spec, save);
   int run_enc = optind == argc, run_fe = optind == argc, run_words = 0;
   for (int i = optind; i < argc; i++) {
@@ -928,21 +957,52 @@ int cmd_bench(int argc, char **argv) {
     }
   }
 
+  /* An option that no suite run uses would be ignored, and the user left
+   * to think it measured what was asked. */
+  const char *unused = NULL, *needs = NULL;
+  if (!run_enc && (enc_only != NULL || model_flag != NULL)) {
+    unused = enc_only != NULL ? enc_only : model_flag;
+    needs = "the encoder suite";
+  } else if (!run_words && words_only != NULL) {
+    unused = words_only;
+    needs = "the words suite (named: it runs only then)";
+  } else if (!run_enc && !run_words && eb.model_path != NULL) {
+    unused = "model";
+    needs = "the encoder or words suite";
+  }
+  if (needs != NULL) {
+    fprintf(stderr, "aural bench: --%s needs %s\n(see 'aural bench --help')\n",
+            unused, needs);
+    return EXIT_USAGE;
+  }
+  char *words_json = NULL;
   if (run_words &&
       bench_words(eb.model_path ? eb.model_path : cli_default_model(),
-                  lexicon, lm, (int)beam, eb.seconds, eb.repeat, json) < 0)
+                  lexicon, lm, (int)beam, eb.seconds, eb.repeat,
+                  json ? &words_json : NULL) < 0)
     return EXIT_FAIL;
-  if (!run_enc && !run_fe) return EXIT_OK;
+  if (!run_enc && !run_fe) {
+    if (words_json != NULL) printf("{%s}\n", words_json);
+    free(words_json);
+    return EXIT_OK;
+  }
   frontend_case cases[] = {{16000, 1, 0, 0, 0}, {44100, 2, 0, 0, 0},
                            {48000, 1, 0, 0, 0}};
   size_t n_cases = sizeof cases / sizeof cases[0];
   if (run_fe)
     for (size_t i = 0; i < n_cases; i++)
-      if (bench_frontend_case(&cases[i], eb.seconds, eb.repeat) < 0)
+      if (bench_frontend_case(&cases[i], eb.seconds, eb.repeat) < 0) {
+        free(words_json);
         return EXIT_FAIL;
-  if (run_enc && bench_encoder(&eb) < 0) return EXIT_FAIL;
+      }
+  if (run_enc && bench_encoder(&eb) < 0) {
+    free(words_json);
+    return EXIT_FAIL;
+  }
 
-  if (json) print_bench_json(&eb, cases, n_cases, run_enc, run_fe);
+  if (json)
+    print_bench_json(&eb, cases, n_cases, run_enc, run_fe, words_json);
   else print_bench_table(&eb, cases, n_cases, run_enc, run_fe);
+  free(words_json);
   return EXIT_OK;
 }

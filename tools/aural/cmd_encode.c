@@ -86,6 +86,7 @@ static void usage(FILE *to) {
           "                       faster only on CPUs with AVX512-BF16;\n"
           "                       README, \"Precision bf16\")\n"
           "      --show           print a coarse text picture of the result\n"
+          "                       (embeddings, logits or features)\n"
           "  -q, --quiet          print no reports: only errors and the result\n"
           "  -j, --jobs N         with several inputs: files encoded at once\n"
           "                       (default: one per CPU)\n",
@@ -1174,6 +1175,13 @@ int cmd_encode(int argc, char **argv) {
     }
     job.kind = (out_kind)k;
   }
+  if (job.show && (job.kind == OUT_TEXT || job.kind == OUT_WORDS)) {
+    /* The picture is of rows of numbers; text has none to draw. */
+    fprintf(stderr, "aural encode: --show draws embeddings, logits or "
+                    "features, not --output %s\n",
+            kind_names[job.kind]);
+    return EXIT_USAGE;
+  }
   if (words_only != NULL && job.kind != OUT_WORDS) {
     /* Taken without words it would be ignored, and the user left to
      * wonder why it changed nothing. */
@@ -1195,25 +1203,32 @@ int cmd_encode(int argc, char **argv) {
   }
   if (job.model_path == NULL) job.model_path = cli_default_model();
   struct stat st;
-  int batch_mode = argc - optind > 1 || jobs_given ||
-                   (argc - optind == 1 && stat(argv[optind], &st) == 0 &&
-                    S_ISDIR(st.st_mode));
+  /* What makes this a run of many inputs, for messages about -o (a lone
+   * file given -j was told it was several inputs). */
+  const char *batch_why =
+      argc - optind > 1 ? "several inputs"
+      : argc - optind == 1 && stat(argv[optind], &st) == 0 &&
+              S_ISDIR(st.st_mode)
+          ? "a directory as INPUT"
+      : jobs_given ? "-j" : NULL;
+  int batch_mode = batch_why != NULL;
   if (optind == argc || (batch_mode && job.out_path == NULL) ||
       (job.out_path == NULL && job.kind != OUT_TEXT &&
        job.kind != OUT_WORDS)) {
-    fprintf(stderr, "aural encode: %s\n(see 'aural encode --help')\n",
+    fprintf(stderr, "aural encode: %s%s\n(see 'aural encode --help')\n",
             optind == argc ? "an INPUT file is required"
-            : batch_mode   ? "-o DIR is required with several inputs"
-                           : "-o OUT.npy is required");
+            : batch_mode   ? "-o DIR is required with "
+                           : "-o OUT.npy is required",
+            optind != argc && batch_mode ? batch_why : "");
     return EXIT_USAGE;
   }
   if (batch_mode && (ends_with(job.out_path, ".npy") ||
                      ends_with(job.out_path, ".txt") ||
                      strcmp(job.out_path, "/dev/stdout") == 0)) {
     fprintf(stderr,
-            "aural encode: -o %s: with several inputs or a directory, -o "
-            "names the output directory (one .npy per input)\n",
-            job.out_path);
+            "aural encode: -o %s: with %s, -o names the output directory "
+            "(a file per input)\n",
+            job.out_path, batch_why);
     return EXIT_USAGE;
   }
   if (batch_mode && job.show) {

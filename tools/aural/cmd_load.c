@@ -546,7 +546,13 @@ static int run_load(load_run *r, aural_client *sub, aural_client *pinger,
     ended = 0;
     for (size_t i = 0; i < n_streams; i++) ended += r->st[i].ended;
   }
-  res->wall_s = (isnan(res->cpu_s) ? cli_now_s() : res->wall_s) - t_start;
+  if (isnan(res->cpu_s)) {
+    /* Ended before a stream's audio was all out (Ctrl-C, aurald gone):
+     * the CPU time up to now, if the daemon is still there to read. */
+    res->cpu_s = daemon_pid ? proc_cpu_s(daemon_pid) : NAN;
+    res->wall_s = cli_now_s();
+  }
+  res->wall_s -= t_start;
   res->cpu_s -= cpu0;
   free(rbuf);
   free(msg);
@@ -641,12 +647,23 @@ static int report_load(load_run *r, const load_result *res, size_t block_ms,
     printf("chunks      %llu received of %llu, %llu lost\n",
            (unsigned long long)chunks, (unsigned long long)expected,
            (unsigned long long)lost);
-    printf("latency     p50 %.1f ms  p99 %.1f ms  max %.1f ms  (worst "
-           "stream p99 %.1f ms)\n", p50, p99, pmax, worst_p99);
-    printf("ping        p50 %.2f ms  p99 %.2f ms  max %.2f ms\n", g50, g99,
-           gmax);
-    printf("daemon cpu  %.1f%% of one core (%.3f%% per stream)\n", cpu_pct,
-           cpu_pct / (double)n_streams);
+    /* What was not measured is said so, not printed as "nan" (as the
+     * JSON gives null). */
+    if (total_lat > 0)
+      printf("latency     p50 %.1f ms  p99 %.1f ms  max %.1f ms  (worst "
+             "stream p99 %.1f ms)\n", p50, p99, pmax, worst_p99);
+    else
+      printf("latency     none measured (no chunk with frames arrived)\n");
+    if (res->n_pings > 0)
+      printf("ping        p50 %.2f ms  p99 %.2f ms  max %.2f ms\n", g50, g99,
+             gmax);
+    else
+      printf("ping        none answered\n");
+    if (isfinite(cpu_pct))
+      printf("daemon cpu  %.1f%% of one core (%.3f%% per stream)\n", cpu_pct,
+             cpu_pct / (double)n_streams);
+    else
+      printf("daemon cpu  unknown (aurald's CPU time could not be read)\n");
   }
   free(all);
   free(per);

@@ -95,9 +95,11 @@ static void usage(FILE *to) {
           "                                   its time span\n"
           "                     (logits and text need a model with a head,\n"
           "                     words a server with a lexicon)\n"
-          "      --dtype TYPE   f32 (default) or f16 on the wire; -o always\n"
-          "                     writes float32 (not with --cluster: the\n"
-          "                     stream's node chose the dtype)\n"
+          "      --dtype TYPE   f32 (default) or f16 on the wire, of\n"
+          "                     embeddings and logits (--output has one);\n"
+          "                     -o always writes float32 (not with\n"
+          "                     --cluster: the stream's node chose the\n"
+          "                     dtype)\n"
           "  -o, --out PATH     write the stream's embeddings (or logits) as\n"
           "                     a float32 .npy [n_frames, dim] when it ends\n"
           "                     (with --output words alone: its transcript,\n"
@@ -272,13 +274,16 @@ static int finish_output(sub_job *job) {
   return 0;
 }
 
-/* Converts n values of dtype at p to float32 in job->row_buf. */
+/* Converts n values of dtype at p to float32 in job->row_buf (allocated
+ * also for n = 0: an empty first chunk, the end of a cluster stream
+ * without frames, is no failure). */
 static float *to_f32(sub_job *job, const uint8_t *p, size_t n, uint8_t dtype) {
-  if (n > job->row_cap) {
-    float *b = realloc(job->row_buf, n * sizeof *b);
+  if (n > job->row_cap || job->row_buf == NULL) {
+    size_t cap = n > 0 ? n : 1;
+    float *b = realloc(job->row_buf, cap * sizeof *b);
     if (b == NULL) return NULL;
     job->row_buf = b;
-    job->row_cap = n;
+    job->row_cap = cap;
   }
   for (size_t i = 0; i < n; i++) {
     if (dtype == AURAL_DTYPE_F16) {
@@ -1089,6 +1094,10 @@ int cmd_sub(int argc, char **argv) {
   else if (job.reconnect && job.cluster_url != NULL)
     bad = "--reconnect is for aurald's socket; --cluster reads Redis, which "
           "keeps the chunks (--from resumes)";
+  else if (dtype != NULL &&
+           !(job.outputs & (AURAL_OUT_EMBEDDINGS | AURAL_OUT_LOGITS)))
+    bad = "--dtype is how embeddings and logits travel; --output asks for "
+          "neither";
   else if (job.stream != NULL && !aural_proto_valid_name(job.stream))
     bad = "--stream: a stream name is 1-64 printable ASCII characters "
           "without spaces, '/' or '\\'";
