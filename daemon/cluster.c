@@ -305,9 +305,9 @@ static void drop_announcement(cluster *cl, const char *entry) {
 
 /* A stream that has ended for good: its event, its announcement acked and
  * deleted, its audio gone, its outputs kept for --cluster-expire. */
-static void finish_entry(cluster *cl, cstream *cs) {
+static void finish_entry(cluster *cl, cstream *cs, uint64_t n_chunks) {
   stream *s = cs->s;
-  send_event(cl, "ended", cs, NULL, s->loop.chunks_emitted,
+  send_event(cl, "ended", cs, NULL, n_chunks,
              end_reason_name(s->sched.reason), s->sched.message);
   drop_announcement(cl, cs->entry);
   const char *del_audio[] = {"DEL", cs->k_audio};
@@ -320,6 +320,18 @@ static void finish_entry(cluster *cl, cstream *cs) {
     const char *exp[] = {"PEXPIRE", keys[i], ms};
     command(cl->cmd, ignore_reply, NULL, 3, exp);
   }
+}
+
+/* Whether the stream's input ended on an error: bad audio or a producer
+ * gone silent (cs->failed), or its computation failing (compute.c's
+ * fail_stream()). Its final chunk then carries the message. */
+static bool ended_on_error(const cstream *cs) {
+  if (cs->failed) return true;
+  server *srv = cs->cl->srv;
+  pthread_mutex_lock(&srv->mu);
+  bool error = cs->s->sched.reason == END_ERROR;
+  pthread_mutex_unlock(&srv->mu);
+  return error;
 }
 
 /* Ends a stream's input early: nothing more of it is published, and the
@@ -665,7 +677,7 @@ static void publish(cstream *cs, chunk_out *co) {
     STR("final"), STR("1");
     /* Cut short (bad audio, a producer gone silent): a consumer must not
      * take what it has for the whole stream. */
-    if (cs->failed) STR("error"), STR(cs->s->sched.message);
+    if (ended_on_error(cs)) STR("error"), STR(cs->s->sched.message);
   }
   snprintf(n_xadd, sizeof n_xadd, "%d", k - xadd_at);
   lens[xadd_at - 1] = strlen(n_xadd); /* counted now that it is known */
@@ -696,7 +708,8 @@ static bool on_chunk(stream *s, chunk_out *co) {
   read_audio(cl);
   if (co->h.seq < cs->publish_from) return false;
   bool final = (co->h.flags & AURAL_CHUNK_FINAL) != 0;
-  if (cs->cut || cl->state != CL_UP || (final && !cs->end_seen && !cs->failed))
+  if (cs->cut || cl->state != CL_UP ||
+      (final && !cs->end_seen && !ended_on_error(cs)))
     return true;
   publish(cs, co);
   return true;
@@ -745,10 +758,14 @@ static void on_end(stream *s) {
   cluster *cl = cs->cl;
   s->loop.ext = NULL;
   s->loop.on_chunk = NULL;
+  uint64_t n_chunks = s->loop.chunks_emitted;
+  if (cl->state == CL_UP && !cs->cut && n_chunks == 0 &&
+      cs->publish_from == 0) {
+    publish_empty_end(cs, s); /* out of memory cuts it: resumed elsewhere */
+    n_chunks = 1;
+  }
   if (cl->state == CL_UP && !cs->cut) {
-    if (s->loop.chunks_emitted == 0 && cs->publish_from == 0)
-      publish_empty_end(cs, s);
-    finish_entry(cl, cs);
+    finish_entry(cl, cs, n_chunks);
     log_info("cluster stream \"%s\": done", cs->name);
   } else if (cl->state == CL_UP && cl->stopping) {
     release_entry(cl, cs->entry);

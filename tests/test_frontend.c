@@ -455,26 +455,56 @@ static int reenter_resampler_fn(void *user, const float *out, size_t n) {
   return 0;
 }
 
+static int count_rows_fn(void *user, const float *rows, size_t n,
+                         uint64_t first) {
+  (void)rows;
+  (void)first;
+  *(size_t *)user += n;
+  return 0;
+}
+
 static void test_callback_reentry_refused(void **state) {
   (void)state;
   static float x[48000];
   for (size_t i = 0; i < 48000; i++) x[i] = (float)sin((double)i * 0.01) * 0.1f;
-  reentry r = {.fe = make_frontend(16000, 1), .x = x};
-  assert_int_equal(aural_frontend_push(r.fe, x, 48000, reenter_frontend_fn,
-                                       &r),
-                   0);
-  for (int i = 0; i < 3; i++) assert_int_equal(r.rc[i], AURAL_ESTATE);
-  assert_int_equal(aural_frontend_finish(r.fe, reenter_frontend_fn, &r), 0);
-  assert_int_equal(r.n_rows, 298); /* as from 48000 samples alone */
-  aural_frontend_destroy(r.fe);
+  /* At 16 kHz, and at 48 kHz through the resampler, whose finish still
+   * delivers frames: the calls from that callback are refused too. */
+  const double rates[] = {16000, 48000};
+  for (size_t k = 0; k < 2; k++) {
+    reentry r = {.fe = make_frontend(rates[k], 1), .x = x};
+    assert_int_equal(aural_frontend_push(r.fe, x, 48000, reenter_frontend_fn,
+                                         &r),
+                     0);
+    for (int i = 0; i < 3; i++) assert_int_equal(r.rc[i], AURAL_ESTATE);
+    r.calls = 0;
+    memset(r.rc, 0, sizeof r.rc);
+    size_t in_push = r.n_rows;
+    assert_int_equal(aural_frontend_finish(r.fe, reenter_frontend_fn, &r), 0);
+    if (rates[k] != 16000) {
+      assert_true(r.n_rows > in_push);
+      for (int i = 0; i < 3; i++) assert_int_equal(r.rc[i], AURAL_ESTATE);
+    }
+    /* As from the 48000 samples alone. */
+    aural_frontend *plain = make_frontend(rates[k], 1);
+    size_t want = 0;
+    assert_int_equal(aural_frontend_push(plain, x, 48000, count_rows_fn, &want),
+                     0);
+    assert_int_equal(aural_frontend_finish(plain, count_rows_fn, &want), 0);
+    assert_int_equal(r.n_rows, want);
+    aural_frontend_destroy(plain);
+    aural_frontend_destroy(r.fe);
+  }
 
-  r = (reentry){.x = x};
+  reentry r = {.x = x};
   assert_int_equal(aural_resampler_create(48000, 16000, &r.rs, NULL), 0);
   assert_int_equal(aural_resampler_push(r.rs, x, 48000, reenter_resampler_fn,
                                         &r),
                    0);
   for (int i = 0; i < 3; i++) assert_int_equal(r.rc[i], AURAL_ESTATE);
+  r.calls = 0;
+  memset(r.rc, 0, sizeof r.rc);
   assert_int_equal(aural_resampler_finish(r.rs, reenter_resampler_fn, &r), 0);
+  for (int i = 0; i < 3; i++) assert_int_equal(r.rc[i], AURAL_ESTATE);
   assert_int_equal(r.n_samples, 16000);
   aural_resampler_destroy(r.rs);
 }

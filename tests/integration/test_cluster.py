@@ -573,6 +573,9 @@ class TestCluster(ClusterTest):
         got = [ck.seq for ck in td.ac.cluster_subscribe(self.redis.url(),
                                                         "empty")]
         self.assertEqual(got, [0])
+        ended = [f for _, f in self.r.xrange("aural:events")
+                 if f[b"type"] == b"ended" and f[b"stream"] == b"empty"]
+        self.assertEqual([f[b"chunks"] for f in ended], [b"1"])  # the empty one
         # Bad audio in the first entry: the empty final chunk says why.
         self.r.xadd("aural:announce", {"name": "bad", "rate": 16000,
                                        "channels": 1, "format": "s16"})

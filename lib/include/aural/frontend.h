@@ -88,24 +88,24 @@ int aural_frontend_create(const aural_frontend_config *cfg,
  * then: aural/resampler.h). With policy
  * REJECT, a block holding a non-finite sample returns
  * AURAL_ENONFINITE before anything is consumed or fn is called. Returns
- * 0, AURAL_ESTATE after finish, AURAL_EINVAL (pcm or fn NULL with n >
- * 0), AURAL_ERESAMPLE (libsoxr failed), or fn's nonzero return.
- * Real-time-safe at the model's rate, apart
- * from fn; one object is not thread-safe, distinct objects are
- * independent. */
+ * 0, AURAL_ESTATE after finish or from inside fn, AURAL_EINVAL (pcm or
+ * fn NULL with n > 0), AURAL_ERESAMPLE (libsoxr failed), or fn's nonzero
+ * return. Real-time-safe at the model's rate, apart from fn; one object
+ * is not thread-safe, distinct objects are independent. */
 int aural_frontend_push(aural_frontend *fe, const float *pcm, size_t n,
                         aural_frames_fn fn, void *user);
 
 /* Ends the stream: flushes the resampler and emits the last complete
  * frames (a partial window is dropped, as with snip_edges). Returns 0,
- * AURAL_ESTATE when already finished, AURAL_EINVAL (fn NULL),
- * AURAL_ERESAMPLE, or fn's nonzero return. */
+ * AURAL_ESTATE when already finished or from inside fn, AURAL_EINVAL (fn
+ * NULL), AURAL_ERESAMPLE, or fn's nonzero return. */
 int aural_frontend_finish(aural_frontend *fe, aural_frames_fn fn,
                           void *user);
 
 /* Returns to the freshly created state, ready for a new stream (when
- * resampling, not real-time-safe: aural_resampler_reset). Returns 0, or
- * AURAL_ERESAMPLE when libsoxr fails. */
+ * resampling, not real-time-safe: aural_resampler_reset). Returns 0,
+ * AURAL_ESTATE from inside a push's or finish's fn, or AURAL_ERESAMPLE
+ * when libsoxr fails. */
 int aural_frontend_reset(aural_frontend *fe);
 
 /* Counters since create or the last reset. */

@@ -47,23 +47,25 @@ int aural_resampler_create(double in_rate_hz, double out_rate_hz,
                            aural_resampler **out, aural_err *err);
 
 /* Converts n samples; calls fn zero or more times with output. Returns 0,
- * fn's nonzero return, AURAL_ESTATE after finish, AURAL_ERESAMPLE (libsoxr
- * failed), or AURAL_EINVAL (fn NULL, or samples NULL with n > 0; nothing
- * consumed). Not
- * real-time-safe: libsoxr may allocate (see create). Not thread-safe on
- * one object; distinct objects are independent. */
+ * fn's nonzero return, AURAL_ESTATE after finish or from inside fn,
+ * AURAL_ERESAMPLE (libsoxr failed), or AURAL_EINVAL (fn NULL, or samples
+ * NULL with n > 0; nothing consumed). Not real-time-safe: libsoxr may
+ * allocate (see create). Not thread-safe on one object; distinct objects
+ * are independent. */
 int aural_resampler_push(aural_resampler *rs, const float *samples, size_t n,
                          aural_samples_fn fn, void *user);
 
 /* Flushes the remaining output; afterwards only reset or destroy apply
  * (push and finish return AURAL_ESTATE). Returns 0, fn's nonzero return,
- * AURAL_ERESAMPLE, or AURAL_EINVAL when fn is NULL. */
+ * AURAL_ESTATE (already finished, or from inside fn), AURAL_ERESAMPLE, or
+ * AURAL_EINVAL when fn is NULL. */
 int aural_resampler_finish(aural_resampler *rs, aural_samples_fn fn,
                            void *user);
 
 /* Returns the object to its freshly created state: libsoxr frees its
  * state here and makes it again in the next push, so neither is
- * real-time-safe. Returns 0, or AURAL_ERESAMPLE when libsoxr fails. */
+ * real-time-safe. Returns 0, AURAL_ESTATE from inside a push's or
+ * finish's fn, or AURAL_ERESAMPLE when libsoxr fails. */
 int aural_resampler_reset(aural_resampler *rs);
 
 /* NULL-safe. */
