@@ -32,6 +32,8 @@ typedef struct source {
   const unsigned char *data;  /* (size) the buffer, when fd is -1 */
   uint64_t size;              /* bytes, when known (buffers, regular files) */
   int size_known;
+  const char *kind;           /* what it is, when not a regular file or a
+                                 buffer: "a pipe", "a device", ... */
   sf_count_t pos;             /* libsndfile's position in the buffer */
 } source;
 
@@ -437,10 +439,12 @@ static int open_source(aural_audiofile *af, const char *path,
   if (sf == NULL) {
     /* libsndfile reads FLAC (and a few others) only where it can seek. */
     rc = aural__err_set(err, AURAL_EFORMAT,
-                        "%s: not a readable audio file%s%s", path, why,
+                        "%s: not a readable audio file%s%s%s%s", path, why,
+                        serialized ? "" : "; read from ",
+                        serialized ? "" : af->src.kind,
                         serialized ? ""
-                                   : "; read from a pipe: FLAC and some "
-                                     "other formats need a regular file");
+                                   : ": FLAC and some other formats need a "
+                                     "regular file");
     free(af);
     return rc;
   }
@@ -516,6 +520,11 @@ int aural_audiofile_open(const char *path, aural_audiofile **out,
   af->src.fd = fd;
   /* Pipes and devices have no size: the chunk walk is skipped for them. */
   af->src.size_known = S_ISREG(st.st_mode);
+  af->src.kind = S_ISFIFO(st.st_mode)  ? "a pipe"
+                 : S_ISCHR(st.st_mode) ? "a character device"
+                 : S_ISBLK(st.st_mode) ? "a block device"
+                 : S_ISSOCK(st.st_mode) ? "a socket"
+                                        : "something other than a file";
   af->src.size = af->src.size_known ? (uint64_t)st.st_size : 0;
   snprintf(af->path, sizeof af->path, "%s", path);
   return open_source(af, path, out, err);

@@ -908,6 +908,21 @@ static void test_fifo_input(void **state) {
   }
 }
 
+/* A character device (here /dev/null, which reads as empty) is named as
+ * one: the message said "read from a pipe" for anything not a regular
+ * file. */
+static void test_device_input_named(void **state) {
+  (void)state;
+  aural_audiofile *af = NULL;
+  aural_err err = {0};
+  assert_int_equal(aural_audiofile_open("/dev/null", &af, &err),
+                   AURAL_EFORMAT);
+  assert_null(af);
+  assert_contains(err.msg, "/dev/null");
+  assert_contains(err.msg, "a character device");
+  assert_null(strstr(err.msg, "pipe"));
+}
+
 /* Opens on several threads at once each give their own outcome: libsndfile
  * keeps the reason of a failed open in one variable for the process, which
  * each open writes. */
@@ -1066,6 +1081,7 @@ int main(void) {
       cmocka_unit_test(test_null_arguments),
       cmocka_unit_test(test_memory_ogg_vorbis_headers),
       T(test_fifo_input),
+      T(test_device_input_named),
       T(test_threads_open_at_once),
       cmocka_unit_test(test_good_speech),
       cmocka_unit_test(test_good_stereo_44k),
