@@ -768,8 +768,8 @@ int aural_model_memory_need(const aural_model_config *c,
                             aural_model_memory *out) {
   if (out == NULL) return AURAL_EINVAL;
   memset(out, 0, sizeof *out);
-  if (c == NULL || batch_rows == 0 || batch_rows > AURAL_ENCODER_MAX_BATCH_FRAMES ||
-      c->d_model < 1 ||
+  if (c == NULL || batch_rows == 0 ||
+      batch_rows > AURAL_ENCODER_MAX_BATCH_FRAMES || c->d_model < 1 ||
       c->n_heads < 1 || c->d_model % c->n_heads != 0 || c->n_layers < 1 ||
       c->d_ff < 1 || c->window < 1 || c->fbank.num_mel_bins < 1 ||
       c->vocab_size < 0)

@@ -778,6 +778,16 @@ static void put_frames(float *logits, size_t *at, int k, int n) {
     for (int j = 0; j < V; j++) logits[*at * V + j] = j == k ? 8.0f : 0.0f;
 }
 
+/* Token 2 for two frames, then two of blanks: the word "b" of the small
+ * lexicons, into d. */
+static void push_word_b(aural_decoder *d) {
+  float logits[4 * V] = {0};
+  size_t n = 0;
+  put_frames(logits, &n, 2, 2);
+  put_frames(logits, &n, 0, 2);
+  assert_int_equal(aural_decoder_push(d, logits, 4), 4);
+}
+
 static aural_decoder *endpoint_decoder(const aural_lexicon *lex,
                                        const aural_lm *lm) {
   aural_decoder_config dc;
@@ -1058,11 +1068,7 @@ static void test_config_rejects(void **state) {
   aural_lexicon_destroy(small);
   /* No LM: words by the acoustics and the penalty alone. */
   assert_int_equal(aural_decoder_create(&dc, model, lex, NULL, &d, &err), 0);
-  float logits[4 * V] = {0};
-  size_t n = 0;
-  put_frames(logits, &n, 2, 2);
-  put_frames(logits, &n, 0, 2);
-  assert_int_equal(aural_decoder_push(d, logits, 4), 4);
+  push_word_b(d);
   aural_word w[2];
   assert_int_equal(aural_decoder_partial(d, w, 2), 1);
   assert_string_equal(w[0].text, "b");
@@ -1109,11 +1115,7 @@ static void test_partial_without_buffer(void **state) {
   aural_decoder *d;
   aural_err err;
   assert_int_equal(aural_decoder_create(NULL, model, lex, NULL, &d, &err), 0);
-  float logits[4 * V] = {0};
-  size_t n = 0;
-  put_frames(logits, &n, 2, 2);
-  put_frames(logits, &n, 0, 2);
-  assert_int_equal(aural_decoder_push(d, logits, 4), 4);
+  push_word_b(d);
   assert_int_equal(aural_decoder_partial(d, NULL, 2), 1);
   assert_int_equal(aural_decoder_partial(d, NULL, 0), 1);
   aural_word w[2];
