@@ -530,8 +530,9 @@ static int check_chunk(const aural_stream *s, const aural_chunk *ch,
   return 0;
 }
 
-int aural_stream_ready(const aural_stream *s, size_t *n_frames,
-                       bool *final) {
+/* The next chunk's size and whether it is the last: 1, or 0 when none
+ * can be pulled yet. */
+static int next_chunk(const aural_stream *s, size_t *n_frames, bool *final) {
   *n_frames = 0;
   *final = false;
   if (s->done) return 0;
@@ -546,6 +547,17 @@ int aural_stream_ready(const aural_stream *s, size_t *n_frames,
   *n_frames = s->n_ready;
   *final = true;
   return 1;
+}
+
+int aural_stream_ready(const aural_stream *s, size_t *n_frames,
+                       bool *final) {
+  if (s == NULL) return AURAL_EINVAL;
+  size_t n;
+  bool f;
+  int rc = next_chunk(s, &n, &f);
+  if (n_frames != NULL) *n_frames = n;
+  if (final != NULL) *final = f;
+  return rc;
 }
 
 /* Greedy CTC text of the n rows at the head, the collapse state carried
@@ -568,10 +580,10 @@ static size_t chunk_text(aural_stream *s, size_t n, char *text) {
 }
 
 int aural_stream_pull(aural_stream *s, aural_chunk *ch) {
-  if (ch == NULL) return AURAL_EINVAL;
+  if (s == NULL || ch == NULL) return AURAL_EINVAL;
   size_t n;
   bool final;
-  int ready = aural_stream_ready(s, &n, &final);
+  int ready = next_chunk(s, &n, &final);
   int rc = check_chunk(s, ch, n);
   if (rc < 0) return rc;
   if (!ready) {

@@ -410,6 +410,14 @@ static void test_chunk_boundaries(void **state) {
   assert_int_equal(aural_stream_ready(s, &n_next, &final), 1);
   assert_int_equal(n_next, 20);
   assert_false(final);
+  /* Either output may be left out; a NULL stream is refused. */
+  assert_int_equal(aural_stream_ready(s, NULL, NULL), 1);
+  assert_int_equal(aural_stream_ready(s, &n_next, NULL), 1);
+  assert_int_equal(n_next, 20);
+  assert_int_equal(aural_stream_ready(s, NULL, &final), 1);
+  assert_false(final);
+  assert_int_equal(aural_stream_ready(NULL, &n_next, &final), AURAL_EINVAL);
+  assert_int_equal(aural_stream_pull(NULL, &ch), AURAL_EINVAL);
   char text[4096];
   ch.text = text;
   ch.text_cap = 20 * (in.token_max_bytes + 1); /* one byte short */

@@ -266,18 +266,19 @@ int aural_stream_compute_batch(aural_batch *b, aural_stream *const *streams,
                                size_t n_streams);
 
 /* Whether a chunk can be pulled now: 1 with its frame count and final
- * flag, or 0. Real-time-safe. */
+ * flag (either pointer may be NULL when the caller does not want it), or
+ * 0; AURAL_EINVAL for a NULL stream. Real-time-safe. */
 int aural_stream_ready(const aural_stream *s, size_t *n_frames, bool *final);
 
 /* Copies the next chunk into chunk's buffers and fills its out fields.
  * Returns 1 when a chunk was pulled, 0 when none is complete yet (or the
- * stream is done), AURAL_EINVAL (a buffer for an output the stream does not
- * have, max_frames or text_cap too small for this chunk, words without
- * segments or either below words_max or segments_max; nothing is
- * consumed). The CTC
- * collapse state advances even when text is NULL. After a failed push,
- * end or compute, the frames computed before it still come out, as after
- * aural_stream_abort(). Real-time-safe. */
+ * stream is done), AURAL_EINVAL (a NULL stream or chunk, a buffer for an
+ * output the stream does not have, max_frames or text_cap too small for
+ * this chunk, words without segments or either below words_max or
+ * segments_max; nothing is consumed). The CTC collapse state advances
+ * even when text is NULL. After a failed push, end or compute, the frames
+ * computed before it still come out, as after aural_stream_abort().
+ * Real-time-safe. */
 int aural_stream_pull(aural_stream *s, aural_chunk *chunk);
 
 /* Dimensions and timing of the stream, fixed at create. Thread-safe. */
