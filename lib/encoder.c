@@ -58,6 +58,7 @@ struct aural_encoder {
   uint64_t next_frame;  /* position of the next frame to encode */
   uint64_t lead;        /* lead-in frames (the model's) */
   bool primed;          /* the lead-in has run since create or reset */
+  bool marked;          /* listed in the batch being checked (check_items) */
   int d, hs, n_heads, window;
   size_t w_pad;     /* window + ATT_ROWS, rounded up to 16 */
   float *k_ring;    /* (n_layers, d, w_pad) keys, rope applied, transposed:
@@ -580,20 +581,35 @@ aural_batch_item *aural__batch_items(aural_batch *b, size_t *cap) {
   return b->items;
 }
 
+/* Checks the items of a batch: each of b's model, with its features, no
+ * logits without a head, and no encoder twice (a stream's rows must be
+ * computed in order: once per call), in one walk, marking each encoder
+ * as it goes. */
+static int check_items(const aural_batch *b, const aural_batch_item *items,
+                       size_t n) {
+  const aural_model_config *c = &b->model->cfg;
+  int rc = 0;
+  size_t i = 0;
+  for (; i < n && rc == 0; i++) {
+    const aural_batch_item *it = &items[i];
+    if (it->enc == NULL || it->enc->model != b->model || it->enc->marked ||
+        (it->n > 0 && it->feats == NULL) ||
+        (it->logits != NULL && c->vocab_size == 0))
+      rc = AURAL_EINVAL;
+    else
+      it->enc->marked = true;
+  }
+  for (size_t j = 0; j < i; j++)
+    if (items[j].enc != NULL) items[j].enc->marked = false;
+  return rc;
+}
+
 int aural_encoder_forward_batch(aural_batch *b, const aural_batch_item *items,
                                 size_t n_items) {
   if (b == NULL || (items == NULL && n_items > 0)) return AURAL_EINVAL;
+  int rc = check_items(b, items, n_items);
+  if (rc < 0) return rc;
   const aural_model_config *c = &b->model->cfg;
-  for (size_t i = 0; i < n_items; i++) {
-    const aural_batch_item *it = &items[i];
-    if (it->enc == NULL || it->enc->model != b->model ||
-        (it->n > 0 && it->feats == NULL) ||
-        (it->logits != NULL && c->vocab_size == 0))
-      return AURAL_EINVAL;
-    /* A stream's rows must be computed in order: once per call. */
-    for (size_t j = 0; j < i; j++)
-      if (items[j].enc == it->enc) return AURAL_EINVAL;
-  }
   for (size_t i = 0; i < n_items; i++)
     if (items[i].n > 0) prime(items[i].enc);
   size_t d = (size_t)c->d_model, mels = (size_t)c->fbank.num_mel_bins,

@@ -951,7 +951,14 @@ static void test_batch_equals_alone(void **state) {
     assert_int_equal(aural_encoder_create(other, NULL, &stranger, NULL), 0);
     aural_batch_item wrong[1] = {{stranger, feats, 1, alone, NULL}};
     assert_int_equal(aural_encoder_forward_batch(b, wrong, 1), AURAL_EINVAL);
+    aural_batch_item late[2] = {{enc[1], feats, 0, alone, NULL},
+                                {enc[1], feats, 0, alone, NULL}};
+    assert_int_equal(aural_encoder_forward_batch(b, late, 2), AURAL_EINVAL);
     assert_int_equal(aural_encoder_next_frame(enc[0]), total[0]);
+    /* A refused batch leaves no encoder marked as listed. */
+    aural_batch_item fine[2] = {{enc[0], feats, 0, alone, NULL},
+                                {enc[1], feats, 0, alone, NULL}};
+    assert_int_equal(aural_encoder_forward_batch(b, fine, 2), 0);
     aural_encoder_destroy(stranger);
     aural_model_free(other);
 
