@@ -1523,6 +1523,47 @@ static void test_encode_text_lines_apart_from_progress(void **state) {
   assert_dir_holds(fx->out_dir, "text.txt");
 }
 
+/* An input whose length is unknown (a recorder's WAV, data size
+ * 0xFFFFFFFF, through a FIFO) has no fraction done: its progress line
+ * says how much audio was read. It drew a full bar at "100%" from the
+ * first read on. */
+static void test_encode_progress_of_unknown_length(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], fifo[PATH_BYTES], out[PATH_BYTES];
+  size_t len;
+  input_path(in, fx, "speech.wav");
+  char *bytes = copy_speech(in, &len);
+  char *data = memmem(bytes, len, "data", 4);
+  assert_non_null(data);
+  memset(data + 4, 0xff, 4);
+  input_path(fifo, fx, "rec.fifo");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) { /* the recorder */
+    int fd = open(fifo, O_WRONLY);
+    for (size_t at = 0; fd >= 0 && at < len;) {
+      ssize_t k = write(fd, bytes + at, len - at);
+      if (k <= 0) break;
+      at += (size_t)k;
+    }
+    _exit(0);
+  }
+  snprintf(out, sizeof out, "%s/rec.npy", fx->out_dir);
+  const char *args[] = {"encode", "-o", out, fifo, NULL};
+  char *screen;
+  int percent;
+  int status = run_on_terminal(args, &screen, &percent);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  print_message("    screen:\n%s", screen);
+  free(screen);
+  free(bytes);
+  assert_int_equal(status, 0);
+  assert_false(percent);
+  assert_dir_holds(fx->out_dir, "rec.npy");
+}
+
 /* INPUT - is standard input, as for aural send (it was "-: No such file or
  * directory"): a pipe or a redirected file gives the same output as the
  * file itself; an empty one is named in the error; with several inputs it
@@ -1907,6 +1948,7 @@ int main(void) {
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),
       T(test_encode_text_lines_apart_from_progress),
+      T(test_encode_progress_of_unknown_length),
       T(test_full_stdout_fails),
       T(test_closed_stdout_stays_apart),
       T(test_closed_stdout_result_fails),

@@ -173,7 +173,9 @@ typedef struct encode_job {
                             k * kept_stride */
   size_t n_kept, kept_max, kept_stride;
   double t_start, t_progress;
-  int64_t total_in, done_in; /* input frames, for progress */
+  int64_t total_in, done_in; /* input frames, for progress (total_in
+                                -1: unknown) */
+  double in_rate_hz;         /* the input's rate, for progress */
   int progress;              /* draw a progress line on stderr */
   int progress_shown;        /* ... and one is on the terminal now */
   int shared_model;          /* model belongs to the caller (batch mode) */
@@ -261,17 +263,26 @@ enum { PROGRESS_SOON, PROGRESS_NOW, PROGRESS_DONE };
 
 /* Draws the progress line on stderr (a terminal): PROGRESS_SOON at most
  * every 0.2 s, PROGRESS_NOW at once, PROGRESS_DONE for the last time,
- * erased. */
+ * erased. An input of unknown length (a FIFO, some Ogg files) has no
+ * fraction done: its line says how much audio was read. */
 static void draw_progress(encode_job *job, int when) {
   double now = cli_now_s();
   if (!job->progress ||
       (when == PROGRESS_SOON && now - job->t_progress < 0.2))
     return;
   job->t_progress = now;
-  double frac = job->total_in > 0 ? (double)job->done_in / job->total_in : 1;
-  int width = 30, filled = (int)(frac * width);
-  fprintf(stderr, "\r%s [%.*s%*s] %3.0f%%", job->in_name, filled,
-          "##############################", width - filled, "", frac * 100);
+  if (job->total_in < 0) {
+    fprintf(stderr, "\r%s: %.1f s of audio read", job->in_name,
+            job->in_rate_hz > 0 ? (double)job->done_in / job->in_rate_hz
+                                : 0.0);
+  } else {
+    double frac =
+        job->total_in > 0 ? (double)job->done_in / (double)job->total_in : 1;
+    int width = 30, filled = (int)(frac * width);
+    fprintf(stderr, "\r%s [%.*s%*s] %3.0f%%", job->in_name, filled,
+            "##############################", width - filled, "",
+            frac * 100);
+  }
   job->progress_shown = when != PROGRESS_DONE;
   if (when == PROGRESS_DONE) fputs("\r\033[K", stderr);
 }
@@ -559,7 +570,7 @@ static int run(encode_job *job) {
   aural_audiofile_info info;
   aural_audiofile_get_info(af, &info);
   job->total_in = info.n_frames;
-  rate_hz = info.rate_hz;
+  job->in_rate_hz = rate_hz = info.rate_hz;
 
   rc = open_stream(job, &info, &err);
   if (rc < 0) goto fail;
