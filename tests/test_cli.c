@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pty.h>
 #include <signal.h>
 #include <spawn.h>
@@ -1564,6 +1565,99 @@ static void test_encode_progress_of_unknown_length(void **state) {
   assert_dir_holds(fx->out_dir, "rec.npy");
 }
 
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* With -j, the progress bar counts a file being encoded for what has been
+ * read of it: it stayed empty, with 0.00 h of audio and 0x real time,
+ * until a file was done, which for a few long recordings is most of the
+ * run. The input is a FIFO whose writer stops halfway through until the
+ * bar has moved (or 10 s have passed). */
+static void test_encode_batch_progress_within_a_file(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], fifo[PATH_BYTES];
+  size_t len;
+  input_path(in, fx, "speech.wav");
+  char *bytes = copy_speech(in, &len);
+  input_path(fifo, fx, "rec.wav");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  int go[2];
+  assert_int_equal(pipe(go), 0);
+  pid_t writer = fork();
+  assert_true(writer >= 0);
+  if (writer == 0) { /* half the file, then the rest when told */
+    close(go[1]);
+    int fd = open(fifo, O_WRONLY);
+    size_t half = len / 2, at = 0;
+    char c;
+    while (fd >= 0 && at < len) {
+      if (at == half && read(go[0], &c, 1) < 0) break;
+      ssize_t k = write(fd, bytes + at, (at < half ? half : len) - at);
+      if (k <= 0) break;
+      at += (size_t)k;
+    }
+    _exit(0);
+  }
+  close(go[0]);
+
+  char *argv[] = {(char *)aural_bin(), "encode", "-j", "1", "-o",
+                  fx->out_dir, fifo, NULL};
+  int master, slave;
+  if (openpty(&master, &slave, NULL, NULL, NULL) != 0) skip();
+  posix_spawn_file_actions_t fa;
+  assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
+  assert_int_equal(
+      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 1), 0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 2), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, slave), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, master), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, go[1]), 0);
+  pid_t pid;
+  assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(slave);
+
+  /* Read the terminal until a bar with a '#' shows while no file is
+   * done. */
+  char seen[8192];
+  size_t n_seen = 0;
+  int moved = 0;
+  double deadline = mono_s() + 10;
+  while (!moved && mono_s() < deadline) {
+    struct pollfd p = {.fd = master, .events = POLLIN};
+    if (poll(&p, 1, 100) <= 0) continue;
+    ssize_t got = read(master, seen + n_seen, sizeof seen - 1 - n_seen);
+    if (got <= 0) break;
+    n_seen += (size_t)got;
+    seen[n_seen] = '\0';
+    for (char *bar = strstr(seen, "[#"); bar != NULL && !moved;
+         bar = strstr(bar + 1, "[#"))
+      moved = strstr(bar, "0/1 files") != NULL;
+    if (n_seen > sizeof seen / 2) { /* keep the tail */
+      memmove(seen, seen + n_seen - 256, 256);
+      n_seen = 256;
+    }
+  }
+  assert_int_equal(write(go[1], "g", 1), 1); /* the rest of the file */
+  close(go[1]);
+  char drain[4096];
+  while (read(master, drain, sizeof drain) > 0) {
+  }
+  close(master);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  waitpid(writer, NULL, 0);
+  free(bytes);
+  if (!moved) fail_msg("the bar did not move while the file was read");
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_dir_holds(fx->out_dir, "rec.npy");
+}
+
 /* INPUT - is standard input, as for aural send (it was "-: No such file or
  * directory"): a pipe or a redirected file gives the same output as the
  * file itself; an empty one is named in the error; with several inputs it
@@ -1949,6 +2043,7 @@ int main(void) {
       T(test_encode_text_prints_chunks),
       T(test_encode_text_lines_apart_from_progress),
       T(test_encode_progress_of_unknown_length),
+      T(test_encode_batch_progress_within_a_file),
       T(test_full_stdout_fails),
       T(test_closed_stdout_stays_apart),
       T(test_closed_stdout_result_fails),

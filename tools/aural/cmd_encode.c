@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +148,14 @@ typedef enum out_kind {
 static const char *const kind_names[] = {"embeddings", "logits", "features",
                                          "text", "words"};
 
+/* How far one input of a batch has come, written by the worker that
+ * encodes it and read by the progress line. */
+typedef struct job_live {
+  _Atomic int64_t read_us;   /* microseconds of audio read */
+  _Atomic int32_t permille;  /* of the input read (1000 once it is done;
+                                0 while its length is unknown) */
+} job_live;
+
 typedef struct encode_job {
   const char *in_path, *out_path, *model_path;
   const char *in_name;   /* in_path, or "standard input" for "-" */
@@ -176,6 +185,7 @@ typedef struct encode_job {
   int64_t total_in, done_in; /* input frames, for progress (total_in
                                 -1: unknown) */
   double in_rate_hz;         /* the input's rate, for progress */
+  job_live *live;            /* batch mode: where the progress goes */
   int progress;              /* draw a progress line on stderr */
   int progress_shown;        /* ... and one is on the terminal now */
   int shared_model;          /* model belongs to the caller (batch mode) */
@@ -609,6 +619,17 @@ static int run(encode_job *job) {
     if (rc < 0) goto push_fail;
     job->done_in += (int64_t)n;
     draw_progress(job, PROGRESS_SOON);
+    if (job->live != NULL) {
+      atomic_store_explicit(
+          &job->live->read_us,
+          (int64_t)((double)job->done_in / info.rate_hz * 1e6),
+          memory_order_relaxed);
+      if (job->total_in > 0)
+        atomic_store_explicit(
+            &job->live->permille,
+            (int32_t)(1000 * job->done_in / job->total_in),
+            memory_order_relaxed);
+    }
   }
   rc = aural_stream_end(job->stream);
   if (rc == 0) rc = compute_and_drain(job);
@@ -733,6 +754,7 @@ typedef struct batch {
   char **outputs;              /* (n) paths in the output directory */
   char **errors;               /* (n) messages of failed files, or NULL */
   double *audio_s;             /* (n) seconds of audio of each file */
+  job_live *live;              /* (n) how far each file has come */
   size_t n;
   char **skipped;              /* (n_skipped) messages: entries of a
                                   directory that are not files to read */
@@ -886,6 +908,7 @@ static void *batch_worker(void *arg) {
     encode_job job = *b->proto;
     job.in_path = b->inputs[i];
     job.out_path = b->outputs[i];
+    job.live = &b->live[i];
     job.errors = msg;
     if (msg) msg[0] = '\0';
     job.t_start = cli_now_s();
@@ -894,6 +917,7 @@ static void *batch_worker(void *arg) {
     b->done++;
     b->audio_s[i] = job.audio_s;
     b->audio_done_s += job.audio_s;
+    atomic_store_explicit(&b->live[i].permille, 1000, memory_order_relaxed);
     if (rc == 0) {
       b->written++;
     } else if (!interrupted) {
@@ -906,14 +930,24 @@ static void *batch_worker(void *arg) {
   return NULL;
 }
 
+/* The batch's progress line: the bar and the hours of audio count the
+ * files being encoded for what has been read of them, so that a few long
+ * files do not show an empty bar and no audio until the first one ends. */
 static void batch_progress(batch *b, double t0, int final) {
   pthread_mutex_lock(&b->mu);
   size_t done = b->done, failed = b->failed, n = b->n;
-  double audio = b->audio_done_s;
   pthread_mutex_unlock(&b->mu);
+  double audio = 0, files = 0;
+  for (size_t i = 0; i < n; i++) {
+    audio += (double)atomic_load_explicit(&b->live[i].read_us,
+                                          memory_order_relaxed) / 1e6;
+    files += (double)atomic_load_explicit(&b->live[i].permille,
+                                          memory_order_relaxed) / 1000;
+  }
   double wall = cli_now_s() - t0;
-  int width = 30, fill = n ? (int)((double)width * (double)done / (double)n)
+  int width = 30, fill = n ? (int)((double)width * files / (double)n)
                            : width;
+  if (fill > width) fill = width;
   fprintf(stderr, "\r\033[K[%.*s%.*s] %zu/%zu files%s%s, %.2f h of audio, "
                   "%.0fx real time%s",
           fill, "##############################", width - fill,
@@ -949,7 +983,8 @@ static int run_batch(encode_job *proto, char **args, int n_args,
   }
   b.errors = calloc(b.n, sizeof *b.errors);
   b.audio_s = calloc(b.n, sizeof *b.audio_s);
-  if (b.errors == NULL || b.audio_s == NULL ||
+  b.live = calloc(b.n, sizeof *b.live);
+  if (b.errors == NULL || b.audio_s == NULL || b.live == NULL ||
       plan_outputs(&b, out_dir,
                    proto->kind == OUT_TEXT    ? "txt"
                    : proto->kind == OUT_WORDS ? words_format_names[proto->format]
@@ -1037,6 +1072,7 @@ out:
   free(b.outputs);
   free(b.errors);
   free(b.audio_s);
+  free(b.live);
   return rc;
 }
 
