@@ -412,6 +412,8 @@ static void test_help(void **state) {
   assert_contains(fx->out, "Exit status");
 }
 
+static char *copy_speech(const char *path, size_t *len);
+
 static void test_usage_errors(void **state) {
   fixture *fx = *state;
   char out[PATH_BYTES], in[PATH_BYTES];
@@ -438,6 +440,23 @@ static void test_usage_errors(void **state) {
                            "directory");
   assert_int_equal(run_aural(fx, "encode", "-j", "2", in, NULL), 2);
   assert_contains(fx->err, "-o DIR is required with -j");
+  /* An -o that is a file, where a directory is needed, is named for what
+   * needs one (it said "when there are several inputs" of a lone one). */
+  char not_dir[PATH_BYTES];
+  snprintf(not_dir, sizeof not_dir, "%s/results", fx->out_dir);
+  test_write_file(not_dir, "x", 1);
+  assert_int_equal(
+      run_aural(fx, "encode", "-q", "-j", "2", "-o", not_dir, in, NULL), 1);
+  assert_contains(fx->err, "must be a directory with -j");
+  char copy[PATH_BYTES];
+  size_t len;
+  input_path(copy, fx, "speech.wav");
+  free(copy_speech(copy, &len));
+  assert_int_equal(
+      run_aural(fx, "encode", "-q", "-o", not_dir, fx->in_dir, NULL), 1);
+  assert_contains(fx->err, "must be a directory with a directory as INPUT");
+  unlink(not_dir);
+  unlink(copy);
   assert_int_equal(
       run_aural(fx, "encode", "--output", "bogus", "-o", out, in, NULL), 2);
   assert_contains(fx->err, "--output bogus");

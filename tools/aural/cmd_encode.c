@@ -957,9 +957,10 @@ static void batch_progress(batch *b, double t0, int final) {
 }
 
 /* Encodes every input into OUT_DIR with n_jobs threads sharing one model.
- * Failed files are reported at the end; the others are written. */
+ * Failed files are reported at the end; the others are written. why says
+ * what made this a batch ("several inputs", "-j", ...), for messages. */
 static int run_batch(encode_job *proto, char **args, int n_args,
-                     const char *out_dir, size_t n_jobs) {
+                     const char *out_dir, size_t n_jobs, const char *why) {
   batch b = {.proto = proto};
   int rc = EXIT_FAIL;
   if (collect_inputs(&b, args, n_args) < 0) goto out;
@@ -977,8 +978,8 @@ static int run_batch(encode_job *proto, char **args, int n_args,
   }
   struct stat st;
   if (stat(out_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-    fprintf(stderr, "aural encode: -o %s must be a directory when there "
-                    "are several inputs\n", out_dir);
+    fprintf(stderr, "aural encode: -o %s must be a directory with %s\n",
+            out_dir, why);
     goto out;
   }
   b.errors = calloc(b.n, sizeof *b.errors);
@@ -1312,7 +1313,7 @@ int cmd_encode(int argc, char **argv) {
 
   if (batch_mode) {
     int brc = run_batch(&job, argv + optind, argc - optind, job.out_path,
-                        n_jobs);
+                        n_jobs, batch_why);
     return interrupted ? EXIT_SIGNAL : brc;
   }
   int rc = run(&job);
