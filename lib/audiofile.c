@@ -192,6 +192,17 @@ static int declared_unknown(SNDFILE *sf, long long frame_bytes) {
   return 0;
 }
 
+/* Whether libsndfile's log says that the Ogg stream it read ended without
+ * its end-of-stream page: a recording cut off. check_ogg_end() sees that
+ * in a file before it is read; from a pipe it shows only at the end. (In
+ * a file, where libsndfile seeks, bytes after the last page make it say
+ * so too: there check_ogg_end() decides.) */
+static int ogg_ended_early(SNDFILE *sf) {
+  char log[4096];
+  sf_command(sf, SFC_GET_LOG_INFO, log, sizeof log);
+  return strstr(log, "ended unexpectedly without an End-Of-Stream") != NULL;
+}
+
 /* Bytes per frame of a file of fixed-width samples; 1 where libsndfile's
  * subformat has none (compressed, block-based). */
 static long long frame_bytes_of(const SF_INFO *sfi) {
@@ -675,6 +686,12 @@ int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
     if (e != SF_ERR_NO_ERROR)
       return aural__err_set(err, AURAL_EIO, "%s: read error at frame %" PRId64
                             ": %s", af->path, af->n_done, sf_strerror(af->sf));
+    if (af->info.n_frames < 0 && !af->src.size_known &&
+        ogg_ended_early(af->sf))
+      return aural__err_set(err, AURAL_ETRUNCATED,
+                            "%s: truncated: the Ogg stream ends at frame "
+                            "%" PRId64 " without its end-of-stream page",
+                            af->path, af->n_done);
     if (af->info.n_frames < 0) return 0; /* the end of a stream */
     return aural__err_set(err, AURAL_ETRUNCATED,
                           "%s: truncated: audio ends at frame %" PRId64

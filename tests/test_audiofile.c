@@ -1019,6 +1019,48 @@ static void test_fifo_unknown_data_size(void **state) {
   assert_int_equal(info.n_frames, -1);
 }
 
+/* An Ogg Vorbis recording cut off, read through a FIFO: the checks of the
+ * whole file cannot run, but its end is seen as it comes. Cut where its
+ * last page begins (no page ends the stream) or inside that page, it is
+ * refused as truncated, as the same bytes in a file are; it was read as a
+ * shorter recording. The whole file reads as it does from a file. */
+static void test_fifo_ogg_cut_off(void **state) {
+  char fifo[PATH_BYTES];
+  path_in(fifo, state, "rec.fifo");
+  size_t size;
+  char *data = test_read_file(
+      test_data_path("../fuzz/corpus/audiofile/mono.ogg"), &size);
+  size_t last = size - 4;
+  while (last > 0 && memcmp(data + last, "OggS", 4) != 0) last--;
+  assert_true(last > 0);
+  /* Whole, and with bytes after it (a tag some tools append). */
+  data = realloc(data, size + 128);
+  assert_non_null(data);
+  memset(data + size, 0, 128);
+  const size_t cuts[] = {last, last + 40, size, size + 128};
+  for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+    aural_audiofile_info info;
+    float *samples = NULL;
+    size_t n_frames;
+    aural_err err = {0};
+    int rc = read_all_through_fifo(fifo, data, cuts[k], &info, &samples,
+                                   &n_frames, &err);
+    free(samples);
+    if (cuts[k] >= size) {
+      if (rc < 0) fail_msg("the whole file: %s", err.msg);
+      assert_int_equal(n_frames, 800);
+      continue;
+    }
+    if (rc == 0)
+      fail_msg("cut at %zu of %zu bytes: read as %zu frames", cuts[k], size,
+               n_frames);
+    print_message("    %s\n", err.msg);
+    assert_int_equal(rc, AURAL_ETRUNCATED);
+    assert_contains(err.msg, fifo);
+  }
+  free(data);
+}
+
 /* A character device (here /dev/null, which reads as empty) is named as
  * one: the message said "read from a pipe" for anything not a regular
  * file. */
@@ -1194,6 +1236,7 @@ int main(void) {
       cmocka_unit_test(test_memory_ogg_vorbis_headers),
       T(test_fifo_input),
       T(test_fifo_unknown_data_size),
+      T(test_fifo_ogg_cut_off),
       T(test_device_input_named),
       T(test_threads_open_at_once),
       cmocka_unit_test(test_good_speech),
