@@ -462,6 +462,17 @@ static int check_nist_length(const source *src, int64_t n_frames,
                         path, declared, n_frames);
 }
 
+/* Whether a byte comes from the pipe fd after the header libsndfile read:
+ * a header that declares no audio, with samples after it, is a recording
+ * that was never finalised (check_wav() finds it in a file), and
+ * libsndfile would read nothing of it. Waits for the writer's next write
+ * or its end, as reading the pipe would. The byte is lost: the input is
+ * refused when one comes. */
+static int bytes_follow(int fd) {
+  char c;
+  return read(fd, &c, 1) == 1;
+}
+
 /* libsndfile keeps the reason its last failed open gave in one variable
  * for the whole process (sf_strerror(NULL)), which every open, failed or
  * not, writes: two threads opening at once could each report the other's
@@ -548,6 +559,13 @@ static int open_source(aural_audiofile *af, const char *path,
   else if ((sfi.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_NIST &&
            af->src.size_known)
     rc = check_nist_length(&af->src, sfi.frames, path, err);
+  else if (sfi.frames == 0 && !af->src.size_known && af->src.fd >= 0 &&
+           bytes_follow(af->src.fd))
+    rc = aural__err_set(err, AURAL_EFORMAT,
+                        "%s: the header declares 0 bytes of audio but more "
+                        "follow (a recording that was never finalised? 'sox "
+                        "--ignore-length' repairs it)",
+                        path);
   if (rc < 0) {
     sf_close(sf);
     free(af);

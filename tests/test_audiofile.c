@@ -1019,6 +1019,42 @@ static void test_fifo_unknown_data_size(void **state) {
   assert_int_equal(info.n_frames, -1);
 }
 
+/* A WAV whose data chunk declares 0 bytes with samples after it (never
+ * finalised), through a FIFO: libsndfile reads nothing of it, so it read
+ * as an empty recording. It is refused, as the same file is; one that
+ * really holds nothing still opens and reads as empty. */
+static void test_fifo_zero_data_size_with_samples(void **state) {
+  char fifo[PATH_BYTES], wav[PATH_BYTES];
+  path_in(fifo, state, "rec.fifo");
+  path_in(wav, state, "rec.wav");
+  const size_t lengths[] = {1000, 0};
+  for (size_t k = 0; k < 2; k++) {
+    make_pcm16_wav(wav, lengths[k], 0);
+    size_t size;
+    char *bytes = test_read_file(wav, &size);
+    aural_audiofile_info info;
+    float *samples = NULL;
+    size_t n_frames;
+    aural_err err = {0};
+    int rc = read_all_through_fifo(fifo, bytes, size, &info, &samples,
+                                   &n_frames, &err);
+    free(bytes);
+    free(samples);
+    if (lengths[k] == 0) {
+      if (rc < 0) fail_msg("an empty WAV: %s", err.msg);
+      assert_int_equal(n_frames, 0);
+      continue;
+    }
+    if (rc == 0)
+      fail_msg("data size 0 and 2000 bytes after it: read as %zu frames",
+               n_frames);
+    print_message("    %s\n", err.msg);
+    assert_int_equal(rc, AURAL_EFORMAT);
+    assert_contains(err.msg, fifo);
+    assert_contains(err.msg, "declares 0 bytes");
+  }
+}
+
 /* An Ogg Vorbis recording cut off, read through a FIFO: the checks of the
  * whole file cannot run, but its end is seen as it comes. Cut where its
  * last page begins (no page ends the stream) or inside that page, it is
@@ -1237,6 +1273,7 @@ int main(void) {
       T(test_fifo_input),
       T(test_fifo_unknown_data_size),
       T(test_fifo_ogg_cut_off),
+      T(test_fifo_zero_data_size_with_samples),
       T(test_device_input_named),
       T(test_threads_open_at_once),
       cmocka_unit_test(test_good_speech),
