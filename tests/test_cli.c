@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <math.h>
 #include <poll.h>
 #include <pty.h>
@@ -1677,6 +1678,61 @@ static void test_encode_batch_progress_within_a_file(void **state) {
   assert_dir_holds(fx->out_dir, "rec.npy");
 }
 
+/* An existing output that its owner made read-only (chmod 444) is not
+ * replaced, as the shell's '>' would not write it: it was renamed over,
+ * mode kept, with exit 0. As root every file may be written, so the tool
+ * runs as nobody, in a directory it may write (where a rename would
+ * succeed). */
+static void test_encode_read_only_output_kept(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES], err_path[PATH_BYTES];
+  size_t len;
+  input_path(in, fx, "speech.wav");
+  free(copy_speech(in, &len));
+  snprintf(out, sizeof out, "%s/kept.npy", fx->out_dir);
+  test_write_file(out, "precious", 8);
+  assert_int_equal(chmod(out, 0444), 0);
+  int as_nobody = geteuid() == 0;
+  if (as_nobody) {
+    assert_int_equal(chmod(fx->root, 0755), 0);
+    assert_int_equal(chmod(fx->in_dir, 0755), 0);
+    assert_int_equal(chmod(in, 0644), 0);
+    assert_int_equal(chmod(fx->out_dir, 0777), 0);
+  }
+  snprintf(err_path, sizeof err_path, "%s/stderr.txt", fx->root);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int null = open("/dev/null", O_RDWR);
+    if (fd < 0 || null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 ||
+        dup2(fd, 2) < 0)
+      _exit(98);
+    if (as_nobody &&
+        (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
+      _exit(99);
+    execl(aural_bin(), aural_bin(), "encode", "-q", "-o", out, in,
+          (char *)NULL);
+    _exit(98);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 99) {
+    print_message("    cannot become nobody here\n");
+    skip();
+  }
+  char *err = read_text(err_path);
+  print_message("    exit %d: %s", WEXITSTATUS(status), err);
+  assert_int_equal(WEXITSTATUS(status), 1);
+  assert_contains(err, out);
+  assert_contains(err, "Permission denied");
+  free(err);
+  char *kept = read_text(out);
+  assert_string_equal(kept, "precious");
+  free(kept);
+}
+
 /* INPUT - is standard input, as for aural send (it was "-: No such file or
  * directory"): a pipe or a redirected file gives the same output as the
  * file itself; an empty one is named in the error; with several inputs it
@@ -2063,6 +2119,7 @@ int main(void) {
       T(test_encode_text_lines_apart_from_progress),
       T(test_encode_progress_of_unknown_length),
       T(test_encode_batch_progress_within_a_file),
+      T(test_encode_read_only_output_kept),
       T(test_full_stdout_fails),
       T(test_closed_stdout_stays_apart),
       T(test_closed_stdout_result_fails),
