@@ -203,6 +203,10 @@ static int ogg_ended_early(SNDFILE *sf) {
   return strstr(log, "ended unexpectedly without an End-Of-Stream") != NULL;
 }
 
+/* A frame count from a pipe this large (2^52: 186 years at 768 kHz) is
+ * libsndfile's "as far as the pipe goes", not a length from the header. */
+#define PIPE_UNKNOWN_FRAMES ((sf_count_t)1 << 52)
+
 /* Bytes per frame of a file of fixed-width samples; 1 where libsndfile's
  * subformat has none (compressed, block-based). */
 static long long frame_bytes_of(const SF_INFO *sfi) {
@@ -576,13 +580,15 @@ static int open_source(aural_audiofile *af, const char *path,
   af->info.rate_hz = sfi.samplerate;
   af->info.n_channels = sfi.channels;
   /* Formats whose length libsndfile cannot tell (some Ogg files) report
-   * the largest count, and from a pipe a header's mark of an unknown
-   * length reads as a length; such inputs are read to their end
-   * instead. */
+   * the largest count; from a pipe, others (NIST, Wave64, IRCAM, .au of
+   * unknown size) count the frames of the largest file it can address
+   * (about 2^62 bytes), and a header's mark of an unknown length reads as
+   * a length. Such inputs are read to their end instead. */
   af->info.n_frames =
       sfi.frames == SF_COUNT_MAX ||
               (!af->src.size_known &&
-               declared_unknown(sf, frame_bytes_of(&sfi)))
+               (sfi.frames >= PIPE_UNKNOWN_FRAMES ||
+                declared_unknown(sf, frame_bytes_of(&sfi))))
           ? -1
           : sfi.frames;
   af->is_double = (sfi.format & SF_FORMAT_SUBMASK) == SF_FORMAT_DOUBLE;

@@ -1019,6 +1019,43 @@ static void test_fifo_unknown_data_size(void **state) {
   assert_int_equal(info.n_frames, -1);
 }
 
+/* Formats whose length libsndfile takes as unknown from a pipe (it
+ * counts to the largest file it can address: 4.6e18 frames): NIST SPHERE,
+ * Wave64, IRCAM. Whole files read through a FIFO as they do from a file;
+ * they were refused as "truncated: audio ends at frame 1000 of the
+ * 4611686018427387391 declared". */
+static void test_fifo_formats_of_unknown_length(void **state) {
+  char fifo[PATH_BYTES], path[PATH_BYTES];
+  path_in(fifo, state, "rec.fifo");
+  path_in(path, state, "rec");
+  for (int k = 0; k < 3; k++) {
+    size_t size, want = 1000;
+    char *bytes;
+    if (k == 0) {
+      make_nist(path, 1000, 1000);
+      bytes = test_read_file(path, &size);
+    } else if (k == 1) {
+      make_w64(path, 1000, 2000);
+      bytes = test_read_file(path, &size);
+    } else {
+      bytes = test_read_file(
+          test_data_path("../fuzz/corpus/audiofile/mono.sf"), &size);
+      want = 800;
+    }
+    aural_audiofile_info info;
+    float *samples = NULL;
+    size_t n_frames;
+    aural_err err = {0};
+    int rc = read_all_through_fifo(fifo, bytes, size, &info, &samples,
+                                   &n_frames, &err);
+    free(bytes);
+    free(samples);
+    if (rc < 0) fail_msg("format %d: %s", k, err.msg);
+    assert_int_equal(n_frames, want);
+    assert_int_equal(info.n_frames, -1);
+  }
+}
+
 /* A WAV whose data chunk declares 0 bytes with samples after it (never
  * finalised), through a FIFO: libsndfile reads nothing of it, so it read
  * as an empty recording. It is refused, as the same file is; one that
@@ -1274,6 +1311,7 @@ int main(void) {
       T(test_fifo_unknown_data_size),
       T(test_fifo_ogg_cut_off),
       T(test_fifo_zero_data_size_with_samples),
+      T(test_fifo_formats_of_unknown_length),
       T(test_device_input_named),
       T(test_threads_open_at_once),
       cmocka_unit_test(test_good_speech),
