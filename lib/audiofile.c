@@ -203,6 +203,15 @@ static int ogg_ended_early(SNDFILE *sf) {
   return strstr(log, "ended unexpectedly without an End-Of-Stream") != NULL;
 }
 
+/* Whether libsndfile's log says that it had to seek in the pipe it reads
+ * (CAF, to find its audio after the header): it reads nothing then, and
+ * the input needs a regular file. */
+static int pipe_seek_failed(SNDFILE *sf) {
+  char log[4096];
+  sf_command(sf, SFC_GET_LOG_INFO, log, sizeof log);
+  return strstr(log, "pipe seek to value other than pipeoffset") != NULL;
+}
+
 /* A frame count from a pipe this large (2^52: 186 years at 768 kHz) is
  * libsndfile's "as far as the pipe goes", not a length from the header. */
 #define PIPE_UNKNOWN_FRAMES ((sf_count_t)1 << 52)
@@ -477,6 +486,14 @@ static int bytes_follow(int fd) {
   return read(fd, &c, 1) == 1;
 }
 
+/* libsndfile's name of the major format of format ("CAF (Apple Core
+ * Audio File)"). */
+static const char *format_name(int format) {
+  SF_FORMAT_INFO major = {.format = format & SF_FORMAT_TYPEMASK};
+  sf_command(NULL, SFC_GET_FORMAT_INFO, &major, sizeof major);
+  return major.name ? major.name : "unknown";
+}
+
 /* libsndfile keeps the reason its last failed open gave in one variable
  * for the whole process (sf_strerror(NULL)), which every open, failed or
  * not, writes: two threads opening at once could each report the other's
@@ -563,6 +580,11 @@ static int open_source(aural_audiofile *af, const char *path,
   else if ((sfi.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_NIST &&
            af->src.size_known)
     rc = check_nist_length(&af->src, sfi.frames, path, err);
+  else if (!af->src.size_known && pipe_seek_failed(sf))
+    rc = aural__err_set(err, AURAL_EFORMAT,
+                        "%s: not readable from %s: libsndfile must seek in "
+                        "this format (%s); it needs a regular file",
+                        path, af->src.kind, format_name(sfi.format));
   else if (sfi.frames == 0 && !af->src.size_known && af->src.fd >= 0 &&
            bytes_follow(af->src.fd))
     rc = aural__err_set(err, AURAL_EFORMAT,
@@ -593,12 +615,10 @@ static int open_source(aural_audiofile *af, const char *path,
           : sfi.frames;
   af->is_double = (sfi.format & SF_FORMAT_SUBMASK) == SF_FORMAT_DOUBLE;
 
-  SF_FORMAT_INFO major = {.format = sfi.format & SF_FORMAT_TYPEMASK};
   SF_FORMAT_INFO sub = {.format = sfi.format & SF_FORMAT_SUBMASK};
-  sf_command(NULL, SFC_GET_FORMAT_INFO, &major, sizeof major);
   sf_command(NULL, SFC_GET_FORMAT_INFO, &sub, sizeof sub);
   snprintf(af->info.format, sizeof af->info.format, "%s, %s",
-           major.name ? major.name : "unknown", sub.name ? sub.name : "unknown");
+           format_name(sfi.format), sub.name ? sub.name : "unknown");
   *out = af;
   return 0;
 }

@@ -1056,6 +1056,30 @@ static void test_fifo_formats_of_unknown_length(void **state) {
   }
 }
 
+/* A CAF file (which libsndfile must seek in to find its audio) through a
+ * FIFO is refused as a format that needs a regular file, as FLAC is; it
+ * was refused as "truncated: audio ends at frame 0 of the 800 declared",
+ * which it is not. */
+static void test_fifo_caf_needs_a_file(void **state) {
+  char fifo[PATH_BYTES];
+  path_in(fifo, state, "rec.fifo");
+  size_t size;
+  char *bytes = test_read_file(
+      test_data_path("../fuzz/corpus/audiofile/mono.caf"), &size);
+  aural_audiofile_info info;
+  float *samples = NULL;
+  size_t n_frames;
+  aural_err err = {0};
+  int rc = read_all_through_fifo(fifo, bytes, size, &info, &samples,
+                                 &n_frames, &err);
+  free(bytes);
+  free(samples);
+  print_message("    %s\n", err.msg);
+  assert_int_equal(rc, AURAL_EFORMAT);
+  assert_contains(err.msg, fifo);
+  assert_contains(err.msg, "regular file");
+}
+
 /* A WAV whose data chunk declares 0 bytes with samples after it (never
  * finalised), through a FIFO: libsndfile reads nothing of it, so it read
  * as an empty recording. It is refused, as the same file is; one that
@@ -1312,6 +1336,7 @@ int main(void) {
       T(test_fifo_ogg_cut_off),
       T(test_fifo_zero_data_size_with_samples),
       T(test_fifo_formats_of_unknown_length),
+      T(test_fifo_caf_needs_a_file),
       T(test_device_input_named),
       T(test_threads_open_at_once),
       cmocka_unit_test(test_good_speech),
