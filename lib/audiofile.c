@@ -96,6 +96,33 @@ static sf_count_t vio_write(const void *ptr, sf_count_t count, void *user) {
 
 static sf_count_t vio_tell(void *user) { return ((source *)user)->pos; }
 
+/* The log lines of libsndfile's that give a size declared in the header,
+ * and what the bytes are. */
+static const struct {
+  const char *tag, *what;
+} size_tags[] = {
+    {"data", " of audio data"},      {"SSND", " of audio data"},
+    {"Data Size", " of audio data"}, {"Data Length", " of audio data"},
+    {"riff", " in all"},             {"Riff size", " in all"},
+};
+
+/* If line is one of size_tags' ("tag : value..."), returns its index with
+ * *after at the " : "; else -1. */
+static int size_tag_of(char *line, char **after) {
+  line += strspn(line, " ");
+  char *colon = strstr(line, " : ");
+  if (colon == NULL) return -1;
+  size_t tag_len = (size_t)(colon - line);
+  while (tag_len > 0 && line[tag_len - 1] == ' ') tag_len--;
+  for (size_t i = 0; i < sizeof size_tags / sizeof size_tags[0]; i++)
+    if (strlen(size_tags[i].tag) == tag_len &&
+        memcmp(line, size_tags[i].tag, tag_len) == 0) {
+      *after = colon;
+      return (int)i;
+    }
+  return -1;
+}
+
 /* What libsndfile's log says of a file shorter than its header declares.
  * libsndfile shortens such files quietly, logging one of
  *   "data : 53928 (should be 26942)"           WAV and RIFX, the data chunk
@@ -111,44 +138,98 @@ static sf_count_t vio_tell(void *user) { return ((source *)user)->pos; }
  * check_wav(). */
 static int declared_too_long(SNDFILE *sf, long long *declared,
                              long long *present, const char **what) {
-  static const struct {
-    const char *tag, *what;
-  } tags[] = {
-      {"data", " of audio data"},      {"SSND", " of audio data"},
-      {"Data Size", " of audio data"}, {"Data Length", " of audio data"},
-      {"riff", " in all"},             {"Riff size", " in all"},
-  };
   char log[4096];
   sf_command(sf, SFC_GET_LOG_INFO, log, sizeof log);
   char *save = NULL;
   for (char *line = strtok_r(log, "\n", &save); line != NULL;
        line = strtok_r(NULL, "\n", &save)) {
-    line += strspn(line, " ");
-    if (strcmp(line, "Seems to be a truncated file.") == 0) {
+    char *colon;
+    int i;
+    if (strcmp(line + strspn(line, " "), "Seems to be a truncated file.") ==
+        0) {
       *declared = *present = -1;
       *what = " of audio data";
       return 1;
     }
-    char *colon = strstr(line, " : ");
-    if (colon == NULL) continue;
-    size_t tag_len = (size_t)(colon - line);
-    while (tag_len > 0 && line[tag_len - 1] == ' ') tag_len--;
-    for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++)
-      if (strlen(tags[i].tag) == tag_len &&
-          memcmp(line, tags[i].tag, tag_len) == 0 &&
-          sscanf(colon, " : %lld (should be %lld)", declared, present) == 2 &&
-          *present < *declared) {
-        *what = tags[i].what;
-        return 1;
-      }
+    if ((i = size_tag_of(line, &colon)) >= 0 &&
+        sscanf(colon, " : %lld (should be %lld)", declared, present) == 2 &&
+        *present < *declared) {
+      *what = size_tags[i].what;
+      return 1;
+    }
   }
   return 0;
 }
 
-/* Streaming writers put 0xFFFFFFFF (or 0x7FFFFFFF) in a data size they
- * cannot know; such files are not truncated, just of unknown length. */
-static int is_unknown_length(long long declared) {
-  return declared == 0xFFFFFFFFLL || declared == 0x7FFFFFFFLL;
+/* Writers that cannot seek back to fix a size they do not know yet (they
+ * write into a pipe) put a mark there instead: 0xFFFFFFFF (ffmpeg, and
+ * .au's "unknown"), 0x7FFFFFFF, or SoX's 0x7FFFF000, each possibly
+ * rounded down to whole frames of frame_bytes (SoX: 2147479551 for 24-bit
+ * mono). Such a file is not truncated, just of unknown length. */
+static int is_unknown_length(long long declared, long long frame_bytes) {
+  static const long long marks[] = {0xFFFFFFFFLL, 0x7FFFFFFFLL, 0x7FFFF000LL};
+  if (frame_bytes < 1) frame_bytes = 1;
+  for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++)
+    if (declared <= marks[i] && marks[i] - declared < frame_bytes) return 1;
+  return 0;
+}
+
+/* Whether libsndfile's log gives a size that is such a mark (or -1, as it
+ * prints .au's 0xFFFFFFFF). From a pipe libsndfile believes the mark, and
+ * the audio would seem to end early. */
+static int declared_unknown(SNDFILE *sf, long long frame_bytes) {
+  char log[4096];
+  sf_command(sf, SFC_GET_LOG_INFO, log, sizeof log);
+  char *save = NULL;
+  for (char *line = strtok_r(log, "\n", &save); line != NULL;
+       line = strtok_r(NULL, "\n", &save)) {
+    char *colon;
+    long long v;
+    if (size_tag_of(line, &colon) >= 0 && sscanf(colon, " : %lld", &v) == 1 &&
+        (v == -1 || is_unknown_length(v, frame_bytes)))
+      return 1;
+  }
+  return 0;
+}
+
+/* Whether libsndfile's log says that the Ogg stream it read ended without
+ * its end-of-stream page: a recording cut off. check_ogg_end() sees that
+ * in a file before it is read; from a pipe it shows only at the end. (In
+ * a file, where libsndfile seeks, bytes after the last page make it say
+ * so too: there check_ogg_end() decides.) */
+static int ogg_ended_early(SNDFILE *sf) {
+  char log[4096];
+  sf_command(sf, SFC_GET_LOG_INFO, log, sizeof log);
+  return strstr(log, "ended unexpectedly without an End-Of-Stream") != NULL;
+}
+
+/* Whether libsndfile's log says that it had to seek in the pipe it reads
+ * (CAF, to find its audio after the header): it reads nothing then, and
+ * the input needs a regular file. */
+static int pipe_seek_failed(SNDFILE *sf) {
+  char log[4096];
+  sf_command(sf, SFC_GET_LOG_INFO, log, sizeof log);
+  return strstr(log, "pipe seek to value other than pipeoffset") != NULL;
+}
+
+/* A frame count from a pipe this large (2^52: 186 years at 768 kHz) is
+ * libsndfile's "as far as the pipe goes", not a length from the header. */
+#define PIPE_UNKNOWN_FRAMES ((sf_count_t)1 << 52)
+
+/* Bytes per frame of a file of fixed-width samples; 1 where libsndfile's
+ * subformat has none (compressed, block-based). */
+static long long frame_bytes_of(const SF_INFO *sfi) {
+  long long per;
+  switch (sfi->format & SF_FORMAT_SUBMASK) {
+  case SF_FORMAT_PCM_S8: case SF_FORMAT_PCM_U8: case SF_FORMAT_ULAW:
+  case SF_FORMAT_ALAW: per = 1; break;
+  case SF_FORMAT_PCM_16: per = 2; break;
+  case SF_FORMAT_PCM_24: per = 3; break;
+  case SF_FORMAT_PCM_32: case SF_FORMAT_FLOAT: per = 4; break;
+  case SF_FORMAT_DOUBLE: per = 8; break;
+  default: return 1;
+  }
+  return per * sfi->channels;
 }
 
 static uint32_t le32(const unsigned char *p) {
@@ -169,6 +250,7 @@ static int check_wav(const source *src, const char *path, aural_err *err) {
       memcmp(h + 8, "WAVE", 4) != 0)
     return 0;
   uint64_t at = 12;
+  long long block_align = 1; /* bytes per frame, from the fmt chunk */
   for (int n_chunks = 0; n_chunks < 100000; n_chunks++) {
     if (!source_read_at(src, h, 8, at)) return 0;
     uint32_t size = le32(h + 4);
@@ -177,6 +259,7 @@ static int check_wav(const source *src, const char *path, aural_err *err) {
       if (!source_read_at(src, h + 8, 16, body)) return 0;
       unsigned channels = (unsigned)h[10] | (unsigned)h[11] << 8;
       uint32_t rate = le32(h + 12);
+      block_align = (long long)((unsigned)h[20] | (unsigned)h[21] << 8);
       if (rate == 0)
         return aural__err_set(err, AURAL_ERATE,
                               "%s: sample rate 0 Hz is outside the supported "
@@ -188,7 +271,7 @@ static int check_wav(const source *src, const char *path, aural_err *err) {
                               path, AURAL_MAX_CHANNELS);
     } else if (memcmp(h, "data", 4) == 0) {
       long long present = (long long)(file_size - body);
-      if (is_unknown_length(size)) return 0;
+      if (is_unknown_length(size, block_align)) return 0;
       if (size == 0 && present > 0)
         return aural__err_set(err, AURAL_EFORMAT,
                               "%s: the data chunk declares 0 bytes but %lld "
@@ -392,6 +475,25 @@ static int check_nist_length(const source *src, int64_t n_frames,
                         path, declared, n_frames);
 }
 
+/* Whether a byte comes from the pipe fd after the header libsndfile read:
+ * a header that declares no audio, with samples after it, is a recording
+ * that was never finalised (check_wav() finds it in a file), and
+ * libsndfile would read nothing of it. Waits for the writer's next write
+ * or its end, as reading the pipe would. The byte is lost: the input is
+ * refused when one comes. */
+static int bytes_follow(int fd) {
+  char c;
+  return read(fd, &c, 1) == 1;
+}
+
+/* libsndfile's name of the major format of format ("CAF (Apple Core
+ * Audio File)"). */
+static const char *format_name(int format) {
+  SF_FORMAT_INFO major = {.format = format & SF_FORMAT_TYPEMASK};
+  sf_command(NULL, SFC_GET_FORMAT_INFO, &major, sizeof major);
+  return major.name ? major.name : "unknown";
+}
+
 /* libsndfile keeps the reason its last failed open gave in one variable
  * for the whole process (sf_strerror(NULL)), which every open, failed or
  * not, writes: two threads opening at once could each report the other's
@@ -464,7 +566,8 @@ static int open_source(aural_audiofile *af, const char *path,
     rc = aural__err_set(err, AURAL_EFORMAT,
                         "%s: the file declares a negative length", path);
   else if (declared_too_long(sf, &declared, &present, &what) &&
-           !is_unknown_length(declared) && declared != 0)
+           !is_unknown_length(declared, frame_bytes_of(&sfi)) &&
+           declared != 0)
     rc = declared < 0
              ? aural__err_set(err, AURAL_ETRUNCATED,
                               "%s: truncated: the header declares more "
@@ -477,6 +580,18 @@ static int open_source(aural_audiofile *af, const char *path,
   else if ((sfi.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_NIST &&
            af->src.size_known)
     rc = check_nist_length(&af->src, sfi.frames, path, err);
+  else if (!af->src.size_known && pipe_seek_failed(sf))
+    rc = aural__err_set(err, AURAL_EFORMAT,
+                        "%s: not readable from %s: libsndfile must seek in "
+                        "this format (%s); it needs a regular file",
+                        path, af->src.kind, format_name(sfi.format));
+  else if (sfi.frames == 0 && !af->src.size_known && af->src.fd >= 0 &&
+           bytes_follow(af->src.fd))
+    rc = aural__err_set(err, AURAL_EFORMAT,
+                        "%s: the header declares 0 bytes of audio but more "
+                        "follow (a recording that was never finalised? 'sox "
+                        "--ignore-length' repairs it)",
+                        path);
   if (rc < 0) {
     sf_close(sf);
     free(af);
@@ -487,16 +602,23 @@ static int open_source(aural_audiofile *af, const char *path,
   af->info.rate_hz = sfi.samplerate;
   af->info.n_channels = sfi.channels;
   /* Formats whose length libsndfile cannot tell (some Ogg files) report
-   * the largest count; they are read to their end instead. */
-  af->info.n_frames = sfi.frames == SF_COUNT_MAX ? -1 : sfi.frames;
+   * the largest count; from a pipe, others (NIST, Wave64, IRCAM, .au of
+   * unknown size) count the frames of the largest file it can address
+   * (about 2^62 bytes), and a header's mark of an unknown length reads as
+   * a length. Such inputs are read to their end instead. */
+  af->info.n_frames =
+      sfi.frames == SF_COUNT_MAX ||
+              (!af->src.size_known &&
+               (sfi.frames >= PIPE_UNKNOWN_FRAMES ||
+                declared_unknown(sf, frame_bytes_of(&sfi))))
+          ? -1
+          : sfi.frames;
   af->is_double = (sfi.format & SF_FORMAT_SUBMASK) == SF_FORMAT_DOUBLE;
 
-  SF_FORMAT_INFO major = {.format = sfi.format & SF_FORMAT_TYPEMASK};
   SF_FORMAT_INFO sub = {.format = sfi.format & SF_FORMAT_SUBMASK};
-  sf_command(NULL, SFC_GET_FORMAT_INFO, &major, sizeof major);
   sf_command(NULL, SFC_GET_FORMAT_INFO, &sub, sizeof sub);
   snprintf(af->info.format, sizeof af->info.format, "%s, %s",
-           major.name ? major.name : "unknown", sub.name ? sub.name : "unknown");
+           format_name(sfi.format), sub.name ? sub.name : "unknown");
   *out = af;
   return 0;
 }
@@ -608,6 +730,12 @@ int aural_audiofile_read(aural_audiofile *af, float *buf, size_t max_frames,
     if (e != SF_ERR_NO_ERROR)
       return aural__err_set(err, AURAL_EIO, "%s: read error at frame %" PRId64
                             ": %s", af->path, af->n_done, sf_strerror(af->sf));
+    if (af->info.n_frames < 0 && !af->src.size_known &&
+        ogg_ended_early(af->sf))
+      return aural__err_set(err, AURAL_ETRUNCATED,
+                            "%s: truncated: the Ogg stream ends at frame "
+                            "%" PRId64 " without its end-of-stream page",
+                            af->path, af->n_done);
     if (af->info.n_frames < 0) return 0; /* the end of a stream */
     return aural__err_set(err, AURAL_ETRUNCATED,
                           "%s: truncated: audio ends at frame %" PRId64

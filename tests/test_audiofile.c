@@ -482,6 +482,37 @@ static void test_unknown_data_size(void **state) {
   }
 }
 
+/* SoX, writing a WAV where it cannot seek back (a pipe), declares the
+ * largest whole number of frames below 0x7FFFF000 bytes: 2147479552 for
+ * 16-bit mono, 2147479551 for 24-bit mono. That is its "unknown length",
+ * as 0xFFFFFFFF is others': the file is read to its end, not refused as
+ * cut off. */
+static void test_sox_unknown_data_size(void **state) {
+  static const struct {
+    uint16_t bits;
+    uint32_t size;
+  } cases[] = {{16, 2147479552u}, {24, 2147479551u}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    char path[PATH_BYTES];
+    path_in(path, state, "sox.wav");
+    size_t bytes = 1000 * (size_t)(cases[k].bits / 8);
+    uint8_t *payload = calloc(1, bytes);
+    assert_non_null(payload);
+    make_wav(path, WAV_PCM, 1, 16000, cases[k].bits, cases[k].size, payload,
+             bytes);
+    free(payload);
+    aural_audiofile_info info;
+    float *samples;
+    size_t n_frames;
+    aural_err err = {0};
+    int rc = read_all(path, 300, &info, &samples, &n_frames, &err);
+    if (rc < 0) fail_msg("%u-bit, data size %u: %s", cases[k].bits,
+                         cases[k].size, err.msg);
+    assert_int_equal(n_frames, 1000);
+    free(samples);
+  }
+}
+
 /* A data size of 0 followed by samples is the other thing streaming
  * writers leave behind. Reading it as an empty file would drop the audio
  * without a word: it must read the samples or say why not. */
@@ -908,6 +939,225 @@ static void test_fifo_input(void **state) {
   }
 }
 
+/* Opens path, a FIFO, while a child writes the size bytes of data into
+ * it, and reads it to its end. Returns what read_all() returns. */
+static int read_all_through_fifo(const char *fifo, const void *data,
+                                 size_t size, aural_audiofile_info *info,
+                                 float **samples, size_t *n_frames,
+                                 aural_err *err) {
+  unlink(fifo);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) { /* the writer */
+    int fd = open(fifo, O_WRONLY);
+    size_t at = 0;
+    while (fd >= 0 && at < size) {
+      ssize_t k = write(fd, (const char *)data + at, size - at);
+      if (k <= 0) break;
+      at += (size_t)k;
+    }
+    _exit(0);
+  }
+  int rc = read_all(fifo, 300, info, samples, n_frames, err);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  unlink(fifo);
+  return rc;
+}
+
+/* A recorder writing into a pipe cannot know the length: its WAV
+ * declares 0xFFFFFFFF (ffmpeg), 0x7FFFFFFF or SoX's 0x7FFFF000 bytes of
+ * data, its Sun .au 0xFFFFFFFF. From a pipe libsndfile takes such a size
+ * at its word (2^31 - 1 frames, or 2^62 for .au), and the end of the
+ * audio read as a cut-off recording. Such an input is of unknown length
+ * (n_frames -1) and is read to its end. A size that is no such mark is
+ * still checked: a cut-off file through a pipe is refused. */
+static void test_fifo_unknown_data_size(void **state) {
+  char fifo[PATH_BYTES], wav[PATH_BYTES];
+  path_in(fifo, state, "rec.fifo");
+  path_in(wav, state, "rec.wav");
+  static const uint32_t sizes[] = {0xFFFFFFFFu, 0x7FFFFFFFu, 2147479552u,
+                                   4000};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    make_pcm16_wav(wav, 1000, sizes[k]);
+    size_t size;
+    char *bytes = test_read_file(wav, &size);
+    aural_audiofile_info info;
+    float *samples = NULL;
+    size_t n_frames;
+    aural_err err = {0};
+    int rc = read_all_through_fifo(fifo, bytes, size, &info, &samples,
+                                   &n_frames, &err);
+    free(bytes);
+    free(samples);
+    if (sizes[k] == 4000) { /* twice what follows: cut off */
+      assert_int_equal(rc, AURAL_ETRUNCATED);
+      assert_contains(err.msg, "truncated");
+      continue;
+    }
+    if (rc < 0) fail_msg("data size 0x%08x: %s", sizes[k], err.msg);
+    assert_int_equal(n_frames, 1000);
+    assert_int_equal(info.n_frames, -1);
+  }
+  /* A .au of 1000 16-bit frames whose data size is 0xFFFFFFFF. */
+  uint8_t au[24 + 2000] = ".snd";
+  put_be(au + 4, 24);
+  put_be(au + 8, 0xFFFFFFFFu);
+  put_be(au + 12, 3);
+  put_be(au + 16, 16000);
+  put_be(au + 20, 1);
+  aural_audiofile_info info;
+  float *samples = NULL;
+  size_t n_frames;
+  aural_err err = {0};
+  int rc = read_all_through_fifo(fifo, au, sizeof au, &info, &samples,
+                                 &n_frames, &err);
+  free(samples);
+  if (rc < 0) fail_msg(".au of unknown size: %s", err.msg);
+  assert_int_equal(n_frames, 1000);
+  assert_int_equal(info.n_frames, -1);
+}
+
+/* Formats whose length libsndfile takes as unknown from a pipe (it
+ * counts to the largest file it can address: 4.6e18 frames): NIST SPHERE,
+ * Wave64, IRCAM. Whole files read through a FIFO as they do from a file;
+ * they were refused as "truncated: audio ends at frame 1000 of the
+ * 4611686018427387391 declared". */
+static void test_fifo_formats_of_unknown_length(void **state) {
+  char fifo[PATH_BYTES], path[PATH_BYTES];
+  path_in(fifo, state, "rec.fifo");
+  path_in(path, state, "rec");
+  for (int k = 0; k < 3; k++) {
+    size_t size, want = 1000;
+    char *bytes;
+    if (k == 0) {
+      make_nist(path, 1000, 1000);
+      bytes = test_read_file(path, &size);
+    } else if (k == 1) {
+      make_w64(path, 1000, 2000);
+      bytes = test_read_file(path, &size);
+    } else {
+      bytes = test_read_file(
+          test_data_path("../fuzz/corpus/audiofile/mono.sf"), &size);
+      want = 800;
+    }
+    aural_audiofile_info info;
+    float *samples = NULL;
+    size_t n_frames;
+    aural_err err = {0};
+    int rc = read_all_through_fifo(fifo, bytes, size, &info, &samples,
+                                   &n_frames, &err);
+    free(bytes);
+    free(samples);
+    if (rc < 0) fail_msg("format %d: %s", k, err.msg);
+    assert_int_equal(n_frames, want);
+    assert_int_equal(info.n_frames, -1);
+  }
+}
+
+/* A CAF file (which libsndfile must seek in to find its audio) through a
+ * FIFO is refused as a format that needs a regular file, as FLAC is; it
+ * was refused as "truncated: audio ends at frame 0 of the 800 declared",
+ * which it is not. */
+static void test_fifo_caf_needs_a_file(void **state) {
+  char fifo[PATH_BYTES];
+  path_in(fifo, state, "rec.fifo");
+  size_t size;
+  char *bytes = test_read_file(
+      test_data_path("../fuzz/corpus/audiofile/mono.caf"), &size);
+  aural_audiofile_info info;
+  float *samples = NULL;
+  size_t n_frames;
+  aural_err err = {0};
+  int rc = read_all_through_fifo(fifo, bytes, size, &info, &samples,
+                                 &n_frames, &err);
+  free(bytes);
+  free(samples);
+  print_message("    %s\n", err.msg);
+  assert_int_equal(rc, AURAL_EFORMAT);
+  assert_contains(err.msg, fifo);
+  assert_contains(err.msg, "regular file");
+}
+
+/* A WAV whose data chunk declares 0 bytes with samples after it (never
+ * finalised), through a FIFO: libsndfile reads nothing of it, so it read
+ * as an empty recording. It is refused, as the same file is; one that
+ * really holds nothing still opens and reads as empty. */
+static void test_fifo_zero_data_size_with_samples(void **state) {
+  char fifo[PATH_BYTES], wav[PATH_BYTES];
+  path_in(fifo, state, "rec.fifo");
+  path_in(wav, state, "rec.wav");
+  const size_t lengths[] = {1000, 0};
+  for (size_t k = 0; k < 2; k++) {
+    make_pcm16_wav(wav, lengths[k], 0);
+    size_t size;
+    char *bytes = test_read_file(wav, &size);
+    aural_audiofile_info info;
+    float *samples = NULL;
+    size_t n_frames;
+    aural_err err = {0};
+    int rc = read_all_through_fifo(fifo, bytes, size, &info, &samples,
+                                   &n_frames, &err);
+    free(bytes);
+    free(samples);
+    if (lengths[k] == 0) {
+      if (rc < 0) fail_msg("an empty WAV: %s", err.msg);
+      assert_int_equal(n_frames, 0);
+      continue;
+    }
+    if (rc == 0)
+      fail_msg("data size 0 and 2000 bytes after it: read as %zu frames",
+               n_frames);
+    print_message("    %s\n", err.msg);
+    assert_int_equal(rc, AURAL_EFORMAT);
+    assert_contains(err.msg, fifo);
+    assert_contains(err.msg, "declares 0 bytes");
+  }
+}
+
+/* An Ogg Vorbis recording cut off, read through a FIFO: the checks of the
+ * whole file cannot run, but its end is seen as it comes. Cut where its
+ * last page begins (no page ends the stream) or inside that page, it is
+ * refused as truncated, as the same bytes in a file are; it was read as a
+ * shorter recording. The whole file reads as it does from a file. */
+static void test_fifo_ogg_cut_off(void **state) {
+  char fifo[PATH_BYTES];
+  path_in(fifo, state, "rec.fifo");
+  size_t size;
+  char *data = test_read_file(
+      test_data_path("../fuzz/corpus/audiofile/mono.ogg"), &size);
+  size_t last = size - 4;
+  while (last > 0 && memcmp(data + last, "OggS", 4) != 0) last--;
+  assert_true(last > 0);
+  /* Whole, and with bytes after it (a tag some tools append). */
+  data = realloc(data, size + 128);
+  assert_non_null(data);
+  memset(data + size, 0, 128);
+  const size_t cuts[] = {last, last + 40, size, size + 128};
+  for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+    aural_audiofile_info info;
+    float *samples = NULL;
+    size_t n_frames;
+    aural_err err = {0};
+    int rc = read_all_through_fifo(fifo, data, cuts[k], &info, &samples,
+                                   &n_frames, &err);
+    free(samples);
+    if (cuts[k] >= size) {
+      if (rc < 0) fail_msg("the whole file: %s", err.msg);
+      assert_int_equal(n_frames, 800);
+      continue;
+    }
+    if (rc == 0)
+      fail_msg("cut at %zu of %zu bytes: read as %zu frames", cuts[k], size,
+               n_frames);
+    print_message("    %s\n", err.msg);
+    assert_int_equal(rc, AURAL_ETRUNCATED);
+    assert_contains(err.msg, fifo);
+  }
+  free(data);
+}
+
 /* A character device (here /dev/null, which reads as empty) is named as
  * one: the message said "read from a pipe" for anything not a regular
  * file. */
@@ -1073,6 +1323,7 @@ int main(void) {
       T(test_thousand_channels),
       T(test_hundred_thousand_channels),
       T(test_unknown_data_size),
+      T(test_sox_unknown_data_size),
       T(test_zero_data_size_with_samples),
       T(test_pcm16_scaling),
       T(test_memory_good_files_match_path),
@@ -1081,6 +1332,11 @@ int main(void) {
       cmocka_unit_test(test_null_arguments),
       cmocka_unit_test(test_memory_ogg_vorbis_headers),
       T(test_fifo_input),
+      T(test_fifo_unknown_data_size),
+      T(test_fifo_ogg_cut_off),
+      T(test_fifo_zero_data_size_with_samples),
+      T(test_fifo_formats_of_unknown_length),
+      T(test_fifo_caf_needs_a_file),
       T(test_device_input_named),
       T(test_threads_open_at_once),
       cmocka_unit_test(test_good_speech),

@@ -10,7 +10,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <math.h>
+#include <poll.h>
 #include <pty.h>
 #include <signal.h>
 #include <spawn.h>
@@ -411,6 +413,8 @@ static void test_help(void **state) {
   assert_contains(fx->out, "Exit status");
 }
 
+static char *copy_speech(const char *path, size_t *len);
+
 static void test_usage_errors(void **state) {
   fixture *fx = *state;
   char out[PATH_BYTES], in[PATH_BYTES];
@@ -437,6 +441,23 @@ static void test_usage_errors(void **state) {
                            "directory");
   assert_int_equal(run_aural(fx, "encode", "-j", "2", in, NULL), 2);
   assert_contains(fx->err, "-o DIR is required with -j");
+  /* An -o that is a file, where a directory is needed, is named for what
+   * needs one (it said "when there are several inputs" of a lone one). */
+  char not_dir[PATH_BYTES];
+  snprintf(not_dir, sizeof not_dir, "%s/results", fx->out_dir);
+  test_write_file(not_dir, "x", 1);
+  assert_int_equal(
+      run_aural(fx, "encode", "-q", "-j", "2", "-o", not_dir, in, NULL), 1);
+  assert_contains(fx->err, "must be a directory with -j");
+  char copy[PATH_BYTES];
+  size_t len;
+  input_path(copy, fx, "speech.wav");
+  free(copy_speech(copy, &len));
+  assert_int_equal(
+      run_aural(fx, "encode", "-q", "-o", not_dir, fx->in_dir, NULL), 1);
+  assert_contains(fx->err, "must be a directory with a directory as INPUT");
+  unlink(not_dir);
+  unlink(copy);
   assert_int_equal(
       run_aural(fx, "encode", "--output", "bogus", "-o", out, in, NULL), 2);
   assert_contains(fx->err, "--output bogus");
@@ -1523,6 +1544,195 @@ static void test_encode_text_lines_apart_from_progress(void **state) {
   assert_dir_holds(fx->out_dir, "text.txt");
 }
 
+/* An input whose length is unknown (a recorder's WAV, data size
+ * 0xFFFFFFFF, through a FIFO) has no fraction done: its progress line
+ * says how much audio was read. It drew a full bar at "100%" from the
+ * first read on. */
+static void test_encode_progress_of_unknown_length(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], fifo[PATH_BYTES], out[PATH_BYTES];
+  size_t len;
+  input_path(in, fx, "speech.wav");
+  char *bytes = copy_speech(in, &len);
+  char *data = memmem(bytes, len, "data", 4);
+  assert_non_null(data);
+  memset(data + 4, 0xff, 4);
+  input_path(fifo, fx, "rec.fifo");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) { /* the recorder */
+    int fd = open(fifo, O_WRONLY);
+    for (size_t at = 0; fd >= 0 && at < len;) {
+      ssize_t k = write(fd, bytes + at, len - at);
+      if (k <= 0) break;
+      at += (size_t)k;
+    }
+    _exit(0);
+  }
+  snprintf(out, sizeof out, "%s/rec.npy", fx->out_dir);
+  const char *args[] = {"encode", "-o", out, fifo, NULL};
+  char *screen;
+  int percent;
+  int status = run_on_terminal(args, &screen, &percent);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  print_message("    screen:\n%s", screen);
+  free(screen);
+  free(bytes);
+  assert_int_equal(status, 0);
+  assert_false(percent);
+  assert_dir_holds(fx->out_dir, "rec.npy");
+}
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* With -j, the progress bar counts a file being encoded for what has been
+ * read of it: it stayed empty, with 0.00 h of audio and 0x real time,
+ * until a file was done, which for a few long recordings is most of the
+ * run. The input is a FIFO whose writer stops halfway through until the
+ * bar has moved (or 10 s have passed). */
+static void test_encode_batch_progress_within_a_file(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], fifo[PATH_BYTES];
+  size_t len;
+  input_path(in, fx, "speech.wav");
+  char *bytes = copy_speech(in, &len);
+  input_path(fifo, fx, "rec.wav");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  int go[2];
+  assert_int_equal(pipe(go), 0);
+  pid_t writer = fork();
+  assert_true(writer >= 0);
+  if (writer == 0) { /* half the file, then the rest when told */
+    close(go[1]);
+    int fd = open(fifo, O_WRONLY);
+    size_t half = len / 2, at = 0;
+    char c;
+    while (fd >= 0 && at < len) {
+      if (at == half && read(go[0], &c, 1) < 0) break;
+      ssize_t k = write(fd, bytes + at, (at < half ? half : len) - at);
+      if (k <= 0) break;
+      at += (size_t)k;
+    }
+    _exit(0);
+  }
+  close(go[0]);
+
+  char *argv[] = {(char *)aural_bin(), "encode", "-j", "1", "-o",
+                  fx->out_dir, fifo, NULL};
+  int master, slave;
+  if (openpty(&master, &slave, NULL, NULL, NULL) != 0) skip();
+  posix_spawn_file_actions_t fa;
+  assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
+  assert_int_equal(
+      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 1), 0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 2), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, slave), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, master), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, go[1]), 0);
+  pid_t pid;
+  assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(slave);
+
+  /* Read the terminal until a bar with a '#' shows while no file is
+   * done. */
+  char seen[8192];
+  size_t n_seen = 0;
+  int moved = 0;
+  double deadline = mono_s() + 10;
+  while (!moved && mono_s() < deadline) {
+    struct pollfd p = {.fd = master, .events = POLLIN};
+    if (poll(&p, 1, 100) <= 0) continue;
+    ssize_t got = read(master, seen + n_seen, sizeof seen - 1 - n_seen);
+    if (got <= 0) break;
+    n_seen += (size_t)got;
+    seen[n_seen] = '\0';
+    for (char *bar = strstr(seen, "[#"); bar != NULL && !moved;
+         bar = strstr(bar + 1, "[#"))
+      moved = strstr(bar, "0/1 files") != NULL;
+    if (n_seen > sizeof seen / 2) { /* keep the tail */
+      memmove(seen, seen + n_seen - 256, 256);
+      n_seen = 256;
+    }
+  }
+  assert_int_equal(write(go[1], "g", 1), 1); /* the rest of the file */
+  close(go[1]);
+  char drain[4096];
+  while (read(master, drain, sizeof drain) > 0) {
+  }
+  close(master);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  waitpid(writer, NULL, 0);
+  free(bytes);
+  if (!moved) fail_msg("the bar did not move while the file was read");
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_dir_holds(fx->out_dir, "rec.npy");
+}
+
+/* An existing output that its owner made read-only (chmod 444) is not
+ * replaced, as the shell's '>' would not write it: it was renamed over,
+ * mode kept, with exit 0. As root every file may be written, so the tool
+ * runs as nobody, in a directory it may write (where a rename would
+ * succeed). */
+static void test_encode_read_only_output_kept(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES], err_path[PATH_BYTES];
+  size_t len;
+  input_path(in, fx, "speech.wav");
+  free(copy_speech(in, &len));
+  snprintf(out, sizeof out, "%s/kept.npy", fx->out_dir);
+  test_write_file(out, "precious", 8);
+  assert_int_equal(chmod(out, 0444), 0);
+  int as_nobody = geteuid() == 0;
+  if (as_nobody) {
+    assert_int_equal(chmod(fx->root, 0755), 0);
+    assert_int_equal(chmod(fx->in_dir, 0755), 0);
+    assert_int_equal(chmod(in, 0644), 0);
+    assert_int_equal(chmod(fx->out_dir, 0777), 0);
+  }
+  snprintf(err_path, sizeof err_path, "%s/stderr.txt", fx->root);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int null = open("/dev/null", O_RDWR);
+    if (fd < 0 || null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 ||
+        dup2(fd, 2) < 0)
+      _exit(98);
+    if (as_nobody &&
+        (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
+      _exit(99);
+    execl(aural_bin(), aural_bin(), "encode", "-q", "-o", out, in,
+          (char *)NULL);
+    _exit(98);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 99) {
+    print_message("    cannot become nobody here\n");
+    skip();
+  }
+  char *err = read_text(err_path);
+  print_message("    exit %d: %s", WEXITSTATUS(status), err);
+  assert_int_equal(WEXITSTATUS(status), 1);
+  assert_contains(err, out);
+  assert_contains(err, "Permission denied");
+  free(err);
+  char *kept = read_text(out);
+  assert_string_equal(kept, "precious");
+  free(kept);
+}
+
 /* INPUT - is standard input, as for aural send (it was "-: No such file or
  * directory"): a pipe or a redirected file gives the same output as the
  * file itself; an empty one is named in the error; with several inputs it
@@ -1907,6 +2117,9 @@ int main(void) {
       T(test_encode_chunk_frames_invariance),
       T(test_encode_text_prints_chunks),
       T(test_encode_text_lines_apart_from_progress),
+      T(test_encode_progress_of_unknown_length),
+      T(test_encode_batch_progress_within_a_file),
+      T(test_encode_read_only_output_kept),
       T(test_full_stdout_fails),
       T(test_closed_stdout_stays_apart),
       T(test_closed_stdout_result_fails),

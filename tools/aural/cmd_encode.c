@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +62,9 @@ static void usage(FILE *to) {
           "                       and words: without it the result goes to\n"
           "                       stdout and every report to stderr):\n"
           "                       a regular file is replaced atomically (a\n"
-          "                       symlink's target), a device or FIFO is\n"
-          "                       written into; never the input itself;\n"
+          "                       symlink's target; not a read-only one),\n"
+          "                       a device or FIFO is written into; never\n"
+          "                       the input itself;\n"
           "                       - is stdout (reports then go to stderr)\n"
           "      --output KIND    what each row holds:\n"
           "                         embeddings  encoder output [n, d_model]\n"
@@ -147,6 +149,14 @@ typedef enum out_kind {
 static const char *const kind_names[] = {"embeddings", "logits", "features",
                                          "text", "words"};
 
+/* How far one input of a batch has come, written by the worker that
+ * encodes it and read by the progress line. */
+typedef struct job_live {
+  _Atomic int64_t read_us;   /* microseconds of audio read */
+  _Atomic int32_t permille;  /* of the input read (1000 once it is done;
+                                0 while its length is unknown) */
+} job_live;
+
 typedef struct encode_job {
   const char *in_path, *out_path, *model_path;
   const char *in_name;   /* in_path, or "standard input" for "-" */
@@ -173,7 +183,10 @@ typedef struct encode_job {
                             k * kept_stride */
   size_t n_kept, kept_max, kept_stride;
   double t_start, t_progress;
-  int64_t total_in, done_in; /* input frames, for progress */
+  int64_t total_in, done_in; /* input frames, for progress (total_in
+                                -1: unknown) */
+  double in_rate_hz;         /* the input's rate, for progress */
+  job_live *live;            /* batch mode: where the progress goes */
   int progress;              /* draw a progress line on stderr */
   int progress_shown;        /* ... and one is on the terminal now */
   int shared_model;          /* model belongs to the caller (batch mode) */
@@ -261,17 +274,26 @@ enum { PROGRESS_SOON, PROGRESS_NOW, PROGRESS_DONE };
 
 /* Draws the progress line on stderr (a terminal): PROGRESS_SOON at most
  * every 0.2 s, PROGRESS_NOW at once, PROGRESS_DONE for the last time,
- * erased. */
+ * erased. An input of unknown length (a FIFO, some Ogg files) has no
+ * fraction done: its line says how much audio was read. */
 static void draw_progress(encode_job *job, int when) {
   double now = cli_now_s();
   if (!job->progress ||
       (when == PROGRESS_SOON && now - job->t_progress < 0.2))
     return;
   job->t_progress = now;
-  double frac = job->total_in > 0 ? (double)job->done_in / job->total_in : 1;
-  int width = 30, filled = (int)(frac * width);
-  fprintf(stderr, "\r%s [%.*s%*s] %3.0f%%", job->in_name, filled,
-          "##############################", width - filled, "", frac * 100);
+  if (job->total_in < 0) {
+    fprintf(stderr, "\r%s: %.1f s of audio read", job->in_name,
+            job->in_rate_hz > 0 ? (double)job->done_in / job->in_rate_hz
+                                : 0.0);
+  } else {
+    double frac =
+        job->total_in > 0 ? (double)job->done_in / (double)job->total_in : 1;
+    int width = 30, filled = (int)(frac * width);
+    fprintf(stderr, "\r%s [%.*s%*s] %3.0f%%", job->in_name, filled,
+            "##############################", width - filled, "",
+            frac * 100);
+  }
   job->progress_shown = when != PROGRESS_DONE;
   if (when == PROGRESS_DONE) fputs("\r\033[K", stderr);
 }
@@ -559,7 +581,7 @@ static int run(encode_job *job) {
   aural_audiofile_info info;
   aural_audiofile_get_info(af, &info);
   job->total_in = info.n_frames;
-  rate_hz = info.rate_hz;
+  job->in_rate_hz = rate_hz = info.rate_hz;
 
   rc = open_stream(job, &info, &err);
   if (rc < 0) goto fail;
@@ -598,6 +620,17 @@ static int run(encode_job *job) {
     if (rc < 0) goto push_fail;
     job->done_in += (int64_t)n;
     draw_progress(job, PROGRESS_SOON);
+    if (job->live != NULL) {
+      atomic_store_explicit(
+          &job->live->read_us,
+          (int64_t)((double)job->done_in / info.rate_hz * 1e6),
+          memory_order_relaxed);
+      if (job->total_in > 0)
+        atomic_store_explicit(
+            &job->live->permille,
+            (int32_t)(1000 * job->done_in / job->total_in),
+            memory_order_relaxed);
+    }
   }
   rc = aural_stream_end(job->stream);
   if (rc == 0) rc = compute_and_drain(job);
@@ -722,6 +755,7 @@ typedef struct batch {
   char **outputs;              /* (n) paths in the output directory */
   char **errors;               /* (n) messages of failed files, or NULL */
   double *audio_s;             /* (n) seconds of audio of each file */
+  job_live *live;              /* (n) how far each file has come */
   size_t n;
   char **skipped;              /* (n_skipped) messages: entries of a
                                   directory that are not files to read */
@@ -875,6 +909,7 @@ static void *batch_worker(void *arg) {
     encode_job job = *b->proto;
     job.in_path = b->inputs[i];
     job.out_path = b->outputs[i];
+    job.live = &b->live[i];
     job.errors = msg;
     if (msg) msg[0] = '\0';
     job.t_start = cli_now_s();
@@ -883,6 +918,7 @@ static void *batch_worker(void *arg) {
     b->done++;
     b->audio_s[i] = job.audio_s;
     b->audio_done_s += job.audio_s;
+    atomic_store_explicit(&b->live[i].permille, 1000, memory_order_relaxed);
     if (rc == 0) {
       b->written++;
     } else if (!interrupted) {
@@ -895,14 +931,24 @@ static void *batch_worker(void *arg) {
   return NULL;
 }
 
+/* The batch's progress line: the bar and the hours of audio count the
+ * files being encoded for what has been read of them, so that a few long
+ * files do not show an empty bar and no audio until the first one ends. */
 static void batch_progress(batch *b, double t0, int final) {
   pthread_mutex_lock(&b->mu);
   size_t done = b->done, failed = b->failed, n = b->n;
-  double audio = b->audio_done_s;
   pthread_mutex_unlock(&b->mu);
+  double audio = 0, files = 0;
+  for (size_t i = 0; i < n; i++) {
+    audio += (double)atomic_load_explicit(&b->live[i].read_us,
+                                          memory_order_relaxed) / 1e6;
+    files += (double)atomic_load_explicit(&b->live[i].permille,
+                                          memory_order_relaxed) / 1000;
+  }
   double wall = cli_now_s() - t0;
-  int width = 30, fill = n ? (int)((double)width * (double)done / (double)n)
+  int width = 30, fill = n ? (int)((double)width * files / (double)n)
                            : width;
+  if (fill > width) fill = width;
   fprintf(stderr, "\r\033[K[%.*s%.*s] %zu/%zu files%s%s, %.2f h of audio, "
                   "%.0fx real time%s",
           fill, "##############################", width - fill,
@@ -912,9 +958,10 @@ static void batch_progress(batch *b, double t0, int final) {
 }
 
 /* Encodes every input into OUT_DIR with n_jobs threads sharing one model.
- * Failed files are reported at the end; the others are written. */
+ * Failed files are reported at the end; the others are written. why says
+ * what made this a batch ("several inputs", "-j", ...), for messages. */
 static int run_batch(encode_job *proto, char **args, int n_args,
-                     const char *out_dir, size_t n_jobs) {
+                     const char *out_dir, size_t n_jobs, const char *why) {
   batch b = {.proto = proto};
   int rc = EXIT_FAIL;
   if (collect_inputs(&b, args, n_args) < 0) goto out;
@@ -932,13 +979,14 @@ static int run_batch(encode_job *proto, char **args, int n_args,
   }
   struct stat st;
   if (stat(out_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-    fprintf(stderr, "aural encode: -o %s must be a directory when there "
-                    "are several inputs\n", out_dir);
+    fprintf(stderr, "aural encode: -o %s must be a directory with %s\n",
+            out_dir, why);
     goto out;
   }
   b.errors = calloc(b.n, sizeof *b.errors);
   b.audio_s = calloc(b.n, sizeof *b.audio_s);
-  if (b.errors == NULL || b.audio_s == NULL ||
+  b.live = calloc(b.n, sizeof *b.live);
+  if (b.errors == NULL || b.audio_s == NULL || b.live == NULL ||
       plan_outputs(&b, out_dir,
                    proto->kind == OUT_TEXT    ? "txt"
                    : proto->kind == OUT_WORDS ? words_format_names[proto->format]
@@ -1026,6 +1074,7 @@ out:
   free(b.outputs);
   free(b.errors);
   free(b.audio_s);
+  free(b.live);
   return rc;
 }
 
@@ -1265,7 +1314,7 @@ int cmd_encode(int argc, char **argv) {
 
   if (batch_mode) {
     int brc = run_batch(&job, argv + optind, argc - optind, job.out_path,
-                        n_jobs);
+                        n_jobs, batch_why);
     return interrupted ? EXIT_SIGNAL : brc;
   }
   int rc = run(&job);

@@ -97,6 +97,15 @@ static int open_replacement(outfile *o, char *err, size_t err_len) {
     return fail(o, err, err_len, "%s: out of memory", o->path);
   struct stat old;
   bool replacing = stat(o->target, &old) == 0 && S_ISREG(old.st_mode);
+  /* A file its owner made read-only is kept, as '>' would fail on it; the
+   * rename would replace it all the same. */
+  if (replacing && faccessat(AT_FDCWD, o->target, W_OK, AT_EACCESS) != 0 &&
+      (errno == EACCES || errno == EPERM || errno == EROFS)) {
+    int e = errno;
+    free(dir);
+    return fail(o, err, err_len, "%s: cannot write over it: %s; not written",
+                o->path, strerror(e));
+  }
   int fd = open_unnamed(dir, replacing ? 0600 : 0666);
   if (fd >= 0) {
     /* linkat needs /proc to name the file later (or, as root, may use

@@ -20,8 +20,9 @@
  *   - a character device or a FIFO (/dev/null, /dev/stdout on a terminal
  *     or a pipe, a named pipe): the bytes are written into it at the
  *     commit; it is never replaced;
- *   - the input itself (same device and inode), a directory, a link to
- *     nothing, a block device or a socket: refused.
+ *   - the input itself (same device and inode), a regular file we may
+ *     not write (read-only: '>' would fail on it too), a directory, a link
+ *     to nothing, a block device or a socket: refused.
  * Not thread-safe for one outfile; distinct ones may be used at once.
  */
 #ifndef AURAL_TOOLS_OUTFILE_H

@@ -36,7 +36,9 @@ typedef struct aural_audiofile_info {
   double rate_hz;     /* within AURAL_RATE_MIN_HZ..AURAL_RATE_MAX_HZ */
   int n_channels;     /* 1..AURAL_MAX_CHANNELS */
   int64_t n_frames;   /* frames (samples per channel) the file holds,
-                         or -1 when the format cannot tell */
+                         or -1 when the format cannot tell (some Ogg
+                         files; from a pipe, a header whose size marks
+                         the length as unknown) */
   char format[96];    /* e.g. "WAV (Microsoft), Signed 16 bit PCM" */
 } aural_audiofile_info;
 
