@@ -117,7 +117,7 @@ static const option_doc options[] = {
      CONFIG_ONCE},
     {"sub-hard-limit", required_argument, OPT_HARD, " B",
      "a subscriber's queue above B bytes loses chunks\n"
-     "(reported by GAP); suffixes K, M (default 16M)",
+     "(reported by GAP); suffixes K, M, G (default 16M)",
      CONFIG_ONCE},
     {"sub-soft-limit", required_argument, OPT_SOFT, " B",
      "a queue above B bytes for too long is\n"
@@ -490,9 +490,11 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       errno = 0;
       *secs = strtod(optarg, &end);
       if (errno || end == optarg || *end || !(*secs > 0) || *secs > 86400) {
-        aurald_usage_error("--%s must be a number of seconds > 0\n",
+        aurald_usage_error("--%s must be a number of seconds above 0 "
+                           "and at most 86400, not \"%s\"\n",
                            ch == OPT_SOFT_S ? "sub-soft-seconds"
-                                            : "hello-timeout");
+                                            : "hello-timeout",
+                           optarg);
         return 2;
       }
       break;
@@ -530,9 +532,11 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_CLUSTER_CAPACITY:
     case OPT_CLUSTER_RETENTION:
       if (parse_long(optarg, 1, 100000000, &v) < 0) {
-        aurald_usage_error("--%s must be a whole number >= 1\n",
+        aurald_usage_error("--%s must be a whole number from 1 to "
+                           "100000000, not \"%s\"\n",
                            ch == OPT_CLUSTER_CAPACITY ? "cluster-capacity"
-                                                      : "cluster-retention");
+                                                      : "cluster-retention",
+                           optarg);
         return 2;
       }
       if (ch == OPT_CLUSTER_CAPACITY) o->cluster_capacity = (int)v;

@@ -1897,6 +1897,26 @@ class TestServiceManager(DaemonTest):
                     self.assertEqual(p.returncode, 2, p.stderr)
                     self.assertIn("bad byte count", p.stderr)
 
+    def test_out_of_range_values_are_told_the_range(self):
+        """A value above an option's bound was refused with a message
+        that gave only the lower one: '--hello-timeout 100000' was told
+        'must be a number of seconds > 0', '--cluster-capacity
+        200000000' 'must be a whole number >= 1'."""
+        for opt, bad, want in (
+                ("--hello-timeout", "100000", "at most 86400"),
+                ("--sub-soft-seconds", "1e9", "at most 86400"),
+                ("--hello-timeout", "0", "at most 86400"),
+                ("--cluster-capacity", "200000000", "1 to 100000000"),
+                ("--cluster-retention", "100000001", "1 to 100000000"),
+                ("--cluster-retention", "0", "1 to 100000000")):
+            with self.subTest(option=opt, value=bad):
+                p = run(AURALD, "-m", os.path.join(self.tmp, "none.st"),
+                        "-s", os.path.join(self.tmp, "r.sock"),
+                        "--no-config", opt, bad, check=False, timeout=20)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn(opt, p.stderr)
+                self.assertIn(want, p.stderr)
+
     def test_soft_limit_above_hard_limit_names_both(self):
         """A hard limit under the soft limit's default was refused with a
         message about --sub-soft-limit alone, which the user never gave:
