@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <grp.h>
 #include <malloc.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,7 +108,8 @@ static const option_doc options[] = {
      "first subscriber arrives (default: at once)",
      CONFIG_ONCE},
     {"threads", required_argument, OPT_THREADS, " N",
-     "compute threads (default: one per CPU)",
+     "compute threads (default: one per CPU it may\n"
+     "run on)",
      CONFIG_ONCE},
     {"max-clients", required_argument, OPT_MAX_CLIENTS, " N",
      "simultaneous connections (default 1024)",
@@ -312,6 +314,17 @@ static int parse_bytes(const char *s, size_t *out) {
   if (*end != '\0' || v == 0 || v > (1ull << 40) / mult) return -1;
   *out = (size_t)(v * mult);
   return 0;
+}
+
+/* The CPUs this process may run on (its affinity: taskset, systemd's
+ * CPUAffinity=, a container's cpuset), for one worker each: workers past
+ * them would only take turns on the same CPUs. */
+static int cpus_available(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }
 
 static const char *default_model(void) {
@@ -1167,8 +1180,7 @@ int main(int argc, char **argv) {
     config_words_free(&cw);
     return rc;
   }
-  if (o.n_threads < 1) o.n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (o.n_threads < 1) o.n_threads = 1;
+  if (o.n_threads < 1) o.n_threads = cpus_available();
 
   signal(SIGPIPE, SIG_IGN);
   warn_idle_options(&o);

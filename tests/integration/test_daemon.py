@@ -1897,6 +1897,19 @@ class TestServiceManager(DaemonTest):
                     self.assertEqual(p.returncode, 2, p.stderr)
                     self.assertIn("bad byte count", p.stderr)
 
+    def test_default_threads_are_the_cpus_it_may_run_on(self):
+        """--threads defaults to one per CPU: the CPUs aurald may run on
+        (its affinity: taskset, systemd's CPUAffinity=, a container's
+        cpuset), not every CPU online, whose extra workers could only
+        take turns on the allowed ones."""
+        if len(os.sched_getaffinity(0)) < 2:
+            self.skipTest("needs two CPUs to leave one out")
+        one = min(os.sched_getaffinity(0))
+        p = run(AURALD, "-m", TINY, "-s", os.path.join(self.tmp, "t.sock"),
+                "--no-config", "--file", self.wav(0.2), "--exit-when-done",
+                timeout=30, preexec_fn=lambda: os.sched_setaffinity(0, {one}))
+        self.assertRegex(p.stderr, r"serving .*\), 1 workers, chunks")
+
     def test_out_of_range_values_are_told_the_range(self):
         """A value above an option's bound was refused with a message
         that gave only the lower one: '--hello-timeout 100000' was told

@@ -12,7 +12,6 @@
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -387,14 +386,6 @@ static int bench_batched(const aural_model *m, size_t step, size_t n_streams,
 }
 
 /* ---- every CPU at once ---------------------------------------------- */
-
-/* The CPUs this process may run on. */
-static int cpus_available(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
 
 /* Threads that do their shares of a round at the same moment: each round
  * starts once every thread is ready and ends when the last is done. */
@@ -846,7 +837,7 @@ int cmd_bench(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   enc_bench eb = {.chunk = 50, .seconds = 20, .repeat = 3, .streams = 8,
-                  .cpus = cpus_available()};
+                  .cpus = cli_cpus_available()};
   synth_spec_base(&eb.spec);
   int json = 0, c, li, model_flags = 0;
   size_t v = 0;

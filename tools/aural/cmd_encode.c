@@ -89,7 +89,7 @@ static void usage(FILE *to) {
           "                       (embeddings, logits or features)\n"
           "  -q, --quiet          print no reports: only errors and the result\n"
           "  -j, --jobs N         with several inputs: files encoded at once\n"
-          "                       (default: one per CPU)\n",
+          "                       (default: one per CPU it may run on)\n",
           cli_default_model());
   fprintf(to,
           "With --output words:\n"
@@ -1098,8 +1098,7 @@ int cmd_encode(int argc, char **argv) {
   };
   encode_job job = {.chunk_frames = 50, .kind = OUT_EMBEDDINGS};
   aural_decoder_config_default(&job.dcfg);
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  size_t n_jobs = cpus > 0 ? (size_t)cpus : 1;
+  size_t n_jobs = (size_t)cli_cpus_available();
   int jobs_given = 0, boost_given = 0;
   const char *kind = NULL;
   const char *words_only = NULL; /* an option that only words use */

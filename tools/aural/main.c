@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -111,6 +112,14 @@ int cli_stdout_flush(char *err, size_t err_bytes) {
   if (stdout_errno == 0) stdout_errno = EIO;
   snprintf(err, err_bytes, "standard output: %s", strerror(stdout_errno));
   return -1;
+}
+
+int cli_cpus_available(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }
 
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
