@@ -101,8 +101,32 @@ const char *cli_bf16_method(void) {
 
 /* The first error of a write to stdout, kept because the stream's error
  * flag stays set and a later fflush() may have nothing left to write (and
- * so no errno to give). */
+ * so no errno to give). A write that fails inside a printf (more than the
+ * buffer at once) leaves its errno to whatever runs next: stdout's writes
+ * go through stdout_write(), which records it there. */
 static int stdout_errno;
+
+static ssize_t stdout_write(void *cookie, const char *buf, size_t n) {
+  (void)cookie;
+  ssize_t w = write(STDOUT_FILENO, buf, n);
+  if (w < 0 && stdout_errno == 0) stdout_errno = errno;
+  return w;
+}
+
+/* stdout as a stream over fd 1 whose writes are stdout_write(), buffered
+ * as stdio buffers it (by line on a terminal, else in blocks). Left as it
+ * was if the stream cannot be made. */
+static void stdout_record_errors(void) {
+  FILE *f = fopencookie(NULL, "w", (cookie_io_functions_t){
+                                       .write = stdout_write});
+  if (f == NULL) return;
+  if (setvbuf(f, NULL, isatty(STDOUT_FILENO) ? _IOLBF : _IOFBF, BUFSIZ) !=
+      0) {
+    fclose(f);
+    return;
+  }
+  stdout = f;
+}
 
 int cli_stdout_flush(char *err, size_t err_bytes) {
   errno = 0;
@@ -225,6 +249,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "aural: cannot open /dev/null: %s\n", strerror(errno));
     return EXIT_FAIL;
   }
+  stdout_record_errors();
   if (argc < 2) {
     usage(stderr);
     return EXIT_USAGE;
