@@ -1679,6 +1679,12 @@ static void test_info(void **state) {
   assert_contains(fx->out, "per stream");
   assert_contains(fx->out, "MFLOP per frame");
   assert_contains(fx->out, "CTC head     10 tokens");
+  /* No lexicon beside the model: the line says where info looks, not
+   * options it does not take (it named --lexicon and --lm). */
+  assert_contains(fx->out, "words        none (");
+  assert_contains(fx->out, "beside the model");
+  if (strstr(fx->out, "--lexicon") != NULL)
+    fail_msg("aural info names an option it lacks:\n%s", fx->out);
   char model[PATH_BYTES];
   snprintf(model, sizeof model, "%s/empty.safetensors", fx->in_dir);
   test_write_file(model, "", 0);

@@ -470,7 +470,7 @@ static int prepare(encode_job *job, aural_err *err) {
                                            : (size_t)mc->vocab_size;
   if (job->kind == OUT_WORDS && job->words == NULL) {
     if (words_load(&job->own_words, job->model, job->model_path,
-                   job->lexicon_path, job->lm_path, err->msg,
+                   job->lexicon_path, job->lm_path, true, err->msg,
                    sizeof err->msg) < 0 ||
         (job->vocabulary != NULL &&
          words_custom(&job->own_words, job->model, job->model_path,
@@ -955,7 +955,7 @@ static int run_batch(encode_job *proto, char **args, int n_args,
   proto->shared_model = 1;
   if (proto->kind == OUT_WORDS) {
     if (words_load(&proto->own_words, proto->model, proto->model_path,
-                   proto->lexicon_path, proto->lm_path, err.msg,
+                   proto->lexicon_path, proto->lm_path, true, err.msg,
                    sizeof err.msg) < 0 ||
         (proto->vocabulary != NULL &&
          words_custom(&proto->own_words, proto->model, proto->model_path,
