@@ -815,12 +815,16 @@ static void name_append(char *list, size_t cap, bool given, const char *name) {
     snprintf(list + used, cap - used, "%s%s", used ? ", " : "", name);
 }
 
-/* The options of --http and of --cluster do nothing without it. They are
- * named in the log rather than refused, so that a config file can turn
- * either off by commenting out its one line and keep the rest. */
+/* The options of --http and of --cluster do nothing without it, nor does
+ * --hold without a --file or --mic source. They are named in the log
+ * rather than refused, so that a config file can turn either off by
+ * commenting out its one line and keep the rest. */
 static void warn_idle_options(const aurald_options *o) {
   const aurald_options *d = &option_defaults;
   char list[512] = "";
+  if (o->hold && o->n_files == 0 && !o->mic)
+    log_warn("without --file or --mic, --hold does nothing (it holds those "
+             "sources until their first subscriber)");
   if (!o->http.on) {
     name_append(list, sizeof list, o->http.token_file, "http-token-file");
     name_append(list, sizeof list, o->http.n_origins > 0, "http-origin");

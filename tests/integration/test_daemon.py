@@ -2392,6 +2392,20 @@ class TestShutdown(DaemonTest):
         self.assertNotIn("do nothing", d.text())
         self.stop_clean(d)
 
+    def test_hold_without_sources_is_named(self):
+        """--hold holds --file and --mic sources until their first
+        subscriber; without either it did nothing, silently (a config
+        file's hold = yes beside --no-file, or a --hold meant for pushed
+        streams). It is named in the log, as the idle --http-* and
+        --cluster-* options are."""
+        d = self.start("--hold")
+        self.assertIn("without --file or --mic, --hold does nothing",
+                      d.text())
+        self.stop_clean(d)
+        d = self.start("--hold", "--file", self.wav(0.2))
+        self.assertNotIn("--hold does nothing", d.text())
+        self.stop_clean(d)
+
 
 class TestHalfClose(DaemonTest):
     def open_raw(self, d, name):
