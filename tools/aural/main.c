@@ -106,11 +106,20 @@ const char *cli_bf16_method(void) {
  * go through stdout_write(), which records it there. */
 static int stdout_errno;
 
+/* As stdio writes a stream of its own: a short write goes on with the
+ * rest, a failed one ends the write (the stream's error flag is set). */
 static ssize_t stdout_write(void *cookie, const char *buf, size_t n) {
   (void)cookie;
-  ssize_t w = write(STDOUT_FILENO, buf, n);
-  if (w < 0 && stdout_errno == 0) stdout_errno = errno;
-  return w;
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = write(STDOUT_FILENO, buf + done, n - done);
+    if (w <= 0) {
+      if (stdout_errno == 0) stdout_errno = w < 0 ? errno : EIO;
+      return done > 0 ? (ssize_t)done : -1;
+    }
+    done += (size_t)w;
+  }
+  return (ssize_t)done;
 }
 
 /* stdout as a stream over fd 1 whose writes are stdout_write(), buffered
