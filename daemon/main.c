@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <grp.h>
 #include <malloc.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,7 +108,8 @@ static const option_doc options[] = {
      "first subscriber arrives (default: at once)",
      CONFIG_ONCE},
     {"threads", required_argument, OPT_THREADS, " N",
-     "compute threads (default: one per CPU)",
+     "compute threads (default: one per CPU it may\n"
+     "run on)",
      CONFIG_ONCE},
     {"max-clients", required_argument, OPT_MAX_CLIENTS, " N",
      "simultaneous connections (default 1024)",
@@ -117,7 +119,7 @@ static const option_doc options[] = {
      CONFIG_ONCE},
     {"sub-hard-limit", required_argument, OPT_HARD, " B",
      "a subscriber's queue above B bytes loses chunks\n"
-     "(reported by GAP); suffixes K, M (default 16M)",
+     "(reported by GAP); suffixes K, M, G (default 16M)",
      CONFIG_ONCE},
     {"sub-soft-limit", required_argument, OPT_SOFT, " B",
      "a queue above B bytes for too long is\n"
@@ -314,6 +316,17 @@ static int parse_bytes(const char *s, size_t *out) {
   return 0;
 }
 
+/* The CPUs this process may run on (its affinity: taskset, systemd's
+ * CPUAffinity=, a container's cpuset), for one worker each: workers past
+ * them would only take turns on the same CPUs. */
+static int cpus_available(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
 static const char *default_model(void) {
   const char *env = getenv("AURAL_MODEL");
   if (env != NULL && env[0] != '\0') return env;
@@ -490,9 +503,11 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       errno = 0;
       *secs = strtod(optarg, &end);
       if (errno || end == optarg || *end || !(*secs > 0) || *secs > 86400) {
-        aurald_usage_error("--%s must be a number of seconds > 0\n",
+        aurald_usage_error("--%s must be a number of seconds above 0 "
+                           "and at most 86400, not \"%s\"\n",
                            ch == OPT_SOFT_S ? "sub-soft-seconds"
-                                            : "hello-timeout");
+                                            : "hello-timeout",
+                           optarg);
         return 2;
       }
       break;
@@ -530,9 +545,11 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case OPT_CLUSTER_CAPACITY:
     case OPT_CLUSTER_RETENTION:
       if (parse_long(optarg, 1, 100000000, &v) < 0) {
-        aurald_usage_error("--%s must be a whole number >= 1\n",
+        aurald_usage_error("--%s must be a whole number from 1 to "
+                           "100000000, not \"%s\"\n",
                            ch == OPT_CLUSTER_CAPACITY ? "cluster-capacity"
-                                                      : "cluster-retention");
+                                                      : "cluster-retention",
+                           optarg);
         return 2;
       }
       if (ch == OPT_CLUSTER_CAPACITY) o->cluster_capacity = (int)v;
@@ -798,12 +815,16 @@ static void name_append(char *list, size_t cap, bool given, const char *name) {
     snprintf(list + used, cap - used, "%s%s", used ? ", " : "", name);
 }
 
-/* The options of --http and of --cluster do nothing without it. They are
- * named in the log rather than refused, so that a config file can turn
- * either off by commenting out its one line and keep the rest. */
+/* The options of --http and of --cluster do nothing without it, nor does
+ * --hold without a --file or --mic source. They are named in the log
+ * rather than refused, so that a config file can turn either off by
+ * commenting out its one line and keep the rest. */
 static void warn_idle_options(const aurald_options *o) {
   const aurald_options *d = &option_defaults;
   char list[512] = "";
+  if (o->hold && o->n_files == 0 && !o->mic)
+    log_warn("without --file or --mic, --hold does nothing (it holds those "
+             "sources until their first subscriber)");
   if (!o->http.on) {
     name_append(list, sizeof list, o->http.token_file, "http-token-file");
     name_append(list, sizeof list, o->http.n_origins > 0, "http-origin");
@@ -1163,8 +1184,7 @@ int main(int argc, char **argv) {
     config_words_free(&cw);
     return rc;
   }
-  if (o.n_threads < 1) o.n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (o.n_threads < 1) o.n_threads = 1;
+  if (o.n_threads < 1) o.n_threads = cpus_available();
 
   signal(SIGPIPE, SIG_IGN);
   warn_idle_options(&o);

@@ -985,6 +985,9 @@ static void test_full_stdout_fails(void **state) {
       {"info", NULL},
       {"pronounce", "-m", model, "hello", NULL},
       {"--version", NULL},
+      /* More than stdio's buffer in one printf: the write failed inside
+       * it, and the reason was lost ('Input/output error'). */
+      {"encode", "--help", NULL},
   };
   for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
     int status = wait_aural(fx, spawn_aural(fx, runs[i]));
@@ -1886,6 +1889,12 @@ static void test_info(void **state) {
   assert_contains(fx->out, "per stream");
   assert_contains(fx->out, "MFLOP per frame");
   assert_contains(fx->out, "CTC head     10 tokens");
+  /* No lexicon beside the model: the line says where info looks, not
+   * options it does not take (it named --lexicon and --lm). */
+  assert_contains(fx->out, "words        none (");
+  assert_contains(fx->out, "beside the model");
+  if (strstr(fx->out, "--lexicon") != NULL)
+    fail_msg("aural info names an option it lacks:\n%s", fx->out);
   char model[PATH_BYTES];
   snprintf(model, sizeof model, "%s/empty.safetensors", fx->in_dir);
   test_write_file(model, "", 0);
@@ -2026,6 +2035,31 @@ static void test_bench_json_one_object(void **state) {
   assert_true(strcmp(fx->out + strlen(fx->out) - 3, "}}\n") == 0);
 }
 
+/* A value out of an option's range is a bad command line that names the
+ * range: "bad value '65' for --streams" left the user to guess the bound,
+ * which --help does not give. */
+static void test_bench_bad_values_name_the_range(void **state) {
+  fixture *fx = *state;
+  static const struct {
+    const char *opt, *value, *want;
+  } cases[] = {
+      {"--streams", "65", "--streams 65: expected an integer in 1..64"},
+      {"--seconds", "4000", "--seconds 4000: expected an integer in 1..3600"},
+      {"--repeat", "0", "--repeat 0: expected an integer in 1..100"},
+      {"--cpus", "x", "--cpus x: expected an integer in 1..1024"},
+      {"--d-model", "1", "--d-model 1: expected an integer in 2..8192"},
+      {"--chunk", "4097", "--chunk 4097: expected an integer in 1..4096"},
+      {"--pos", "alibi", "--pos alibi: expected rope, sinusoidal or none"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    assert_int_equal(run_aural(fx, "bench", cases[i].opt, cases[i].value,
+                               "encoder", NULL),
+                     2);
+    assert_contains(fx->err, cases[i].want);
+    assert_string_equal(fx->out, "");
+  }
+}
+
 /* An option that no suite run uses, or any but the model's with
  * --save-model (which measures nothing), is a bad command line naming it;
  * each was ignored, and the run measured something else than asked. */
@@ -2112,6 +2146,7 @@ int main(void) {
       T(test_bench_model_file),
       T(test_bench_model_too_large),
       T(test_bench_json_one_object),
+      T(test_bench_bad_values_name_the_range),
       T(test_bench_unused_options_refused),
       T(test_load_usage_errors),
       T(test_encode_chunk_frames_invariance),

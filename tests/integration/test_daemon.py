@@ -1897,6 +1897,39 @@ class TestServiceManager(DaemonTest):
                     self.assertEqual(p.returncode, 2, p.stderr)
                     self.assertIn("bad byte count", p.stderr)
 
+    def test_default_threads_are_the_cpus_it_may_run_on(self):
+        """--threads defaults to one per CPU: the CPUs aurald may run on
+        (its affinity: taskset, systemd's CPUAffinity=, a container's
+        cpuset), not every CPU online, whose extra workers could only
+        take turns on the allowed ones."""
+        if len(os.sched_getaffinity(0)) < 2:
+            self.skipTest("needs two CPUs to leave one out")
+        one = min(os.sched_getaffinity(0))
+        p = run(AURALD, "-m", TINY, "-s", os.path.join(self.tmp, "t.sock"),
+                "--no-config", "--file", self.wav(0.2), "--exit-when-done",
+                timeout=30, preexec_fn=lambda: os.sched_setaffinity(0, {one}))
+        self.assertRegex(p.stderr, r"serving .*\), 1 workers, chunks")
+
+    def test_out_of_range_values_are_told_the_range(self):
+        """A value above an option's bound was refused with a message
+        that gave only the lower one: '--hello-timeout 100000' was told
+        'must be a number of seconds > 0', '--cluster-capacity
+        200000000' 'must be a whole number >= 1'."""
+        for opt, bad, want in (
+                ("--hello-timeout", "100000", "at most 86400"),
+                ("--sub-soft-seconds", "1e9", "at most 86400"),
+                ("--hello-timeout", "0", "at most 86400"),
+                ("--cluster-capacity", "200000000", "1 to 100000000"),
+                ("--cluster-retention", "100000001", "1 to 100000000"),
+                ("--cluster-retention", "0", "1 to 100000000")):
+            with self.subTest(option=opt, value=bad):
+                p = run(AURALD, "-m", os.path.join(self.tmp, "none.st"),
+                        "-s", os.path.join(self.tmp, "r.sock"),
+                        "--no-config", opt, bad, check=False, timeout=20)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn(opt, p.stderr)
+                self.assertIn(want, p.stderr)
+
     def test_soft_limit_above_hard_limit_names_both(self):
         """A hard limit under the soft limit's default was refused with a
         message about --sub-soft-limit alone, which the user never gave:
@@ -2357,6 +2390,20 @@ class TestShutdown(DaemonTest):
         self.stop_clean(d)
         d = self.start()
         self.assertNotIn("do nothing", d.text())
+        self.stop_clean(d)
+
+    def test_hold_without_sources_is_named(self):
+        """--hold holds --file and --mic sources until their first
+        subscriber; without either it did nothing, silently (a config
+        file's hold = yes beside --no-file, or a --hold meant for pushed
+        streams). It is named in the log, as the idle --http-* and
+        --cluster-* options are."""
+        d = self.start("--hold")
+        self.assertIn("without --file or --mic, --hold does nothing",
+                      d.text())
+        self.stop_clean(d)
+        d = self.start("--hold", "--file", self.wav(0.2))
+        self.assertNotIn("--hold does nothing", d.text())
         self.stop_clean(d)
 
 

@@ -80,7 +80,7 @@ int bench_words(const char *model_path, const char *lexicon_path,
   words_res res;
   char msg[600];
   double t0 = cli_now_s();
-  if (words_load(&res, m, model_path, lexicon_path, lm_path, msg,
+  if (words_load(&res, m, model_path, lexicon_path, lm_path, true, msg,
                  sizeof msg) < 0) {
     fprintf(stderr, "aural bench: %s\n", msg);
     aural_model_free(m);

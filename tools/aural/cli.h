@@ -38,6 +38,10 @@ const char *cli_pos_name(int pos_encoding);
  * (and the scalar oracle, where AURAL_ISA chose it) said as a phrase. */
 const char *cli_bf16_method(void);
 
+/* The CPUs this process may run on (its affinity: taskset, a container's
+ * cpuset), else those online; at least 1. */
+int cli_cpus_available(void);
+
 /* Parses a decimal integer in lo..hi, digits alone (no sign or spaces);
  * -1 if it is not one. */
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out);

@@ -12,7 +12,6 @@
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -387,14 +386,6 @@ static int bench_batched(const aural_model *m, size_t step, size_t n_streams,
 }
 
 /* ---- every CPU at once ---------------------------------------------- */
-
-/* The CPUs this process may run on. */
-static int cpus_available(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
 
 /* Threads that do their shares of a round at the same moment: each round
  * starts once every thread is ready and ends when the last is done. */
@@ -846,7 +837,7 @@ int cmd_bench(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   enc_bench eb = {.chunk = 50, .seconds = 20, .repeat = 3, .streams = 8,
-                  .cpus = cpus_available()};
+                  .cpus = cli_cpus_available()};
   synth_spec_base(&eb.spec);
   int json = 0, c, li, model_flags = 0;
   size_t v = 0;
@@ -859,6 +850,7 @@ int cmd_bench(int argc, char **argv) {
   optind = 1;
   while ((li = -1, c = getopt_long(argc, argv, "m:h", opts, &li)) != -1) {
     int bad = 0;
+    size_t lo = 1, hi = 0; /* the range of the value parsed, for a message */
     if (c >= O_D && c <= O_POS) model_flags = 1;
     if (li >= 0 && c >= O_D && c <= O_POS) model_flag = opts[li].name;
     if (li >= 0 && c >= O_CHUNK && c <= O_CPUS) enc_only = opts[li].name;
@@ -867,16 +859,19 @@ int cmd_bench(int argc, char **argv) {
     switch (c) {
     case 'm': eb.model_path = optarg; break;
     case O_SECONDS:
-      bad = cli_parse_size(optarg, 1, 3600, &v);
+      hi = 3600;
+      bad = cli_parse_size(optarg, lo, hi, &v);
       eb.seconds = (double)v;
       break;
     case O_REPEAT:
-      bad = cli_parse_size(optarg, 1, 100, &v);
+      hi = 100;
+      bad = cli_parse_size(optarg, lo, hi, &v);
       eb.repeat = (int)v;
       break;
     case O_JSON: json = 1; break;
-#define DIM(opt, field, lo, hi)                  \
+#define DIM(opt, field, min, max)                \
   case opt:                                      \
+    lo = min, hi = max;                          \
     bad = cli_parse_size(optarg, lo, hi, &v);    \
     eb.spec.field = (int)v;                      \
     break;
@@ -886,10 +881,17 @@ int cmd_bench(int argc, char **argv) {
       DIM(O_LAYERS, n_layers, 1, 256)
       DIM(O_WINDOW, window, 1, 100000)
 #undef DIM
-    case O_CHUNK: bad = cli_parse_size(optarg, 1, 4096, &eb.chunk); break;
-    case O_STREAMS: bad = cli_parse_size(optarg, 1, 64, &eb.streams); break;
+    case O_CHUNK:
+      hi = 4096;
+      bad = cli_parse_size(optarg, lo, hi, &eb.chunk);
+      break;
+    case O_STREAMS:
+      hi = 64;
+      bad = cli_parse_size(optarg, lo, hi, &eb.streams);
+      break;
     case O_CPUS:
-      bad = cli_parse_size(optarg, 1, 1024, &v);
+      hi = 1024;
+      bad = cli_parse_size(optarg, lo, hi, &v);
       eb.cpus = (int)v;
       break;
     case O_POS:
@@ -901,7 +903,10 @@ int cmd_bench(int argc, char **argv) {
     case O_SAVE: save = optarg; break;
     case O_LEXICON: lexicon = optarg; break;
     case O_LM: lm = optarg; break;
-    case O_BEAM: bad = cli_parse_size(optarg, 1, 4096, &beam); break;
+    case O_BEAM:
+      hi = 4096;
+      bad = cli_parse_size(optarg, lo, hi, &beam);
+      break;
     case 'h': usage(stdout); return EXIT_OK;
     default:
       fprintf(stderr, "(see 'aural bench --help')\n");
@@ -911,7 +916,13 @@ int cmd_bench(int argc, char **argv) {
       const char *name = "?";
       for (size_t i = 0; opts[i].name != NULL; i++)
         if (opts[i].val == c) name = opts[i].name;
-      fprintf(stderr, "aural bench: bad value '%s' for --%s\n", optarg, name);
+      /* The bound is told: --help gives only the defaults. */
+      if (hi > 0)
+        fprintf(stderr, "aural bench: --%s %s: expected an integer in "
+                        "%zu..%zu\n", name, optarg, lo, hi);
+      else
+        fprintf(stderr, "aural bench: --%s %s: expected rope, sinusoidal "
+                        "or none\n", name, optarg);
       return EXIT_USAGE;
     }
   }

@@ -91,7 +91,7 @@ static void usage(FILE *to) {
           "                       (embeddings, logits or features)\n"
           "  -q, --quiet          print no reports: only errors and the result\n"
           "  -j, --jobs N         with several inputs: files encoded at once\n"
-          "                       (default: one per CPU)\n",
+          "                       (default: one per CPU it may run on)\n",
           cli_default_model());
   fprintf(to,
           "With --output words:\n"
@@ -119,8 +119,8 @@ static void usage(FILE *to) {
           "\n"
           "With several inputs, or a directory (its audio files, by\n"
           "extension), each INPUT goes to OUT_DIR/NAME.npy (.txt for text, the\n"
-          "format's extension for words),\n"
-          "on all cores; a progress bar shows on a terminal, and a summary\n"
+          "format's extension for words; OUT_DIR is made if its parent\n"
+          "exists), on all cores; a progress bar shows on a terminal, and a summary\n"
           "line gives files, hours of audio, wall time and x real time. A\n"
           "file that fails is reported at the end; the others are written.\n"
           "So is an entry of a directory with an audio name that is no file\n"
@@ -492,7 +492,7 @@ static int prepare(encode_job *job, aural_err *err) {
                                            : (size_t)mc->vocab_size;
   if (job->kind == OUT_WORDS && job->words == NULL) {
     if (words_load(&job->own_words, job->model, job->model_path,
-                   job->lexicon_path, job->lm_path, err->msg,
+                   job->lexicon_path, job->lm_path, true, err->msg,
                    sizeof err->msg) < 0 ||
         (job->vocabulary != NULL &&
          words_custom(&job->own_words, job->model, job->model_path,
@@ -1003,7 +1003,7 @@ static int run_batch(encode_job *proto, char **args, int n_args,
   proto->shared_model = 1;
   if (proto->kind == OUT_WORDS) {
     if (words_load(&proto->own_words, proto->model, proto->model_path,
-                   proto->lexicon_path, proto->lm_path, err.msg,
+                   proto->lexicon_path, proto->lm_path, true, err.msg,
                    sizeof err.msg) < 0 ||
         (proto->vocabulary != NULL &&
          words_custom(&proto->own_words, proto->model, proto->model_path,
@@ -1147,8 +1147,7 @@ int cmd_encode(int argc, char **argv) {
   };
   encode_job job = {.chunk_frames = 50, .kind = OUT_EMBEDDINGS};
   aural_decoder_config_default(&job.dcfg);
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  size_t n_jobs = cpus > 0 ? (size_t)cpus : 1;
+  size_t n_jobs = (size_t)cli_cpus_available();
   int jobs_given = 0, boost_given = 0;
   const char *kind = NULL;
   const char *words_only = NULL; /* an option that only words use */

@@ -15,8 +15,12 @@ static void usage(FILE *to) {
           "\n"
           "Validates MODEL (default: the bundled model, %s) and prints its\n"
           "configuration, parameter count, weight memory, memory per\n"
-          "stream, floating-point operations per 10 ms frame, and the\n"
-          "compute kernels this CPU runs (AVX-512, AVX2 or scalar).\n"
+          "stream, floating-point operations per 10 ms frame, the\n"
+          "compute kernels this CPU runs (AVX-512, AVX2 or scalar), and,\n"
+          "for a model with a CTC head, the words resources beside it\n"
+          "(MODEL.lexicon.txt, MODEL.lm.bin or .lm.arpa, each may be\n"
+          ".gz): their size, load time and decoder state per stream, or\n"
+          "why there are none (the model is valid either way).\n"
           "\n"
           "Options:\n"
           "  -m, --model PATH  the model, as MODEL (the same option as the\n"
@@ -40,7 +44,7 @@ static void print_words(const aural_model *m, const char *path) {
   words_res r;
   char err[600];
   double t0 = cli_now_s();
-  if (words_load(&r, m, path, NULL, NULL, err, sizeof err) < 0) {
+  if (words_load(&r, m, path, NULL, NULL, false, err, sizeof err) < 0) {
     printf("words        none (%s)\n", err);
     return;
   }

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -100,8 +101,41 @@ const char *cli_bf16_method(void) {
 
 /* The first error of a write to stdout, kept because the stream's error
  * flag stays set and a later fflush() may have nothing left to write (and
- * so no errno to give). */
+ * so no errno to give). A write that fails inside a printf (more than the
+ * buffer at once) leaves its errno to whatever runs next: stdout's writes
+ * go through stdout_write(), which records it there. */
 static int stdout_errno;
+
+/* As stdio writes a stream of its own: a short write goes on with the
+ * rest, a failed one ends the write (the stream's error flag is set). */
+static ssize_t stdout_write(void *cookie, const char *buf, size_t n) {
+  (void)cookie;
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = write(STDOUT_FILENO, buf + done, n - done);
+    if (w <= 0) {
+      if (stdout_errno == 0) stdout_errno = w < 0 ? errno : EIO;
+      return done > 0 ? (ssize_t)done : -1;
+    }
+    done += (size_t)w;
+  }
+  return (ssize_t)done;
+}
+
+/* stdout as a stream over fd 1 whose writes are stdout_write(), buffered
+ * as stdio buffers it (by line on a terminal, else in blocks). Left as it
+ * was if the stream cannot be made. */
+static void stdout_record_errors(void) {
+  FILE *f = fopencookie(NULL, "w", (cookie_io_functions_t){
+                                       .write = stdout_write});
+  if (f == NULL) return;
+  if (setvbuf(f, NULL, isatty(STDOUT_FILENO) ? _IOLBF : _IOFBF, BUFSIZ) !=
+      0) {
+    fclose(f);
+    return;
+  }
+  stdout = f;
+}
 
 int cli_stdout_flush(char *err, size_t err_bytes) {
   errno = 0;
@@ -111,6 +145,14 @@ int cli_stdout_flush(char *err, size_t err_bytes) {
   if (stdout_errno == 0) stdout_errno = EIO;
   snprintf(err, err_bytes, "standard output: %s", strerror(stdout_errno));
   return -1;
+}
+
+int cli_cpus_available(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }
 
 int cli_parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
@@ -216,6 +258,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "aural: cannot open /dev/null: %s\n", strerror(errno));
     return EXIT_FAIL;
   }
+  stdout_record_errors();
   if (argc < 2) {
     usage(stderr);
     return EXIT_USAGE;

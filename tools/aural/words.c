@@ -22,8 +22,8 @@ int words_format_parse(const char *name) {
 }
 
 int words_load(words_res *r, const aural_model *model, const char *model_path,
-               const char *lexicon_path, const char *lm_path, char *err,
-               size_t err_len) {
+               const char *lexicon_path, const char *lm_path, bool options,
+               char *err, size_t err_len) {
   *r = (words_res){0};
   char lex_buf[4096], lm_buf[4096];
   if ((lexicon_path == NULL &&
@@ -41,7 +41,10 @@ int words_load(words_res *r, const aural_model *model, const char *model_path,
   if (aural_lexicon_load(lexicon_path, model, &r->lex, &e) < 0 ||
       aural_lm_load(lm_path, r->lex, &r->lm, &e) < 0) {
     snprintf(err, err_len, "%s (words need a lexicon and a language model: "
-                           "--lexicon and --lm)", e.msg);
+                           "%s)", e.msg,
+             options ? "--lexicon and --lm"
+                     : "MODEL.lexicon.txt and MODEL.lm.bin or .lm.arpa "
+                       "beside the model, each may be .gz");
     words_free(r);
     return -1;
   }

@@ -3,6 +3,7 @@
 #ifndef AURAL_CLI_WORDS_H
 #define AURAL_CLI_WORDS_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include <aural.h>
@@ -25,10 +26,11 @@ typedef struct words_res {
 /* Loads the lexicon and the LM: the paths given, else those beside the
  * model file (MODEL.lexicon.txt and MODEL.lm.bin or MODEL.lm.arpa, for
  * MODEL.safetensors, each plain or gzipped: aural_decoder_resource_path).
- * Returns 0, or -1 with err set. */
+ * Returns 0, or -1 with err set; the message points to --lexicon and --lm
+ * when the command takes them (options), else to the files' places. */
 int words_load(words_res *r, const aural_model *model, const char *model_path,
-               const char *lexicon_path, const char *lm_path, char *err,
-               size_t err_len);
+               const char *lexicon_path, const char *lm_path, bool options,
+               char *err, size_t err_len);
 /* Custom words: list is comma-separated ("Dashwood,Kubernetes"),
  * pronounced through the g2p map g2p_path, else the one beside the model
  * (MODEL.g2p.txt), into r->custom. Returns 0, or -1 with err set. */

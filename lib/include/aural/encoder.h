@@ -14,9 +14,10 @@
  * allocated at create; a call allocates nothing, and memory does not grow
  * with the length of the stream. A model with a lead-in (its config's
  * lead_in_frames, aural/model.h) has the first call after create or reset
- * run that many frames of silence before the caller's. Outputs do not depend on how frames are
- * split into calls beyond the rounding of matrix products of different
- * shapes (well below 1e-5).
+ * run that many frames of silence before the caller's. Outputs do not
+ * depend on how frames are split into calls, or on max_batch_frames: they
+ * are bit-identical (every product sums in the same order whatever its
+ * row count; tests/test_encoder.c, test_chunk_invariance).
  */
 #ifndef AURAL_ENCODER_H
 #define AURAL_ENCODER_H

@@ -188,7 +188,8 @@ int aural_model_precision_parse(const char *name, aural_precision *out);
 
 /* Whether this CPU computes precision bf16 with its own bfloat16 dot
  * products (AVX512-BF16), for products of some sizes at least; when it
- * does not, bf16 is emulated with the same bits and runs slower than f32. */
+ * does not, bf16 is emulated with the same bits and is no faster than f32
+ * in chunk mode (README, "Precision bf16"). */
 bool aural_model_bf16_native(void);
 
 /* The most rows (frames computed together) of a matrix product that
