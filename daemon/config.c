@@ -107,7 +107,7 @@ static const config_key *find_key(const config_key *keys, size_t n_keys,
  * why, or -2 when out of memory. */
 static int line_words(const char *path, int lineno, char *s,
                       const config_key *keys, size_t n_keys, int *set_on,
-                      size_t dir_len, config_words *cw, char *why,
+                      const char *dir, config_words *cw, char *why,
                       size_t why_len) {
   char *eq = strchr(s, '=');
   if (eq == NULL) {
@@ -164,17 +164,39 @@ static int line_words(const char *path, int lineno, char *s,
     return -1;
   } else {
     /* A relative path is the file's neighbour, wherever aurald runs; so
-     * is a unix: URL's. */
+     * is a unix: URL's (an empty one stays empty, to be refused as such
+     * rather than taken for the file's directory). */
     const char *scheme = "", *rest = value;
     if ((k->flags & CONFIG_URL) && strncmp(value, "unix:", 5) == 0)
       scheme = "unix:", rest = value + 5;
-    bool relative = ((k->flags & CONFIG_PATH) || *scheme) && rest[0] != '/';
-    int dir = relative ? (int)dir_len : 0;
-    rc = add_word(cw, lineno, "--%s=%s%.*s%s", k->name, scheme, dir, path,
-                  rest);
+    bool relative = ((k->flags & CONFIG_PATH) || *scheme) &&
+                    rest[0] != '/' && rest[0] != '\0';
+    rc = add_word(cw, lineno, "--%s=%s%s%s", k->name, scheme,
+                  relative ? dir : "", rest);
     if (rc == 0 && realtime) rc = add_word(cw, lineno, "--realtime");
   }
   return rc < 0 ? -2 : 0;
+}
+
+/* The directory of the file at path, with its final '/', made absolute
+ * when path is relative: a cluster's unix:PATH must be absolute, and a
+ * relative path logged or reported names where it was looked for. The
+ * current directory left unknown (removed), it stays relative. NULL when
+ * out of memory. */
+static char *file_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  int len = slash != NULL ? (int)(slash - path) + 1 : 0;
+  char *cwd = NULL, *dir = NULL;
+  if (path[0] != '/') {
+    while (len >= 2 && strncmp(path, "./", 2) == 0) path += 2, len -= 2;
+    cwd = getcwd(NULL, 0);
+  }
+  if (cwd != NULL && strcmp(cwd, "/") == 0) cwd[0] = '\0';
+  if (asprintf(&dir, "%s%s%.*s", cwd != NULL ? cwd : "",
+               cwd != NULL ? "/" : "", len, path) < 0)
+    dir = NULL;
+  free(cwd);
+  return dir;
 }
 
 int config_read(const char *path, const config_key *keys, size_t n_keys,
@@ -185,9 +207,10 @@ int config_read(const char *path, const config_key *keys, size_t n_keys,
   if (read_all(path, &text, &len, why, why_len) < 0) return -1;
   /* (n_keys) the line that set each key, 0 while none has. */
   int *set_on = calloc(n_keys + 1, sizeof *set_on);
-  const char *slash = strrchr(path, '/');
-  size_t dir_len = slash != NULL ? (size_t)(slash - path) + 1 : 0;
-  int rc = set_on != NULL && add_word(cw, 0, "aurald") == 0 ? 0 : -2;
+  char *dir = file_dir(path);
+  int rc = set_on != NULL && dir != NULL && add_word(cw, 0, "aurald") == 0
+               ? 0
+               : -2;
   int lineno = 0;
   for (char *line = text; rc == 0 && line < text + len;) {
     char *end = memchr(line, '\n', (size_t)(text + len - line));
@@ -204,12 +227,13 @@ int config_read(const char *path, const config_key *keys, size_t n_keys,
     if (hash != NULL) *hash = '\0';
     char *s = trim(line);
     if (*s != '\0')
-      rc = line_words(path, lineno, s, keys, n_keys, set_on, dir_len, cw,
-                      why, why_len);
+      rc = line_words(path, lineno, s, keys, n_keys, set_on, dir, cw, why,
+                      why_len);
     line = end + 1;
   }
   if (rc == -2) snprintf(why, why_len, "out of memory reading %s", path);
   free(set_on);
+  free(dir);
   free(text);
   if (rc != 0) config_words_free(cw);
   return rc == 0 ? 0 : -1;

@@ -221,7 +221,7 @@ static const option_doc options[] = {
      "error, warn, info (default) or debug",
      CONFIG_ONCE},
     {"config", required_argument, OPT_CONFIG, " PATH",
-     "read options from PATH (default: " AURAL_CONFIG "\n"
+     "read options from PATH (default:\n" AURAL_CONFIG "\n"
      "when it exists); the command line wins; SIGHUP\n"
      "re-reads it",
      CONFIG_NEVER},
@@ -235,7 +235,7 @@ static const option_doc options[] = {
 #define N_OPTIONS (sizeof options / sizeof options[0])
 
 /* One option in --help: its flags, then its text from column 26 (on the
- * next line when the flags reach that far). */
+ * next line when the flags leave no space before that column). */
 static void usage_option(FILE *to, const option_doc *d) {
   char flags[64];
   if (d->id < 256)
@@ -244,10 +244,10 @@ static void usage_option(FILE *to, const option_doc *d) {
     snprintf(flags, sizeof flags, "      --%s%s", d->name, d->arg);
   fputs(flags, to);
   const char *text = d->help;
-  if (strlen(flags) < 25)
+  if (strlen(flags) < 24)
     fprintf(to, "%*s", (int)(25 - strlen(flags)), "");
   else
-    fprintf(to, "  ");
+    fprintf(to, "\n%25s", "");
   for (const char *nl; (nl = strchr(text, '\n')) != NULL; text = nl + 1)
     fprintf(to, "%.*s\n%25s", (int)(nl - text), text, "");
   fprintf(to, "%s\n", text);
@@ -267,9 +267,10 @@ static void usage(FILE *to) {
     usage_option(to, &options[i]);
     if (options[i].id == OPT_NO_CONFIG)
       usage_option(to, &(option_doc){"no-NAME", no_argument, OPT_NO, "",
-                                      "leave out the config file's NAME (e.g.\n"
-                                      "--no-mic, --no-file): its default, or\n"
-                                      "the command line's",
+                                      "undo NAME as the config file and the\n"
+                                      "command line before it set it: its\n"
+                                      "default again (e.g. --no-hold,\n"
+                                      "--no-mic, --no-file)",
                                       0});
   }
   fputs("\n"
@@ -278,8 +279,9 @@ static void usage(FILE *to) {
         "\"http-origin\" may repeat; \"file-realtime = PATH\" is --file PATH\n"
         "--realtime; switches take yes or no; a relative path is the config\n"
         "file's neighbour), e.g. \"chunk-ms = 500\". The command line wins:\n"
-        "its value replaces the file's, its --file adds to them, and\n"
-        "--no-NAME leaves the file's NAME out.\n"
+        "its value replaces the file's, its --file and --http-origin add to\n"
+        "the file's (--no-file --file PATH replaces them), and --no-NAME\n"
+        "turns off a switch or anything else the file sets.\n"
         "Under systemd, a socket passed by socket activation is used instead\n"
         "of binding one, and readiness is reported on $NOTIFY_SOCKET.\n"
         "\n"
@@ -405,6 +407,32 @@ static int parse_http_option(int ch, const char *arg, http_options *h) {
   }
 }
 
+static const aurald_options option_defaults = {
+    .chunk_ms = 500,
+    .n_threads = 0, /* one per CPU */
+    .max_request_bytes = 1u << 20,
+    .max_message_bytes = 64u << 20,
+    .max_clients = 1024,
+    .max_streams = 1024,
+    .sub_hard_bytes = 16u << 20,
+    .sub_soft_bytes = 4u << 20,
+    .sub_soft_s = 10.0,
+    .hello_timeout_s = 10.0,
+    /* The library's default: the bundled model needs about 25 MB with its
+     * batches, so 2 GiB leaves room for far larger real models, while a
+     * small file whose dimensions ask for gigabytes per stream or per
+     * compute thread is refused at start. */
+    .max_model_bytes = (size_t)AURAL_MODEL_DEFAULT_MAX_MEMORY,
+    .cluster_capacity = 64,
+    .cluster_retention = 1200,
+    .cluster_ttl_s = 3,
+    .cluster_timeout_s = 10,
+    .cluster_expire_s = 86400,
+    .cluster_idle_s = 60,
+    .cluster_outputs = AURAL_OUT_ALL,
+    .cluster_dtype = AURAL_DTYPE_F32,
+};
+
 /* Whether the config file may set options[i], and so the command line
  * may take it back with --no-NAME. */
 static bool negatable(size_t i) { return !(options[i].conf & CONFIG_NEVER); }
@@ -426,15 +454,108 @@ static void long_options(struct option longs[2 * N_OPTIONS + 1]) {
   longs[n] = (struct option){NULL, 0, NULL, 0};
 }
 
+/* The index in options[] of the option whose getopt id is id. */
+static size_t option_index(int id) {
+  for (size_t i = 0; i < N_OPTIONS; i++)
+    if (options[i].id == id) return i;
+  assert(!"every id is in options[]");
+  return 0;
+}
+
+/* --no-NAME on the command line: NAME as the file (whose NAME is left
+ * out, load_options) and the command line before it set it is undone,
+ * so that the last word wins as it does between two values. *first_file
+ * is where the command line's own --file options begin. */
+static void option_reset(int id, aurald_options *o, int *first_file) {
+  const aurald_options *d = &option_defaults;
+  switch (id) {
+  case 'm': o->model_path = d->model_path; break;
+  case 's': o->socket_path = d->socket_path; break;
+  case OPT_LEXICON: o->lexicon_path = d->lexicon_path; break;
+  case OPT_LM: o->lm_path = d->lm_path; break;
+  case OPT_CHUNK_MS: o->chunk_ms = d->chunk_ms; break;
+  case OPT_MIC:
+    o->mic = d->mic;
+    o->mic_device = d->mic_device;
+    break;
+  case OPT_FILE: o->n_files = *first_file = 0; break;
+  case OPT_REALTIME:
+    for (int i = 0; i < o->n_files; i++) o->files[i].realtime = false;
+    break;
+  case OPT_EXIT: o->exit_when_done = d->exit_when_done; break;
+  case OPT_HOLD: o->hold = d->hold; break;
+  case OPT_THREADS: o->n_threads = d->n_threads; break;
+  case OPT_MAX_CLIENTS: o->max_clients = d->max_clients; break;
+  case OPT_MAX_STREAMS: o->max_streams = d->max_streams; break;
+  case OPT_HARD: o->sub_hard_bytes = d->sub_hard_bytes; break;
+  case OPT_SOFT: o->sub_soft_bytes = d->sub_soft_bytes; break;
+  case OPT_SOFT_S: o->sub_soft_s = d->sub_soft_s; break;
+  case OPT_HELLO_TIMEOUT: o->hello_timeout_s = d->hello_timeout_s; break;
+  case OPT_GROUP:
+    o->group = d->group;
+    o->group_gid = d->group_gid;
+    break;
+  case OPT_F16: o->f16_weights = d->f16_weights; break;
+  case OPT_PRECISION: o->precision = d->precision; break;
+  case OPT_MAX_MODEL_MEM: o->max_model_bytes = d->max_model_bytes; break;
+  case OPT_CLUSTER: o->cluster_url = d->cluster_url; break;
+  case OPT_CLUSTER_OPTIONAL: o->cluster_optional = d->cluster_optional; break;
+  case OPT_CLUSTER_PASSWORD:
+    o->cluster_password_file = d->cluster_password_file;
+    break;
+  case OPT_CLUSTER_NODE: o->cluster_node = d->cluster_node; break;
+  case OPT_CLUSTER_CAPACITY: o->cluster_capacity = d->cluster_capacity; break;
+  case OPT_CLUSTER_RETENTION:
+    o->cluster_retention = d->cluster_retention;
+    break;
+  case OPT_CLUSTER_TTL: o->cluster_ttl_s = d->cluster_ttl_s; break;
+  case OPT_CLUSTER_TIMEOUT: o->cluster_timeout_s = d->cluster_timeout_s; break;
+  case OPT_CLUSTER_EXPIRE: o->cluster_expire_s = d->cluster_expire_s; break;
+  case OPT_CLUSTER_IDLE: o->cluster_idle_s = d->cluster_idle_s; break;
+  case OPT_CLUSTER_OUTPUTS: o->cluster_outputs = d->cluster_outputs; break;
+  case OPT_CLUSTER_DTYPE: o->cluster_dtype = d->cluster_dtype; break;
+  case OPT_HTTP:
+    o->http.on = d->http.on;
+    o->http.addr = d->http.addr;
+    break;
+  case OPT_HTTP_TOKEN: o->http.token_file = d->http.token_file; break;
+  case OPT_HTTP_ORIGIN: o->http.n_origins = d->http.n_origins; break;
+  case OPT_HTTP_CERT: o->http.cert = d->http.cert; break;
+  case OPT_HTTP_KEY: o->http.key = d->http.key; break;
+  case OPT_HTTP_ROOT: o->http.root = d->http.root; break;
+  case OPT_LOG: aurald_log_level = LOG_INFO; break;
+  default: assert(!"every option the file may set is reset here"); break;
+  }
+}
+
+/* Parses the words of argv into o: one line of the config file at a time
+ * (cmdline false), then the command line. */
 static int parse_options(int argc, char **argv, aurald_options *o,
-                         bool *list) {
+                         bool *list, bool cmdline) {
   struct option longs[2 * N_OPTIONS + 1];
   long_options(longs);
   int ch;
   long v;
   char *end;
+  /* The config file's --file options end here: a --realtime on the
+   * command line paces a --file of its own, not the file's last. */
+  int first_file = cmdline ? o->n_files : 0;
   optind = 0; /* full re-initialisation: this runs for the file and argv */
   while ((ch = getopt_long(argc, argv, "m:s:hV", longs, NULL)) != -1) {
+    /* An empty value: "-s ''" bound an abstract socket and put its lock
+     * file, ".lock", in the current directory; "--mic=" took the first
+     * device that has an input; the others failed later with a message
+     * naming an empty path. The config file refuses one as well. */
+    if (ch != '?' && ch < OPT_NO && optarg != NULL && optarg[0] == '\0' &&
+        options[option_index(ch)].has_arg != no_argument) {
+      if (ch == OPT_MIC)
+        aurald_usage_error("--mic= needs a device name or number (--mic "
+                           "alone is the default device)\n");
+      else
+        aurald_usage_error("--%s needs a value, not an empty one\n",
+                           options[option_index(ch)].name);
+      return 2;
+    }
     switch (ch) {
     case 'm': o->model_path = optarg; break;
     case 's': o->socket_path = optarg; break;
@@ -462,7 +583,7 @@ static int parse_options(int argc, char **argv, aurald_options *o,
       break;
     }
     case OPT_REALTIME:
-      if (o->n_files == 0) {
+      if (o->n_files == first_file) {
         aurald_usage_error("--realtime applies to the --file before "
                            "it; give --file PATH --realtime\n");
         return 2;
@@ -530,7 +651,19 @@ static int parse_options(int argc, char **argv, aurald_options *o,
         return 2;
       }
       break;
-    case OPT_CLUSTER: o->cluster_url = optarg; break;
+    case OPT_CLUSTER: {
+      /* Checked here, so that a URL that cannot be is a bad command line
+       * or config (exit 2, at the file's line; a reload refuses it): at
+       * the cluster's start, after the model had loaded, it exited 1. */
+      aural_cluster_url url;
+      char why[256];
+      if (aural_cluster_url_parse(optarg, &url, why, sizeof why) < 0) {
+        aurald_usage_error("--cluster: %s\n", why);
+        return 2;
+      }
+      o->cluster_url = optarg;
+      break;
+    }
     case OPT_CLUSTER_OPTIONAL: o->cluster_optional = true; break;
     case OPT_CLUSTER_PASSWORD: o->cluster_password_file = optarg; break;
     case OPT_CLUSTER_NODE:
@@ -584,14 +717,16 @@ static int parse_options(int argc, char **argv, aurald_options *o,
         return 2;
       }
       break;
-    case OPT_LOG:
-      aurald_log_level = aurald_log_level_parse(optarg);
-      if (aurald_log_level < 0) {
+    case OPT_LOG: {
+      int level = aurald_log_level_parse(optarg);
+      if (level < 0) {
         aurald_usage_error("--log-level must be error, warn, info or "
                            "debug\n");
         return 2;
       }
+      aurald_log_level = level;
       break;
+    }
     case OPT_HTTP:
     case OPT_HTTP_TOKEN:
     case OPT_HTTP_ORIGIN:
@@ -609,8 +744,10 @@ static int parse_options(int argc, char **argv, aurald_options *o,
     case 'h': usage(stdout); exit(0);
     case 'V': printf("aurald %s\n", AURAL_VERSION); exit(0);
     default:
-      /* --no-NAME: the file's NAME was left out (load_options). */
+      /* --no-NAME: the file's NAME was left out (load_options), and
+       * what the command line gave before it is undone. */
       assert(ch >= OPT_NO && ch < OPT_NO + (int)N_OPTIONS);
+      option_reset(options[ch - OPT_NO].id, o, &first_file);
       break;
     }
   }
@@ -622,32 +759,6 @@ static int parse_options(int argc, char **argv, aurald_options *o,
   }
   return 0;
 }
-
-static const aurald_options option_defaults = {
-    .chunk_ms = 500,
-    .n_threads = 0, /* one per CPU */
-    .max_request_bytes = 1u << 20,
-    .max_message_bytes = 64u << 20,
-    .max_clients = 1024,
-    .max_streams = 1024,
-    .sub_hard_bytes = 16u << 20,
-    .sub_soft_bytes = 4u << 20,
-    .sub_soft_s = 10.0,
-    .hello_timeout_s = 10.0,
-    /* The library's default: the bundled model needs about 25 MB with its
-     * batches, so 2 GiB leaves room for far larger real models, while a
-     * small file whose dimensions ask for gigabytes per stream or per
-     * compute thread is refused at start. */
-    .max_model_bytes = (size_t)AURAL_MODEL_DEFAULT_MAX_MEMORY,
-    .cluster_capacity = 64,
-    .cluster_retention = 1200,
-    .cluster_ttl_s = 3,
-    .cluster_timeout_s = 10,
-    .cluster_expire_s = 86400,
-    .cluster_idle_s = 60,
-    .cluster_outputs = AURAL_OUT_ALL,
-    .cluster_dtype = AURAL_DTYPE_F32,
-};
 
 /* The config file named on the command line, or the default one when it
  * exists; NULL with --no-config or when there is none. getopt reads the
@@ -696,14 +807,6 @@ static size_t option_of_word(const char *word) {
   return 0;
 }
 
-/* The index in options[] of the option whose getopt id is id. */
-static size_t option_index(int id) {
-  for (size_t i = 0; i < N_OPTIONS; i++)
-    if (options[i].id == id) return i;
-  assert(!"every id is in options[]");
-  return 0;
-}
-
 /* Options from the config file (if any), less those the command line
  * takes back with --no-NAME, then the command line, which wins. cw keeps
  * the file's words alive: options point into them. Returns
@@ -713,6 +816,9 @@ static int load_options(int argc, char **argv, const char *conf,
                         aurald_options *o, config_words *cw, bool *list,
                         char *where, size_t where_len) {
   *o = option_defaults;
+  /* The level is set as the options are read: a reload whose file no
+   * longer names one goes back to the default (it kept the old one). */
+  aurald_log_level = LOG_INFO;
   memset(cw, 0, sizeof *cw);
   if (conf != NULL) {
     char why[512];
@@ -743,7 +849,7 @@ static int load_options(int argc, char **argv, const char *conf,
           line_argv[line_argc++] = cw->words[j];
       line_argv[line_argc] = NULL;
       if (line_argc == 1) continue;
-      int rc = parse_options(line_argc, line_argv, o, list);
+      int rc = parse_options(line_argc, line_argv, o, list, false);
       if (rc != 0) {
         aurald_usage_error("%s:%d: the setting refused above\n", conf,
                            cw->lines[i]);
@@ -753,7 +859,7 @@ static int load_options(int argc, char **argv, const char *conf,
       }
     }
   }
-  int rc = parse_options(argc, argv, o, list);
+  int rc = parse_options(argc, argv, o, list, true);
   if (rc != 0) {
     snprintf(where, where_len, "an option on the command line");
     return rc;
@@ -794,9 +900,12 @@ static int load_options(int argc, char **argv, const char *conf,
   static char sock[512]; /* the default path never changes */
   if (o->socket_path == NULL) {
     if (aural_proto_default_socket(sock, sizeof sock) < 0) {
-      aurald_usage_error("cannot form the default socket path\n");
+      /* Too long to hold: as a -s that long, a bad configuration. */
+      aurald_usage_error("the default socket path, from $AURAL_SOCKET or "
+                         "$XDG_RUNTIME_DIR, is longer than a socket "
+                         "address holds; give -s PATH\n");
       snprintf(where, where_len, "the default socket path");
-      return 1;
+      return 2;
     }
     o->socket_path = sock;
   }
@@ -898,6 +1007,12 @@ static void fit_clients_to_fd_limit(aurald_options *o) {
   }
 }
 
+/* The compute threads a start with o runs: --threads, else one per CPU it
+ * may run on. */
+static int threads_wanted(const aurald_options *o) {
+  return o->n_threads > 0 ? o->n_threads : cpus_available();
+}
+
 /* The options of n that differ from o and apply only at a restart, as
  * their names in the option table's order ("file, cluster-node"), so that
  * a reload says which of its changes wait; "" when none do. */
@@ -926,7 +1041,7 @@ static void restart_only_changes(const server *srv, const aurald_options *o,
       {"file", files},
       {"exit-when-done", n->exit_when_done != o->exit_when_done},
       {"hold", n->hold != o->hold},
-      {"threads", n->n_threads != 0 && n->n_threads != srv->n_workers},
+      {"threads", threads_wanted(n) != srv->n_workers},
       {"group", str_differs(n->group, o->group)},
       {"f16", n->f16_weights != o->f16_weights},
       {"precision", n->precision != o->precision},
@@ -1184,7 +1299,7 @@ int main(int argc, char **argv) {
     config_words_free(&cw);
     return rc;
   }
-  if (o.n_threads < 1) o.n_threads = cpus_available();
+  o.n_threads = threads_wanted(&o);
 
   signal(SIGPIPE, SIG_IGN);
   warn_idle_options(&o);

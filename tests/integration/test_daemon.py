@@ -189,11 +189,13 @@ class Daemon:
     """One aurald on a private socket."""
 
     def __init__(self, tmp, *args, model=TINY, socket_path=None, env=None,
-                 preexec_fn=None):
+                 preexec_fn=None, threads=2):
         self.path = socket_path or os.path.join(tmp, "aural.sock")
         self.log_path = os.path.join(tmp, "aurald-%d.log" % time.monotonic_ns())
         self.log = open(self.log_path, "w")
-        cmd = [AURALD, "-m", model, "-s", self.path, "--threads", "2"]
+        cmd = [AURALD, "-m", model, "-s", self.path]
+        if threads is not None:  # None: as the config file says
+            cmd += ["--threads", str(threads)]
         cmd += list(args)
         self.proc = subprocess.Popen(cmd, stdout=self.log,
                                      stderr=subprocess.STDOUT, env=env,
@@ -1567,7 +1569,7 @@ class TestServiceManager(DaemonTest):
         (systemctl reload said nothing of it), and one removed since made
         every reload fail. A reload now looks for it as a start does.
         The default file is a file of the test's here (config_at)."""
-        default = re.search(r"default: (/\S+?\.conf)",
+        default = re.search(r"default:\s+(/\S+?\.conf)",
                             run(AURALD, "--help").stdout).group(1)
         conf = os.path.join(self.tmp, "default.conf")
         d = self.start(env=preloading(CONFIG_AT,
@@ -1746,6 +1748,33 @@ class TestServiceManager(DaemonTest):
         self.assertNotIn("restart", last)
         self.stop_clean(d)
 
+    def test_reload_takes_back_what_the_file_no_longer_sets(self):
+        """A reload whose file no longer names log-level kept the old level
+        (debug here) instead of the default; one that no longer names
+        threads, which then is one per CPU at the next start, did not say
+        that the thread count waits for a restart."""
+        conf = os.path.join(self.tmp, "aurald.conf")
+        with open(conf, "w") as f:
+            f.write("log-level = debug\nthreads = 1\n")
+        d = self.start("--config", conf, threads=None)
+        with open(conf, "w") as f:
+            f.write("max-clients = 5\n")
+        d.proc.send_signal(signal.SIGHUP)
+        reloaded = d.wait_text("reloaded").split("reloaded")[1]
+        if os.cpu_count() != 1:
+            self.assertIn("change at the next restart: threads",
+                          reloaded.splitlines()[0])
+        with ac.Client(d.path, timeout=5) as c:
+            c.ping(b"at info")
+        # A second reload's line comes after the client's, if any.
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while d.text().count("reloaded") < 2:
+            self.assertLess(time.monotonic(), deadline, d.text())
+            time.sleep(0.05)
+        self.assertNotIn(" debug: ", d.text().split("reloaded", 1)[1])
+        self.stop_clean(d)
+
     def refused_config(self, text, *args):
         """aurald's stderr for a config file it must refuse (exit 2, no
         socket), named by args (else --config FILE with text); a daemon
@@ -1830,6 +1859,29 @@ class TestServiceManager(DaemonTest):
         self.assertNotEqual(p.returncode, 0, p.stderr)
         self.assertIn("cluster unix:%s: cannot connect"
                       % os.path.join(etc, "redis.sock"), p.stderr)
+        # Also from a file named by a relative path: the URL was made
+        # relative to the current directory, "unix:etc/redis.sock", and
+        # refused as not absolute.
+        for name in ("etc/aurald.conf", "./etc/aurald.conf"):
+            with self.subTest(config=name):
+                p = run(os.path.abspath(AURALD), "-m", os.path.abspath(TINY),
+                        "-s", os.path.join(self.tmp, "r.sock"), "--config",
+                        name, check=False, timeout=30, cwd=self.tmp)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn("cluster unix:%s: cannot connect"
+                              % os.path.join(etc, "redis.sock"), p.stderr)
+        # A URL that cannot be is a bad config, at its line (it was found
+        # after the model had loaded, exit 1), and so is an empty unix:
+        # (it was taken for the file's directory).
+        for url in ("unix:", "http://host", "redis://"):
+            with self.subTest(url=url):
+                err = self.refused_config(("hold = no\ncluster = %s\n"
+                                           % url).encode())
+                self.assertIn("cluster URL '%s'" % url, err)
+                self.assertIn("c.conf:2: the setting refused above", err)
+                err = self.refused_config(b"", "--no-config", "--cluster",
+                                          url)
+                self.assertIn("cluster URL '%s'" % url, err)
 
     def test_command_line_takes_back_the_files_settings(self):
         """--no-NAME leaves the config file's NAME out, so that the command
@@ -1882,6 +1934,57 @@ class TestServiceManager(DaemonTest):
                 self.assertEqual(p.returncode, 2, p.stderr)
                 self.assertIn("unrecognized option '%s'" % bad, p.stderr)
 
+    def test_no_name_on_the_command_line_undoes_what_came_before(self):
+        """--no-NAME left out the config file's NAME alone: after the
+        command line's own --hold (a wrapper's options, then the user's)
+        it did nothing, where the last word wins between two values."""
+        a, b = self.wav(1, name="a.wav"), self.wav(1, name="b.wav")
+        sock = os.path.join(self.tmp, "n.sock")
+        base = [AURALD, "-m", TINY, "-s", sock, "--no-config", "--threads",
+                "1", "--exit-when-done"]
+        # Held, the file would wait for a subscriber and aurald never exit.
+        p = run(*base, "--file", a, "--realtime", "--hold", "--log-level",
+                "debug", "--no-hold", "--no-realtime", "--no-log-level",
+                check=False, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("file %s (16000 Hz, 1 ch)" % a, p.stderr)
+        self.assertNotIn(" debug: ", p.stderr)
+        # The last word wins: a --file after --no-file is kept.
+        p = run(*base, "--file", a, "--no-file", "--file", b, "--no-hold",
+                "--hold", "--no-hold", check=False, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("file %s" % b, p.stderr)
+        self.assertNotIn("file %s" % a, p.stderr)
+        # A --realtime on the command line paces a --file of its own there,
+        # not the config file's last (which it paced without a word).
+        conf = os.path.join(self.tmp, "f.conf")
+        with open(conf, "w") as f:
+            f.write("file = %s\n" % a)
+        err = self.refused_config(b"", "--config", conf, "--realtime",
+                                  "--file", b)
+        self.assertIn("--realtime applies to the --file before it", err)
+
+    def test_empty_values_are_refused(self):
+        """An empty value on the command line: -s '' served on an abstract
+        socket nobody could name and put its lock file, ".lock", in the
+        current directory; --mic= took the first device that has an input,
+        not the default one; the others failed after the model had loaded
+        with a message naming an empty path (exit 1). The config file
+        refused them already ("needs a value")."""
+        for args in (["-s", ""], ["--socket="], ["--mic="], ["--file", ""],
+                     ["-m", ""], ["--lexicon="], ["--http-root="],
+                     ["--cluster", ""], ["--log-level="]):
+            with self.subTest(args=args):
+                p = subprocess.run([os.path.abspath(AURALD), "-m",
+                                    os.path.abspath(TINY), "-s",
+                                    os.path.join(self.tmp, "e.sock"),
+                                    "--no-config"] + args,
+                                   capture_output=True, text=True,
+                                   timeout=20, cwd=self.tmp)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("needs a", p.stderr)
+                self.assertEqual(os.listdir(self.tmp), [])
+
     def test_byte_counts_are_digits_first(self):
         """A byte count is digits and an optional K, M or G: strtoull
         skips spaces and negates what follows a minus, so that
@@ -1895,7 +1998,8 @@ class TestServiceManager(DaemonTest):
                             "-s", os.path.join(self.tmp, "b.sock"),
                             "--no-config", opt, bad, check=False, timeout=20)
                     self.assertEqual(p.returncode, 2, p.stderr)
-                    self.assertIn("bad byte count", p.stderr)
+                    self.assertIn("needs a value" if bad == ""
+                                  else "bad byte count", p.stderr)
 
     def test_default_threads_are_the_cpus_it_may_run_on(self):
         """--threads defaults to one per CPU: the CPUs aurald may run on
@@ -1965,6 +2069,17 @@ class TestServiceManager(DaemonTest):
                 self.assertEqual(p.returncode, 0, p.stderr)
                 self.assertTrue(p.stdout.startswith(want), p.stdout)
                 self.assertEqual(p.stderr, "")
+        # Each option's text starts at column 26, two spaces at least after
+        # its flags, or on the next line: "--sub-soft-limit B a queue" read
+        # as one phrase, and long flags ran past 80 columns.
+        text = run(AURALD, "--help").stdout
+        for line in text.splitlines():
+            if "aurald.conf" not in line:  # the configured path, any length
+                self.assertLessEqual(len(line), 80, line)
+            gap = line.find("  ", 6)  # after the flags, if text follows
+            if re.match(r"  (-\w, |    )--", line) and gap >= 0:
+                self.assertEqual(len(line) - len(line[gap:].lstrip()), 25,
+                                 line)
 
     def test_answers_into_a_closed_or_full_stdout_fail(self):
         """--help and --version into a closed standard output, or one on
