@@ -600,10 +600,6 @@ static int wait_open_in(pid_t pid, const char *dir) {
   return 0;
 }
 
-/* Starts `aural ARGS` reading the FIFO in, writes a WAV header of unknown
- * length and 0.5 s of audio into it and waits until the tool has a file
- * in the output directory open. Returns the writing end of the FIFO (the
- * tool waits for more audio); *busy tells whether the output was seen. */
 /* Makes the FIFO in, starts `aural ARGS` reading it and returns the
  * FIFO's writing end (blocking) once the tool has opened it, which it does
  * after installing its signal handlers. */
@@ -629,6 +625,10 @@ static int spawn_fifo_reader(fixture *fx, const char *in,
   return fd;
 }
 
+/* Starts `aural ARGS` reading the FIFO in, writes a WAV header of unknown
+ * length and 0.5 s of audio into it and waits until the tool has a file
+ * in the output directory open. Returns the writing end of the FIFO (the
+ * tool waits for more audio); *busy tells whether the output was seen. */
 static int start_live_encode(fixture *fx, const char *in,
                              const char *const *args, pid_t *pid, int *busy) {
   int fd = spawn_fifo_reader(fx, in, args, pid);
@@ -1417,6 +1417,35 @@ static void test_encode_fifo_says_it_waits(void **state) {
   assert_dir_holds(fx->out_dir, "out.npy");
 }
 
+/* Ctrl-C while the tool waits for a writer on a FIFO input: the usual
+ * exit 130 and its usual words, not the open's "Interrupted system
+ * call". */
+static void test_encode_fifo_wait_interrupted(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES], out[PATH_BYTES], err_path[PATH_BYTES];
+  input_path(in, fx, "never.wav");
+  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
+  snprintf(err_path, sizeof err_path, "%s/stderr.txt", fx->root);
+  assert_int_equal(mkfifo(in, 0600), 0);
+  const char *args[] = {"encode", "-q", "-o", out, in, NULL};
+  pid_t pid = spawn_aural(fx, args);
+  int said = 0;
+  for (int i = 0; i < 500 && !said; i++) {
+    sleep_ms(10);
+    char *err = read_text(err_path);
+    said = strstr(err, "waiting for a writer") != NULL;
+    free(err);
+  }
+  assert_int_equal(kill(pid, SIGINT), 0);
+  int status = wait_aural(fx, pid);
+  print_message("    exit %d: %s", status, fx->err);
+  assert_true(said);
+  assert_int_equal(status, 130);
+  assert_contains(fx->err, "interrupted; nothing written");
+  assert_null(strstr(fx->err, "Interrupted system call"));
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
 /* -q with several inputs (-j) prints nothing at all, like -q with one. */
 static void test_encode_batch_quiet(void **state) {
   fixture *fx = *state;
@@ -2174,6 +2203,7 @@ int main(void) {
       T(test_encode_batch_reports_unreadable_entries),
       T(test_encode_batch_same_output_names_inputs),
       T(test_encode_batch_interrupted_summary),
+      T(test_encode_fifo_wait_interrupted),
       T(test_sub_output_checked_first),
   };
 #undef T

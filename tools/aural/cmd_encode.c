@@ -456,14 +456,26 @@ static int open_input(encode_job *job, aural_audiofile **af,
   open_notice n = {.mu = PTHREAD_MUTEX_INITIALIZER,
                    .cv = PTHREAD_COND_INITIALIZER,
                    .path = job->in_path};
+  /* The notice's thread blocks Ctrl-C and SIGTERM, so that they land
+   * here and interrupt the open. */
+  sigset_t stop, old;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, &old);
   pthread_t thread;
   int started = pthread_create(&thread, NULL, notice_after_delay, &n) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
   int rc = aural_audiofile_open(job->in_path, af, err);
   pthread_mutex_lock(&n.mu);
   n.done = 1;
   pthread_cond_signal(&n.cv);
   pthread_mutex_unlock(&n.mu);
   if (started) pthread_join(thread, NULL);
+  if (rc < 0 && interrupted) {
+    snprintf(err->msg, sizeof err->msg, "interrupted; nothing written");
+    return -EINTR;
+  }
   return rc;
 }
 
