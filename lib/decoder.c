@@ -722,11 +722,14 @@ size_t aural_decoder_partial(const aural_decoder *d, aural_word *out,
  * rules in endpoint(), each counted from the segment's start (every frame
  * runs step() first, so at least one): the trailing non-speech
  * (silence_frames; the frame that emits the last word may itself be
- * non-speech, when a token below the blank wins the search), the longest
- * segment, and the full pool (a frame adds at most a link per survivor,
- * so beam per frame from an empty pool). */
+ * non-speech, when a token below the blank wins the search), the idle
+ * rule (idle_frames: the best hypothesis may be inside a word while
+ * another, between words, holds some, and segment_best takes that one),
+ * the longest segment, and the full pool (a frame adds at most a link per
+ * survivor, so beam per frame from an empty pool). */
 static uint64_t min_segment_frames(const aural_decoder *d) {
   uint64_t full = d->pool_cap / (size_t)d->cfg.beam, m = d->silence_frames;
+  if (d->idle_frames < m) m = d->idle_frames;
   if (d->max_frames < m) m = d->max_frames;
   if (full < m) m = full;
   return m > 0 ? m : 1;

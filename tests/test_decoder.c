@@ -1036,6 +1036,50 @@ static void test_finals_are_min_segment_frames_apart(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* "t1", then non-speech: the best hypothesis is inside "a" (t1 t2), so
+ * the silence rule, which wants words in it, waits; the idle rule ends
+ * the segment, with the "b" (t1) of a hypothesis between words. With
+ * endpoint_idle_s below endpoint_silence_s such finals came 8 frames
+ * apart, where min_segment_frames promised 80 (a stream sizes its
+ * chunks' segment lists by it). */
+static void test_idle_finals_are_min_segment_frames_apart(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("a\tt1 t2\nb\tt1\n");
+  aural_decoder_config dc;
+  aural_decoder_config_default(&dc);
+  dc.endpoint_idle_s = 0.05f; /* 5 frames; the silence 80 */
+  aural_decoder *d;
+  aural_err err;
+  assert_int_equal(aural_decoder_create(&dc, model, lex, NULL, &d, &err), 0);
+  aural_decoder_info info;
+  aural_decoder_get_info(d, &info);
+  float logits[80 * V];
+  size_t n = 0;
+  for (int i = 0; i < 10; i++) {
+    put_frames(logits, &n, 1, 1);
+    put_frames(logits, &n, 0, 7);
+  }
+  size_t n_finals = 0, last = 0;
+  for (size_t t = 0; t < n;) {
+    t += aural_decoder_push(d, logits + t * V, n - t);
+    aural_word w[2];
+    size_t nw;
+    if (aural_decoder_final(d, w, 2, &nw) == 1) {
+      assert_int_equal(nw, 1);
+      assert_string_equal(w[0].text, "b");
+      if (t - last < info.min_segment_frames)
+        fail_msg("a final %zu frames after the last, min_segment_frames "
+                 "%llu",
+                 t - last, (unsigned long long)info.min_segment_frames);
+      last = t;
+      n_finals++;
+    }
+  }
+  assert_int_equal(n_finals, 10);
+  aural_decoder_destroy(d);
+  aural_lexicon_destroy(lex);
+}
+
 static void test_config_rejects(void **state) {
   (void)state;
   aural_lexicon *lex = lexicon(lex4);
@@ -1142,6 +1186,7 @@ int main(void) {
       cmocka_unit_test(test_longest_segment_cuts_between_words),
       cmocka_unit_test(test_chunking_does_not_matter),
       cmocka_unit_test(test_finals_are_min_segment_frames_apart),
+      cmocka_unit_test(test_idle_finals_are_min_segment_frames_apart),
       cmocka_unit_test(test_config_rejects),
       cmocka_unit_test(test_null_out_pointers),
       cmocka_unit_test(test_partial_without_buffer),

@@ -40,8 +40,9 @@
  * Endpoints (DESIGN.md §8) come from the posteriors: a frame is
  * non-speech when blank is its most likely token. A segment ends after
  * endpoint_silence_s of trailing non-speech once something was decoded,
- * after endpoint_idle_s when nothing was (the decoder then starts afresh
- * without a segment), once it reaches endpoint_max_s at its first
+ * after endpoint_idle_s when nothing was (the decoder then starts afresh,
+ * with a final only where the best hypothesis was inside a word and one
+ * between words held some), once it reaches endpoint_max_s at its first
  * non-speech frame with the best hypothesis between words (so that no
  * word is cut in two; endpoint_silence_s later at the latest), and at the
  * end of the stream. Each ended segment with words is a final: its words, times
