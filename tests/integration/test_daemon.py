@@ -800,6 +800,26 @@ class TestWords(DaemonTest):
                   w["confidence"]) for w in seg["words"]]
                 for seg in json.loads(out)["segments"] if seg["words"]]
 
+    def test_vtt_escapes_custom_words_markup(self):
+        """aural encode --format vtt writes a custom word's '<', '>' and
+        '&' as character references: "Fox<" (said "fox") went out raw, and
+        a WebVTT reader took "< brown ..." for a tag, losing the rest of
+        the cue. SubRip has no escapes: the word stays as given."""
+        model = self.custom_model()
+        inp = self.wav(2.0)
+        args = ("encode", "-q", "-m", model, "--output", "words",
+                "--vocabulary", "Fox<,Dog&", inp)
+        vtt = run(AURAL, *args, "--format", "vtt").stdout
+        self.assertIn("Fox&lt;", vtt)
+        cues = vtt.split("\n\n")[1:]
+        self.assertTrue(cues)
+        for cue in cues:
+            text = "\n".join(cue.splitlines()[1:])
+            self.assertNotIn("<", text)
+            self.assertNotIn(">", text)
+        srt = run(AURAL, *args, "--format", "srt").stdout
+        self.assertIn("Fox< ", srt)
+
     def test_custom_words(self):
         """Custom words the lexicon lacks: a subscription's vocabulary
         (SUBSCRIBE) gives that subscriber, and a stream's (AUDIO_OPEN)
