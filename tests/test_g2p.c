@@ -101,6 +101,36 @@ static void test_lexicon_of_words(void **state) {
   aural_g2p_destroy(g);
 }
 
+/* An "after" rule lists at most 8 tokens (MAX_AFTER): one of 12 was
+ * read, its ids written past the entry's array, into the next entry's
+ * name (past the dialect's entries for the last one, where ASan saw a
+ * heap-buffer-overflow). It is refused by line, as a "map" of too many
+ * tokens is. */
+static void test_map_after_of_too_many_tokens(void **state) {
+  (void)state;
+  static char map[16384];
+  size_t n = (size_t)snprintf(map, sizeof map, "dialect en-us\n");
+  for (int i = 0; i < 1024; i++)
+    n += (size_t)snprintf(map + n, sizeof map - n, "map m%d AA\n", i);
+  snprintf(map + n, sizeof map - n,
+           "after m1023 AA AE AH AO AW AY EH ER EY IH IY OW\n");
+  aural_g2p *g = (aural_g2p *)1;
+  aural_err err = {0};
+  assert_int_equal(aural_g2p_load_buffer(map, strlen(map), "map", model, &g,
+                                         &err),
+                   AURAL_EFORMAT);
+  assert_null(g);
+  assert_contains(err.msg, "map:1026:");
+  assert_contains(err.msg, "(1 to 8 tokens)");
+  /* Eight are fine. */
+  snprintf(map, sizeof map,
+           "dialect en-us\nmap r R\nafter r AA AE AH AO AW AY EH ER\n");
+  assert_int_equal(aural_g2p_load_buffer(map, strlen(map), "map", model, &g,
+                                         &err),
+                   0);
+  aural_g2p_destroy(g);
+}
+
 /* Nowhere to put the map, lexicon or text: AURAL_EINVAL naming the call
  * (they crashed). */
 static void test_null_out_pointers(void **state) {
@@ -191,6 +221,7 @@ static void test_threads(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lexicon_of_words),
+      cmocka_unit_test(test_map_after_of_too_many_tokens),
       cmocka_unit_test(test_null_out_pointers),
       cmocka_unit_test(test_memory_is_flat),
       cmocka_unit_test(test_threads),

@@ -169,8 +169,9 @@ double aural_lm_score(const aural_lm *lm, const int *words, size_t n);
  *   # comment
  *   drop ',%=;                 characters dropped from mnemonics (stress)
  *   dialect en-us              an espeak-ng voice; the lines below are its
- *   map A@ AA R                mnemonic -> tokens (none: says nothing)
+ *   map A@ AA R                mnemonic -> 0 to 4 tokens (none: says nothing)
  *   after r ER R               mnemonic r says nothing right after ER or R
+ *                              (1 to 8 tokens)
  *
  * Each word gets one pronunciation per distinct result over the dialects.
  * The map is untrusted input: errors name the file, line and what is
