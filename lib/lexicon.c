@@ -129,9 +129,9 @@ static int parse_line(loader *ld, aural_lexicon *lex, const char *s,
   p->n = 0;
   const char *end = s + len;
   for (const char *t = tab + 1; t < end;) {
-    while (t < end && *t == ' ') t++;
+    while (t < end && (*t == ' ' || *t == '\t')) t++;
     const char *e = t;
-    while (e < end && *e != ' ') e++;
+    while (e < end && *e != ' ' && *e != '\t') e++;
     if (e == t) break;
     int id = token_id(ld, t, (size_t)(e - t));
     if (id <= 0)

@@ -323,6 +323,20 @@ static void test_readers_skip_byte_order_mark(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* Tokens apart by tabs as well as spaces, as the LM's fields are: a
+ * lexicon written "word<TAB>tok<TAB>tok" was refused with '"t1<TAB>t2" is
+ * not a token of the model', the tab shown as if it were a space. */
+static void test_lexicon_tokens_apart_by_tabs(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("ab\tt1\tt2\nb\t\tt2 \t\r\nab\tt1 t2\n");
+  aural_lexicon_info info;
+  aural_lexicon_get_info(lex, &info);
+  assert_int_equal(info.n_words, 2);
+  assert_int_equal(info.n_prons, 2); /* ab's twice, the same */
+  assert_int_equal(info.n_nodes, 4); /* root, t1, t1 t2, t2 */
+  aural_lexicon_destroy(lex);
+}
+
 /* No blank line after the counts, as none is needed between sections. */
 static void test_lm_header_without_blank_line(void **state) {
   (void)state;
@@ -1178,6 +1192,7 @@ int main(void) {
       cmocka_unit_test(test_lm_unk),
       cmocka_unit_test(test_lm_rejects),
       cmocka_unit_test(test_readers_skip_byte_order_mark),
+      cmocka_unit_test(test_lexicon_tokens_apart_by_tabs),
       cmocka_unit_test(test_lm_header_without_blank_line),
       cmocka_unit_test(test_search_matches_brute_force),
       cmocka_unit_test(test_custom_words_match_brute_force),
