@@ -283,7 +283,16 @@ static void test_lm_rejects(void **state) {
       {buf[2], "is not a log10 probability"},
       {buf[3], "listed twice"},
       {buf[4], "\"-1x\" is not a log10 probability"},
-      {buf[5], "\"\\end\\\" expected"},
+      {buf[5], "lm: the file ends: \"\\end\\\" expected"},
+      /* A section of an order \data\ did not announce, and another line
+       * where a section starts: named (both said '"\end\" expected'). */
+      {"\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t<s>\n-1\t</s>\n\n"
+       "\\2-grams:\n-1\t<s> </s>\n\n\\end\\\n",
+       "lm:8: a section of 2-grams, which \\data\\ does not announce (its "
+       "orders are 1 to 1): \"\\end\\\" expected"},
+      {"\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t<s>\n-1\t</s>\n\n"
+       "\\end\n",
+       "lm:8: \"\\end\" where \"\\end\\\" expected"},
       {"\\data\\\nngram 1=1\n\n\\1-grams:\n-1\ta\n\n\\end\\\n",
        "<s> and </s> must be 1-grams"},
       {"\\data\\\nngram 1=1\n\n\\1-grams:\n-1\ta b c\n\n\\end\\\n",
@@ -337,13 +346,20 @@ static void test_lexicon_tokens_apart_by_tabs(void **state) {
   aural_lexicon_destroy(lex);
 }
 
-/* No blank line after the counts, as none is needed between sections. */
+/* No blank line after the counts, as none is needed between sections;
+ * spaces and tabs that end lines (a header's were refused: "\data\ " was
+ * "not an ARPA file", "ngram 1=3 " not a count). */
 static void test_lm_header_without_blank_line(void **state) {
   (void)state;
   aural_lexicon *lex = lexicon(lex_abc);
   aural_lm *lm = lm_of("\\data\\\nngram 1=3\n\\1-grams:\n-1\t<s>\n-1\t</s>\n"
                        "-0.5\ta\n\\end\\\n",
                        lex);
+  assert_float_equal(aural_lm_score(lm, (int[]){0}, 1), -0.5, 1e-6);
+  aural_lm_destroy(lm);
+  lm = lm_of("\\data\\ \t\r\nngram 1=3 \r\n\r\n\\1-grams:\t\r\n-1\t<s>\r\n"
+             "-1\t</s> \r\n-0.5\ta\t\r\n\r\n\\end\\  \r\n",
+             lex);
   assert_float_equal(aural_lm_score(lm, (int[]){0}, 1), -0.5, 1e-6);
   aural_lm_destroy(lm);
   aural_lexicon_destroy(lex);
