@@ -365,7 +365,8 @@ int aural_g2p_check_word(const char *w, aural_err *err) {
                           w);
   for (size_t i = 0; i < n;) {
     size_t k = aural__utf8_len((const unsigned char *)w + i, n - i);
-    if (k == 0 || (unsigned char)w[i] <= ' ' || w[i] == 0x7f || w[i] == ',')
+    if (k == 0 || (unsigned char)w[i] <= ' ' || w[i] == 0x7f || w[i] == ',' ||
+        aural__utf8_c1((const unsigned char *)w + i, k))
       return aural__err_set(err, AURAL_EINVAL,
                             "custom words: \"%.64s\" has a byte 0x%02x at %zu "
                             "(a space, comma, control character or invalid "

@@ -114,7 +114,8 @@ static int parse_line(loader *ld, aural_lexicon *lex, const char *s,
                           line, wn, MAX_WORD_BYTES);
   for (size_t i = 0; i < wn;) {
     size_t k = aural__utf8_len((const unsigned char *)s + i, wn - i);
-    if (k == 0 || (unsigned char)s[i] <= ' ' || s[i] == 0x7f)
+    if (k == 0 || (unsigned char)s[i] <= ' ' || s[i] == 0x7f ||
+        aural__utf8_c1((const unsigned char *)s + i, k))
       return aural__err_set(ld->err, AURAL_EFORMAT,
                             "%s:%zu: the word has a byte 0x%02x at %zu (a "
                             "space, control character or invalid UTF-8)",

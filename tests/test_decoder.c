@@ -108,6 +108,7 @@ static void test_lexicon_rejects(void **state) {
       {"a b\tt1\n", "byte 0x20"},
       {"a\xff\tt1\n", "byte 0xff"},
       {"a\x01\tt1\n", "byte 0x01"},
+      {"a\xc2\x9b\tt1\n", "byte 0xc2 at 1"}, /* U+009B, a C1 control */
       {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\tt1\n",
        "a word of 65 bytes"},
       {"a\tt1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 "

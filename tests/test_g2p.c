@@ -66,6 +66,13 @@ static void test_lexicon_of_words(void **state) {
   aural_lexicon_destroy(lex);
   assert_int_equal(aural_g2p_check_word(NULL, &err), AURAL_EINVAL);
   assert_contains(err.msg, "no word given");
+  /* No C1 control character (U+009B is a terminal's CSI), as no C0 one;
+   * the character after them (U+00A0, U+00E9) is fine. */
+  assert_int_equal(aural_g2p_check_word("Fox\xc2\x9b" "2J", &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "byte 0xc2 at 3");
+  assert_int_equal(aural_g2p_check_word("a\xc2\x85", &err), AURAL_EINVAL);
+  assert_int_equal(aural_g2p_check_word("a\xc2\xa0" "caf\xc3\xa9", &err), 0);
   /* None, too many, or a bad one: refused by name, nothing made. */
   lex = (aural_lexicon *)1;
   assert_int_equal(aural_g2p_lexicon(g2p, names, 0, &lex, &err), AURAL_EEMPTY);
