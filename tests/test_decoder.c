@@ -923,6 +923,49 @@ static void test_longest_segment_cuts_between_words(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* A segment cut at endpoint_max_s on the frame that ends a word with its
+ * last token below the blank (so the frame is non-speech), that token
+ * going on in the next frame: one token to CTC, so no new word. The new
+ * segment started from the blank, and read the token's next frame as the
+ * word "a" (t1), as if t1 had come twice. */
+static void test_token_going_on_past_a_cut_is_no_new_word(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("a\tt1\nc\tt3 t1\n");
+  aural_decoder *d = endpoint_decoder(lex, NULL); /* the longest 30 frames */
+  float logits[60 * V];
+  size_t n = 0;
+  put_frames(logits, &n, 0, 2);
+  for (int i = 0; i < 15; i++) { /* "c" after "c", no pause */
+    put_frames(logits, &n, 3, 1);
+    put_frames(logits, &n, 1, 1);
+  }
+  /* Frame 31, the 15th c's t1: just below the blank, and on at 32. */
+  for (int k = 0; k < V; k++)
+    logits[(n - 1) * V + k] = k == 0 ? 1.0f : k == 1 ? 0.95f : -5.0f;
+  put_frames(logits, &n, 1, 1);
+  put_frames(logits, &n, 0, 20);
+  aural_word w[32];
+  size_t nw, n_finals = 0, n_c = 0;
+  for (size_t at = 0; at < n;) {
+    at += aural_decoder_push(d, logits + at * V, n - at);
+    if (at == n) aural_decoder_end(d);
+    if (aural_decoder_final(d, w, 32, &nw) == 1) {
+      n_finals++;
+      for (size_t i = 0; i < nw; i++) {
+        if (strcmp(w[i].text, "c") != 0)
+          fail_msg("final %zu: word %zu is \"%s\" [%llu, %llu)", n_finals, i,
+                   w[i].text, (unsigned long long)w[i].start_frame,
+                   (unsigned long long)w[i].end_frame);
+        n_c++;
+      }
+    }
+  }
+  assert_int_equal(n_finals, 1); /* cut at frame 31 */
+  assert_int_equal(n_c, 15);
+  aural_decoder_destroy(d);
+  aural_lexicon_destroy(lex);
+}
+
 /* Everything the decoder says for logits pushed `step` frames at a time:
  * each final's words and the partial after every push, as text. */
 static char *transcript(const aural_lexicon *lex, const aural_lm *lm,
@@ -1216,6 +1259,7 @@ int main(void) {
       cmocka_unit_test(test_custom_words_without_unk),
       cmocka_unit_test(test_endpoints),
       cmocka_unit_test(test_longest_segment_cuts_between_words),
+      cmocka_unit_test(test_token_going_on_past_a_cut_is_no_new_word),
       cmocka_unit_test(test_chunking_does_not_matter),
       cmocka_unit_test(test_finals_are_min_segment_frames_apart),
       cmocka_unit_test(test_idle_finals_are_min_segment_frames_apart),
