@@ -153,9 +153,12 @@ static int check_config(const aural_decoder_config *c, aural_err *err) {
   return 0;
 }
 
-/* The segment's starting state: one hypothesis at the root after <s>. */
-static void start_segment(aural_decoder *d) {
-  hyp h = {.score = 0};
+/* The segment's starting state: one hypothesis at the root after <s>,
+ * its last token prev (0, the blank, at the start of the stream): the
+ * token of the frame before, which CTC collapses with the same token
+ * next, whichever segment that frame ended. */
+static void start_segment(aural_decoder *d, uint32_t prev) {
+  hyp h = {.score = 0, .prev = prev};
   if (d->lm != NULL) {
     aural__lm_ctx none = {.n = 0};
     aural__lm_next(d->lm, &none, aural__lm_bos(d->lm), &h.ctx);
@@ -296,7 +299,7 @@ int aural_decoder_create(const aural_decoder_config *cfg,
     aural_decoder_destroy(d);
     return aural__err_set(err, AURAL_ENOMEM, "decoder: out of memory");
   }
-  start_segment(d);
+  start_segment(d, 0);
   *out = d;
   return 0;
 }
@@ -650,7 +653,9 @@ static size_t chain_words(const aural_decoder *d, uint32_t l, aural_word *out,
 }
 
 /* Ends the open segment: its words become the final (when it has any),
- * and the search starts afresh. */
+ * and the search starts afresh from the token the segment ended on: a
+ * token that goes on past the cut (the word's last, below the blank at
+ * the frame cut) is that token still, not the start of a new word. */
 static void end_segment(aural_decoder *d) {
   const hyp *h = segment_best(d);
   if (h->link != 0) {
@@ -658,7 +663,7 @@ static void end_segment(aural_decoder *d) {
     d->final_ready = true;
     d->segments++;
   }
-  start_segment(d);
+  start_segment(d, h->prev);
 }
 
 /* The endpoint rules after a frame; true when a final is waiting.
@@ -722,11 +727,14 @@ size_t aural_decoder_partial(const aural_decoder *d, aural_word *out,
  * rules in endpoint(), each counted from the segment's start (every frame
  * runs step() first, so at least one): the trailing non-speech
  * (silence_frames; the frame that emits the last word may itself be
- * non-speech, when a token below the blank wins the search), the longest
- * segment, and the full pool (a frame adds at most a link per survivor,
- * so beam per frame from an empty pool). */
+ * non-speech, when a token below the blank wins the search), the idle
+ * rule (idle_frames: the best hypothesis may be inside a word while
+ * another, between words, holds some, and segment_best takes that one),
+ * the longest segment, and the full pool (a frame adds at most a link per
+ * survivor, so beam per frame from an empty pool). */
 static uint64_t min_segment_frames(const aural_decoder *d) {
   uint64_t full = d->pool_cap / (size_t)d->cfg.beam, m = d->silence_frames;
+  if (d->idle_frames < m) m = d->idle_frames;
   if (d->max_frames < m) m = d->max_frames;
   if (full < m) m = full;
   return m > 0 ? m : 1;
@@ -754,5 +762,5 @@ void aural_decoder_reset(aural_decoder *d) {
   d->final_ready = false;
   d->ended = false;
   d->n_final = 0;
-  start_segment(d);
+  start_segment(d, 0);
 }

@@ -134,11 +134,13 @@ static int parse_map_line(aural_g2p *g, char *line, const char *name,
   if (d == NULL)
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s:%zu: \"%s\" before any \"dialect\"", name, ln, w[0]);
-  if (n < 2 || (is_map && n - 2 > MAX_MAPPED) || (is_after && n < 3))
+  if (n < 2 || (is_map && n - 2 > MAX_MAPPED) ||
+      (is_after && (n < 3 || n - 2 > MAX_AFTER)))
     return aural__err_set(err, AURAL_EFORMAT,
                           "%s:%zu: \"map MNEMONIC [TOKEN ...]\" (at most %d "
-                          "tokens) or \"after MNEMONIC TOKEN ...\"",
-                          name, ln, MAX_MAPPED);
+                          "tokens) or \"after MNEMONIC TOKEN ...\" (1 to %d "
+                          "tokens)",
+                          name, ln, MAX_MAPPED, MAX_AFTER);
   entry *e = find_entry(d, w[1]);
   if (is_map && e != NULL)
     return aural__err_set(err, AURAL_EFORMAT,
@@ -363,7 +365,8 @@ int aural_g2p_check_word(const char *w, aural_err *err) {
                           w);
   for (size_t i = 0; i < n;) {
     size_t k = aural__utf8_len((const unsigned char *)w + i, n - i);
-    if (k == 0 || (unsigned char)w[i] <= ' ' || w[i] == 0x7f || w[i] == ',')
+    if (k == 0 || (unsigned char)w[i] <= ' ' || w[i] == 0x7f || w[i] == ',' ||
+        aural__utf8_c1((const unsigned char *)w + i, k))
       return aural__err_set(err, AURAL_EINVAL,
                             "custom words: \"%.64s\" has a byte 0x%02x at %zu "
                             "(a space, comma, control character or invalid "

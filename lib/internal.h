@@ -58,6 +58,12 @@ int aural__plain_text(const char **text, size_t *len, const char *name,
  * invalid, overlong or surrogate one. */
 size_t aural__utf8_len(const unsigned char *p, size_t n);
 
+/* Whether the k-byte UTF-8 sequence at p is a C1 control character
+ * (U+0080..U+009F), which words must not hold as they hold no C0 one. */
+static inline bool aural__utf8_c1(const unsigned char *p, size_t k) {
+  return k == 2 && p[0] == 0xc2 && p[1] < 0xa0;
+}
+
 /* a * b into *out, false on size_t overflow. */
 static inline int aural__mul_ok(size_t a, size_t b, size_t *out) {
   return !__builtin_mul_overflow(a, b, out);

@@ -114,7 +114,8 @@ static int parse_line(loader *ld, aural_lexicon *lex, const char *s,
                           line, wn, MAX_WORD_BYTES);
   for (size_t i = 0; i < wn;) {
     size_t k = aural__utf8_len((const unsigned char *)s + i, wn - i);
-    if (k == 0 || (unsigned char)s[i] <= ' ' || s[i] == 0x7f)
+    if (k == 0 || (unsigned char)s[i] <= ' ' || s[i] == 0x7f ||
+        aural__utf8_c1((const unsigned char *)s + i, k))
       return aural__err_set(ld->err, AURAL_EFORMAT,
                             "%s:%zu: the word has a byte 0x%02x at %zu (a "
                             "space, control character or invalid UTF-8)",
@@ -129,9 +130,9 @@ static int parse_line(loader *ld, aural_lexicon *lex, const char *s,
   p->n = 0;
   const char *end = s + len;
   for (const char *t = tab + 1; t < end;) {
-    while (t < end && *t == ' ') t++;
+    while (t < end && (*t == ' ' || *t == '\t')) t++;
     const char *e = t;
-    while (e < end && *e != ' ') e++;
+    while (e < end && *e != ' ' && *e != '\t') e++;
     if (e == t) break;
     int id = token_id(ld, t, (size_t)(e - t));
     if (id <= 0)

@@ -97,7 +97,8 @@ typedef struct reader {
   size_t last_n;
 } reader;
 
-/* The next line, without its end; false at the end of the text. */
+/* The next line, without its end (nor the spaces and tabs before it,
+ * so that "\end\ " reads as "\end\"); false at the end of the text. */
 static bool next_line(reader *r, const char **s, size_t *n) {
   if (r->again) {
     r->again = false;
@@ -113,6 +114,7 @@ static bool next_line(reader *r, const char **s, size_t *n) {
   r->line++;
   *s = p;
   if (*n > 0 && p[*n - 1] == '\r') (*n)--;
+  while (*n > 0 && (p[*n - 1] == ' ' || p[*n - 1] == '\t')) (*n)--;
   r->last = *s;
   r->last_n = *n;
   return true;
@@ -301,6 +303,31 @@ static int read_ngram(reader *r, aural_lm *lm, int k, const char *s,
   return 0;
 }
 
+/* The error for a line s (n bytes; got false: the file ended) that is
+ * not the section header want: what came instead, and for a section of
+ * an order past the announced ones, that \data\ did not announce it. */
+static int unexpected(reader *r, bool got, const char *s, size_t n,
+                      const char *want, int order) {
+  if (!got)
+    return aural__err_set(r->err, AURAL_ETRUNCATED,
+                          "%s: the file ends: \"%s\" expected", r->name, want);
+  int k = 0;
+  size_t i = 1;
+  while (n > 0 && s[0] == '\\' && i < n && i < 4 && s[i] >= '0' &&
+         s[i] <= '9')
+    k = k * 10 + (s[i++] - '0');
+  if (i > 1 && n - i == 7 && memcmp(s + i, "-grams:", 7) == 0 && k > order)
+    return aural__err_set(r->err, AURAL_EFORMAT,
+                          "%s:%zu: a section of %d-grams, which \\data\\ "
+                          "does not announce (its orders are 1 to %d): "
+                          "\"%s\" expected",
+                          r->name, r->line, k, order, want);
+  return aural__err_set(r->err, AURAL_EFORMAT,
+                        "%s:%zu: \"%.*s%s\" where \"%s\" expected", r->name,
+                        r->line, (int)(n > 40 ? 40 : n), s,
+                        n > 40 ? "..." : "", want);
+}
+
 /* The "\k-grams:" sections in turn, then "\end\". */
 static int read_sections(reader *r, aural_lm *lm,
                          const size_t want[AURAL__LM_MAX_ORDER]) {
@@ -312,8 +339,7 @@ static int read_sections(reader *r, aural_lm *lm,
     bool got;
     while ((got = next_line(r, &s, &n)) && blank_line(s, n)) {}
     if (!got || n != strlen(head) || memcmp(s, head, n) != 0)
-      return aural__err_set(r->err, AURAL_EFORMAT,
-                            "%s:%zu: \"%s\" expected", r->name, r->line, head);
+      return unexpected(r, got, s, n, head, lm->order);
     size_t seen = 0;
     while (next_line(r, &s, &n) && !blank_line(s, n)) {
       if (s[0] == '\\') { /* the next section, without a blank line */
@@ -335,8 +361,7 @@ static int read_sections(reader *r, aural_lm *lm,
   bool got;
   while ((got = next_line(r, &s, &n)) && blank_line(s, n)) {}
   if (!got || n != 5 || memcmp(s, "\\end\\", 5) != 0)
-    return aural__err_set(r->err, AURAL_EFORMAT, "%s:%zu: \"\\end\\\" expected",
-                          r->name, r->line);
+    return unexpected(r, got, s, n, "\\end\\", lm->order);
   return 0;
 }
 

@@ -198,8 +198,11 @@ static int get_vocabulary(const aural_json *js, aural_msg_vocabulary *v,
       int len = aural_json_string(js, aural_json_item(js, arr, i), w,
                                   sizeof v->words[i]);
       bool ok = len > 0;
+      /* No C0 or C1 control character (U+0080..U+009F is 0xc2 0x80..0x9f:
+       * a terminal may act on U+009B as on ESC [). */
       for (int k = 0; ok && k < len; k++)
-        ok = (uint8_t)w[k] > ' ' && w[k] != 0x7f && w[k] != ',';
+        ok = (uint8_t)w[k] > ' ' && w[k] != 0x7f && w[k] != ',' &&
+             !((uint8_t)w[k] == 0xc2 && (uint8_t)w[k + 1] < 0xa0);
       if (!ok) {
         memset(v, 0, sizeof *v);
         return aural__field_error(why, why_len, what, "vocabulary", must);

@@ -108,6 +108,7 @@ static void test_lexicon_rejects(void **state) {
       {"a b\tt1\n", "byte 0x20"},
       {"a\xff\tt1\n", "byte 0xff"},
       {"a\x01\tt1\n", "byte 0x01"},
+      {"a\xc2\x9b\tt1\n", "byte 0xc2 at 1"}, /* U+009B, a C1 control */
       {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\tt1\n",
        "a word of 65 bytes"},
       {"a\tt1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 t1 "
@@ -283,7 +284,16 @@ static void test_lm_rejects(void **state) {
       {buf[2], "is not a log10 probability"},
       {buf[3], "listed twice"},
       {buf[4], "\"-1x\" is not a log10 probability"},
-      {buf[5], "\"\\end\\\" expected"},
+      {buf[5], "lm: the file ends: \"\\end\\\" expected"},
+      /* A section of an order \data\ did not announce, and another line
+       * where a section starts: named (both said '"\end\" expected'). */
+      {"\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t<s>\n-1\t</s>\n\n"
+       "\\2-grams:\n-1\t<s> </s>\n\n\\end\\\n",
+       "lm:8: a section of 2-grams, which \\data\\ does not announce (its "
+       "orders are 1 to 1): \"\\end\\\" expected"},
+      {"\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t<s>\n-1\t</s>\n\n"
+       "\\end\n",
+       "lm:8: \"\\end\" where \"\\end\\\" expected"},
       {"\\data\\\nngram 1=1\n\n\\1-grams:\n-1\ta\n\n\\end\\\n",
        "<s> and </s> must be 1-grams"},
       {"\\data\\\nngram 1=1\n\n\\1-grams:\n-1\ta b c\n\n\\end\\\n",
@@ -323,13 +333,34 @@ static void test_readers_skip_byte_order_mark(void **state) {
   aural_lexicon_destroy(lex);
 }
 
-/* No blank line after the counts, as none is needed between sections. */
+/* Tokens apart by tabs as well as spaces, as the LM's fields are: a
+ * lexicon written "word<TAB>tok<TAB>tok" was refused with '"t1<TAB>t2" is
+ * not a token of the model', the tab shown as if it were a space. */
+static void test_lexicon_tokens_apart_by_tabs(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("ab\tt1\tt2\nb\t\tt2 \t\r\nab\tt1 t2\n");
+  aural_lexicon_info info;
+  aural_lexicon_get_info(lex, &info);
+  assert_int_equal(info.n_words, 2);
+  assert_int_equal(info.n_prons, 2); /* ab's twice, the same */
+  assert_int_equal(info.n_nodes, 4); /* root, t1, t1 t2, t2 */
+  aural_lexicon_destroy(lex);
+}
+
+/* No blank line after the counts, as none is needed between sections;
+ * spaces and tabs that end lines (a header's were refused: "\data\ " was
+ * "not an ARPA file", "ngram 1=3 " not a count). */
 static void test_lm_header_without_blank_line(void **state) {
   (void)state;
   aural_lexicon *lex = lexicon(lex_abc);
   aural_lm *lm = lm_of("\\data\\\nngram 1=3\n\\1-grams:\n-1\t<s>\n-1\t</s>\n"
                        "-0.5\ta\n\\end\\\n",
                        lex);
+  assert_float_equal(aural_lm_score(lm, (int[]){0}, 1), -0.5, 1e-6);
+  aural_lm_destroy(lm);
+  lm = lm_of("\\data\\ \t\r\nngram 1=3 \r\n\r\n\\1-grams:\t\r\n-1\t<s>\r\n"
+             "-1\t</s> \r\n-0.5\ta\t\r\n\r\n\\end\\  \r\n",
+             lex);
   assert_float_equal(aural_lm_score(lm, (int[]){0}, 1), -0.5, 1e-6);
   aural_lm_destroy(lm);
   aural_lexicon_destroy(lex);
@@ -892,6 +923,49 @@ static void test_longest_segment_cuts_between_words(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* A segment cut at endpoint_max_s on the frame that ends a word with its
+ * last token below the blank (so the frame is non-speech), that token
+ * going on in the next frame: one token to CTC, so no new word. The new
+ * segment started from the blank, and read the token's next frame as the
+ * word "a" (t1), as if t1 had come twice. */
+static void test_token_going_on_past_a_cut_is_no_new_word(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("a\tt1\nc\tt3 t1\n");
+  aural_decoder *d = endpoint_decoder(lex, NULL); /* the longest 30 frames */
+  float logits[60 * V];
+  size_t n = 0;
+  put_frames(logits, &n, 0, 2);
+  for (int i = 0; i < 15; i++) { /* "c" after "c", no pause */
+    put_frames(logits, &n, 3, 1);
+    put_frames(logits, &n, 1, 1);
+  }
+  /* Frame 31, the 15th c's t1: just below the blank, and on at 32. */
+  for (int k = 0; k < V; k++)
+    logits[(n - 1) * V + k] = k == 0 ? 1.0f : k == 1 ? 0.95f : -5.0f;
+  put_frames(logits, &n, 1, 1);
+  put_frames(logits, &n, 0, 20);
+  aural_word w[32];
+  size_t nw, n_finals = 0, n_c = 0;
+  for (size_t at = 0; at < n;) {
+    at += aural_decoder_push(d, logits + at * V, n - at);
+    if (at == n) aural_decoder_end(d);
+    if (aural_decoder_final(d, w, 32, &nw) == 1) {
+      n_finals++;
+      for (size_t i = 0; i < nw; i++) {
+        if (strcmp(w[i].text, "c") != 0)
+          fail_msg("final %zu: word %zu is \"%s\" [%llu, %llu)", n_finals, i,
+                   w[i].text, (unsigned long long)w[i].start_frame,
+                   (unsigned long long)w[i].end_frame);
+        n_c++;
+      }
+    }
+  }
+  assert_int_equal(n_finals, 1); /* cut at frame 31 */
+  assert_int_equal(n_c, 15);
+  aural_decoder_destroy(d);
+  aural_lexicon_destroy(lex);
+}
+
 /* Everything the decoder says for logits pushed `step` frames at a time:
  * each final's words and the partial after every push, as text. */
 static char *transcript(const aural_lexicon *lex, const aural_lm *lm,
@@ -1036,6 +1110,50 @@ static void test_finals_are_min_segment_frames_apart(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* "t1", then non-speech: the best hypothesis is inside "a" (t1 t2), so
+ * the silence rule, which wants words in it, waits; the idle rule ends
+ * the segment, with the "b" (t1) of a hypothesis between words. With
+ * endpoint_idle_s below endpoint_silence_s such finals came 8 frames
+ * apart, where min_segment_frames promised 80 (a stream sizes its
+ * chunks' segment lists by it). */
+static void test_idle_finals_are_min_segment_frames_apart(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon("a\tt1 t2\nb\tt1\n");
+  aural_decoder_config dc;
+  aural_decoder_config_default(&dc);
+  dc.endpoint_idle_s = 0.05f; /* 5 frames; the silence 80 */
+  aural_decoder *d;
+  aural_err err;
+  assert_int_equal(aural_decoder_create(&dc, model, lex, NULL, &d, &err), 0);
+  aural_decoder_info info;
+  aural_decoder_get_info(d, &info);
+  float logits[80 * V];
+  size_t n = 0;
+  for (int i = 0; i < 10; i++) {
+    put_frames(logits, &n, 1, 1);
+    put_frames(logits, &n, 0, 7);
+  }
+  size_t n_finals = 0, last = 0;
+  for (size_t t = 0; t < n;) {
+    t += aural_decoder_push(d, logits + t * V, n - t);
+    aural_word w[2];
+    size_t nw;
+    if (aural_decoder_final(d, w, 2, &nw) == 1) {
+      assert_int_equal(nw, 1);
+      assert_string_equal(w[0].text, "b");
+      if (t - last < info.min_segment_frames)
+        fail_msg("a final %zu frames after the last, min_segment_frames "
+                 "%llu",
+                 t - last, (unsigned long long)info.min_segment_frames);
+      last = t;
+      n_finals++;
+    }
+  }
+  assert_int_equal(n_finals, 10);
+  aural_decoder_destroy(d);
+  aural_lexicon_destroy(lex);
+}
+
 static void test_config_rejects(void **state) {
   (void)state;
   aural_lexicon *lex = lexicon(lex4);
@@ -1134,14 +1252,17 @@ int main(void) {
       cmocka_unit_test(test_lm_unk),
       cmocka_unit_test(test_lm_rejects),
       cmocka_unit_test(test_readers_skip_byte_order_mark),
+      cmocka_unit_test(test_lexicon_tokens_apart_by_tabs),
       cmocka_unit_test(test_lm_header_without_blank_line),
       cmocka_unit_test(test_search_matches_brute_force),
       cmocka_unit_test(test_custom_words_match_brute_force),
       cmocka_unit_test(test_custom_words_without_unk),
       cmocka_unit_test(test_endpoints),
       cmocka_unit_test(test_longest_segment_cuts_between_words),
+      cmocka_unit_test(test_token_going_on_past_a_cut_is_no_new_word),
       cmocka_unit_test(test_chunking_does_not_matter),
       cmocka_unit_test(test_finals_are_min_segment_frames_apart),
+      cmocka_unit_test(test_idle_finals_are_min_segment_frames_apart),
       cmocka_unit_test(test_config_rejects),
       cmocka_unit_test(test_null_out_pointers),
       cmocka_unit_test(test_partial_without_buffer),

@@ -66,6 +66,13 @@ static void test_lexicon_of_words(void **state) {
   aural_lexicon_destroy(lex);
   assert_int_equal(aural_g2p_check_word(NULL, &err), AURAL_EINVAL);
   assert_contains(err.msg, "no word given");
+  /* No C1 control character (U+009B is a terminal's CSI), as no C0 one;
+   * the character after them (U+00A0, U+00E9) is fine. */
+  assert_int_equal(aural_g2p_check_word("Fox\xc2\x9b" "2J", &err),
+                   AURAL_EINVAL);
+  assert_contains(err.msg, "byte 0xc2 at 3");
+  assert_int_equal(aural_g2p_check_word("a\xc2\x85", &err), AURAL_EINVAL);
+  assert_int_equal(aural_g2p_check_word("a\xc2\xa0" "caf\xc3\xa9", &err), 0);
   /* None, too many, or a bad one: refused by name, nothing made. */
   lex = (aural_lexicon *)1;
   assert_int_equal(aural_g2p_lexicon(g2p, names, 0, &lex, &err), AURAL_EEMPTY);
@@ -97,6 +104,36 @@ static void test_lexicon_of_words(void **state) {
   aural_g2p *g;
   assert_int_equal(aural_g2p_load_buffer(bom_map, sizeof bom_map - 1, "map",
                                          model, &g, &err),
+                   0);
+  aural_g2p_destroy(g);
+}
+
+/* An "after" rule lists at most 8 tokens (MAX_AFTER): one of 12 was
+ * read, its ids written past the entry's array, into the next entry's
+ * name (past the dialect's entries for the last one, where ASan saw a
+ * heap-buffer-overflow). It is refused by line, as a "map" of too many
+ * tokens is. */
+static void test_map_after_of_too_many_tokens(void **state) {
+  (void)state;
+  static char map[16384];
+  size_t n = (size_t)snprintf(map, sizeof map, "dialect en-us\n");
+  for (int i = 0; i < 1024; i++)
+    n += (size_t)snprintf(map + n, sizeof map - n, "map m%d AA\n", i);
+  snprintf(map + n, sizeof map - n,
+           "after m1023 AA AE AH AO AW AY EH ER EY IH IY OW\n");
+  aural_g2p *g = (aural_g2p *)1;
+  aural_err err = {0};
+  assert_int_equal(aural_g2p_load_buffer(map, strlen(map), "map", model, &g,
+                                         &err),
+                   AURAL_EFORMAT);
+  assert_null(g);
+  assert_contains(err.msg, "map:1026:");
+  assert_contains(err.msg, "(1 to 8 tokens)");
+  /* Eight are fine. */
+  snprintf(map, sizeof map,
+           "dialect en-us\nmap r R\nafter r AA AE AH AO AW AY EH ER\n");
+  assert_int_equal(aural_g2p_load_buffer(map, strlen(map), "map", model, &g,
+                                         &err),
                    0);
   aural_g2p_destroy(g);
 }
@@ -191,6 +228,7 @@ static void test_threads(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lexicon_of_words),
+      cmocka_unit_test(test_map_after_of_too_many_tokens),
       cmocka_unit_test(test_null_out_pointers),
       cmocka_unit_test(test_memory_is_flat),
       cmocka_unit_test(test_threads),

@@ -904,6 +904,10 @@ static void test_request_field_errors(void **state) {
       {SUBSCRIBE, WORDS_SUB("[\"a,b\"]"), "\"vocabulary\" must be an array"},
       {SUBSCRIBE, WORDS_SUB("[\"a\\tb\"]"), "\"vocabulary\" must be"},
       {SUBSCRIBE, WORDS_SUB("[\"a\\u007f\"]"), "\"vocabulary\" must be"},
+      /* C1 controls too: U+009B is CSI (it went through to every
+       * subscriber's terminal as a word). */
+      {SUBSCRIBE, WORDS_SUB("[\"a\\u009b2J\"]"), "\"vocabulary\" must be"},
+      {SUBSCRIBE, WORDS_SUB("[\"a\xc2\x85\"]"), "\"vocabulary\" must be"},
       {SUBSCRIBE, WORDS_SUB("[\"" NAME65 "\"]"), "\"vocabulary\" must be"},
       {SUBSCRIBE, WORDS_SUB("[5]"), "\"vocabulary\" must be an array"},
       {SUBSCRIBE, WORDS_SUB(WORDS65), "\"vocabulary\" must be an array"},

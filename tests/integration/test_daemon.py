@@ -656,7 +656,6 @@ class TestWords(DaemonTest):
                 "--format", "json", "--lexicon", self.lexicon, "--lm",
                 self.lm, inp)
         self.assertRegex(p.stderr, r"\[ *[0-9.]+ - *[0-9.]+ s\] ")
-        self.assertIn(" frames x 1 ", p.stderr)
         out = p.stdout
         frame_s = 0.010
         segs = [[(w["word"], round(w["start"] / frame_s),
@@ -664,6 +663,9 @@ class TestWords(DaemonTest):
                  for w in seg["words"]]
                 for seg in json.loads(out)["segments"]]
         self.assertGreater(sum(len(s) for s in segs), 10)
+        # The summary counts the words (it said "x 1 words", as if one).
+        self.assertIn(" frames, %d words in " % sum(len(s) for s in segs),
+                      p.stderr)
         return [s for s in segs if s]
 
     def assert_same_words(self, have, want):
@@ -801,6 +803,26 @@ class TestWords(DaemonTest):
         return [[(w["word"], round(w["start"] / 0.010), round(w["end"] / 0.010),
                   w["confidence"]) for w in seg["words"]]
                 for seg in json.loads(out)["segments"] if seg["words"]]
+
+    def test_vtt_escapes_custom_words_markup(self):
+        """aural encode --format vtt writes a custom word's '<', '>' and
+        '&' as character references: "Fox<" (said "fox") went out raw, and
+        a WebVTT reader took "< brown ..." for a tag, losing the rest of
+        the cue. SubRip has no escapes: the word stays as given."""
+        model = self.custom_model()
+        inp = self.wav(2.0)
+        args = ("encode", "-q", "-m", model, "--output", "words",
+                "--vocabulary", "Fox<,Dog&", inp)
+        vtt = run(AURAL, *args, "--format", "vtt").stdout
+        self.assertIn("Fox&lt;", vtt)
+        cues = vtt.split("\n\n")[1:]
+        self.assertTrue(cues)
+        for cue in cues:
+            text = "\n".join(cue.splitlines()[1:])
+            self.assertNotIn("<", text)
+            self.assertNotIn(">", text)
+        srt = run(AURAL, *args, "--format", "srt").stdout
+        self.assertIn("Fox< ", srt)
 
     def test_custom_words(self):
         """Custom words the lexicon lacks: a subscription's vocabulary

@@ -69,6 +69,14 @@ class G2P(unittest.TestCase):
             self.assertIn("custom words", err)
             self.assertEqual(out, "")
 
+    def test_too_many_words_are_a_bad_command_line(self):
+        # More than a lexicon of custom words holds: told before the model
+        # loads, exit 2 (it loaded the model, then exited 1).
+        rc, out, err = pronounce(["w%d" % i for i in range(1025)], "-m", "no-such-model")
+        self.assertEqual(rc, 2, err)
+        self.assertIn("1025 words (at most 1024)", err)
+        self.assertEqual(out, "")
+
     def test_bad_map_is_named(self):
         cases = {
             "no dialect": "map a AE\n",

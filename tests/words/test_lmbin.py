@@ -17,6 +17,7 @@
 """
 
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -88,6 +89,42 @@ class TestLmbin(unittest.TestCase):
                         "-1\ta\n\n\\end\\\n")
             with self.assertRaisesRegex(ValueError, "0 2-grams listed"):
                 lmbin.read_arpa(path)
+
+    def test_odd_arpa_files(self):
+        """A byte order mark and CRLF line ends read as libaural reads
+        them; a file cut short (no \\end\\), a line outside any section or
+        of the wrong order, and an n-gram over a word no 1-gram lists are
+        refused by name (a KeyError, a bare float() error, or a file that
+        libaural then refused as ARPA but took converted)."""
+        plain = ("\\data\\\nngram 1=3\nngram 2=1\n\n\\1-grams:\n-99\t<s>\t-0.5\n"
+                 "-1\t</s>\n-1\ta\n\n\\2-grams:\n-0.3\t<s> a\n\n\\end\\\n")
+        bad = {
+            "no \\\\end": plain.replace("\\end\\\n", ""),
+            ":4: .* no line of a section": plain.replace("ngram 2=1\n", "ngram 2=1\n-1 a\n"),
+            ":11: .* no line of a 2-gram": plain.replace("<s> a", "<s> a b c"),
+            ":11: .* a number expected": plain.replace("-0.3\t<s> a", "x\t<s> a"),
+            "2-gram <s> b: 'b' is no 1-gram": plain.replace("<s> a", "<s> b"),
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "x.arpa")
+            with open(path, "wb") as f:
+                f.write(plain.encode())
+            want = lmbin.convert(*lmbin.read_arpa(path))
+            with open(path, "wb") as f:
+                f.write(b"\xef\xbb\xbf" + plain.replace("\n", "\r\n").encode())
+            self.assertEqual(lmbin.convert(*lmbin.read_arpa(path)), want)
+            for msg, text in bad.items():
+                with open(path, "w") as f:
+                    f.write(text)
+                with self.assertRaisesRegex(ValueError, msg):
+                    lmbin.convert(*lmbin.read_arpa(path))
+            # The command says so in a line, exit 1, no traceback.
+            p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "words", "lmbin.py"),
+                                path, os.path.join(tmp, "x.lm.bin")],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 1)
+            self.assertEqual(p.stderr, "lmbin.py: 2-gram <s> b: 'b' is no 1-gram\n")
+            self.assertFalse(os.path.exists(os.path.join(tmp, "x.lm.bin")))
 
     def test_command_line(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -677,15 +677,21 @@ static int run(encode_job *job) {
   if (!job->quiet) {
     double secs = (double)job->done_in / info.rate_hz;
     double wall = cli_now_s() - job->t_start;
+    /* Words: how many came out ("x 1 words" read as one word). */
+    char shape[64];
+    if (job->kind == OUT_WORDS)
+      snprintf(shape, sizeof shape, "%zu frames, %zu word%s", job->n_rows,
+               job->wr.n_words, job->wr.n_words == 1 ? "" : "s");
+    else
+      snprintf(shape, sizeof shape, "%zu frames x %zu %s", job->n_rows,
+               job->kind == OUT_TEXT ? (size_t)1 : job->dim,
+               kind_names[job->kind]);
     fprintf(job->said,
             "%s: %.2f s of %.0f Hz, %d channel%s (%s)\n"
-            "  -> %zu frames x %zu %s in %.1f ms (%.0fx real time)%s%s\n",
+            "  -> %s in %.1f ms (%.0fx real time)%s%s\n",
             job->in_name, secs, info.rate_hz, info.n_channels,
-            info.n_channels == 1 ? "" : "s", info.format, job->n_rows,
-            job->kind == OUT_TEXT || job->kind == OUT_WORDS ? (size_t)1
-                                                            : job->dim,
-            kind_names[job->kind], wall * 1e3, wall > 0 ? secs / wall : 0.0,
-            job->out_path ? ", written to " : "",
+            info.n_channels == 1 ? "" : "s", info.format, shape, wall * 1e3,
+            wall > 0 ? secs / wall : 0.0, job->out_path ? ", written to " : "",
             job->out_path ? job->out_path : "");
   }
   if (job->show && job->kind != OUT_TEXT && job->kind != OUT_WORDS)

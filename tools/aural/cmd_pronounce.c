@@ -20,7 +20,7 @@ static void usage(FILE *to) {
           "training labels were. The lines are in the lexicon's format.\n"
           "\n"
           "A WORD is 1-64 bytes of UTF-8 without spaces, commas or control\n"
-          "characters, and does not start with '#'.\n"
+          "characters, and does not start with '#'; at most 1024 WORDs.\n"
           "\n"
           "Options:\n"
           "  -m, --model PATH   the model (default: the bundled one)\n"
@@ -32,7 +32,7 @@ static void usage(FILE *to) {
           "\n"
           "Exit status: 0 on success, 1 when a word cannot be pronounced or\n"
           "a file cannot be read, 2 for a bad command line (a WORD of the\n"
-          "wrong form among them).\n");
+          "wrong form among them, or more than 1024).\n");
 }
 
 int cmd_pronounce(int argc, char **argv) {
@@ -61,7 +61,14 @@ int cmd_pronounce(int argc, char **argv) {
     return EXIT_USAGE;
   }
   /* A word that no model could take is a bad command line, told before
-   * the model is loaded. */
+   * the model is loaded; so are more words than a lexicon of custom words
+   * holds (aural_g2p_text's 1024). */
+  if (argc - optind > 1024) {
+    fprintf(stderr, "aural pronounce: %d words (at most 1024)\n"
+                    "(see 'aural pronounce --help')\n",
+            argc - optind);
+    return EXIT_USAGE;
+  }
   for (int i = optind; i < argc; i++) {
     aural_err werr = {0};
     if (aural_g2p_check_word(argv[i], &werr) < 0) {

@@ -256,6 +256,19 @@ static void write_json(const words_run *w, FILE *to) {
   fputs("]}\n", to);
 }
 
+/* A word as WebVTT cue text: '&', '<' and '>' as character references.
+ * A raw '<' starts a tag there, which swallows the words after it (a
+ * custom word such as "Fox<", which espeak-ng says as "fox"), and "-->"
+ * may not appear in a cue. SubRip has no escapes: words go as they are. */
+static void put_cue_word(FILE *to, const char *s, bool vtt) {
+  for (; *s; s++) {
+    if (vtt && *s == '&') fputs("&amp;", to);
+    else if (vtt && *s == '<') fputs("&lt;", to);
+    else if (vtt && *s == '>') fputs("&gt;", to);
+    else fputc(*s, to);
+  }
+}
+
 static void write_cues(const words_run *w, FILE *to, bool vtt) {
   if (vtt) fputs("WEBVTT\n\n", to);
   size_t at = 0, cue = 0;
@@ -269,8 +282,10 @@ static void write_cues(const words_run *w, FILE *to, bool vtt) {
       put_time(to, (double)w->words[end - 1].end_frame * w->frame_s,
                vtt ? '.' : ',');
       fputc('\n', to);
-      for (size_t i = at; i < end; i++)
-        fprintf(to, "%s%s", i > at ? " " : "", w->words[i].text);
+      for (size_t i = at; i < end; i++) {
+        if (i > at) fputc(' ', to);
+        put_cue_word(to, w->words[i].text, vtt);
+      }
       fputs("\n\n", to);
     }
     at = end;

@@ -60,8 +60,9 @@ def read_arpa(path):
     announced = {}
     order = 0
     section = 0
+    ended = False
     with wordlib.open_text(path) as f:
-        for line in f:
+        for ln, line in enumerate(f, 1):
             line = line.strip()
             if line.startswith("ngram "):
                 k, _, n = line[6:].partition("=")
@@ -75,10 +76,23 @@ def read_arpa(path):
                 grams[section] = []
                 continue
             if line == "\\end\\":
+                ended = True
                 break
+            # As lib/lm.c reads them: an n-gram line of its section's order,
+            # numbers where numbers go (a KeyError or a bare float() error
+            # named no line).
             parts = line.split()
-            bow = float(parts[1 + section]) if len(parts) > 1 + section else None
-            grams[section].append((tuple(parts[1:1 + section]), float(parts[0]), bow))
+            if section == 0 or len(parts) not in (section + 1, section + 2):
+                raise ValueError("%s:%d: %r is no line of a %s" % (
+                    path, ln, line[:40], "%d-gram" % section if section else
+                    "section (no \\1-grams: before it)"))
+            try:
+                bow = float(parts[1 + section]) if len(parts) > 1 + section else None
+                grams[section].append((tuple(parts[1:1 + section]), float(parts[0]), bow))
+            except ValueError:
+                raise ValueError("%s:%d: %r: a number expected" % (path, ln, line[:40])) from None
+    if not ended:
+        raise ValueError("%s: no \\end\\ (a file cut short?), which libaural refuses" % path)
     for k in range(1, max([order] + list(announced)) + 1):
         if len(grams.get(k, ())) != announced.get(k, -1):
             raise ValueError("%s: %d %d-grams listed, \\data\\ announced %s" % (
@@ -129,6 +143,11 @@ def convert(order, grams):
     if len(set(words)) != len(words):
         raise ValueError("a word is listed twice among the 1-grams")
     ids = {w: i for i, w in enumerate(words)}
+    for k, rows in enumerate(grams[1:], 2):
+        for g, _, _ in rows:
+            for w in g:
+                if w not in ids:
+                    raise ValueError("%d-gram %s: %r is no 1-gram" % (k, " ".join(g), w))
     out = bytearray(MAGIC)
     out += struct.pack("<II", VERSION, order)
     out += struct.pack("<%dQ" % order, *[len(g) for g in grams])
@@ -176,10 +195,14 @@ def main():
     ap.add_argument("arpa", help="an ARPA LM, plain or gzipped")
     ap.add_argument("out", help="the binary LM to write")
     args = ap.parse_args()
-    order, grams = read_arpa(args.arpa)
-    data = convert(order, grams)
-    with open(args.out, "wb") as f:
-        f.write(data)
+    try:
+        order, grams = read_arpa(args.arpa)
+        data = convert(order, grams)
+        with open(args.out, "wb") as f:
+            f.write(data)
+    except (ValueError, OSError) as e:
+        print("lmbin.py: %s" % e, file=sys.stderr)
+        return 1
     print("%s: order %d, n-grams %s, %d bytes" % (args.out, order, [len(g) for g in grams],
                                                    len(data)))
     return 0

@@ -154,10 +154,11 @@ def cmudict(path=CMUDICT):
 
 def open_text(path):
     """A UTF-8 text file for reading, inflated when its name ends in .gz
-    (the default model's lexicon and LM are stored gzipped)."""
+    (the default model's lexicon and LM are stored gzipped), without the
+    byte order mark it may start with (as libaural's readers skip it)."""
     if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return gzip.open(path, "rt", encoding="utf-8-sig")
+    return open(path, encoding="utf-8-sig")
 
 
 def gzip_file(path):

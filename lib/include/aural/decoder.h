@@ -40,8 +40,9 @@
  * Endpoints (DESIGN.md §8) come from the posteriors: a frame is
  * non-speech when blank is its most likely token. A segment ends after
  * endpoint_silence_s of trailing non-speech once something was decoded,
- * after endpoint_idle_s when nothing was (the decoder then starts afresh
- * without a segment), once it reaches endpoint_max_s at its first
+ * after endpoint_idle_s when nothing was (the decoder then starts afresh,
+ * with a final only where the best hypothesis was inside a word and one
+ * between words held some), once it reaches endpoint_max_s at its first
  * non-speech frame with the best hypothesis between words (so that no
  * word is cut in two; endpoint_silence_s later at the latest), and at the
  * end of the stream. Each ended segment with words is a final: its words, times
@@ -92,7 +93,7 @@ typedef struct aural_lexicon aural_lexicon;
 
 /* Reads a lexicon: UTF-8 text, one pronunciation per line,
  * "word<TAB>token token ...", tokens from the model's vocabulary (not the
- * blank); a word may have several lines. Blank lines and lines starting
+ * blank) apart by spaces or tabs; a word may have several lines. Blank lines and lines starting
  * with '#' are skipped. Errors name the file, line and what is wrong; no
  * text, model or out pointer is AURAL_EINVAL. */
 int aural_lexicon_load(const char *path, const aural_model *model,
@@ -168,8 +169,9 @@ double aural_lm_score(const aural_lm *lm, const int *words, size_t n);
  *   # comment
  *   drop ',%=;                 characters dropped from mnemonics (stress)
  *   dialect en-us              an espeak-ng voice; the lines below are its
- *   map A@ AA R                mnemonic -> tokens (none: says nothing)
+ *   map A@ AA R                mnemonic -> 0 to 4 tokens (none: says nothing)
  *   after r ER R               mnemonic r says nothing right after ER or R
+ *                              (1 to 8 tokens)
  *
  * Each word gets one pronunciation per distinct result over the dialects.
  * The map is untrusted input: errors name the file, line and what is
