@@ -104,6 +104,25 @@ class G2P(unittest.TestCase):
             self.assertIn("\"hello\"", err)
             self.assertIn("does not map", err)
 
+    def test_model_without_its_map_names_g2p(self):
+        """A model with no g2p map beside it: the message said only
+        'MODEL.g2p.txt: No such file or directory', not what the map is
+        for or how to give another."""
+        with tempfile.TemporaryDirectory() as tmp:
+            model = os.path.join(tmp, "alone.safetensors")
+            os.symlink(MODEL, model)
+            p = subprocess.run([AURAL, "pronounce", "-m", model, "hello"],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(os.path.join(tmp, "alone.g2p.txt"), p.stderr)
+            self.assertIn("--g2p", p.stderr)
+            # A missing model is named as such, not as a missing map.
+            p = subprocess.run([AURAL, "pronounce", "-m",
+                                os.path.join(tmp, "none.safetensors"), "hi"],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertNotIn("g2p", p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1])

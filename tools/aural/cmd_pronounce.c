@@ -79,11 +79,13 @@ int cmd_pronounce(int argc, char **argv) {
   }
   if (model_path == NULL) model_path = cli_default_model();
   char path_buf[4096];
+  char why[4200];
+  int beside = 0; /* words_g2p_beside(), when the map is the model's */
   if (g2p_path == NULL) {
-    if (aural_decoder_resource_path(model_path, ".g2p.txt", path_buf,
-                                    sizeof path_buf) < 0) {
-      fprintf(stderr, "aural pronounce: %s: the model's path is too long\n",
-              model_path);
+    beside = words_g2p_beside(model_path, path_buf, sizeof path_buf, why,
+                              sizeof why);
+    if (beside == -1) {
+      fprintf(stderr, "aural pronounce: %s\n", why);
       return EXIT_USAGE;
     }
     g2p_path = path_buf;
@@ -93,10 +95,13 @@ int cmd_pronounce(int argc, char **argv) {
   aural_g2p *g2p = NULL;
   char *text = NULL;
   int rc = EXIT_FAIL;
-  if (aural_model_load(model_path, NULL, &model, &err) == 0 &&
-      aural_g2p_load(g2p_path, model, &g2p, &err) == 0 &&
-      aural_g2p_text(g2p, (const char *const *)(argv + optind),
-                     (size_t)(argc - optind), &text, &err) == 0) {
+  if (aural_model_load(model_path, NULL, &model, &err) < 0) {
+    fprintf(stderr, "aural pronounce: %s\n", err.msg);
+  } else if (beside < 0) { /* the model first: its absence says more */
+    fprintf(stderr, "aural pronounce: %s\n", why);
+  } else if (aural_g2p_load(g2p_path, model, &g2p, &err) == 0 &&
+             aural_g2p_text(g2p, (const char *const *)(argv + optind),
+                            (size_t)(argc - optind), &text, &err) == 0) {
     fputs(text, stdout); /* main() checks that it arrived */
     rc = EXIT_OK;
   } else {

@@ -5,9 +5,11 @@
  */
 #include "words.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <aural/proto.h>
 
@@ -94,6 +96,21 @@ int words_custom_check(const char *list, char *err, size_t err_len) {
   return n < 0 ? -1 : 0;
 }
 
+int words_g2p_beside(const char *model_path, char *buf, size_t len,
+                     char *err, size_t err_len) {
+  if (aural_decoder_resource_path(model_path, ".g2p.txt", buf, len) < 0) {
+    snprintf(err, err_len, "%s: the model's path is too long", model_path);
+    return -1;
+  }
+  if (access(buf, F_OK) != 0 && errno == ENOENT) {
+    snprintf(err, err_len,
+             "%s: no g2p map beside the model (custom words need one; "
+             "give it with --g2p PATH)", buf);
+    return -2;
+  }
+  return 0;
+}
+
 int words_custom(words_res *r, const aural_model *model, const char *model_path,
                  const char *g2p_path, const char *list, char *err,
                  size_t err_len) {
@@ -102,11 +119,9 @@ int words_custom(words_res *r, const aural_model *model, const char *model_path,
   int n = custom_split(list, buf, words, err, err_len);
   if (n < 0) return -1;
   if (g2p_path == NULL) {
-    if (aural_decoder_resource_path(model_path, ".g2p.txt", path_buf,
-                                    sizeof path_buf) < 0) {
-      snprintf(err, err_len, "%s: the model's path is too long", model_path);
+    if (words_g2p_beside(model_path, path_buf, sizeof path_buf, err,
+                         err_len) < 0)
       return -1;
-    }
     g2p_path = path_buf;
   }
   aural_err e = {0};

@@ -37,6 +37,11 @@ int words_load(words_res *r, const aural_model *model, const char *model_path,
 int words_custom(words_res *r, const aural_model *model, const char *model_path,
                  const char *g2p_path, const char *list, char *err,
                  size_t err_len);
+/* The g2p map beside the model at model_path (MODEL.g2p.txt) into buf.
+ * Returns 0; -1 when the path does not fit, -2 when no map is there (err
+ * says so and names --g2p). */
+int words_g2p_beside(const char *model_path, char *buf, size_t len,
+                     char *err, size_t err_len);
 /* Whether list is a --vocabulary that words_custom() takes (at most 1,024
  * words, none empty), checked before anything is loaded. Returns 0, or -1
  * with err naming the option. */
