@@ -939,12 +939,21 @@ static void test_fifo_input(void **state) {
   }
 }
 
+/* What read_all_through_fifo() read: read_all()'s return, and its
+ * outputs but the samples. */
+typedef struct fifo_read {
+  int rc;
+  size_t n_frames;
+  aural_audiofile_info info;
+  aural_err err;
+} fifo_read;
+
 /* Opens path, a FIFO, while a child writes the size bytes of data into
- * it, and reads it to its end. Returns what read_all() returns. */
-static int read_all_through_fifo(const char *fifo, const void *data,
-                                 size_t size, aural_audiofile_info *info,
-                                 float **samples, size_t *n_frames,
-                                 aural_err *err) {
+ * it, and reads it to its end. */
+static fifo_read read_all_through_fifo(const char *fifo, const void *data,
+                                       size_t size) {
+  fifo_read r = {0};
+  float *samples = NULL;
   unlink(fifo);
   assert_int_equal(mkfifo(fifo, 0600), 0);
   pid_t pid = fork();
@@ -959,11 +968,12 @@ static int read_all_through_fifo(const char *fifo, const void *data,
     }
     _exit(0);
   }
-  int rc = read_all(fifo, 300, info, samples, n_frames, err);
+  r.rc = read_all(fifo, 300, &r.info, &samples, &r.n_frames, &r.err);
+  free(samples);
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
   unlink(fifo);
-  return rc;
+  return r;
 }
 
 /* A recorder writing into a pipe cannot know the length: its WAV
@@ -983,22 +993,16 @@ static void test_fifo_unknown_data_size(void **state) {
     make_pcm16_wav(wav, 1000, sizes[k]);
     size_t size;
     char *bytes = test_read_file(wav, &size);
-    aural_audiofile_info info;
-    float *samples = NULL;
-    size_t n_frames;
-    aural_err err = {0};
-    int rc = read_all_through_fifo(fifo, bytes, size, &info, &samples,
-                                   &n_frames, &err);
+    fifo_read r = read_all_through_fifo(fifo, bytes, size);
     free(bytes);
-    free(samples);
     if (sizes[k] == 4000) { /* twice what follows: cut off */
-      assert_int_equal(rc, AURAL_ETRUNCATED);
-      assert_contains(err.msg, "truncated");
+      assert_int_equal(r.rc, AURAL_ETRUNCATED);
+      assert_contains(r.err.msg, "truncated");
       continue;
     }
-    if (rc < 0) fail_msg("data size 0x%08x: %s", sizes[k], err.msg);
-    assert_int_equal(n_frames, 1000);
-    assert_int_equal(info.n_frames, -1);
+    if (r.rc < 0) fail_msg("data size 0x%08x: %s", sizes[k], r.err.msg);
+    assert_int_equal(r.n_frames, 1000);
+    assert_int_equal(r.info.n_frames, -1);
   }
   /* A .au of 1000 16-bit frames whose data size is 0xFFFFFFFF. */
   uint8_t au[24 + 2000] = ".snd";
@@ -1007,16 +1011,10 @@ static void test_fifo_unknown_data_size(void **state) {
   put_be(au + 12, 3);
   put_be(au + 16, 16000);
   put_be(au + 20, 1);
-  aural_audiofile_info info;
-  float *samples = NULL;
-  size_t n_frames;
-  aural_err err = {0};
-  int rc = read_all_through_fifo(fifo, au, sizeof au, &info, &samples,
-                                 &n_frames, &err);
-  free(samples);
-  if (rc < 0) fail_msg(".au of unknown size: %s", err.msg);
-  assert_int_equal(n_frames, 1000);
-  assert_int_equal(info.n_frames, -1);
+  fifo_read r = read_all_through_fifo(fifo, au, sizeof au);
+  if (r.rc < 0) fail_msg(".au of unknown size: %s", r.err.msg);
+  assert_int_equal(r.n_frames, 1000);
+  assert_int_equal(r.info.n_frames, -1);
 }
 
 /* Formats whose length libsndfile takes as unknown from a pipe (it
@@ -1042,17 +1040,11 @@ static void test_fifo_formats_of_unknown_length(void **state) {
           test_data_path("../fuzz/corpus/audiofile/mono.sf"), &size);
       want = 800;
     }
-    aural_audiofile_info info;
-    float *samples = NULL;
-    size_t n_frames;
-    aural_err err = {0};
-    int rc = read_all_through_fifo(fifo, bytes, size, &info, &samples,
-                                   &n_frames, &err);
+    fifo_read r = read_all_through_fifo(fifo, bytes, size);
     free(bytes);
-    free(samples);
-    if (rc < 0) fail_msg("format %d: %s", k, err.msg);
-    assert_int_equal(n_frames, want);
-    assert_int_equal(info.n_frames, -1);
+    if (r.rc < 0) fail_msg("format %d: %s", k, r.err.msg);
+    assert_int_equal(r.n_frames, want);
+    assert_int_equal(r.info.n_frames, -1);
   }
 }
 
@@ -1066,18 +1058,12 @@ static void test_fifo_caf_needs_a_file(void **state) {
   size_t size;
   char *bytes = test_read_file(
       test_data_path("../fuzz/corpus/audiofile/mono.caf"), &size);
-  aural_audiofile_info info;
-  float *samples = NULL;
-  size_t n_frames;
-  aural_err err = {0};
-  int rc = read_all_through_fifo(fifo, bytes, size, &info, &samples,
-                                 &n_frames, &err);
+  fifo_read r = read_all_through_fifo(fifo, bytes, size);
   free(bytes);
-  free(samples);
-  print_message("    %s\n", err.msg);
-  assert_int_equal(rc, AURAL_EFORMAT);
-  assert_contains(err.msg, fifo);
-  assert_contains(err.msg, "regular file");
+  print_message("    %s\n", r.err.msg);
+  assert_int_equal(r.rc, AURAL_EFORMAT);
+  assert_contains(r.err.msg, fifo);
+  assert_contains(r.err.msg, "regular file");
 }
 
 /* A WAV whose data chunk declares 0 bytes with samples after it (never
@@ -1093,26 +1079,20 @@ static void test_fifo_zero_data_size_with_samples(void **state) {
     make_pcm16_wav(wav, lengths[k], 0);
     size_t size;
     char *bytes = test_read_file(wav, &size);
-    aural_audiofile_info info;
-    float *samples = NULL;
-    size_t n_frames;
-    aural_err err = {0};
-    int rc = read_all_through_fifo(fifo, bytes, size, &info, &samples,
-                                   &n_frames, &err);
+    fifo_read r = read_all_through_fifo(fifo, bytes, size);
     free(bytes);
-    free(samples);
     if (lengths[k] == 0) {
-      if (rc < 0) fail_msg("an empty WAV: %s", err.msg);
-      assert_int_equal(n_frames, 0);
+      if (r.rc < 0) fail_msg("an empty WAV: %s", r.err.msg);
+      assert_int_equal(r.n_frames, 0);
       continue;
     }
-    if (rc == 0)
+    if (r.rc == 0)
       fail_msg("data size 0 and 2000 bytes after it: read as %zu frames",
-               n_frames);
-    print_message("    %s\n", err.msg);
-    assert_int_equal(rc, AURAL_EFORMAT);
-    assert_contains(err.msg, fifo);
-    assert_contains(err.msg, "declares 0 bytes");
+               r.n_frames);
+    print_message("    %s\n", r.err.msg);
+    assert_int_equal(r.rc, AURAL_EFORMAT);
+    assert_contains(r.err.msg, fifo);
+    assert_contains(r.err.msg, "declares 0 bytes");
   }
 }
 
@@ -1136,24 +1116,18 @@ static void test_fifo_ogg_cut_off(void **state) {
   memset(data + size, 0, 128);
   const size_t cuts[] = {last, last + 40, size, size + 128};
   for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
-    aural_audiofile_info info;
-    float *samples = NULL;
-    size_t n_frames;
-    aural_err err = {0};
-    int rc = read_all_through_fifo(fifo, data, cuts[k], &info, &samples,
-                                   &n_frames, &err);
-    free(samples);
+    fifo_read r = read_all_through_fifo(fifo, data, cuts[k]);
     if (cuts[k] >= size) {
-      if (rc < 0) fail_msg("the whole file: %s", err.msg);
-      assert_int_equal(n_frames, 800);
+      if (r.rc < 0) fail_msg("the whole file: %s", r.err.msg);
+      assert_int_equal(r.n_frames, 800);
       continue;
     }
-    if (rc == 0)
+    if (r.rc == 0)
       fail_msg("cut at %zu of %zu bytes: read as %zu frames", cuts[k], size,
-               n_frames);
-    print_message("    %s\n", err.msg);
-    assert_int_equal(rc, AURAL_ETRUNCATED);
-    assert_contains(err.msg, fifo);
+               r.n_frames);
+    print_message("    %s\n", r.err.msg);
+    assert_int_equal(r.rc, AURAL_ETRUNCATED);
+    assert_contains(r.err.msg, fifo);
   }
   free(data);
 }
