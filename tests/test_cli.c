@@ -1379,25 +1379,36 @@ static void test_kill9_leaves_no_temp_file(void **state) {
   assert_dir_holds(fx->out_dir, NULL);
 }
 
-/* A FIFO input without a writer: the tool says what it waits for (even
- * with -q: a silent hang is what it must not do), then reads the audio
- * once a writer comes. */
-static void test_encode_fifo_says_it_waits(void **state) {
-  fixture *fx = *state;
-  char in[PATH_BYTES], out[PATH_BYTES], err_path[PATH_BYTES];
-  input_path(in, fx, "later.wav");
+/* Starts `aural encode -q -o OUT_DIR/out.npy IN` on a new FIFO IN (named
+ * name) without a writer; *said: whether it said on stderr, within 2 s,
+ * that it waits for one. */
+static pid_t spawn_fifo_waiter(fixture *fx, const char *name, char *in,
+                               int *said) {
+  char out[PATH_BYTES], err_path[PATH_BYTES];
+  input_path(in, fx, name);
   snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
   snprintf(err_path, sizeof err_path, "%s/stderr.txt", fx->root);
   assert_int_equal(mkfifo(in, 0600), 0);
   const char *args[] = {"encode", "-q", "-o", out, in, NULL};
   pid_t pid = spawn_aural(fx, args);
-  int said = 0;
-  for (int i = 0; i < 200 && !said; i++) {
+  *said = 0;
+  for (int i = 0; i < 200 && !*said; i++) {
     sleep_ms(10);
     char *err = read_text(err_path);
-    said = strstr(err, "waiting for a writer") != NULL;
+    *said = strstr(err, "waiting for a writer") != NULL;
     free(err);
   }
+  return pid;
+}
+
+/* A FIFO input without a writer: the tool says what it waits for (even
+ * with -q: a silent hang is what it must not do), then reads the audio
+ * once a writer comes. */
+static void test_encode_fifo_says_it_waits(void **state) {
+  fixture *fx = *state;
+  char in[PATH_BYTES];
+  int said;
+  pid_t pid = spawn_fifo_waiter(fx, "later.wav", in, &said);
   size_t len;
   char *wav = test_read_file(test_data_path("fbank/speech.wav"), &len);
   void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
@@ -1422,20 +1433,9 @@ static void test_encode_fifo_says_it_waits(void **state) {
  * call". */
 static void test_encode_fifo_wait_interrupted(void **state) {
   fixture *fx = *state;
-  char in[PATH_BYTES], out[PATH_BYTES], err_path[PATH_BYTES];
-  input_path(in, fx, "never.wav");
-  snprintf(out, sizeof out, "%s/out.npy", fx->out_dir);
-  snprintf(err_path, sizeof err_path, "%s/stderr.txt", fx->root);
-  assert_int_equal(mkfifo(in, 0600), 0);
-  const char *args[] = {"encode", "-q", "-o", out, in, NULL};
-  pid_t pid = spawn_aural(fx, args);
-  int said = 0;
-  for (int i = 0; i < 500 && !said; i++) {
-    sleep_ms(10);
-    char *err = read_text(err_path);
-    said = strstr(err, "waiting for a writer") != NULL;
-    free(err);
-  }
+  char in[PATH_BYTES];
+  int said;
+  pid_t pid = spawn_fifo_waiter(fx, "never.wav", in, &said);
   assert_int_equal(kill(pid, SIGINT), 0);
   int status = wait_aural(fx, pid);
   print_message("    exit %d: %s", status, fx->err);
