@@ -11,11 +11,13 @@
 * Varints as lib/lm.c reads them; a k-gram whose first words are no
   (k-1)-gram, an n-gram or word listed twice, a positive probability, an
   order past 4 and an ARPA file whose sections disagree with its \\data\\
-  counts are refused.
+  counts are refused; so are a gzipped file cut short, text that is not
+  UTF-8 and a blank line inside a section, by file and line.
 
     test_lmbin.py
 """
 
+import gzip
 import os
 import subprocess
 import sys
@@ -125,6 +127,36 @@ class TestLmbin(unittest.TestCase):
             self.assertEqual(p.returncode, 1)
             self.assertEqual(p.stderr, "lmbin.py: 2-gram <s> b: 'b' is no 1-gram\n")
             self.assertFalse(os.path.exists(os.path.join(tmp, "x.lm.bin")))
+
+    def test_unreadable_arpa_files_named(self):
+        """A gzipped ARPA file cut short ended in an EOFError traceback;
+        text that is not UTF-8 and a count that is no number were one line
+        naming neither the file nor the line; a blank line inside a
+        section, which ends the section for libaural (it then refuses the
+        file), was skipped and the file converted."""
+        plain = ("\\data\\\nngram 1=3\nngram 2=1\n\n\\1-grams:\n-99\t<s>\t-0.5\n"
+                 "-1\t</s>\n-1\ta\n\n\\2-grams:\n-0.3\t<s> a\n\n\\end\\\n")
+        packed = gzip.compress(plain.encode())
+        bad = {
+            "x.arpa.gz: .*cut short": ("x.arpa.gz", packed[:-12]),
+            "x.arpa: not UTF-8 text": ("x.arpa", plain.replace("a\n", "\xe9\n").encode("latin-1")),
+            "x.arpa:3: 'ngram 2=x': a number": ("x.arpa", plain.replace("2=1", "2=x").encode()),
+            "x.arpa:5: '.*x-grams:': a number": ("x.arpa", plain.replace("\\1-grams", "\\x-grams").encode()),
+            "x.arpa:8: .* no line of a section": ("x.arpa", plain.replace("-1\t</s>\n", "\n-1\t</s>\n").encode()),
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "x.lm.bin")
+            for msg, (name, data) in bad.items():
+                path = os.path.join(tmp, name)
+                with open(path, "wb") as f:
+                    f.write(data)
+                with self.assertRaisesRegex(ValueError, msg):
+                    lmbin.read_arpa(path)
+                p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "words", "lmbin.py"),
+                                    path, out], capture_output=True, text=True)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertRegex(p.stderr, "^lmbin.py: [^\n]*%s[^\n]*\n$" % msg)
+                self.assertFalse(os.path.exists(out))
 
     def test_command_line(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -44,6 +44,7 @@ decode the same words as the float LM within noise (tools/words/README.md).
 import argparse
 import struct
 import sys
+import zlib
 
 import numpy as np
 
@@ -56,6 +57,15 @@ LEVELS = 256
 
 def read_arpa(path):
     """(order, [per order: list of (words tuple, log10 p, log10 bow or None)])."""
+    try:
+        return read_arpa_text(path)
+    except (EOFError, zlib.error) as e:  # gzip's, for a file cut short or damaged
+        raise ValueError("%s: %s (a file cut short?)" % (path, e)) from None
+    except UnicodeDecodeError as e:
+        raise ValueError("%s: not UTF-8 text (%s)" % (path, e)) from None
+
+
+def read_arpa_text(path):
     grams = {}
     announced = {}
     order = 0
@@ -64,16 +74,22 @@ def read_arpa(path):
     with wordlib.open_text(path) as f:
         for ln, line in enumerate(f, 1):
             line = line.strip()
-            if line.startswith("ngram "):
-                k, _, n = line[6:].partition("=")
-                announced[int(k)] = int(n)
+            try:
+                if line.startswith("ngram "):
+                    k, _, n = line[6:].partition("=")
+                    announced[int(k)] = int(n)
+                    continue
+                if line.startswith("\\") and line.endswith("-grams:"):
+                    section = int(line[1:-7])
+                    order = max(order, section)
+                    grams[section] = []
+                    continue
+            except ValueError:
+                raise ValueError("%s:%d: %r: a number expected" % (path, ln, line[:40])) from None
+            if not line:
+                section = 0  # a blank line ends a section, as lib/lm.c reads it
                 continue
-            if not line or line == "\\data\\":
-                continue
-            if line.startswith("\\") and line.endswith("-grams:"):
-                section = int(line[1:-7])
-                order = max(order, section)
-                grams[section] = []
+            if line == "\\data\\":
                 continue
             if line == "\\end\\":
                 ended = True
@@ -85,7 +101,7 @@ def read_arpa(path):
             if section == 0 or len(parts) not in (section + 1, section + 2):
                 raise ValueError("%s:%d: %r is no line of a %s" % (
                     path, ln, line[:40], "%d-gram" % section if section else
-                    "section (no \\1-grams: before it)"))
+                    "section (a \\k-grams: line starts one, a blank line ends it)"))
             try:
                 bow = float(parts[1 + section]) if len(parts) > 1 + section else None
                 grams[section].append((tuple(parts[1:1 + section]), float(parts[0]), bow))

@@ -93,9 +93,9 @@ typedef struct aural_lexicon aural_lexicon;
 
 /* Reads a lexicon: UTF-8 text, one pronunciation per line,
  * "word<TAB>token token ...", tokens from the model's vocabulary (not the
- * blank) apart by spaces or tabs; a word may have several lines. Blank lines and lines starting
- * with '#' are skipped. Errors name the file, line and what is wrong; no
- * text, model or out pointer is AURAL_EINVAL. */
+ * blank) apart by spaces or tabs; a word may have several lines. Blank
+ * lines and lines starting with '#' are skipped. Errors name the file,
+ * line and what is wrong; no text, model or out pointer is AURAL_EINVAL. */
 int aural_lexicon_load(const char *path, const aural_model *model,
                        aural_lexicon **out, aural_err *err);
 /* The same from text in memory (len bytes); name is used in messages. */
