@@ -179,8 +179,11 @@ def read_lexicon(path):
     lex = {}
     with open_text(path) as f:
         for line in f:
-            w, p = line.rstrip("\n").split("\t")
-            lex.setdefault(w, []).append(tuple(p.split()))
+            # The word, then its tokens apart by spaces or tabs, as
+            # lib/lexicon.c reads them.
+            fields = line.split()
+            if fields:
+                lex.setdefault(fields[0], []).append(tuple(fields[1:]))
     return lex
 
 
