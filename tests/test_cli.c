@@ -1911,6 +1911,44 @@ static void test_encode_batch_interrupted_summary(void **state) {
   assert_contains(fx->out, "interrupted");
 }
 
+/* Ctrl-C while the workers of a batch wait for writers on FIFO inputs:
+ * the batch ends (exit 130, nothing written), where the workers went on
+ * waiting in their opens until a second Ctrl-C. */
+static void test_encode_batch_fifo_waits_interrupted(void **state) {
+  fixture *fx = *state;
+  char a[PATH_BYTES], b[PATH_BYTES], err_path[PATH_BYTES];
+  input_path(a, fx, "a.wav");
+  input_path(b, fx, "b.wav");
+  snprintf(err_path, sizeof err_path, "%s/stderr.txt", fx->root);
+  assert_int_equal(mkfifo(a, 0600), 0);
+  assert_int_equal(mkfifo(b, 0600), 0);
+  const char *args[] = {"encode", "-j", "2", "-o", fx->out_dir, a, b, NULL};
+  pid_t pid = spawn_aural(fx, args);
+  int waiting = 0; /* both workers in their opens */
+  for (int i = 0; i < 500 && waiting < 2; i++) {
+    sleep_ms(10);
+    char *err = read_text(err_path);
+    waiting = (strstr(err, a) != NULL) + (strstr(err, b) != NULL);
+    free(err);
+  }
+  assert_int_equal(kill(pid, SIGINT), 0);
+  int ended = 0; /* within 10 s (left for wait_aural to reap) */
+  for (int i = 0; i < 1000 && !ended; i++) {
+    sleep_ms(10);
+    siginfo_t si = {0};
+    ended = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            si.si_pid == pid;
+  }
+  if (!ended) kill(pid, SIGKILL); /* wait_aural then fails on it */
+  int status = wait_aural(fx, pid);
+  print_message("    exit %d: %s%s", status, fx->out, fx->err);
+  assert_int_equal(waiting, 2);
+  assert_true(ended);
+  assert_int_equal(status, 130);
+  assert_contains(fx->out, "0 of 2 files written");
+  assert_dir_holds(fx->out_dir, NULL);
+}
+
 /* aural sub checks -o before it connects: a directory is refused at once
  * (and not after a whole stream was received). */
 static void test_sub_output_checked_first(void **state) {
@@ -2217,6 +2255,7 @@ int main(void) {
       T(test_encode_batch_same_output_names_inputs),
       T(test_encode_batch_interrupted_summary),
       T(test_encode_fifo_wait_interrupted),
+      T(test_encode_batch_fifo_waits_interrupted),
       T(test_sub_output_checked_first),
   };
 #undef T

@@ -42,6 +42,11 @@ static void on_signal(int sig) {
   cli_stop_now_on_next();
 }
 
+/* SIGUSR1, which the batch's main thread sends its workers after a
+ * Ctrl-C: it only interrupts what a worker waits in (the open of a FIFO
+ * without a writer, a read of one), which then sees `interrupted`. */
+static void on_wake(int sig) { (void)sig; }
+
 static void usage(FILE *to) {
   fprintf(to,
           "Usage: aural encode [OPTIONS] -o OUT.npy INPUT\n"
@@ -1038,6 +1043,8 @@ static int run_batch(encode_job *proto, char **args, int n_args,
   proto->progress = 0;
   if (n_jobs > b.n) n_jobs = b.n;
   pthread_mutex_init(&b.mu, NULL);
+  struct sigaction wake = {.sa_handler = on_wake}; /* no SA_RESTART */
+  sigaction(SIGUSR1, &wake, NULL);
   pthread_t *threads = calloc(n_jobs, sizeof *threads);
   size_t started = 0;
   double t0 = cli_now_s();
@@ -1053,6 +1060,10 @@ static int run_batch(encode_job *proto, char **args, int n_args,
       int finished = b.done == b.n || (interrupted && b.next == b.done);
       pthread_mutex_unlock(&b.mu);
       if (finished) break;
+      /* After a Ctrl-C, wake the workers from their waits, every turn:
+       * one that was about to wait when the last came waits now. */
+      if (interrupted)
+        for (size_t i = 0; i < started; i++) pthread_kill(threads[i], SIGUSR1);
       if (tty) batch_progress(&b, t0, 0);
       usleep(200000);
     }
