@@ -1466,6 +1466,33 @@ static void test_encode_batch_quiet(void **state) {
   assert_int_equal(stat(test_join(out, "b.npy"), &st), 0);
 }
 
+/* Starts argv (argv[0] the program) with stdin on /dev/null and stdout
+ * and stderr on a new pseudo-terminal, whose master end it returns; the
+ * child does not inherit fd close_fd (-1: none). Skips the test where
+ * there is no pseudo-terminal. */
+static int spawn_on_terminal(char *const *argv, int close_fd, pid_t *pid) {
+  int master, slave;
+  if (openpty(&master, &slave, NULL, NULL, NULL) != 0) {
+    print_message("    openpty: %s (no /dev/pts?)\n", strerror(errno));
+    skip();
+  }
+  posix_spawn_file_actions_t fa;
+  assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
+  assert_int_equal(
+      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 1), 0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 2), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, slave), 0);
+  assert_int_equal(posix_spawn_file_actions_addclose(&fa, master), 0);
+  if (close_fd >= 0)
+    assert_int_equal(posix_spawn_file_actions_addclose(&fa, close_fd), 0);
+  int rc = posix_spawn(pid, argv[0], &fa, NULL, argv, environ);
+  if (rc != 0) fail_msg("cannot run %s: %s", argv[0], strerror(rc));
+  posix_spawn_file_actions_destroy(&fa);
+  close(slave);
+  return master;
+}
+
 /* Runs aural with args (NULL-terminated, without argv[0]) with stdout and
  * stderr on a pseudo-terminal, and returns its exit status; *screen gets
  * the lines as the terminal shows them (free it): a carriage return goes
@@ -1481,24 +1508,8 @@ static int run_on_terminal(const char *const *args, char **screen,
     argv[n + 1] = (char *)args[n];
   }
   argv[n + 1] = NULL;
-  int master, slave;
-  if (openpty(&master, &slave, NULL, NULL, NULL) != 0) {
-    print_message("    openpty: %s (no /dev/pts?)\n", strerror(errno));
-    skip();
-  }
-  posix_spawn_file_actions_t fa;
-  assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
-  assert_int_equal(
-      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
-  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 1), 0);
-  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 2), 0);
-  assert_int_equal(posix_spawn_file_actions_addclose(&fa, slave), 0);
-  assert_int_equal(posix_spawn_file_actions_addclose(&fa, master), 0);
   pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-  if (rc != 0) fail_msg("cannot run %s: %s", argv[0], strerror(rc));
-  posix_spawn_file_actions_destroy(&fa);
-  close(slave);
+  int master = spawn_on_terminal(argv, -1, &pid);
 
   size_t cap = 65536, len = 0, line_len = 0, col = 0;
   char *out = malloc(cap), line[1024];
@@ -1657,21 +1668,8 @@ static void test_encode_batch_progress_within_a_file(void **state) {
 
   char *argv[] = {(char *)aural_bin(), "encode", "-j", "1", "-o",
                   fx->out_dir, fifo, NULL};
-  int master, slave;
-  if (openpty(&master, &slave, NULL, NULL, NULL) != 0) skip();
-  posix_spawn_file_actions_t fa;
-  assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
-  assert_int_equal(
-      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
-  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 1), 0);
-  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, slave, 2), 0);
-  assert_int_equal(posix_spawn_file_actions_addclose(&fa, slave), 0);
-  assert_int_equal(posix_spawn_file_actions_addclose(&fa, master), 0);
-  assert_int_equal(posix_spawn_file_actions_addclose(&fa, go[1]), 0);
   pid_t pid;
-  assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  close(slave);
+  int master = spawn_on_terminal(argv, go[1], &pid);
 
   /* Read the terminal until a bar with a '#' shows while no file is
    * done. */
