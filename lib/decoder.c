@@ -689,6 +689,7 @@ static bool endpoint(aural_decoder *d) {
 
 size_t aural_decoder_push(aural_decoder *d, const float *logits,
                           size_t n_frames) {
+  if (d == NULL || (logits == NULL && n_frames > 0)) return 0;
   if (d->ended || d->final_ready) return 0;
   for (size_t i = 0; i < n_frames; i++) {
     step(d, logits + i * (size_t)d->vocab);
@@ -698,14 +699,14 @@ size_t aural_decoder_push(aural_decoder *d, const float *logits,
 }
 
 void aural_decoder_end(aural_decoder *d) {
-  if (d->ended) return;
+  if (d == NULL || d->ended) return;
   d->ended = true;
   if (!d->final_ready) end_segment(d);
 }
 
 int aural_decoder_final(aural_decoder *d, aural_word *out, size_t cap,
                         size_t *n_words) {
-  if (!d->final_ready) {
+  if (d == NULL || !d->final_ready) {
     if (n_words != NULL) *n_words = 0;
     return 0;
   }
@@ -719,7 +720,7 @@ int aural_decoder_final(aural_decoder *d, aural_word *out, size_t cap,
 
 size_t aural_decoder_partial(const aural_decoder *d, aural_word *out,
                              size_t cap) {
-  if (d->n_cur == 0) return 0;
+  if (d == NULL || d->n_cur == 0) return 0;
   return chain_words(d, d->cur[0].link, out, out != NULL ? cap : 0);
 }
 
@@ -741,6 +742,11 @@ static uint64_t min_segment_frames(const aural_decoder *d) {
 }
 
 void aural_decoder_get_info(const aural_decoder *d, aural_decoder_info *info) {
+  if (info == NULL) return;
+  if (d == NULL) {
+    *info = (aural_decoder_info){0};
+    return;
+  }
   *info = (aural_decoder_info){
       .frames = d->frame,
       .segments = d->segments,
@@ -757,6 +763,7 @@ void aural_decoder_get_info(const aural_decoder *d, aural_decoder_info *info) {
 }
 
 void aural_decoder_reset(aural_decoder *d) {
+  if (d == NULL) return;
   d->frame = 0;
   d->segments = 0;
   d->final_ready = false;

@@ -1243,6 +1243,39 @@ static void test_partial_without_buffer(void **state) {
   aural_lexicon_destroy(lex);
 }
 
+/* A NULL decoder, or NULL logits with frames to give, is a decoder
+ * that takes and gives nothing (push dereferenced both). */
+static void test_null_decoder_calls(void **state) {
+  (void)state;
+  aural_lexicon *lex = lexicon(lex4);
+  aural_decoder *d;
+  aural_err err;
+  assert_int_equal(aural_decoder_create(NULL, model, lex, NULL, &d, &err), 0);
+  assert_int_equal(aural_decoder_push(d, NULL, 3), 0);
+  assert_int_equal(aural_decoder_push(d, NULL, 0), 0);
+  aural_decoder_info info;
+  aural_decoder_get_info(d, &info);
+  assert_int_equal(info.frames, 0);
+  aural_decoder_get_info(d, NULL);
+  aural_decoder_destroy(d);
+
+  float lg[4 * 16] = {0};
+  assert_int_equal(aural_decoder_push(NULL, lg, 4), 0);
+  aural_decoder_end(NULL);
+  aural_decoder_reset(NULL);
+  aural_word w[2];
+  size_t n = 7;
+  assert_int_equal(aural_decoder_final(NULL, w, 2, &n), 0);
+  assert_int_equal(n, 0);
+  assert_int_equal(aural_decoder_partial(NULL, w, 2), 0);
+  info.frames = 5;
+  info.max_words = 5;
+  aural_decoder_get_info(NULL, &info);
+  assert_int_equal(info.frames, 0);
+  assert_int_equal(info.max_words, 0);
+  aural_lexicon_destroy(lex);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lexicon_tree),
@@ -1266,6 +1299,7 @@ int main(void) {
       cmocka_unit_test(test_config_rejects),
       cmocka_unit_test(test_null_out_pointers),
       cmocka_unit_test(test_partial_without_buffer),
+      cmocka_unit_test(test_null_decoder_calls),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -263,7 +263,10 @@ typedef struct aural_word {
 /* Consumes logits (n_frames, vocab_size), raw CTC head outputs, and
  * returns how many frames it took: all of them, or fewer when a segment
  * ended at the last one taken (read it with aural_decoder_final, then
- * push the rest). After aural_decoder_end it takes nothing. */
+ * push the rest). After aural_decoder_end it takes nothing; nor does it
+ * from a NULL dec or NULL logits. The calls below take a NULL dec as a
+ * decoder with nothing to give (end and reset do nothing; get_info gives
+ * zeros). */
 size_t aural_decoder_push(aural_decoder *dec, const float *logits,
                           size_t n_frames);
 
