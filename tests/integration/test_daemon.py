@@ -743,6 +743,76 @@ class TestWords(DaemonTest):
         self.assertEqual(p.stdout.strip(), transcript)
         d.stop()
 
+    def test_caption_on_a_terminal_keeps_other_lines_apart(self):
+        """aural sub --output text,words on a terminal: the partial caption
+        is written without a newline, to be rewritten in place; a chunk's
+        line printed after it was glued to it ('NAME  ... the quickNAME
+        #1  frames ...'). What the terminal shows must have every chunk
+        line on a line of its own, and the finals all there."""
+        inp = self.wav(5.0)
+        d = self.start("--hold", "--file", inp, "--exit-when-done",
+                       model=self.model)
+        master, slave = os.openpty()
+        try:
+            sub = subprocess.Popen(
+                [AURAL, "sub", "-s", d.path, "--all", "--output",
+                 "text,words", "--until-end"],
+                stdin=subprocess.DEVNULL, stdout=slave,
+                stderr=subprocess.PIPE)
+            os.close(slave)
+            slave = -1
+            raw = b""
+            end = time.monotonic() + 30
+            while time.monotonic() < end:
+                r, _, _ = select.select([master], [], [], 0.2)
+                if r:
+                    try:
+                        part = os.read(master, 65536)
+                    except OSError:  # EIO: the last writer closed it
+                        break
+                    if not part:
+                        break
+                    raw += part
+                elif sub.poll() is not None:
+                    break
+            self.assertEqual(sub.wait(10), 0, sub.stderr.read())
+            sub.stderr.close()
+        finally:
+            os.close(master)
+            if slave >= 0:
+                os.close(slave)
+        d.stop()
+        # The lines as the terminal shows them: \r returns to the line's
+        # start, ESC [ K erases to its end, other text overwrites.
+        lines, line, col = [], [], 0
+        text = raw.decode()
+        i = 0
+        while i < len(text):
+            if text.startswith("\033[K", i):
+                del line[col:]
+                i += 3
+                continue
+            ch = text[i]
+            i += 1
+            if ch == "\r":
+                col = 0
+            elif ch == "\n":
+                lines.append("".join(line))
+                line, col = [], 0
+            else:
+                line[col:col + 1] = [ch]
+                col += 1
+        name = os.path.basename(inp)
+        chunk_lines = [l for l in lines if "  #" in l]
+        self.assertGreaterEqual(len(chunk_lines), 10, lines)
+        for l in chunk_lines:
+            self.assertRegex(l, r"^%s  #\d+  frames " % re.escape(name),
+                             repr(raw))
+        self.assertTrue(any(re.match(r"^%s  \[ *[0-9.]+ - *[0-9.]+ s\] "
+                                     r"\S" % re.escape(name), l)
+                            for l in lines), lines)
+        self.assertIn("\033[K", text)  # a partial was shown and rewritten
+
     def test_embeddings_subscriber_sees_no_words(self):
         """A client that does not ask for words never sees WORDS; one that
         asks for words alone sees no CHUNK (Python client)."""

@@ -314,6 +314,7 @@ int sub_on_started(sub_job *job, uint32_t id,
                    const aural_msg_stream_started *st, const char *source) {
   sub_stream *s = get_stream(job, id);
   if (s == NULL) goto oom;
+  sub_clear_partial(job);
   snprintf(s->name, sizeof s->name, "%s", st->name);
   /* The server's numbers as they came: a sample rate is any finite
    * double (converting one past int64_t to it is undefined), a chunk
@@ -378,6 +379,7 @@ int sub_on_gap(sub_job *job, uint32_t id, uint64_t first_chunk,
   /* The decoder saw to n >= 1 and first + n - 1 <= INT64_MAX; unsigned,
    * first + n cannot overflow. */
   uint64_t first = first_chunk, n = n_chunks;
+  sub_clear_partial(job);
   job->n_gaps++;
   job->n_lost += n;
   s->n_lost += n;
@@ -410,6 +412,7 @@ int sub_on_chunk(sub_job *job, uint32_t id, const aural_chunk_header *ch,
   int64_t now_us = client_realtime_us();
   sub_stream *s = get_stream(job, id);
   if (s == NULL) return -1;
+  sub_clear_partial(job);
   if ((job->outputs & AURAL_OUT_EMBEDDINGS && emb == NULL) ||
       (job->outputs & AURAL_OUT_LOGITS && logits == NULL) ||
       (job->outputs & AURAL_OUT_TEXT && text == NULL)) {
@@ -509,10 +512,13 @@ oom:
   return -1;
 }
 
-/* Takes the partial caption off the terminal's current line. */
+/* Takes the partial caption off the terminal's current line, at once: a
+ * message to stderr may follow. A failed write is told by the next
+ * cli_stdout_flush (main's at the latest), which remembers it. */
 void sub_clear_partial(sub_job *job) {
   if (!job->partial_shown) return;
   fputs("\r\033[K", stdout);
+  fflush(stdout);
   job->partial_shown = 0;
 }
 
@@ -891,7 +897,6 @@ static int run(sub_job *job) {
         return kept(job, EXIT_FAIL);
       break;
     case AURAL_MSG_GAP:
-      sub_clear_partial(job);
       if (sub_on_gap(job, m.h.stream_id, m.u.gap.first_chunk,
                      m.u.gap.n_chunks,
                      aural_gap_reason_name(m.u.gap.reason)) < 0)
@@ -1160,6 +1165,7 @@ int cmd_sub(int argc, char **argv) {
          : job.reconnect         ? run_reconnecting(&job)
                                  : run(&job);
   if (sub_interrupted) rc = EXIT_SIGNAL;
+  sub_clear_partial(&job);
   if (rc != EXIT_OK) {
     if (rc == EXIT_SIGNAL)
       fprintf(stderr, "aural sub: interrupted%s%s%s\n",
@@ -1175,7 +1181,6 @@ int cmd_sub(int argc, char **argv) {
             (unsigned long long)job.n_gaps, job.n_gaps == 1 ? "" : "s",
             (unsigned long long)job.n_lost, job.n_lost == 1 ? "" : "s");
   outfile_discard(&job.of);
-  sub_clear_partial(&job);
   free(job.caption.p);
   for (size_t i = 0; i < job.n_streams; i++) {
     free(job.streams[i].text.p);
