@@ -358,6 +358,29 @@ class TestPushedStreams(DaemonTest):
         self.assertIn(b"written to /dev/stdout", err)
         self.stop_clean(d)
 
+    def test_sub_out_not_written_when_aurald_stops(self):
+        """aural sub -o of a stream that aurald's stop cuts short (as it
+        ends a microphone's): every chunk arrived, but the stream did not
+        end on its own, so nothing is written, the command says why and
+        exits 3, as aural(1) and --help say."""
+        d = self.start(model=TINY)
+        out = os.path.join(self.tmp, "live.npy")
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
+                                "live", "-o", out],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        wait_subscribed(d.path, "live", sub)
+        with ac.Client(d.path, timeout=30) as c:
+            sid = c.open_audio("live", rate=16000)
+            c.send_audio(sid, np.zeros(16000, np.int16))
+            d.wait_text("stream 1 \"live\": opened")
+            self.stop_clean(d)
+        _, err = sub.communicate(timeout=30)
+        self.assertEqual(sub.returncode, 3, err)
+        self.assertIn("live was cut short by the server's shutdown", err)
+        self.assertIn("%s not written" % out, err)
+        self.assertFalse(os.path.exists(out))
+
     def test_second_sigint_ends_sub_stuck_writing_its_fifo(self):
         # -o into a FIFO whose reader does not read: at the stream's end
         # the write waits, and a write that a signal interrupts is made
