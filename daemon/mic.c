@@ -29,7 +29,9 @@
  * name receive as they would any new stream of theirs (PROTOCOL.md §4.6).
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +133,52 @@ static void source_unref(struct mic_source *m) {
   free(m);
 }
 
+/* --- what the audio libraries say ----------------------------------------
+ *
+ * PortAudio's start lists every device of every host API, and the
+ * libraries under it complain on stderr as they probe: alsa-lib of each
+ * card or plugin it cannot open ("ALSA lib confmisc.c:855:(parse_card)
+ * cannot find card '0'"), libjack of a JACK server that does not run.
+ * Some 60 lines on a machine without a sound card, at every start and
+ * every try of a lost device, outside the log (no time, no level, and
+ * written straight to stderr, where the log's writer thread alone may
+ * wait). Both libraries take a function for their messages: they become
+ * debug lines of the log. They are found at run time, as PortAudio loads
+ * them (or not: a PortAudio built without JACK), so aurald links neither.
+ * Set before each Pa_Initialize; setting them again is harmless. */
+
+static void on_alsa_message(const char *file, int line, const char *function,
+                            int err, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  log_debug("ALSA: %s:%d (%s) %s%s%s", file ? file : "?", line,
+            function ? function : "?", msg, err ? ": " : "",
+            err ? strerror(err < 0 ? -err : err) : "");
+}
+
+static void on_jack_message(const char *msg) {
+  log_debug("JACK: %s", msg);
+}
+
+static void quiet_audio_libraries(void) {
+  typedef void (*alsa_handler)(const char *, int, const char *, int,
+                               const char *, ...);
+  typedef int (*alsa_set)(alsa_handler);
+  typedef void (*jack_set)(void (*)(const char *));
+  alsa_set set_alsa;
+  jack_set set_jack_error, set_jack_info;
+  /* dlsym returns an object pointer; POSIX lets it become a function's. */
+  *(void **)&set_alsa = dlsym(RTLD_DEFAULT, "snd_lib_error_set_handler");
+  *(void **)&set_jack_error = dlsym(RTLD_DEFAULT, "jack_set_error_function");
+  *(void **)&set_jack_info = dlsym(RTLD_DEFAULT, "jack_set_info_function");
+  if (set_alsa != NULL) set_alsa(on_alsa_message);
+  if (set_jack_error != NULL) set_jack_error(on_jack_message);
+  if (set_jack_info != NULL) set_jack_info(on_jack_message);
+}
+
 /* Finds an input device by index or by a substring of its name. */
 static int find_device(const char *want, char *why, size_t why_len) {
   if (want == NULL) {
@@ -164,6 +212,7 @@ static int find_device(const char *want, char *why, size_t why_len) {
 }
 
 int mic_list_devices(void) {
+  quiet_audio_libraries();
   PaError e = Pa_Initialize();
   if (e != paNoError) {
     fprintf(stderr, "aurald: PortAudio: %s\n", Pa_GetErrorText(e));
@@ -246,6 +295,7 @@ int mic_start(server *srv, const char *device, char *why, size_t why_len) {
   srv->mic = m;
   m->srv = srv;
   atomic_store(&m->refs, 1);
+  quiet_audio_libraries();
   PaError e = Pa_Initialize();
   if (e != paNoError) {
     snprintf(why, why_len, "PortAudio: %s", Pa_GetErrorText(e));
@@ -341,6 +391,7 @@ static void reopen_work(uv_work_t *req) {
   struct mic_source *m = req->data;
   m->why[0] = '\0';
   if (m->pa_up) Pa_Terminate();
+  quiet_audio_libraries();
   PaError e = Pa_Initialize();
   m->pa_up = e == paNoError;
   if (!m->pa_up) {

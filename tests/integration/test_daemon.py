@@ -3232,6 +3232,42 @@ class TestMicrophone(DaemonTest):
         self.assertGreaterEqual(mic["frames"], 450)
 
 
+    def test_audio_libraries_say_nothing_past_the_log(self):
+        """PortAudio's start lists every device: alsa-lib and libjack then
+        wrote their own complaints to stderr ('ALSA lib confmisc.c:855:
+        (parse_card) cannot find card '0'', 'jack server is not running
+        or cannot be started', some 60 lines on a machine without a sound
+        card or a JACK server), around aurald's lines and without its
+        time and level, at every start and every try of a lost device.
+        They are debug lines of aurald's log now, and --list-devices
+        prints its list alone."""
+        home = os.path.join(self.tmp, "home")
+        os.mkdir(home)
+        raw = os.path.join(self.tmp, "in.raw")
+        with open(raw, "wb") as f:
+            f.write(bytes(64000))
+        with open(os.path.join(home, ".asoundrc"), "w") as f:
+            f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
+                    ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
+                    % raw)
+        env = dict(os.environ, HOME=home)
+        listed = run(AURALD, "--list-devices", env=env)
+        self.assertIn("aural_test", listed.stdout)
+        self.assertEqual(listed.stderr, "")
+        for level in ("info", "debug"):
+            d = self.start("--mic=aural_test", "--hold", "--log-level", level,
+                           env=env)
+            with ac.Client(d.path, timeout=10) as c:
+                self.assertEqual([s["name"] for s in c.list_streams()],
+                                 ["mic"])
+            self.stop_clean(d)
+            lines = d.text().splitlines()
+            stray = [l for l in lines
+                     if not re.match(r"^\d\d:\d\d:\d\d\.\d{3} aurald ", l)]
+            self.assertEqual(stray, [], d.text())
+            if level == "info":
+                self.assertNotIn("ALSA", d.text())
+
     def test_config_mic_number_is_a_device(self):
         """"mic = N" in the config file is device N, as --mic=N: "mic = 0"
         and "mic = 1" were taken for no and yes."""
