@@ -1313,6 +1313,40 @@ class TestSlowSubscriber(DaemonTest):
                             (rss_before, rss_after))
         self.stop_clean(d)
 
+    def test_suspended_sub_is_told_it_was_dropped(self):
+        """aural sub suspended (Ctrl-Z, SIGSTOP) while its stream runs:
+        aurald cuts it off as a slow consumer, and its SLOW_CONSUMER error
+        never reaches a socket that is full. Resumed, the command said
+        only 'aurald closed the connection in the middle of a CHUNK
+        message (36528 of 38472 bytes)'; it exits 3 and now says what
+        such a close means and where to look."""
+        d = self.start("--sub-soft-limit", "64K", "--sub-hard-limit", "8M",
+                       "--sub-soft-seconds", "1", model=CTC)
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
+                                "x"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            wait_subscribed(d.path, "x", sub)
+            sub.send_signal(signal.SIGSTOP)
+            run(AURAL, "send", "-q", "-s", d.path, "--name", "x",
+                self.wav(60.0, kind="noise"))
+            d.wait_text("disconnecting a slow consumer")
+            deadline = time.monotonic() + 10
+            with ac.Client(d.path, timeout=10) as c:
+                while c.stats()["subscribers"]:
+                    self.assertLess(time.monotonic(), deadline,
+                                    "the suspended subscriber is still "
+                                    "connected")
+                    time.sleep(0.05)
+        finally:
+            sub.send_signal(signal.SIGCONT)
+        _, err = sub.communicate(timeout=30)
+        self.assertEqual(sub.returncode, 3, err)
+        self.assertIn("aurald closed the connection", err)
+        self.assertIn("too slow", err)
+        self.assertIn("aurald's log", err)
+        self.stop_clean(d)
+
     def test_gap_reported_when_hard_limit_drops_chunks(self):
         # A client that reads only after the stream ended: with a hard limit
         # far below the soft time it loses chunks, and is told so.

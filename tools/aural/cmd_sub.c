@@ -855,12 +855,22 @@ static int run(sub_job *job) {
     int rc = subscribed && job->reconnect ? keep_alive(job) : 0;
     if (rc == 0) rc = client_read(job->cl, &m, job->err, sizeof job->err);
     if (sub_interrupted) return EXIT_SIGNAL;
-    if (rc == 1) {
+    if (rc == 1)
       snprintf(job->err, sizeof job->err,
                "aurald closed the connection (%s)", job->cl->path);
+    if (rc == 1 || (rc != 0 && job->cl->closed)) {
+      /* Without a SHUTDOWN or SLOW_CONSUMER error first: aurald was
+       * killed, or dropped us with no room left to say so (a subscriber
+       * suspended or stuck fills its socket, PROTOCOL.md section 7). */
+      if (subscribed) {
+        size_t n = strlen(job->err);
+        snprintf(job->err + n, sizeof job->err - n,
+                 "; either aurald died, or it dropped this subscriber as too "
+                 "slow (aurald's log says which)");
+      }
       return EXIT_DISCONNECTED;
     }
-    if (rc != 0) return job->cl->closed ? EXIT_DISCONNECTED : EXIT_FAIL;
+    if (rc != 0) return EXIT_FAIL;
     switch (m.h.type) {
     case AURAL_MSG_SUBSCRIBED:
       subscribed = 1;
