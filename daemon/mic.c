@@ -44,6 +44,7 @@
 #define MIC_STALL_S 2.0 /* no callback for this long: the device is gone */
 #define MIC_RETRY_FIRST_S 1.0 /* a lost device: the first wait to try again */
 #define MIC_RETRY_MAX_S 10.0  /* the longest wait between tries */
+#define MIC_OVERRUN_LOG_S 60.0 /* overruns are logged at most this often */
 
 struct mic_source {
   server *srv;
@@ -60,6 +61,8 @@ struct mic_source {
   _Atomic int refs;         /* the loop's, and a closer thread's */
   uint64_t seen_callbacks;
   double last_progress;
+  uint64_t overruns_said;   /* the stream's overruns the log has told */
+  double overruns_said_at;  /* when it last told them; 0: never */
   uv_async_t async;
   bool async_open;
   bool started;             /* Pa_StartStream done */
@@ -282,6 +285,8 @@ static int start_stream(struct mic_source *m, char *why, size_t why_len) {
   m->opened = NULL;
   m->started = false;
   m->seen_callbacks = atomic_load(&m->n_callbacks);
+  m->overruns_said = 0;
+  m->overruns_said_at = 0;
   m->s->loop.on_release = on_release;
   log_info("stream %u \"mic\": device \"%s\" at %.0f Hz", m->s->id,
            m->opened_name, m->opened_rate);
@@ -457,6 +462,24 @@ static void maybe_reopen(struct mic_source *m, double now) {
 /* Ends the stream when the device has stopped: PortAudio reports the
  * stream inactive, or no callback came for MIC_STALL_S; and tries the
  * device again while it is lost. */
+/* Capture overruns lose audio: from then on the stream's time runs behind
+ * the clock, and its text and words miss what was said. STATS counts
+ * them; the log says so at the first, then at most every
+ * MIC_OVERRUN_LOG_S with the count since the last line. */
+static void say_overruns(struct mic_source *m, double now) {
+  uint64_t all = m->s->loop.overruns, n = all - m->overruns_said;
+  if (n == 0 || (m->overruns_said_at != 0 &&
+                 now - m->overruns_said_at < MIC_OVERRUN_LOG_S))
+    return;
+  log_warn("stream %u \"mic\": %llu capture overrun%s (%llu in all): audio "
+           "lost, the device delivered faster than aurald took it (next "
+           "said within %.0f s)",
+           m->s->id, (unsigned long long)n, n == 1 ? "" : "s",
+           (unsigned long long)all, MIC_OVERRUN_LOG_S);
+  m->overruns_said = all;
+  m->overruns_said_at = now;
+}
+
 void mic_poll(server *srv) {
   struct mic_source *m = srv->mic;
   if (m == NULL) return;
@@ -471,6 +494,7 @@ void mic_poll(server *srv) {
     m->seen_callbacks = n;
     m->last_progress = now;
   }
+  say_overruns(m, now);
   int active = Pa_IsStreamActive(m->pa);
   if (active == 1 && now - m->last_progress < MIC_STALL_S) return;
   char msg[160];

@@ -3302,6 +3302,38 @@ class TestMicrophone(DaemonTest):
             if level == "info":
                 self.assertNotIn("ALSA", d.text())
 
+    def test_capture_overruns_are_logged(self):
+        """Capture overruns lose audio (the stream's time falls behind the
+        clock, its words miss what was said), and were only counted in
+        STATS: the log said nothing. ALSA's file plugin past the end of
+        its file delivers silence as fast as the CPU allows, which
+        overruns the ring: the log must say so, once at first and then
+        at most once a minute."""
+        home = os.path.join(self.tmp, "home")
+        os.mkdir(home)
+        raw = os.path.join(self.tmp, "in.raw")
+        with open(raw, "wb") as f:
+            f.write(bytes(4 * 4410))
+        with open(os.path.join(home, ".asoundrc"), "w") as f:
+            f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
+                    ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
+                    % raw)
+        d = self.start("--mic=aural_test", "--hold",
+                       env=dict(os.environ, HOME=home))
+        with ac.Client(d.path, timeout=20) as c:
+            c.subscribe("mic")  # releases the capture
+            log = d.wait_text("capture overrun", 10)
+            self.assertRegex(log, r"aurald warn: stream 1 \"mic\": [0-9]+ "
+                             r"capture overruns? \([0-9]+ in all\): audio "
+                             r"lost")
+            deadline = time.monotonic() + 10
+            while not any(s["name"] == "mic" and s["overruns"] > 100
+                          for s in c.stats()["streams"]):
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.1)
+        self.stop_clean(d)
+        self.assertEqual(d.text().count("capture overrun"), 1, d.text())
+
     def test_config_mic_number_is_a_device(self):
         """"mic = N" in the config file is device N, as --mic=N: "mic = 0"
         and "mic = 1" were taken for no and yes."""
