@@ -1330,7 +1330,11 @@ class TestSlowSubscriber(DaemonTest):
             sub.send_signal(signal.SIGSTOP)
             run(AURAL, "send", "-q", "-s", d.path, "--name", "x",
                 self.wav(60.0, kind="noise"))
-            d.wait_text("disconnecting a slow consumer")
+            log = d.wait_text("disconnecting a slow consumer")
+            # Which process that was: the log named only "client 3".
+            self.assertRegex(log, r"aurald warn: client \d+ \(pid %d, uid "
+                             r"%d\): .* disconnecting a slow consumer"
+                             % (sub.pid, os.getuid()))
             deadline = time.monotonic() + 10
             with ac.Client(d.path, timeout=10) as c:
                 while c.stats()["subscribers"]:
