@@ -437,8 +437,7 @@ static void *notice_after_delay(void *arg) {
   while (!n->done && rc != ETIMEDOUT)
     rc = pthread_cond_timedwait(&n->cv, &n->mu, &until);
   if (!n->done)
-    fprintf(stderr, "aural encode: waiting for a writer on FIFO %s\n",
-            n->path);
+    cli_notice("aural encode: waiting for a writer on FIFO %s", n->path);
   pthread_mutex_unlock(&n->mu);
   return NULL;
 }
