@@ -186,7 +186,9 @@ static void quiet_audio_libraries(void) {
 static int find_device(const char *want, char *why, size_t why_len) {
   if (want == NULL) {
     PaDeviceIndex d = Pa_GetDefaultInputDevice();
-    if (d == paNoDevice) snprintf(why, why_len, "no default input device");
+    if (d == paNoDevice)
+      snprintf(why, why_len, "no default input device (see --list-devices; "
+               "--mic=NAME|INDEX picks one)");
     return d;
   }
   char *end;

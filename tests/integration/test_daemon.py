@@ -3306,6 +3306,25 @@ class TestMicrophone(DaemonTest):
             if level == "info":
                 self.assertNotIn("ALSA", d.text())
 
+    def test_no_default_device_says_what_to_do(self):
+        """aurald --mic where PortAudio finds no input device: the error
+        was 'no default input device' alone; it names --list-devices and
+        --mic=NAME|INDEX, as the error for a device by name names the
+        former. (A machine with a sound card has a default device: a
+        skip.)"""
+        home = os.path.join(self.tmp, "home")
+        os.mkdir(home)
+        env = dict(os.environ, HOME=home)
+        listed = run(AURALD, "--list-devices", env=env).stdout
+        if "(none)" not in listed:
+            self.skipTest("this machine has input devices:\n" + listed)
+        p = run(AURALD, "-m", TINY, "-s", os.path.join(self.tmp, "m.sock"),
+                "--no-config", "--mic", env=env, check=False, timeout=20)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("aurald error: no default input device", p.stderr)
+        self.assertIn("--list-devices", p.stderr)
+        self.assertIn("--mic=NAME", p.stderr)
+
     def test_capture_overruns_are_logged(self):
         """Capture overruns lose audio (the stream's time falls behind the
         clock, its words miss what was said), and were only counted in
