@@ -3745,6 +3745,27 @@ class TestReviewFindings(DaemonTest):
         self.assertNotIn("Traceback", p.stderr)
         self.stop_clean(d)
 
+    def test_example_subscribe_into_head_ends_quietly(self):
+        """example_subscribe.py | head -2: when head has its lines, the
+        example said 'example_subscribe: [Errno 32] Broken pipe' and
+        exited 3 (aurald went away); it ends as aural sub does, by
+        SIGPIPE, saying nothing."""
+        d = self.start("--hold", "--file", self.wav(10.0, name="long.wav"),
+                       model=CTC)
+        r, w = os.pipe()
+        p = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "..", "..", "tools", "python",
+                                          "example_subscribe.py"),
+             "-s", d.path, "--all", "--output", "text", "--until-end"],
+            stdout=w, stderr=subprocess.PIPE, text=True)
+        os.close(w)
+        with os.fdopen(r, "rb") as head:
+            self.assertTrue(head.readline().startswith(b"connected to"))
+        err = p.communicate(timeout=30)[1]
+        self.assertEqual(p.returncode, -signal.SIGPIPE, err)
+        self.assertEqual(err, "")
+        self.stop_clean(d)
+
     def test_welcome_names_the_connection_as_stats_does(self):
         d = self.start()
         c = ac.Client(d.path, timeout=10)
