@@ -461,9 +461,6 @@ static void maybe_reopen(struct mic_source *m, double now) {
   }
 }
 
-/* Ends the stream when the device has stopped: PortAudio reports the
- * stream inactive, or no callback came for MIC_STALL_S; and tries the
- * device again while it is lost. */
 /* Capture overruns lose audio: from then on the stream's time runs behind
  * the clock, and its text and words miss what was said. STATS counts
  * them; the log says so at the first, then at most every
@@ -482,6 +479,9 @@ static void say_overruns(struct mic_source *m, double now) {
   m->overruns_said_at = now;
 }
 
+/* Ends the stream when the device has stopped: PortAudio reports the
+ * stream inactive, or no callback came for MIC_STALL_S; and tries the
+ * device again while it is lost. */
 void mic_poll(server *srv) {
   struct mic_source *m = srv->mic;
   if (m == NULL) return;
