@@ -766,6 +766,30 @@ class TestWords(DaemonTest):
         self.assertEqual(p.stdout.strip(), transcript)
         d.stop()
 
+    def test_json_says_how_long_a_frame_is(self):
+        """aural sub --json gives times in frames (a chunk's first_frame,
+        a word's start and end) and said nowhere how long a frame is, so
+        that a reader of the lines could not turn them into seconds (10 ms
+        for the default model, another frame shift for another). The
+        started event carries frame_ms; with it a word's start is aural
+        encode's in seconds."""
+        inp = self.wav(5.0)
+        want = self.offline_words(inp)
+        d = self.start("--hold", "--file", inp, "--exit-when-done",
+                       model=self.model)
+        p = run(AURAL, "sub", "-s", d.path, "--all", "--output", "words",
+                "--json", "--until-end", check=False)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        events = [json.loads(l) for l in p.stdout.splitlines()]
+        started = [e for e in events if e["event"] == "started"]
+        self.assertEqual(len(started), 1)
+        self.assertEqual(started[0]["frame_ms"], 10)
+        first = self.sub_words(p.stdout)[0][0]
+        self.assertEqual(first[0], want[0][0][0])
+        self.assertAlmostEqual(first[1] * started[0]["frame_ms"] / 1000,
+                               want[0][0][1] * 0.010, places=6)
+        d.stop()
+
     def test_caption_on_a_terminal_keeps_other_lines_apart(self):
         """aural sub --output text,words on a terminal: the partial caption
         is written without a newline, to be rewritten in place; a chunk's

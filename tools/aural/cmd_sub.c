@@ -128,12 +128,15 @@ static void usage(FILE *to) {
           "      --json         one JSON object per line per event instead:\n"
           "                     {\"event\": \"started\"|\"chunk\"|\"words\"|"
           "\"gap\"|\"ended\",\n"
-          "                     \"stream\": id, \"name\": ..., ...}; chunks carry\n"
-          "                     seq, first_frame, n_frames, final,\n"
-          "                     latency_ms and text (with --output text);\n"
-          "                     \"words\" events carry seq, final, segments\n"
-          "                     and partial, words with start and end frames\n"
-          "                     and confidence\n");
+          "                     \"stream\": id, \"name\": ..., ...}; started\n"
+          "                     carries source, sample_rate, channels,\n"
+          "                     start_us, next_chunk and frame_ms (frame t\n"
+          "                     starts t * frame_ms ms into the stream);\n"
+          "                     chunks carry seq, first_frame, n_frames,\n"
+          "                     final, latency_ms and text (with --output\n"
+          "                     text); \"words\" events carry seq, final,\n"
+          "                     segments and partial, words with start and\n"
+          "                     end frames and confidence\n");
   fprintf(to,
           "      --vocabulary W1,W2,...\n"
           "                     custom words (names, terms) the server's\n"
@@ -361,6 +364,10 @@ int sub_on_started(sub_job *job, uint32_t id,
     aural_jw_int(&w, start_us);
     aural_jw_key(&w, "next_chunk");
     aural_jw_int(&w, next);
+    /* The unit of every frame number that follows (first_frame, a
+     * word's start and end): frame t starts t * frame_ms after start. */
+    aural_jw_key(&w, "frame_ms");
+    aural_jw_double(&w, job->model->frame_ms);
     if (jw_print(job, &w) < 0) return -1;
   } else if (!job->quiet) {
     printf("%s  started: stream %u, %s, %.15g Hz, %lld channel%s, from chunk "
