@@ -921,6 +921,45 @@ class TestWords(DaemonTest):
                   w["confidence"]) for w in seg["words"]]
                 for seg in json.loads(out)["segments"] if seg["words"]]
 
+    def test_subtitle_cues_are_readable(self):
+        """aural encode --format srt/vtt wrote one cue per final segment,
+        and a segment of continuous speech lasts up to the decoder's 20 s
+        (some 60 words on screen at once, for 20 s). A segment is cut at
+        word boundaries into cues of at most 84 characters and 7 s; the
+        cues hold every word, in order, each within its own times."""
+        inp = os.path.join(self.tmp, "talk.wav")
+        run("sox", SAMPLE, "-r", "16000", "-b", "16", inp, "repeat", "3")
+        base = ("encode", "-q", "-m", DEFAULT, "--output", "words", inp)
+        words = json.loads(run(AURAL, *base, "--format", "json").stdout)
+        want = [w for seg in words["segments"] for w in seg["words"]]
+        self.assertGreater(want[-1]["end"] - want[0]["start"], 20)
+
+        def secs(t):
+            h, m, s = t.replace(",", ".").split(":")
+            return int(h) * 3600 + int(m) * 60 + float(s)
+
+        for fmt in ("srt", "vtt"):
+            out = run(AURAL, *base, "--format", fmt).stdout
+            blocks = out.strip("\n").split("\n\n")
+            if fmt == "vtt":
+                self.assertEqual(blocks.pop(0), "WEBVTT")
+            got = []
+            for n, block in enumerate(blocks, 1):
+                lines = block.split("\n")
+                if fmt == "srt":
+                    self.assertEqual(lines.pop(0), str(n))
+                start, end = map(secs, lines[0].split(" --> "))
+                text = " ".join(lines[1:])
+                self.assertLessEqual(end - start, 7.0, block)
+                self.assertLessEqual(len(text), 84, block)
+                cue = text.split()
+                self.assertAlmostEqual(start, want[len(got)]["start"],
+                                       delta=0.0015)
+                got += cue
+                self.assertAlmostEqual(end, want[len(got) - 1]["end"],
+                                       delta=0.0015)
+            self.assertEqual(got, [w["word"] for w in want], fmt)
+
     def test_vtt_escapes_custom_words_markup(self):
         """aural encode --format vtt writes a custom word's '<', '>' and
         '&' as character references: "Fox<" (said "fox") went out raw, and
