@@ -1125,12 +1125,13 @@ void conn_check_limits(server *srv) {
       continue;
     }
     if (now - c->over_soft_since >= srv->opt->sub_soft_s) {
-      log_warn("client %u: %zu messages (%zu bytes) queued for %.1f s "
+      char who[32];
+      log_warn("client %u%s: %zu messages (%zu bytes) queued for %.1f s "
                "(soft limit %d messages or %zu bytes for %.1f s); "
                "disconnecting a slow consumer",
-               c->id, c->q_len, c->q_bytes, now - c->over_soft_since,
-               CONN_SOFT_MSGS, srv->opt->sub_soft_bytes,
-               srv->opt->sub_soft_s);
+               c->id, conn_peer(c, who, sizeof who), c->q_len, c->q_bytes,
+               now - c->over_soft_since, CONN_SOFT_MSGS,
+               srv->opt->sub_soft_bytes, srv->opt->sub_soft_s);
       conn_send_error(c, 0, AURAL_PROTO_ESLOW_CONSUMER, true,
                       "%zu messages (%zu bytes) were queued for more than "
                       "%.1f s (soft limit %d messages or %zu bytes)",

@@ -659,6 +659,10 @@ size_t conn_error_message(conn *c, uint8_t *buf, size_t cap,
  * close callback, so every caller up the stack may go on using c, its
  * subscriptions and their deliveries. */
 void conn_kill(conn *c);
+/* Who c is, for a log line about it: " (pid P, uid U)" for a peer of the
+ * Unix socket, " (WebSocket)" for one of /ws; written into buf (32 bytes
+ * hold either), which it returns. */
+const char *conn_peer(const conn *c, char *buf, size_t n);
 /* Closes c if its client has shut its side (c->eof) and is owed nothing
  * more: no stream of its own, no subscription, no request in progress,
  * nothing queued. */

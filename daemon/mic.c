@@ -29,7 +29,9 @@
  * name receive as they would any new stream of theirs (PROTOCOL.md §4.6).
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,7 @@
 #define MIC_STALL_S 2.0 /* no callback for this long: the device is gone */
 #define MIC_RETRY_FIRST_S 1.0 /* a lost device: the first wait to try again */
 #define MIC_RETRY_MAX_S 10.0  /* the longest wait between tries */
+#define MIC_OVERRUN_LOG_S 60.0 /* overruns are logged at most this often */
 
 struct mic_source {
   server *srv;
@@ -58,6 +61,8 @@ struct mic_source {
   _Atomic int refs;         /* the loop's, and a closer thread's */
   uint64_t seen_callbacks;
   double last_progress;
+  uint64_t overruns_said;   /* the stream's overruns the log has told */
+  double overruns_said_at;  /* when it last told them; 0: never */
   uv_async_t async;
   bool async_open;
   bool started;             /* Pa_StartStream done */
@@ -131,11 +136,59 @@ static void source_unref(struct mic_source *m) {
   free(m);
 }
 
+/* --- what the audio libraries say ----------------------------------------
+ *
+ * PortAudio's start lists every device of every host API, and the
+ * libraries under it complain on stderr as they probe: alsa-lib of each
+ * card or plugin it cannot open ("ALSA lib confmisc.c:855:(parse_card)
+ * cannot find card '0'"), libjack of a JACK server that does not run.
+ * Some 60 lines on a machine without a sound card, at every start and
+ * every try of a lost device, outside the log (no time, no level, and
+ * written straight to stderr, where the log's writer thread alone may
+ * wait). Both libraries take a function for their messages: they become
+ * debug lines of the log. They are found at run time, as PortAudio loads
+ * them (or not: a PortAudio built without JACK), so aurald links neither.
+ * Set before each Pa_Initialize; setting them again is harmless. */
+
+static void on_alsa_message(const char *file, int line, const char *function,
+                            int err, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  log_debug("ALSA: %s:%d (%s) %s%s%s", file ? file : "?", line,
+            function ? function : "?", msg, err ? ": " : "",
+            err ? strerror(err < 0 ? -err : err) : "");
+}
+
+static void on_jack_message(const char *msg) {
+  log_debug("JACK: %s", msg);
+}
+
+static void quiet_audio_libraries(void) {
+  typedef void (*alsa_handler)(const char *, int, const char *, int,
+                               const char *, ...);
+  typedef int (*alsa_set)(alsa_handler);
+  typedef void (*jack_set)(void (*)(const char *));
+  alsa_set set_alsa;
+  jack_set set_jack_error, set_jack_info;
+  /* dlsym returns an object pointer; POSIX lets it become a function's. */
+  *(void **)&set_alsa = dlsym(RTLD_DEFAULT, "snd_lib_error_set_handler");
+  *(void **)&set_jack_error = dlsym(RTLD_DEFAULT, "jack_set_error_function");
+  *(void **)&set_jack_info = dlsym(RTLD_DEFAULT, "jack_set_info_function");
+  if (set_alsa != NULL) set_alsa(on_alsa_message);
+  if (set_jack_error != NULL) set_jack_error(on_jack_message);
+  if (set_jack_info != NULL) set_jack_info(on_jack_message);
+}
+
 /* Finds an input device by index or by a substring of its name. */
 static int find_device(const char *want, char *why, size_t why_len) {
   if (want == NULL) {
     PaDeviceIndex d = Pa_GetDefaultInputDevice();
-    if (d == paNoDevice) snprintf(why, why_len, "no default input device");
+    if (d == paNoDevice)
+      snprintf(why, why_len, "no default input device (see --list-devices; "
+               "--mic=NAME|INDEX picks one)");
     return d;
   }
   char *end;
@@ -164,6 +217,7 @@ static int find_device(const char *want, char *why, size_t why_len) {
 }
 
 int mic_list_devices(void) {
+  quiet_audio_libraries();
   PaError e = Pa_Initialize();
   if (e != paNoError) {
     fprintf(stderr, "aurald: PortAudio: %s\n", Pa_GetErrorText(e));
@@ -233,6 +287,8 @@ static int start_stream(struct mic_source *m, char *why, size_t why_len) {
   m->opened = NULL;
   m->started = false;
   m->seen_callbacks = atomic_load(&m->n_callbacks);
+  m->overruns_said = 0;
+  m->overruns_said_at = 0;
   m->s->loop.on_release = on_release;
   log_info("stream %u \"mic\": device \"%s\" at %.0f Hz", m->s->id,
            m->opened_name, m->opened_rate);
@@ -246,6 +302,7 @@ int mic_start(server *srv, const char *device, char *why, size_t why_len) {
   srv->mic = m;
   m->srv = srv;
   atomic_store(&m->refs, 1);
+  quiet_audio_libraries();
   PaError e = Pa_Initialize();
   if (e != paNoError) {
     snprintf(why, why_len, "PortAudio: %s", Pa_GetErrorText(e));
@@ -341,6 +398,7 @@ static void reopen_work(uv_work_t *req) {
   struct mic_source *m = req->data;
   m->why[0] = '\0';
   if (m->pa_up) Pa_Terminate();
+  quiet_audio_libraries();
   PaError e = Pa_Initialize();
   m->pa_up = e == paNoError;
   if (!m->pa_up) {
@@ -403,6 +461,24 @@ static void maybe_reopen(struct mic_source *m, double now) {
   }
 }
 
+/* Capture overruns lose audio: from then on the stream's time runs behind
+ * the clock, and its text and words miss what was said. STATS counts
+ * them; the log says so at the first, then at most every
+ * MIC_OVERRUN_LOG_S with the count since the last line. */
+static void say_overruns(struct mic_source *m, double now) {
+  uint64_t all = m->s->loop.overruns, n = all - m->overruns_said;
+  if (n == 0 || (m->overruns_said_at != 0 &&
+                 now - m->overruns_said_at < MIC_OVERRUN_LOG_S))
+    return;
+  log_warn("stream %u \"mic\": %llu capture overrun%s (%llu in all): audio "
+           "lost, the device delivered faster than aurald took it (next "
+           "said within %.0f s)",
+           m->s->id, (unsigned long long)n, n == 1 ? "" : "s",
+           (unsigned long long)all, MIC_OVERRUN_LOG_S);
+  m->overruns_said = all;
+  m->overruns_said_at = now;
+}
+
 /* Ends the stream when the device has stopped: PortAudio reports the
  * stream inactive, or no callback came for MIC_STALL_S; and tries the
  * device again while it is lost. */
@@ -420,6 +496,7 @@ void mic_poll(server *srv) {
     m->seen_callbacks = n;
     m->last_progress = now;
   }
+  say_overruns(m, now);
   int active = Pa_IsStreamActive(m->pa);
   if (active == 1 && now - m->last_progress < MIC_STALL_S) return;
   char msg[160];

@@ -81,8 +81,9 @@ void conn_send(conn *c, msgbuf *m) {
   if (c->q_len == CONN_QUEUE_CAP) {
     /* Only control replies get here unchecked; a client that lets 4096
      * messages pile up is not reading at all. */
-    log_warn("client %u: %d messages queued; disconnecting", c->id,
-             CONN_QUEUE_CAP);
+    char who[32];
+    log_warn("client %u%s: %d messages queued; disconnecting", c->id,
+             conn_peer(c, who, sizeof who), CONN_QUEUE_CAP);
     conn_kill(c);
     return;
   }
@@ -156,6 +157,14 @@ void conn_close_if_finished(conn *c) {
   if (c->eof && c->n_streams == 0 && c->n_subs == 0 &&
       c->pronouncing == NULL && c->q_len == 0)
     conn_kill(c);
+}
+
+const char *conn_peer(const conn *c, char *buf, size_t n) {
+  if (c->tr != NULL)
+    snprintf(buf, n, " (WebSocket)");
+  else
+    snprintf(buf, n, " (pid %ld, uid %u)", (long)c->pid, (unsigned)c->uid);
+  return buf;
 }
 
 void conn_kill(conn *c) {

@@ -1947,6 +1947,57 @@ static void test_encode_batch_fifo_waits_interrupted(void **state) {
   assert_dir_holds(fx->out_dir, NULL);
 }
 
+/* With -j on a terminal, the notice that a worker waits for a writer on a
+ * FIFO input came while the progress bar stood on the line, and was glued
+ * to it ("[####....] 2/4 files, ... 140x real timeaural encode: waiting
+ * for a writer on FIFO ..."). It has a line of its own; the writer comes
+ * a second later. */
+static void test_encode_batch_fifo_notice_apart_from_progress(void **state) {
+  fixture *fx = *state;
+  char a[PATH_BYTES], fifo[PATH_BYTES];
+  size_t len;
+  input_path(a, fx, "a.wav");
+  char *bytes = copy_speech(a, &len);
+  input_path(fifo, fx, "b.wav");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  pid_t writer = fork();
+  assert_true(writer >= 0);
+  if (writer == 0) {
+    sleep_ms(1000);
+    int fd = open(fifo, O_WRONLY);
+    for (size_t at = 0; fd >= 0 && at < len;) {
+      ssize_t k = write(fd, bytes + at, len - at);
+      if (k <= 0) break;
+      at += (size_t)k;
+    }
+    _exit(0);
+  }
+  const char *args[] = {"encode", "-j", "2", "-o", fx->out_dir, a, fifo,
+                        NULL};
+  char *screen;
+  int percent;
+  int status = run_on_terminal(args, &screen, &percent);
+  kill(writer, SIGKILL);
+  waitpid(writer, NULL, 0);
+  free(bytes);
+  print_message("    screen:\n%s", screen);
+  int noticed = 0;
+  for (char *line = screen, *end; *line != '\0'; line = end + 1) {
+    end = strchr(line, '\n');
+    *end = '\0';
+    if (strstr(line, "waiting for a writer") == NULL) continue;
+    noticed = 1;
+    if (strncmp(line, "aural encode: waiting", 21) != 0)
+      fail_msg("the notice shares a line with the progress: '%s'", line);
+  }
+  free(screen);
+  assert_int_equal(status, 0);
+  assert_true(noticed);
+  struct stat st;
+  assert_int_equal(stat(test_join(fx->out_dir, "a.npy"), &st), 0);
+  assert_int_equal(stat(test_join(fx->out_dir, "b.npy"), &st), 0);
+}
+
 /* aural sub checks -o before it connects: a directory is refused at once
  * (and not after a whole stream was received). */
 static void test_sub_output_checked_first(void **state) {
@@ -2254,6 +2305,7 @@ int main(void) {
       T(test_encode_batch_interrupted_summary),
       T(test_encode_fifo_wait_interrupted),
       T(test_encode_batch_fifo_waits_interrupted),
+      T(test_encode_batch_fifo_notice_apart_from_progress),
       T(test_sub_output_checked_first),
   };
 #undef T

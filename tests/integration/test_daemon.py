@@ -358,6 +358,29 @@ class TestPushedStreams(DaemonTest):
         self.assertIn(b"written to /dev/stdout", err)
         self.stop_clean(d)
 
+    def test_sub_out_not_written_when_aurald_stops(self):
+        """aural sub -o of a stream that aurald's stop cuts short (as it
+        ends a microphone's): every chunk arrived, but the stream did not
+        end on its own, so nothing is written, the command says why and
+        exits 3, as aural(1) and --help say."""
+        d = self.start(model=TINY)
+        out = os.path.join(self.tmp, "live.npy")
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
+                                "live", "-o", out],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        wait_subscribed(d.path, "live", sub)
+        with ac.Client(d.path, timeout=30) as c:
+            sid = c.open_audio("live", rate=16000)
+            c.send_audio(sid, np.zeros(16000, np.int16))
+            d.wait_text("stream 1 \"live\": opened")
+            self.stop_clean(d)
+        _, err = sub.communicate(timeout=30)
+        self.assertEqual(sub.returncode, 3, err)
+        self.assertIn("live was cut short by the server's shutdown", err)
+        self.assertIn("%s not written" % out, err)
+        self.assertFalse(os.path.exists(out))
+
     def test_second_sigint_ends_sub_stuck_writing_its_fifo(self):
         # -o into a FIFO whose reader does not read: at the stream's end
         # the write waits, and a write that a signal interrupts is made
@@ -743,6 +766,100 @@ class TestWords(DaemonTest):
         self.assertEqual(p.stdout.strip(), transcript)
         d.stop()
 
+    def test_json_says_how_long_a_frame_is(self):
+        """aural sub --json gives times in frames (a chunk's first_frame,
+        a word's start and end) and said nowhere how long a frame is, so
+        that a reader of the lines could not turn them into seconds (10 ms
+        for the default model, another frame shift for another). The
+        started event carries frame_ms; with it a word's start is aural
+        encode's in seconds."""
+        inp = self.wav(5.0)
+        want = self.offline_words(inp)
+        d = self.start("--hold", "--file", inp, "--exit-when-done",
+                       model=self.model)
+        p = run(AURAL, "sub", "-s", d.path, "--all", "--output", "words",
+                "--json", "--until-end", check=False)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        events = [json.loads(l) for l in p.stdout.splitlines()]
+        started = [e for e in events if e["event"] == "started"]
+        self.assertEqual(len(started), 1)
+        self.assertEqual(started[0]["frame_ms"], 10)
+        first = self.sub_words(p.stdout)[0][0]
+        self.assertEqual(first[0], want[0][0][0])
+        self.assertAlmostEqual(first[1] * started[0]["frame_ms"] / 1000,
+                               want[0][0][1] * 0.010, places=6)
+        d.stop()
+
+    def test_caption_on_a_terminal_keeps_other_lines_apart(self):
+        """aural sub --output text,words on a terminal: the partial caption
+        is written without a newline, to be rewritten in place; a chunk's
+        line printed after it was glued to it ('NAME  ... the quickNAME
+        #1  frames ...'). What the terminal shows must have every chunk
+        line on a line of its own, and the finals all there."""
+        inp = self.wav(5.0)
+        d = self.start("--hold", "--file", inp, "--exit-when-done",
+                       model=self.model)
+        master, slave = os.openpty()
+        try:
+            sub = subprocess.Popen(
+                [AURAL, "sub", "-s", d.path, "--all", "--output",
+                 "text,words", "--until-end"],
+                stdin=subprocess.DEVNULL, stdout=slave,
+                stderr=subprocess.PIPE)
+            os.close(slave)
+            slave = -1
+            raw = b""
+            end = time.monotonic() + 30
+            while time.monotonic() < end:
+                r, _, _ = select.select([master], [], [], 0.2)
+                if r:
+                    try:
+                        part = os.read(master, 65536)
+                    except OSError:  # EIO: the last writer closed it
+                        break
+                    if not part:
+                        break
+                    raw += part
+                elif sub.poll() is not None:
+                    break
+            self.assertEqual(sub.wait(10), 0, sub.stderr.read())
+            sub.stderr.close()
+        finally:
+            os.close(master)
+            if slave >= 0:
+                os.close(slave)
+        d.stop()
+        # The lines as the terminal shows them: \r returns to the line's
+        # start, ESC [ K erases to its end, other text overwrites.
+        lines, line, col = [], [], 0
+        text = raw.decode()
+        i = 0
+        while i < len(text):
+            if text.startswith("\033[K", i):
+                del line[col:]
+                i += 3
+                continue
+            ch = text[i]
+            i += 1
+            if ch == "\r":
+                col = 0
+            elif ch == "\n":
+                lines.append("".join(line))
+                line, col = [], 0
+            else:
+                line[col:col + 1] = [ch]
+                col += 1
+        name = os.path.basename(inp)
+        chunk_lines = [l for l in lines if "  #" in l]
+        self.assertGreaterEqual(len(chunk_lines), 10, lines)
+        for l in chunk_lines:
+            self.assertRegex(l, r"^%s  #\d+  frames " % re.escape(name),
+                             repr(raw))
+        self.assertTrue(any(re.match(r"^%s  \[ *[0-9.]+ - *[0-9.]+ s\] "
+                                     r"\S" % re.escape(name), l)
+                            for l in lines), lines)
+        self.assertIn("\033[K", text)  # a partial was shown and rewritten
+
     def test_embeddings_subscriber_sees_no_words(self):
         """A client that does not ask for words never sees WORDS; one that
         asks for words alone sees no CHUNK (Python client)."""
@@ -803,6 +920,45 @@ class TestWords(DaemonTest):
         return [[(w["word"], round(w["start"] / 0.010), round(w["end"] / 0.010),
                   w["confidence"]) for w in seg["words"]]
                 for seg in json.loads(out)["segments"] if seg["words"]]
+
+    def test_subtitle_cues_are_readable(self):
+        """aural encode --format srt/vtt wrote one cue per final segment,
+        and a segment of continuous speech lasts up to the decoder's 20 s
+        (some 60 words on screen at once, for 20 s). A segment is cut at
+        word boundaries into cues of at most 84 characters and 7 s; the
+        cues hold every word, in order, each within its own times."""
+        inp = os.path.join(self.tmp, "talk.wav")
+        run("sox", SAMPLE, "-r", "16000", "-b", "16", inp, "repeat", "3")
+        base = ("encode", "-q", "-m", DEFAULT, "--output", "words", inp)
+        words = json.loads(run(AURAL, *base, "--format", "json").stdout)
+        want = [w for seg in words["segments"] for w in seg["words"]]
+        self.assertGreater(want[-1]["end"] - want[0]["start"], 20)
+
+        def secs(t):
+            h, m, s = t.replace(",", ".").split(":")
+            return int(h) * 3600 + int(m) * 60 + float(s)
+
+        for fmt in ("srt", "vtt"):
+            out = run(AURAL, *base, "--format", fmt).stdout
+            blocks = out.strip("\n").split("\n\n")
+            if fmt == "vtt":
+                self.assertEqual(blocks.pop(0), "WEBVTT")
+            got = []
+            for n, block in enumerate(blocks, 1):
+                lines = block.split("\n")
+                if fmt == "srt":
+                    self.assertEqual(lines.pop(0), str(n))
+                start, end = map(secs, lines[0].split(" --> "))
+                text = " ".join(lines[1:])
+                self.assertLessEqual(end - start, 7.0, block)
+                self.assertLessEqual(len(text), 84, block)
+                cue = text.split()
+                self.assertAlmostEqual(start, want[len(got)]["start"],
+                                       delta=0.0015)
+                got += cue
+                self.assertAlmostEqual(end, want[len(got) - 1]["end"],
+                                       delta=0.0015)
+            self.assertEqual(got, [w["word"] for w in want], fmt)
 
     def test_vtt_escapes_custom_words_markup(self):
         """aural encode --format vtt writes a custom word's '<', '>' and
@@ -1218,6 +1374,44 @@ class TestSlowSubscriber(DaemonTest):
             self.assertLess(rss_after - rss_before, 1024,
                             "RSS %d kB before, %d kB after" %
                             (rss_before, rss_after))
+        self.stop_clean(d)
+
+    def test_suspended_sub_is_told_it_was_dropped(self):
+        """aural sub suspended (Ctrl-Z, SIGSTOP) while its stream runs:
+        aurald cuts it off as a slow consumer, and its SLOW_CONSUMER error
+        never reaches a socket that is full. Resumed, the command said
+        only 'aurald closed the connection in the middle of a CHUNK
+        message (36528 of 38472 bytes)'; it exits 3 and now says what
+        such a close means and where to look."""
+        d = self.start("--sub-soft-limit", "64K", "--sub-hard-limit", "8M",
+                       "--sub-soft-seconds", "1", model=CTC)
+        sub = subprocess.Popen([AURAL, "sub", "-s", d.path, "--stream",
+                                "x"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            wait_subscribed(d.path, "x", sub)
+            sub.send_signal(signal.SIGSTOP)
+            run(AURAL, "send", "-q", "-s", d.path, "--name", "x",
+                self.wav(60.0, kind="noise"))
+            log = d.wait_text("disconnecting a slow consumer")
+            # Which process that was: the log named only "client 3".
+            self.assertRegex(log, r"aurald warn: client \d+ \(pid %d, uid "
+                             r"%d\): .* disconnecting a slow consumer"
+                             % (sub.pid, os.getuid()))
+            deadline = time.monotonic() + 10
+            with ac.Client(d.path, timeout=10) as c:
+                while c.stats()["subscribers"]:
+                    self.assertLess(time.monotonic(), deadline,
+                                    "the suspended subscriber is still "
+                                    "connected")
+                    time.sleep(0.05)
+        finally:
+            sub.send_signal(signal.SIGCONT)
+        _, err = sub.communicate(timeout=30)
+        self.assertEqual(sub.returncode, 3, err)
+        self.assertIn("aurald closed the connection", err)
+        self.assertIn("too slow", err)
+        self.assertIn("aurald's log", err)
         self.stop_clean(d)
 
     def test_gap_reported_when_hard_limit_drops_chunks(self):
@@ -3139,6 +3333,93 @@ class TestMicrophone(DaemonTest):
         self.assertGreaterEqual(mic["frames"], 450)
 
 
+    def test_audio_libraries_say_nothing_past_the_log(self):
+        """PortAudio's start lists every device: alsa-lib and libjack then
+        wrote their own complaints to stderr ('ALSA lib confmisc.c:855:
+        (parse_card) cannot find card '0'', 'jack server is not running
+        or cannot be started', some 60 lines on a machine without a sound
+        card or a JACK server), around aurald's lines and without its
+        time and level, at every start and every try of a lost device.
+        They are debug lines of aurald's log now, and --list-devices
+        prints its list alone."""
+        home = os.path.join(self.tmp, "home")
+        os.mkdir(home)
+        raw = os.path.join(self.tmp, "in.raw")
+        with open(raw, "wb") as f:
+            f.write(bytes(64000))
+        with open(os.path.join(home, ".asoundrc"), "w") as f:
+            f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
+                    ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
+                    % raw)
+        env = dict(os.environ, HOME=home)
+        listed = run(AURALD, "--list-devices", env=env)
+        self.assertIn("aural_test", listed.stdout)
+        self.assertEqual(listed.stderr, "")
+        for level in ("info", "debug"):
+            d = self.start("--mic=aural_test", "--hold", "--log-level", level,
+                           env=env)
+            with ac.Client(d.path, timeout=10) as c:
+                self.assertEqual([s["name"] for s in c.list_streams()],
+                                 ["mic"])
+            self.stop_clean(d)
+            lines = d.text().splitlines()
+            stray = [l for l in lines
+                     if not re.match(r"^\d\d:\d\d:\d\d\.\d{3} aurald ", l)]
+            self.assertEqual(stray, [], d.text())
+            if level == "info":
+                self.assertNotIn("ALSA", d.text())
+
+    def test_no_default_device_says_what_to_do(self):
+        """aurald --mic where PortAudio finds no input device: the error
+        was 'no default input device' alone; it names --list-devices and
+        --mic=NAME|INDEX, as the error for a device by name names the
+        former. (A machine with a sound card has a default device: a
+        skip.)"""
+        home = os.path.join(self.tmp, "home")
+        os.mkdir(home)
+        env = dict(os.environ, HOME=home)
+        listed = run(AURALD, "--list-devices", env=env).stdout
+        if "(none)" not in listed:
+            self.skipTest("this machine has input devices:\n" + listed)
+        p = run(AURALD, "-m", TINY, "-s", os.path.join(self.tmp, "m.sock"),
+                "--no-config", "--mic", env=env, check=False, timeout=20)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("aurald error: no default input device", p.stderr)
+        self.assertIn("--list-devices", p.stderr)
+        self.assertIn("--mic=NAME", p.stderr)
+
+    def test_capture_overruns_are_logged(self):
+        """Capture overruns lose audio (the stream's time falls behind the
+        clock, its words miss what was said), and were only counted in
+        STATS: the log said nothing. ALSA's file plugin past the end of
+        its file delivers silence as fast as the CPU allows, which
+        overruns the ring: the log must say so, once at first and then
+        at most once a minute."""
+        home = os.path.join(self.tmp, "home")
+        os.mkdir(home)
+        raw = os.path.join(self.tmp, "in.raw")
+        with open(raw, "wb") as f:
+            f.write(bytes(4 * 4410))
+        with open(os.path.join(home, ".asoundrc"), "w") as f:
+            f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
+                    ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
+                    % raw)
+        d = self.start("--mic=aural_test", "--hold",
+                       env=dict(os.environ, HOME=home))
+        with ac.Client(d.path, timeout=20) as c:
+            c.subscribe("mic")  # releases the capture
+            log = d.wait_text("capture overrun", 10)
+            self.assertRegex(log, r"aurald warn: stream 1 \"mic\": [0-9]+ "
+                             r"capture overruns? \([0-9]+ in all\): audio "
+                             r"lost")
+            deadline = time.monotonic() + 10
+            while not any(s["name"] == "mic" and s["overruns"] > 100
+                          for s in c.stats()["streams"]):
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.1)
+        self.stop_clean(d)
+        self.assertEqual(d.text().count("capture overrun"), 1, d.text())
+
     def test_config_mic_number_is_a_device(self):
         """"mic = N" in the config file is device N, as --mic=N: "mic = 0"
         and "mic = 1" were taken for no and yes."""
@@ -3525,6 +3806,29 @@ class TestReviewFindings(DaemonTest):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("subscription refused: NO_HEAD", p.stderr)
         self.assertNotIn("Traceback", p.stderr)
+        self.stop_clean(d)
+
+    def test_example_subscribe_into_head_ends_quietly(self):
+        """example_subscribe.py | head -2: when head has its lines, the
+        example said 'example_subscribe: [Errno 32] Broken pipe' and
+        exited 3 (aurald went away); it ends as aural sub does, by
+        SIGPIPE, saying nothing."""
+        # At 1x real time: the example cannot print every line before
+        # the reader below has closed its end.
+        d = self.start("--hold", "--file", self.wav(10.0, name="long.wav"),
+                       "--realtime", model=CTC)
+        r, w = os.pipe()
+        p = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "..", "..", "tools", "python",
+                                          "example_subscribe.py"),
+             "-s", d.path, "--all", "--output", "text", "--until-end"],
+            stdout=w, stderr=subprocess.PIPE, text=True)
+        os.close(w)
+        with os.fdopen(r, "rb") as head:
+            self.assertTrue(head.readline().startswith(b"connected to"))
+        err = p.communicate(timeout=30)[1]
+        self.assertEqual(p.returncode, -signal.SIGPIPE, err)
+        self.assertEqual(err, "")
         self.stop_clean(d)
 
     def test_welcome_names_the_connection_as_stats_does(self):

@@ -90,4 +90,10 @@ void cli_stop_now_on_next(void);
 double cli_now_s(void);
 double cli_thread_cpu_s(void);
 
+/* A line on stderr (fmt without its newline) that may come from any
+ * thread while a progress line stands there (aural encode's, drawn by
+ * another thread): on a terminal it takes that line off first, so that
+ * the notice has a line of its own; the progress is drawn again below. */
+void cli_notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif

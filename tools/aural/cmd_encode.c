@@ -108,7 +108,8 @@ static void usage(FILE *to) {
           "      --format FMT     txt (the words, one line; default), json\n"
           "                       (segments, words with start and end seconds\n"
           "                       and confidence), srt or vtt (subtitles: a\n"
-          "                       cue per segment)\n"
+          "                       segment's words in cues of at most 84\n"
+          "                       characters and 7 s)\n"
           "      --beam N         hypotheses kept per frame (default 64)\n"
           "      --lm-weight X    weight of the language model (default 0.8)\n"
           "      --word-penalty X score added per word (default -1)\n"
@@ -437,8 +438,7 @@ static void *notice_after_delay(void *arg) {
   while (!n->done && rc != ETIMEDOUT)
     rc = pthread_cond_timedwait(&n->cv, &n->mu, &until);
   if (!n->done)
-    fprintf(stderr, "aural encode: waiting for a writer on FIFO %s\n",
-            n->path);
+    cli_notice("aural encode: waiting for a writer on FIFO %s", n->path);
   pthread_mutex_unlock(&n->mu);
   return NULL;
 }

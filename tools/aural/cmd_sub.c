@@ -107,7 +107,10 @@ static void usage(FILE *to) {
           "                     needs a single stream (--stream, or --all\n"
           "                     with exactly one stream appearing) and\n"
           "                     implies --until-end; nothing is written if a\n"
-          "                     chunk was lost or the command is interrupted;\n"
+          "                     chunk was lost, the command is interrupted\n"
+          "                     or the stream was cut short (an error, or\n"
+          "                     aurald stopped before its end, as it ends a\n"
+          "                     microphone's stream);\n"
           "                     a regular file is replaced atomically (not\n"
           "                     a read-only one), a device or FIFO written\n"
           "                     into, never replaced;\n"
@@ -125,12 +128,15 @@ static void usage(FILE *to) {
           "      --json         one JSON object per line per event instead:\n"
           "                     {\"event\": \"started\"|\"chunk\"|\"words\"|"
           "\"gap\"|\"ended\",\n"
-          "                     \"stream\": id, \"name\": ..., ...}; chunks carry\n"
-          "                     seq, first_frame, n_frames, final,\n"
-          "                     latency_ms and text (with --output text);\n"
-          "                     \"words\" events carry seq, final, segments\n"
-          "                     and partial, words with start and end frames\n"
-          "                     and confidence\n");
+          "                     \"stream\": id, \"name\": ..., ...}; started\n"
+          "                     carries source, sample_rate, channels,\n"
+          "                     start_us, next_chunk and frame_ms (frame t\n"
+          "                     starts t * frame_ms ms into the stream);\n"
+          "                     chunks carry seq, first_frame, n_frames,\n"
+          "                     final, latency_ms and text (with --output\n"
+          "                     text); \"words\" events carry seq, final,\n"
+          "                     segments and partial, words with start and\n"
+          "                     end frames and confidence\n");
   fprintf(to,
           "      --vocabulary W1,W2,...\n"
           "                     custom words (names, terms) the server's\n"
@@ -314,6 +320,7 @@ int sub_on_started(sub_job *job, uint32_t id,
                    const aural_msg_stream_started *st, const char *source) {
   sub_stream *s = get_stream(job, id);
   if (s == NULL) goto oom;
+  sub_clear_partial(job);
   snprintf(s->name, sizeof s->name, "%s", st->name);
   /* The server's numbers as they came: a sample rate is any finite
    * double (converting one past int64_t to it is undefined), a chunk
@@ -357,6 +364,10 @@ int sub_on_started(sub_job *job, uint32_t id,
     aural_jw_int(&w, start_us);
     aural_jw_key(&w, "next_chunk");
     aural_jw_int(&w, next);
+    /* The unit of every frame number that follows (first_frame, a
+     * word's start and end): frame t starts t * frame_ms after start. */
+    aural_jw_key(&w, "frame_ms");
+    aural_jw_double(&w, job->model->frame_ms);
     if (jw_print(job, &w) < 0) return -1;
   } else if (!job->quiet) {
     printf("%s  started: stream %u, %s, %.15g Hz, %lld channel%s, from chunk "
@@ -378,6 +389,7 @@ int sub_on_gap(sub_job *job, uint32_t id, uint64_t first_chunk,
   /* The decoder saw to n >= 1 and first + n - 1 <= INT64_MAX; unsigned,
    * first + n cannot overflow. */
   uint64_t first = first_chunk, n = n_chunks;
+  sub_clear_partial(job);
   job->n_gaps++;
   job->n_lost += n;
   s->n_lost += n;
@@ -410,6 +422,7 @@ int sub_on_chunk(sub_job *job, uint32_t id, const aural_chunk_header *ch,
   int64_t now_us = client_realtime_us();
   sub_stream *s = get_stream(job, id);
   if (s == NULL) return -1;
+  sub_clear_partial(job);
   if ((job->outputs & AURAL_OUT_EMBEDDINGS && emb == NULL) ||
       (job->outputs & AURAL_OUT_LOGITS && logits == NULL) ||
       (job->outputs & AURAL_OUT_TEXT && text == NULL)) {
@@ -509,10 +522,13 @@ oom:
   return -1;
 }
 
-/* Takes the partial caption off the terminal's current line. */
+/* Takes the partial caption off the terminal's current line, at once: a
+ * message to stderr may follow. A failed write is told by the next
+ * cli_stdout_flush (main's at the latest), which remembers it. */
 void sub_clear_partial(sub_job *job) {
   if (!job->partial_shown) return;
   fputs("\r\033[K", stdout);
+  fflush(stdout);
   job->partial_shown = 0;
 }
 
@@ -846,12 +862,22 @@ static int run(sub_job *job) {
     int rc = subscribed && job->reconnect ? keep_alive(job) : 0;
     if (rc == 0) rc = client_read(job->cl, &m, job->err, sizeof job->err);
     if (sub_interrupted) return EXIT_SIGNAL;
-    if (rc == 1) {
+    if (rc == 1)
       snprintf(job->err, sizeof job->err,
                "aurald closed the connection (%s)", job->cl->path);
+    if (rc == 1 || (rc != 0 && job->cl->closed)) {
+      /* Without a SHUTDOWN or SLOW_CONSUMER error first: aurald was
+       * killed, or dropped us with no room left to say so (a subscriber
+       * suspended or stuck fills its socket, PROTOCOL.md section 7). */
+      if (subscribed) {
+        size_t n = strlen(job->err);
+        snprintf(job->err + n, sizeof job->err - n,
+                 "; either aurald died, or it dropped this subscriber as too "
+                 "slow (aurald's log says which)");
+      }
       return EXIT_DISCONNECTED;
     }
-    if (rc != 0) return job->cl->closed ? EXIT_DISCONNECTED : EXIT_FAIL;
+    if (rc != 0) return EXIT_FAIL;
     switch (m.h.type) {
     case AURAL_MSG_SUBSCRIBED:
       subscribed = 1;
@@ -891,7 +917,6 @@ static int run(sub_job *job) {
         return kept(job, EXIT_FAIL);
       break;
     case AURAL_MSG_GAP:
-      sub_clear_partial(job);
       if (sub_on_gap(job, m.h.stream_id, m.u.gap.first_chunk,
                      m.u.gap.n_chunks,
                      aural_gap_reason_name(m.u.gap.reason)) < 0)
@@ -1160,6 +1185,7 @@ int cmd_sub(int argc, char **argv) {
          : job.reconnect         ? run_reconnecting(&job)
                                  : run(&job);
   if (sub_interrupted) rc = EXIT_SIGNAL;
+  sub_clear_partial(&job);
   if (rc != EXIT_OK) {
     if (rc == EXIT_SIGNAL)
       fprintf(stderr, "aural sub: interrupted%s%s%s\n",
@@ -1175,7 +1201,6 @@ int cmd_sub(int argc, char **argv) {
             (unsigned long long)job.n_gaps, job.n_gaps == 1 ? "" : "s",
             (unsigned long long)job.n_lost, job.n_lost == 1 ? "" : "s");
   outfile_discard(&job.of);
-  sub_clear_partial(&job);
   free(job.caption.p);
   for (size_t i = 0; i < job.n_streams; i++) {
     free(job.streams[i].text.p);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -49,6 +50,16 @@ static void usage(FILE *to) {
           "\n"
           "'aural COMMAND --help' describes a command. Example:\n"
           "  aural encode -o speech.npy speech.wav\n");
+}
+
+void cli_notice(const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  /* One call: stdio's lock keeps it whole beside the progress's. */
+  fprintf(stderr, "%s%s\n", isatty(STDERR_FILENO) ? "\r\033[K" : "", line);
 }
 
 double cli_now_s(void) {

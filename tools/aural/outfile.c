@@ -153,7 +153,7 @@ static int open_device(outfile *o, const char *prog, const struct stat *st,
   int fd = open(o->path, flags | (S_ISFIFO(st->st_mode) ? O_NONBLOCK : 0));
   if (fd < 0 && errno == ENXIO && S_ISFIFO(st->st_mode)) {
     /* No reader yet: the open waits for one. Say so rather than hang. */
-    fprintf(stderr, "%s: waiting for a reader on FIFO %s\n", prog, o->path);
+    cli_notice("%s: waiting for a reader on FIFO %s", prog, o->path);
     fd = open(o->path, flags);
   }
   if (fd < 0)

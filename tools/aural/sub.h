@@ -86,6 +86,8 @@ extern volatile sig_atomic_t sub_interrupted;
 
 /* The events, for stream id (created on first sight). Each returns 0, or
  * -1 with job->err set; sub_on_ended returns 1 when the command is done.
+ * Each takes a partial caption off the terminal's line first (a line
+ * printed after it would be glued to it).
  * source: how the stream is fed, for the started line ("file", ...). */
 int sub_on_started(sub_job *job, uint32_t id,
                    const aural_msg_stream_started *st, const char *source);

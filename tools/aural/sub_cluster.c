@@ -246,7 +246,6 @@ static int on_entry(cluster_sub *cs, const redisReply *entry) {
   }
   if (!cs->started && tell_started(cs, seq) < 0) return -1;
   if (seq > cs->next_seq) {
-    sub_clear_partial(job);
     if (sub_on_gap(job, STREAM_ID, cs->next_seq, seq - cs->next_seq,
                    "trimmed before being read") < 0)
       return -1;

@@ -1,7 +1,7 @@
 /*
  * Words for the CLI (words.h): a decoder over one stream's logits, its
  * finals kept in order, and the transcript written as plain text, JSON or
- * subtitles (SRT, WebVTT: one cue per final segment).
+ * subtitles (SRT, WebVTT: a final segment in cues of a readable size).
  */
 #include "words.h"
 
@@ -284,24 +284,49 @@ static void put_cue_word(FILE *to, const char *s, bool vtt) {
   }
 }
 
+/* Subtitle cues. A final segment lasts up to the decoder's
+ * endpoint_max_s (20 s of continuous speech, some 60 words), more than a
+ * reader takes in from one cue: it is cut at word boundaries into cues of
+ * at most CUE_MAX_BYTES of text and CUE_MAX_S, as subtitles are usually
+ * held to (two lines of 42 characters, 7 s). A word longer than that is
+ * a cue of its own. Each cue runs from its first word's start to its
+ * last word's end. */
+#define CUE_MAX_BYTES 84
+#define CUE_MAX_S 7.0
+
+static void write_cue(const words_run *w, FILE *to, bool vtt, size_t from,
+                      size_t to_word, size_t number) {
+  if (!vtt) fprintf(to, "%zu\n", number);
+  put_time(to, (double)w->words[from].start_frame * w->frame_s,
+           vtt ? '.' : ',');
+  fputs(" --> ", to);
+  put_time(to, (double)w->words[to_word - 1].end_frame * w->frame_s,
+           vtt ? '.' : ',');
+  fputc('\n', to);
+  for (size_t i = from; i < to_word; i++) {
+    if (i > from) fputc(' ', to);
+    put_cue_word(to, w->words[i].text, vtt);
+  }
+  fputs("\n\n", to);
+}
+
 static void write_cues(const words_run *w, FILE *to, bool vtt) {
   if (vtt) fputs("WEBVTT\n\n", to);
   size_t at = 0, cue = 0;
   for (size_t k = 0; k < w->n_segs; k++) {
     size_t end = w->seg_end[k];
-    if (end > at) {
-      if (!vtt) fprintf(to, "%zu\n", ++cue);
-      put_time(to, (double)w->words[at].start_frame * w->frame_s,
-               vtt ? '.' : ',');
-      fputs(" --> ", to);
-      put_time(to, (double)w->words[end - 1].end_frame * w->frame_s,
-               vtt ? '.' : ',');
-      fputc('\n', to);
-      for (size_t i = at; i < end; i++) {
-        if (i > at) fputc(' ', to);
-        put_cue_word(to, w->words[i].text, vtt);
+    for (size_t i = at; i < end;) {
+      size_t j = i + 1, bytes = strlen(w->words[i].text);
+      for (; j < end; j++) {
+        size_t more = bytes + 1 + strlen(w->words[j].text);
+        double span_s =
+            (double)(w->words[j].end_frame - w->words[i].start_frame) *
+            w->frame_s;
+        if (more > CUE_MAX_BYTES || span_s > CUE_MAX_S) break;
+        bytes = more;
       }
-      fputs("\n\n", to);
+      write_cue(w, to, vtt, i, j, ++cue);
+      i = j;
     }
     at = end;
   }

@@ -8,6 +8,7 @@ Example:
 
 import argparse
 import os
+import signal
 import sys
 
 import numpy as np
@@ -97,6 +98,14 @@ def main() -> int:
                         return 3
         except KeyboardInterrupt:
             return 130
+        except BrokenPipeError:
+            # Whoever read our output has gone (| head): end as a shell
+            # tool does, by SIGPIPE and quietly (Python ignores the
+            # signal and raises this instead).
+            sys.stdout = None  # nothing left to flush at exit
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGPIPE)
+            return 141
         except (ProtocolError, OSError) as e:
             print("example_subscribe: %s" % e, file=sys.stderr)
             return 3
