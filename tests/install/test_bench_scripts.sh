@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# tools/bench_load.sh and tools/bench_compare.sh as a user runs them:
+# --help prints the whole comment block that documents them, and a bad
+# command line is refused (exit 2, one line) before anything is installed,
+# built or measured. bench_load.sh's runs then go through stand-ins for
+# setup, build, aural and aurald: a run that lost chunks is a row with its
+# count, a Ctrl-C ends the run under way, skips the rest, prints the table
+# and stops the daemon (exit 130), and nothing is left behind. The copies
+# live under a path with a space in it.
+set -euo pipefail
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+tmp=$(mktemp -d)
+bench_pid=""
+cleanup() {
+  [[ -z "$bench_pid" ]] || kill -KILL -- "-$bench_pid" 2>/dev/null || true
+  [[ ! -e "$tmp/fake/aurald.pid" ]] || kill "$(cat "$tmp/fake/aurald.pid")" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+root="$tmp/a tree"
+mkdir -p "$root/tools" "$root/build/tools" "$root/build/daemon" "$tmp/fake"
+cp "$src/tools/bench_load.sh" "$src/tools/bench_compare.sh" \
+   "$src/tools/wait_daemon.sh" "$root/tools/"
+# Setup and build leave a mark; the argument checks must come first.
+for f in setup.sh build.sh; do
+  printf '#!/bin/sh\necho "$0" >>"%s/fake/ran"\n' "$tmp" >"$root/tools/$f"
+  chmod +x "$root/tools/$f"
+done
+
+# --help: every line of the comment block after the interpreter line.
+for s in bench_load.sh bench_compare.sh; do
+  want=$(sed -n '2,/^[^#]/p' "$root/tools/$s" | sed '$d; s/^# \{0,1\}//')
+  got=$("$root/tools/$s" --help) || fail "$s --help: exit $?"
+  [[ "$got" == "$want" ]] ||
+    fail "$s --help is not its comment block:"$'\n'"$(diff <(echo "$want") <(echo "$got"))"
+done
+echo "ok: --help prints the whole comment block"
+
+bad() {  # SCRIPT ARGS...: refused with exit 2 and a line, nothing run
+  local s=$1 rc=0
+  shift
+  rm -f "$tmp/fake/ran"
+  "$root/tools/$s" "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+  [[ $rc -eq 2 ]] || fail "$s $*: exit $rc, not 2: $(cat "$tmp/err")"
+  grep -q "^${s}: " "$tmp/err" || fail "$s $*: no message of its own: $(cat "$tmp/err")"
+  ! grep -q -e Traceback -e 'unbound variable' "$tmp/err" ||
+    fail "$s $*: $(cat "$tmp/err")"
+  [[ ! -e "$tmp/fake/ran" ]] || fail "$s $*: ran $(cat "$tmp/fake/ran") before refusing"
+}
+bad bench_load.sh -m
+bad bench_load.sh --seconds
+bad bench_load.sh --seconds 0 10
+bad bench_load.sh abc
+bad bench_load.sh 10 -5
+bad bench_load.sh --precision f16
+bad bench_load.sh --threads x
+bad bench_load.sh --limit-ms soon
+bad bench_load.sh --bogus
+bad bench_compare.sh --help-me
+bad bench_compare.sh --seconds 2
+bad bench_compare.sh --layers
+bad bench_compare.sh --layers four
+bad bench_compare.sh --pos learned
+echo "ok: bad command lines are refused before setup and build"
+
+# Stand-ins: aurald binds its socket and waits; 'aural load' reports a
+# clean run for 1 stream, 5 lost chunks for 2 (exit 3), and for 3 waits
+# for the Ctrl-C, then reports and exits 130, as the real one does.
+cat >"$root/build/daemon/aurald" <<EOF
+#!/usr/bin/env bash
+while [[ \$# -gt 0 ]]; do [[ \$1 == -s ]] && sock=\$2; shift; done
+echo \$\$ >"$tmp/fake/aurald.pid"
+exec /usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); time.sleep(600)' "\$sock"
+EOF
+cat >"$root/build/tools/aural" <<EOF
+#!/usr/bin/env bash
+report() {  # STREAMS LOST INTERRUPTED
+  echo '{"streams":'\$1',"chunks_lost":'\$2',"interrupted":'\$3',
+    "latency_ms":{"p50":20,"p99":30,"max":40,"worst_stream_p99":35},
+    "cpu_percent_per_stream":1.5}'
+}
+case \$1 in
+  bench)
+    [[ \$2 != --save-model ]] || { : >"\$3"; exit 0; }
+    echo '{"chunk_frames_per_s":10000,"bf16":{"chunk_frames_per_s":15000},
+      "all_cpus":{"cpus":2,"chunk_frames_per_s":19000,"bf16_chunk_frames_per_s":28000}}' ;;
+  load)
+    n=\$(echo "\$@" | sed 's/.* -n \([0-9]*\) .*/\1/')
+    echo "\$n" >>"$tmp/fake/loads"
+    case \$n in
+      1) report 1 0 false ;;
+      2) report 2 5 false; exit 3 ;;
+      3) trap 'report 3 0 true; exit 130' INT
+         : >"$tmp/fake/waiting"
+         sleep 30 & wait ;;
+    esac ;;
+esac
+EOF
+chmod +x "$root/build/daemon/aurald" "$root/build/tools/aural"
+
+export TMPDIR=$tmp/t
+mkdir "$TMPDIR"
+# In a session of its own, as a terminal's job in a group of its own, with
+# SIGINT as a terminal leaves it (bash ignores it in its background jobs).
+/usr/bin/python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.setsid()
+os.execv(sys.argv[1], sys.argv[1:])' "$root/tools/bench_load.sh" --seconds 2 1 2 3 4 \
+  >"$tmp/out" 2>"$tmp/err" &
+bench_pid=$!
+for ((i = 0; i < 200; i++)); do
+  [[ -e "$tmp/fake/waiting" ]] && break
+  kill -0 "$bench_pid" 2>/dev/null || break
+  sleep 0.05
+done
+[[ -e "$tmp/fake/waiting" ]] || fail "the run of 3 streams never started: $(cat "$tmp/err")"
+kill -INT -- "-$bench_pid"   # Ctrl-C: the terminal signals the whole group
+rc=0
+wait "$bench_pid" || rc=$?
+bench_pid=""
+cat "$tmp/out"
+[[ $rc -eq 130 ]] || fail "interrupted: exit $rc, not 130: $(cat "$tmp/err")"
+[[ "$(cat "$tmp/fake/loads" | tr '\n' ' ')" == "1 2 3 " ]] ||
+  fail "runs made: $(cat "$tmp/fake/loads" | tr '\n' ' '), not 1 2 3"
+grep -Eq '^ +2 .* 5 +1\.50% +NO$' "$tmp/out" || fail "the run that lost 5 chunks is not a row with them"
+grep -Eq '^ +3 .*\(interrupted\)$' "$tmp/out" || fail "the interrupted run is not a row"
+! grep -Eq '^ +4 ' "$tmp/out" || fail "a run after the Ctrl-C"
+dir=$(sed -n "s|^each run's JSON: \(.*\)/K-N.json$|\1|p" "$tmp/out")
+[[ -f "$dir/2-2.json" && -f "$dir/3-3.json" ]] || fail "no JSON in '$dir'"
+if kill -0 "$(cat "$tmp/fake/aurald.pid")" 2>/dev/null; then
+  fail "aurald still runs"
+fi
+[[ "$(ls "$TMPDIR")" == "$(basename "$dir")" ]] ||
+  fail "left in TMPDIR: $(ls "$TMPDIR" | tr '\n' ' ')"
+echo "ok: lost chunks are counted; a Ctrl-C ends the run, prints the table, stops aurald"
