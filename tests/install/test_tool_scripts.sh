@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tools/bench_load.sh and tools/bench_compare.sh as a user runs them:
-# --help prints the whole comment block that documents them, and a bad
+# tools/bench_load.sh, tools/bench_compare.sh and tools/web_demo.sh as a
+# user runs them: --help prints the whole comment block that documents them, and a bad
 # command line is refused (exit 2, one line) before anything is installed,
 # built or measured. bench_load.sh's runs then go through stand-ins for
 # setup, build, aural and aurald: a run that lost chunks is a row with its
@@ -22,7 +22,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 root="$tmp/a tree"
 mkdir -p "$root/tools" "$root/build/tools" "$root/build/daemon" "$tmp/fake"
 cp "$src/tools/bench_load.sh" "$src/tools/bench_compare.sh" \
-   "$src/tools/wait_daemon.sh" "$root/tools/"
+   "$src/tools/web_demo.sh" "$src/tools/wait_daemon.sh" "$root/tools/"
 # Setup and build leave a mark; the argument checks must come first.
 for f in setup.sh build.sh; do
   printf '#!/bin/sh\necho "$0" >>"%s/fake/ran"\n' "$tmp" >"$root/tools/$f"
@@ -30,7 +30,7 @@ for f in setup.sh build.sh; do
 done
 
 # --help: every line of the comment block after the interpreter line.
-for s in bench_load.sh bench_compare.sh; do
+for s in bench_load.sh bench_compare.sh web_demo.sh; do
   want=$(sed -n '2,/^[^#]/p' "$root/tools/$s" | sed '$d; s/^# \{0,1\}//')
   got=$("$root/tools/$s" --help) || fail "$s --help: exit $?"
   [[ "$got" == "$want" ]] ||
@@ -63,6 +63,11 @@ bad bench_compare.sh --seconds 2
 bad bench_compare.sh --layers
 bad bench_compare.sh --layers four
 bad bench_compare.sh --pos learned
+bad web_demo.sh --port
+bad web_demo.sh 8080x
+bad web_demo.sh 0
+bad web_demo.sh 65536
+bad web_demo.sh 8080 8081
 echo "ok: bad command lines are refused before setup and build"
 
 # Stand-ins: aurald binds its socket and waits; 'aural load' reports a
