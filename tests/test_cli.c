@@ -1953,6 +1953,7 @@ static void test_encode_batch_interrupted_summary(void **state) {
   assert_dir_holds(fx->out_dir, "a.npy");
   assert_contains(fx->out, "1 of 3 files written");
   assert_contains(fx->out, "interrupted");
+  assert_contains(fx->out, "with 1 thread:"); /* not '1 threads' */
 }
 
 /* Ctrl-C while the workers of a batch wait for writers on FIFO inputs:

@@ -1087,11 +1087,12 @@ static int run_batch(encode_job *proto, char **args, int n_args,
     if (b.failed > 0)
       snprintf(failed, sizeof failed, ", %zu failed", b.failed);
     if (!quiet)
-      printf("%zu of %zu files written%s%s, %.3f h of audio in %.1f s with "
-             "%zu threads: %.0fx real time, outputs in %s\n",
-             b.written, b.n + b.n_skipped, failed,
-             interrupted ? ", interrupted" : "", b.audio_done_s / 3600.0,
-             wall, started, wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
+      printf("%zu of %zu file%s written%s%s, %.3f h of audio in %.1f s "
+             "with %zu thread%s: %.0fx real time, outputs in %s\n",
+             b.written, b.n + b.n_skipped, b.n + b.n_skipped == 1 ? "" : "s",
+             failed, interrupted ? ", interrupted" : "",
+             b.audio_done_s / 3600.0, wall, started, started == 1 ? "" : "s",
+             wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
     rc = b.failed == 0 && !interrupted ? EXIT_OK : EXIT_FAIL;
   }
   free(threads);
