@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# tools/bench_load.sh, tools/bench_compare.sh and tools/web_demo.sh as a
-# user runs them: --help prints the whole comment block that documents them, and a bad
-# command line is refused (exit 2, one line) before anything is installed,
-# built or measured. bench_load.sh's runs then go through stand-ins for
-# setup, build, aural and aurald: a run that lost chunks is a row with its
-# count, a Ctrl-C ends the run under way, skips the rest, prints the table
-# and stops the daemon (exit 130), and nothing is left behind. The copies
-# live under a path with a space in it.
+# tools/bench_load.sh, bench_compare.sh, web_demo.sh and bench_cluster.py
+# as a user runs them: --help prints the whole comment block that
+# documents the shell scripts, and a bad command line is refused (exit 2,
+# one line) before anything is installed, built or measured. The runs
+# then go through stand-ins for setup, build, aural and aurald: in
+# bench_load.sh a run that lost chunks is a row with its count, and a
+# Ctrl-C ends the run under way, skips the rest, prints the table and
+# stops the daemon (exit 130); bench_cluster.py stops its daemon when
+# 'aural load' fails. Nothing is left behind. The copies live under a
+# path with a space in it.
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 tmp=$(mktemp -d)
@@ -21,8 +23,11 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 root="$tmp/a tree"
 mkdir -p "$root/tools" "$root/build/tools" "$root/build/daemon" "$tmp/fake"
+mkdir "$root/models"
 cp "$src/tools/bench_load.sh" "$src/tools/bench_compare.sh" \
-   "$src/tools/web_demo.sh" "$src/tools/wait_daemon.sh" "$root/tools/"
+   "$src/tools/web_demo.sh" "$src/tools/bench_cluster.py" \
+   "$src/tools/wait_daemon.sh" "$root/tools/"
+cp "$src/models/sample.flac" "$root/models/"
 # Setup and build leave a mark; the argument checks must come first.
 for f in setup.sh build.sh; do
   printf '#!/bin/sh\necho "$0" >>"%s/fake/ran"\n' "$tmp" >"$root/tools/$f"
@@ -68,6 +73,9 @@ bad web_demo.sh 8080x
 bad web_demo.sh 0
 bad web_demo.sh 65536
 bad web_demo.sh 8080 8081
+bad bench_cluster.py 0
+bad bench_cluster.py --seconds 0 5
+bad bench_cluster.py 20 x
 echo "ok: bad command lines are refused before setup and build"
 
 # Stand-ins: aurald binds its socket and waits; 'aural load' reports a
@@ -98,6 +106,7 @@ case \$1 in
     case \$n in
       1) report 1 0 false ;;
       2) report 2 5 false; exit 3 ;;
+      5) exit 1 ;;
       3) trap 'report 3 0 true; exit 130' INT
          : >"$tmp/fake/waiting"
          sleep 30 & wait ;;
@@ -141,3 +150,22 @@ fi
 [[ "$(ls "$TMPDIR")" == "$(basename "$dir")" ]] ||
   fail "left in TMPDIR: $(ls "$TMPDIR" | tr '\n' ' ')"
 echo "ok: lost chunks are counted; a Ctrl-C ends the run, prints the table, stops aurald"
+
+# bench_cluster.py: 'aural load' fails in the first run; aurald goes too.
+rm -f "$tmp/fake/aurald.pid"
+rc=0
+timeout 60 /usr/bin/python3 "$root/tools/bench_cluster.py" --seconds 1 5 \
+  >"$tmp/out" 2>"$tmp/err" || rc=$?
+[[ -e "$tmp/fake/aurald.pid" ]] || fail "bench_cluster.py started no aurald"
+for ((i = 0; i < 100; i++)); do
+  kill -0 "$(cat "$tmp/fake/aurald.pid")" 2>/dev/null || break
+  sleep 0.05
+done
+if kill -0 "$(cat "$tmp/fake/aurald.pid")" 2>/dev/null; then
+  fail "bench_cluster.py left its aurald running"
+fi
+[[ $rc -eq 1 ]] || fail "bench_cluster.py, aural load failing: exit $rc: $(cat "$tmp/err")"
+grep -q "aural load: exit status 1" "$tmp/err" || fail "no reason: $(cat "$tmp/err")"
+[[ -z "$(ls "$TMPDIR")" || "$(ls "$TMPDIR")" == "$(basename "$dir")" ]] ||
+  fail "left in TMPDIR: $(ls "$TMPDIR" | tr '\n' ' ')"
+echo "ok: bench_cluster.py stops its aurald when a run fails"
