@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# tools/bench_load.sh, bench_compare.sh, web_demo.sh and bench_cluster.py
-# as a user runs them: --help prints the whole comment block that
+# tools/bench_load.sh, bench_compare.sh, web_demo.sh, bench_offline.sh and
+# bench_cluster.py as a user runs them: --help prints the whole comment block that
 # documents the shell scripts, and a bad command line is refused (exit 2,
 # one line) before anything is installed, built or measured. The runs
 # then go through stand-ins for setup, build, aural and aurald: in
 # bench_load.sh a run that lost chunks is a row with its count, and a
 # Ctrl-C ends the run under way, skips the rest, prints the table and
 # stops the daemon (exit 130); bench_cluster.py stops its daemon when
-# 'aural load' fails. Nothing is left behind. The copies live under a
+# 'aural load' fails; bench_offline.sh, its sox failing halfway through a
+# corpus file, leaves no file under that name for a later run to take as
+# made. Nothing is left behind. The copies live under a
 # path with a space in it.
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -26,6 +28,7 @@ mkdir -p "$root/tools" "$root/build/tools" "$root/build/daemon" "$tmp/fake"
 mkdir "$root/models"
 cp "$src/tools/bench_load.sh" "$src/tools/bench_compare.sh" \
    "$src/tools/web_demo.sh" "$src/tools/bench_cluster.py" \
+   "$src/tools/bench_offline.sh" \
    "$src/tools/wait_daemon.sh" "$root/tools/"
 cp "$src/models/sample.flac" "$root/models/"
 # Setup and build leave a mark; the argument checks must come first.
@@ -35,7 +38,7 @@ for f in setup.sh build.sh; do
 done
 
 # --help: every line of the comment block after the interpreter line.
-for s in bench_load.sh bench_compare.sh web_demo.sh; do
+for s in bench_load.sh bench_compare.sh web_demo.sh bench_offline.sh; do
   want=$(sed -n '2,/^[^#]/p' "$root/tools/$s" | sed '$d; s/^# \{0,1\}//')
   got=$("$root/tools/$s" --help) || fail "$s --help: exit $?"
   [[ "$got" == "$want" ]] ||
@@ -73,6 +76,11 @@ bad web_demo.sh 8080x
 bad web_demo.sh 0
 bad web_demo.sh 65536
 bad web_demo.sh 8080 8081
+bad bench_offline.sh -j
+bad bench_offline.sh -j 0
+bad bench_offline.sh --files many
+bad bench_offline.sh --corpus
+bad bench_offline.sh extra
 bad bench_cluster.py 0
 bad bench_cluster.py --seconds 0 5
 bad bench_cluster.py 20 x
@@ -169,3 +177,19 @@ grep -q "aural load: exit status 1" "$tmp/err" || fail "no reason: $(cat "$tmp/e
 [[ -z "$(ls "$TMPDIR")" || "$(ls "$TMPDIR")" == "$(basename "$dir")" ]] ||
   fail "left in TMPDIR: $(ls "$TMPDIR" | tr '\n' ' ')"
 echo "ok: bench_cluster.py stops its aurald when a run fails"
+
+# bench_offline.sh: sox cut off while it writes the first corpus file (a
+# FLAC); the run fails, and no utt0000.flac is there to be skipped later.
+mkdir "$tmp/bin"
+printf '#!/bin/sh\n# -w PATH or --stdout\nwhile [ $# -gt 1 ]; do [ "$1" = -w ] && { echo RIFF >"$2"; exit 0; }; shift; done\necho RIFF\n' \
+  >"$tmp/bin/espeak-ng"
+printf '#!/bin/sh\nfor a; do out=$a; done\nfor a; do case $a in *.flac) out=$a;; esac; done\necho cut >"$out"; exit 1\n' \
+  >"$tmp/bin/sox"
+chmod +x "$tmp/bin/espeak-ng" "$tmp/bin/sox"
+rc=0
+PATH=$tmp/bin:$PATH "$root/tools/bench_offline.sh" --files 2 \
+  --corpus "$tmp/corpus" >"$tmp/out" 2>"$tmp/err" || rc=$?
+[[ $rc -ne 0 ]] || fail "bench_offline.sh went on past a failed sox"
+[[ -z "$(ls "$tmp/corpus")" ]] ||
+  fail "bench_offline.sh left in its corpus: $(ls "$tmp/corpus" | tr '\n' ' ')"
+echo "ok: bench_offline.sh's corpus holds whole files only"
