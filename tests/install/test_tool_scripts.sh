@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tools/bench_load.sh, bench_compare.sh, web_demo.sh, bench_offline.sh and
-# bench_cluster.py as a user runs them: --help prints the whole comment block that
+# tools/bench_load.sh, bench_compare.sh, web_demo.sh, bench_offline.sh,
+# bench_cluster.py and bench_web_latency.py as a user runs them: --help prints the whole comment block that
 # documents the shell scripts, and a bad command line is refused (exit 2,
 # one line) before anything is installed, built or measured. The runs
 # then go through stand-ins for setup, build, aural and aurald: in
@@ -9,7 +9,8 @@
 # stops the daemon (exit 130); bench_cluster.py stops its daemon when
 # 'aural load' fails; bench_offline.sh, its sox failing halfway through a
 # corpus file, leaves no file under that name for a later run to take as
-# made. Nothing is left behind. The copies live under a
+# made; bench_web_latency.py stops its aurald and removes its directory
+# when a run fails. Nothing is left behind. The copies live under a
 # path with a space in it.
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -17,6 +18,7 @@ tmp=$(mktemp -d)
 bench_pid=""
 cleanup() {
   [[ -z "$bench_pid" ]] || kill -KILL -- "-$bench_pid" 2>/dev/null || true
+  [[ ! -e "$tmp/fake/web-aurald.pid" ]] || kill "$(cat "$tmp/fake/web-aurald.pid")" 2>/dev/null || true
   [[ ! -e "$tmp/fake/aurald.pid" ]] || kill "$(cat "$tmp/fake/aurald.pid")" 2>/dev/null || true
   rm -rf "$tmp"
 }
@@ -25,10 +27,11 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 root="$tmp/a tree"
 mkdir -p "$root/tools" "$root/build/tools" "$root/build/daemon" "$tmp/fake"
-mkdir "$root/models"
+mkdir "$root/models" "$root/tools/python"
+cp "$src/tools/python/aural_client.py" "$root/tools/python/"
 cp "$src/tools/bench_load.sh" "$src/tools/bench_compare.sh" \
    "$src/tools/web_demo.sh" "$src/tools/bench_cluster.py" \
-   "$src/tools/bench_offline.sh" \
+   "$src/tools/bench_offline.sh" "$src/tools/bench_web_latency.py" \
    "$src/tools/wait_daemon.sh" "$root/tools/"
 cp "$src/models/sample.flac" "$root/models/"
 # Setup and build leave a mark; the argument checks must come first.
@@ -82,6 +85,8 @@ bad bench_offline.sh --files many
 bad bench_offline.sh --corpus
 bad bench_offline.sh extra
 bad bench_cluster.py 0
+bad bench_web_latency.py --streams 0
+bad bench_web_latency.py --seconds -1
 bad bench_cluster.py --seconds 0 5
 bad bench_cluster.py 20 x
 echo "ok: bad command lines are refused before setup and build"
@@ -193,3 +198,31 @@ PATH=$tmp/bin:$PATH "$root/tools/bench_offline.sh" --files 2 \
 [[ -z "$(ls "$tmp/corpus")" ]] ||
   fail "bench_offline.sh left in its corpus: $(ls "$tmp/corpus" | tr '\n' ' ')"
 echo "ok: bench_offline.sh's corpus holds whole files only"
+
+# bench_web_latency.py: its aurald (a stand-in that says it serves and
+# never answers) fails the run; it is stopped and its directory removed.
+cat >"$tmp/bin/aurald" <<EOF
+#!/usr/bin/env bash
+while [[ \$# -gt 0 ]]; do [[ \$1 == -s ]] && sock=\$2; shift; done
+echo \$\$ >"$tmp/fake/web-aurald.pid"
+echo "aurald info: http: listening on http://127.0.0.1:1/"
+echo "aurald info: serving \$sock"
+exec /usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); time.sleep(600)' "\$sock"
+EOF
+chmod +x "$tmp/bin/aurald"
+rc=0
+timeout 60 /usr/bin/python3 "$root/tools/bench_web_latency.py" --streams 1 \
+  --seconds 1 --aurald "$tmp/bin/aurald" >"$tmp/out" 2>"$tmp/err" || rc=$?
+[[ $rc -ne 0 ]] || fail "bench_web_latency.py: a daemon that never answers gave a result"
+[[ -e "$tmp/fake/web-aurald.pid" ]] || fail "bench_web_latency.py started no aurald: $(cat "$tmp/err")"
+for ((i = 0; i < 100; i++)); do
+  kill -0 "$(cat "$tmp/fake/web-aurald.pid")" 2>/dev/null || break
+  sleep 0.05
+done
+if kill -0 "$(cat "$tmp/fake/web-aurald.pid")" 2>/dev/null; then
+  fail "bench_web_latency.py left its aurald running"
+fi
+! ls "$TMPDIR" | grep -q aural-weblat ||
+  fail "bench_web_latency.py left $(ls "$TMPDIR" | grep aural-weblat)"
+echo "ok: bench_web_latency.py stops its aurald and removes its directory"
