@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# tools/bench_load.sh, bench_compare.sh, web_demo.sh, bench_offline.sh,
-# cross_aarch64.sh, bench_cluster.py and bench_web_latency.py as a user
-# runs them: --help prints the whole comment block that
-# documents the shell scripts, and a bad command line is refused (exit 2,
-# one line) before anything is installed, built or measured. The runs
-# then go through stand-ins for setup, build, aural and aurald: in
-# bench_load.sh a run that lost chunks is a row with its count, and a
-# Ctrl-C ends the run under way, skips the rest, prints the table and
-# stops the daemon (exit 130); bench_cluster.py stops its daemon when
-# 'aural load' fails; bench_offline.sh, its sox failing halfway through a
-# corpus file, leaves no file under that name for a later run to take as
-# made; bench_web_latency.py stops its aurald and removes its directory
-# when a run fails. Nothing is left behind. The copies live under a
-# path with a space in it.
+# The scripts of tools/ a user runs (bench_load.sh, bench_compare.sh,
+# web_demo.sh, bench_offline.sh, cross_aarch64.sh, bench_cluster.py,
+# bench_web_latency.py), as a user runs them: --help prints the whole
+# comment block that documents a shell script, and a bad command line is
+# refused (exit 2, one line) before anything is installed, built or
+# measured. The runs then go through stand-ins for setup, build, aural,
+# aurald and sox: in bench_load.sh a run that lost chunks is a row with
+# its count, and a Ctrl-C ends the run under way, skips the rest, prints
+# the table and stops the daemon (exit 130); bench_cluster.py and
+# bench_web_latency.py stop their aurald (and remove its directory) when
+# a run fails; bench_offline.sh, its sox failing halfway through a corpus
+# file, leaves no file under that name for a later run to take as made.
+# Nothing is left behind. The copies live under a path with a space in
+# it.
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 tmp=$(mktemp -d)
@@ -27,8 +27,8 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 root="$tmp/a tree"
-mkdir -p "$root/tools" "$root/build/tools" "$root/build/daemon" "$tmp/fake"
-mkdir "$root/models" "$root/tools/python"
+mkdir -p "$root/tools/python" "$root/build/tools" "$root/build/daemon" \
+  "$root/models" "$tmp/fake"
 cp "$src/tools/python/aural_client.py" "$root/tools/python/"
 cp "$src/tools/bench_load.sh" "$src/tools/bench_compare.sh" \
    "$src/tools/web_demo.sh" "$src/tools/bench_cluster.py" \
