@@ -20,6 +20,8 @@
 # Ctrl-C ends the run under way (its row covers what was measured), skips
 # the rest, prints the table and stops aurald (exit status 130).
 set -euo pipefail
+# Paths on the command line are the caller's, from where it was run.
+caller=$PWD
 cd "$(dirname "$0")/.."
 
 usage() { echo "bench_load.sh: $1 (see --help)" >&2; exit 2; }
@@ -63,6 +65,7 @@ is_uint "$seconds" || usage "--seconds takes a whole number of 1 or more, not '$
 [[ $precision == f32 || $precision == bf16 ]] ||
   usage "--precision takes f32 or bf16, not '$precision'"
 if [[ -n "$model" ]]; then
+  [[ $model == /* ]] || model=$caller/$model
   [[ -r "$model" && -f "$model" ]] || { echo "bench_load.sh: -m $model: no such readable file" >&2; exit 1; }
 fi
 

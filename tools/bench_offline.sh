@@ -12,6 +12,8 @@
 # WAV at 16 kHz; 14 s per file on average, 2.3 h in all. Installs what it
 # needs (tools/setup.sh --reference).
 set -euo pipefail
+# Paths on the command line are the caller's, from where it was run.
+caller=$PWD
 cd "$(dirname "$0")/.."
 
 jobs=$(nproc)
@@ -44,6 +46,8 @@ done
   usage "--files takes a whole number of 1 or more, not '$n_files'"
 n_files=$((10#$n_files))
 [[ -n "$corpus" ]] || usage "--corpus needs a directory"
+[[ -z "$model" || $model == /* ]] || model=$caller/$model
+[[ $corpus == /* ]] || corpus=$caller/$corpus
 
 tools/setup.sh --reference
 TARGETS=tools/aural tools/build.sh build

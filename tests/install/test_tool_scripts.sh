@@ -28,7 +28,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 root="$tmp/a tree"
 mkdir -p "$root/tools/python" "$root/build/tools" "$root/build/daemon" \
-  "$root/models" "$tmp/fake"
+  "$root/models" "$tmp/fake" "$tmp/cwd"
 cp "$src/tools/python/aural_client.py" "$root/tools/python/"
 cp "$src/tools/bench_load.sh" "$src/tools/bench_compare.sh" \
    "$src/tools/web_demo.sh" "$src/tools/bench_cluster.py" \
@@ -116,6 +116,7 @@ report() {  # STREAMS LOST INTERRUPTED
 case \$1 in
   bench)
     [[ \$2 != --save-model ]] || { : >"\$3"; exit 0; }
+    printf '%s\\n' "\$@" >"$tmp/fake/bench-args"
     echo '{"chunk_frames_per_s":10000,"bf16":{"chunk_frames_per_s":15000},
       "all_cpus":{"cpus":2,"chunk_frames_per_s":19000,"bf16_chunk_frames_per_s":28000}}' ;;
   load)
@@ -169,6 +170,14 @@ fi
   fail "left in TMPDIR: $(ls "$TMPDIR" | tr '\n' ' ')"
 echo "ok: lost chunks are counted; a Ctrl-C ends the run, prints the table, stops aurald"
 
+# A model given by a path relative to where bench_load.sh is run.
+: >"$tmp/cwd/rel model.safetensors"
+(cd "$tmp/cwd" && "$root/tools/bench_load.sh" -m "rel model.safetensors" \
+  --seconds 1 1) >"$tmp/out" 2>"$tmp/err" || fail "bench_load.sh -m RELATIVE: $(cat "$tmp/err")"
+grep -qx -- "$tmp/cwd/rel model.safetensors" "$tmp/fake/bench-args" ||
+  fail "bench_load.sh -m RELATIVE measured $(tr '\n' ' ' <"$tmp/fake/bench-args")"
+echo "ok: bench_load.sh takes -m from where it is run"
+
 # bench_cluster.py: 'aural load' fails in the first run; aurald goes too.
 rm -f "$tmp/fake/aurald.pid"
 rc=0
@@ -184,8 +193,8 @@ if kill -0 "$(cat "$tmp/fake/aurald.pid")" 2>/dev/null; then
 fi
 [[ $rc -eq 1 ]] || fail "bench_cluster.py, aural load failing: exit $rc: $(cat "$tmp/err")"
 grep -q "aural load: exit status 1" "$tmp/err" || fail "no reason: $(cat "$tmp/err")"
-[[ -z "$(ls "$TMPDIR")" || "$(ls "$TMPDIR")" == "$(basename "$dir")" ]] ||
-  fail "left in TMPDIR: $(ls "$TMPDIR" | tr '\n' ' ')"
+! ls "$TMPDIR" | grep -q aural-bench-cluster ||
+  fail "bench_cluster.py left $(ls "$TMPDIR" | grep aural-bench-cluster)"
 echo "ok: bench_cluster.py stops its aurald when a run fails"
 
 # bench_offline.sh: sox cut off while it writes the first corpus file (a
@@ -197,9 +206,12 @@ printf '#!/bin/sh\nfor a; do out=$a; done\nfor a; do case $a in *.flac) out=$a;;
   >"$tmp/bin/sox"
 chmod +x "$tmp/bin/espeak-ng" "$tmp/bin/sox"
 rc=0
-PATH=$tmp/bin:$PATH "$root/tools/bench_offline.sh" --files 2 \
-  --corpus "$tmp/corpus" >"$tmp/out" 2>"$tmp/err" || rc=$?
+# --corpus relative to where the script is run, as the user gave it.
+(cd "$tmp/cwd" && PATH=$tmp/bin:$PATH "$root/tools/bench_offline.sh" \
+  --files 2 --corpus corpus) >"$tmp/out" 2>"$tmp/err" || rc=$?
 [[ $rc -ne 0 ]] || fail "bench_offline.sh went on past a failed sox"
+[[ -d "$tmp/cwd/corpus" ]] || fail "bench_offline.sh --corpus corpus: not made in its working directory"
+mv "$tmp/cwd/corpus" "$tmp/corpus"
 [[ -z "$(ls "$tmp/corpus")" ]] ||
   fail "bench_offline.sh left in its corpus: $(ls "$tmp/corpus" | tr '\n' ' ')"
 echo "ok: bench_offline.sh's corpus holds whole files only"
