@@ -14,9 +14,10 @@
 # Defaults: 60 s per run, aurald's own thread count (one worker per CPU),
 # limit 250 ms, precision f32, N = 1 10 50 100 200. Input: the bundled recording
 # (22.05 kHz FLAC, so every stream runs the resampler too). Each run's full
-# JSON goes to DIR/K-N.json, DIR a new aural-load.XXXXXX in $TMPDIR or /tmp, named at the
-# end (K: the run's place in the list, so a count may be given more than
-# once); copies run at once do not share files, sockets or daemons.
+# JSON goes to DIR/K-N.json, DIR a new aural-load.XXXXXX in $TMPDIR (or
+# /tmp) named beneath the table (K: the run's place in the list, so a
+# count may be given more than once); copies run at once share no files,
+# sockets or daemons.
 # Ctrl-C ends the run under way (its row covers what was measured), skips
 # the rest, prints the table and stops aurald (exit status 130).
 set -euo pipefail
@@ -66,7 +67,8 @@ is_uint "$seconds" || usage "--seconds takes a whole number of 1 or more, not '$
   usage "--precision takes f32 or bf16, not '$precision'"
 if [[ -n "$model" ]]; then
   [[ $model == /* ]] || model=$caller/$model
-  [[ -r "$model" && -f "$model" ]] || { echo "bench_load.sh: -m $model: no such readable file" >&2; exit 1; }
+  [[ -r "$model" && -f "$model" ]] ||
+    { echo "bench_load.sh: -m $model: no such readable file" >&2; exit 1; }
 fi
 
 tools/setup.sh

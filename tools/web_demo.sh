@@ -12,8 +12,10 @@ cd "$(dirname "$0")/.."
 case "${1:-}" in
   -h|--help) sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 esac
-if [[ $# -gt 1 ]] || [[ $# -eq 1 && ! ( $1 =~ ^[0-9]{1,5}$ && 10#$1 -ge 1 && 10#$1 -le 65535 ) ]]; then
-  echo "web_demo.sh: one argument at most, a port from 1 to 65535, not '$*' (see --help)" >&2
+if [[ $# -gt 1 ]] || [[ $# -eq 1 && ! ( $1 =~ ^[0-9]{1,5}$ &&
+                                       10#$1 -ge 1 && 10#$1 -le 65535 ) ]]; then
+  echo "web_demo.sh: one argument at most, a port from 1 to 65535," \
+       "not '$*' (see --help)" >&2
   exit 2
 fi
 port=$((10#${1:-8080}))
