@@ -61,9 +61,11 @@ fi
 
 # The corpus: one file per index, made only when missing, so an
 # interrupted run resumes. Each appears under its name only when whole
-# (written as NAME.PID.tmp.*, then renamed), so that neither an
-# interrupted run nor a second copy at the same time leaves a cut-off
-# file that a later run would take as made.
+# (written as .NAME.PID.*, then renamed), so that neither an interrupted
+# run nor a second copy at the same time leaves a cut-off file that a
+# later run would take as made; 'aural encode DIR' passes over names
+# that start with a dot, so a copy that encodes while another still
+# writes does not take its unfinished files either.
 mkdir -p "$corpus"
 # Sentences of 60-400 characters from a few fortune files, one per line.
 fortunes=/usr/share/games/fortunes
@@ -84,7 +86,7 @@ for ((i = 0; i < n_files; i++)); do
   text="${sentences[$((3 * i % ${#sentences[@]}))]} ${sentences[$(((3 * i + 1) % ${#sentences[@]}))]}"
   voice=${voices[$((i % ${#voices[@]}))]}
   speed=$((140 + (i * 7) % 60))
-  tmp=$corpus/$name.$$.tmp
+  tmp=$corpus/.$name.$$
   if ((i % 2 == 0)); then
     espeak-ng -v "$voice" -s "$speed" -w "$tmp.wav" "$text"
     sox "$tmp.wav" "$tmp.flac"

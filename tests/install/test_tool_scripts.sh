@@ -212,8 +212,8 @@ rc=0
 [[ $rc -ne 0 ]] || fail "bench_offline.sh went on past a failed sox"
 [[ -d "$tmp/cwd/corpus" ]] || fail "bench_offline.sh --corpus corpus: not made in its working directory"
 mv "$tmp/cwd/corpus" "$tmp/corpus"
-[[ -z "$(ls "$tmp/corpus")" ]] ||
-  fail "bench_offline.sh left in its corpus: $(ls "$tmp/corpus" | tr '\n' ' ')"
+[[ -z "$(ls -A "$tmp/corpus")" ]] ||
+  fail "bench_offline.sh left in its corpus: $(ls -A "$tmp/corpus" | tr '\n' ' ')"
 echo "ok: bench_offline.sh's corpus holds whole files only"
 
 # bench_web_latency.py: its aurald (a stand-in that says it serves and
