@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The scripts of tools/ a user runs (bench_load.sh, bench_compare.sh,
-# web_demo.sh, bench_offline.sh, cross_aarch64.sh, bench_cluster.py,
-# bench_web_latency.py), as a user runs them: --help prints the whole
+# web_demo.sh, bench_offline.sh, cross_aarch64.sh, make_sample_recording.sh,
+# bench_cluster.py, bench_web_latency.py), as a user runs them: --help prints the whole
 # comment block that documents a shell script, and a bad command line is
 # refused (exit 2, one line) before anything is installed, built or
 # measured. The runs then go through stand-ins for setup, build, aural,
@@ -33,7 +33,7 @@ cp "$src/tools/python/aural_client.py" "$root/tools/python/"
 cp "$src/tools/bench_load.sh" "$src/tools/bench_compare.sh" \
    "$src/tools/web_demo.sh" "$src/tools/bench_cluster.py" \
    "$src/tools/bench_offline.sh" "$src/tools/bench_web_latency.py" \
-   "$src/tools/cross_aarch64.sh" \
+   "$src/tools/cross_aarch64.sh" "$src/tools/make_sample_recording.sh" \
    "$src/tools/wait_daemon.sh" "$root/tools/"
 cp "$src/models/sample.flac" "$root/models/"
 # Setup and build leave a mark; the argument checks must come first.
@@ -44,7 +44,7 @@ done
 
 # --help: every line of the comment block after the interpreter line.
 for s in bench_load.sh bench_compare.sh web_demo.sh bench_offline.sh \
-  cross_aarch64.sh; do
+  cross_aarch64.sh make_sample_recording.sh; do
   want=$(sed -n '2,/^[^#]/p' "$root/tools/$s" | sed '$d; s/^# \{0,1\}//')
   got=$("$root/tools/$s" --help) || fail "$s --help: exit $?"
   [[ "$got" == "$want" ]] ||
@@ -89,6 +89,7 @@ bad bench_offline.sh --corpus
 bad bench_offline.sh extra
 bad cross_aarch64.sh --build-dir x
 bad cross_aarch64.sh build-a build-b
+bad make_sample_recording.sh --voice en-gb
 bad bench_cluster.py 0
 bad bench_web_latency.py --streams 0
 bad bench_web_latency.py --seconds -1
