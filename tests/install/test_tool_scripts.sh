@@ -16,6 +16,10 @@
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 tmp=$(mktemp -d)
+# Every temporary file of the scripts goes here, where it is looked for
+# and removed at the end, also when an old script fails.
+export TMPDIR=$tmp/t
+mkdir "$TMPDIR"
 bench_pid=""
 cleanup() {
   [[ -z "$bench_pid" ]] || kill -KILL -- "-$bench_pid" 2>/dev/null || true
@@ -135,8 +139,6 @@ esac
 EOF
 chmod +x "$root/build/daemon/aurald" "$root/build/tools/aural"
 
-export TMPDIR=$tmp/t
-mkdir "$TMPDIR"
 # In a session of its own, as a terminal's job in a group of its own, with
 # SIGINT as a terminal leaves it (bash ignores it in its background jobs).
 /usr/bin/python3 -c 'import os, signal, sys
