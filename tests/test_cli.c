@@ -413,6 +413,44 @@ static void test_help(void **state) {
   assert_contains(fx->out, "Exit status");
 }
 
+/* Every --help fits a terminal of 80 columns, also where it names the
+ * default model and socket, with paths as long as an installed model's
+ * and a socket under XDG_RUNTIME_DIR with a uid of seven digits. */
+static void test_help_fits_80_columns(void **state) {
+  fixture *fx = *state;
+  char *model = strdup(getenv("AURAL_MODEL"));
+  const char *socket = getenv("AURAL_SOCKET");
+  char *socket_was = socket ? strdup(socket) : NULL;
+  assert_non_null(model);
+  setenv("AURAL_MODEL", "/usr/share/aural/default.safetensors", 1);
+  setenv("AURAL_SOCKET", "/run/user/1000000/aural.sock", 1);
+  const char *cmds[] = {"",     "encode", "info", "bench",    "sub",
+                        "send", "stats",  "load", "pronounce"};
+  char wide[256] = "";
+  int rcs = 0;
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    rcs |= cmds[i][0] ? run_aural(fx, cmds[i], "--help", NULL)
+                      : run_aural(fx, "--help", NULL);
+    for (const char *line = fx->out; *line != '\0' && !wide[0];) {
+      size_t n = strcspn(line, "\n");
+      if (n > 80)
+        snprintf(wide, sizeof wide, "aural %s --help: a line of %zu columns: %.*s",
+                 cmds[i], n, (int)n, line);
+      line += n + (line[n] == '\n');
+    }
+  }
+  /* The environment back before any assertion, for the tests after. */
+  setenv("AURAL_MODEL", model, 1);
+  if (socket_was != NULL)
+    setenv("AURAL_SOCKET", socket_was, 1);
+  else
+    unsetenv("AURAL_SOCKET");
+  free(model);
+  free(socket_was);
+  assert_int_equal(rcs, 0);
+  if (wide[0]) fail_msg("%s", wide);
+}
+
 static char *copy_speech(const char *path, size_t *len);
 
 static void test_usage_errors(void **state) {
@@ -965,7 +1003,15 @@ static void test_encode_text_prints_chunks(void **state) {
   assert_string_equal(fx->out, quiet);
   assert_contains(fx->err, "[   0.00 s]");
   assert_contains(fx->err, "[   0.50 s]");
-  assert_contains(fx->err, "108 frames");
+  /* The summary counts the tokens written ("x 1 text" said nothing). */
+  size_t n_tokens = 0;
+  for (const char *tok = strtok(quiet, " \n"); tok != NULL;
+       tok = strtok(NULL, " \n"))
+    n_tokens++;
+  assert_true(n_tokens > 1);
+  char shape[64];
+  snprintf(shape, sizeof shape, "108 frames, %zu tokens in ", n_tokens);
+  assert_contains(fx->err, shape);
   free(quiet);
   assert_dir_holds(fx->out_dir, NULL);
 }
@@ -1907,6 +1953,7 @@ static void test_encode_batch_interrupted_summary(void **state) {
   assert_dir_holds(fx->out_dir, "a.npy");
   assert_contains(fx->out, "1 of 3 files written");
   assert_contains(fx->out, "interrupted");
+  assert_contains(fx->out, "with 1 thread:"); /* not '1 threads' */
 }
 
 /* Ctrl-C while the workers of a batch wait for writers on FIFO inputs:
@@ -2247,6 +2294,7 @@ int main(void) {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
   const struct CMUnitTest tests[] = {
       T(test_help),
+      T(test_help_fits_80_columns),
       T(test_usage_errors),
       T(test_bad_missing_file),
       T(test_bad_directory),

@@ -14,7 +14,9 @@ ratio of CPU per stream is the ratio of streams per node.
 
 Defaults: the bundled model, 30 s, N = 20 60. Input: the bundled recording
 at 16 kHz (sox), 16-bit, in 100 ms pieces both ways (entries in cluster
-mode, AUDIO_DATA messages locally).
+mode, AUDIO_DATA messages locally). Whatever ends the run (Ctrl-C, exit
+status 130; a failure), the aurald and redis-server it started are stopped
+and its files removed.
 """
 
 import argparse
@@ -37,6 +39,27 @@ AURAL = os.path.join(ROOT, "build", "tools", "aural")
 SAMPLE = os.path.join(ROOT, "models", "sample.flac")
 CHUNK = struct.Struct("<QQIIqqqqIIHBBI")
 
+# The daemons started, stopped at the end whatever ends the run.
+children = []
+
+
+def spawn(argv, **kw):
+    p = subprocess.Popen(argv, **kw)
+    children.append(p)
+    return p
+
+
+def stop_children():
+    for p in children:
+        if p.poll() is None:
+            p.terminate()
+    for p in children:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
 
 def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
@@ -47,12 +70,16 @@ def cpu_seconds(pid):
 def start_daemon(work, model, *extra):
     sock = os.path.join(work, "aural.sock")
     log = open(os.path.join(work, "aurald.log"), "a")
-    p = subprocess.Popen([AURALD, "-m", model, "-s", sock, "--no-config",
-                          *extra], stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(200):
-        if os.path.exists(sock):
+    p = spawn([AURALD, "-m", model, "-s", sock, "--no-config", *extra],
+              stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(6000):
+        if os.path.exists(sock) or p.poll() is not None:
             break
         time.sleep(0.05)
+    if not os.path.exists(sock):
+        log.flush()
+        with open(log.name) as f:
+            sys.exit("bench_cluster.py: aurald did not start:\n" + f.read())
     time.sleep(0.5)
     return p, sock
 
@@ -68,7 +95,10 @@ def run_local(work, model, wav, n, seconds):
     out = subprocess.run([AURAL, "load", "-s", sock, "-n", str(n),
                           "--block-ms", "100", "--seconds", str(seconds),
                           "--json", wav],
-                         capture_output=True, text=True, check=True)
+                         stdout=subprocess.PIPE, text=True)
+    if out.returncode not in (0, 3):  # 3: chunks lost, still a report
+        sys.exit("bench_cluster.py: aural load: exit status %d"
+                 % out.returncode)
     cpu = cpu_seconds(p.pid) - c0
     stop(p)
     res = json.loads(out.stdout)
@@ -105,9 +135,9 @@ def produce(r_sock, names, pcm, rate, seconds):
 
 def run_cluster(work, model, wav, n, seconds):
     rsock = os.path.join(work, "redis.sock")
-    rp = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket",
-                           rsock, "--save", "", "--appendonly", "no",
-                           "--dir", work], stdout=subprocess.DEVNULL)
+    rp = spawn(["redis-server", "--port", "0", "--unixsocket", rsock,
+                "--save", "", "--appendonly", "no", "--dir", work],
+               stdout=subprocess.DEVNULL)
     r = redis.Redis(unix_socket_path=rsock)
     for _ in range(200):
         try:
@@ -146,12 +176,23 @@ def run_cluster(work, model, wav, n, seconds):
     return cpu, pick(0.5), pick(0.99), len(left)
 
 
+def positive(text):
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError("a whole number of 1 or more, not %r"
+                                         % text)
+    return n
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-m", "--model",
                     default=os.path.join(ROOT, "models", "default.safetensors"))
-    ap.add_argument("--seconds", type=int, default=30)
-    ap.add_argument("counts", nargs="*", type=int, default=[20, 60])
+    ap.add_argument("--seconds", type=positive, default=30)
+    ap.add_argument("counts", nargs="*", type=positive, default=[20, 60])
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="aural-bench-cluster-")
     try:
@@ -173,7 +214,11 @@ def main():
             print("       cluster/local CPU per stream: %.3f" %
                   (clus / local))
             sys.stdout.flush()
+    except KeyboardInterrupt:
+        print("bench_cluster.py: interrupted", file=sys.stderr)
+        sys.exit(130)
     finally:
+        stop_children()
         shutil.rmtree(work, ignore_errors=True)
 
 

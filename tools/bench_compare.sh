@@ -7,11 +7,33 @@
 #
 #   tools/bench_compare.sh [MODEL FLAGS...]   e.g. --layers 4 --window 100
 #
-# AURAL_ISA=avx2 (or scalar) measures aural on those kernels instead of the
-# best this CPU runs. Installs the reference stack it needs
-# (tools/setup.sh --reference).
+# MODEL FLAGS, those of 'aural bench' that the reference takes too:
+# --d-model N, --heads N, --d-ff N, --layers N, --window N, --chunk N and
+# --pos rope|sinusoidal|none. AURAL_ISA=avx2 (or scalar) measures aural on
+# those kernels instead of the best this CPU runs. Installs the reference
+# stack it needs (tools/setup.sh --reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The flags are checked before anything is installed, built or measured.
+usage() { echo "bench_compare.sh: $1 (see --help)" >&2; exit 2; }
+args=("$@")
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help)
+      # The comment block above, without the interpreter line.
+      sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    --d-model|--heads|--d-ff|--layers|--window|--chunk)
+      [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] ||
+        usage "$1 takes a whole number, not '${2-}'"
+      shift 2 ;;
+    --pos)
+      [[ $# -ge 2 && $2 =~ ^(rope|sinusoidal|none)$ ]] ||
+        usage "--pos takes rope, sinusoidal or none, not '${2-}'"
+      shift 2 ;;
+    *) usage "unknown argument '$1' (model flags only)" ;;
+  esac
+done
+set -- "${args[@]+"${args[@]}"}"
 tools/setup.sh --reference
 TARGETS=tools/aural tools/build.sh build
 py=/usr/bin/python3

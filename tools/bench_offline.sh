@@ -12,6 +12,8 @@
 # WAV at 16 kHz; 14 s per file on average, 2.3 h in all. Installs what it
 # needs (tools/setup.sh --reference).
 set -euo pipefail
+# Paths on the command line are the caller's, from where it was run.
+caller=$PWD
 cd "$(dirname "$0")/.."
 
 jobs=$(nproc)
@@ -20,17 +22,32 @@ n_files=600
 corpus=/tmp/aural-offline-corpus
 out=""
 model_tmp=""
-trap 'rm -rf ${out:+"$out"} ${model_tmp:+"$model_tmp"}' EXIT
+tmp=""
+trap 'rm -rf ${out:+"$out"} ${model_tmp:+"$model_tmp"} ${tmp:+"$tmp".wav "$tmp".flac}' EXIT
+usage() { echo "bench_offline.sh: $1 (see --help)" >&2; exit 2; }
+# A value that must follow an option: the next argument, which is there.
+need() { [[ $# -ge 2 ]] || usage "$1 needs a value"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    -j) jobs=$2; shift 2 ;;
-    -m) model=$2; shift 2 ;;
-    --files) n_files=$2; shift 2 ;;
-    --corpus) corpus=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bench_offline.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    -j) need "$@"; jobs=$2; shift 2 ;;
+    -m) need "$@"; model=$2; shift 2 ;;
+    --files) need "$@"; n_files=$2; shift 2 ;;
+    --corpus) need "$@"; corpus=$2; shift 2 ;;
+    -h|--help)
+      # The comment block above, without the interpreter line.
+      sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) usage "unknown argument '$1'" ;;
   esac
 done
+# Checked before anything is installed, built or generated.
+[[ $jobs =~ ^[0-9]+$ ]] && ((10#$jobs >= 1)) ||
+  usage "-j takes a whole number of 1 or more, not '$jobs'"
+[[ $n_files =~ ^[0-9]+$ ]] && ((10#$n_files >= 1)) ||
+  usage "--files takes a whole number of 1 or more, not '$n_files'"
+n_files=$((10#$n_files))
+[[ -n "$corpus" ]] || usage "--corpus needs a directory"
+[[ -z "$model" || $model == /* ]] || model=$caller/$model
+[[ $corpus == /* ]] || corpus=$caller/$corpus
 
 tools/setup.sh --reference
 TARGETS=tools/aural tools/build.sh build
@@ -43,7 +60,12 @@ if [[ -z "$model" ]]; then
 fi
 
 # The corpus: one file per index, made only when missing, so an
-# interrupted run resumes.
+# interrupted run resumes. Each appears under its name only when whole
+# (written as .NAME.PID.*, then renamed), so that neither an interrupted
+# run nor a second copy at the same time leaves a cut-off file that a
+# later run would take as made; 'aural encode DIR' passes over names
+# that start with a dot, so a copy that encodes while another still
+# writes does not take its unfinished files either.
 mkdir -p "$corpus"
 # Sentences of 60-400 characters from a few fortune files, one per line.
 fortunes=/usr/share/games/fortunes
@@ -64,15 +86,17 @@ for ((i = 0; i < n_files; i++)); do
   text="${sentences[$((3 * i % ${#sentences[@]}))]} ${sentences[$(((3 * i + 1) % ${#sentences[@]}))]}"
   voice=${voices[$((i % ${#voices[@]}))]}
   speed=$((140 + (i * 7) % 60))
+  tmp=$corpus/.$name.$$
   if ((i % 2 == 0)); then
-    espeak-ng -v "$voice" -s "$speed" -w "$corpus/$name.tmp.wav" "$text"
-    sox "$corpus/$name.tmp.wav" "$corpus/$name.flac"
+    espeak-ng -v "$voice" -s "$speed" -w "$tmp.wav" "$text"
+    sox "$tmp.wav" "$tmp.flac"
+    mv "$tmp.flac" "$corpus/$name.flac"
   else
     espeak-ng -v "$voice" -s "$speed" --stdout "$text" |
-      sox -t wav - -r 16000 "$corpus/$name.tmp.wav" vol 0.9
-    mv "$corpus/$name.tmp.wav" "$corpus/$name.wav"
+      sox -t wav - -r 16000 "$tmp.wav" vol 0.9
+    mv "$tmp.wav" "$corpus/$name.wav"
   fi
-  rm -f "$corpus/$name.tmp.wav"
+  rm -f "$tmp.wav"
   made=$((made + 1))
   if ((made % 50 == 0)); then echo "bench_offline.sh: made $made files" >&2; fi
 done

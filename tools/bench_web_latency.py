@@ -10,12 +10,15 @@ both transports, one thread per stream.
                                [--block-ms 20] [--aurald build/daemon/aurald]
 
 Prints a line per transport (p50, p99, max over all chunks, chunks, lost)
-and writes nothing else. Numbers depend on the machine and its load: this
-is a measurement, not a test.
+and writes nothing else: the aurald it starts for each transport (without
+a config file) and its directory are gone when it ends, however it ends
+(Ctrl-C: exit status 130). Numbers depend on the machine and its load:
+this is a measurement, not a test.
 """
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,15 +90,36 @@ def run_stream(addr, k, audio, block, lat, lost, start_at, model_frames):
 
 
 def measure(aurald, model, addr_of, n, seconds, block_ms):
+    """One transport's run, on an aurald of its own that is stopped and
+    whose directory is removed whatever ends the run."""
     tmp = tempfile.mkdtemp(prefix="aural-weblat-")
+    d = None
+    try:
+        d, port = start(aurald, model, tmp)
+        return run(d, addr_of(os.path.join(tmp, "s"), port), n, seconds,
+                   block_ms)
+    finally:
+        if d is not None and d.poll() is None:
+            d.send_signal(signal.SIGTERM)
+            try:
+                d.wait(10)
+            except subprocess.TimeoutExpired:
+                d.kill()
+                d.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def start(aurald, model, tmp):
     sock = os.path.join(tmp, "s")
     log = open(os.path.join(tmp, "aurald.log"), "w+")
-    args = [aurald, "-s", sock, "--http", "127.0.0.1:0"]
+    args = [aurald, "-s", sock, "--no-config", "--http", "127.0.0.1:0"]
     if model:
         args += ["-m", model]
     d = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     port = None
-    for _ in range(200):
+    # As long as it runs: loading the model, lexicon and LM takes seconds
+    # on a busy machine (tools/wait_daemon.sh).
+    for _ in range(6000):
         log.seek(0)
         text = log.read()
         if "serving" in text:
@@ -109,7 +133,10 @@ def measure(aurald, model, addr_of, n, seconds, block_ms):
         d.kill()
         log.seek(0)
         sys.exit("bench_web_latency: aurald did not start:\n" + log.read())
-    addr = addr_of(sock, port)
+    return d, port
+
+
+def run(d, addr, n, seconds, block_ms):
     probe = ac.Client(addr, timeout=10)
     m = probe.model
     hop = int(m["sample_rate"] * m["frame_ms"] / 1000)
@@ -121,7 +148,8 @@ def measure(aurald, model, addr_of, n, seconds, block_ms):
     start_at = time.time() + 1.0
     threads = [threading.Thread(target=run_stream,
                                 args=(addr, k, audio, block, lat, lost,
-                                      start_at, (hop, win)))
+                                      start_at, (hop, win)),
+                                daemon=True)  # a Ctrl-C waits for none
                for k in range(n)]
     for t in threads:
         t.start()
@@ -132,11 +160,23 @@ def measure(aurald, model, addr_of, n, seconds, block_ms):
     return np.array(lat) * 1e3, lost[0]
 
 
+def positive(kind):
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = 0
+        if not v > 0:
+            raise argparse.ArgumentTypeError("more than 0, not %r" % text)
+        return v
+    return parse
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--streams", type=int, default=20)
-    ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--block-ms", type=float, default=20.0)
+    ap.add_argument("--streams", type=positive(int), default=20)
+    ap.add_argument("--seconds", type=positive(float), default=20.0)
+    ap.add_argument("--block-ms", type=positive(float), default=20.0)
     ap.add_argument("-m", "--model", default=None)
     ap.add_argument("--aurald", default=os.path.join(HERE, "..", "build",
                                                      "daemon", "aurald"))
@@ -146,12 +186,19 @@ def main():
                    % port)]
     print("%d streams, %.0f s each, %.0f ms blocks, push->chunk latency (ms)"
           % (a.streams, a.seconds, a.block_ms))
-    for name, addr_of in transports:
-        lat, lost = measure(a.aurald, a.model, addr_of, a.streams, a.seconds,
-                            a.block_ms)
-        print("%-9s  p50 %6.1f  p99 %6.1f  max %6.1f  chunks %5d  lost %d"
-              % (name, np.percentile(lat, 50), np.percentile(lat, 99),
-                 lat.max(), len(lat), lost))
+    try:
+        for name, addr_of in transports:
+            lat, lost = measure(a.aurald, a.model, addr_of, a.streams,
+                                a.seconds, a.block_ms)
+            if len(lat) == 0:
+                print("%-9s  no chunk measured, lost %d" % (name, lost))
+                continue
+            print("%-9s  p50 %6.1f  p99 %6.1f  max %6.1f  chunks %5d  lost %d"
+                  % (name, np.percentile(lat, 50), np.percentile(lat, 99),
+                     lat.max(), len(lat), lost), flush=True)
+    except KeyboardInterrupt:
+        print("bench_web_latency: interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

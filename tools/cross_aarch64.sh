@@ -11,6 +11,16 @@
 #   tools/cross_aarch64.sh [BUILD_DIR]     (default build-aarch64)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The command line is checked before anything is installed or built (the
+# setup adds the arm64 architecture to dpkg).
+case "${1:-}" in
+  -h|--help) sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "cross_aarch64.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+esac
+if [[ $# -gt 1 ]]; then
+  echo "cross_aarch64.sh: one BUILD_DIR at most, not '$*' (see --help)" >&2
+  exit 2
+fi
 build=${1:-build-aarch64}
 tools/setup.sh
 tools/setup.sh --aarch64

@@ -8,12 +8,24 @@
 #   tools/web_demo.sh [PORT]        # default 8080
 set -euo pipefail
 cd "$(dirname "$0")/.."
-port=${1:-8080}
+# The command line is checked before anything is installed or built.
+case "${1:-}" in
+  -h|--help) sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+esac
+if [[ $# -gt 1 ]] || [[ $# -eq 1 && ! ( $1 =~ ^[0-9]{1,5}$ &&
+                                       10#$1 -ge 1 && 10#$1 -le 65535 ) ]]; then
+  echo "web_demo.sh: one argument at most, a port from 1 to 65535," \
+       "not '$*' (see --help)" >&2
+  exit 2
+fi
+port=$((10#${1:-8080}))
 tools/setup.sh
 TARGETS="daemon/aurald tools/aural" tools/build.sh build
 
 dir=$(mktemp -d)
-build/daemon/aurald -s "$dir/aural.sock" --http "127.0.0.1:$port" --hold \
+# In a session of its own: a Ctrl-C reaches this script, whose cleanup
+# stops aurald once (a second signal would make it skip its flush).
+setsid build/daemon/aurald -s "$dir/aural.sock" --http "127.0.0.1:$port" --hold \
   --file models/sample.flac --realtime &
 daemon_pid=$!
 cleanup() {

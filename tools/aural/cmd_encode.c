@@ -682,15 +682,22 @@ static int run(encode_job *job) {
   if (!job->quiet) {
     double secs = (double)job->done_in / info.rate_hz;
     double wall = cli_now_s() - job->t_start;
-    /* Words: how many came out ("x 1 words" read as one word). */
+    /* Words and text: how many came out ("x 1 words" read as one word,
+     * "x 1 text" as nothing at all). */
     char shape[64];
-    if (job->kind == OUT_WORDS)
+    if (job->kind == OUT_WORDS) {
       snprintf(shape, sizeof shape, "%zu frames, %zu word%s", job->n_rows,
                job->wr.n_words, job->wr.n_words == 1 ? "" : "s");
-    else
+    } else if (job->kind == OUT_TEXT) {
+      size_t n_tokens = 0; /* the tokens are apart by single spaces */
+      for (const char *p = job->text; p != NULL && *p != '\0'; p++)
+        n_tokens += *p != ' ' && (p == job->text || p[-1] == ' ');
+      snprintf(shape, sizeof shape, "%zu frames, %zu token%s", job->n_rows,
+               n_tokens, n_tokens == 1 ? "" : "s");
+    } else {
       snprintf(shape, sizeof shape, "%zu frames x %zu %s", job->n_rows,
-               job->kind == OUT_TEXT ? (size_t)1 : job->dim,
-               kind_names[job->kind]);
+               job->dim, kind_names[job->kind]);
+    }
     fprintf(job->said,
             "%s: %.2f s of %.0f Hz, %d channel%s (%s)\n"
             "  -> %s in %.1f ms (%.0fx real time)%s%s\n",
@@ -1080,11 +1087,12 @@ static int run_batch(encode_job *proto, char **args, int n_args,
     if (b.failed > 0)
       snprintf(failed, sizeof failed, ", %zu failed", b.failed);
     if (!quiet)
-      printf("%zu of %zu files written%s%s, %.3f h of audio in %.1f s with "
-             "%zu threads: %.0fx real time, outputs in %s\n",
-             b.written, b.n + b.n_skipped, failed,
-             interrupted ? ", interrupted" : "", b.audio_done_s / 3600.0,
-             wall, started, wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
+      printf("%zu of %zu file%s written%s%s, %.3f h of audio in %.1f s "
+             "with %zu thread%s: %.0fx real time, outputs in %s\n",
+             b.written, b.n + b.n_skipped, b.n + b.n_skipped == 1 ? "" : "s",
+             failed, interrupted ? ", interrupted" : "",
+             b.audio_done_s / 3600.0, wall, started, started == 1 ? "" : "s",
+             wall > 0 ? b.audio_done_s / wall : 0.0, out_dir);
     rc = b.failed == 0 && !interrupted ? EXIT_OK : EXIT_FAIL;
   }
   free(threads);

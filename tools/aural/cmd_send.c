@@ -58,7 +58,8 @@ static void usage(FILE *to) {
           "  -s, --socket PATH  aurald's socket (default: $AURAL_SOCKET,\n"
           "                     else $XDG_RUNTIME_DIR/aural.sock, else\n"
           "                     /run/aural/aural.sock for root, else\n"
-          "                     /tmp/aural-UID/aural.sock; here %s)\n"
+          "                     /tmp/aural-UID/aural.sock;\n"
+          "                     here %s)\n"
           CLUSTER_HELP
           "  -n, --name NAME    stream name: 1-64 printable ASCII characters,\n"
           "                     no spaces, '/' or '\\' (in a cluster, no '{'\n"

@@ -35,7 +35,8 @@ static void usage(FILE *to) {
           "  -s, --socket PATH  aurald's socket (default: $AURAL_SOCKET,\n"
           "                     else $XDG_RUNTIME_DIR/aural.sock, else\n"
           "                     /run/aural/aural.sock for root, else\n"
-          "                     /tmp/aural-UID/aural.sock; here %s)\n"
+          "                     /tmp/aural-UID/aural.sock;\n"
+          "                     here %s)\n"
           CLUSTER_HELP
           "      --json         print the statistics as one JSON object\n"
           "                     (PROTOCOL.md section 4.15; the pages of a\n"

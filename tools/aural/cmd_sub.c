@@ -66,7 +66,8 @@ static void usage(FILE *to) {
           "  -s, --socket PATH  aurald's socket (default: $AURAL_SOCKET,\n"
           "                     else $XDG_RUNTIME_DIR/aural.sock, else\n"
           "                     /run/aural/aural.sock for root, else\n"
-          "                     /tmp/aural-UID/aural.sock; here %s)\n"
+          "                     /tmp/aural-UID/aural.sock;\n"
+          "                     here %s)\n"
           CLUSTER_HELP
           "      --from WHERE   with --cluster (which needs --stream and\n"
           "                     implies --until-end), the first chunk: SEQ\n"
