@@ -9,15 +9,18 @@
 #
 # MODEL FLAGS, those of 'aural bench' that the reference takes too:
 # --d-model N, --heads N, --d-ff N, --layers N, --window N, --chunk N and
-# --pos rope|sinusoidal|none. AURAL_ISA=avx2 (or scalar) measures aural on
-# those kernels instead of the best this CPU runs. Installs the reference
-# stack it needs (tools/setup.sh --reference).
+# --pos rope|sinusoidal|none, each also as --flag=VALUE. AURAL_ISA=avx2
+# (or scalar) measures aural on those kernels instead of the best this CPU
+# runs. Installs the reference stack it needs (tools/setup.sh --reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The flags are checked before anything is installed, built or measured.
 usage() { echo "bench_compare.sh: $1 (see --help)" >&2; exit 2; }
 args=("$@")
 while [[ $# -gt 0 ]]; do
+  # --flag=VALUE is checked as --flag VALUE (aural bench and the
+  # reference take both; the flags go on to them as given).
+  [[ $1 != --*=* ]] || set -- "${1%%=*}" "${1#*=}" "${@:2}"
   case "$1" in
     -h|--help)
       # The comment block above, without the interpreter line.

@@ -181,6 +181,21 @@ grep -qx -- "$tmp/cwd/rel model.safetensors" "$tmp/fake/bench-args" ||
   fail "bench_load.sh -m RELATIVE measured $(tr '\n' ' ' <"$tmp/fake/bench-args")"
 echo "ok: bench_load.sh takes -m from where it is run"
 
+# bench_compare.sh hands its model flags on as given, --flag=VALUE too
+# (aural bench and the reference take both forms): its checks refused
+# that form, which it had passed on before they came.
+rc=0
+"$root/tools/bench_compare.sh" --layers=4 --pos=none --window 10 \
+  >"$tmp/out" 2>"$tmp/err" || rc=$?
+! grep -q "^bench_compare.sh: " "$tmp/err" ||
+  fail "bench_compare.sh --layers=4 --pos=none: $(cat "$tmp/err")"
+[[ "$(tr '\n' ' ' <"$tmp/fake/bench-args")" == \
+   "bench --json --layers=4 --pos=none --window 10 " ]] ||
+  fail "bench_compare.sh measured $(tr '\n' ' ' <"$tmp/fake/bench-args")"
+bad bench_compare.sh --layers=four
+bad bench_compare.sh --pos=
+echo "ok: bench_compare.sh takes --flag=VALUE"
+
 # bench_cluster.py: 'aural load' fails in the first run; aurald goes too.
 rm -f "$tmp/fake/aurald.pid"
 rc=0
