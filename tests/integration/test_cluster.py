@@ -13,6 +13,7 @@ audio.
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import struct
@@ -860,6 +861,57 @@ class TestCluster(ClusterTest):
         self.assertEqual(metrics["aurald_cluster_chunks_published_total"],
                          len(want) // C + 1)
         self.assertEqual(metrics["aurald_cluster_disconnects_total"], 0)
+        self.stop_clean(d)
+
+    def test_interrupted_caption_keeps_the_resume_line_apart(self):
+        """aural sub --cluster --output words on a terminal, stopped by
+        Ctrl-C while a partial caption stands on the line (written without
+        a newline, to be rewritten in place): the line that names the
+        --from to resume with was glued to it ('talk  ... the quick
+        brownaural sub: talk: last chunk received 3; ...')."""
+        self.model = td.DEFAULT
+        d = self.node("a")
+        producer = self.send("talk", self.wav(30, name="talk.wav"))
+        master, slave = os.openpty()
+        try:
+            sub = subprocess.Popen(
+                [td.AURAL, "sub", "--cluster", self.redis.url(), "--stream",
+                 "talk", "--output", "words"],
+                stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+            os.close(slave)
+            slave = -1
+            raw = b""
+            deadline = time.monotonic() + 60
+            # Until a partial stands on the line, its last one.
+            while not re.match(r"talk  \.\.\. \S",
+                               (td.terminal_lines(raw) or [""])[-1]):
+                self.assertLess(time.monotonic(), deadline, raw)
+                self.assertIsNone(sub.poll(), raw)
+                r, _, _ = select.select([master], [], [], 0.2)
+                if r:
+                    raw += os.read(master, 65536)
+            sub.send_signal(signal.SIGINT)
+            while True:
+                r, _, _ = select.select([master], [], [], 10)
+                try:
+                    part = os.read(master, 65536) if r else b""
+                except OSError:  # EIO: the last writer closed it
+                    part = b""
+                if not part:
+                    break
+                raw += part
+            self.assertEqual(sub.wait(30), 130, raw)
+        finally:
+            os.close(master)
+            if slave >= 0:
+                os.close(slave)
+        producer.kill()
+        producer.wait()
+        lines = td.terminal_lines(raw)
+        said = [l for l in lines if "aural sub:" in l]
+        self.assertTrue(any("--from" in l for l in said), lines)
+        for l in said:
+            self.assertTrue(l.startswith("aural sub: "), lines)
         self.stop_clean(d)
 
     def test_unreachable_at_start(self):

@@ -147,6 +147,31 @@ def quiet_state(d, deadline_s=10):
             time.sleep(0.05)
 
 
+def terminal_lines(raw):
+    """The lines a terminal shows for raw (bytes written to it): \\r
+    returns to the line's start, ESC [ K erases to its end, other text
+    overwrites. The line not ended yet, if any, comes last."""
+    lines, line, col = [], [], 0
+    text = raw.decode()
+    i = 0
+    while i < len(text):
+        if text.startswith("\033[K", i):
+            del line[col:]
+            i += 3
+            continue
+        ch = text[i]
+        i += 1
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            lines.append("".join(line))
+            line, col = [], 0
+        else:
+            line[col:col + 1] = [ch]
+            col += 1
+    return lines + (["".join(line)] if line else [])
+
+
 def run(*args, check=True, timeout=60, **kw):
     p = subprocess.run(list(args), capture_output=True, text=True,
                        timeout=timeout, **kw)
@@ -829,26 +854,7 @@ class TestWords(DaemonTest):
             if slave >= 0:
                 os.close(slave)
         d.stop()
-        # The lines as the terminal shows them: \r returns to the line's
-        # start, ESC [ K erases to its end, other text overwrites.
-        lines, line, col = [], [], 0
-        text = raw.decode()
-        i = 0
-        while i < len(text):
-            if text.startswith("\033[K", i):
-                del line[col:]
-                i += 3
-                continue
-            ch = text[i]
-            i += 1
-            if ch == "\r":
-                col = 0
-            elif ch == "\n":
-                lines.append("".join(line))
-                line, col = [], 0
-            else:
-                line[col:col + 1] = [ch]
-                col += 1
+        lines = terminal_lines(raw)
         name = os.path.basename(inp)
         chunk_lines = [l for l in lines if "  #" in l]
         self.assertGreaterEqual(len(chunk_lines), 10, lines)
@@ -858,7 +864,7 @@ class TestWords(DaemonTest):
         self.assertTrue(any(re.match(r"^%s  \[ *[0-9.]+ - *[0-9.]+ s\] "
                                      r"\S" % re.escape(name), l)
                             for l in lines), lines)
-        self.assertIn("\033[K", text)  # a partial was shown and rewritten
+        self.assertIn(b"\033[K", raw)  # a partial was shown and rewritten
 
     def test_embeddings_subscriber_sees_no_words(self):
         """A client that does not ask for words never sees WORDS; one that

@@ -305,6 +305,7 @@ static void tell_resume(const cluster_sub *cs) {
   const char *name = cs->job->stream;
   unsigned long long id, one;
   if (sscanf(cs->after, "%llu-%llu", &id, &one) != 2) return;
+  sub_clear_partial(cs->job); /* the line is the caption's until now */
   unsigned long long from = one == 1 ? id + 1 : id;
   if (cs->job->last_seq >= 0)
     fprintf(stderr, "aural sub: %s: last chunk received %lld; resume after "
