@@ -891,15 +891,7 @@ class TestCluster(ClusterTest):
                 if r:
                     raw += os.read(master, 65536)
             sub.send_signal(signal.SIGINT)
-            while True:
-                r, _, _ = select.select([master], [], [], 10)
-                try:
-                    part = os.read(master, 65536) if r else b""
-                except OSError:  # EIO: the last writer closed it
-                    part = b""
-                if not part:
-                    break
-                raw += part
+            raw += td.read_pty(master, sub)
             self.assertEqual(sub.wait(30), 130, raw)
         finally:
             os.close(master)

@@ -172,6 +172,27 @@ def terminal_lines(raw):
     return lines + (["".join(line)] if line else [])
 
 
+def read_pty(master, proc, deadline_s=30):
+    """What comes out of a terminal's master side until its last writer
+    has closed the other (or proc has ended with nothing more there), or
+    deadline_s has passed."""
+    raw = b""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            try:
+                part = os.read(master, 65536)
+            except OSError:  # EIO: the last writer closed it
+                break
+            if not part:
+                break
+            raw += part
+        elif proc.poll() is not None:
+            break
+    return raw
+
+
 def run(*args, check=True, timeout=60, **kw):
     p = subprocess.run(list(args), capture_output=True, text=True,
                        timeout=timeout, **kw)
@@ -833,20 +854,7 @@ class TestWords(DaemonTest):
                 stderr=subprocess.PIPE)
             os.close(slave)
             slave = -1
-            raw = b""
-            end = time.monotonic() + 30
-            while time.monotonic() < end:
-                r, _, _ = select.select([master], [], [], 0.2)
-                if r:
-                    try:
-                        part = os.read(master, 65536)
-                    except OSError:  # EIO: the last writer closed it
-                        break
-                    if not part:
-                        break
-                    raw += part
-                elif sub.poll() is not None:
-                    break
+            raw = read_pty(master, sub)
             self.assertEqual(sub.wait(10), 0, sub.stderr.read())
             sub.stderr.close()
         finally:
@@ -865,6 +873,93 @@ class TestWords(DaemonTest):
                                      r"\S" % re.escape(name), l)
                             for l in lines), lines)
         self.assertIn(b"\033[K", raw)  # a partial was shown and rewritten
+
+    def test_caption_apart_from_a_server_error(self):
+        """A non-fatal ERROR while subscribed (aurald's 'out of memory
+        subscribing to NAME' as a stream starts) is said on stderr; on a
+        terminal it was glued to the partial caption standing on the line
+        ('NAME  ... the quickaural sub: aurald: ...'). A relay between
+        aural sub and aurald slips one in after the first WORDS with a
+        partial."""
+        inp = self.wav(5.0)
+        d = self.start("--hold", "--file", inp, "--exit-when-done",
+                       model=self.model)
+        relay_path = os.path.join(self.tmp, "relay.sock")
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(relay_path)
+        listener.listen(1)
+        listener.settimeout(30)
+
+        def pump(src, dst):  # client to aurald, as it comes
+            try:
+                while True:
+                    data = src.recv(65536)
+                    if not data:
+                        break
+                    dst.sendall(data)
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:  # the relay has closed both
+                pass
+
+        def relay():  # aurald to client, message by message
+            cl, _ = listener.accept()
+            up = socket.socket(socket.AF_UNIX)
+            up.connect(d.path)
+            threading.Thread(target=pump, args=(cl, up), daemon=True).start()
+            buf, injected, head = b"", False, ac.HEADER.size
+            try:
+                while True:
+                    data = up.recv(65536)
+                    if not data:
+                        break
+                    buf += data
+                    while len(buf) >= head:
+                        _, _, mtype, _, _, n = ac.HEADER.unpack_from(buf)
+                        if len(buf) < head + n:
+                            break
+                        msg, buf = buf[:head + n], buf[head + n:]
+                        cl.sendall(msg)
+                        if (mtype == ac.WORDS and not injected
+                                and json.loads(msg[head:])["partial"]):
+                            err = json.dumps({
+                                "code": 14, "name": "INTERNAL",
+                                "fatal": False, "message":
+                                "out of memory subscribing to x"}).encode()
+                            cl.sendall(ac.HEADER.pack(
+                                ac.MAGIC, ac.PROTOCOL_VERSION, ac.ERROR, 0,
+                                0, len(err)) + err)
+                            injected = True
+            except OSError:  # aural sub has ended and closed its side
+                pass
+            finally:
+                cl.close()
+                up.close()
+
+        t = threading.Thread(target=relay, daemon=True)
+        t.start()
+        master, slave = os.openpty()
+        try:
+            sub = subprocess.Popen(
+                [AURAL, "sub", "-s", relay_path, "--all", "--output",
+                 "words", "--until-end"],
+                stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+            os.close(slave)
+            slave = -1
+            raw = read_pty(master, sub)
+            self.assertEqual(sub.wait(10), 0, raw)
+        finally:
+            os.close(master)
+            if slave >= 0:
+                os.close(slave)
+        t.join(10)
+        listener.close()
+        d.stop()
+        lines = terminal_lines(raw)
+        said = [l for l in lines if "aural sub:" in l]
+        self.assertTrue(any("out of memory subscribing" in l for l in said),
+                        lines)
+        for l in said:
+            self.assertTrue(l.startswith("aural sub: "), lines)
 
     def test_embeddings_subscriber_sees_no_words(self):
         """A client that does not ask for words never sees WORDS; one that

@@ -900,6 +900,7 @@ static int run(sub_job *job) {
           code == AURAL_PROTO_ESHUTDOWN)
         return EXIT_DISCONNECTED;
       if (fatal) return kept(job, EXIT_FAIL);
+      sub_clear_partial(job);
       fprintf(stderr, "aural sub: %s\n", job->err);
       job->err[0] = '\0';
       break;
