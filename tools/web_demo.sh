@@ -33,7 +33,12 @@ cleanup() {
   wait "$daemon_pid" 2>/dev/null || true
   rm -rf "$dir"
 }
-trap cleanup EXIT INT TERM
+# Ctrl-C and SIGTERM end the script, and its end alone cleans up: a trap
+# of theirs that cleaned up returned into the script, which went on
+# without aurald, and cleaned up again at its end.
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 source tools/wait_daemon.sh
 wait_daemon "$daemon_pid" 300 curl -sf -o /dev/null "http://127.0.0.1:$port/healthz"
 url="http://127.0.0.1:$port/"

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # The scripts of tools/ a user runs (bench_load.sh, bench_compare.sh,
-# web_demo.sh, bench_offline.sh, cross_aarch64.sh, make_sample_recording.sh,
-# bench_cluster.py, bench_web_latency.py), as a user runs them: --help prints the whole
-# comment block that documents a shell script, and a bad command line is
-# refused (exit 2, one line) before anything is installed, built or
-# measured. The runs then go through stand-ins for setup, build, aural,
-# aurald and sox: in bench_load.sh a run that lost chunks is a row with
-# its count, and a Ctrl-C ends the run under way, skips the rest, prints
-# the table and stops the daemon (exit 130); bench_cluster.py and
-# bench_web_latency.py stop their aurald (and remove its directory) when
-# a run fails; bench_offline.sh, its sox failing halfway through a corpus
-# file, leaves no file under that name for a later run to take as made.
-# Nothing is left behind. The copies live under a path with a space in
-# it.
+# web_demo.sh, bench_offline.sh, cross_aarch64.sh,
+# make_sample_recording.sh, bench_cluster.py, bench_web_latency.py), as a
+# user runs them: --help prints the whole comment block that documents a
+# shell script, and a bad command line is refused (exit 2, one line)
+# before anything is installed, built or measured; bench_compare.sh's
+# model flags go on as given, --flag=VALUE too. The runs then go through
+# stand-ins for setup, build, aural, aurald, curl and sox: in
+# bench_load.sh a run that lost chunks is a row with its count, and a
+# Ctrl-C ends the run under way, skips the rest, prints the table and
+# stops the daemon (exit 130); web_demo.sh, interrupted while aurald
+# starts, stops it and ends (exit 130) without a word; bench_cluster.py
+# and bench_web_latency.py stop their aurald (and remove its directory)
+# when a run fails; bench_offline.sh, its sox failing halfway through a
+# corpus file, leaves no file under that name for a later run to take as
+# made. Nothing is left behind. The copies live under a path with a space
+# in it.
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 tmp=$(mktemp -d)
@@ -195,6 +198,39 @@ rc=0
 bad bench_compare.sh --layers=four
 bad bench_compare.sh --pos=
 echo "ok: bench_compare.sh takes --flag=VALUE"
+
+# web_demo.sh, Ctrl-C while aurald still starts (here its /healthz takes
+# long and fails): the INT trap ran the cleanup, which stopped aurald, and
+# the script went on; wait_daemon said 'aurald (pid N) exited before it
+# was ready' (exit 1), and the EXIT trap ran the cleanup again, its kill
+# aimed at a pid no longer aurald's. It ends 130, saying nothing.
+rm -f "$tmp/fake/aurald.pid"
+mkdir "$tmp/notready"
+printf '#!/bin/sh\nsleep 5\nexit 7\n' >"$tmp/notready/curl"
+chmod +x "$tmp/notready/curl"
+before=$(ls "$TMPDIR")
+PATH=$tmp/notready:$PATH /usr/bin/python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.setsid()
+os.execv(sys.argv[1], sys.argv[1:])' "$root/tools/web_demo.sh" 8089 \
+  >"$tmp/out" 2>"$tmp/err" &
+bench_pid=$!
+for ((i = 0; i < 200; i++)); do
+  [[ -s "$tmp/fake/aurald.pid" ]] && break
+  sleep 0.05
+done
+[[ -s "$tmp/fake/aurald.pid" ]] || fail "web_demo.sh started no aurald: $(cat "$tmp/err")"
+kill -INT -- "-$bench_pid"
+rc=0
+wait "$bench_pid" || rc=$?
+bench_pid=""
+[[ $rc -eq 130 ]] || fail "web_demo.sh interrupted: exit $rc, not 130: $(cat "$tmp/err")"
+[[ ! -s "$tmp/err" ]] || fail "web_demo.sh interrupted said: $(cat "$tmp/err")"
+if kill -0 "$(cat "$tmp/fake/aurald.pid")" 2>/dev/null; then
+  fail "web_demo.sh left its aurald running"
+fi
+[[ "$(ls "$TMPDIR")" == "$before" ]] || fail "web_demo.sh left its directory"
+echo "ok: web_demo.sh, interrupted while aurald starts, stops it and ends"
 
 # bench_cluster.py: 'aural load' fails in the first run; aurald goes too.
 rm -f "$tmp/fake/aurald.pid"
