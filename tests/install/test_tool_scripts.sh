@@ -134,7 +134,8 @@ case \$1 in
       1) report 1 0 false ;;
       2) report 2 5 false; exit 3 ;;
       5) exit 1 ;;
-      3) trap 'report 3 0 true; exit 130' INT
+      3) # Its sleep, a background job, ignores SIGINT: killed here.
+         trap 'kill \$! 2>/dev/null; report 3 0 true; exit 130' INT
          : >"$tmp/fake/waiting"
          sleep 30 & wait ;;
     esac ;;
