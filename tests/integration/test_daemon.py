@@ -3392,19 +3392,30 @@ class TestMicrophone(DaemonTest):
     real time, so --hold starts the capture when the subscriber arrives and
     it sees the stream from its first sample."""
 
-    def test_mic_chunks_match_offline_encoding(self):
+    def file_device_env(self, infile=None, silence_bytes=0):
+        """An environment in which ALSA has the input device aural_test:
+        its file plugin reading infile (raw samples; else a new file of
+        silence_bytes zeros) over a null slave, from the .asoundrc of a
+        HOME of its own."""
         home = os.path.join(self.tmp, "home")
         os.mkdir(home)
+        if infile is None:
+            infile = os.path.join(self.tmp, "in.raw")
+            with open(infile, "wb") as f:
+                f.write(bytes(silence_bytes))
+        with open(os.path.join(home, ".asoundrc"), "w") as f:
+            f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
+                    ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
+                    % infile)
+        return dict(os.environ, HOME=home)
+
+    def test_mic_chunks_match_offline_encoding(self):
         ref = os.path.join(self.tmp, "ref.wav")
         raw = os.path.join(self.tmp, "in.raw")
         run("sox", SAMPLE, "-r", "44100", "-e", "floating-point", "-b", "32",
             "-c", "1", ref, "trim", "0", "5")
         run("sox", ref, "-t", "raw", raw)
-        with open(os.path.join(home, ".asoundrc"), "w") as f:
-            f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
-                    ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
-                    % raw)
-        env = dict(os.environ, HOME=home)
+        env = self.file_device_env(raw)
         p = run(AURALD, "--list-devices", env=env)
         self.assertIn("aural_test", p.stdout)
         d = self.start("--mic=aural_test", "--hold", env=env)
@@ -3433,7 +3444,6 @@ class TestMicrophone(DaemonTest):
         self.assertEqual(mic["source"], "mic")
         self.assertGreaterEqual(mic["frames"], 450)
 
-
     def test_audio_libraries_say_nothing_past_the_log(self):
         """PortAudio's start lists every device: alsa-lib and libjack then
         wrote their own complaints to stderr ('ALSA lib confmisc.c:855:
@@ -3443,16 +3453,7 @@ class TestMicrophone(DaemonTest):
         time and level, at every start and every try of a lost device.
         They are debug lines of aurald's log now, and --list-devices
         prints its list alone."""
-        home = os.path.join(self.tmp, "home")
-        os.mkdir(home)
-        raw = os.path.join(self.tmp, "in.raw")
-        with open(raw, "wb") as f:
-            f.write(bytes(64000))
-        with open(os.path.join(home, ".asoundrc"), "w") as f:
-            f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
-                    ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
-                    % raw)
-        env = dict(os.environ, HOME=home)
+        env = self.file_device_env(silence_bytes=64000)
         listed = run(AURALD, "--list-devices", env=env)
         self.assertIn("aural_test", listed.stdout)
         self.assertEqual(listed.stderr, "")
@@ -3496,17 +3497,8 @@ class TestMicrophone(DaemonTest):
         its file delivers silence as fast as the CPU allows, which
         overruns the ring: the log must say so, once at first and then
         at most once a minute."""
-        home = os.path.join(self.tmp, "home")
-        os.mkdir(home)
-        raw = os.path.join(self.tmp, "in.raw")
-        with open(raw, "wb") as f:
-            f.write(bytes(4 * 4410))
-        with open(os.path.join(home, ".asoundrc"), "w") as f:
-            f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
-                    ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
-                    % raw)
         d = self.start("--mic=aural_test", "--hold",
-                       env=dict(os.environ, HOME=home))
+                       env=self.file_device_env(silence_bytes=4 * 4410))
         with ac.Client(d.path, timeout=20) as c:
             c.subscribe("mic")  # releases the capture
             log = d.wait_text("capture overrun", 10)
@@ -3524,16 +3516,7 @@ class TestMicrophone(DaemonTest):
     def test_config_mic_number_is_a_device(self):
         """"mic = N" in the config file is device N, as --mic=N: "mic = 0"
         and "mic = 1" were taken for no and yes."""
-        home = os.path.join(self.tmp, "home")
-        os.mkdir(home)
-        raw = os.path.join(self.tmp, "in.raw")
-        with open(raw, "wb") as f:
-            f.write(bytes(64000))
-        with open(os.path.join(home, ".asoundrc"), "w") as f:
-            f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
-                    ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
-                    % raw)
-        env = dict(os.environ, HOME=home)
+        env = self.file_device_env(silence_bytes=64000)
         listed = run(AURALD, "--list-devices", env=env).stdout
         index = re.search(r"^ +(\d+)  aural_test ", listed, re.M).group(1)
         conf = os.path.join(self.tmp, "mic.conf")
@@ -3550,19 +3533,13 @@ class TestMicrophone(DaemonTest):
         FIFO that holds one second of silence; returns the daemon and the
         FIFO's writing end (non-blocking), which the caller closes at the
         end: that unblocks the capture thread's read."""
-        home = os.path.join(self.tmp, "home")
-        os.mkdir(home)
         fifo = os.path.join(self.tmp, "in.fifo")
         os.mkfifo(fifo)
         wfd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
         try:
             os.write(wfd, b"\0" * 4 * 44100)
-            with open(os.path.join(home, ".asoundrc"), "w") as f:
-                f.write('pcm.aural_test {\n type file\n slave.pcm "null"\n'
-                        ' file "/dev/null"\n infile "%s"\n format "raw"\n}\n'
-                        % fifo)
             d = self.start("--mic=aural_test", "--hold",
-                           env=dict(os.environ, HOME=home))
+                           env=self.file_device_env(fifo))
         except BaseException:
             os.close(wfd)
             raise
