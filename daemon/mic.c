@@ -150,13 +150,20 @@ static void source_unref(struct mic_source *m) {
  * them (or not: a PortAudio built without JACK), so aurald links neither.
  * Set before each Pa_Initialize; setting them again is harmless. */
 
+/* Any thread that calls into alsa-lib may get here: the loop, a worker
+ * reopening the device, PortAudio's capture thread. Below the
+ * debug level it returns before any formatting; at it, it costs what a
+ * log line from a worker costs (one short lock). */
 static void on_alsa_message(const char *file, int line, const char *function,
                             int err, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
+  if (atomic_load(&aurald_log_level) < LOG_DEBUG) return;
+  char msg[512] = "";
+  if (fmt != NULL) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+  }
   log_debug("ALSA: %s:%d (%s) %s%s%s", file ? file : "?", line,
             function ? function : "?", msg, err ? ": " : "",
             err ? strerror(err < 0 ? -err : err) : "");
