@@ -418,7 +418,9 @@ static void test_help(void **state) {
  * and a socket under XDG_RUNTIME_DIR with a uid of seven digits. */
 static void test_help_fits_80_columns(void **state) {
   fixture *fx = *state;
-  char *model = strdup(getenv("AURAL_MODEL"));
+  const char *model_was = getenv("AURAL_MODEL");
+  assert_non_null(model_was);
+  char *model = strdup(model_was);
   const char *socket = getenv("AURAL_SOCKET");
   char *socket_was = socket ? strdup(socket) : NULL;
   assert_non_null(model);
@@ -434,8 +436,9 @@ static void test_help_fits_80_columns(void **state) {
     for (const char *line = fx->out; *line != '\0' && !wide[0];) {
       size_t n = strcspn(line, "\n");
       if (n > 80)
-        snprintf(wide, sizeof wide, "aural %s --help: a line of %zu columns: %.*s",
-                 cmds[i], n, (int)n, line);
+        snprintf(wide, sizeof wide,
+                 "aural %s --help: a line of %zu columns: %.*s", cmds[i], n,
+                 (int)n, line);
       line += n + (line[n] == '\n');
     }
   }
