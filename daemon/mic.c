@@ -170,7 +170,7 @@ static void on_alsa_message(const char *file, int line, const char *function,
 }
 
 static void on_jack_message(const char *msg) {
-  log_debug("JACK: %s", msg);
+  log_debug("JACK: %s", msg != NULL ? msg : "?");
 }
 
 static void quiet_audio_libraries(void) {
