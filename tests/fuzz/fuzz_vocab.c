@@ -13,7 +13,7 @@
  *   - aural_g2p_check_word accepts a word exactly when it is 1..64 bytes
  *     of UTF-8 (no overlong form, surrogate or code point above U+10FFFF)
  *     without C0 or C1 controls, DEL, space or comma, not starting with
- *     '#';
+ *     '#' or U+FEFF;
  *   - a list with a word it refuses is refused by aural_g2p_lexicon with
  *     AURAL_EINVAL;
  *   - a failure returns a negative code, leaves *out NULL and says
@@ -88,7 +88,8 @@ static size_t utf8_char(const uint8_t *p, size_t n) {
 /* aural_g2p_check_word's contract, from scratch. */
 static bool word_ok(const char *w) {
   size_t n = strlen(w);
-  if (n == 0 || n > 64 || w[0] == '#') return false;
+  if (n == 0 || n > 64 || w[0] == '#' || strncmp(w, "\xef\xbb\xbf", 3) == 0)
+    return false;
   for (size_t i = 0; i < n;) {
     const uint8_t *p = (const uint8_t *)w + i;
     size_t k = utf8_char(p, n - i);
