@@ -1001,16 +1001,44 @@ static void on_checkpoint(redisAsyncContext *ac, void *r, void *priv) {
   if (command(cl->cmd, on_resume_entry, st, 6, argv) < 0) starting_done(st);
 }
 
+/* An announcement's field `name` into buf, NUL-terminated ("" when the
+ * announcement has none); false (with why) when its value is no string
+ * of fewer than cap bytes without a NUL byte. Read as absent, such a
+ * value would be ignored (a vocabulary) or named as "" (a rate), and one
+ * cut at a NUL byte would be another value ("s16\0junk", a stream name
+ * whose keys are not the producer's). */
+static bool field_text(const redisReply *fields, const char *name, char *buf,
+                       size_t cap, char *why, size_t why_len) {
+  const redisReply *v = field(fields, name);
+  buf[0] = '\0';
+  if (v == NULL) return true;
+  if (v->type != REDIS_REPLY_STRING || v->len >= cap ||
+      memchr(v->str, '\0', v->len) != NULL) {
+    snprintf(why, why_len,
+             "%s is not text of at most %zu bytes without a NUL byte", name,
+             cap - 1);
+    return false;
+  }
+  memcpy(buf, v->str, v->len);
+  buf[v->len] = '\0';
+  return true;
+}
+
 /* Reads an announcement's fields; false (with why) when they are bad. */
 static bool parse_announcement(const redisReply *fields, starting *st,
                                char *why, size_t why_len) {
   char buf[64];
-  str_of(field(fields, "name"), st->name, sizeof st->name);
+  if (!field_text(fields, "name", st->name, sizeof st->name, why, why_len))
+    return false;
   if (!aural_cluster_valid_name(st->name)) {
     snprintf(why, why_len, "bad stream name \"%s\"", st->name);
     return false;
   }
   char *end;
+  if (!field_text(fields, "rate", buf, sizeof buf, why, why_len) ||
+      !field_text(fields, "channels", buf, sizeof buf, why, why_len) ||
+      !field_text(fields, "format", buf, sizeof buf, why, why_len))
+    return false;
   st->rate = strtod(str_of(field(fields, "rate"), buf, sizeof buf), &end);
   if (*end != '\0' || !(st->rate >= 1000 && st->rate <= 768000)) {
     snprintf(why, why_len, "rate \"%s\" is not 1000..768000 Hz", buf);
@@ -1041,7 +1069,9 @@ static bool parse_vocabulary(server *srv, const redisReply *fields,
   char list[AURAL_PROTO_VOCAB_MAX * (AURAL_PROTO_VOCAB_WORD_MAX + 1) + 1];
   char buf[64], *end;
   st->boost = -1;
-  str_of(field(fields, "vocabulary"), list, sizeof list);
+  if (!field_text(fields, "vocabulary", list, sizeof list, why, why_len) ||
+      !field_text(fields, "boost", buf, sizeof buf, why, why_len))
+    return false;
   if (list[0] == '\0') return true;
   if (srv->lexicon == NULL || srv->g2p == NULL) {
     log_warn("cluster stream \"%s\": custom words ignored: this node has "

@@ -349,8 +349,10 @@ static int map_pron(const aural_g2p *g, const dialect *d, const char *word,
 }
 
 /* A word as given: 1..64 bytes of UTF-8 with no space, comma or control
- * byte, and not starting with '#': in the lexicon text the word becomes,
- * such a line is a comment (the word would vanish without a word said). */
+ * byte, and not starting with '#' or a byte order mark (U+FEFF): in the
+ * lexicon text the word becomes, the first is a comment (the word would
+ * vanish without a word said) and the second, at the start of the text,
+ * is skipped as a file's (the decoder would say the word without it). */
 int aural_g2p_check_word(const char *w, aural_err *err) {
   if (w == NULL)
     return aural__err_set(err, AURAL_EINVAL, "custom words: no word given");
@@ -362,6 +364,11 @@ int aural_g2p_check_word(const char *w, aural_err *err) {
     return aural__err_set(err, AURAL_EINVAL,
                           "custom words: \"%.64s\" starts with '#' (a "
                           "lexicon's comments do)",
+                          w);
+  if (n >= 3 && memcmp(w, "\xef\xbb\xbf", 3) == 0)
+    return aural__err_set(err, AURAL_EINVAL,
+                          "custom words: \"%.64s\" starts with a byte order "
+                          "mark (U+FEFF)",
                           w);
   for (size_t i = 0; i < n;) {
     size_t k = aural__utf8_len((const unsigned char *)w + i, n - i);

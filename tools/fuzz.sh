@@ -32,33 +32,58 @@ else
 fi
 
 # shellcheck disable=SC2207
-libs=($(pkg-config --cflags --libs fftw3 soxr sndfile espeak-ng zlib))
+libs=($(pkg-config --libs fftw3 soxr sndfile espeak-ng zlib))
+# shellcheck disable=SC2054,SC2207
 cflags=(-std=c11 -D_DEFAULT_SOURCE -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-        -Ilib -Ilib/include -Iproto/include)
+        -Ilib -Ilib/include -Iproto/include
+        $(pkg-config --cflags fftw3 soxr sndfile espeak-ng zlib))
 
-# The library and protocol sources, compiled into each target with the
-# sanitizers.
-srcs=(lib/*.c proto/*.c)
+# Each source is compiled once into $out/obj/ (again when it, or any
+# header of lib/, proto/ or daemon/, is newer than its object), and the
+# targets are linked from there: with the fuzzer's instrumentation,
+# lib/linalg.c alone takes minutes to compile.
+mkdir -p "$out/obj"
+# shellcheck disable=SC2012
+newest_header=$(ls -t lib/*.h lib/include/*.h lib/include/aural/*.h \
+                proto/include/aural/*.h daemon/*.h | head -n 1)
+objects=()
+compile() { # compile SRC [FLAGS...]: appends its object to objects
+  local src=$1 obj
+  shift
+  obj=$out/obj/$(echo "$src" | tr / _).o
+  if [[ ! -f $obj || $src -nt $obj || $newest_header -nt $obj ]]; then
+    "$cc" "${cflags[@]}" "$@" -c "$src" -o "$obj"
+  fi
+  objects+=("$obj")
+}
 
 for t in "${targets[@]}"; do
   echo "== fuzz_$t: building"
+  objects=()
   extra=()
   if [[ $t == daemon ]]; then
     # The daemon's connection handling, without its main().
     # shellcheck disable=SC2207
-    extra=($(ls daemon/*.c | grep -v 'daemon/main.c')
-           -DAURAL_SOURCE_WEB='"web"' -DAURAL_INSTALLED_WEB='"web"'
-           $(pkg-config --cflags --libs libuv portaudio-2.0 libwebsockets hiredis))
+    extra=($(pkg-config --cflags --libs libuv portaudio-2.0 libwebsockets \
+             hiredis))
+    # shellcheck disable=SC2207
+    dflags=(-DAURAL_SOURCE_WEB='"web"' -DAURAL_INSTALLED_WEB='"web"'
+            $(pkg-config --cflags libuv portaudio-2.0 libwebsockets hiredis))
+    for src in daemon/*.c; do
+      [[ $src == daemon/main.c ]] || compile "$src" "${dflags[@]}"
+    done
   elif [[ $t == web ]]; then
     # What the daemon checks of HTTP and WebSocket peers itself.
-    # shellcheck disable=SC2207
-    extra=(daemon/webguard.c -Idaemon)
+    compile daemon/webguard.c -Idaemon
   fi
-  tsrcs=("${srcs[@]}")
-  [[ $t == web ]] && tsrcs=(proto/*.c) # the codec's header decoder only
-  "$cc" "${cflags[@]}" "tests/fuzz/fuzz_$t.c" "${tsrcs[@]}" "${extra[@]}" \
-    -o "$out/fuzz_$t" "${libs[@]}" -lfftw3_threads -lm -lpthread
+  # The library and protocol sources (the codec's alone for web: its
+  # header decoder).
+  srcs=(lib/*.c proto/*.c)
+  [[ $t == web ]] && srcs=(proto/*.c)
+  for src in "${srcs[@]}"; do compile "$src"; done
+  "$cc" "${cflags[@]}" "tests/fuzz/fuzz_$t.c" -Idaemon "${objects[@]}" \
+    "${extra[@]}" -o "$out/fuzz_$t" "${libs[@]}" -lfftw3_threads -lm -lpthread
 done
 
 failed=0

@@ -785,6 +785,14 @@ class TestCluster(ClusterTest):
         self.r.xadd("aural:announce", {
             "name": "many", "rate": 16000, "channels": 1, "format": "s16",
             "vocabulary": ",".join("w%d" % i for i in range(65))})
+        # A field too long to hold, or with a NUL byte, is refused: not
+        # read as absent (no custom words) or cut short at the NUL.
+        self.r.xadd("aural:announce", {
+            "name": "long", "rate": 16000, "channels": 1, "format": "s16",
+            "vocabulary": ",".join("w%063d" % i for i in range(65))})
+        self.r.xadd("aural:announce", {
+            "name": "nul", "rate": 16000, "channels": 1,
+            "format": b"s16\0x"})
         self.r.xadd("aural:announce", {
             "name": "named", "rate": 16000, "channels": 1, "format": "s16",
             "vocabulary": "Dashwood,Kubernetes", "boost": "4"})
@@ -796,6 +804,9 @@ class TestCluster(ClusterTest):
         self.assertEqual(ended[b"named"][b"reason"], b"eof")
         self.assertEqual(ended[b"many"][b"reason"], b"error")
         self.assertIn(b"more than 64", ended[b"many"][b"message"])
+        for name, what in [(b"long", b"vocabulary"), (b"nul", b"format")]:
+            self.assertEqual(ended[name][b"reason"], b"error")
+            self.assertIn(what + b" is not text", ended[name][b"message"])
         self.stop_clean(d)
 
     def test_rates_and_channels(self):

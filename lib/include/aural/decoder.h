@@ -188,10 +188,11 @@ void aural_g2p_destroy(aural_g2p *g);
 
 /* The lexicon of n words (each 1..64 bytes of UTF-8 without spaces,
  * commas or control characters, not starting with '#', which starts a
- * lexicon's comments; n <= 1024), spelled as given: the word a
- * decoder then outputs. Errors name the word (one espeak-ng cannot say, or
- * with a phoneme the map lacks); no map, words or out pointer is
- * AURAL_EINVAL. For aural_decoder_config.boost_words. */
+ * lexicon's comments, or U+FEFF, a file's byte order mark; n <= 1024),
+ * spelled as given: the word a decoder then outputs. Errors name the word
+ * (one espeak-ng cannot say, or with a phoneme the map lacks); no map,
+ * words or out pointer is AURAL_EINVAL. For
+ * aural_decoder_config.boost_words. */
 int aural_g2p_lexicon(const aural_g2p *g, const char *const *words, size_t n,
                       aural_lexicon **out, aural_err *err);
 /* The same as lexicon text ("word<TAB>tok tok ...\n" per pronunciation),
