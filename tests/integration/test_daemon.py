@@ -694,10 +694,21 @@ cat\tK AE T
 LM_WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog",
             "a", "stream", "encoder", "turns", "every", "ten", "millisecond",
             "milliseconds", "of", "sound", "into", "frame", "frames", "cat"]
-LM = ("\\data\\\nngram 1=%d\nngram 2=2\n\n\\1-grams:\n-1.0\t<s>\t-0.3\n"
-      "-1.0\t</s>\n" % (len(LM_WORDS) + 2)
-      + "".join("-1.5\t%s\n" % w for w in LM_WORDS)
-      + "\n\\2-grams:\n-0.5\t<s> the\n-0.3\tthe quick\n\n\\end\\\n")
+
+
+def arpa(words):
+    """An ARPA LM over words: each unigram -1.5, and the bigrams "<s> the"
+    and "the quick" where words has theirs."""
+    bigrams = [(p, b) for p, b in ((-0.5, "<s> the"), (-0.3, "the quick"))
+               if all(w in words or w == "<s>" for w in b.split())]
+    return ("\\data\\\nngram 1=%d\nngram 2=%d\n\n\\1-grams:\n"
+            "-1.0\t<s>\t-0.3\n-1.0\t</s>\n" % (len(words) + 2, len(bigrams))
+            + "".join("-1.5\t%s\n" % w for w in words)
+            + "\n\\2-grams:\n" + "".join("%g\t%s\n" % pb for pb in bigrams)
+            + "\n\\end\\\n")
+
+
+LM = arpa(LM_WORDS)
 
 
 class TestWords(DaemonTest):
@@ -998,19 +1009,18 @@ class TestWords(DaemonTest):
                 self.assertTrue(0.0 <= w.confidence <= 1.0)
         self.stop_clean(d)
 
-    def custom_model(self):
-        """The default model beside a lexicon and an LM without "fox", and
-        the g2p map that pronounces custom words."""
-        cdir = os.path.join(self.tmp, "custom")
+    def custom_model(self, drop=("fox",)):
+        """The default model beside a lexicon and an LM without the words
+        of drop, and the g2p map that pronounces custom words."""
+        cdir = os.path.join(self.tmp, "custom-" + "-".join(drop))
         os.makedirs(cdir, exist_ok=True)
         model = os.path.join(cdir, "m.safetensors")
         os.symlink(os.path.abspath(DEFAULT), model)
         with open(os.path.join(cdir, "m.lexicon.txt"), "w") as f:
             f.write("".join(l + "\n" for l in LEXICON.splitlines()
-                            if not l.startswith("fox\t")))
+                            if l.split("\t")[0] not in drop))
         with open(os.path.join(cdir, "m.lm.arpa"), "w") as f:
-            f.write(LM.replace("-1.5\tfox\n", "").replace(
-                "ngram 1=%d" % (len(LM_WORDS) + 2), "ngram 1=%d" % (len(LM_WORDS) + 1)))
+            f.write(arpa([w for w in LM_WORDS if w not in drop]))
         shutil.copyfile(os.path.join(HERE, "..", "..", "models", "default.g2p.txt"),
                         os.path.join(cdir, "m.g2p.txt"))
         return model
@@ -1060,6 +1070,46 @@ class TestWords(DaemonTest):
                 self.assertAlmostEqual(end, want[len(got) - 1]["end"],
                                        delta=0.0015)
             self.assertEqual(got, [w["word"] for w in want], fmt)
+
+    def test_subtitle_cues_count_characters(self):
+        """The 84 a cue may hold are characters, as aural(1) says, not
+        bytes: a cue of custom words spelled with accents (two bytes each
+        in UTF-8) was cut a word early. Each cue is as long as the
+        limits allow: the next word of its segment would take it past 84
+        characters or 7 s."""
+        accented = {"quick": "qu\u00edck", "brown": "br\u00f3wn",
+                    "fox": "F\u00f3x", "jumps": "j\u00famps",
+                    "lazy": "l\u00e1zy", "dog": "d\u00f3g"}
+        model = self.custom_model(drop=tuple(accented))
+        inp = os.path.join(self.tmp, "talk.wav")
+        run("sox", SAMPLE, "-r", "16000", "-b", "16", inp, "repeat", "3")
+        base = ("encode", "-q", "-m", model, "--output", "words",
+                "--vocabulary", ",".join(accented.values()), inp)
+        segs = [[(w["word"], w["start"], w["end"]) for w in seg["words"]]
+                for seg in json.loads(run(AURAL, *base, "--format",
+                                          "json").stdout)["segments"]]
+        said = [w for seg in segs for w, _, _ in seg]
+        self.assertGreaterEqual(sum(w in accented.values() for w in said),
+                                12, said)
+        cues = run(AURAL, *base, "--format", "srt").stdout
+        cues = [b.split("\n")[2:] for b in cues.strip("\n").split("\n\n")]
+        at = 0
+        for seg in segs:
+            i = 0
+            while i < len(seg):
+                cue = cues[at]
+                at += 1
+                words = " ".join(cue).split()
+                self.assertEqual(words, [w for w, _, _ in seg[i:i + len(words)]])
+                text = " ".join(words)
+                self.assertLessEqual(len(text), 84, text)
+                i += len(words)
+                if i < len(seg):
+                    longer = len(text) + 1 + len(seg[i][0])
+                    span = seg[i][2] - seg[i - len(words)][1]
+                    self.assertTrue(longer > 84 or span > 7.0,
+                                    "cut early: %r + %r" % (text, seg[i][0]))
+        self.assertEqual(at, len(cues))
 
     def test_vtt_escapes_custom_words_markup(self):
         """aural encode --format vtt writes a custom word's '<', '>' and

@@ -287,12 +287,19 @@ static void put_cue_word(FILE *to, const char *s, bool vtt) {
 /* Subtitle cues. A final segment lasts up to the decoder's
  * endpoint_max_s (20 s of continuous speech, some 60 words), more than a
  * reader takes in from one cue: it is cut at word boundaries into cues of
- * at most CUE_MAX_BYTES of text and CUE_MAX_S, as subtitles are usually
- * held to (two lines of 42 characters, 7 s). A word longer than that is
- * a cue of its own. Each cue runs from its first word's start to its
- * last word's end. */
-#define CUE_MAX_BYTES 84
+ * at most CUE_MAX_CHARS characters of text and CUE_MAX_S, as subtitles
+ * are usually held to (two lines of 42 characters, 7 s). A word longer
+ * than that is a cue of its own. Each cue runs from its first word's start
+ * to its last word's end. */
+#define CUE_MAX_CHARS 84
 #define CUE_MAX_S 7.0
+
+/* Characters of UTF-8 text s: its bytes but for continuation bytes. */
+static size_t utf8_chars(const char *s) {
+  size_t n = 0;
+  for (; *s != '\0'; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+  return n;
+}
 
 static void write_cue(const words_run *w, FILE *to, bool vtt, size_t from,
                       size_t to_word, size_t number) {
@@ -316,14 +323,14 @@ static void write_cues(const words_run *w, FILE *to, bool vtt) {
   for (size_t k = 0; k < w->n_segs; k++) {
     size_t end = w->seg_end[k];
     for (size_t i = at; i < end;) {
-      size_t j = i + 1, bytes = strlen(w->words[i].text);
+      size_t j = i + 1, chars = utf8_chars(w->words[i].text);
       for (; j < end; j++) {
-        size_t more = bytes + 1 + strlen(w->words[j].text);
+        size_t more = chars + 1 + utf8_chars(w->words[j].text);
         double span_s =
             (double)(w->words[j].end_frame - w->words[i].start_frame) *
             w->frame_s;
-        if (more > CUE_MAX_BYTES || span_s > CUE_MAX_S) break;
-        bytes = more;
+        if (more > CUE_MAX_CHARS || span_s > CUE_MAX_S) break;
+        chars = more;
       }
       write_cue(w, to, vtt, i, j, ++cue);
       i = j;
