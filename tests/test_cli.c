@@ -1546,9 +1546,11 @@ static int spawn_on_terminal(char *const *argv, int close_fd, pid_t *pid) {
  * stderr on a pseudo-terminal, and returns its exit status; *screen gets
  * the lines as the terminal shows them (free it): a carriage return goes
  * back to the line's start, ESC [ K erases to its end. *percent tells
- * whether a '%' was written at all, even one erased later. */
+ * whether a '%' was written at all, even one erased later. The first line
+ * that holds cue (unless NULL) has a byte written to cue_fd as it comes,
+ * for a test whose next step waits for it. */
 static int run_on_terminal(const char *const *args, char **screen,
-                           int *percent) {
+                           int *percent, const char *cue, int cue_fd) {
   char *argv[MAX_ARGS + 2];
   argv[0] = (char *)aural_bin();
   size_t n = 0;
@@ -1583,6 +1585,10 @@ static int run_on_terminal(const char *const *args, char **screen,
       } else if (c == '\r') {
         col = 0;
       } else if (c == '\n') {
+        if (cue != NULL && memmem(line, line_len, cue, strlen(cue)) != NULL) {
+          assert_int_equal(write(cue_fd, "", 1), 1);
+          cue = NULL;
+        }
         assert_true(len + line_len + 2 < cap);
         memcpy(out + len, line, line_len);
         len += line_len;
@@ -1619,7 +1625,8 @@ static void test_encode_text_lines_apart_from_progress(void **state) {
   for (size_t r = 0; r < 2; r++) {
     char *screen;
     int percent;
-    assert_int_equal(run_on_terminal(runs[r], &screen, &percent), 0);
+    assert_int_equal(run_on_terminal(runs[r], &screen, &percent, NULL, -1),
+                     0);
     print_message("    screen:\n%s", screen);
     assert_true(percent); /* the progress line was drawn */
     assert_contains(screen, "[   0.00 s]");
@@ -1666,7 +1673,7 @@ static void test_encode_progress_of_unknown_length(void **state) {
   const char *args[] = {"encode", "-o", out, fifo, NULL};
   char *screen;
   int percent;
-  int status = run_on_terminal(args, &screen, &percent);
+  int status = run_on_terminal(args, &screen, &percent, NULL, -1);
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
   print_message("    screen:\n%s", screen);
@@ -2001,7 +2008,7 @@ static void test_encode_batch_fifo_waits_interrupted(void **state) {
  * FIFO input came while the progress bar stood on the line, and was glued
  * to it ("[####....] 2/4 files, ... 140x real timeaural encode: waiting
  * for a writer on FIFO ..."). It has a line of its own; the writer comes
- * a second later. */
+ * once the notice is on the screen (within 20 s, else the test fails). */
 static void test_encode_batch_fifo_notice_apart_from_progress(void **state) {
   fixture *fx = *state;
   char a[PATH_BYTES], fifo[PATH_BYTES];
@@ -2010,10 +2017,14 @@ static void test_encode_batch_fifo_notice_apart_from_progress(void **state) {
   char *bytes = copy_speech(a, &len);
   input_path(fifo, fx, "b.wav");
   assert_int_equal(mkfifo(fifo, 0600), 0);
+  int cue[2];
+  assert_int_equal(pipe2(cue, O_CLOEXEC), 0);
   pid_t writer = fork();
   assert_true(writer >= 0);
   if (writer == 0) {
-    sleep_ms(1000);
+    close(cue[1]);
+    struct pollfd p = {.fd = cue[0], .events = POLLIN};
+    poll(&p, 1, 20000);
     int fd = open(fifo, O_WRONLY);
     for (size_t at = 0; fd >= 0 && at < len;) {
       ssize_t k = write(fd, bytes + at, len - at);
@@ -2022,11 +2033,14 @@ static void test_encode_batch_fifo_notice_apart_from_progress(void **state) {
     }
     _exit(0);
   }
+  close(cue[0]);
   const char *args[] = {"encode", "-j", "2", "-o", fx->out_dir, a, fifo,
                         NULL};
   char *screen;
   int percent;
-  int status = run_on_terminal(args, &screen, &percent);
+  int status =
+      run_on_terminal(args, &screen, &percent, "waiting for a writer", cue[1]);
+  close(cue[1]);
   kill(writer, SIGKILL);
   waitpid(writer, NULL, 0);
   free(bytes);
