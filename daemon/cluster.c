@@ -1085,10 +1085,17 @@ static bool parse_vocabulary(server *srv, const redisReply *fields,
       return false;
     }
   }
+  /* Each word between commas, none empty (as a client's: "a,,b" or ","
+   * is a mistake, not fewer words). */
   const char *words[AURAL_PROTO_VOCAB_MAX];
   size_t n = 0;
-  for (char *save = NULL, *w = strtok_r(list, ",", &save); w != NULL;
-       w = strtok_r(NULL, ",", &save)) {
+  for (char *w = list, *comma = list; comma != NULL; w = comma + 1) {
+    comma = strchr(w, ',');
+    if (comma != NULL) *comma = '\0';
+    if (*w == '\0') {
+      snprintf(why, why_len, "an empty custom word in the vocabulary");
+      return false;
+    }
     if (n == AURAL_PROTO_VOCAB_MAX) {
       snprintf(why, why_len, "more than %d custom words",
                AURAL_PROTO_VOCAB_MAX);
@@ -1097,7 +1104,7 @@ static bool parse_vocabulary(server *srv, const redisReply *fields,
     words[n++] = w;
   }
   aural_err err = {0};
-  if (n > 0 && aural_g2p_lexicon(srv->g2p, words, n, &st->custom, &err) < 0) {
+  if (aural_g2p_lexicon(srv->g2p, words, n, &st->custom, &err) < 0) {
     snprintf(why, why_len, "%s", err.msg);
     return false;
   }
