@@ -1035,24 +1035,24 @@ static bool parse_announcement(const redisReply *fields, starting *st,
     return false;
   }
   char *end;
-  if (!field_text(fields, "rate", buf, sizeof buf, why, why_len) ||
-      !field_text(fields, "channels", buf, sizeof buf, why, why_len) ||
-      !field_text(fields, "format", buf, sizeof buf, why, why_len))
+  if (!field_text(fields, "rate", buf, sizeof buf, why, why_len))
     return false;
-  st->rate = strtod(str_of(field(fields, "rate"), buf, sizeof buf), &end);
+  st->rate = strtod(buf, &end);
   if (*end != '\0' || !(st->rate >= 1000 && st->rate <= 768000)) {
     snprintf(why, why_len, "rate \"%s\" is not 1000..768000 Hz", buf);
     return false;
   }
   uint64_t ch;
-  if (!parse_u64(str_of(field(fields, "channels"), buf, sizeof buf), &ch) ||
-      ch < 1 || ch > AURAL_MAX_CHANNELS) {
+  if (!field_text(fields, "channels", buf, sizeof buf, why, why_len))
+    return false;
+  if (!parse_u64(buf, &ch) || ch < 1 || ch > AURAL_MAX_CHANNELS) {
     snprintf(why, why_len, "channels \"%s\" is not 1..%d", buf,
              AURAL_MAX_CHANNELS);
     return false;
   }
   st->channels = (int)ch;
-  str_of(field(fields, "format"), buf, sizeof buf);
+  if (!field_text(fields, "format", buf, sizeof buf, why, why_len))
+    return false;
   if (strcmp(buf, "s16") != 0 && strcmp(buf, "f32") != 0) {
     snprintf(why, why_len, "format \"%s\" is not s16 or f32", buf);
     return false;
@@ -1078,17 +1078,24 @@ static bool parse_vocabulary(server *srv, const redisReply *fields,
              "no %s", st->name, srv->lexicon == NULL ? "lexicon" : "g2p map");
     return true;
   }
-  if (str_of(field(fields, "boost"), buf, sizeof buf)[0] != '\0') {
+  if (buf[0] != '\0') {
     st->boost = strtod(buf, &end);
     if (*end != '\0' || !(st->boost >= 0 && st->boost <= 100)) {
       snprintf(why, why_len, "boost \"%s\" is not 0..100", buf);
       return false;
     }
   }
+  /* Each word between commas, none empty (as a client's: "a,,b" or ","
+   * is a mistake, not fewer words). */
   const char *words[AURAL_PROTO_VOCAB_MAX];
   size_t n = 0;
-  for (char *save = NULL, *w = strtok_r(list, ",", &save); w != NULL;
-       w = strtok_r(NULL, ",", &save)) {
+  for (char *w = list, *comma = list; comma != NULL; w = comma + 1) {
+    comma = strchr(w, ',');
+    if (comma != NULL) *comma = '\0';
+    if (*w == '\0') {
+      snprintf(why, why_len, "an empty custom word in the vocabulary");
+      return false;
+    }
     if (n == AURAL_PROTO_VOCAB_MAX) {
       snprintf(why, why_len, "more than %d custom words",
                AURAL_PROTO_VOCAB_MAX);
@@ -1097,7 +1104,7 @@ static bool parse_vocabulary(server *srv, const redisReply *fields,
     words[n++] = w;
   }
   aural_err err = {0};
-  if (n > 0 && aural_g2p_lexicon(srv->g2p, words, n, &st->custom, &err) < 0) {
+  if (aural_g2p_lexicon(srv->g2p, words, n, &st->custom, &err) < 0) {
     snprintf(why, why_len, "%s", err.msg);
     return false;
   }

@@ -39,22 +39,32 @@ cflags=(-std=c11 -D_DEFAULT_SOURCE -g -O1 -fno-omit-frame-pointer
         -Ilib -Ilib/include -Iproto/include
         $(pkg-config --cflags fftw3 soxr sndfile espeak-ng zlib))
 
-# Each source is compiled once into $out/obj/ (again when it, or any
-# header of lib/, proto/ or daemon/, is newer than its object), and the
-# targets are linked from there: with the fuzzer's instrumentation,
-# lib/linalg.c alone takes minutes to compile.
+# Each source is compiled once into $out/obj/, and the targets are linked
+# from there: with the fuzzer's instrumentation, lib/linalg.c alone takes
+# minutes to compile. An object's name holds a checksum of its command line
+# (another CC or flag is another object), and the compiler lists the files
+# it was made from (-MMD): it is compiled again when one of them is newer,
+# or gone.
 mkdir -p "$out/obj"
-# shellcheck disable=SC2012
-newest_header=$(ls -t lib/*.h lib/include/*.h lib/include/aural/*.h \
-                proto/include/aural/*.h daemon/*.h | head -n 1)
 objects=()
 compile() { # compile SRC [FLAGS...]: appends its object to objects
-  local src=$1 obj
+  local src=$1 obj sum dep deps=()
   shift
-  obj=$out/obj/$(echo "$src" | tr / _).o
-  if [[ ! -f $obj || $src -nt $obj || $newest_header -nt $obj ]]; then
-    "$cc" "${cflags[@]}" "$@" -c "$src" -o "$obj"
+  sum=$(printf '%s\n' "$cc" "${cflags[@]}" "$@" | cksum)
+  obj=$out/obj/$(echo "$src" | tr / _)-${sum%% *}.o
+  if [[ -f $obj && -f ${obj%.o}.d ]]; then
+    # "OBJ: SRC HEADER ... \" over lines.
+    read -rd '' -a deps < <(sed -e 's/^[^:]*://' -e 's/\\$//' "${obj%.o}.d") ||
+      true
+  else
+    deps=("${obj%.o}.d") # none: compile it
   fi
+  for dep in "${deps[@]}"; do
+    if [[ ! -e $dep || $dep -nt $obj ]]; then
+      "$cc" "${cflags[@]}" "$@" -MMD -MF "${obj%.o}.d" -c "$src" -o "$obj"
+      break
+    fi
+  done
   objects+=("$obj")
 }
 

@@ -4,9 +4,9 @@
  * announcement, pronounced through the bundled model's g2p map by
  * libespeak-ng (aural_g2p_lexicon) and searched by a decoder. The input is
  * the words, one a line (a newline at the end ends the last; at most 8:
- * each costs libespeak-ng milliseconds in each of the map's dialects). Build and run with tools/fuzz.sh 60 vocab
- * from the repository root (it loads models/default.safetensors and
- * models/default.g2p.txt).
+ * each costs libespeak-ng milliseconds in each of the map's dialects).
+ * Build and run with tools/fuzz.sh 60 vocab from the repository root (it
+ * loads models/default.safetensors and models/default.g2p.txt).
  *
  * Beyond "no crash, no leak, no undefined behaviour", the target aborts
  * when a contract breaks:
@@ -163,7 +163,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     aural_lexicon_info li;
     aural_lexicon_get_info(lex, &li);
     CHECK(li.n_words >= 1 && li.n_words <= n && li.n_prons >= li.n_words);
-    for (size_t i = 0; i < n; i++) CHECK(aural_lexicon_find(lex, words[i]) >= 0);
+    for (size_t i = 0; i < n; i++)
+      CHECK(aural_lexicon_find(lex, words[i]) >= 0);
     decode(lex);
     aural_lexicon_destroy(lex);
   }

@@ -793,6 +793,13 @@ class TestCluster(ClusterTest):
         self.r.xadd("aural:announce", {
             "name": "nul", "rate": 16000, "channels": 1,
             "format": b"s16\0x"})
+        # An empty word is refused, as a client's is: not dropped, leaving
+        # a list of commas no custom words at all.
+        for name, vocabulary in [("gap", "Dashwood,,Kubernetes"),
+                                 ("commas", ","), ("trailing", "Dashwood,")]:
+            self.r.xadd("aural:announce", {
+                "name": name, "rate": 16000, "channels": 1, "format": "s16",
+                "vocabulary": vocabulary})
         self.r.xadd("aural:announce", {
             "name": "named", "rate": 16000, "channels": 1, "format": "s16",
             "vocabulary": "Dashwood,Kubernetes", "boost": "4"})
@@ -807,6 +814,9 @@ class TestCluster(ClusterTest):
         for name, what in [(b"long", b"vocabulary"), (b"nul", b"format")]:
             self.assertEqual(ended[name][b"reason"], b"error")
             self.assertIn(what + b" is not text", ended[name][b"message"])
+        for name in [b"gap", b"commas", b"trailing"]:
+            self.assertEqual(ended[name][b"reason"], b"error", name)
+            self.assertIn(b"an empty custom word", ended[name][b"message"])
         self.stop_clean(d)
 
     def test_rates_and_channels(self):

@@ -534,6 +534,14 @@ class TestPythonClient(ClusterTest):
         self.assertEqual(ann[0], {**ann[1], b"name": b"cli"})
         with self.assertRaises(ac.ClusterError):
             ac.cluster_send(self.url, "py", b"\0\0", 16000, 1)
+        # Words the announcement's comma-separated list cannot carry as
+        # given are refused before anything is written (a word with a
+        # comma became two words, an empty one or none at all no words).
+        for words in (["Dash,wood"], ["a", ""], [], ["w"] * 65):
+            with self.assertRaises(ValueError, msg=repr(words)):
+                ac.cluster_send(self.url, "bad", b"\0\0", 16000, 1,
+                                vocabulary=words)
+        self.assertFalse(self.r.exists("aural:{bad}:meta"))
 
     def test_send_from_a_file_then_subscribe(self):
         pcm = os.path.join(self.tmp, "in.raw")

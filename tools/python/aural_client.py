@@ -1136,10 +1136,10 @@ def cluster_send(url: str, name: str, pcm_bytes_or_file: Any, rate: int,
     pcm_bytes_or_file: interleaved little-endian samples of fmt ("s16" or
     "f32") as bytes, a binary file object of them, or an array ([n] or
     [n, channels], converted as Client.send_audio converts). realtime
-    paces the entries at 1x. vocabulary (at most 64 words) and boost go to
-    the announcement for the stream's words. password: Redis' (else
-    $AURAL_REDIS_PASSWORD). Returns {"frames": T, "entries": audio
-    entries}."""
+    paces the entries at 1x. vocabulary (1 to 64 words, none empty or with
+    a comma: ValueError) and boost go to the announcement for the stream's
+    words. password: Redis' (else $AURAL_REDIS_PASSWORD). Returns
+    {"frames": T, "entries": audio entries}."""
     import redis
 
     if fmt not in SAMPLE_DTYPES:
@@ -1151,7 +1151,15 @@ def cluster_send(url: str, name: str, pcm_bytes_or_file: Any, rate: int,
     ann: Dict[str, Any] = {}
     _add_vocabulary(ann, vocabulary, boost)
     if "vocabulary" in ann:
-        ann["vocabulary"] = ",".join(ann["vocabulary"])
+        # One comma-separated field: a word with a comma would be two
+        # words there, and an empty one (or none) would not be a word.
+        words = ann["vocabulary"]
+        if not 1 <= len(words) <= 64 or any(
+                not isinstance(w, str) or w == "" or "," in w
+                for w in words):
+            raise ValueError("vocabulary is 1 to 64 words, none empty or "
+                             "with a comma")
+        ann["vocabulary"] = ",".join(words)
     meta, audio = cluster_key(name, "meta"), cluster_key(name, "audio")
     frame_bytes = channels * SAMPLE_DTYPES[fmt].itemsize
     block_frames = max(1, rate * block_ms // 1000)
