@@ -170,13 +170,7 @@ static const char *str_of(const redisReply *r, char *buf, size_t cap) {
 }
 
 static bool parse_u64(const char *s, uint64_t *out) {
-  if (*s < '0' || *s > '9') return false;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || *end != '\0') return false;
-  *out = v;
-  return true;
+  return aural_cluster_parse_uint(s, strlen(s), 0, UINT64_MAX, out) == 0;
 }
 
 /* An entry ID "A-B": A, when B is b. */
@@ -1034,19 +1028,21 @@ static bool parse_announcement(const redisReply *fields, starting *st,
     snprintf(why, why_len, "bad stream name \"%s\"", st->name);
     return false;
   }
-  char *end;
   if (!field_text(fields, "rate", buf, sizeof buf, why, why_len) ||
       !field_text(fields, "channels", buf, sizeof buf, why, why_len) ||
       !field_text(fields, "format", buf, sizeof buf, why, why_len))
     return false;
-  st->rate = strtod(str_of(field(fields, "rate"), buf, sizeof buf), &end);
-  if (*end != '\0' || !(st->rate >= 1000 && st->rate <= 768000)) {
-    snprintf(why, why_len, "rate \"%s\" is not 1000..768000 Hz", buf);
+  uint64_t rate, ch;
+  str_of(field(fields, "rate"), buf, sizeof buf);
+  if (aural_cluster_parse_uint(buf, strlen(buf), 1000, 768000, &rate) < 0) {
+    snprintf(why, why_len, "rate \"%s\" is not a whole 1000..768000 Hz",
+             buf);
     return false;
   }
-  uint64_t ch;
-  if (!parse_u64(str_of(field(fields, "channels"), buf, sizeof buf), &ch) ||
-      ch < 1 || ch > AURAL_MAX_CHANNELS) {
+  st->rate = (double)rate;
+  str_of(field(fields, "channels"), buf, sizeof buf);
+  if (aural_cluster_parse_uint(buf, strlen(buf), 1, AURAL_MAX_CHANNELS,
+                               &ch) < 0) {
     snprintf(why, why_len, "channels \"%s\" is not 1..%d", buf,
              AURAL_MAX_CHANNELS);
     return false;
@@ -1067,7 +1063,7 @@ static bool parse_announcement(const redisReply *fields, starting *st,
 static bool parse_vocabulary(server *srv, const redisReply *fields,
                              starting *st, char *why, size_t why_len) {
   char list[AURAL_PROTO_VOCAB_MAX * (AURAL_PROTO_VOCAB_WORD_MAX + 1) + 1];
-  char buf[64], *end;
+  char buf[64];
   st->boost = -1;
   if (!field_text(fields, "vocabulary", list, sizeof list, why, why_len) ||
       !field_text(fields, "boost", buf, sizeof buf, why, why_len))
@@ -1079,8 +1075,8 @@ static bool parse_vocabulary(server *srv, const redisReply *fields,
     return true;
   }
   if (str_of(field(fields, "boost"), buf, sizeof buf)[0] != '\0') {
-    st->boost = strtod(buf, &end);
-    if (*end != '\0' || !(st->boost >= 0 && st->boost <= 100)) {
+    if (aural_cluster_parse_real(buf, strlen(buf), 0, 100, &st->boost) <
+        0) {
       snprintf(why, why_len, "boost \"%s\" is not 0..100", buf);
       return false;
     }

@@ -441,6 +441,42 @@ class TestCluster(ClusterTest):
         self.assertEqual(r.xpending("aural:announce", "nodes")["pending"], 0)
         self.stop_clean(d)
 
+    def test_numbers_read_strictly(self):
+        """An announcement's rate and channel count are whole decimal
+        numbers: one with a space, an exponent, a base prefix, a sign or a
+        fraction is refused naming the field, not read as strtod reads
+        it; a plain one beside them is served."""
+        d = self.node("a")
+        bad = {"space": {"rate": " 16000"}, "exp": {"rate": "1.6e4"},
+               "hex": {"rate": "0x3e80"}, "frac": {"rate": "16000.5"},
+               "plus": {"rate": "+16000"}, "trail": {"rate": "16000 "},
+               "chplus": {"channels": "+1"}, "chzero": {"channels": "01x"}}
+        for name, f in bad.items():
+            fields = {"name": name, "rate": "16000", "channels": "1",
+                      "format": "s16"}
+            fields.update(f)
+            self.r.xadd("aural:announce", fields)
+        self.r.xadd("aural:announce", {"name": "plain", "rate": "16000",
+                                       "channels": "1", "format": "s16"})
+        self.r.xadd("aural:{plain}:audio", {"pcm": b"\0" * 3200}, id="0-1")
+        self.r.xadd("aural:{plain}:audio", {"end": "1"}, id="1600-1")
+        self.assertEqual(wait_finished(self.r, ["plain"], 30), set())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            ended = {f[b"stream"].decode(): f for _, f in
+                     self.r.xrange("aural:events") if f[b"type"] == b"ended"}
+            if set(bad) <= set(ended):
+                break
+            time.sleep(0.05)
+        self.assertEqual(ended["plain"][b"reason"], b"eof")
+        for name, f in bad.items():
+            self.assertIn(name, ended)
+            self.assertEqual(ended[name][b"reason"], b"error", name)
+            what = next(iter(f))
+            self.assertIn(("%s \"%s\"" % (what, f[what])).encode(),
+                          ended[name][b"message"], name)
+        self.stop_clean(d)
+
     def test_bad_checkpoint_is_lost_once(self):
         """A checkpoint no stream can resume from (not a number, or a
         chunk past any stream's) loses that stream once, with a `lost`

@@ -457,6 +457,25 @@ class TestSub(ClusterTest):
         self.assertIn(b"entry 0-1 of aural:{bad}:out is not a chunk",
                       p.stderr)
 
+    def test_meta_numbers_read_strictly(self):
+        """The model's numbers in the meta hash are decimal, as the node
+        writes them: a space, a sign, a base prefix or an exponent is not
+        read as strtol or strtod would read it, and the field is named."""
+        for i, (field, value) in enumerate([
+                ("d_model", " %d" % D_MODEL), ("d_model", "+%d" % D_MODEL),
+                ("chunk_frames", "%d " % CHUNK_FRAMES),
+                ("chunk_frames", "0x%x" % CHUNK_FRAMES),
+                ("frame_ms", "1e1"), ("frame_ms", " 10"),
+                ("frame_ms", "10.")]):
+            name = "m%d" % i
+            self.node_meta(name)
+            self.r.hset("aural:{%s}:meta" % name, field, value)
+            self.publish(name, [0], 0)
+            p = self.sub(name, "-q")
+            self.assertEqual(p.returncode, 1, (field, value))
+            self.assertIn(b'aural:{%s}:meta has no valid "%s"'
+                          % (name.encode(), field.encode()), p.stderr)
+
     def test_bad_command_lines(self):
         for args, what in [
                 (["--from", "x"], b"--from x"),
@@ -522,16 +541,20 @@ class TestPythonClient(ClusterTest):
     def test_send_writes_what_the_cli_writes(self):
         path, x = self.wav(5000)
         p = self.aural("send", "--cluster", self.url, "--name", "cli",
-                       "--format", "s16", "--vocabulary", "a,b", path)
+                       "--format", "s16", "--vocabulary", "a,b",
+                       "--boost", "0.00001", path)
         self.assertEqual(p.returncode, 0, p.stderr)
         res = ac.cluster_send(self.url, "py", x.astype("<i2").tobytes(),
-                              16000, 1, fmt="s16", vocabulary=["a", "b"])
+                              16000, 1, fmt="s16", vocabulary=["a", "b"],
+                              boost=0.00001)
         self.assertEqual(res, {"frames": 5000, "entries": 4})
         strip = lambda e: [(i, f) for i, f in e]  # noqa: E731
         self.assertEqual(strip(self.audio_entries("py")),
                          strip(self.audio_entries("cli")))
         ann = [f for _, f in self.r.xrange("aural:announce")]
         self.assertEqual(ann[0], {**ann[1], b"name": b"cli"})
+        # A plain decimal, which nodes read, not 1e-05.
+        self.assertEqual(ann[1][b"boost"], b"0.00001")
         with self.assertRaises(ac.ClusterError):
             ac.cluster_send(self.url, "py", b"\0\0", 16000, 1)
 

@@ -585,8 +585,14 @@ static int announce(send_job *job, const char *meta) {
     cluster_arg(&a, words);
   }
   if (v->has_boost) {
+    /* Plain decimals, which nodes read (aural_cluster_parse_real): %g
+     * would write 1e-05. */
+    char boost[32];
+    int n = snprintf(boost, sizeof boost, "%.6f", v->boost);
+    while (boost[n - 1] == '0') boost[--n] = '\0';
+    if (boost[n - 1] == '.') boost[--n] = '\0';
     cluster_arg(&a, "boost");
-    cluster_arg_fmt(&a, "%g", v->boost);
+    cluster_arg(&a, boost);
   }
   return cluster_do(&job->redis, &a, job->err, sizeof job->err);
 }

@@ -1152,6 +1152,9 @@ def cluster_send(url: str, name: str, pcm_bytes_or_file: Any, rate: int,
     _add_vocabulary(ann, vocabulary, boost)
     if "vocabulary" in ann:
         ann["vocabulary"] = ",".join(ann["vocabulary"])
+    if "boost" in ann:
+        # Plain decimals, which nodes read: str() would write 1e-05.
+        ann["boost"] = ("%.6f" % ann["boost"]).rstrip("0").rstrip(".")
     meta, audio = cluster_key(name, "meta"), cluster_key(name, "audio")
     frame_bytes = channels * SAMPLE_DTYPES[fmt].itemsize
     block_frames = max(1, rate * block_ms // 1000)
