@@ -72,6 +72,7 @@ typedef struct cluster {
   int n_ready;              /* connections whose first PING was answered */
   bool stopping, closing;
   bool read_busy, claim_busy, ann_busy; /* XREAD, XAUTOCLAIM, XREADGROUP */
+  double read_at; /* after a refused XREAD: not again before then */
   bool group_busy;                      /* XGROUP CREATE */
   bool group_seen; /* the group answered since it was last found gone */
   double ann_at; /* after a refused XREADGROUP: not again before then */
@@ -483,15 +484,83 @@ static cstream *find_audio_key(cluster *cl, const redisReply *key) {
   return NULL;
 }
 
+/* A TYPE of one owned stream's audio key, asked after the XREAD of
+ * every stream's audio was refused with WRONGTYPE, which does not say
+ * whose key it was. */
+typedef struct type_check {
+  cluster *cl;
+  char name[AURAL_PROTO_NAME_MAX + 1];
+  bool last; /* the XREAD waits for this answer */
+} type_check;
+
+/* Ends the stream whose audio key is of another type than a stream (a
+ * string where another program wrote one): its own error, not every
+ * stream's. The XREAD goes on, without it, after the last answer. */
+static void on_audio_type(redisAsyncContext *ac, void *r, void *priv) {
+  type_check *tc = priv;
+  const redisReply *rep = r;
+  (void)ac;
+  cluster *cl = tc->cl;
+  if (rep != NULL && cl->state == CL_UP) { /* else read_busy reset there */
+    cstream *cs = cl->streams;
+    while (cs != NULL && strcmp(cs->name, tc->name) != 0) cs = cs->next;
+    if (cs != NULL && !cs->failed && !cs->end_seen &&
+        rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "stream") != 0 &&
+        strcmp(rep->str, "none") != 0) {
+      char msg[AURAL_CLUSTER_KEY_MAX + 64];
+      snprintf(msg, sizeof msg, "%s is a %.16s, not a stream", cs->k_audio,
+               rep->str);
+      log_warn("cluster stream \"%s\": %s; the stream ends", cs->name, msg);
+      cs->failed = true;
+      stream_end_input(cs->s, END_ERROR, msg);
+    }
+    if (tc->last) {
+      cl->read_busy = false;
+      read_audio(cl);
+    }
+  }
+  free(tc);
+}
+
+/* Asks the type of every owned stream's audio key; -1 when none was
+ * asked (the XREAD is then tried again after a beat). */
+static int check_audio_types(cluster *cl) {
+  type_check *prev = NULL;
+  for (cstream *cs = cl->streams; cs != NULL; cs = cs->next) {
+    type_check *tc = calloc(1, sizeof *tc);
+    if (tc == NULL) break;
+    tc->cl = cl;
+    snprintf(tc->name, sizeof tc->name, "%s", cs->name);
+    const char *argv[] = {"TYPE", cs->k_audio};
+    if (command(cl->rd, on_audio_type, tc, 2, argv) < 0) {
+      free(tc);
+      break;
+    }
+    prev = tc;
+  }
+  /* The answers come in order: the last one asked lets the XREAD go. */
+  if (prev == NULL) return -1;
+  prev->last = true;
+  return 0;
+}
+
 static void on_audio(redisAsyncContext *ac, void *r, void *priv) {
   cluster *cl = priv;
   const redisReply *rep = r;
   (void)ac;
   if (rep == NULL || cl->state != CL_UP) return; /* read_busy reset there */
+  if (rep->type == REDIS_REPLY_ERROR &&
+      strncmp(rep->str, "WRONGTYPE", 9) == 0 && check_audio_types(cl) == 0)
+    return; /* read_busy until the last type is known */
   cl->read_busy = false;
   if (rep->type == REDIS_REPLY_ERROR) {
+    /* Asked again after a beat: an error that stays is not logged (and
+     * asked) as fast as Redis answers. */
     log_warn("cluster: reading audio: %s", rep->str);
-  } else if (rep->type == REDIS_REPLY_ARRAY) {
+    cl->read_at = now_s() + BEAT_S;
+    return;
+  }
+  if (rep->type == REDIS_REPLY_ARRAY) {
     for (size_t i = 0; i < rep->elements; i++) {
       const redisReply *kv = rep->element[i];
       if (kv->type != REDIS_REPLY_ARRAY || kv->elements != 2) continue;
@@ -538,7 +607,9 @@ static void check_idle(cstream *cs, double now) {
 
 /* One blocking XREAD of every stream that has room, unless one is out. */
 static void read_audio(cluster *cl) {
-  if (cl->state != CL_UP || cl->read_busy || cl->stopping) return;
+  if (cl->state != CL_UP || cl->read_busy || cl->stopping ||
+      now_s() < cl->read_at)
+    return;
   /* Which streams want audio is decided once: their room grows as the
    * workers take input, so asking twice could give two answers. */
   const char **argv = malloc((size_t)(6 + 2 * cl->n_streams) * sizeof *argv);

@@ -477,6 +477,32 @@ class TestCluster(ClusterTest):
                           ended[name][b"message"], name)
         self.stop_clean(d)
 
+    def test_wrong_types(self):
+        """A stream's audio key of another Redis type (a string where a
+        stream is expected) made the XREAD of every stream's audio fail
+        with WRONGTYPE, again at once, for ever: no stream of the node
+        got audio. That stream alone ends now, naming its key."""
+        d = self.node("a")
+        self.r.set("aural:{wt_audio}:audio", "x")
+        for name in ["wt_audio", "plain"]:
+            self.r.xadd("aural:announce", {"name": name, "rate": "16000",
+                                           "channels": "1", "format": "s16"})
+        self.r.xadd("aural:{plain}:audio", {"pcm": b"\0" * 3200}, id="0-1")
+        self.r.xadd("aural:{plain}:audio", {"end": "1"}, id="1600-1")
+        self.assertEqual(wait_finished(self.r, ["plain"], 10), set())
+        ended = {}
+        deadline = time.monotonic() + 5
+        while "wt_audio" not in ended and time.monotonic() < deadline:
+            ended = {f[b"stream"].decode(): f for _, f in
+                     self.r.xrange("aural:events") if f[b"type"] == b"ended"}
+            time.sleep(0.05)
+        self.assertEqual(ended["plain"][b"reason"], b"eof")
+        self.assertEqual(ended["wt_audio"][b"reason"], b"error")
+        self.assertEqual(ended["wt_audio"][b"message"],
+                         b"aural:{wt_audio}:audio is a string, not a stream")
+        self.assertLess(d.text().count("WRONGTYPE"), 5)
+        self.stop_clean(d)
+
     def test_bad_checkpoint_is_lost_once(self):
         """A checkpoint no stream can resume from (not a number, or a
         chunk past any stream's) loses that stream once, with a `lost`
