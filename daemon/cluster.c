@@ -345,19 +345,27 @@ static void cut(cstream *cs, const char *why) {
  * node has started the stream: a second announcement of a live stream's
  * name must not end the first. */
 static const char RETIRE[] =
-    "local top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)\n"
+    "local function is(k, t)\n"
+    "  local got = redis.call('TYPE', k).ok\n"
+    "  return got == t or got == 'none'\n"
+    "end\n"
+    "local top = {}\n"
+    "if is(KEYS[4], 'stream') then\n"
+    "  top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)\n"
+    "end\n"
     "if #top == 1 then\n"
     "  local f = top[1][2]\n"
     "  for i = 1, #f, 2 do\n"
     "    if f[i] == 'final' then return 0 end\n"
     "  end\n"
     "end\n"
-    "if ARGV[3] == '0' and (redis.call('HEXISTS', KEYS[1], 'node') == 1 or\n"
-    "                       redis.call('HEXISTS', KEYS[1], 'entry') == 1) "
-    "then\n"
+    "local hash = is(KEYS[1], 'hash')\n"
+    "if ARGV[3] == '0' and hash and\n"
+    "   (redis.call('HEXISTS', KEYS[1], 'node') == 1 or\n"
+    "    redis.call('HEXISTS', KEYS[1], 'entry') == 1) then\n"
     "  return 0\n"
     "end\n"
-    "redis.call('HSET', KEYS[1], 'error', ARGV[2])\n"
+    "if hash then redis.call('HSET', KEYS[1], 'error', ARGV[2]) end\n"
     "redis.call('DEL', KEYS[2])\n"
     "for _, i in ipairs({1, 3, 4}) do\n"
     "  redis.call('PEXPIRE', KEYS[i], ARGV[1])\n"
@@ -1003,6 +1011,17 @@ static void on_checkpoint(redisAsyncContext *ac, void *r, void *priv) {
   }
   char buf[64];
   uint64_t v;
+  if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 4) {
+    /* A key of another type: refused as a bad announcement is. */
+    char why[AURAL_CLUSTER_KEY_MAX + 64];
+    str_of(rep->element[3], why, sizeof why);
+    log_warn("cluster: announcement %s refused: %s", st->entry, why);
+    send_event(cl, "ended", NULL, st->name, 0, "error", why);
+    retire(cl, st->name, why, false);
+    drop_announcement(cl, st->entry);
+    starting_done(st);
+    return;
+  }
   if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3) {
     /* Another announcement of this name was taken first: this one
      * repeats it (a producer's bug, or a hostile writer). Taking it too
@@ -1175,9 +1194,20 @@ static bool parse_vocabulary(server *srv, const redisReply *fields,
  * a slot: one hash tag), once the meta hash names this announcement as
  * the stream's: the first node to take an announcement of a name writes
  * its ID as `entry`, and an announcement with another ID is answered
- * with that one as a third element instead. KEYS: ckpt, meta; ARGV: the
- * announcement's ID. */
+ * with that one as a third element instead. A key of the stream that
+ * another program made of another type (a string where a hash or a
+ * stream goes) is answered as a fourth element naming it: every command
+ * on it would fail with WRONGTYPE. KEYS: ckpt, meta, audio, out; ARGV:
+ * the announcement's ID. */
 static const char TAKE[] =
+    "local want = {'hash', 'hash', 'stream', 'stream'}\n"
+    "for i, k in ipairs(KEYS) do\n"
+    "  local t = redis.call('TYPE', k).ok\n"
+    "  if t ~= want[i] and t ~= 'none' then\n"
+    "    return {false, false, false, k .. ' is a ' .. t .. ', not a ' ..\n"
+    "            want[i]}\n"
+    "  end\n"
+    "end\n"
     "local e = redis.call('HGET', KEYS[2], 'entry')\n"
     "if e and e ~= ARGV[1] then return {false, false, e} end\n"
     "if not e then redis.call('HSET', KEYS[2], 'entry', ARGV[1]) end\n"
@@ -1210,13 +1240,17 @@ static void take_entry(cluster *cl, const redisReply *entry) {
     starting_done(st);
     return;
   }
-  char ckpt[AURAL_CLUSTER_KEY_MAX], meta[AURAL_CLUSTER_KEY_MAX];
+  char ckpt[AURAL_CLUSTER_KEY_MAX], meta[AURAL_CLUSTER_KEY_MAX],
+      audio[AURAL_CLUSTER_KEY_MAX], out[AURAL_CLUSTER_KEY_MAX];
   aural_cluster_key(ckpt, sizeof ckpt, st->name, AURAL_CLUSTER_CKPT);
   aural_cluster_key(meta, sizeof meta, st->name, AURAL_CLUSTER_META);
+  aural_cluster_key(audio, sizeof audio, st->name, AURAL_CLUSTER_AUDIO);
+  aural_cluster_key(out, sizeof out, st->name, AURAL_CLUSTER_OUT);
   /* A local stream of that name is looked for once the script has said
    * whether this announcement is the stream's own (on_checkpoint). */
-  const char *argv[] = {"EVAL", TAKE, "2", ckpt, meta, st->entry};
-  if (command(cl->cmd, on_checkpoint, st, 6, argv) < 0) starting_done(st);
+  const char *argv[] = {"EVAL", TAKE,  "4", ckpt, meta,
+                        audio,  out,   st->entry};
+  if (command(cl->cmd, on_checkpoint, st, 8, argv) < 0) starting_done(st);
 }
 
 static int room(const cluster *cl) {

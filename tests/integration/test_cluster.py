@@ -481,26 +481,49 @@ class TestCluster(ClusterTest):
         """A stream's audio key of another Redis type (a string where a
         stream is expected) made the XREAD of every stream's audio fail
         with WRONGTYPE, again at once, for ever: no stream of the node
-        got audio. That stream alone ends now, naming its key."""
+        got audio. That stream alone ends now, naming its key. A meta,
+        checkpoint or output key of another type (every write to it
+        failing) refuses the announcement, naming the key."""
         d = self.node("a")
+        want = {"wt_audio": "audio is a string, not a stream",
+                "wt_meta": "meta is a string, not a hash",
+                "wt_ckpt": "ckpt is a list, not a hash",
+                "wt_out": "out is a hash, not a stream"}
         self.r.set("aural:{wt_audio}:audio", "x")
-        for name in ["wt_audio", "plain"]:
+        self.r.set("aural:{wt_meta}:meta", "x")
+        self.r.rpush("aural:{wt_ckpt}:ckpt", "x")
+        self.r.hset("aural:{wt_out}:out", "x", "1")
+        for name in list(want) + ["late"]:
             self.r.xadd("aural:announce", {"name": name, "rate": "16000",
                                            "channels": "1", "format": "s16"})
+        # A key that becomes a string while the stream runs.
+        want["late"] = "audio is a string, not a stream"
+        self.r.xadd("aural:{late}:audio", {"pcm": b"\0" * 320}, id="0-1")
+        deadline = time.monotonic() + 10
+        while (b"late", b"started") not in {
+                (f[b"stream"], f[b"type"])
+                for _, f in self.r.xrange("aural:events")}:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.02)
+        self.r.delete("aural:{late}:audio")
+        self.r.set("aural:{late}:audio", "x")
+        self.r.xadd("aural:announce", {"name": "plain", "rate": "16000",
+                                       "channels": "1", "format": "s16"})
         self.r.xadd("aural:{plain}:audio", {"pcm": b"\0" * 3200}, id="0-1")
         self.r.xadd("aural:{plain}:audio", {"end": "1"}, id="1600-1")
         self.assertEqual(wait_finished(self.r, ["plain"], 10), set())
         ended = {}
         deadline = time.monotonic() + 5
-        while "wt_audio" not in ended and time.monotonic() < deadline:
+        while not set(want) <= set(ended) and time.monotonic() < deadline:
             ended = {f[b"stream"].decode(): f for _, f in
                      self.r.xrange("aural:events") if f[b"type"] == b"ended"}
             time.sleep(0.05)
         self.assertEqual(ended["plain"][b"reason"], b"eof")
-        self.assertEqual(ended["wt_audio"][b"reason"], b"error")
-        self.assertEqual(ended["wt_audio"][b"message"],
-                         b"aural:{wt_audio}:audio is a string, not a stream")
-        self.assertLess(d.text().count("WRONGTYPE"), 5)
+        for name, what in want.items():
+            self.assertEqual(ended[name][b"reason"], b"error", name)
+            self.assertEqual(ended[name][b"message"],
+                             ("aural:{%s}:%s" % (name, what)).encode())
+        self.assertLess(d.text().count("WRONGTYPE"), 5, d.text())
         self.stop_clean(d)
 
     def test_bad_checkpoint_is_lost_once(self):
