@@ -537,6 +537,27 @@ class TestStats(ClusterTest):
         self.assertIn(b'lacks a valid "host"', p.stdout)
 
 
+    def test_heartbeat_of_another_type(self):
+        """A node's heartbeat key of another type than a string (another
+        program's hash) is that node's error: the other nodes are still
+        listed, and aural stats exits 0."""
+        now = int(time.time() * 1000)
+        self.r.hset("aural:node:bad", "x", "1")
+        self.r.set("aural:node:good", json.dumps({
+            "id": "good", "host": "h", "pid": 5, "capacity": 2,
+            "streams": ["s1"], "load": 0.5, "started_us": 1}))
+        self.r.zadd("aural:nodes", {"bad": now, "good": now})
+        p = self.aural("stats", "--cluster", self.url)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(b"aural:node:bad is not a string", p.stdout)
+        self.assertRegex(p.stdout, rb"good +h +5 yes +1/2")
+        p = self.aural("stats", "--cluster", self.url, "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        nodes = {n["id"]: n for n in json.loads(p.stdout)["nodes"]}
+        self.assertFalse(nodes["bad"]["alive"])
+        self.assertIn("is not a string", nodes["bad"]["error"])
+        self.assertEqual(nodes["good"]["streams"], ["s1"])
+
 class TestPythonClient(ClusterTest):
     def test_send_writes_what_the_cli_writes(self):
         path, x = self.wav(5000)
