@@ -160,6 +160,34 @@ static const redisReply *field(const redisReply *arr, const char *name) {
   return NULL;
 }
 
+/* Most fields an announcement or an audio entry has (6 and 1). */
+#define MAX_FIELDS 16
+
+/* What is wrong with an entry's fields, a flat [field, value, ...]
+ * array, into why (true), or false: more than MAX_FIELDS of them, or a
+ * field named twice (an entry written with XADD k * f 1 f 2, which Redis
+ * keeps: readers that take the first and readers that take the last
+ * would read two different entries). */
+static bool bad_fields(const redisReply *arr, char *why, size_t why_len) {
+  if (arr == NULL || arr->type != REDIS_REPLY_ARRAY) return false;
+  if (arr->elements > 2 * MAX_FIELDS) {
+    snprintf(why, why_len, "%zu fields, more than %d", arr->elements / 2,
+             MAX_FIELDS);
+    return true;
+  }
+  for (size_t i = 0; i + 1 < arr->elements; i += 2)
+    for (size_t j = i + 2; j + 1 < arr->elements; j += 2) {
+      const redisReply *a = arr->element[i], *b = arr->element[j];
+      if (a->type == REDIS_REPLY_STRING && b->type == REDIS_REPLY_STRING &&
+          a->len == b->len && memcmp(a->str, b->str, a->len) == 0) {
+        snprintf(why, why_len, "the field \"%.32s\" is there twice",
+                 a->str);
+        return true;
+      }
+    }
+  return false;
+}
+
 /* A string reply as a NUL-terminated copy in buf ("" when absent). */
 static const char *str_of(const redisReply *r, char *buf, size_t cap) {
   buf[0] = '\0';
@@ -443,6 +471,11 @@ static void feed_entry(cstream *cs, const redisReply *entry) {
     audio_error(cs, id, "the ID is not FIRST_SAMPLE-1");
     return;
   }
+  char what[128];
+  if (bad_fields(entry->element[1], what, sizeof what)) {
+    audio_error(cs, id, what);
+    return;
+  }
   uint64_t at = cs->next_sample + cs->skip;
   const redisReply *pcm = field(entry->element[1], "pcm");
   if (pcm == NULL) {
@@ -468,7 +501,6 @@ static void feed_entry(cstream *cs, const redisReply *entry) {
     return;
   }
   if (first > at || first + n <= at) {
-    char what[128];
     snprintf(what, sizeof what, "expected audio from frame %" PRIu64, at);
     audio_error(cs, id, what);
     return;
@@ -1112,10 +1144,16 @@ static bool field_text(const redisReply *fields, const char *name, char *buf,
 static bool parse_announcement(const redisReply *fields, starting *st,
                                char *why, size_t why_len) {
   char buf[64];
+  char bad[96];
+  bool dup = bad_fields(fields, bad, sizeof bad);
   if (!field_text(fields, "name", st->name, sizeof st->name, why, why_len))
     return false;
   if (!aural_cluster_valid_name(st->name)) {
     snprintf(why, why_len, "bad stream name \"%s\"", st->name);
+    return false;
+  }
+  if (dup) {
+    snprintf(why, why_len, "%s", bad);
     return false;
   }
   if (!field_text(fields, "rate", buf, sizeof buf, why, why_len) ||

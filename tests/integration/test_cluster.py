@@ -477,6 +477,45 @@ class TestCluster(ClusterTest):
                           ended[name][b"message"], name)
         self.stop_clean(d)
 
+    def test_duplicated_fields(self):
+        """An entry may name a field twice (Redis keeps both): the node
+        read the first and a reader taking the last (a Python dict) would
+        read another entry. Such an announcement or audio entry, or one
+        of too many fields, is refused naming the field."""
+        d = self.node("a")
+        x = self.r.execute_command
+        base = ["name", "dup", "rate", "16000", "channels", "1",
+                "format", "s16"]
+        x("XADD", "aural:announce", "*", *base, "rate", "8000")
+        many = ["name", "many"] + base[2:]
+        for i in range(20):
+            many += ["x%d" % i, "1"]
+        x("XADD", "aural:announce", "*", *many)
+        self.r.xadd("aural:announce", {"name": "dupaudio", "rate": "16000",
+                                       "channels": "1", "format": "s16"})
+        x("XADD", "aural:{dupaudio}:audio", "0-1", "pcm", b"\0" * 320,
+          "pcm", b"\1" * 320)
+        self.r.xadd("aural:announce", {"name": "plain", "rate": "16000",
+                                       "channels": "1", "format": "s16"})
+        self.r.xadd("aural:{plain}:audio", {"pcm": b"\0" * 3200}, id="0-1")
+        self.r.xadd("aural:{plain}:audio", {"end": "1"}, id="1600-1")
+        self.assertEqual(wait_finished(self.r, ["plain"], 10), set())
+        want = {"dup": b'the field "rate" is there twice',
+                "many": b"24 fields, more than 16",
+                "dupaudio": b'audio entry 0-1: the field "pcm" is there '
+                            b'twice'}
+        ended = {}
+        deadline = time.monotonic() + 5
+        while not set(want) <= set(ended) and time.monotonic() < deadline:
+            ended = {f[b"stream"].decode(): f for _, f in
+                     self.r.xrange("aural:events") if f[b"type"] == b"ended"}
+            time.sleep(0.05)
+        self.assertEqual(ended["plain"][b"reason"], b"eof")
+        for name, what in want.items():
+            self.assertEqual(ended[name][b"reason"], b"error", name)
+            self.assertEqual(ended[name][b"message"], what)
+        self.stop_clean(d)
+
     def test_wrong_types(self):
         """A stream's audio key of another Redis type (a string where a
         stream is expected) made the XREAD of every stream's audio fail

@@ -456,6 +456,19 @@ class TestSub(ClusterTest):
         self.assertEqual(p.returncode, 1)
         self.assertIn(b"entry 0-1 of aural:{bad}:out is not a chunk",
                       p.stderr)
+        # A chunk field named twice (Redis keeps both) is not taken as
+        # the first one, which a reader taking the last would not see.
+        self.node_meta("twice")
+        self.publish("twice", [0], 0)
+        entry = self.r.xrange("aural:{twice}:out")[0][1]
+        self.r.delete("aural:{twice}:out")
+        self.r.execute_command("XADD", "aural:{twice}:out", "0-1", "chunk",
+                               entry[b"chunk"], "chunk", b"short",
+                               "final", "1")
+        p = self.sub("twice")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"entry 0-1 of aural:{twice}:out is not a chunk",
+                      p.stderr)
 
     def test_meta_numbers_read_strictly(self):
         """The model's numbers in the meta hash are decimal, as the node

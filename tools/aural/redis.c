@@ -242,13 +242,16 @@ void cluster_close(cluster_conn *c) {
 const redisReply *cluster_field(const redisReply *flat, const char *name) {
   if (flat == NULL || flat->type != REDIS_REPLY_ARRAY) return NULL;
   size_t n = strlen(name);
+  const redisReply *found = NULL;
   for (size_t i = 0; i + 1 < flat->elements; i += 2) {
     const redisReply *k = flat->element[i], *v = flat->element[i + 1];
     if (k->type == REDIS_REPLY_STRING && k->len == n &&
-        memcmp(k->str, name, n) == 0)
-      return v->type == REDIS_REPLY_STRING ? v : NULL;
+        memcmp(k->str, name, n) == 0) {
+      if (found != NULL) return NULL; /* twice: which one is meant? */
+      found = v;
+    }
   }
-  return NULL;
+  return found != NULL && found->type == REDIS_REPLY_STRING ? found : NULL;
 }
 
 int cluster_field_int(const redisReply *flat, const char *name, int64_t lo,

@@ -130,7 +130,7 @@ bool cluster_said_id_taken(const cluster_conn *c);
 
 /* The value of field name in a flat array of field, value, ... (an
  * HGETALL reply, a stream entry's fields), or NULL. Values that are not
- * strings count as absent. */
+ * strings, and a field an entry names twice, count as absent. */
 const redisReply *cluster_field(const redisReply *flat, const char *name);
 
 /* The value of field name as an integer in lo..hi, read strictly
