@@ -315,6 +315,28 @@ class TestSend(ClusterTest):
                          [b"0-1", b"1600-1"])
         self.assertEqual(self.audio_entries("nan")[-1][1], {b"end": b"1"})
 
+    def test_model_rate_from_a_heartbeat_read_as_json(self):
+        """The model's rate, to convert to, is a heartbeat's whole
+        sample_rate: a heartbeat saying 16000.5 (or 1.6e4) is passed
+        over, not a rate to resample to and announce as 16000."""
+        path, _ = self.wav(800, rate=8000)
+        now = int(time.time() * 1000)
+        for i, beat in enumerate(['{"sample_rate": 16000.5}',
+                                  '{"sample_rate": 1.6e4}',
+                                  '{"x": "\\"sample_rate\\":16000"}']):
+            self.r.set("aural:node:n", beat)
+            self.r.zadd("aural:nodes", {"n": now})
+            p = self.aural("send", "--cluster", self.url, "--name",
+                           "b%d" % i, path)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            ann = self.r.xrange("aural:announce")[-1][1]
+            self.assertEqual(ann[b"rate"], b"8000", beat)
+        self.r.set("aural:node:n", '{"sample_rate": 16000}')
+        p = self.aural("send", "--cluster", self.url, "--name", "ok", path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(self.r.xrange("aural:announce")[-1][1][b"rate"],
+                         b"16000")
+
     def test_bad_command_lines(self):
         path, _ = self.wav(160)
         for args, what in [
