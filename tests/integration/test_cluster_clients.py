@@ -511,6 +511,15 @@ class TestSub(ClusterTest):
             self.assertIn(b'aural:{%s}:meta has no valid "%s"'
                           % (name.encode(), field.encode()), p.stderr)
 
+    def test_meta_error_shown_without_control_bytes(self):
+        """An error another program wrote into the meta hash goes to a
+        terminal: its escape sequences and other control bytes are shown
+        as '?', not sent to the terminal."""
+        self.r.hset("aural:{e1}:meta", "error", b"bad\x1b[2Jx\0y")
+        p = self.sub("e1")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"no node will encode it: bad?[2Jx?y\n", p.stderr)
+
     def test_bad_command_lines(self):
         for args, what in [
                 (["--from", "x"], b"--from x"),
