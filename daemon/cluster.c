@@ -72,10 +72,10 @@ typedef struct cluster {
   int n_ready;              /* connections whose first PING was answered */
   bool stopping, closing;
   bool read_busy, claim_busy, ann_busy; /* XREAD, XAUTOCLAIM, XREADGROUP */
-  double read_at; /* after a refused XREAD: not again before then */
   bool group_busy;                      /* XGROUP CREATE */
   bool group_seen; /* the group answered since it was last found gone */
   double ann_at; /* after a refused XREADGROUP: not again before then */
+  double read_at; /* after a refused XREAD: not again before then */
   double backoff_s, retry_at, down_since, connect_at;
   double next_beat, next_claim;
   double beat_sent; /* an unanswered heartbeat's time, or 0 */

@@ -172,7 +172,7 @@ size_t aural_cluster_key(char *buf, size_t cap, const char *name,
   return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
-/* ---- numbers read back from Redis ---------------------------------------- */
+/* ---- numbers read back from Redis --------------------------------------- */
 
 int aural_cluster_parse_uint(const char *s, size_t len, uint64_t lo,
                              uint64_t hi, uint64_t *out) {
