@@ -1099,8 +1099,18 @@ static void on_checkpoint(redisAsyncContext *ac, void *r, void *priv) {
       }
       st->chunks = v;
     }
-    if (parse_u64(str_of(rep->element[1], buf, sizeof buf), &v))
-      st->start_us = (int64_t)v;
+    /* The first owner's start, kept across owners; one that is not a
+     * time (or beyond int64, which read as a count became negative) is
+     * replaced by this node's. */
+    const redisReply *at = rep->element[1];
+    int64_t us;
+    if (at->type == REDIS_REPLY_STRING &&
+        aural_cluster_parse_int(at->str, at->len, 1, INT64_MAX, &us) == 0)
+      st->start_us = us;
+    else if (at->type != REDIS_REPLY_NIL)
+      log_warn("cluster stream \"%s\": its meta's start_us \"%.40s\" is "
+               "not a time in microseconds; the stream starts now",
+               st->name, str_of(at, buf, sizeof buf));
   }
   if (st->chunks == 0) {
     create_stream(st, 0, 0);

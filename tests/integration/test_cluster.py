@@ -456,11 +456,21 @@ class TestCluster(ClusterTest):
                       "format": "s16"}
             fields.update(f)
             self.r.xadd("aural:announce", fields)
-        self.r.xadd("aural:announce", {"name": "plain", "rate": "16000",
-                                       "channels": "1", "format": "s16"})
-        self.r.xadd("aural:{plain}:audio", {"pcm": b"\0" * 3200}, id="0-1")
-        self.r.xadd("aural:{plain}:audio", {"end": "1"}, id="1600-1")
-        self.assertEqual(wait_finished(self.r, ["plain"], 30), set())
+        # A start time beyond int64 was read as a count and became a
+        # negative time in the stream's chunks.
+        self.r.hset("aural:{far}:meta", "start_us", "18446744073709551615")
+        for name in ["plain", "far"]:
+            self.r.xadd("aural:announce", {"name": name, "rate": "16000",
+                                           "channels": "1", "format": "s16"})
+            self.r.xadd("aural:{%s}:audio" % name, {"pcm": b"\0" * 3200},
+                        id="0-1")
+            self.r.xadd("aural:{%s}:audio" % name, {"end": "1"}, id="1600-1")
+        self.assertEqual(wait_finished(self.r, ["plain", "far"], 30), set())
+        for name in ["plain", "far"]:
+            chunk = self.r.xrange("aural:{%s}:out" % name)[0][1][b"chunk"]
+            start_us = CHUNK.unpack_from(chunk)[4]
+            self.assertGreater(start_us, 0, name)
+        d.wait_text('start_us "18446744073709551615" is not a time')
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             ended = {f[b"stream"].decode(): f for _, f in
