@@ -75,6 +75,7 @@ typedef struct cluster {
   bool group_busy;                      /* XGROUP CREATE */
   bool group_seen; /* the group answered since it was last found gone */
   double ann_at; /* after a refused XREADGROUP: not again before then */
+  double read_at; /* after a refused XREAD: not again before then */
   double backoff_s, retry_at, down_since, connect_at;
   double next_beat, next_claim;
   double beat_sent; /* an unanswered heartbeat's time, or 0 */
@@ -159,6 +160,34 @@ static const redisReply *field(const redisReply *arr, const char *name) {
   return NULL;
 }
 
+/* Most fields an announcement or an audio entry has (6 and 1). */
+#define MAX_FIELDS 16
+
+/* What is wrong with an entry's fields, a flat [field, value, ...]
+ * array, into why (true), or false: more than MAX_FIELDS of them, or a
+ * field named twice (an entry written with XADD k * f 1 f 2, which Redis
+ * keeps: readers that take the first and readers that take the last
+ * would read two different entries). */
+static bool bad_fields(const redisReply *arr, char *why, size_t why_len) {
+  if (arr == NULL || arr->type != REDIS_REPLY_ARRAY) return false;
+  if (arr->elements > 2 * MAX_FIELDS) {
+    snprintf(why, why_len, "%zu fields, more than %d", arr->elements / 2,
+             MAX_FIELDS);
+    return true;
+  }
+  for (size_t i = 0; i + 1 < arr->elements; i += 2)
+    for (size_t j = i + 2; j + 1 < arr->elements; j += 2) {
+      const redisReply *a = arr->element[i], *b = arr->element[j];
+      if (a->type == REDIS_REPLY_STRING && b->type == REDIS_REPLY_STRING &&
+          a->len == b->len && memcmp(a->str, b->str, a->len) == 0) {
+        snprintf(why, why_len, "the field \"%.32s\" is there twice",
+                 a->str);
+        return true;
+      }
+    }
+  return false;
+}
+
 /* A string reply as a NUL-terminated copy in buf ("" when absent). */
 static const char *str_of(const redisReply *r, char *buf, size_t cap) {
   buf[0] = '\0';
@@ -170,13 +199,7 @@ static const char *str_of(const redisReply *r, char *buf, size_t cap) {
 }
 
 static bool parse_u64(const char *s, uint64_t *out) {
-  if (*s < '0' || *s > '9') return false;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || *end != '\0') return false;
-  *out = v;
-  return true;
+  return aural_cluster_parse_uint(s, strlen(s), 0, UINT64_MAX, out) == 0;
 }
 
 /* An entry ID "A-B": A, when B is b. */
@@ -350,19 +373,27 @@ static void cut(cstream *cs, const char *why) {
  * node has started the stream: a second announcement of a live stream's
  * name must not end the first. */
 static const char RETIRE[] =
-    "local top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)\n"
+    "local function is(k, t)\n"
+    "  local got = redis.call('TYPE', k).ok\n"
+    "  return got == t or got == 'none'\n"
+    "end\n"
+    "local top = {}\n"
+    "if is(KEYS[4], 'stream') then\n"
+    "  top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)\n"
+    "end\n"
     "if #top == 1 then\n"
     "  local f = top[1][2]\n"
     "  for i = 1, #f, 2 do\n"
     "    if f[i] == 'final' then return 0 end\n"
     "  end\n"
     "end\n"
-    "if ARGV[3] == '0' and (redis.call('HEXISTS', KEYS[1], 'node') == 1 or\n"
-    "                       redis.call('HEXISTS', KEYS[1], 'entry') == 1) "
-    "then\n"
+    "local hash = is(KEYS[1], 'hash')\n"
+    "if ARGV[3] == '0' and hash and\n"
+    "   (redis.call('HEXISTS', KEYS[1], 'node') == 1 or\n"
+    "    redis.call('HEXISTS', KEYS[1], 'entry') == 1) then\n"
     "  return 0\n"
     "end\n"
-    "redis.call('HSET', KEYS[1], 'error', ARGV[2])\n"
+    "if hash then redis.call('HSET', KEYS[1], 'error', ARGV[2]) end\n"
     "redis.call('DEL', KEYS[2])\n"
     "for _, i in ipairs({1, 3, 4}) do\n"
     "  redis.call('PEXPIRE', KEYS[i], ARGV[1])\n"
@@ -440,6 +471,11 @@ static void feed_entry(cstream *cs, const redisReply *entry) {
     audio_error(cs, id, "the ID is not FIRST_SAMPLE-1");
     return;
   }
+  char what[128];
+  if (bad_fields(entry->element[1], what, sizeof what)) {
+    audio_error(cs, id, what);
+    return;
+  }
   uint64_t at = cs->next_sample + cs->skip;
   const redisReply *pcm = field(entry->element[1], "pcm");
   if (pcm == NULL) {
@@ -465,7 +501,6 @@ static void feed_entry(cstream *cs, const redisReply *entry) {
     return;
   }
   if (first > at || first + n <= at) {
-    char what[128];
     snprintf(what, sizeof what, "expected audio from frame %" PRIu64, at);
     audio_error(cs, id, what);
     return;
@@ -489,15 +524,83 @@ static cstream *find_audio_key(cluster *cl, const redisReply *key) {
   return NULL;
 }
 
+/* A TYPE of one owned stream's audio key, asked after the XREAD of
+ * every stream's audio was refused with WRONGTYPE, which does not say
+ * whose key it was. */
+typedef struct type_check {
+  cluster *cl;
+  char name[AURAL_PROTO_NAME_MAX + 1];
+  bool last; /* the XREAD waits for this answer */
+} type_check;
+
+/* Ends the stream whose audio key is of another type than a stream (a
+ * string where another program wrote one): its own error, not every
+ * stream's. The XREAD goes on, without it, after the last answer. */
+static void on_audio_type(redisAsyncContext *ac, void *r, void *priv) {
+  type_check *tc = priv;
+  const redisReply *rep = r;
+  (void)ac;
+  cluster *cl = tc->cl;
+  if (rep != NULL && cl->state == CL_UP) { /* else read_busy reset there */
+    cstream *cs = cl->streams;
+    while (cs != NULL && strcmp(cs->name, tc->name) != 0) cs = cs->next;
+    if (cs != NULL && !cs->failed && !cs->end_seen &&
+        rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "stream") != 0 &&
+        strcmp(rep->str, "none") != 0) {
+      char msg[AURAL_CLUSTER_KEY_MAX + 64];
+      snprintf(msg, sizeof msg, "%s is a %.16s, not a stream", cs->k_audio,
+               rep->str);
+      log_warn("cluster stream \"%s\": %s; the stream ends", cs->name, msg);
+      cs->failed = true;
+      stream_end_input(cs->s, END_ERROR, msg);
+    }
+    if (tc->last) {
+      cl->read_busy = false;
+      read_audio(cl);
+    }
+  }
+  free(tc);
+}
+
+/* Asks the type of every owned stream's audio key; -1 when none was
+ * asked (the XREAD is then tried again after a beat). */
+static int check_audio_types(cluster *cl) {
+  type_check *prev = NULL;
+  for (cstream *cs = cl->streams; cs != NULL; cs = cs->next) {
+    type_check *tc = calloc(1, sizeof *tc);
+    if (tc == NULL) break;
+    tc->cl = cl;
+    snprintf(tc->name, sizeof tc->name, "%s", cs->name);
+    const char *argv[] = {"TYPE", cs->k_audio};
+    if (command(cl->rd, on_audio_type, tc, 2, argv) < 0) {
+      free(tc);
+      break;
+    }
+    prev = tc;
+  }
+  /* The answers come in order: the last one asked lets the XREAD go. */
+  if (prev == NULL) return -1;
+  prev->last = true;
+  return 0;
+}
+
 static void on_audio(redisAsyncContext *ac, void *r, void *priv) {
   cluster *cl = priv;
   const redisReply *rep = r;
   (void)ac;
   if (rep == NULL || cl->state != CL_UP) return; /* read_busy reset there */
+  if (rep->type == REDIS_REPLY_ERROR &&
+      strncmp(rep->str, "WRONGTYPE", 9) == 0 && check_audio_types(cl) == 0)
+    return; /* read_busy until the last type is known */
   cl->read_busy = false;
   if (rep->type == REDIS_REPLY_ERROR) {
+    /* Asked again after a beat: an error that stays is not logged (and
+     * asked) as fast as Redis answers. */
     log_warn("cluster: reading audio: %s", rep->str);
-  } else if (rep->type == REDIS_REPLY_ARRAY) {
+    cl->read_at = now_s() + BEAT_S;
+    return;
+  }
+  if (rep->type == REDIS_REPLY_ARRAY) {
     for (size_t i = 0; i < rep->elements; i++) {
       const redisReply *kv = rep->element[i];
       if (kv->type != REDIS_REPLY_ARRAY || kv->elements != 2) continue;
@@ -544,7 +647,9 @@ static void check_idle(cstream *cs, double now) {
 
 /* One blocking XREAD of every stream that has room, unless one is out. */
 static void read_audio(cluster *cl) {
-  if (cl->state != CL_UP || cl->read_busy || cl->stopping) return;
+  if (cl->state != CL_UP || cl->read_busy || cl->stopping ||
+      now_s() < cl->read_at)
+    return;
   /* Which streams want audio is decided once: their room grows as the
    * workers take input, so asking twice could give two answers. */
   const char **argv = malloc((size_t)(6 + 2 * cl->n_streams) * sizeof *argv);
@@ -938,6 +1043,17 @@ static void on_checkpoint(redisAsyncContext *ac, void *r, void *priv) {
   }
   char buf[64];
   uint64_t v;
+  if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 4) {
+    /* A key of another type: refused as a bad announcement is. */
+    char why[AURAL_CLUSTER_KEY_MAX + 64];
+    str_of(rep->element[3], why, sizeof why);
+    log_warn("cluster: announcement %s refused: %s", st->entry, why);
+    send_event(cl, "ended", NULL, st->name, 0, "error", why);
+    retire(cl, st->name, why, false);
+    drop_announcement(cl, st->entry);
+    starting_done(st);
+    return;
+  }
   if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3) {
     /* Another announcement of this name was taken first: this one
      * repeats it (a producer's bug, or a hostile writer). Taking it too
@@ -983,8 +1099,18 @@ static void on_checkpoint(redisAsyncContext *ac, void *r, void *priv) {
       }
       st->chunks = v;
     }
-    if (parse_u64(str_of(rep->element[1], buf, sizeof buf), &v))
-      st->start_us = (int64_t)v;
+    /* The first owner's start, kept across owners; one that is not a
+     * time (or beyond int64, which read as a count became negative) is
+     * replaced by this node's. */
+    const redisReply *at = rep->element[1];
+    int64_t us;
+    if (at->type == REDIS_REPLY_STRING &&
+        aural_cluster_parse_int(at->str, at->len, 1, INT64_MAX, &us) == 0)
+      st->start_us = us;
+    else if (at->type != REDIS_REPLY_NIL)
+      log_warn("cluster stream \"%s\": its meta's start_us \"%.40s\" is "
+               "not a time in microseconds; the stream starts now",
+               st->name, str_of(at, buf, sizeof buf));
   }
   if (st->chunks == 0) {
     create_stream(st, 0, 0);
@@ -1028,24 +1154,31 @@ static bool field_text(const redisReply *fields, const char *name, char *buf,
 static bool parse_announcement(const redisReply *fields, starting *st,
                                char *why, size_t why_len) {
   char buf[64];
+  char bad[96];
+  bool dup = bad_fields(fields, bad, sizeof bad);
   if (!field_text(fields, "name", st->name, sizeof st->name, why, why_len))
     return false;
   if (!aural_cluster_valid_name(st->name)) {
     snprintf(why, why_len, "bad stream name \"%s\"", st->name);
     return false;
   }
-  char *end;
-  if (!field_text(fields, "rate", buf, sizeof buf, why, why_len))
-    return false;
-  st->rate = strtod(buf, &end);
-  if (*end != '\0' || !(st->rate >= 1000 && st->rate <= 768000)) {
-    snprintf(why, why_len, "rate \"%s\" is not 1000..768000 Hz", buf);
+  if (dup) {
+    snprintf(why, why_len, "%s", bad);
     return false;
   }
-  uint64_t ch;
+  uint64_t rate, ch;
+  if (!field_text(fields, "rate", buf, sizeof buf, why, why_len))
+    return false;
+  if (aural_cluster_parse_uint(buf, strlen(buf), 1000, 768000, &rate) < 0) {
+    snprintf(why, why_len, "rate \"%s\" is not a whole 1000..768000 Hz",
+             buf);
+    return false;
+  }
+  st->rate = (double)rate;
   if (!field_text(fields, "channels", buf, sizeof buf, why, why_len))
     return false;
-  if (!parse_u64(buf, &ch) || ch < 1 || ch > AURAL_MAX_CHANNELS) {
+  if (aural_cluster_parse_uint(buf, strlen(buf), 1, AURAL_MAX_CHANNELS,
+                               &ch) < 0) {
     snprintf(why, why_len, "channels \"%s\" is not 1..%d", buf,
              AURAL_MAX_CHANNELS);
     return false;
@@ -1067,7 +1200,7 @@ static bool parse_announcement(const redisReply *fields, starting *st,
 static bool parse_vocabulary(server *srv, const redisReply *fields,
                              starting *st, char *why, size_t why_len) {
   char list[AURAL_PROTO_VOCAB_MAX * (AURAL_PROTO_VOCAB_WORD_MAX + 1) + 1];
-  char buf[64], *end;
+  char buf[64];
   st->boost = -1;
   if (!field_text(fields, "vocabulary", list, sizeof list, why, why_len) ||
       !field_text(fields, "boost", buf, sizeof buf, why, why_len))
@@ -1079,8 +1212,8 @@ static bool parse_vocabulary(server *srv, const redisReply *fields,
     return true;
   }
   if (buf[0] != '\0') {
-    st->boost = strtod(buf, &end);
-    if (*end != '\0' || !(st->boost >= 0 && st->boost <= 100)) {
+    if (aural_cluster_parse_real(buf, strlen(buf), 0, 100, &st->boost) <
+        0) {
       snprintf(why, why_len, "boost \"%s\" is not 0..100", buf);
       return false;
     }
@@ -1115,9 +1248,20 @@ static bool parse_vocabulary(server *srv, const redisReply *fields,
  * a slot: one hash tag), once the meta hash names this announcement as
  * the stream's: the first node to take an announcement of a name writes
  * its ID as `entry`, and an announcement with another ID is answered
- * with that one as a third element instead. KEYS: ckpt, meta; ARGV: the
- * announcement's ID. */
+ * with that one as a third element instead. A key of the stream that
+ * another program made of another type (a string where a hash or a
+ * stream goes) is answered as a fourth element naming it: every command
+ * on it would fail with WRONGTYPE. KEYS: ckpt, meta, audio, out; ARGV:
+ * the announcement's ID. */
 static const char TAKE[] =
+    "local want = {'hash', 'hash', 'stream', 'stream'}\n"
+    "for i, k in ipairs(KEYS) do\n"
+    "  local t = redis.call('TYPE', k).ok\n"
+    "  if t ~= want[i] and t ~= 'none' then\n"
+    "    return {false, false, false, k .. ' is a ' .. t .. ', not a ' ..\n"
+    "            want[i]}\n"
+    "  end\n"
+    "end\n"
     "local e = redis.call('HGET', KEYS[2], 'entry')\n"
     "if e and e ~= ARGV[1] then return {false, false, e} end\n"
     "if not e then redis.call('HSET', KEYS[2], 'entry', ARGV[1]) end\n"
@@ -1150,13 +1294,17 @@ static void take_entry(cluster *cl, const redisReply *entry) {
     starting_done(st);
     return;
   }
-  char ckpt[AURAL_CLUSTER_KEY_MAX], meta[AURAL_CLUSTER_KEY_MAX];
+  char ckpt[AURAL_CLUSTER_KEY_MAX], meta[AURAL_CLUSTER_KEY_MAX],
+      audio[AURAL_CLUSTER_KEY_MAX], out[AURAL_CLUSTER_KEY_MAX];
   aural_cluster_key(ckpt, sizeof ckpt, st->name, AURAL_CLUSTER_CKPT);
   aural_cluster_key(meta, sizeof meta, st->name, AURAL_CLUSTER_META);
+  aural_cluster_key(audio, sizeof audio, st->name, AURAL_CLUSTER_AUDIO);
+  aural_cluster_key(out, sizeof out, st->name, AURAL_CLUSTER_OUT);
   /* A local stream of that name is looked for once the script has said
    * whether this announcement is the stream's own (on_checkpoint). */
-  const char *argv[] = {"EVAL", TAKE, "2", ckpt, meta, st->entry};
-  if (command(cl->cmd, on_checkpoint, st, 6, argv) < 0) starting_done(st);
+  const char *argv[] = {"EVAL", TAKE,  "4", ckpt, meta,
+                        audio,  out,   st->entry};
+  if (command(cl->cmd, on_checkpoint, st, 8, argv) < 0) starting_done(st);
 }
 
 static int room(const cluster *cl) {

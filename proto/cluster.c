@@ -12,6 +12,7 @@
 
 #include "aural/cluster.h"
 #include "aural/proto.h"
+#include "internal.h"
 
 static int fail(char *why, size_t why_len, const char *url, const char *what) {
   snprintf(why, why_len, "cluster URL '%s': %s", url, what);
@@ -169,4 +170,56 @@ size_t aural_cluster_key(char *buf, size_t cap, const char *name,
   if (!aural_cluster_valid_name(name)) return 0;
   int n = snprintf(buf, cap, "aural:{%s}:%s", name, part);
   return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+/* ---- numbers read back from Redis --------------------------------------- */
+
+int aural_cluster_parse_uint(const char *s, size_t len, uint64_t lo,
+                             uint64_t hi, uint64_t *out) {
+  if (s == NULL || len == 0 || len > 20) return -1;
+  uint64_t v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    unsigned d = (unsigned)(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return -1;
+    v = v * 10 + d;
+  }
+  if (v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+int aural_cluster_parse_int(const char *s, size_t len, int64_t lo,
+                            int64_t hi, int64_t *out) {
+  if (s == NULL || len == 0) return -1;
+  bool neg = s[0] == '-';
+  uint64_t m;
+  if (aural_cluster_parse_uint(s + neg, len - neg, 0,
+                               neg ? (uint64_t)INT64_MAX + 1 : INT64_MAX,
+                               &m) < 0)
+    return -1;
+  /* -(INT64_MAX + 1) without overflowing a signed value. */
+  int64_t v = neg ? (m == 0 ? 0 : -(int64_t)(m - 1) - 1) : (int64_t)m;
+  if (v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+int aural_cluster_parse_real(const char *s, size_t len, double lo,
+                             double hi, double *out) {
+  if (s == NULL || len == 0 || len > 40) return -1;
+  size_t i = s[0] == '-', digits = 0;
+  for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) digits++;
+  if (digits == 0) return -1;
+  if (i < len && s[i] == '.') {
+    size_t frac = 0;
+    for (i++; i < len && s[i] >= '0' && s[i] <= '9'; i++) frac++;
+    if (frac == 0) return -1;
+  }
+  if (i != len) return -1;
+  double v;
+  if (aural__parse_double(s, len, &v) != 0 || !(v >= lo && v <= hi))
+    return -1;
+  *out = v;
+  return 0;
 }

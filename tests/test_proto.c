@@ -2734,6 +2734,60 @@ static void test_cluster_valid_name(void **state) {
   assert_true(aural_proto_valid_name("a{b"));
 }
 
+/* Numbers read back from Redis: decimal digits only, whole or with a
+ * fraction where asked, in range, without overflow. */
+static void test_cluster_numbers(void **state) {
+  (void)state;
+  uint64_t u = 7;
+  int64_t i = 7;
+  double d = 7;
+#define U(s, lo, hi) aural_cluster_parse_uint(s, strlen(s), lo, hi, &u)
+#define I(s, lo, hi) aural_cluster_parse_int(s, strlen(s), lo, hi, &i)
+#define R(s, lo, hi) aural_cluster_parse_real(s, strlen(s), lo, hi, &d)
+  assert_int_equal(U("16000", 1000, 768000), 0);
+  assert_int_equal(u, 16000);
+  assert_int_equal(U("18446744073709551615", 0, UINT64_MAX), 0);
+  assert_true(u == UINT64_MAX);
+  const char *bad_u[] = {"", " 16000", "16000 ", "+16000", "-1", "1.6e4",
+                         "0x3e80", "16000.5", "16000.0", "1e3",
+                         "18446744073709551616", "99999999999999999999",
+                         "000000000000000000001"};
+  for (size_t k = 0; k < sizeof bad_u / sizeof *bad_u; k++)
+    if (U(bad_u[k], 0, UINT64_MAX) == 0) fail_msg("accepted '%s'", bad_u[k]);
+  assert_int_equal(U("999", 1000, 768000), -1);
+  assert_int_equal(U("768001", 1000, 768000), -1);
+  assert_int_equal(aural_cluster_parse_uint("12\0003", 4, 0, 99, &u), -1);
+  assert_int_equal(aural_cluster_parse_uint("123", 2, 0, 99, &u), 0);
+  assert_int_equal(u, 12);
+
+  assert_int_equal(I("-9223372036854775808", INT64_MIN, INT64_MAX), 0);
+  assert_true(i == INT64_MIN);
+  assert_int_equal(I("9223372036854775807", INT64_MIN, INT64_MAX), 0);
+  assert_true(i == INT64_MAX);
+  assert_int_equal(I("-0", -5, 5), 0);
+  assert_int_equal(i, 0);
+  const char *bad_i[] = {"9223372036854775808", "-9223372036854775809",
+                         "+1", "--1", "-", " -1", "- 1", "1-"};
+  for (size_t k = 0; k < sizeof bad_i / sizeof *bad_i; k++)
+    if (I(bad_i[k], INT64_MIN, INT64_MAX) == 0)
+      fail_msg("accepted '%s'", bad_i[k]);
+  assert_int_equal(I("-1", 0, 5), -1);
+
+  assert_int_equal(R("2.5", 0, 100), 0);
+  assert_true(d == 2.5);
+  assert_int_equal(R("0.00001", 0, 100), 0);
+  assert_true(d == 0.00001);
+  assert_int_equal(R("-0.25", -1, 1), 0);
+  assert_true(d == -0.25);
+  const char *bad_r[] = {"", " 1", "1 ", "+1", "1.", ".5", "1e1", "1E1",
+                         "0x10", "inf", "nan", "1,5", "1..5", "101", "-1"};
+  for (size_t k = 0; k < sizeof bad_r / sizeof *bad_r; k++)
+    if (R(bad_r[k], 0, 100) == 0) fail_msg("accepted '%s'", bad_r[k]);
+#undef U
+#undef I
+#undef R
+}
+
 static void test_cluster_key(void **state) {
   (void)state;
   char key[AURAL_CLUSTER_KEY_MAX];
@@ -2958,6 +3012,7 @@ int main(void) {
       cmocka_unit_test(test_cluster_url_refused),
       cmocka_unit_test(test_cluster_valid_name),
       cmocka_unit_test(test_cluster_key),
+      cmocka_unit_test(test_cluster_numbers),
       cmocka_unit_test(test_cluster_password),
       cmocka_unit_test(test_codec_allocates_nothing),
   };

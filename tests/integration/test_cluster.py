@@ -441,6 +441,140 @@ class TestCluster(ClusterTest):
         self.assertEqual(r.xpending("aural:announce", "nodes")["pending"], 0)
         self.stop_clean(d)
 
+    def test_numbers_read_strictly(self):
+        """An announcement's rate and channel count are whole decimal
+        numbers: one with a space, an exponent, a base prefix, a sign or a
+        fraction is refused naming the field, not read as strtod reads
+        it; a plain one beside them is served."""
+        d = self.node("a")
+        bad = {"space": {"rate": " 16000"}, "exp": {"rate": "1.6e4"},
+               "hex": {"rate": "0x3e80"}, "frac": {"rate": "16000.5"},
+               "plus": {"rate": "+16000"}, "trail": {"rate": "16000 "},
+               "chplus": {"channels": "+1"}, "chzero": {"channels": "01x"}}
+        for name, f in bad.items():
+            fields = {"name": name, "rate": "16000", "channels": "1",
+                      "format": "s16"}
+            fields.update(f)
+            self.r.xadd("aural:announce", fields)
+        # A start time beyond int64 was read as a count and became a
+        # negative time in the stream's chunks.
+        self.r.hset("aural:{far}:meta", "start_us", "18446744073709551615")
+        for name in ["plain", "far"]:
+            self.r.xadd("aural:announce", {"name": name, "rate": "16000",
+                                           "channels": "1", "format": "s16"})
+            self.r.xadd("aural:{%s}:audio" % name, {"pcm": b"\0" * 3200},
+                        id="0-1")
+            self.r.xadd("aural:{%s}:audio" % name, {"end": "1"}, id="1600-1")
+        self.assertEqual(wait_finished(self.r, ["plain", "far"], 30), set())
+        for name in ["plain", "far"]:
+            chunk = self.r.xrange("aural:{%s}:out" % name)[0][1][b"chunk"]
+            start_us = CHUNK.unpack_from(chunk)[4]
+            self.assertGreater(start_us, 0, name)
+        d.wait_text('start_us "18446744073709551615" is not a time')
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            ended = {f[b"stream"].decode(): f for _, f in
+                     self.r.xrange("aural:events") if f[b"type"] == b"ended"}
+            if set(bad) <= set(ended):
+                break
+            time.sleep(0.05)
+        self.assertEqual(ended["plain"][b"reason"], b"eof")
+        for name, f in bad.items():
+            self.assertIn(name, ended)
+            self.assertEqual(ended[name][b"reason"], b"error", name)
+            what = next(iter(f))
+            self.assertIn(("%s \"%s\"" % (what, f[what])).encode(),
+                          ended[name][b"message"], name)
+        self.stop_clean(d)
+
+    def test_duplicated_fields(self):
+        """An entry may name a field twice (Redis keeps both): the node
+        read the first and a reader taking the last (a Python dict) would
+        read another entry. Such an announcement or audio entry, or one
+        of too many fields, is refused naming the field."""
+        d = self.node("a")
+        x = self.r.execute_command
+        base = ["name", "dup", "rate", "16000", "channels", "1",
+                "format", "s16"]
+        x("XADD", "aural:announce", "*", *base, "rate", "8000")
+        many = ["name", "many"] + base[2:]
+        for i in range(20):
+            many += ["x%d" % i, "1"]
+        x("XADD", "aural:announce", "*", *many)
+        self.r.xadd("aural:announce", {"name": "dupaudio", "rate": "16000",
+                                       "channels": "1", "format": "s16"})
+        x("XADD", "aural:{dupaudio}:audio", "0-1", "pcm", b"\0" * 320,
+          "pcm", b"\1" * 320)
+        self.r.xadd("aural:announce", {"name": "plain", "rate": "16000",
+                                       "channels": "1", "format": "s16"})
+        self.r.xadd("aural:{plain}:audio", {"pcm": b"\0" * 3200}, id="0-1")
+        self.r.xadd("aural:{plain}:audio", {"end": "1"}, id="1600-1")
+        self.assertEqual(wait_finished(self.r, ["plain"], 10), set())
+        want = {"dup": b'the field "rate" is there twice',
+                "many": b"24 fields, more than 16",
+                "dupaudio": b'audio entry 0-1: the field "pcm" is there '
+                            b'twice'}
+        ended = {}
+        deadline = time.monotonic() + 5
+        while not set(want) <= set(ended) and time.monotonic() < deadline:
+            ended = {f[b"stream"].decode(): f for _, f in
+                     self.r.xrange("aural:events") if f[b"type"] == b"ended"}
+            time.sleep(0.05)
+        self.assertEqual(ended["plain"][b"reason"], b"eof")
+        for name, what in want.items():
+            self.assertEqual(ended[name][b"reason"], b"error", name)
+            self.assertEqual(ended[name][b"message"], what)
+        self.stop_clean(d)
+
+    def test_wrong_types(self):
+        """A stream's audio key of another Redis type (a string where a
+        stream is expected) made the XREAD of every stream's audio fail
+        with WRONGTYPE, again at once, for ever: no stream of the node
+        got audio. That stream alone ends now, naming its key. A meta,
+        checkpoint or output key of another type (every write to it
+        failing) refuses the announcement, naming the key."""
+        d = self.node("a")
+        want = {"wt_audio": "audio is a string, not a stream",
+                "wt_meta": "meta is a string, not a hash",
+                "wt_ckpt": "ckpt is a list, not a hash",
+                "wt_out": "out is a hash, not a stream"}
+        self.r.set("aural:{wt_audio}:audio", "x")
+        self.r.set("aural:{wt_meta}:meta", "x")
+        self.r.rpush("aural:{wt_ckpt}:ckpt", "x")
+        self.r.hset("aural:{wt_out}:out", "x", "1")
+        for name in list(want) + ["late"]:
+            self.r.xadd("aural:announce", {"name": name, "rate": "16000",
+                                           "channels": "1", "format": "s16"})
+        # A key that becomes a string while the stream runs.
+        want["late"] = "audio is a string, not a stream"
+        self.r.xadd("aural:{late}:audio", {"pcm": b"\0" * 320}, id="0-1")
+        deadline = time.monotonic() + 10
+        while (b"late", b"started") not in {
+                (f[b"stream"], f[b"type"])
+                for _, f in self.r.xrange("aural:events")}:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.02)
+        self.r.delete("aural:{late}:audio")
+        self.r.set("aural:{late}:audio", "x")
+        self.r.xadd("aural:announce", {"name": "plain", "rate": "16000",
+                                       "channels": "1", "format": "s16"})
+        self.r.xadd("aural:{plain}:audio", {"pcm": b"\0" * 3200}, id="0-1")
+        self.r.xadd("aural:{plain}:audio", {"end": "1"}, id="1600-1")
+        self.assertEqual(wait_finished(self.r, ["plain"], 10), set())
+        ended = {}
+        deadline = time.monotonic() + 5
+        while not set(want) <= set(ended) and time.monotonic() < deadline:
+            ended = {f[b"stream"].decode(): f for _, f in
+                     self.r.xrange("aural:events") if f[b"type"] == b"ended"}
+            time.sleep(0.05)
+        self.assertEqual(ended["plain"][b"reason"], b"eof")
+        for name, what in want.items():
+            self.assertEqual(ended[name][b"reason"], b"error", name)
+            self.assertEqual(ended[name][b"message"],
+                             ("aural:{%s}:%s" % (name, what)).encode())
+        self.assertLess(d.text().count("WRONGTYPE"), 5, d.text())
+        self.stop_clean(d)
+
     def test_bad_checkpoint_is_lost_once(self):
         """A checkpoint no stream can resume from (not a number, or a
         chunk past any stream's) loses that stream once, with a `lost`

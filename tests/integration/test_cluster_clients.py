@@ -315,6 +315,28 @@ class TestSend(ClusterTest):
                          [b"0-1", b"1600-1"])
         self.assertEqual(self.audio_entries("nan")[-1][1], {b"end": b"1"})
 
+    def test_model_rate_from_a_heartbeat_read_as_json(self):
+        """The model's rate, to convert to, is a heartbeat's whole
+        sample_rate: a heartbeat saying 16000.5 (or 1.6e4) is passed
+        over, not a rate to resample to and announce as 16000."""
+        path, _ = self.wav(800, rate=8000)
+        now = int(time.time() * 1000)
+        for i, beat in enumerate(['{"sample_rate": 16000.5}',
+                                  '{"sample_rate": 1.6e4}',
+                                  '{"x": "\\"sample_rate\\":16000"}']):
+            self.r.set("aural:node:n", beat)
+            self.r.zadd("aural:nodes", {"n": now})
+            p = self.aural("send", "--cluster", self.url, "--name",
+                           "b%d" % i, path)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            ann = self.r.xrange("aural:announce")[-1][1]
+            self.assertEqual(ann[b"rate"], b"8000", beat)
+        self.r.set("aural:node:n", '{"sample_rate": 16000}')
+        p = self.aural("send", "--cluster", self.url, "--name", "ok", path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(self.r.xrange("aural:announce")[-1][1][b"rate"],
+                         b"16000")
+
     def test_bad_command_lines(self):
         path, _ = self.wav(160)
         for args, what in [
@@ -456,6 +478,47 @@ class TestSub(ClusterTest):
         self.assertEqual(p.returncode, 1)
         self.assertIn(b"entry 0-1 of aural:{bad}:out is not a chunk",
                       p.stderr)
+        # A chunk field named twice (Redis keeps both) is not taken as
+        # the first one, which a reader taking the last would not see.
+        self.node_meta("twice")
+        self.publish("twice", [0], 0)
+        entry = self.r.xrange("aural:{twice}:out")[0][1]
+        self.r.delete("aural:{twice}:out")
+        self.r.execute_command("XADD", "aural:{twice}:out", "0-1", "chunk",
+                               entry[b"chunk"], "chunk", b"short",
+                               "final", "1")
+        p = self.sub("twice")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"entry 0-1 of aural:{twice}:out is not a chunk",
+                      p.stderr)
+
+    def test_meta_numbers_read_strictly(self):
+        """The model's numbers in the meta hash are decimal, as the node
+        writes them: a space, a sign, a base prefix or an exponent is not
+        read as strtol or strtod would read it, and the field is named."""
+        for i, (field, value) in enumerate([
+                ("d_model", " %d" % D_MODEL), ("d_model", "+%d" % D_MODEL),
+                ("chunk_frames", "%d " % CHUNK_FRAMES),
+                ("chunk_frames", "0x%x" % CHUNK_FRAMES),
+                ("frame_ms", "1e1"), ("frame_ms", " 10"),
+                ("frame_ms", "10.")]):
+            name = "m%d" % i
+            self.node_meta(name)
+            self.r.hset("aural:{%s}:meta" % name, field, value)
+            self.publish(name, [0], 0)
+            p = self.sub(name, "-q")
+            self.assertEqual(p.returncode, 1, (field, value))
+            self.assertIn(b'aural:{%s}:meta has no valid "%s"'
+                          % (name.encode(), field.encode()), p.stderr)
+
+    def test_meta_error_shown_without_control_bytes(self):
+        """An error another program wrote into the meta hash goes to a
+        terminal: its escape sequences and other control bytes are shown
+        as '?', not sent to the terminal."""
+        self.r.hset("aural:{e1}:meta", "error", b"bad\x1b[2Jx\0y")
+        p = self.sub("e1")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"no node will encode it: bad?[2Jx?y\n", p.stderr)
 
     def test_bad_command_lines(self):
         for args, what in [
@@ -518,20 +581,45 @@ class TestStats(ClusterTest):
         self.assertIn(b'lacks a valid "host"', p.stdout)
 
 
+    def test_heartbeat_of_another_type(self):
+        """A node's heartbeat key of another type than a string (another
+        program's hash) is that node's error: the other nodes are still
+        listed, and aural stats exits 0."""
+        now = int(time.time() * 1000)
+        self.r.hset("aural:node:bad", "x", "1")
+        self.r.set("aural:node:good", json.dumps({
+            "id": "good", "host": "h", "pid": 5, "capacity": 2,
+            "streams": ["s1"], "load": 0.5, "started_us": 1}))
+        self.r.zadd("aural:nodes", {"bad": now, "good": now})
+        p = self.aural("stats", "--cluster", self.url)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(b"aural:node:bad is not a string", p.stdout)
+        self.assertRegex(p.stdout, rb"good +h +5 yes +1/2")
+        p = self.aural("stats", "--cluster", self.url, "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        nodes = {n["id"]: n for n in json.loads(p.stdout)["nodes"]}
+        self.assertFalse(nodes["bad"]["alive"])
+        self.assertIn("is not a string", nodes["bad"]["error"])
+        self.assertEqual(nodes["good"]["streams"], ["s1"])
+
 class TestPythonClient(ClusterTest):
     def test_send_writes_what_the_cli_writes(self):
         path, x = self.wav(5000)
         p = self.aural("send", "--cluster", self.url, "--name", "cli",
-                       "--format", "s16", "--vocabulary", "a,b", path)
+                       "--format", "s16", "--vocabulary", "a,b",
+                       "--boost", "0.00001", path)
         self.assertEqual(p.returncode, 0, p.stderr)
         res = ac.cluster_send(self.url, "py", x.astype("<i2").tobytes(),
-                              16000, 1, fmt="s16", vocabulary=["a", "b"])
+                              16000, 1, fmt="s16", vocabulary=["a", "b"],
+                              boost=0.00001)
         self.assertEqual(res, {"frames": 5000, "entries": 4})
         strip = lambda e: [(i, f) for i, f in e]  # noqa: E731
         self.assertEqual(strip(self.audio_entries("py")),
                          strip(self.audio_entries("cli")))
         ann = [f for _, f in self.r.xrange("aural:announce")]
         self.assertEqual(ann[0], {**ann[1], b"name": b"cli"})
+        # A plain decimal, which nodes read, not 1e-05.
+        self.assertEqual(ann[1][b"boost"], b"0.00001")
         with self.assertRaises(ac.ClusterError):
             ac.cluster_send(self.url, "py", b"\0\0", 16000, 1)
         # Words the announcement's comma-separated list cannot carry as

@@ -435,8 +435,13 @@ static int run_local(send_job *job) {
 #define ENTRY_MAX_BYTES ((size_t)8 << 20)
 
 /* The model's sample rate from a live node's heartbeat, or 0 when no
- * node is alive (or none says). */
+ * node is alive (or none says). The heartbeat is read as JSON, its rate
+ * as a whole number of Hz: a heartbeat another program wrote (a rate of
+ * 16000.5, a "sample_rate" inside another field) is passed over, never
+ * a rate to resample to. */
 static double cluster_model_rate(send_job *job) {
+  aural_json *js = malloc(sizeof *js);
+  if (js == NULL) return 0;
   cluster_args a;
   cluster_args_init(&a, "ZRANGE");
   cluster_arg(&a, AURAL_CLUSTER_NODES);
@@ -452,13 +457,18 @@ static double cluster_model_rate(send_job *job) {
                     ids->element[i]->str);
     redisReply *beat =
         cluster_run(&job->redis, &a, job->err, sizeof job->err);
-    const char *at = beat != NULL && beat->type == REDIS_REPLY_STRING
-                         ? strstr(beat->str, "\"sample_rate\":")
-                         : NULL;
-    if (at != NULL) rate = strtod(at + strlen("\"sample_rate\":"), NULL);
+    char why[160];
+    int64_t hz;
+    if (beat != NULL && beat->type == REDIS_REPLY_STRING &&
+        aural_json_parse_lists(js, beat->str, beat->len, why, sizeof why) ==
+            0 &&
+        aural_json_int(js, aural_json_get(js, 0, "sample_rate"), 4000,
+                       768000, &hz) == 0)
+      rate = (double)hz;
     freeReplyObject(beat);
   }
   freeReplyObject(ids);
+  free(js);
   job->err[0] = '\0';
   return rate >= 4000 && rate <= 768000 ? rate : 0;
 }
@@ -585,8 +595,14 @@ static int announce(send_job *job, const char *meta) {
     cluster_arg(&a, words);
   }
   if (v->has_boost) {
+    /* Plain decimals, which nodes read (aural_cluster_parse_real): %g
+     * would write 1e-05. */
+    char boost[32];
+    int n = snprintf(boost, sizeof boost, "%.6f", v->boost);
+    while (boost[n - 1] == '0') boost[--n] = '\0';
+    if (boost[n - 1] == '.') boost[--n] = '\0';
     cluster_arg(&a, "boost");
-    cluster_arg_fmt(&a, "%g", v->boost);
+    cluster_arg(&a, boost);
   }
   return cluster_do(&job->redis, &a, job->err, sizeof job->err);
 }

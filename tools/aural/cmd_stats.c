@@ -236,7 +236,8 @@ static int stats_all_pages(aural_client *cl, stats_all *a, char *err,
 typedef struct node {
   const char *id;   /* in the ZRANGE reply */
   double last_ms;   /* the set's score */
-  redisReply *beat; /* GET aural:node:ID */
+  redisReply *beat; /* GET aural:node:ID, or NULL when wrong_type */
+  bool wrong_type;  /* that key is no string: not a heartbeat */
 } node;
 
 /* A heartbeat decoded (CLUSTER.md: aural:node:ID). */
@@ -248,7 +249,17 @@ typedef struct heartbeat {
   aural_json_list streams; /* the names, strings */
 } heartbeat;
 
-static bool alive(const node *n) { return n->beat->type == REDIS_REPLY_STRING; }
+static bool alive(const node *n) {
+  return n->beat != NULL && n->beat->type == REDIS_REPLY_STRING;
+}
+
+/* Why a node's heartbeat key holds no heartbeat of any age, or NULL. */
+static const char *wrong_type(const node *n, char *why, size_t why_len) {
+  if (!n->wrong_type) return NULL;
+  snprintf(why, why_len, "%s%.64s is not a string: no heartbeat",
+           AURAL_CLUSTER_NODE_PREFIX, n->id);
+  return why;
+}
 
 /* Decodes a live node's heartbeat. Returns 0, or -1 with why naming the
  * field at fault. */
@@ -308,8 +319,10 @@ static void print_node(const node *n, heartbeat *hb, double now_ms) {
   double age_s = (now_ms - n->last_ms) / 1000;
   printf("%-24s ", printable(n->id, id, sizeof id));
   if (!alive(n)) {
-    printf("%-20s %8s %-5s %9s %6s %10.1f\n", "-", "-", "dead", "-", "-",
-           age_s);
+    const char *bad = wrong_type(n, why, sizeof why);
+    printf("%-20s %8s %-5s %9s %6s %10.1f%s%s%s\n", "-", "-", "dead", "-",
+           "-", age_s, bad ? "  (" : "", bad ? printable(bad, why, sizeof why)
+                                             : "", bad ? ")" : "");
     return;
   }
   if (parse_heartbeat(n, hb, why, sizeof why) < 0) {
@@ -360,7 +373,10 @@ static void node_json(aural_jw *w, const node *n, heartbeat *hb) {
   aural_jw_bool(w, alive(n));
   aural_jw_key(w, "last_heartbeat_ms");
   aural_jw_int(w, (int64_t)n->last_ms);
-  if (alive(n) && parse_heartbeat(n, hb, why, sizeof why) < 0) {
+  if (wrong_type(n, why, sizeof why) != NULL) {
+    aural_jw_key(w, "error");
+    aural_jw_string(w, why);
+  } else if (alive(n) && parse_heartbeat(n, hb, why, sizeof why) < 0) {
     aural_jw_key(w, "error");
     aural_jw_string(w, why);
   } else if (alive(n)) {
@@ -437,7 +453,11 @@ static int read_nodes(cluster_conn *c, redisReply **zr, node **nodes,
     char key[sizeof AURAL_CLUSTER_NODE_PREFIX + 512];
     snprintf(key, sizeof key, "%s%s", AURAL_CLUSTER_NODE_PREFIX, d->id);
     cluster_args_list(&a, "GET", key, NULL);
-    if ((d->beat = cluster_run(c, &a, err, err_len)) == NULL) return -1;
+    /* A key of another type (another program's) is that node's error,
+     * not the listing's. */
+    if ((d->beat = cluster_run(c, &a, err, err_len)) == NULL &&
+        !(d->wrong_type = strncmp(c->said, "WRONGTYPE", 9) == 0))
+      return -1;
   }
   return 0;
 }

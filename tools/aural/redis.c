@@ -5,7 +5,6 @@
 #include "redis.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -243,60 +242,41 @@ void cluster_close(cluster_conn *c) {
 const redisReply *cluster_field(const redisReply *flat, const char *name) {
   if (flat == NULL || flat->type != REDIS_REPLY_ARRAY) return NULL;
   size_t n = strlen(name);
+  const redisReply *found = NULL;
   for (size_t i = 0; i + 1 < flat->elements; i += 2) {
     const redisReply *k = flat->element[i], *v = flat->element[i + 1];
     if (k->type == REDIS_REPLY_STRING && k->len == n &&
-        memcmp(k->str, name, n) == 0)
-      return v->type == REDIS_REPLY_STRING ? v : NULL;
+        memcmp(k->str, name, n) == 0) {
+      if (found != NULL) return NULL; /* twice: which one is meant? */
+      found = v;
+    }
   }
-  return NULL;
-}
-
-/* The value of field name, NUL-terminated in buf; -1 when it is absent,
- * empty or longer than cap - 1 bytes. */
-static int field_text(const redisReply *flat, const char *name, char *buf,
-                      size_t cap) {
-  const redisReply *v = cluster_field(flat, name);
-  if (v == NULL || v->len == 0 || v->len >= cap) return -1;
-  memcpy(buf, v->str, v->len);
-  buf[v->len] = '\0';
-  return 0;
+  return found != NULL && found->type == REDIS_REPLY_STRING ? found : NULL;
 }
 
 int cluster_field_int(const redisReply *flat, const char *name, int64_t lo,
                       int64_t hi, int64_t *out) {
-  char buf[24], *end;
-  if (field_text(flat, name, buf, sizeof buf) < 0) return -1;
-  errno = 0;
-  long long x = strtoll(buf, &end, 10);
-  if (errno != 0 || *end != '\0' || x < lo || x > hi) return -1;
-  *out = x;
-  return 0;
+  const redisReply *v = cluster_field(flat, name);
+  return v == NULL ? -1 : aural_cluster_parse_int(v->str, v->len, lo, hi, out);
 }
 
 int cluster_field_double(const redisReply *flat, const char *name, double lo,
                          double hi, double *out) {
-  char buf[48], *end;
-  if (field_text(flat, name, buf, sizeof buf) < 0) return -1;
-  double x = strtod(buf, &end);
-  if (*end != '\0' || !(x >= lo && x <= hi)) return -1;
-  *out = x;
-  return 0;
+  const redisReply *v = cluster_field(flat, name);
+  return v == NULL ? -1
+                   : aural_cluster_parse_real(v->str, v->len, lo, hi, out);
 }
 
 int cluster_parse_id(const redisReply *r, uint64_t *ms, uint64_t *seq) {
-  if (r == NULL || r->type != REDIS_REPLY_STRING || r->len == 0 ||
-      r->len > 41)
-    return -1;
-  char buf[48], *end;
-  memcpy(buf, r->str, r->len);
-  buf[r->len] = '\0';
-  if (!isdigit((unsigned char)buf[0])) return -1;
-  errno = 0;
-  *ms = strtoull(buf, &end, 10);
-  if (errno != 0 || *end != '-' || !isdigit((unsigned char)end[1])) return -1;
-  *seq = strtoull(end + 1, &end, 10);
-  return errno == 0 && *end == '\0' ? 0 : -1;
+  if (r == NULL || r->type != REDIS_REPLY_STRING) return -1;
+  const char *dash = memchr(r->str, '-', r->len);
+  if (dash == NULL) return -1;
+  size_t head = (size_t)(dash - r->str);
+  return aural_cluster_parse_uint(r->str, head, 0, UINT64_MAX, ms) == 0 &&
+                 aural_cluster_parse_uint(dash + 1, r->len - head - 1, 0,
+                                          UINT64_MAX, seq) == 0
+             ? 0
+             : -1;
 }
 
 /* An entry: [ID, [field, value, ...]] with an even number of fields. */

@@ -130,15 +130,16 @@ bool cluster_said_id_taken(const cluster_conn *c);
 
 /* The value of field name in a flat array of field, value, ... (an
  * HGETALL reply, a stream entry's fields), or NULL. Values that are not
- * strings count as absent. */
+ * strings, and a field an entry names twice, count as absent. */
 const redisReply *cluster_field(const redisReply *flat, const char *name);
 
-/* The value of field name as an integer in lo..hi: 0, or -1 (absent or
- * not one). */
+/* The value of field name as an integer in lo..hi, read strictly
+ * (aural_cluster_parse_int): 0, or -1 (absent or not one). */
 int cluster_field_int(const redisReply *flat, const char *name, int64_t lo,
                       int64_t hi, int64_t *out);
 
-/* The value of field name as a finite number in lo..hi: 0, or -1. */
+/* The value of field name as a decimal number in lo..hi, read strictly
+ * (aural_cluster_parse_real): 0, or -1. */
 int cluster_field_double(const redisReply *flat, const char *name, double lo,
                          double hi, double *out);
 

@@ -1160,6 +1160,9 @@ def cluster_send(url: str, name: str, pcm_bytes_or_file: Any, rate: int,
             raise ValueError("vocabulary is 1 to 64 words, none empty or "
                              "with a comma")
         ann["vocabulary"] = ",".join(words)
+    if "boost" in ann:
+        # Plain decimals, which nodes read: str() would write 1e-05.
+        ann["boost"] = ("%.6f" % ann["boost"]).rstrip("0").rstrip(".")
     meta, audio = cluster_key(name, "meta"), cluster_key(name, "audio")
     frame_bytes = channels * SAMPLE_DTYPES[fmt].itemsize
     block_frames = max(1, rate * block_ms // 1000)

@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,6 +78,24 @@ bool aural_cluster_valid_name(const char *name);
  * name is not valid or cap is too small. */
 size_t aural_cluster_key(char *buf, size_t cap, const char *name,
                          const char *part);
+
+/* Numbers read back from Redis (announcements, meta hashes, checkpoints,
+ * entry IDs) come from other programs and are read strictly, by these
+ * alone: the len bytes at s are a whole decimal number, digits only (no
+ * sign, space, point, exponent or base prefix), at most 20 of them, of
+ * lo..hi. Returns 0 with *out set, or -1. */
+int aural_cluster_parse_uint(const char *s, size_t len, uint64_t lo,
+                             uint64_t hi, uint64_t *out);
+
+/* As aural_cluster_parse_uint, with an optional leading '-'. */
+int aural_cluster_parse_int(const char *s, size_t len, int64_t lo,
+                            int64_t hi, int64_t *out);
+
+/* A decimal number with an optional '-' and an optional fraction
+ * ("12", "-0.25", "1.5"; not ".5", "5.", "1e3", "0x10", "inf"), at most
+ * 40 bytes, of lo..hi. Returns 0 with *out set, or -1. */
+int aural_cluster_parse_real(const char *s, size_t len, double lo,
+                             double hi, double *out);
 
 #ifdef __cplusplus
 }
