@@ -505,15 +505,26 @@ class TestCluster(ClusterTest):
                                        "channels": "1", "format": "s16"})
         x("XADD", "aural:{dupaudio}:audio", "0-1", "pcm", b"\0" * 320,
           "pcm", b"\1" * 320)
+        want = {"dup": b'the field "rate" is there twice',
+                "many": b"24 fields, more than 16",
+                "dupaudio": b'audio entry 0-1: the field "pcm" is there '
+                            b'twice'}
+        ended = self.ended_beside_a_plain_stream(want)
+        for name, what in want.items():
+            self.assertEqual(ended[name][b"reason"], b"error", name)
+            self.assertEqual(ended[name][b"message"], what)
+        self.stop_clean(d)
+
+    def ended_beside_a_plain_stream(self, want):
+        """Sends a well-formed stream "plain" through the node and waits
+        for it to end at its end of file (the node still serves), then for
+        an `ended` event of every stream named in want; returns the last
+        `ended` event's fields of each stream by name."""
         self.r.xadd("aural:announce", {"name": "plain", "rate": "16000",
                                        "channels": "1", "format": "s16"})
         self.r.xadd("aural:{plain}:audio", {"pcm": b"\0" * 3200}, id="0-1")
         self.r.xadd("aural:{plain}:audio", {"end": "1"}, id="1600-1")
         self.assertEqual(wait_finished(self.r, ["plain"], 10), set())
-        want = {"dup": b'the field "rate" is there twice',
-                "many": b"24 fields, more than 16",
-                "dupaudio": b'audio entry 0-1: the field "pcm" is there '
-                            b'twice'}
         ended = {}
         deadline = time.monotonic() + 5
         while not set(want) <= set(ended) and time.monotonic() < deadline:
@@ -521,10 +532,7 @@ class TestCluster(ClusterTest):
                      self.r.xrange("aural:events") if f[b"type"] == b"ended"}
             time.sleep(0.05)
         self.assertEqual(ended["plain"][b"reason"], b"eof")
-        for name, what in want.items():
-            self.assertEqual(ended[name][b"reason"], b"error", name)
-            self.assertEqual(ended[name][b"message"], what)
-        self.stop_clean(d)
+        return ended
 
     def test_wrong_types(self):
         """A stream's audio key of another Redis type (a string where a
@@ -556,18 +564,7 @@ class TestCluster(ClusterTest):
             time.sleep(0.02)
         self.r.delete("aural:{late}:audio")
         self.r.set("aural:{late}:audio", "x")
-        self.r.xadd("aural:announce", {"name": "plain", "rate": "16000",
-                                       "channels": "1", "format": "s16"})
-        self.r.xadd("aural:{plain}:audio", {"pcm": b"\0" * 3200}, id="0-1")
-        self.r.xadd("aural:{plain}:audio", {"end": "1"}, id="1600-1")
-        self.assertEqual(wait_finished(self.r, ["plain"], 10), set())
-        ended = {}
-        deadline = time.monotonic() + 5
-        while not set(want) <= set(ended) and time.monotonic() < deadline:
-            ended = {f[b"stream"].decode(): f for _, f in
-                     self.r.xrange("aural:events") if f[b"type"] == b"ended"}
-            time.sleep(0.05)
-        self.assertEqual(ended["plain"][b"reason"], b"eof")
+        ended = self.ended_beside_a_plain_stream(want)
         for name, what in want.items():
             self.assertEqual(ended[name][b"reason"], b"error", name)
             self.assertEqual(ended[name][b"message"],
