@@ -594,10 +594,12 @@ static int announce(send_job *job, const char *meta) {
     cluster_arg(&a, "vocabulary");
     cluster_arg(&a, words);
   }
+  /* Here, not in the block below: the arguments are pointers that
+   * cluster_do reads. */
+  char boost[32];
   if (v->has_boost) {
     /* Plain decimals, which nodes read (aural_cluster_parse_real): %g
      * would write 1e-05. */
-    char boost[32];
     int n = snprintf(boost, sizeof boost, "%.6f", v->boost);
     while (boost[n - 1] == '0') boost[--n] = '\0';
     if (boost[n - 1] == '.') boost[--n] = '\0';
