@@ -1647,6 +1647,30 @@ static void test_encode_text_lines_apart_from_progress(void **state) {
  * 0xFFFFFFFF, through a FIFO) has no fraction done: its progress line
  * says how much audio was read. It drew a full bar at "100%" from the
  * first read on. */
+/* Forks a writer of the len bytes at bytes into the FIFO at path (the
+ * child's copy of them): it writes the first `before` bytes, then, when
+ * gate is not NULL, waits for a byte on the pipe gate (or its close, or
+ * 20 s) before the rest. Returns its pid. */
+static pid_t spawn_fifo_writer(const char *path, const char *bytes,
+                               size_t len, size_t before, const int *gate) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid > 0) return pid;
+  if (gate != NULL) close(gate[1]);
+  int fd = open(path, O_WRONLY);
+  for (size_t at = 0; fd >= 0 && at < len;) {
+    if (at == before && gate != NULL) {
+      struct pollfd p = {.fd = gate[0], .events = POLLIN};
+      poll(&p, 1, 20000);
+    }
+    size_t upto = at < before ? before : len;
+    ssize_t k = write(fd, bytes + at, upto - at);
+    if (k <= 0) break;
+    at += (size_t)k;
+  }
+  _exit(0);
+}
+
 static void test_encode_progress_of_unknown_length(void **state) {
   fixture *fx = *state;
   char in[PATH_BYTES], fifo[PATH_BYTES], out[PATH_BYTES];
@@ -1658,17 +1682,7 @@ static void test_encode_progress_of_unknown_length(void **state) {
   memset(data + 4, 0xff, 4);
   input_path(fifo, fx, "rec.fifo");
   assert_int_equal(mkfifo(fifo, 0600), 0);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) { /* the recorder */
-    int fd = open(fifo, O_WRONLY);
-    for (size_t at = 0; fd >= 0 && at < len;) {
-      ssize_t k = write(fd, bytes + at, len - at);
-      if (k <= 0) break;
-      at += (size_t)k;
-    }
-    _exit(0);
-  }
+  pid_t pid = spawn_fifo_writer(fifo, bytes, len, len, NULL); /* recorder */
   snprintf(out, sizeof out, "%s/rec.npy", fx->out_dir);
   const char *args[] = {"encode", "-o", out, fifo, NULL};
   char *screen;
@@ -1705,21 +1719,8 @@ static void test_encode_batch_progress_within_a_file(void **state) {
   assert_int_equal(mkfifo(fifo, 0600), 0);
   int go[2];
   assert_int_equal(pipe(go), 0);
-  pid_t writer = fork();
-  assert_true(writer >= 0);
-  if (writer == 0) { /* half the file, then the rest when told */
-    close(go[1]);
-    int fd = open(fifo, O_WRONLY);
-    size_t half = len / 2, at = 0;
-    char c;
-    while (fd >= 0 && at < len) {
-      if (at == half && read(go[0], &c, 1) < 0) break;
-      ssize_t k = write(fd, bytes + at, (at < half ? half : len) - at);
-      if (k <= 0) break;
-      at += (size_t)k;
-    }
-    _exit(0);
-  }
+  /* Half the file, then the rest when told. */
+  pid_t writer = spawn_fifo_writer(fifo, bytes, len, len / 2, go);
   close(go[0]);
 
   char *argv[] = {(char *)aural_bin(), "encode", "-j", "1", "-o",
@@ -2019,20 +2020,7 @@ static void test_encode_batch_fifo_notice_apart_from_progress(void **state) {
   assert_int_equal(mkfifo(fifo, 0600), 0);
   int cue[2];
   assert_int_equal(pipe2(cue, O_CLOEXEC), 0);
-  pid_t writer = fork();
-  assert_true(writer >= 0);
-  if (writer == 0) {
-    close(cue[1]);
-    struct pollfd p = {.fd = cue[0], .events = POLLIN};
-    poll(&p, 1, 20000);
-    int fd = open(fifo, O_WRONLY);
-    for (size_t at = 0; fd >= 0 && at < len;) {
-      ssize_t k = write(fd, bytes + at, len - at);
-      if (k <= 0) break;
-      at += (size_t)k;
-    }
-    _exit(0);
-  }
+  pid_t writer = spawn_fifo_writer(fifo, bytes, len, 0, cue);
   close(cue[0]);
   const char *args[] = {"encode", "-j", "2", "-o", fx->out_dir, a, fifo,
                         NULL};
