@@ -96,4 +96,10 @@ double cli_thread_cpu_s(void);
  * the notice has a line of its own; the progress is drawn again below. */
 void cli_notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The len bytes at s (text another program wrote: a node's id, an error
+ * it left in Redis) for a terminal, into out (cap bytes, NUL-terminated,
+ * cut to fit; out may be s): each byte that is not printable ASCII, an
+ * escape sequence's ESC, a NUL, as '?'. Returns out. */
+const char *cli_printable(const char *s, size_t len, char *out, size_t cap);
+
 #endif

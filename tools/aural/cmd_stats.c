@@ -304,25 +304,18 @@ static int next_stream(aural_json_list *l, char *out, size_t cap) {
   return aural_json_string(&item, 0, out, cap) < 0 ? -1 : 1;
 }
 
-/* s for a terminal, cut to fit out: anything unprintable as '?'. */
-static const char *printable(const char *s, char *out, size_t cap) {
-  size_t i = 0;
-  for (; s[i] != '\0' && i + 1 < cap; i++)
-    out[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
-  out[i] = '\0';
-  return out;
-}
-
 static void print_node(const node *n, heartbeat *hb, double now_ms) {
   char id[64], host[32], why[200], names[1024] = "",
                                    name[AURAL_PROTO_TEXT_MAX + 1];
   double age_s = (now_ms - n->last_ms) / 1000;
-  printf("%-24s ", printable(n->id, id, sizeof id));
+  printf("%-24s ", cli_printable(n->id, strlen(n->id), id, sizeof id));
   if (!alive(n)) {
     const char *bad = wrong_type(n, why, sizeof why);
-    printf("%-20s %8s %-5s %9s %6s %10.1f%s%s%s\n", "-", "-", "dead", "-",
-           "-", age_s, bad ? "  (" : "", bad ? printable(bad, why, sizeof why)
-                                             : "", bad ? ")" : "");
+    printf("%-20s %8s %-5s %9s %6s %10.1f", "-", "-", "dead", "-", "-",
+           age_s);
+    if (bad != NULL)
+      printf("  (%s)", cli_printable(bad, strlen(bad), why, sizeof why));
+    putchar('\n');
     return;
   }
   if (parse_heartbeat(n, hb, why, sizeof why) < 0) {
@@ -333,14 +326,15 @@ static void print_node(const node *n, heartbeat *hb, double now_ms) {
   aural_json_list l = hb->streams;
   size_t at = 0;
   while (next_stream(&l, name, sizeof name) == 1 && at + 1 < sizeof names)
-    at += (size_t)snprintf(names + at, sizeof names - at, "%s%s",
-                           at ? " " : "", printable(name, name, sizeof name));
+    at += (size_t)snprintf(
+        names + at, sizeof names - at, "%s%s", at ? " " : "",
+        cli_printable(name, strlen(name), name, sizeof name));
   char used[32];
   snprintf(used, sizeof used, "%u/%lld", hb->streams.n_items,
            (long long)hb->capacity);
   printf("%-20s %8lld %-5s %9s %6.2f %10.1f  %s\n",
-         printable(hb->host, host, sizeof host), (long long)hb->pid, "yes",
-         used, hb->load, age_s, names);
+         cli_printable(hb->host, strlen(hb->host), host, sizeof host),
+         (long long)hb->pid, "yes", used, hb->load, age_s, names);
 }
 
 static int by_id(const void *a, const void *b) {

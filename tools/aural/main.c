@@ -62,6 +62,17 @@ void cli_notice(const char *fmt, ...) {
   fprintf(stderr, "%s%s\n", isatty(STDERR_FILENO) ? "\r\033[K" : "", line);
 }
 
+const char *cli_printable(const char *s, size_t len, char *out,
+                          size_t cap) {
+  size_t n = len < cap - 1 ? len : cap - 1;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    out[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+  }
+  out[n] = '\0';
+  return out;
+}
+
 double cli_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

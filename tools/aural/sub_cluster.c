@@ -110,19 +110,6 @@ static int read_model(cluster_sub *cs) {
   return 0;
 }
 
-/* A text field another program may have written (the meta hash's
- * `error`), into out for a terminal: a control byte (an escape
- * sequence's ESC, a NUL) as '?'. */
-static const char *shown(const redisReply *r, char *out, size_t cap) {
-  size_t n = r->len < cap - 1 ? r->len : cap - 1;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)r->str[i];
-    out[i] = c < 0x20 || c == 0x7f ? '?' : (char)c;
-  }
-  out[n] = '\0';
-  return out;
-}
-
 /* Fails naming why when the meta hash says that no node will encode the
  * stream (its `error`: the announcement refused, or the stream could not
  * resume); nothing more comes then. */
@@ -132,7 +119,7 @@ static int check_error(cluster_sub *cs, const redisReply *meta) {
   if (e == NULL) return 0;
   snprintf(cs->job->err, sizeof cs->job->err,
            "%s: no node will encode it: %s", cs->job->stream,
-           shown(e, why, sizeof why));
+           cli_printable(e->str, e->len, why, sizeof why));
   return -1;
 }
 
